@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Sets up everything Millrace needs on a fresh machine: Debian packages, a virtualenv, the project
+# and its test dependencies. Idempotent: a second run only checks.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+need_apt=()
+command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
+command -v kcat >/dev/null 2>&1 || need_apt+=(kcat)
+if [ "${#need_apt[@]}" -gt 0 ]; then
+    if [ "$(id -u)" = 0 ]; then
+        apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo apt-get update -qq >/dev/null && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+    else
+        echo "bootstrap: please install ${need_apt[*]} (apt)" >&2
+    fi
+fi
+
+if [ ! -x .venv/bin/python ]; then
+    python3 -m venv .venv
+fi
+stamp=.venv/.millrace-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+    .venv/bin/python -m pip install -q -e ".[test]"
+    touch "$stamp"
+fi

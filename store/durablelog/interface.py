@@ -1,0 +1,65 @@
+"""The durable data log contract, shared by the local file log and the ZeroMQ-replicated log.
+
+Invariants every implementation keeps:
+- An append's future completes only after the entry is durable (fsync'd locally, or on an ack quorum).
+- Entries are assigned strictly increasing sequence numbers and are read back in that order, whole
+  and byte-identical; futures complete in sequence order.
+- ``truncate(upto)`` drops entries with sequence <= upto; they are never read again.
+- ``open()`` fences every earlier owner (a higher epoch); a fenced writer's appends fail with
+  DataLogWriterFencedError and it never writes again.
+- A torn tail (a crash mid-write) is cut on open; corruption anywhere else raises DataCorruptionError.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, order=True)
+class LogAddress:
+    """Where an entry lives in the log. ``sequence`` is dense and monotonic across restarts."""
+
+    sequence: int
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    address: LogAddress
+    payload: bytes
+
+
+class DurableDataLog(ABC):
+    """An append-only, fenced, truncatable log of opaque entries."""
+
+    @abstractmethod
+    def open(self) -> None:
+        """Take ownership (fencing older owners with a new epoch) and recover the log's tail."""
+
+    @property
+    @abstractmethod
+    def epoch(self) -> int:
+        """The ownership epoch taken by ``open()``."""
+
+    @abstractmethod
+    def read_all(self) -> Iterator[LogEntry]:
+        """Every entry not truncated, in order. Only valid after open() and before the first append."""
+
+    @abstractmethod
+    def append(self, payload: bytes) -> Future[LogAddress]:
+        """Queue an entry; the future completes with its address once durable (group commit)."""
+
+    @abstractmethod
+    def truncate(self, upto: LogAddress) -> None:
+        """Drop every entry with sequence <= upto.sequence. Safe to call from any thread."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Flush what is queued, stop the writer, release ownership."""
+
+    @property
+    @abstractmethod
+    def size_bytes(self) -> int:
+        """Bytes currently retained (not yet truncated), for metrics and truncation policy."""
