@@ -1,0 +1,29 @@
+"""Key/value tables stored in segments (table segments), used for the controller's metadata."""
+
+from store.tables.table_store import (
+    NOT_EXISTS,
+    ExpectedVersion,
+    IteratorPage,
+    NotATableError,
+    TableConfig,
+    TableEntry,
+    TableInfo,
+    TableKey,
+    TableNotEmptyError,
+    TableStore,
+    is_conditional_failure,
+)
+
+__all__ = [
+    "NOT_EXISTS",
+    "ExpectedVersion",
+    "IteratorPage",
+    "NotATableError",
+    "TableConfig",
+    "TableEntry",
+    "TableInfo",
+    "TableKey",
+    "TableNotEmptyError",
+    "TableStore",
+    "is_conditional_failure",
+]

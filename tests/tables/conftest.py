@@ -1,0 +1,16 @@
+from __future__ import annotations
+
+import pytest
+
+from store.tables import TableStore
+from tests.tables.harness import StoreHarness, make_harness
+
+
+@pytest.fixture(params=["memory", "real"])
+def harness(request, tmp_path) -> StoreHarness:
+    return make_harness(request, tmp_path)
+
+
+@pytest.fixture
+def tables(harness: StoreHarness) -> TableStore:
+    return TableStore(harness.store)
