@@ -1,0 +1,113 @@
+"""The segment store: segments hashed onto a fixed set of independent segment containers.
+
+This is the store's whole public surface; the controller, table segments, the native protocol and
+the Kafka gateway all go through it. Every method is thread-safe. Methods that wait for durability
+or I/O return ``concurrent.futures.Future``; callers on the Twisted reactor adapt them to Deferreds.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from store.containers.config import ContainerConfig
+from store.containers.container import SegmentContainer
+from store.contracts import AttributeUpdate, ReadResult, SegmentInfo
+from store.durablelog.interface import DurableDataLog
+from store.lts.interface import ChunkStorage
+from store.scheduler import Scheduler
+
+TRANSACTION_DELIMITER = "#transaction."
+
+
+def container_key(segment_name: str) -> str:
+    """The part of a name that picks its container: transaction segments stay with their parent,
+    so that merging a transaction into its parent is a local, atomic operation."""
+    cut = segment_name.find(TRANSACTION_DELIMITER)
+    return segment_name if cut < 0 else segment_name[:cut]
+
+
+class SegmentStore:
+    def __init__(
+        self,
+        container_count: int,
+        log_factory: Callable[[int], DurableDataLog],
+        storage: ChunkStorage,
+        config: ContainerConfig | None = None,
+    ) -> None:
+        self.config = config or ContainerConfig()
+        self.storage = storage
+        self.scheduler = Scheduler()
+        # Long-term storage reads block; one pool serves every container.
+        self._read_pool = ThreadPoolExecutor(self.config.storage_read_threads * 2, "lts-read")
+        self.containers: list[SegmentContainer] = [
+            SegmentContainer(cid, log_factory(cid), storage, self.config, self.scheduler, self._read_pool)
+            for cid in range(container_count)
+        ]
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Recover every container (checkpoint + log replay) and start their background work."""
+        for container in self.containers:
+            container.start()
+
+    def close(self) -> None:
+        for container in self.containers:
+            container.close()
+        self._read_pool.shutdown(wait=True)
+        self.scheduler.stop()
+        self.storage.close()
+
+    def container_for(self, segment_name: str) -> SegmentContainer:
+        key = container_key(segment_name).encode()
+        return self.containers[zlib.crc32(key) % len(self.containers)]
+
+    # -- segment operations ------------------------------------------------------------------------
+    def create_segment(self, name: str, attributes: dict[str, int] | None = None) -> Future[None]:
+        return self.container_for(name).create_segment(name, attributes or {})
+
+    def append(
+        self,
+        name: str,
+        data: bytes,
+        expected_offset: int | None = None,
+        attributes: Sequence[AttributeUpdate] = (),
+    ) -> Future[int]:
+        """Append ``data``; the future gives the offset it landed at, once durable.
+        ``expected_offset`` makes it conditional on the current length (BadOffsetError otherwise);
+        ``attributes`` are applied atomically with the append (BadAttributeUpdateError fails both)."""
+        return self.container_for(name).append(name, data, expected_offset, attributes)
+
+    def read(self, name: str, offset: int, max_length: int, wait_timeout: float = 0.0) -> Future[ReadResult]:
+        """Read up to ``max_length`` durable bytes from ``offset``. At the tail, wait up to
+        ``wait_timeout`` seconds for the next append (an empty result when none arrives)."""
+        return self.container_for(name).read(name, offset, max_length, wait_timeout)
+
+    def get_info(self, name: str) -> SegmentInfo:
+        return self.container_for(name).get_info(name)
+
+    def exists(self, name: str) -> bool:
+        return self.container_for(name).exists(name)
+
+    def seal(self, name: str) -> Future[int]:
+        """Seal; the future gives the final length."""
+        return self.container_for(name).seal(name)
+
+    def merge(self, target: str, source: str) -> Future[int]:
+        """Append sealed ``source`` atomically to ``target`` and remove it; gives the offset in the
+        target where the source's data begins. Both must live in the same container."""
+        return self.container_for(target).merge(target, source)
+
+    def truncate(self, name: str, offset: int) -> Future[None]:
+        """Drop the prefix below ``offset`` (start_offset becomes ``offset``)."""
+        return self.container_for(name).truncate(name, offset)
+
+    def delete(self, name: str) -> Future[None]:
+        return self.container_for(name).delete(name)
+
+    def update_attributes(self, name: str, updates: Sequence[AttributeUpdate]) -> Future[None]:
+        return self.container_for(name).update_attributes(name, updates)
+
+    def list_segments(self) -> list[str]:
+        return sorted(n for c in self.containers for n in c.segment_names())
