@@ -1,0 +1,1 @@
+"""Millrace's native Python client."""

@@ -1,0 +1,174 @@
+"""A pipelined client for the native segment protocol.
+
+Requests are written as they are made and answered by request id, so many appends can be in flight
+on one connection; futures complete from a receiver thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import socket
+import struct
+import threading
+from concurrent.futures import Future
+from typing import Any
+
+from gateway.native.wire import MAX_FRAME_BYTES, Command, Status, decode_body, encode_frame
+from store import errors
+from store.contracts import AttributeUpdate, ReadResult, SegmentInfo
+
+_ERRORS: dict[int, type[errors.StoreError]] = {
+    Status.SEGMENT_NOT_FOUND: errors.SegmentNotFoundError,
+    Status.SEGMENT_EXISTS: errors.SegmentExistsError,
+    Status.SEGMENT_SEALED: errors.SegmentSealedError,
+    Status.BAD_ATTRIBUTE_UPDATE: errors.BadAttributeUpdateError,
+    Status.OFFSET_OUT_OF_RANGE: errors.OffsetOutOfRangeError,
+    Status.SEGMENT_TRUNCATED: errors.SegmentTruncatedError,
+    Status.CONTAINER_OFFLINE: errors.ContainerOfflineError,
+}
+
+
+class ConnectionLostError(errors.StoreError):
+    """The connection closed with requests outstanding; their outcome is unknown."""
+
+
+def _error(status: int, header: dict[str, Any]) -> Exception:
+    message = header.get("error", f"status {status}")
+    if status == Status.BAD_OFFSET:
+        return errors.BadOffsetError(message, header.get("expected", -1), header.get("actual", -1))
+    return _ERRORS.get(status, errors.StoreError)(message)
+
+
+class SegmentClient:
+    def __init__(self, host: str, port: int, timeout: float = 30.0) -> None:
+        self.timeout = timeout
+        self._sock = socket.create_connection((host, port), timeout=timeout)
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sock.settimeout(None)
+        self._ids = itertools.count(1)
+        self._pending: dict[int, Future] = {}
+        self._send_lock = threading.Lock()
+        self._closed = False
+        self._receiver = threading.Thread(target=self._receive, name="millrace-client-recv", daemon=True)
+        self._receiver.start()
+        self.call(Command.HELLO)
+
+    # -- plumbing ---------------------------------------------------------------------------------
+    def request(self, command: Command, header: dict[str, Any] | None = None, payload: bytes = b"") -> Future:
+        fut: Future = Future()
+        with self._send_lock:
+            if self._closed:
+                raise ConnectionLostError("connection closed")
+            request_id = next(self._ids)
+            self._pending[request_id] = fut
+            self._sock.sendall(encode_frame(command, request_id, header, payload))
+        return fut
+
+    def call(self, command: Command, header: dict[str, Any] | None = None, payload: bytes = b"") -> Any:
+        return self.request(command, header, payload).result(self.timeout)
+
+    def _receive(self) -> None:
+        reader = self._sock.makefile("rb")
+        try:
+            while True:
+                raw = reader.read(4)
+                if len(raw) < 4:
+                    break
+                (length,) = struct.unpack(">I", raw)
+                if length > MAX_FRAME_BYTES + 1024:
+                    break
+                body = reader.read(length)
+                if len(body) < length:
+                    break
+                status, request_id, header, payload = decode_body(body)
+                fut = self._pending.pop(request_id, None)
+                if fut is None:
+                    continue
+                if status == Status.OK:
+                    fut.set_result((header, payload))
+                else:
+                    fut.set_exception(_error(status, header))
+        except OSError:
+            pass
+        finally:
+            self._fail_pending()
+
+    def _fail_pending(self) -> None:
+        with self._send_lock:
+            self._closed = True
+            pending, self._pending = self._pending, {}
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(ConnectionLostError("connection lost with the request outstanding"))
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        self._sock.close()
+        self._receiver.join(timeout=5)
+
+    def __enter__(self) -> SegmentClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- segment operations -------------------------------------------------------------------------
+    def create_segment(self, name: str, attributes: dict[str, int] | None = None) -> None:
+        self.call(Command.CREATE_SEGMENT, {"segment": name, "attributes": attributes or {}})
+
+    def append_async(
+        self,
+        name: str,
+        data: bytes,
+        expected_offset: int | None = None,
+        attributes: list[AttributeUpdate] | None = None,
+    ) -> Future:
+        """A future of the offset ``data`` landed at, once durable."""
+        header: dict[str, Any] = {"segment": name}
+        if expected_offset is not None:
+            header["expected_offset"] = expected_offset
+        if attributes:
+            header["attributes"] = [
+                {"key": u.key, "value": u.value, "type": int(u.type), "expected": u.expected} for u in attributes
+            ]
+        outer: Future = Future()
+
+        def done(f: Future) -> None:
+            exc = f.exception()
+            if exc is not None:
+                outer.set_exception(exc)
+            else:
+                outer.set_result(f.result()[0]["value"])
+
+        self.request(Command.APPEND, header, data).add_done_callback(done)
+        return outer
+
+    def append(self, name: str, data: bytes, **kwargs: Any) -> int:
+        return self.append_async(name, data, **kwargs).result(self.timeout)
+
+    def read(self, name: str, offset: int, max_length: int = 1 << 20, wait_ms: int = 0) -> ReadResult:
+        header, payload = self.call(
+            Command.READ, {"segment": name, "offset": offset, "max_length": max_length, "wait_ms": wait_ms}
+        )
+        return ReadResult(header["offset"], payload, header["end_of_segment"])
+
+    def get_info(self, name: str) -> SegmentInfo:
+        header, _ = self.call(Command.GET_INFO, {"segment": name})
+        return SegmentInfo(**header)
+
+    def seal(self, name: str) -> int:
+        return self.call(Command.SEAL, {"segment": name})[0]["value"]
+
+    def truncate(self, name: str, offset: int) -> None:
+        self.call(Command.TRUNCATE, {"segment": name, "offset": offset})
+
+    def delete(self, name: str) -> None:
+        self.call(Command.DELETE, {"segment": name})
+
+    def merge(self, target: str, source: str) -> int:
+        return self.call(Command.MERGE, {"target": target, "source": source})[0]["value"]
+
+    def list_segments(self) -> list[str]:
+        return self.call(Command.LIST_SEGMENTS)[0]["segments"]

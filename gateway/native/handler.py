@@ -1,0 +1,156 @@
+"""The native listener: one Twisted protocol per connection, dispatching to the segment store."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from twisted.internet import protocol, reactor
+from twisted.protocols.basic import Int32StringReceiver
+
+from gateway.native.wire import (
+    MAX_FRAME_BYTES,
+    PROTOCOL_VERSION,
+    Command,
+    Status,
+    WireError,
+    decode_body,
+    encode_frame,
+)
+from store import errors
+from store.contracts import AttributeUpdate, AttributeUpdateType, ReadResult, SegmentInfo
+from store.segment_store import SegmentStore
+
+log = logging.getLogger(__name__)
+
+# Most specific first: SegmentTruncatedError is an OffsetOutOfRangeError.
+_STATUS_OF: list[tuple[type[Exception], Status]] = [
+    (errors.SegmentNotFoundError, Status.SEGMENT_NOT_FOUND),
+    (errors.SegmentExistsError, Status.SEGMENT_EXISTS),
+    (errors.SegmentSealedError, Status.SEGMENT_SEALED),
+    (errors.BadOffsetError, Status.BAD_OFFSET),
+    (errors.BadAttributeUpdateError, Status.BAD_ATTRIBUTE_UPDATE),
+    (errors.SegmentTruncatedError, Status.SEGMENT_TRUNCATED),
+    (errors.OffsetOutOfRangeError, Status.OFFSET_OUT_OF_RANGE),
+    (errors.ContainerOfflineError, Status.CONTAINER_OFFLINE),
+]
+
+
+def status_of(exc: BaseException) -> Status:
+    for cls, status in _STATUS_OF:
+        if isinstance(exc, cls):
+            return status
+    if isinstance(exc, (errors.StoreError, ValueError, KeyError, TypeError)):
+        return Status.INVALID_REQUEST
+    return Status.INTERNAL_ERROR
+
+
+def _info_header(info: SegmentInfo) -> dict[str, Any]:
+    return {
+        "name": info.name,
+        "start_offset": info.start_offset,
+        "length": info.length,
+        "sealed": info.sealed,
+        "storage_length": info.storage_length,
+        "attributes": info.attributes,
+    }
+
+
+def _attribute_updates(raw: list[dict[str, Any]]) -> list[AttributeUpdate]:
+    return [
+        AttributeUpdate(u["key"], int(u.get("value", 0)), AttributeUpdateType(u.get("type", 0)), u.get("expected"))
+        for u in raw
+    ]
+
+
+class NativeProtocol(Int32StringReceiver):
+    MAX_LENGTH = MAX_FRAME_BYTES
+
+    def __init__(self, store: SegmentStore) -> None:
+        self.store = store
+        self._handlers: dict[int, Callable[[dict[str, Any], bytes], Future | Any]] = {
+            Command.HELLO: lambda h, p: {"version": PROTOCOL_VERSION},
+            Command.CREATE_SEGMENT: lambda h, p: store.create_segment(h["segment"], h.get("attributes")),
+            Command.APPEND: lambda h, p: store.append(
+                h["segment"], p, h.get("expected_offset"), _attribute_updates(h.get("attributes", []))
+            ),
+            Command.READ: lambda h, p: store.read(
+                h["segment"], int(h["offset"]), int(h["max_length"]), float(h.get("wait_ms", 0)) / 1000
+            ),
+            Command.GET_INFO: lambda h, p: store.get_info(h["segment"]),
+            Command.SEAL: lambda h, p: store.seal(h["segment"]),
+            Command.TRUNCATE: lambda h, p: store.truncate(h["segment"], int(h["offset"])),
+            Command.DELETE: lambda h, p: store.delete(h["segment"]),
+            Command.MERGE: lambda h, p: store.merge(h["target"], h["source"]),
+            Command.UPDATE_ATTRIBUTES: lambda h, p: store.update_attributes(
+                h["segment"], _attribute_updates(h["attributes"])
+            ),
+            Command.LIST_SEGMENTS: lambda h, p: {"segments": store.list_segments()},
+        }
+
+    def stringReceived(self, body: bytes) -> None:  # noqa: N802 - Twisted's name
+        try:
+            code, request_id, header, payload = decode_body(body)
+        except WireError as exc:
+            log.info("closing native connection from %s: %s", self.transport.getPeer(), exc)
+            self.transport.loseConnection()
+            return
+        handler = self._handlers.get(code)
+        if handler is None:
+            self._reply_error(request_id, Status.UNKNOWN_COMMAND, f"unknown command {code}")
+            return
+        try:
+            outcome = handler(header, payload)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes an error status
+            self._reply_exception(request_id, exc)
+            return
+        if isinstance(outcome, Future):
+            outcome.add_done_callback(lambda f: reactor.callFromThread(self._reply_future, request_id, f))
+        else:
+            self._reply_value(request_id, outcome)
+
+    def lengthLimitExceeded(self, length: int) -> None:  # noqa: N802 - Twisted's name
+        log.info("closing native connection: frame of %d bytes exceeds %d", length, self.MAX_LENGTH)
+        self.transport.loseConnection()
+
+    def _reply_future(self, request_id: int, fut: Future) -> None:
+        exc = fut.exception()
+        if exc is not None:
+            self._reply_exception(request_id, exc)
+        else:
+            self._reply_value(request_id, fut.result())
+
+    def _reply_value(self, request_id: int, value: Any) -> None:
+        if isinstance(value, ReadResult):
+            frame = encode_frame(
+                Status.OK, request_id, {"offset": value.offset, "end_of_segment": value.end_of_segment}, value.data
+            )
+        elif isinstance(value, SegmentInfo):
+            frame = encode_frame(Status.OK, request_id, _info_header(value))
+        elif isinstance(value, dict):
+            frame = encode_frame(Status.OK, request_id, value)
+        else:
+            frame = encode_frame(Status.OK, request_id, {"value": value} if value is not None else None)
+        self.transport.write(frame)
+
+    def _reply_exception(self, request_id: int, exc: BaseException) -> None:
+        status = status_of(exc)
+        if status == Status.INTERNAL_ERROR:
+            log.error("native request %d failed", request_id, exc_info=exc)
+        extra: dict[str, Any] = {}
+        if isinstance(exc, errors.BadOffsetError):
+            extra = {"expected": exc.expected, "actual": exc.actual}
+        self._reply_error(request_id, status, str(exc) or type(exc).__name__, extra)
+
+    def _reply_error(self, request_id: int, status: Status, message: str, extra: dict | None = None) -> None:
+        self.transport.write(encode_frame(status, request_id, {"error": message, **(extra or {})}))
+
+
+class NativeFactory(protocol.Factory):
+    def __init__(self, store: SegmentStore) -> None:
+        self.store = store
+
+    def buildProtocol(self, addr: Any) -> NativeProtocol:  # noqa: N802 - Twisted's name
+        return NativeProtocol(self.store)

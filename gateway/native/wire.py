@@ -1,0 +1,77 @@
+"""Native segment protocol framing (pure, no I/O), shared by the server and the Python client.
+
+A frame is a 4-byte big-endian length followed by the body. A request body is
+``command:u8 request_id:u64 header_len:u32 header(JSON) payload``; a response body is
+``status:u8 request_id:u64 header_len:u32 header(JSON) payload``. Payloads carry segment bytes
+untouched, so appends and reads move data without re-encoding. Requests on a connection may be
+pipelined; responses carry the request id and may complete out of order across segments.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import struct
+from typing import Any
+
+PROTOCOL_VERSION = 1
+MAX_FRAME_BYTES = 32 * 1024 * 1024
+
+_BODY = struct.Struct(">BQI")
+_LEN = struct.Struct(">I")
+
+
+class Command(enum.IntEnum):
+    HELLO = 1
+    CREATE_SEGMENT = 2
+    APPEND = 3
+    READ = 4
+    GET_INFO = 5
+    SEAL = 6
+    TRUNCATE = 7
+    DELETE = 8
+    MERGE = 9
+    UPDATE_ATTRIBUTES = 10
+    LIST_SEGMENTS = 11
+
+
+class Status(enum.IntEnum):
+    OK = 0
+    SEGMENT_NOT_FOUND = 1
+    SEGMENT_EXISTS = 2
+    SEGMENT_SEALED = 3
+    BAD_OFFSET = 4
+    BAD_ATTRIBUTE_UPDATE = 5
+    OFFSET_OUT_OF_RANGE = 6
+    SEGMENT_TRUNCATED = 7
+    CONTAINER_OFFLINE = 8
+    INVALID_REQUEST = 9
+    UNKNOWN_COMMAND = 10
+    INTERNAL_ERROR = 11
+
+
+class WireError(ValueError):
+    """A frame that does not parse."""
+
+
+def encode_frame(code: int, request_id: int, header: dict[str, Any] | None = None, payload: bytes = b"") -> bytes:
+    head = json.dumps(header, separators=(",", ":")).encode() if header else b""
+    body_len = _BODY.size + len(head) + len(payload)
+    return b"".join((_LEN.pack(body_len), _BODY.pack(code, request_id, len(head)), head, payload))
+
+
+def decode_body(body: bytes) -> tuple[int, int, dict[str, Any], bytes]:
+    """(command or status, request id, header, payload) of one frame body."""
+    if len(body) < _BODY.size:
+        raise WireError(f"frame of {len(body)} bytes is shorter than its {_BODY.size}-byte header")
+    code, request_id, head_len = _BODY.unpack_from(body)
+    end = _BODY.size + head_len
+    if end > len(body):
+        raise WireError("header length runs past the frame")
+    try:
+        header = json.loads(body[_BODY.size : end]) if head_len else {}
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise WireError(f"header is not JSON: {exc}") from exc
+    if not isinstance(header, dict):
+        raise WireError("header is not a JSON object")
+    return code, request_id, header, body[end:]

@@ -1,0 +1,75 @@
+"""The embedded single-node server: segment store + controller + the Twisted listeners."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import dataclass, replace
+
+from store.lts.factory import chunk_storage_from_url
+from twisted.internet import reactor
+
+from gateway.http import http_site
+from gateway.native.handler import NativeFactory
+from store.containers.config import ContainerConfig
+from store.durablelog.local import FileDurableDataLog
+from store.segment_store import SegmentStore
+
+log = logging.getLogger("millrace")
+
+
+@dataclass
+class ServerOptions:
+    data_dir: str = "./millrace-data"
+    host: str = "127.0.0.1"
+    native_port: int = 9090
+    http_port: int = 9091
+    containers: int = 4
+    lts: str | None = None  # a path, file:///path or s3://bucket/prefix; default <data_dir>/lts
+    s3_endpoint: str | None = None
+    cache_mb: int = 256
+
+
+def build_store(options: ServerOptions) -> SegmentStore:
+    data_dir = os.path.abspath(options.data_dir)
+    os.makedirs(data_dir, exist_ok=True)
+    storage = chunk_storage_from_url(options.lts or os.path.join(data_dir, "lts"), options.s3_endpoint)
+    config = replace(ContainerConfig(), cache_max_bytes=options.cache_mb * 1024 * 1024 // options.containers)
+    return SegmentStore(
+        options.containers,
+        lambda cid: FileDurableDataLog(os.path.join(data_dir, "logs", f"container-{cid}")),
+        storage,
+        config,
+    )
+
+
+def announce(what: str, port) -> None:  # noqa: ANN001 - a Twisted IListeningPort
+    address = port.getHost()
+    print(f"millrace: {what} listening on {address.host}:{address.port}", flush=True)
+
+
+def serve(options: ServerOptions) -> int:
+    """Run until SIGINT/SIGTERM; returns the process exit status."""
+    store = build_store(options)
+    try:
+        store.start()
+    except Exception as exc:  # noqa: BLE001 - report why the store cannot start, then exit non-zero
+        print(f"millrace: cannot start the segment store: {exc}", file=sys.stderr, flush=True)
+        store.close()
+        return 1
+    try:
+        native = reactor.listenTCP(options.native_port, NativeFactory(store), interface=options.host)
+        http = reactor.listenTCP(options.http_port, http_site(store), interface=options.host)
+    except Exception as exc:  # noqa: BLE001 - e.g. a port in use
+        print(f"millrace: cannot listen: {exc}", file=sys.stderr, flush=True)
+        store.close()
+        return 1
+    announce("native", native)
+    announce("http", http)
+    print(f"millrace: ready (data dir {os.path.abspath(options.data_dir)})", flush=True)
+    # Twisted's own signal handlers stop the reactor on SIGINT and SIGTERM.
+    reactor.run()
+    store.close()
+    print("millrace: stopped cleanly", flush=True)
+    return 0
