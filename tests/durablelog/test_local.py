@@ -1,0 +1,254 @@
+"""FileDurableDataLog: appends, group commit, ordering, rolling, truncation, fencing in-process, errors."""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from concurrent.futures import Future
+from pathlib import Path
+
+import pytest
+
+from store.durablelog.interface import LogAddress
+from store.durablelog.local import FileDurableDataLog
+from store.errors import ContainerOfflineError, DataLogWriterFencedError
+from tests.durablelog.helpers import log_files, open_log, payload_for, read_payloads
+
+
+def test_round_trip_and_reopen(tmp_path: Path) -> None:
+    payloads = [b"", b"a", bytes(range(256)) * 4, os.urandom(1 << 20), b"tail"]
+    log = open_log(tmp_path)
+    assert list(log.read_all()) == []
+    addresses = [f.result(timeout=10) for f in [log.append(p) for p in payloads]]
+    assert [a.sequence for a in addresses] == [1, 2, 3, 4, 5]
+    log.close()
+    assert read_payloads(tmp_path) == list(zip([1, 2, 3, 4, 5], payloads, strict=True))
+
+
+def test_accepts_bytes_like_and_copies_it(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    buf = bytearray(b"before")
+    future = log.append(buf)
+    buf[:] = b"AFTER!"
+    future.result(timeout=10)
+    log.append(memoryview(b"view")).result(timeout=10)
+    log.close()
+    assert read_payloads(tmp_path) == [(1, b"before"), (2, b"view")]
+
+
+def test_epoch_increments_on_every_open(tmp_path: Path) -> None:
+    epochs = []
+    for _ in range(3):
+        log = open_log(tmp_path)
+        epochs.append(log.epoch)
+        log.close()
+    assert epochs == [1, 2, 3]
+
+
+def test_ordering_under_16_threads_and_group_commit(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    per_thread = 300
+    results: dict[int, list[tuple[int, int]]] = {}
+    completion_order: list[int] = []
+    start = threading.Barrier(16)
+
+    def worker(worker_id: int) -> None:
+        start.wait()
+        futures = []
+        for i in range(per_thread):
+            f = log.append(payload_for(worker_id, i))
+            f.add_done_callback(lambda fut: completion_order.append(fut.result().sequence))
+            futures.append(f)
+            if i % 10 == 0:
+                f.result(timeout=30)  # mix waiting and pipelining appenders
+        results[worker_id] = [(i, f.result(timeout=30).sequence) for i, f in enumerate(futures)]
+
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stats = log.stats
+    log.close()
+
+    total = 16 * per_thread
+    assert stats.appends == total
+    assert stats.fsyncs == stats.batches
+    assert stats.fsyncs < total, "group commit should batch concurrent appends"
+    # Futures complete in sequence order (callbacks run on the writer thread, one batch after another).
+    assert completion_order == list(range(1, total + 1))
+    entries = dict(read_payloads(tmp_path))
+    assert sorted(entries) == list(range(1, total + 1))
+    for worker_id, pairs in results.items():
+        sequences = [seq for _, seq in pairs]
+        assert sequences == sorted(sequences), "one thread's appends keep their order"
+        for i, seq in pairs:
+            assert entries[seq] == payload_for(worker_id, i)
+
+
+def test_rolling_names_files_by_first_sequence(tmp_path: Path) -> None:
+    log = open_log(tmp_path, max_file_bytes=1000)
+    for i in range(100):
+        log.append(payload_for(0, i)).result(timeout=10)  # one entry per batch, so rolls are exact
+    size = log.size_bytes
+    log.close()
+    names = log_files(tmp_path)
+    assert len(names) > 5
+    firsts = [int(n[:-4]) for n in names]
+    assert firsts[0] == 1 and firsts == sorted(firsts)
+    assert size == sum(os.path.getsize(tmp_path / n) for n in names)
+    entries = read_payloads(tmp_path, max_file_bytes=1000)
+    assert entries == [(i + 1, payload_for(0, i)) for i in range(100)]
+    # each file starts exactly where the previous one ended
+    log = open_log(tmp_path, max_file_bytes=1000)
+    log.close()
+
+
+def test_truncate_deletes_files_and_survives_reopen(tmp_path: Path) -> None:
+    log = open_log(tmp_path, max_file_bytes=500)
+    for i in range(60):
+        log.append(payload_for(1, i)).result(timeout=10)
+    before_files, before_size = len(log_files(tmp_path)), log.size_bytes
+    log.truncate(LogAddress(30))
+    after_files = log_files(tmp_path)
+    assert len(after_files) < before_files
+    assert int(after_files[0][:-4]) <= 31  # the file holding 31 is kept
+    assert log.size_bytes < before_size
+    log.truncate(LogAddress(10))  # going backwards is a no-op
+    log.close()
+    entries = read_payloads(tmp_path, max_file_bytes=500)
+    assert entries == [(i + 1, payload_for(1, i)) for i in range(30, 60)]
+
+
+def test_truncate_everything_keeps_sequence_continuity(tmp_path: Path) -> None:
+    log = open_log(tmp_path, max_file_bytes=200)
+    for _ in range(20):
+        log.append(b"x" * 50).result(timeout=10)
+    log.truncate(LogAddress(20))
+    log.close()
+    log = open_log(tmp_path, max_file_bytes=200)
+    assert list(log.read_all()) == []
+    assert log.size_bytes == 0
+    assert len(log_files(tmp_path)) == 1
+    assert log.append(b"next").result(timeout=10) == LogAddress(21)
+    log.close()
+    assert read_payloads(tmp_path) == [(21, b"next")]
+
+
+def test_truncate_inside_a_file_hides_entries_after_reopen(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    for i in range(10):
+        log.append(bytes([i])).result(timeout=10)
+    log.close()
+    log = open_log(tmp_path)
+    log.truncate(LogAddress(4))
+    assert [e.address.sequence for e in log.read_all()] == list(range(5, 11))
+    assert log.append(b"more").result(timeout=10) == LogAddress(11)
+    log.close()
+    assert [s for s, _ in read_payloads(tmp_path)] == list(range(5, 12))
+
+
+def test_truncate_rejects_unwritten_addresses(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    log.append(b"a").result(timeout=10)
+    with pytest.raises(ValueError):
+        log.truncate(LogAddress(2))
+    log.close()
+    with pytest.raises(ContainerOfflineError):
+        log.truncate(LogAddress(1))
+
+
+def test_read_all_only_before_first_append(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    log.append(b"a").result(timeout=10)
+    with pytest.raises(RuntimeError):
+        log.read_all()
+    log.close()
+
+
+def test_close_flushes_queue_and_later_appends_fail(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    futures = [log.append(b"q%d" % i) for i in range(5000)]
+    log.close()
+    assert [f.result(timeout=0).sequence for f in futures] == list(range(1, 5001))
+    late = log.append(b"late")
+    with pytest.raises(ContainerOfflineError):
+        late.result(timeout=1)
+    log.close()  # idempotent
+    assert len(read_payloads(tmp_path)) == 5000
+
+
+def test_reopen_same_instance_after_close(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    log.append(b"one").result(timeout=10)
+    log.close()
+    log.open()
+    assert log.epoch == 2
+    assert [e.payload for e in log.read_all()] == [b"one"]
+    assert log.append(b"two").result(timeout=10) == LogAddress(2)
+    log.close()
+
+
+def test_second_owner_in_same_process_is_fenced(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    with pytest.raises(DataLogWriterFencedError):
+        FileDurableDataLog(str(tmp_path)).open()
+    log.close()
+    other = open_log(tmp_path)
+    assert other.epoch == 2
+    other.close()
+
+
+def test_sync_failure_breaks_the_log(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    acked = log.append(b"good").result(timeout=10)
+
+    def failing_sync(fd: int) -> None:
+        raise OSError(errno.EIO, "injected fsync failure")
+
+    log._sync_file = failing_sync
+    failed = log.append(b"lost?")
+    with pytest.raises(OSError, match="injected"):
+        failed.result(timeout=10)
+    later = log.append(b"after")
+    with pytest.raises(ContainerOfflineError) as info:
+        later.result(timeout=10)
+    assert isinstance(info.value.__cause__, OSError)
+    log.close()
+    entries = read_payloads(tmp_path)
+    # The acked entry survives; the failed one may or may not (it was never acknowledged).
+    assert entries[0] == (acked.sequence, b"good")
+    assert [p for _, p in entries][1:] in ([], [b"lost?"])
+
+
+def test_cancelled_future_does_not_disturb_the_writer(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    block = threading.Event()
+    original = log._sync_file
+
+    def slow_sync(fd: int) -> None:
+        block.wait(5)
+        original(fd)
+
+    log._sync_file = slow_sync
+    first = log.append(b"first")
+    futures: list[Future[LogAddress]] = [log.append(b"x%d" % i) for i in range(10)]
+    futures[3].cancel()
+    block.set()
+    first.result(timeout=10)
+    assert [f.result(timeout=10).sequence for i, f in enumerate(futures) if i != 3] == [
+        s for s in range(2, 12) if s != 5
+    ]
+    log.close()
+    assert len(read_payloads(tmp_path)) == 11
+
+
+def test_callback_may_append_without_deadlock(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    chained: list[Future[LogAddress]] = []
+    log.append(b"a").add_done_callback(lambda _f: chained.append(log.append(b"b")))
+    while not chained:
+        threading.Event().wait(0.01)
+    assert chained[0].result(timeout=10) == LogAddress(2)
+    log.close()
