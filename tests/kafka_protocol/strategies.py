@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+import uuid
 from typing import Any
 
 from hypothesis import strategies as st
@@ -69,3 +71,48 @@ def struct_strategy(spec: MessageSpec, s: StructSpec, version: int, depth: int =
 def message_strategy(name: str, version: int) -> st.SearchStrategy[Any]:
     spec = codec._SPECS[name]
     return struct_strategy(spec, spec.struct, version)
+
+
+def _random_primitive(t: str, rnd: random.Random) -> Any:
+    if t in _INT_RANGES:
+        lo, hi = _INT_RANGES[t]
+        return rnd.choice((0, -1 if lo < 0 else 1, lo, hi, rnd.randint(lo, hi)))
+    if t == "bool":
+        return rnd.random() < 0.5
+    if t == "float64":
+        return rnd.uniform(-1e9, 1e9)
+    if t == "string":
+        return "".join(rnd.choice("abcxyzé€-_") for _ in range(rnd.randint(0, 6)))
+    if t in ("bytes", "records"):
+        return rnd.randbytes(rnd.randint(0, 12))
+    if t == "uuid":
+        return uuid.UUID(int=rnd.getrandbits(128))
+    raise AssertionError(t)
+
+
+def random_struct(spec: MessageSpec, s: StructSpec, version: int, rnd: random.Random, depth: int = 0) -> Any:
+    """A plain-random (non-hypothesis) object, for fuzz corpora and benchmarks."""
+    flexible = version in spec.flexible_versions
+    cls = codec.message_class(spec.name)
+    if s is not spec.struct:
+        cls = getattr(cls, s.name)
+    kwargs: dict[str, Any] = {}
+    for f in s.fields:
+        if not present(f, version, flexible):
+            continue
+        if version in f.nullable_versions and rnd.random() < 0.15:
+            kwargs[f.attr] = None
+            continue
+
+        def one(f: FieldSpec = f) -> Any:
+            if f.struct is not None:
+                return random_struct(spec, f.struct, version, rnd, depth + 1)
+            return _random_primitive(f.elem_type, rnd)
+
+        kwargs[f.attr] = [one() for _ in range(rnd.randint(0, 3 if depth < 2 else 1))] if f.is_array else one()
+    return cls(**kwargs)
+
+
+def random_message(name: str, version: int, rnd: random.Random) -> Any:
+    spec = codec._SPECS[name]
+    return random_struct(spec, spec.struct, version, rnd)
