@@ -9,18 +9,9 @@ import pytest
 from tests.tables.memory_store import MemorySegmentStore
 
 
-def _real_parts():
-    from store.lts.filesystem import FileSystemChunkStorage
-
-    from store.durablelog.local import FileDurableDataLog
-    from store.segment_store import SegmentStore
-
-    return SegmentStore, FileDurableDataLog, FileSystemChunkStorage
-
-
 def real_store_available() -> bool:
     try:
-        _real_parts()
+        import tests.storehelpers  # noqa: F401 - only whether it imports
     except ImportError:
         return False
     return True
@@ -38,15 +29,9 @@ class StoreHarness:
     def _open(self):
         if self.kind == "memory":
             return MemorySegmentStore()
-        SegmentStore, FileDurableDataLog, FileSystemChunkStorage = _real_parts()
-        logs = self.root / "logs"
-        store = SegmentStore(
-            4,
-            log_factory=lambda cid: FileDurableDataLog(logs / str(cid)),
-            storage=FileSystemChunkStorage(self.root / "lts"),
-        )
-        store.start()
-        return store
+        from tests.storehelpers import open_store
+
+        return open_store(str(self.root))
 
     def restart(self):
         if self.kind != "memory":

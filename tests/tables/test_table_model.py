@@ -126,7 +126,7 @@ class RealStoreTableModel(TableModel):
     store_kind = "real"
 
 
-RealStoreTableModel.TestCase.settings = settings(max_examples=10, stateful_step_count=20, deadline=None)
+RealStoreTableModel.TestCase.settings = settings(max_examples=25, stateful_step_count=30, deadline=None)
 test_table_against_dict_model_on_real_store = pytest.mark.skipif(
     not real_store_available(), reason="the segment store has not landed yet"
 )(RealStoreTableModel.TestCase)
