@@ -1,0 +1,17 @@
+from __future__ import annotations
+
+import pytest
+
+from store.controller import Controller
+from store.tables import TableStore
+from tests.tables.harness import StoreHarness, make_harness
+
+
+@pytest.fixture(params=["memory", "real"])
+def harness(request, tmp_path) -> StoreHarness:
+    return make_harness(request, tmp_path)
+
+
+@pytest.fixture
+def controller(harness: StoreHarness) -> Controller:
+    return Controller(harness.store, TableStore(harness.store))
