@@ -21,6 +21,7 @@ from the reactor.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import itertools
 import threading
 from collections import deque
@@ -395,6 +396,8 @@ class TableStore:
     def _check_version(t: _Table, key: bytes, expected: ExpectedVersion) -> None:
         if expected is None:
             return
+        if expected is not NOT_EXISTS and (not isinstance(expected, int) or isinstance(expected, bool)):
+            raise ValueError(f"expected version {expected!r} is not an int, None or NOT_EXISTS")
         current = t.index.get(key)
         if expected is NOT_EXISTS:
             if current is not None:
@@ -426,7 +429,12 @@ class TableStore:
         data, positions = encode_batch(encoded)
         try:
             base = self.store.append(t.name, data, expected_offset=t.length).result(self.config.timeout)
-        except BadOffsetError:
+        except BadOffsetError as e:
+            if e.actual > t.length:
+                # Another writer's append is accepted but maybe not durable yet, so not readable:
+                # wait for the tail to move instead of spinning on get_info.
+                with contextlib.suppress(OffsetOutOfRangeError):  # truncated meanwhile: _sync copes
+                    self.store.read(t.name, t.length, 1, wait_timeout=0.5).result(self.config.timeout)
             return None
         written = [_decoded(e, base + p) for e, p in zip(encoded, positions, strict=True)]
         for d in written:
