@@ -1,7 +1,8 @@
 """Kafka protocol error codes (Kafka 4.0: -1..127) with their retriable flag.
 
-The table follows Kafka's ``org.apache.kafka.common.protocol.Errors`` (the source of the error table
-in the protocol guide); it is static data, checked by the tests for density and uniqueness.
+The protocol guide's error table is generated from Kafka's ``org.apache.kafka.common.protocol.Errors``
+and is not part of our copy of protocol.html, so this static table carries Kafka's names, codes and
+retriable flags (cross-checked against kafka-python's table); the tests check it is dense and unique.
 """
 
 from __future__ import annotations
