@@ -16,6 +16,10 @@ another instance gets BadOffsetError from the store, catches its index up from t
 re-checks. One TableStore per process is the expected deployment; more are correct, only slower
 (each reads the others' writes back). All methods block: call them from worker threads, never
 from the reactor.
+
+Compaction runs inside the write that crosses the threshold, one bounded step at a time (read at
+most ``compaction_max_prefix_bytes`` of prefix, append its live entries, truncate), so a write may
+pay for one step; ``compact()`` runs it on demand.
 """
 
 from __future__ import annotations
