@@ -106,6 +106,7 @@ class FileDurableDataLog(DurableDataLog):
         self._queue: deque[tuple[bytes, Future[LogAddress]]] = deque()
         self._wakeup = threading.Condition(threading.Lock())
         self._writer_waiting = False
+        self._writer_exited = False
         self._accepting = False
         self._appended = False
         self._failure: BaseException | None = None
@@ -130,7 +131,10 @@ class FileDurableDataLog(DurableDataLog):
         """Take the directory lock, bump the epoch, recover the files and start the writer thread."""
         if self._accepting or self._writer is not None:
             raise RuntimeError("durable log is already open")
-        os.makedirs(self._dir, exist_ok=True)
+        if not os.path.isdir(self._dir):
+            os.makedirs(self._dir, exist_ok=True)
+            # Make the new directory's own entry durable, or a crash could lose the whole log.
+            _fsync_dir(os.path.dirname(self._dir))
         self._take_ownership()
         try:
             self._remove_temp_files()
@@ -148,6 +152,7 @@ class FileDurableDataLog(DurableDataLog):
         self._queue.clear()
         self._failure = None
         self._appended = False
+        self._writer_exited = False
         self._accepting = True
         self._writer = threading.Thread(target=self._run_writer, name=f"durablelog-writer:{self._dir}", daemon=True)
         self._writer.start()
@@ -351,9 +356,9 @@ class FileDurableDataLog(DurableDataLog):
                 if self._writer_waiting:
                     self._writer_waiting = False
                     self._wakeup.notify()
-        if not self._accepting:
-            # close() raced with this call and the writer may already have exited: fail whatever is left
-            # (the writer re-checks the queue after seeing close, so an entry is never left unanswered).
+        if self._writer_exited:
+            # close() raced with this call and the writer is gone. The writer sets the flag before its
+            # last sweep of the queue, so between the two of us every entry is answered.
             self._fail_queued(self._refusal())
         return future
 
@@ -428,6 +433,8 @@ class FileDurableDataLog(DurableDataLog):
                     self._writer_waiting = False
                 # Checked after observing close, so an append that slipped in before close is written.
                 if not queue:
+                    self._writer_exited = True
+                    self._fail_queued(self._refusal())  # appends that raced with the line above
                     return
             if self._failure is not None:
                 self._fail_queued(self._refusal())

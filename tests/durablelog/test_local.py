@@ -252,3 +252,37 @@ def test_callback_may_append_without_deadlock(tmp_path: Path) -> None:
         threading.Event().wait(0.01)
     assert chained[0].result(timeout=10) == LogAddress(2)
     log.close()
+
+
+def test_close_racing_appenders_answers_every_future(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "nested" / "log")
+    futures: list[list[tuple[bytes, Future[LogAddress]]]] = [[] for _ in range(8)]
+    go = threading.Event()
+
+    def worker(worker_id: int) -> None:
+        go.wait()
+        for i in range(100_000):
+            payload = payload_for(worker_id, i)
+            f = log.append(payload)
+            futures[worker_id].append((payload, f))
+            if f.done() and f.exception() is not None:
+                return
+
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(8)]
+    for t in threads:
+        t.start()
+    go.set()
+    threading.Event().wait(0.2)
+    log.close()
+    for t in threads:
+        t.join()
+    acked: dict[int, bytes] = {}
+    for per_worker in futures:
+        for payload, f in per_worker:
+            error = f.exception(timeout=10)  # every future is answered
+            if error is None:
+                acked[f.result().sequence] = payload
+            else:
+                assert isinstance(error, ContainerOfflineError)
+    assert sorted(acked) == list(range(1, len(acked) + 1))
+    assert dict(read_payloads(tmp_path / "nested" / "log")) == acked
