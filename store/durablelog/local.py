@@ -349,6 +349,10 @@ class FileDurableDataLog(DurableDataLog):
         if not self._accepting or self._failure is not None:
             future.set_exception(self._refusal())
             return future
+        if len(payload) > framing.MAX_PAYLOAD:
+            # Recovery would reject such a frame, so it must never reach the disk.
+            future.set_exception(ValueError(f"entry of {len(payload)} bytes exceeds {framing.MAX_PAYLOAD}"))
+            return future
         self._queue.append((payload, future))
         self._appended = True
         if self._writer_waiting:

@@ -286,3 +286,14 @@ def test_close_racing_appenders_answers_every_future(tmp_path: Path) -> None:
                 assert isinstance(error, ContainerOfflineError)
     assert sorted(acked) == list(range(1, len(acked) + 1))
     assert dict(read_payloads(tmp_path / "nested" / "log")) == acked
+
+
+def test_oversized_entry_is_refused_without_breaking_the_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from store.durablelog import framing
+
+    monkeypatch.setattr(framing, "MAX_PAYLOAD", 1000)
+    log = open_log(tmp_path)
+    with pytest.raises(ValueError):
+        log.append(b"x" * 1001).result(timeout=10)
+    assert log.append(b"x" * 1000).result(timeout=10) == LogAddress(1)
+    log.close()
