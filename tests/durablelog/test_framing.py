@@ -60,3 +60,10 @@ def test_iter_frames_stops_at_damage() -> None:
 @pytest.mark.parametrize("min_sequence, expected", [(1, 0), (2, None)])
 def test_find_valid_frame_respects_sequence_floor(min_sequence: int, expected: int | None) -> None:
     assert framing.find_valid_frame(framing.encode_frame(1, b"x"), 0, min_sequence) == expected
+
+
+@pytest.mark.parametrize("size", [0, 4095, 4096, 4097, 100_000])
+def test_header_crc_is_the_same_on_both_encoding_paths(size: int) -> None:
+    payload = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    frame = framing.encode_frame(9, payload)
+    assert framing.parse_frame(frame, 0) == (9, framing.HEADER_SIZE, len(frame))
