@@ -14,6 +14,13 @@ Threading: ``append`` may be called from any thread and never blocks on I/O. A s
 drains the queue, writes each batch with one ``os.write`` and one ``os.fdatasync`` and then completes
 the batch's futures in sequence order, so future callbacks run on the writer thread: they must be
 quick and must never wait on another append's future (that would deadlock the writer).
+``open``, ``read_all``, ``truncate`` and ``close`` do blocking I/O: keep them off the reactor thread.
+
+Errors: a failed write or fdatasync fails its batch's futures with the OSError and breaks the log;
+every later append fails with ContainerOfflineError (``__cause__`` is the OSError) until the owner
+closes it and opens a new one. Appends after close also fail with ContainerOfflineError. ``open``
+raises DataLogWriterFencedError while another FileDurableDataLog (in any process) holds the directory,
+and DataCorruptionError for damage that is not a torn tail.
 """
 
 from __future__ import annotations
