@@ -297,3 +297,25 @@ def test_oversized_entry_is_refused_without_breaking_the_log(tmp_path: Path, mon
         log.append(b"x" * 1001).result(timeout=10)
     assert log.append(b"x" * 1000).result(timeout=10) == LogAddress(1)
     log.close()
+
+
+def test_nothing_completes_before_the_sync_returns(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    entered, release = threading.Event(), threading.Event()
+    original = log._sync_file
+
+    def gated_sync(fd: int) -> None:
+        entered.set()
+        release.wait(10)
+        original(fd)
+
+    log._sync_file = gated_sync
+    futures = [log.append(b"e%d" % i) for i in range(50)]
+    assert entered.wait(10)
+    threading.Event().wait(0.2)
+    assert not any(f.done() for f in futures)
+    assert log.stats.fsyncs == 0
+    release.set()
+    assert [f.result(timeout=10).sequence for f in futures] == list(range(1, 51))
+    assert log.stats.fsyncs == log.stats.batches >= 1
+    log.close()
