@@ -467,15 +467,15 @@ class FileDurableDataLog(DurableDataLog):
         first = sequence = self._write_sequence
         size = 0
         limit = self._max_batch_bytes
-        while queue and size < limit:
-            payload, future = pop()
-            add(encode_header(sequence, payload))
-            add(payload)
-            add_future(future)
-            sequence += 1
-            size += len(payload)
-        data = b"".join(parts)
         try:
+            while queue and size < limit:
+                payload, future = pop()
+                add_future(future)  # before anything that can raise, so the future is failed, not lost
+                add(encode_header(sequence, payload))
+                add(payload)
+                sequence += 1
+                size += len(payload)
+            data = b"".join(parts)
             with self._files_lock:
                 active = self._files[-1]
             if active.size >= self._max_file_bytes:
