@@ -7,7 +7,7 @@ from store.tables import TableStore
 from tests.tables.harness import StoreHarness, make_harness
 
 
-@pytest.fixture(params=["memory", "real"])
+@pytest.fixture
 def harness(request, tmp_path) -> StoreHarness:
     return make_harness(request, tmp_path)
 

@@ -1,52 +1,29 @@
-"""Builds segment stores for table and controller tests, with restart support."""
+"""A real segment store for table and controller tests, with restart support."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-from tests.tables.memory_store import MemorySegmentStore
-
-
-def real_store_available() -> bool:
-    try:
-        import tests.storehelpers  # noqa: F401 - only whether it imports
-    except ImportError:
-        return False
-    return True
+from tests.storehelpers import open_store
 
 
 class StoreHarness:
-    """A store that can be restarted: ``restart()`` closes it and recovers a new one from disk
-    (the memory store keeps its object: a restart then only drops the callers' in-memory state)."""
+    """``restart()`` closes the store and recovers a new one from disk."""
 
-    def __init__(self, kind: str, root: Path) -> None:
-        self.kind = kind
+    def __init__(self, root: Path) -> None:
         self.root = root
-        self.store = self._open()
-
-    def _open(self):
-        if self.kind == "memory":
-            return MemorySegmentStore()
-        from tests.storehelpers import open_store
-
-        return open_store(str(self.root))
+        self.store = open_store(str(root))
 
     def restart(self):
-        if self.kind != "memory":
-            self.store.close()
-            self.store = self._open()
+        self.store.close()
+        self.store = open_store(str(self.root))
         return self.store
 
     def close(self) -> None:
-        if self.kind != "memory":
-            self.store.close()
+        self.store.close()
 
 
 def make_harness(request, tmp_path: Path) -> StoreHarness:
-    if request.param == "real" and not real_store_available():
-        pytest.skip("the segment store has not landed yet")
-    harness = StoreHarness(request.param, tmp_path)
+    harness = StoreHarness(tmp_path)
     request.addfinalizer(harness.close)
     return harness

@@ -14,7 +14,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from store.errors import TableKeyNotFoundError, TableKeyVersionMismatchError
 from store.tables import NOT_EXISTS, TableConfig, TableStore
-from tests.tables.harness import StoreHarness, real_store_available
+from tests.tables.harness import StoreHarness
 
 TABLE = "model/_tables/t"
 KEYS = st.sampled_from([b"a", b"b", b"c", b"d", b"e", b"f/1", b"f/2"])
@@ -25,12 +25,10 @@ CONFIG = TableConfig(compaction_min_bytes=512, compaction_max_prefix_bytes=300)
 
 
 class TableModel(RuleBasedStateMachine):
-    store_kind = "memory"
-
     def __init__(self) -> None:
         super().__init__()
         self.dir = Path(tempfile.mkdtemp(prefix="tablemodel-"))
-        self.harness = StoreHarness(self.store_kind, self.dir)
+        self.harness = StoreHarness(self.dir)
         self.tables = TableStore(self.harness.store, CONFIG)
         self.tables.create_table(TABLE)
         self.model: dict[bytes, tuple[bytes, int]] = {}
@@ -118,15 +116,5 @@ class TableModel(RuleBasedStateMachine):
         assert self.tables.get_info(TABLE).key_count == len(self.model)
 
 
-TableModel.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+TableModel.TestCase.settings = settings(max_examples=30, stateful_step_count=30, deadline=None)
 test_table_against_dict_model = TableModel.TestCase
-
-
-class RealStoreTableModel(TableModel):
-    store_kind = "real"
-
-
-RealStoreTableModel.TestCase.settings = settings(max_examples=25, stateful_step_count=30, deadline=None)
-test_table_against_dict_model_on_real_store = pytest.mark.skipif(
-    not real_store_available(), reason="the segment store has not landed yet"
-)(RealStoreTableModel.TestCase)

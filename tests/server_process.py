@@ -1,0 +1,81 @@
+"""Runs a real ``millrace serve`` process on 127.0.0.1 with free ports, for integration tests."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+_LISTEN = re.compile(r"millrace: (\w+) listening on [\d.]+:(\d+)")
+
+
+class ServerProcess:
+    def __init__(self, data_dir: str, *extra_args: str, env: dict[str, str] | None = None) -> None:
+        self.data_dir = data_dir
+        self.extra_args = list(extra_args)
+        self.env = {**os.environ, **(env or {})}
+        self.ports: dict[str, int] = {}
+        self.output: list[str] = []
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 60.0) -> ServerProcess:
+        cmd = [sys.executable, "-m", "gateway.cli", "serve", "--data-dir", self.data_dir,
+               "--native-port", "0", "--http-port", "0", "--log-level", "WARNING", *self.extra_args]
+        self.ports = {}
+        self.output = []
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env,
+            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        )
+        ready = threading.Event()
+
+        def pump() -> None:
+            assert self.proc is not None and self.proc.stdout is not None
+            for line in self.proc.stdout:
+                self.output.append(line)
+                m = _LISTEN.search(line)
+                if m:
+                    self.ports[m.group(1)] = int(m.group(2))
+                if "millrace: ready" in line:
+                    ready.set()
+            ready.set()
+
+        threading.Thread(target=pump, daemon=True).start()
+        deadline = time.monotonic() + timeout
+        while not ready.wait(0.1):
+            if time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError("server did not start:\n" + "".join(self.output))
+        if self.proc.poll() is not None or "native" not in self.ports:
+            raise RuntimeError("server failed to start:\n" + "".join(self.output))
+        return self
+
+    @property
+    def native_port(self) -> int:
+        return self.ports["native"]
+
+    @property
+    def http_port(self) -> int:
+        return self.ports["http"]
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown code runs, exactly like a crash."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(30)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout)
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
