@@ -1,0 +1,3 @@
+"""Fixtures for the long-term storage tests."""
+
+from tests.s3server import s3_server  # noqa: F401  (re-exported: pytest finds fixtures by name)
