@@ -1,17 +1,17 @@
-"""Bridges the store's concurrent.futures to Twisted Deferreds on the reactor thread."""
+"""Bridges the store's futures to Twisted Deferreds on the reactor thread."""
 
 from __future__ import annotations
 
-from concurrent.futures import Future
-
 from twisted.internet import defer, reactor
 
+from store.futures import StoreFuture
 
-def to_deferred(fut: Future) -> defer.Deferred:
+
+def to_deferred(fut: StoreFuture) -> defer.Deferred:
     """A Deferred that fires on the reactor thread when ``fut`` completes (from any thread)."""
     d: defer.Deferred = defer.Deferred()
 
-    def fire(f: Future) -> None:
+    def fire(f: StoreFuture) -> None:
         exc = f.exception()
         if exc is not None:
             d.errback(exc)

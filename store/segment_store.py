@@ -2,19 +2,21 @@
 
 This is the store's whole public surface; the controller, table segments, the native protocol and
 the Kafka gateway all go through it. Every method is thread-safe. Methods that wait for durability
-or I/O return ``concurrent.futures.Future``; callers on the Twisted reactor adapt them to Deferreds.
+or I/O return a ``StoreFuture`` (the concurrent.futures surface, made lighter); callers on the
+Twisted reactor adapt them to Deferreds.
 """
 
 from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 
 from store.containers.config import ContainerConfig
 from store.containers.container import SegmentContainer
 from store.contracts import AttributeUpdate, ReadResult, SegmentInfo
 from store.durablelog.interface import DurableDataLog
+from store.futures import StoreFuture
 from store.lts.interface import ChunkStorage
 from store.scheduler import Scheduler
 
@@ -64,7 +66,7 @@ class SegmentStore:
         return self.containers[zlib.crc32(key) % len(self.containers)]
 
     # -- segment operations ------------------------------------------------------------------------
-    def create_segment(self, name: str, attributes: dict[str, int] | None = None) -> Future[None]:
+    def create_segment(self, name: str, attributes: dict[str, int] | None = None) -> StoreFuture[None]:
         return self.container_for(name).create_segment(name, attributes or {})
 
     def append(
@@ -73,13 +75,13 @@ class SegmentStore:
         data: bytes,
         expected_offset: int | None = None,
         attributes: Sequence[AttributeUpdate] = (),
-    ) -> Future[int]:
+    ) -> StoreFuture[int]:
         """Append ``data``; the future gives the offset it landed at, once durable.
         ``expected_offset`` makes it conditional on the current length (BadOffsetError otherwise);
         ``attributes`` are applied atomically with the append (BadAttributeUpdateError fails both)."""
         return self.container_for(name).append(name, data, expected_offset, attributes)
 
-    def read(self, name: str, offset: int, max_length: int, wait_timeout: float = 0.0) -> Future[ReadResult]:
+    def read(self, name: str, offset: int, max_length: int, wait_timeout: float = 0.0) -> StoreFuture[ReadResult]:
         """Read up to ``max_length`` durable bytes from ``offset``. At the tail, wait up to
         ``wait_timeout`` seconds for the next append (an empty result when none arrives)."""
         return self.container_for(name).read(name, offset, max_length, wait_timeout)
@@ -90,23 +92,23 @@ class SegmentStore:
     def exists(self, name: str) -> bool:
         return self.container_for(name).exists(name)
 
-    def seal(self, name: str) -> Future[int]:
+    def seal(self, name: str) -> StoreFuture[int]:
         """Seal; the future gives the final length."""
         return self.container_for(name).seal(name)
 
-    def merge(self, target: str, source: str) -> Future[int]:
+    def merge(self, target: str, source: str) -> StoreFuture[int]:
         """Append sealed ``source`` atomically to ``target`` and remove it; gives the offset in the
         target where the source's data begins. Both must live in the same container."""
         return self.container_for(target).merge(target, source)
 
-    def truncate(self, name: str, offset: int) -> Future[None]:
+    def truncate(self, name: str, offset: int) -> StoreFuture[None]:
         """Drop the prefix below ``offset`` (start_offset becomes ``offset``)."""
         return self.container_for(name).truncate(name, offset)
 
-    def delete(self, name: str) -> Future[None]:
+    def delete(self, name: str) -> StoreFuture[None]:
         return self.container_for(name).delete(name)
 
-    def update_attributes(self, name: str, updates: Sequence[AttributeUpdate]) -> Future[None]:
+    def update_attributes(self, name: str, updates: Sequence[AttributeUpdate]) -> StoreFuture[None]:
         return self.container_for(name).update_attributes(name, updates)
 
     def list_segments(self) -> list[str]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from concurrent.futures import Future
 from typing import Any
 
 from twisted.internet import protocol, reactor
@@ -21,6 +20,7 @@ from gateway.native.wire import (
 )
 from store import errors
 from store.contracts import AttributeUpdate, AttributeUpdateType, ReadResult, SegmentInfo
+from store.futures import StoreFuture
 from store.segment_store import SegmentStore
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ class NativeProtocol(Int32StringReceiver):
 
     def __init__(self, store: SegmentStore) -> None:
         self.store = store
-        self._handlers: dict[int, Callable[[dict[str, Any], bytes], Future | Any]] = {
+        self._handlers: dict[int, Callable[[dict[str, Any], bytes], StoreFuture | Any]] = {
             Command.HELLO: lambda h, p: {"version": PROTOCOL_VERSION},
             Command.CREATE_SEGMENT: lambda h, p: store.create_segment(h["segment"], h.get("attributes")),
             Command.APPEND: lambda h, p: store.append(
@@ -106,7 +106,7 @@ class NativeProtocol(Int32StringReceiver):
         except Exception as exc:  # noqa: BLE001 - every failure becomes an error status
             self._reply_exception(request_id, exc)
             return
-        if isinstance(outcome, Future):
+        if isinstance(outcome, StoreFuture):
             outcome.add_done_callback(lambda f: reactor.callFromThread(self._reply_future, request_id, f))
         else:
             self._reply_value(request_id, outcome)
@@ -115,7 +115,7 @@ class NativeProtocol(Int32StringReceiver):
         log.info("closing native connection: frame of %d bytes exceeds %d", length, self.MAX_LENGTH)
         self.transport.loseConnection()
 
-    def _reply_future(self, request_id: int, fut: Future) -> None:
+    def _reply_future(self, request_id: int, fut: StoreFuture) -> None:
         exc = fut.exception()
         if exc is not None:
             self._reply_exception(request_id, exc)

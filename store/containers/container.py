@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from store.containers import operations as ops
@@ -42,6 +43,7 @@ from store.errors import (
     SegmentTruncatedError,
     StoreError,
 )
+from store.futures import StoreFuture, failed
 from store.lts.interface import ChunkStorage
 from store.scheduler import Scheduler
 
@@ -54,10 +56,9 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _failed(exc: BaseException) -> Future:
-    fut: Future = Future()
-    fut.set_exception(exc)
-    return fut
+# Frames handed to the durable log and not yet acknowledged. One is enough to keep the disk busy
+# while the next frame accumulates; two let the log overlap encoding with the fsync.
+MAX_FRAMES_IN_FLIGHT = 2
 
 
 class _Pending:
@@ -65,9 +66,9 @@ class _Pending:
 
     __slots__ = ("op", "log_future", "result", "after", "value")
 
-    def __init__(self, op: ops.Operation, result: Future | None, after: Callable[[], None] | None) -> None:
+    def __init__(self, op: ops.Operation, result: StoreFuture | None, after: Callable[[], None] | None) -> None:
         self.op = op
-        self.log_future: Future | None = None
+        self.log_future: StoreFuture | None = None
         self.result = result
         self.after = after  # work to run once applied, outside the lock (e.g. deleting chunks)
         self.value: Any = None
@@ -108,8 +109,11 @@ class SegmentContainer:
         # durable layer (what readers see)
         self._visible: dict[str, SegmentMetadata] = {}
         self._read_index = ReadIndex(config.cache_max_bytes)
-        self._waiters: dict[int, list[tuple[int, Future]]] = {}
+        self._waiters: dict[int, list[tuple[int, StoreFuture]]] = {}
         self._inflight: collections.deque[_Pending] = collections.deque()
+        self._frame_parts: list[bytes] = []  # the next log entry, still accumulating
+        self._frame_pending: list[_Pending] = []
+        self._frames_in_flight = 0
         self._draining = False
         self._bytes_since_checkpoint = 0
         self._last_checkpoint_time = time.monotonic()
@@ -127,13 +131,46 @@ class SegmentContainer:
         return self._state
 
     def start(self) -> None:
-        """Take ownership of the log, recover, and start the storage writer."""
+        """Take ownership of the log, recover, and start the storage writer. With an empty log, the
+        state comes from the checkpoint the last clean shutdown left in long-term storage, if any."""
         self._log.open()
         fresh = self._recover()
+        if fresh:
+            self._restore_from_storage()
         self._state = RUNNING
         if fresh:
             self._write_checkpoint().result()
         self.writer.start(sweep_orphans=True)
+
+    @property
+    def _meta_prefix(self) -> str:
+        # Outside "containers/{id}/", so the orphan sweep over segment chunks never touches it.
+        return f"containers/{self.container_id}.meta/"
+
+    def _restore_from_storage(self) -> None:
+        names = sorted(self.storage.list(self._meta_prefix))
+        if not names:
+            return
+        raw = self.storage.read(names[-1], 0, 1 << 31)
+        try:
+            snapshot = json.loads(raw)
+        except ValueError as exc:
+            raise DataCorruptionError(f"container {self.container_id}: checkpoint {names[-1]} unreadable") from exc
+        log.info("container %s: empty log, restoring from %s", self.container_id, names[-1])
+        self._restore(snapshot)
+
+    def _publish_checkpoint(self) -> None:
+        """Leave the metadata in long-term storage next to the data it describes, so a node that lost
+        its local disk after a clean shutdown still finds every segment."""
+        with self._lock:
+            if self._read_index.dirty_bytes:
+                return  # not everything is in long-term storage: the local log stays authoritative
+            snapshot = self._snapshot()
+        name = f"{self._meta_prefix}checkpoint-{self.epoch:012d}-{time.time_ns():020d}"
+        self.storage.write(name, json.dumps(snapshot, separators=(",", ":")).encode())
+        for old in self.storage.list(self._meta_prefix):
+            if old != name:
+                self.storage.delete(old)
 
     def close(self) -> None:
         """Flush everything to long-term storage, checkpoint, truncate the log and stop, so the next
@@ -156,6 +193,10 @@ class SegmentContainer:
             if checkpoint is not None:
                 checkpoint.result(timeout=30)
                 self.truncate_log()
+                try:
+                    self._publish_checkpoint()
+                except Exception as exc:  # noqa: BLE001 - the local log still has everything
+                    log.warning("container %s: publishing the checkpoint failed: %r", self.container_id, exc)
         finally:
             with self._lock:
                 if self._state == CLOSING:
@@ -185,6 +226,7 @@ class SegmentContainer:
             self._failure = exc
             error = ContainerOfflineError(f"container {self.container_id} failed: {exc!r}")
             pending, self._inflight = self._inflight, collections.deque()
+            self._frame_parts, self._frame_pending = [], []
             waiters, self._waiters = self._waiters, {}
         for p in pending:
             if p.result is not None and not p.result.done():
@@ -199,20 +241,20 @@ class SegmentContainer:
         """Restore the first checkpoint and replay the rest. Returns True for a fresh (empty) log."""
         first = True
         for entry in self._log.read_all():
-            op = ops.decode(entry.payload)
-            if first:
-                if not isinstance(op, ops.Checkpoint):
-                    raise DataCorruptionError(
-                        f"container {self.container_id}: log does not begin with a checkpoint "
-                        f"(entry {entry.address.sequence})"
-                    )
-                self._restore(op.snapshot)
-                first = False
-            else:
-                self._accept(op)
-                self._apply(op)
-            if isinstance(op, ops.Checkpoint):
-                self._checkpoints.append(_Checkpoint(entry.address, op.snapshot["lengths"]))
+            for position, op in enumerate(ops.decode_frame(entry.payload)):
+                if first:
+                    if not isinstance(op, ops.Checkpoint):
+                        raise DataCorruptionError(
+                            f"container {self.container_id}: log does not begin with a checkpoint "
+                            f"(entry {entry.address.sequence})"
+                        )
+                    self._restore(op.snapshot)
+                    first = False
+                else:
+                    self._accept(op)
+                    self._apply(op)
+                if isinstance(op, ops.Checkpoint) and position == 0:
+                    self._checkpoints.append(_Checkpoint(entry.address, op.snapshot["lengths"]))
         return first
 
     def _restore(self, snapshot: dict[str, Any]) -> None:
@@ -223,21 +265,46 @@ class SegmentContainer:
         snapshot["lengths"] = {int(k): v for k, v in snapshot["lengths"].items()}
 
     # -- the write path ------------------------------------------------------------------------------
-    def _submit(self, op: ops.Operation, result: Future | None, after: Callable[[], None] | None = None) -> None:
-        """Log an accepted operation. Caller holds the lock, so log order == acceptance order."""
-        payload = ops.encode(op)
+    def _submit(
+        self, op: ops.Operation, result: StoreFuture | None, after: Callable[[], None] | None = None
+    ) -> None:
+        """Queue an accepted operation for the log. Caller holds the lock, so log order is acceptance
+        order. Operations accumulate into the next frame while earlier frames are being fsync'd."""
+        part = ops.frame_part(op)
         pending = _Pending(op, result, after)
         self._inflight.append(pending)
-        self._bytes_since_checkpoint += len(payload)
-        try:
-            pending.log_future = self._log.append(payload)
-        except Exception as exc:  # noqa: BLE001 - fenced or broken log
-            pending.log_future = _failed(exc)
-        pending.log_future.add_done_callback(self._drain)
-        if self._bytes_since_checkpoint >= self.config.checkpoint_every_bytes:
+        self._frame_parts.append(part)
+        self._frame_pending.append(pending)
+        self._bytes_since_checkpoint += len(part)
+        if self._frames_in_flight < MAX_FRAMES_IN_FLIGHT:
+            self._send_frame()
+        if self._bytes_since_checkpoint >= self.config.checkpoint_every_bytes and not isinstance(op, ops.Checkpoint):
             self._write_checkpoint()
 
-    def _drain(self, _: Future | None = None) -> None:
+    def _send_frame(self) -> None:
+        """Hand everything queued to the log as one entry. Caller holds the lock."""
+        if not self._frame_parts:
+            return
+        frame = b"".join(self._frame_parts) if len(self._frame_parts) > 1 else self._frame_parts[0]
+        pendings = self._frame_pending
+        self._frame_parts, self._frame_pending = [], []
+        try:
+            log_future = self._log.append(frame)
+        except Exception as exc:  # noqa: BLE001 - fenced or broken log
+            log_future = failed(exc)
+        for p in pendings:
+            p.log_future = log_future
+        self._frames_in_flight += 1
+        log_future.add_done_callback(self._frame_done)
+
+    def _frame_done(self, _: Any) -> None:
+        with self._lock:
+            self._frames_in_flight -= 1
+            if self._state in (RUNNING, CLOSING):
+                self._send_frame()
+        self._drain()
+
+    def _drain(self, _: StoreFuture | None = None) -> None:
         """Apply every operation at the head of the in-flight queue whose log write completed."""
         done: list[_Pending] = []
         failure: BaseException | None = None
@@ -267,7 +334,7 @@ class SegmentContainer:
             if p.result is not None and not p.result.done():
                 p.result.set_result(p.value)
 
-    def _run(self, result: Future, accept: Callable[[], None]) -> Future:
+    def _run(self, result: StoreFuture, accept: Callable[[], None]) -> StoreFuture:
         """Run ``accept`` (validate + submit) under the lock, turning store errors into a failed future."""
         try:
             with self._lock:
@@ -291,8 +358,8 @@ class SegmentContainer:
         return seg
 
     # -- public operations ------------------------------------------------------------------------------
-    def create_segment(self, name: str, attributes: dict[str, int]) -> Future[None]:
-        result: Future = Future()
+    def create_segment(self, name: str, attributes: dict[str, int]) -> StoreFuture[None]:
+        result: StoreFuture = StoreFuture()
 
         def accept() -> None:
             if name in self._by_name:
@@ -305,10 +372,10 @@ class SegmentContainer:
 
     def append(
         self, name: str, data: bytes, expected_offset: int | None, attributes: Sequence[AttributeUpdate]
-    ) -> Future[int]:
-        result: Future = Future()
+    ) -> StoreFuture[int]:
+        result: StoreFuture = StoreFuture()
         if len(data) > self.config.max_append_bytes:
-            return _failed(StoreError(f"append of {len(data)} bytes exceeds {self.config.max_append_bytes}"))
+            return failed(StoreError(f"append of {len(data)} bytes exceeds {self.config.max_append_bytes}"))
 
         def accept() -> None:
             seg = self._writable(name)
@@ -323,8 +390,8 @@ class SegmentContainer:
 
         return self._run(result, accept)
 
-    def update_attributes(self, name: str, updates: Sequence[AttributeUpdate]) -> Future[None]:
-        result: Future = Future()
+    def update_attributes(self, name: str, updates: Sequence[AttributeUpdate]) -> StoreFuture[None]:
+        result: StoreFuture = StoreFuture()
 
         def accept() -> None:
             seg = self._segment(name)
@@ -336,8 +403,8 @@ class SegmentContainer:
 
         return self._run(result, accept)
 
-    def seal(self, name: str) -> Future[int]:
-        result: Future = Future()
+    def seal(self, name: str) -> StoreFuture[int]:
+        result: StoreFuture = StoreFuture()
 
         def accept() -> None:
             seg = self._segment(name)
@@ -351,8 +418,8 @@ class SegmentContainer:
 
         return self._run(result, accept)
 
-    def truncate(self, name: str, offset: int) -> Future[None]:
-        result: Future = Future()
+    def truncate(self, name: str, offset: int) -> StoreFuture[None]:
+        result: StoreFuture = StoreFuture()
 
         def accept() -> None:
             seg = self._segment(name)
@@ -367,8 +434,8 @@ class SegmentContainer:
 
         return self._run(result, accept)
 
-    def delete(self, name: str) -> Future[None]:
-        result: Future = Future()
+    def delete(self, name: str) -> StoreFuture[None]:
+        result: StoreFuture = StoreFuture()
 
         def accept() -> None:
             seg = self._segment(name)
@@ -379,10 +446,10 @@ class SegmentContainer:
 
         return self._run(result, accept)
 
-    def merge(self, target: str, source: str) -> Future[int]:
+    def merge(self, target: str, source: str) -> StoreFuture[int]:
         """Merge sealed ``source`` into ``target``. The source is first flushed whole to long-term
         storage, so the merge itself only moves chunk references (no data is copied)."""
-        result: Future = Future()
+        result: StoreFuture = StoreFuture()
 
         def accept() -> None:
             tgt = self._writable(target)
@@ -404,14 +471,14 @@ class SegmentContainer:
 
         return self._run(result, accept)
 
-    def _retry_merge(self, flushed: Future, result: Future, accept: Callable[[], None]) -> None:
+    def _retry_merge(self, flushed: StoreFuture, result: StoreFuture, accept: Callable[[], None]) -> None:
         exc = flushed.exception()
         if exc is not None:
             result.set_exception(exc)
         else:
             self._run(result, accept)
 
-    def _when_durable(self, result: Future, value: Callable[[], Any]) -> None:
+    def _when_durable(self, result: StoreFuture, value: Callable[[], Any]) -> None:
         """Complete ``result`` once everything accepted so far is durable (for idempotent no-ops)."""
         if not self._inflight:
             result.set_result(value())
@@ -455,15 +522,15 @@ class SegmentContainer:
                 last_modified_ms=seg.last_modified_ms,
             )
 
-    def read(self, name: str, offset: int, max_length: int, wait_timeout: float = 0.0) -> Future[ReadResult]:
-        result: Future = Future()
+    def read(self, name: str, offset: int, max_length: int, wait_timeout: float = 0.0) -> StoreFuture[ReadResult]:
+        result: StoreFuture = StoreFuture()
         try:
             self._read_into(result, name, offset, max_length, wait_timeout)
         except StoreError as exc:
             result.set_exception(exc)
         return result
 
-    def _read_into(self, result: Future, name: str, offset: int, max_length: int, wait_timeout: float) -> None:
+    def _read_into(self, result: StoreFuture, name: str, offset: int, max_length: int, wait_timeout: float) -> None:
         with self._lock:
             self._check_running()
             seg = self._visible_segment(name)
@@ -494,7 +561,7 @@ class SegmentContainer:
             self.stats["storage_reads"] += 1
         self._read_pool.submit(self._read_from_storage, result, name, ref, offset, limit)
 
-    def _read_from_storage(self, result: Future, name: str, ref: ChunkRef, offset: int, length: int) -> None:
+    def _read_from_storage(self, result: StoreFuture, name: str, ref: ChunkRef, offset: int, length: int) -> None:
         try:
             data = self.storage.read(ref.chunk, ref.chunk_offset + offset - ref.offset, length)
         except ChunkNotFoundError:
@@ -506,15 +573,15 @@ class SegmentContainer:
             return
         result.set_result(ReadResult(offset, data))
 
-    def _wait_for_tail(self, seg: SegmentMetadata, offset: int, result: Future, max_length: int,
+    def _wait_for_tail(self, seg: SegmentMetadata, offset: int, result: StoreFuture, max_length: int,
                        timeout: float) -> None:
         """Park a read at the tail until data arrives, the segment is sealed, or ``timeout`` passes."""
-        waiter: Future = Future()
+        waiter: StoreFuture = StoreFuture()
         self._waiters.setdefault(seg.segment_id, []).append((offset, waiter))
         name = seg.name
         timer = self._scheduler.call_later(timeout, lambda: waiter.done() or waiter.set_result(False))
 
-        def wake(f: Future) -> None:
+        def wake(f: StoreFuture) -> None:
             timer.cancel()
             if f.exception() is not None:
                 result.set_exception(f.exception())
@@ -653,21 +720,25 @@ class SegmentContainer:
         raise DataCorruptionError(f"unknown operation {op!r}")
 
     # -- checkpoints and log truncation -------------------------------------------------------------
-    def _write_checkpoint(self) -> Future[None]:
-        """Log a snapshot of the accepted layer. Caller holds the lock (or is single-threaded)."""
+    def _snapshot(self) -> dict[str, Any]:
+        """The accepted layer, as a checkpoint records it."""
         segments = [seg for seg in self._by_id.values() if not seg.deleted]
-        snapshot = {
+        return {
             "container": self.container_id,
             "next_id": self._next_id,
             "segments": [seg.snapshot() for seg in segments],
             "lengths": {seg.segment_id: seg.length for seg in segments},
         }
-        op = ops.Checkpoint(snapshot)
-        # JSON turns int keys into strings; keep the in-memory copy with ints for truncation checks.
-        result: Future = Future()
+
+    def _write_checkpoint(self) -> StoreFuture[None]:
+        """Log a snapshot of the accepted layer. Caller holds the lock (or is single-threaded)."""
+        op = ops.Checkpoint(self._snapshot())
+        result: StoreFuture = StoreFuture()
+        # A checkpoint must open its frame: the log is only ever truncated right before one.
+        self._send_frame()
+        self._submit(op, result)
         self._bytes_since_checkpoint = 0
         self._last_checkpoint_time = time.monotonic()
-        self._submit(op, result)
         return result
 
     def maybe_checkpoint(self, max_age: float) -> None:
@@ -715,7 +786,7 @@ class SegmentContainer:
     def read_index(self) -> ReadIndex:
         return self._read_index
 
-    def log_storage_flushed(self, segment_id: int, offset: int, length: int, chunk: str) -> Future[None] | None:
+    def log_storage_flushed(self, segment_id: int, offset: int, length: int, chunk: str) -> StoreFuture[None] | None:
         """Record a chunk the writer wrote. Returns None (and the writer deletes the chunk) when the
         segment went away or was truncated past it meanwhile."""
         with self._lock:
@@ -726,7 +797,7 @@ class SegmentContainer:
                 return None
             op = ops.StorageFlushed(segment_id, offset, length, chunk)
             self._accept(op)
-            result: Future = Future()
+            result: StoreFuture = StoreFuture()
             self._submit(op, result)
             return result
 

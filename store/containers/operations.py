@@ -128,3 +128,29 @@ def decode(payload: bytes) -> Operation:
         return cls(**json.loads(payload[1:]))
     except (IndexError, KeyError, TypeError, ValueError, struct.error) as exc:
         raise DataCorruptionError(f"undecodable container operation: {exc!r}") from exc
+
+
+# A durable-log entry is a *frame* of operations, each prefixed by its length, so that one group
+# commit of the container writes one entry however many operations it carries.
+_OP_LEN = struct.Struct("<I")
+
+
+def frame_part(op: Operation) -> bytes:
+    payload = encode(op)
+    return _OP_LEN.pack(len(payload)) + payload
+
+
+def decode_frame(frame: bytes) -> list[Operation]:
+    out: list[Operation] = []
+    pos = 0
+    view = memoryview(frame)
+    while pos < len(frame):
+        if pos + 4 > len(frame):
+            raise DataCorruptionError(f"frame ends inside an operation header at {pos}")
+        (size,) = _OP_LEN.unpack_from(frame, pos)
+        pos += 4
+        if pos + size > len(frame):
+            raise DataCorruptionError(f"operation at {pos} runs {size} bytes past the frame end")
+        out.append(decode(bytes(view[pos : pos + size])))
+        pos += size
+    return out

@@ -1,3 +1,3 @@
-"""Fixtures for the long-term storage tests."""
+"""Fixtures shared by every test package."""
 
 from tests.s3server import s3_server  # noqa: F401  (re-exported: pytest finds fixtures by name)
