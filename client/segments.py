@@ -17,6 +17,7 @@ from typing import Any
 from gateway.native.wire import MAX_FRAME_BYTES, Command, Status, decode_body, encode_frame
 from store import errors
 from store.contracts import AttributeUpdate, ReadResult, SegmentInfo
+from store.controller.errors import InvalidStreamCutError, StreamNotSealedError, StreamSealedError
 
 _ERRORS: dict[int, type[errors.StoreError]] = {
     Status.SEGMENT_NOT_FOUND: errors.SegmentNotFoundError,
@@ -26,6 +27,13 @@ _ERRORS: dict[int, type[errors.StoreError]] = {
     Status.OFFSET_OUT_OF_RANGE: errors.OffsetOutOfRangeError,
     Status.SEGMENT_TRUNCATED: errors.SegmentTruncatedError,
     Status.CONTAINER_OFFLINE: errors.ContainerOfflineError,
+    Status.SCOPE_NOT_FOUND: errors.ScopeNotFoundError,
+    Status.SCOPE_NOT_EMPTY: errors.ScopeNotEmptyError,
+    Status.STREAM_NOT_FOUND: errors.StreamNotFoundError,
+    Status.STREAM_EXISTS: errors.StreamExistsError,
+    Status.STREAM_SEALED: StreamSealedError,
+    Status.STREAM_NOT_SEALED: StreamNotSealedError,
+    Status.INVALID_STREAM_CUT: InvalidStreamCutError,
 }
 
 
@@ -172,3 +180,43 @@ class SegmentClient:
 
     def list_segments(self) -> list[str]:
         return self.call(Command.LIST_SEGMENTS)[0]["segments"]
+
+    # -- controller -------------------------------------------------------------------------------------
+    def create_scope(self, scope: str) -> bool:
+        return self.call(Command.CREATE_SCOPE, {"scope": scope})[0]["created"]
+
+    def delete_scope(self, scope: str) -> None:
+        self.call(Command.DELETE_SCOPE, {"scope": scope})
+
+    def list_scopes(self) -> list[str]:
+        return self.call(Command.LIST_SCOPES)[0]["scopes"]
+
+    def create_stream(
+        self,
+        scope: str,
+        stream: str,
+        initial_segments: int = 1,
+        scaling: dict[str, Any] | None = None,
+        retention: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        header = {"scope": scope, "stream": stream, "initial_segments": initial_segments,
+                  "scaling": scaling or {}, "retention": retention or {}}
+        return self.call(Command.CREATE_STREAM, header)[0]
+
+    def describe_stream(self, scope: str, stream: str) -> dict[str, Any]:
+        return self.call(Command.DESCRIBE_STREAM, {"scope": scope, "stream": stream})[0]
+
+    def list_streams(self, scope: str) -> list[str]:
+        return self.call(Command.LIST_STREAMS, {"scope": scope})[0]["streams"]
+
+    def segment_for_key(self, scope: str, stream: str, key: str) -> dict[str, Any]:
+        return self.call(Command.GET_SEGMENT_FOR_KEY, {"scope": scope, "stream": stream, "key": key})[0]
+
+    def seal_stream(self, scope: str, stream: str) -> None:
+        self.call(Command.SEAL_STREAM, {"scope": scope, "stream": stream})
+
+    def delete_stream(self, scope: str, stream: str) -> None:
+        self.call(Command.DELETE_STREAM, {"scope": scope, "stream": stream})
+
+    def truncate_stream(self, scope: str, stream: str, cut: dict[str, int]) -> None:
+        self.call(Command.TRUNCATE_STREAM, {"scope": scope, "stream": stream, "cut": cut})

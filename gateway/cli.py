@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
+from typing import Any
 
 from gateway.server import ServerOptions, serve
 
@@ -24,11 +26,103 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log-level", default="INFO")
 
 
+def _admin_parsers(sub: argparse._SubParsersAction) -> None:
+    def with_server(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("--server", default="127.0.0.1:9090", help="native endpoint HOST:PORT")
+        p.add_argument("--json", action="store_true", help="print JSON")
+        return p
+
+    scopes = sub.add_parser("scopes", help="manage scopes").add_subparsers(dest="action", required=True)
+    with_server(scopes.add_parser("list"))
+    with_server(scopes.add_parser("create")).add_argument("scope")
+    with_server(scopes.add_parser("delete")).add_argument("scope")
+
+    streams = sub.add_parser("streams", help="manage streams").add_subparsers(dest="action", required=True)
+    with_server(streams.add_parser("list")).add_argument("scope")
+    create = with_server(streams.add_parser("create"))
+    create.add_argument("name", help="SCOPE/STREAM")
+    create.add_argument("--segments", type=int, default=1, help="initial segment count")
+    create.add_argument("--retention-ms", type=int, default=None)
+    create.add_argument("--retention-bytes", type=int, default=None)
+    for action in ("describe", "seal", "delete"):
+        with_server(streams.add_parser(action)).add_argument("name", help="SCOPE/STREAM")
+
+
+def _split(name: str) -> tuple[str, str]:
+    scope, sep, stream = name.partition("/")
+    if not sep or not scope or not stream:
+        raise SystemExit(f"millrace: expected SCOPE/STREAM, got {name!r}")
+    return scope, stream
+
+
+def _print_stream(desc: dict[str, Any]) -> None:
+    print(f"{desc['scope']}/{desc['stream']}: {desc['state']}, epoch {desc['epoch']}, "
+          f"{len(desc['segments'])} open segments")
+    print(f"  retention: {desc['config']['retention']['type']} {desc['config']['retention']['value']}; "
+          f"scaling: {desc['config']['scaling']['type']}")
+    print(f"  {'segment':<32} {'key range':<17} {'container':>9} {'length':>12}")
+    for seg in desc["segments"]:
+        key_range = f"[{seg['key_start']:.3f}, {seg['key_end']:.3f})"
+        print(f"  {seg['name']:<32} {key_range:<17} {seg['container']:>9} {seg.get('length', 0):>12}")
+
+
+def _admin(args: argparse.Namespace) -> int:
+    from client.segments import SegmentClient
+    from store.errors import StoreError
+
+    host, _, port = args.server.rpartition(":")
+    try:
+        with SegmentClient(host or "127.0.0.1", int(port)) as client:
+            out = _run_admin(client, args)
+    except (StoreError, OSError) as exc:
+        print(f"millrace: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(out, indent=2))
+    elif isinstance(out, dict) and "segments" in out:
+        _print_stream(out)
+    elif isinstance(out, list):
+        print("\n".join(out))
+    elif out is not None:
+        print(out)
+    return 0
+
+
+def _run_admin(client: Any, args: argparse.Namespace) -> Any:
+    if args.command == "scopes":
+        if args.action == "list":
+            return client.list_scopes()
+        if args.action == "create":
+            return {"created": client.create_scope(args.scope)}
+        client.delete_scope(args.scope)
+        return None
+    if args.action == "list":
+        return client.list_streams(args.scope)
+    scope, stream = _split(args.name)
+    if args.action == "create":
+        retention = {}
+        if args.retention_ms is not None:
+            retention = {"type": "time", "value": args.retention_ms}
+        elif args.retention_bytes is not None:
+            retention = {"type": "size", "value": args.retention_bytes}
+        return client.create_stream(scope, stream, args.segments, retention=retention)
+    if args.action == "describe":
+        return client.describe_stream(scope, stream)
+    if args.action == "seal":
+        client.seal_stream(scope, stream)
+    else:
+        client.delete_stream(scope, stream)
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="millrace", description="Millrace stream storage")
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
+    _admin_parsers(sub)
     args = parser.parse_args(argv)
+    if args.command in ("scopes", "streams"):
+        return _admin(args)
     if args.command == "serve":
         logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         options = ServerOptions(

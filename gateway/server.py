@@ -5,16 +5,19 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
-from store.lts.factory import chunk_storage_from_url
 from twisted.internet import reactor
 
 from gateway.http import http_site
 from gateway.native.handler import NativeFactory
 from store.containers.config import ContainerConfig
+from store.controller import Controller
 from store.durablelog.local import FileDurableDataLog
+from store.lts.factory import chunk_storage_from_url
 from store.segment_store import SegmentStore
+from store.tables import TableStore
 
 log = logging.getLogger("millrace")
 
@@ -54,12 +57,17 @@ def serve(options: ServerOptions) -> int:
     store = build_store(options)
     try:
         store.start()
+        controller = Controller(store, TableStore(store))
     except Exception as exc:  # noqa: BLE001 - report why the store cannot start, then exit non-zero
         print(f"millrace: cannot start the segment store: {exc}", file=sys.stderr, flush=True)
         store.close()
         return 1
+    # Controller calls block on table-segment I/O; they run here, never on the reactor.
+    controller_pool = ThreadPoolExecutor(8, "controller")
     try:
-        native = reactor.listenTCP(options.native_port, NativeFactory(store), interface=options.host)
+        native = reactor.listenTCP(
+            options.native_port, NativeFactory(store, controller, controller_pool), interface=options.host
+        )
         http = reactor.listenTCP(options.http_port, http_site(store), interface=options.host)
     except Exception as exc:  # noqa: BLE001 - e.g. a port in use
         print(f"millrace: cannot listen: {exc}", file=sys.stderr, flush=True)
@@ -70,6 +78,7 @@ def serve(options: ServerOptions) -> int:
     print(f"millrace: ready (data dir {os.path.abspath(options.data_dir)})", flush=True)
     # Twisted's own signal handlers stop the reactor on SIGINT and SIGTERM.
     reactor.run()
+    controller_pool.shutdown(wait=True)
     store.close()
     print("millrace: stopped cleanly", flush=True)
     return 0

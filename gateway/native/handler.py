@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from twisted.internet import protocol, reactor
 from twisted.protocols.basic import Int32StringReceiver
 
+from gateway.native.controller_commands import controller_handlers
 from gateway.native.wire import (
     MAX_FRAME_BYTES,
     PROTOCOL_VERSION,
@@ -20,6 +22,7 @@ from gateway.native.wire import (
 )
 from store import errors
 from store.contracts import AttributeUpdate, AttributeUpdateType, ReadResult, SegmentInfo
+from store.controller import Controller, InvalidStreamCutError, StreamNotSealedError, StreamSealedError
 from store.futures import StoreFuture
 from store.segment_store import SegmentStore
 
@@ -35,6 +38,13 @@ _STATUS_OF: list[tuple[type[Exception], Status]] = [
     (errors.SegmentTruncatedError, Status.SEGMENT_TRUNCATED),
     (errors.OffsetOutOfRangeError, Status.OFFSET_OUT_OF_RANGE),
     (errors.ContainerOfflineError, Status.CONTAINER_OFFLINE),
+    (errors.ScopeNotFoundError, Status.SCOPE_NOT_FOUND),
+    (errors.ScopeNotEmptyError, Status.SCOPE_NOT_EMPTY),
+    (errors.StreamNotFoundError, Status.STREAM_NOT_FOUND),
+    (errors.StreamExistsError, Status.STREAM_EXISTS),
+    (StreamSealedError, Status.STREAM_SEALED),
+    (StreamNotSealedError, Status.STREAM_NOT_SEALED),
+    (InvalidStreamCutError, Status.INVALID_STREAM_CUT),
 ]
 
 
@@ -68,9 +78,10 @@ def _attribute_updates(raw: list[dict[str, Any]]) -> list[AttributeUpdate]:
 class NativeProtocol(Int32StringReceiver):
     MAX_LENGTH = MAX_FRAME_BYTES
 
-    def __init__(self, store: SegmentStore) -> None:
+    def __init__(self, store: SegmentStore, controller_commands: dict[int, Callable]) -> None:
         self.store = store
         self._handlers: dict[int, Callable[[dict[str, Any], bytes], StoreFuture | Any]] = {
+            **controller_commands,
             Command.HELLO: lambda h, p: {"version": PROTOCOL_VERSION},
             Command.CREATE_SEGMENT: lambda h, p: store.create_segment(h["segment"], h.get("attributes")),
             Command.APPEND: lambda h, p: store.append(
@@ -149,8 +160,9 @@ class NativeProtocol(Int32StringReceiver):
 
 
 class NativeFactory(protocol.Factory):
-    def __init__(self, store: SegmentStore) -> None:
+    def __init__(self, store: SegmentStore, controller: Controller, pool: ThreadPoolExecutor) -> None:
         self.store = store
+        self.controller_commands = controller_handlers(controller, pool)
 
     def buildProtocol(self, addr: Any) -> NativeProtocol:  # noqa: N802 - Twisted's name
-        return NativeProtocol(self.store)
+        return NativeProtocol(self.store, self.controller_commands)

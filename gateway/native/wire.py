@@ -33,6 +33,17 @@ class Command(enum.IntEnum):
     MERGE = 9
     UPDATE_ATTRIBUTES = 10
     LIST_SEGMENTS = 11
+    # controller
+    CREATE_SCOPE = 20
+    DELETE_SCOPE = 21
+    LIST_SCOPES = 22
+    CREATE_STREAM = 23
+    DESCRIBE_STREAM = 24
+    LIST_STREAMS = 25
+    GET_SEGMENT_FOR_KEY = 26
+    SEAL_STREAM = 27
+    DELETE_STREAM = 28
+    TRUNCATE_STREAM = 29
 
 
 class Status(enum.IntEnum):
@@ -48,6 +59,13 @@ class Status(enum.IntEnum):
     INVALID_REQUEST = 9
     UNKNOWN_COMMAND = 10
     INTERNAL_ERROR = 11
+    SCOPE_NOT_FOUND = 20
+    SCOPE_NOT_EMPTY = 21
+    STREAM_NOT_FOUND = 22
+    STREAM_EXISTS = 23
+    STREAM_SEALED = 24
+    STREAM_NOT_SEALED = 25
+    INVALID_STREAM_CUT = 26
 
 
 class WireError(ValueError):
