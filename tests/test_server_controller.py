@@ -69,3 +69,20 @@ def test_cli_creates_and_lists(tmp_path):
         assert out.returncode == 0, out.stderr
         assert "3 open segments" in out.stdout and "time 60000" in out.stdout
         assert cli(server.native_port, "streams", "list", "s1").stdout.split() == ["t"]
+
+
+def test_http_health_metrics_and_segments(tmp_path):
+    import urllib.request
+
+    with ServerProcess(str(tmp_path / "data")) as server, SegmentClient("127.0.0.1", server.native_port) as client:
+        client.create_segment("h/1")
+        client.append("h/1", b"x" * 123)
+        base = f"http://127.0.0.1:{server.http_port}"
+        health = json.loads(urllib.request.urlopen(f"{base}/health", timeout=10).read())
+        assert health["healthy"] and set(health["containers"].values()) == {"running"}
+        metrics = urllib.request.urlopen(f"{base}/metrics", timeout=10).read().decode()
+        appended = sum(float(line.split()[-1]) for line in metrics.splitlines()
+                       if line.startswith("millrace_container_append_bytes_total{"))
+        assert appended >= 123
+        segments = json.loads(urllib.request.urlopen(f"{base}/api/segments", timeout=10).read())["segments"]
+        assert {"name": "h/1", "length": 123}.items() <= next(s for s in segments if s["name"] == "h/1").items()
