@@ -16,6 +16,7 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     d = ServerOptions()
     p.add_argument("--data-dir", default=d.data_dir, help="where logs and local long-term storage live")
     p.add_argument("--host", default=d.host, help="interface the listeners bind to")
+    p.add_argument("--kafka-port", type=int, default=d.kafka_port, help="Kafka protocol port (0 = any free)")
     p.add_argument("--native-port", type=int, default=d.native_port, help="native protocol port (0 = any free)")
     p.add_argument("--http-port", type=int, default=d.http_port, help="HTTP port (0 = any free)")
     p.add_argument("--containers", type=int, default=d.containers, help="number of segment containers")
@@ -23,6 +24,11 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
                    "(default: DATA_DIR/lts)")
     p.add_argument("--s3-endpoint", default=None, help="S3 endpoint URL for an S3-compatible server")
     p.add_argument("--cache-mb", type=int, default=d.cache_mb, help="read cache budget in MiB")
+    p.add_argument("--kafka-scope", default=d.kafka_scope, help="scope holding the streams of Kafka topics")
+    p.add_argument("--no-auto-create-topics", dest="auto_create_topics", action="store_false",
+                   help="refuse Metadata/Produce for unknown topics instead of creating them")
+    p.add_argument("--default-partitions", type=int, default=d.default_partitions,
+                   help="partitions of auto-created topics")
     p.add_argument("--log-level", default="INFO")
 
 
@@ -128,12 +134,16 @@ def main(argv: list[str] | None = None) -> int:
         options = ServerOptions(
             data_dir=args.data_dir,
             host=args.host,
+            kafka_port=args.kafka_port,
             native_port=args.native_port,
             http_port=args.http_port,
             containers=args.containers,
             lts=args.lts,
             s3_endpoint=args.s3_endpoint,
             cache_mb=args.cache_mb,
+            kafka_scope=args.kafka_scope,
+            auto_create_topics=args.auto_create_topics,
+            default_partitions=args.default_partitions,
         )
         return serve(options)
     return 2

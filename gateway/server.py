@@ -11,6 +11,8 @@ from dataclasses import dataclass, replace
 from twisted.internet import reactor
 
 from gateway.http import http_site
+from gateway.kafka.broker import KafkaConfig
+from gateway.kafka.setup import build_kafka
 from gateway.native.handler import NativeFactory
 from store.containers.config import ContainerConfig
 from store.controller import Controller
@@ -26,8 +28,12 @@ log = logging.getLogger("millrace")
 class ServerOptions:
     data_dir: str = "./millrace-data"
     host: str = "127.0.0.1"
+    kafka_port: int = 9092
     native_port: int = 9090
     http_port: int = 9091
+    kafka_scope: str = "kafka"
+    auto_create_topics: bool = True
+    default_partitions: int = 1
     containers: int = 4
     lts: str | None = None  # a path, file:///path or s3://bucket/prefix; default <data_dir>/lts
     s3_endpoint: str | None = None
@@ -55,16 +61,28 @@ def announce(what: str, port) -> None:  # noqa: ANN001 - a Twisted IListeningPor
 def serve(options: ServerOptions) -> int:
     """Run until SIGINT/SIGTERM; returns the process exit status."""
     store = build_store(options)
-    try:
-        store.start()
-        controller = Controller(store, TableStore(store))
-    except Exception as exc:  # noqa: BLE001 - report why the store cannot start, then exit non-zero
-        print(f"millrace: cannot start the segment store: {exc}", file=sys.stderr, flush=True)
-        store.close()
-        return 1
-    # Controller calls block on table-segment I/O; they run here, never on the reactor.
+    # Controller and Kafka metadata calls block on table-segment I/O; they run here, never on the reactor.
     controller_pool = ThreadPoolExecutor(8, "controller")
     try:
+        store.start()
+        tables = TableStore(store)
+        controller = Controller(store, tables)
+        kafka_config = KafkaConfig(
+            scope=options.kafka_scope,
+            advertised_host=options.host,
+            auto_create_topics=options.auto_create_topics,
+            default_partitions=options.default_partitions,
+        )
+        broker, kafka_factory = build_kafka(store, controller, tables, kafka_config, controller_pool)
+    except Exception as exc:  # noqa: BLE001 - report why the store cannot start, then exit non-zero
+        print(f"millrace: cannot start the segment store: {exc}", file=sys.stderr, flush=True)
+        controller_pool.shutdown(wait=False)
+        store.close()
+        return 1
+    try:
+        kafka = reactor.listenTCP(options.kafka_port, kafka_factory, interface=options.host)
+        # The port clients must be told about in Metadata is the one actually bound (0 = any).
+        kafka_config.advertised_port = kafka.getHost().port
         native = reactor.listenTCP(
             options.native_port, NativeFactory(store, controller, controller_pool), interface=options.host
         )
@@ -73,6 +91,7 @@ def serve(options: ServerOptions) -> int:
         print(f"millrace: cannot listen: {exc}", file=sys.stderr, flush=True)
         store.close()
         return 1
+    announce("kafka", kafka)
     announce("native", native)
     announce("http", http)
     print(f"millrace: ready (data dir {os.path.abspath(options.data_dir)})", flush=True)

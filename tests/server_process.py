@@ -24,7 +24,7 @@ class ServerProcess:
 
     def start(self, timeout: float = 60.0) -> ServerProcess:
         cmd = [sys.executable, "-m", "gateway.cli", "serve", "--data-dir", self.data_dir,
-               "--native-port", "0", "--http-port", "0", "--log-level", "WARNING", *self.extra_args]
+               "--kafka-port", "0", "--native-port", "0", "--http-port", "0", "--log-level", "WARNING", *self.extra_args]
         self.ports = {}
         self.output = []
         self.proc = subprocess.Popen(
@@ -53,6 +53,15 @@ class ServerProcess:
         if self.proc.poll() is not None or "native" not in self.ports:
             raise RuntimeError("server failed to start:\n" + "".join(self.output))
         return self
+
+    @property
+    def kafka_port(self) -> int:
+        return self.ports["kafka"]
+
+    @property
+    def bootstrap(self) -> str:
+        """bootstrap.servers for Kafka clients."""
+        return f"127.0.0.1:{self.kafka_port}"
 
     @property
     def native_port(self) -> int:

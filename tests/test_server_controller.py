@@ -40,7 +40,7 @@ def test_stream_lifecycle_survives_restart(tmp_path):
         assert server.stop() == 0
 
     with ServerProcess(data_dir) as server, SegmentClient("127.0.0.1", server.native_port) as client:
-        assert client.list_scopes() == ["iot"]
+        assert client.list_scopes() == ["iot", "kafka"]  # "kafka" holds the streams of Kafka topics
         assert client.list_streams("iot") == ["sensors"]
         desc = client.describe_stream("iot", "sensors")
         assert sum(s["length"] for s in desc["segments"]) == len(b"reading")
@@ -59,7 +59,7 @@ def test_stream_lifecycle_survives_restart(tmp_path):
             client.describe_stream("iot", "sensors")
         assert cli(server.native_port, "streams", "describe", "iot/sensors").returncode == 1
         client.delete_scope("iot")
-        assert client.list_scopes() == []
+        assert client.list_scopes() == ["kafka"]
 
 
 def test_cli_creates_and_lists(tmp_path):

@@ -1,0 +1,1 @@
+"""The Kafka listener: Kafka's wire protocol over Millrace streams."""

@@ -1,0 +1,88 @@
+"""What every Kafka handler can reach: the broker's identity and configuration, the store, the
+controller, and the Kafka views built over them (topics, partition logs, consumer groups)."""
+
+from __future__ import annotations
+
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from twisted.internet import threads
+from twisted.internet.defer import Deferred
+
+from store.controller import Controller
+from store.segment_store import SegmentStore
+from store.tables import TableStore
+
+
+@dataclass
+class KafkaConfig:
+    scope: str = "kafka"  # Kafka topics are streams in this scope
+    node_id: int = 0
+    advertised_host: str = "127.0.0.1"
+    advertised_port: int = 9092
+    cluster_id: str = field(default_factory=lambda: uuid.uuid4().hex[:22])
+    auto_create_topics: bool = True
+    default_partitions: int = 1
+    max_request_bytes: int = 100 * 1024 * 1024
+    max_message_bytes: int = 8 * 1024 * 1024  # largest record batch accepted
+    group_initial_rebalance_delay_ms: int = 0
+    group_min_session_timeout_ms: int = 1000
+    group_max_session_timeout_ms: int = 300000
+
+
+@dataclass
+class RequestContext:
+    broker: Broker
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    peer: str
+
+
+class Broker:
+    def __init__(
+        self, store: SegmentStore, controller: Controller, tables: TableStore, config: KafkaConfig,
+        pool: ThreadPoolExecutor,
+    ) -> None:
+        self.store = store
+        self.controller = controller
+        self.tables = tables
+        self.config = config
+        self._pool = pool
+        # The Kafka views; attached by gateway.kafka.setup so each stays a separate unit.
+        self.topics: Any = None
+        self.partitions: Any = None
+        self.groups: Any = None
+
+    def blocking(self, fn: Any, *args: Any, **kwargs: Any) -> Deferred:
+        """Run ``fn`` (which blocks on table-segment or store I/O) off the reactor thread."""
+        return threads.deferToThreadPool(_reactor(), _PoolAdapter(self._pool), fn, *args, **kwargs)
+
+
+def _reactor() -> Any:
+    from twisted.internet import reactor
+
+    return reactor
+
+
+class _PoolAdapter:
+    """deferToThreadPool wants Twisted's ThreadPool interface; ``callInThreadWithCallback`` is all it uses."""
+
+    def __init__(self, pool: ThreadPoolExecutor) -> None:
+        self._pool = pool
+
+    def callInThreadWithCallback(self, on_result: Any, fn: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N802
+        def run() -> None:
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException:  # noqa: BLE001 - handed to the Deferred as a Failure
+                from twisted.python.failure import Failure
+
+                on_result(False, Failure())
+            else:
+                on_result(True, result)
+
+        self._pool.submit(run)

@@ -1,0 +1,122 @@
+"""One Kafka client connection: framing, decoding, dispatch, and responses in request order."""
+
+from __future__ import annotations
+
+import collections
+import logging
+from typing import Any
+
+from twisted.internet import defer, protocol
+from twisted.protocols.basic import Int32StringReceiver
+from twisted.python.failure import Failure
+
+from gateway.kafka.broker import Broker, RequestContext
+from gateway.kafka.handlers.api_versions import API_VERSIONS, api_versions_response
+from gateway.kafka.registry import NO_RESPONSE, REGISTRY
+from gateway.kafka_protocol.codec import (
+    KafkaDecodeError,
+    UnsupportedApiError,
+    decode_request,
+    encode_response,
+)
+from gateway.kafka_protocol.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+
+class _Slot:
+    """A request's place in the connection's response order."""
+
+    __slots__ = ("frame", "ready")
+
+    def __init__(self) -> None:
+        self.frame: bytes | None = None
+        self.ready = False
+
+
+class KafkaConnection(Int32StringReceiver):
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.MAX_LENGTH = broker.config.max_request_bytes
+        self._slots: collections.deque[_Slot] = collections.deque()
+        self._peer = ""
+
+    def connectionMade(self) -> None:  # noqa: N802 - Twisted's name
+        peer = self.transport.getPeer()
+        self._peer = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
+
+    def stringReceived(self, frame: bytes) -> None:  # noqa: N802 - Twisted's name
+        try:
+            header, request = decode_request(frame)
+        except UnsupportedApiError as exc:
+            self._unsupported(exc)
+            return
+        except KafkaDecodeError as exc:
+            log.info("closing Kafka connection from %s: undecodable request: %s", self._peer, exc)
+            self.transport.loseConnection()
+            return
+        handler = REGISTRY.get(header.request_api_key)
+        version = header.request_api_version
+        if handler is None or not handler.min_version <= version <= handler.max_version:
+            # The client ignored ApiVersions: Kafka closes the connection in that case.
+            log.info("closing Kafka connection from %s: api %d v%d not implemented",
+                     self._peer, header.request_api_key, version)
+            self.transport.loseConnection()
+            return
+        ctx = RequestContext(self.broker, header.request_api_key, version, header.correlation_id,
+                             header.client_id, self._peer)
+        slot = _Slot()
+        self._slots.append(slot)
+        try:
+            outcome = handler.handle(ctx, request)
+        except Exception:  # noqa: BLE001 - a handler bug must not take the broker down
+            self._failed(ctx, Failure())
+            return
+        if isinstance(outcome, defer.Deferred):
+            outcome.addCallbacks(self._respond, lambda f: self._failed(ctx, f), callbackArgs=(ctx, slot))
+        else:
+            self._respond(outcome, ctx, slot)
+
+    def _respond(self, response: Any, ctx: RequestContext, slot: _Slot) -> None:
+        if response is not NO_RESPONSE:
+            slot.frame = encode_response(ctx.api_key, ctx.api_version, ctx.correlation_id, response)
+        slot.ready = True
+        self._flush()
+
+    def _flush(self) -> None:
+        while self._slots and self._slots[0].ready:
+            slot = self._slots.popleft()
+            if slot.frame is not None and self.transport is not None:
+                self.transport.write(slot.frame)
+
+    def _failed(self, ctx: RequestContext, failure: Failure) -> None:
+        log.error("Kafka %s v%d from %s failed; closing the connection",
+                  REGISTRY[ctx.api_key].name, ctx.api_version, self._peer,
+                  exc_info=(failure.type, failure.value, failure.getTracebackObject()))
+        self.transport.loseConnection()
+
+    def _unsupported(self, exc: UnsupportedApiError) -> None:
+        if exc.api_key == API_VERSIONS and exc.correlation_id is not None:
+            # A client newer than us: answer with a v0 body listing what we do support (as Kafka does).
+            slot = _Slot()
+            slot.frame = encode_response(API_VERSIONS, 0, exc.correlation_id,
+                                         api_versions_response(ErrorCode.UNSUPPORTED_VERSION))
+            slot.ready = True
+            self._slots.append(slot)
+            self._flush()
+            return
+        log.info("closing Kafka connection from %s: %s", self._peer, exc)
+        self.transport.loseConnection()
+
+    def lengthLimitExceeded(self, length: int) -> None:  # noqa: N802 - Twisted's name
+        log.info("closing Kafka connection from %s: request of %d bytes exceeds %d",
+                 self._peer, length, self.MAX_LENGTH)
+        self.transport.loseConnection()
+
+
+class KafkaFactory(protocol.Factory):
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def buildProtocol(self, addr: Any) -> KafkaConnection:  # noqa: N802 - Twisted's name
+        return KafkaConnection(self.broker)

@@ -1,0 +1,1 @@
+"""One module per Kafka API (or per tight family of APIs), each registering with ``registry.api``."""

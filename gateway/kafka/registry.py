@@ -1,0 +1,54 @@
+"""The one dispatch registry. Each module in ``gateway.kafka.handlers`` registers the APIs it serves
+with the version range it implements; ApiVersions is built from this table and nothing else, so it
+advertises exactly what is implemented."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.kafka_protocol.codec import API_KEYS
+
+# A handler gets (RequestContext, decoded request) and returns the response object, a Deferred of it,
+# or NO_RESPONSE (a produce with acks=0).
+Handler = Callable[[Any, Any], Any]
+NO_RESPONSE = object()
+
+
+@dataclass(frozen=True)
+class ApiHandler:
+    api_key: int
+    name: str
+    min_version: int
+    max_version: int
+    handle: Handler
+
+
+REGISTRY: dict[int, ApiHandler] = {}
+
+
+def api(api_key: int, min_version: int, max_version: int) -> Callable[[Handler], Handler]:
+    """Register ``fn`` as the handler of ``api_key`` for versions [min_version, max_version]."""
+    info = API_KEYS[api_key]
+    if min_version < info.min_version or max_version > info.max_version:
+        raise ValueError(f"{info.name}: versions {min_version}..{max_version} exceed the spec's range")
+
+    def register(fn: Handler) -> Handler:
+        if api_key in REGISTRY:
+            raise ValueError(f"{info.name} registered twice")
+        REGISTRY[api_key] = ApiHandler(api_key, info.name, min_version, max_version, fn)
+        return fn
+
+    return register
+
+
+def load_handlers() -> dict[int, ApiHandler]:
+    """Import every handler module (each registers itself) and return the registry."""
+    from gateway.kafka import handlers
+
+    for module in pkgutil.iter_modules(handlers.__path__):
+        importlib.import_module(f"{handlers.__name__}.{module.name}")
+    return REGISTRY

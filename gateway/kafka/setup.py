@@ -1,0 +1,23 @@
+"""Assembles the Kafka listener's parts over a running store and controller."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+from gateway.kafka.broker import Broker, KafkaConfig
+from gateway.kafka.connection import KafkaFactory
+from gateway.kafka.registry import load_handlers
+from gateway.kafka.topics import TopicRegistry
+from store.controller import Controller
+from store.segment_store import SegmentStore
+from store.tables import TableStore
+
+
+def build_kafka(
+    store: SegmentStore, controller: Controller, tables: TableStore, config: KafkaConfig, pool: ThreadPoolExecutor
+) -> tuple[Broker, KafkaFactory]:
+    """Blocking (recovers Kafka metadata): call before the reactor runs."""
+    load_handlers()
+    broker = Broker(store, controller, tables, config, pool)
+    broker.topics = TopicRegistry(controller, tables, config.scope)
+    return broker, KafkaFactory(broker)

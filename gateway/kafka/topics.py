@@ -1,0 +1,279 @@
+"""Kafka topics as Millrace streams.
+
+A topic is the stream of the same name in the Kafka scope. Its partitions divide the routing-key
+space into slices, equal at creation (partition p of N owns [p/N, (p+1)/N)). Adding partitions splits
+existing slices (the widest first) and never moves data: old data stays tagged with its partition.
+Segment boundaries always fall on slice boundaries, so at any moment each partition's new data goes
+to exactly one open segment, which may carry several whole partitions.
+
+The Kafka-only facts (topic id, slices, configs) are kept in a table segment; the stream itself is
+the controller's. All methods block (table and controller I/O): call them off the reactor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from store.controller import (
+    Controller,
+    RetentionPolicy,
+    RetentionType,
+    SegmentRange,
+    StreamConfiguration,
+    key_hash,
+)
+from store.errors import SegmentExistsError, StreamExistsError, StreamNotFoundError
+from store.tables import NOT_EXISTS, TableStore
+
+TOPICS_TABLE = "_system/_tables/kafka_topics"
+
+# Topic configs Millrace understands, with Kafka's names and Millrace's defaults. Retention is
+# unlimited unless a topic says otherwise: old data tiers to long-term storage instead of expiring.
+DEFAULT_CONFIGS: dict[str, str] = {
+    "cleanup.policy": "delete",
+    "retention.ms": "-1",
+    "retention.bytes": "-1",
+    "max.message.bytes": str(8 * 1024 * 1024),
+    "message.timestamp.type": "CreateTime",
+    "min.insync.replicas": "1",
+    "compression.type": "producer",
+    "segment.bytes": str(1024 * 1024 * 1024),
+    # How many segments carry the topic at creation; must divide the partition count.
+    "millrace.segments.initial": "0",  # 0 = one segment per partition
+}
+READ_ONLY_CONFIGS = {"millrace.segments.initial"}
+
+
+class TopicError(Exception):
+    """A Kafka-level refusal; ``error_code`` is the Kafka error to answer with."""
+
+    def __init__(self, error_code: int, message: str) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    slices: tuple[tuple[float, float], ...]  # partition -> [start, end) of the key space
+    configs: dict[str, str] = field(default_factory=dict)  # only what was set explicitly
+    created_ms: int = 0
+
+    @property
+    def partition_count(self) -> int:
+        return len(self.slices)
+
+    def config(self, key: str) -> str:
+        return self.configs.get(key, DEFAULT_CONFIGS.get(key, ""))
+
+    def partition_for_key(self, routing_key: str) -> int:
+        """The partition whose slice holds ``key_hash(routing_key)``: how native writers land in
+        the same partitions Kafka consumers read."""
+        h = key_hash(routing_key)
+        for p, (lo, hi) in enumerate(self.slices):
+            if lo <= h < hi:
+                return p
+        raise AssertionError(f"slices do not cover {h}")
+
+    def encode(self) -> bytes:
+        return json.dumps({
+            "id": str(self.topic_id), "slices": self.slices, "configs": self.configs, "created": self.created_ms,
+        }).encode()
+
+    @classmethod
+    def decode(cls, name: str, raw: bytes) -> TopicInfo:
+        d = json.loads(raw)
+        return cls(name, uuid.UUID(d["id"]), tuple(tuple(s) for s in d["slices"]), d["configs"], d["created"])
+
+
+def split_slices(slices: tuple[tuple[float, float], ...], total: int) -> tuple[tuple[float, float], ...]:
+    """Grow to ``total`` partitions by halving the widest slice (lowest partition first on ties); the
+    upper half becomes the new partition, so no existing partition changes its start."""
+    out = [list(s) for s in slices]
+    while len(out) < total:
+        widest = max(range(len(out)), key=lambda i: (out[i][1] - out[i][0], -i))
+        lo, hi = out[widest]
+        mid = lo + (hi - lo) / 2
+        out[widest][1] = mid
+        out.append([mid, hi])
+    return tuple((lo, hi) for lo, hi in out)
+
+
+def _validate_configs(configs: dict[str, str | None]) -> None:
+    from gateway.kafka_protocol.errors import ErrorCode
+
+    for key, value in configs.items():
+        if key not in DEFAULT_CONFIGS:
+            raise TopicError(ErrorCode.INVALID_CONFIG, f"unknown or unsupported topic config {key!r}")
+        if value is None:
+            continue
+        if key == "cleanup.policy" and value != "delete":
+            raise TopicError(ErrorCode.INVALID_CONFIG, "only cleanup.policy=delete is supported")
+        if key in ("retention.ms", "retention.bytes", "max.message.bytes", "segment.bytes", "min.insync.replicas",
+                   "millrace.segments.initial"):
+            try:
+                number = int(value)
+            except ValueError:
+                raise TopicError(ErrorCode.INVALID_CONFIG, f"{key} must be an integer, not {value!r}") from None
+            if key.startswith("retention") and number < -1:
+                raise TopicError(ErrorCode.INVALID_CONFIG, f"{key} must be -1 or more")
+
+
+def retention_policy(configs: dict[str, str]) -> RetentionPolicy:
+    """The stream retention policy equivalent to a topic's retention configs (time wins over size,
+    as the stream policy has one dimension; the Kafka layer enforces both per partition)."""
+    ms = int(configs.get("retention.ms", "-1"))
+    if ms >= 0:
+        return RetentionPolicy(RetentionType.TIME, ms)
+    size = int(configs.get("retention.bytes", "-1"))
+    if size >= 0:
+        return RetentionPolicy(RetentionType.SIZE, size)
+    return RetentionPolicy()
+
+
+class TopicRegistry:
+    def __init__(self, controller: Controller, tables: TableStore, scope: str) -> None:
+        self.controller = controller
+        self.tables = tables
+        self.scope = scope
+        self._lock = threading.Lock()  # one writer of topic records at a time in this process
+        self._cache: dict[str, TopicInfo] = {}
+        self.listeners: list[Any] = []  # called with (event, TopicInfo) after create/delete/grow/configs
+        if not tables.exists(TOPICS_TABLE):
+            with contextlib.suppress(SegmentExistsError):
+                tables.create_table(TOPICS_TABLE)
+        controller.create_scope(scope)
+        for entry in tables.entries(TOPICS_TABLE):
+            topic = TopicInfo.decode(entry.key.decode(), entry.value)
+            self._cache[topic.name] = topic
+
+    # -- reads (in memory) -----------------------------------------------------------------------
+    def get(self, name: str) -> TopicInfo | None:
+        return self._cache.get(name)
+
+    def by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        return next((t for t in self._cache.values() if t.topic_id == topic_id), None)
+
+    def names(self) -> list[str]:
+        return sorted(self._cache)
+
+    def current_segments(self, name: str) -> list[SegmentRange]:
+        return self.controller.get_current_segments(self.scope, name)
+
+    def segment_of_partition(self, topic: TopicInfo, partition: int, segments: list[SegmentRange]) -> SegmentRange:
+        """The open segment carrying ``partition``'s new data."""
+        start = topic.slices[partition][0]
+        for seg in segments:
+            if seg.contains(start):
+                return seg
+        raise AssertionError(f"no segment holds {topic.name}-{partition}")
+
+    # -- changes (blocking) ------------------------------------------------------------------------
+    def create(self, name: str, partitions: int, configs: dict[str, str] | None = None,
+               validate_only: bool = False) -> TopicInfo:
+        from gateway.kafka_protocol.errors import ErrorCode
+
+        configs = {k: v for k, v in (configs or {}).items() if v is not None}
+        if not name or len(name) > 249 or name in (".", "..") or not all(c.isalnum() or c in "._-" for c in name):
+            raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"illegal topic name {name!r}")
+        if partitions < 1 or partitions > 1 << 16:
+            raise TopicError(ErrorCode.INVALID_PARTITIONS, f"partition count {partitions} must be 1..65536")
+        _validate_configs(configs)
+        segments = int(configs.get("millrace.segments.initial", "0")) or partitions
+        if segments < 1 or partitions % segments:
+            raise TopicError(ErrorCode.INVALID_CONFIG,
+                             f"millrace.segments.initial={segments} must divide the partition count {partitions}")
+        with self._lock:
+            if name in self._cache:
+                raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+            topic = TopicInfo(name, uuid.uuid4(), tuple((p / partitions, (p + 1) / partitions)
+                                                       for p in range(partitions)), configs,
+                              time.time_ns() // 1_000_000)
+            if validate_only:
+                return topic
+            # A stream of that name without a topic record is an interrupted create: adopt it.
+            with contextlib.suppress(StreamExistsError):
+                self.controller.create_stream(self.scope, name, StreamConfiguration(
+                    initial_segments=segments, retention=retention_policy(configs)))
+            self.tables.put(TOPICS_TABLE, [(name.encode(), topic.encode(), NOT_EXISTS)])
+            self._cache[name] = topic
+        self._notify("created", topic)
+        return topic
+
+    def delete(self, name: str) -> TopicInfo:
+        from gateway.kafka_protocol.errors import ErrorCode
+
+        with self._lock:
+            topic = self._cache.get(name)
+            if topic is None:
+                raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+            # The record goes first: a crash after it leaves a stream that a re-create adopts.
+            self.tables.remove(TOPICS_TABLE, [name.encode()])
+            del self._cache[name]
+        self._notify("deleted", topic)
+        with contextlib.suppress(StreamNotFoundError):
+            self.controller.seal_stream(self.scope, name)
+            self.controller.delete_stream(self.scope, name)
+        return topic
+
+    def add_partitions(self, name: str, total: int, validate_only: bool = False) -> TopicInfo:
+        from gateway.kafka_protocol.errors import ErrorCode
+
+        with self._lock:
+            topic = self._cache.get(name)
+            if topic is None:
+                raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+            if total <= topic.partition_count:
+                raise TopicError(ErrorCode.INVALID_PARTITIONS,
+                                 f"topic {name!r} has {topic.partition_count} partitions; {total} is not more")
+            if total > 1 << 16:
+                raise TopicError(ErrorCode.INVALID_PARTITIONS, f"partition count {total} must be at most 65536")
+            grown = replace(topic, slices=split_slices(topic.slices, total))
+            if validate_only:
+                return grown
+            self.tables.put(TOPICS_TABLE, [(name.encode(), grown.encode())])
+            self._cache[name] = grown
+        self._notify("grown", grown)
+        return grown
+
+    def alter_configs(self, name: str, changes: dict[str, str | None], replace_all: bool,
+                      validate_only: bool = False) -> TopicInfo:
+        """Apply config changes (None deletes a key, reverting to the default). ``replace_all`` is the
+        legacy AlterConfigs semantics: keys not named revert to their defaults."""
+        from gateway.kafka_protocol.errors import ErrorCode
+
+        _validate_configs(changes)
+        for key in changes:
+            if key in READ_ONLY_CONFIGS:
+                raise TopicError(ErrorCode.INVALID_CONFIG, f"{key} can only be set at creation")
+        with self._lock:
+            topic = self._cache.get(name)
+            if topic is None:
+                raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+            base = {k: v for k, v in topic.configs.items() if k in READ_ONLY_CONFIGS} if replace_all else dict(
+                topic.configs)
+            for key, value in changes.items():
+                if value is None:
+                    base.pop(key, None)
+                else:
+                    base[key] = value
+            updated = replace(topic, configs=base)
+            if validate_only:
+                return updated
+            self.tables.put(TOPICS_TABLE, [(name.encode(), updated.encode())])
+            self._cache[name] = updated
+            stream = self.controller.get_stream(self.scope, name)
+            self.controller.update_stream(self.scope, name, replace(stream.config, retention=retention_policy(base)))
+        self._notify("configs", updated)
+        return updated
+
+    def _notify(self, event: str, topic: TopicInfo) -> None:
+        for listener in self.listeners:
+            listener(event, topic)
