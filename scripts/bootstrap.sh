@@ -6,7 +6,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
 need_apt=()
-command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
+# javac too: the Java Kafka client compatibility tests compile their small programs at test time.
+(command -v java >/dev/null 2>&1 && command -v javac >/dev/null 2>&1) || need_apt+=(openjdk-17-jdk-headless)
 command -v kcat >/dev/null 2>&1 || need_apt+=(kcat)
 if [ "${#need_apt[@]}" -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
@@ -27,3 +28,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     .venv/bin/python -m pip install -q -e ".[test]"
     touch "$stamp"
 fi
+
+# Java Kafka client jars (3.9 and 4.x) for compat_tests/test_java_clients.py, cached under .cache/.
+# A failed download is not fatal: those tests then skip and say why.
+compat_tests/java/fetch_jars.sh || echo "bootstrap: Kafka client jars unavailable; Java compatibility tests will skip" >&2
