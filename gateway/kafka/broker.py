@@ -56,6 +56,7 @@ class Broker:
         self.topics: Any = None
         self.partitions: Any = None
         self.groups: Any = None
+        self.producer_ids: Any = None
 
     def blocking(self, fn: Any, *args: Any, **kwargs: Any) -> Deferred:
         """Run ``fn`` (which blocks on table-segment or store I/O) off the reactor thread."""

@@ -6,6 +6,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from gateway.kafka.broker import Broker, KafkaConfig
 from gateway.kafka.connection import KafkaFactory
+from gateway.kafka.partition_log import PartitionLogs
+from gateway.kafka.producer_ids import ProducerIdAllocator
 from gateway.kafka.registry import load_handlers
 from gateway.kafka.topics import TopicRegistry
 from store.controller import Controller
@@ -20,4 +22,8 @@ def build_kafka(
     load_handlers()
     broker = Broker(store, controller, tables, config, pool)
     broker.topics = TopicRegistry(controller, tables, config.scope)
+    broker.partitions = PartitionLogs(store, broker.topics, tables, broker.blocking)
+    broker.partitions.load_all()
+    broker.topics.listeners.append(broker.partitions.topic_event)
+    broker.producer_ids = ProducerIdAllocator(tables)
     return broker, KafkaFactory(broker)

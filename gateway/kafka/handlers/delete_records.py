@@ -1,0 +1,47 @@
+"""DeleteRecords (key 21): move a partition's log start offset forward; storage is reclaimed once
+no partition sharing a segment needs the prefix."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet import defer
+
+from gateway.kafka.broker import RequestContext
+from gateway.kafka.registry import api
+from gateway.kafka.resolve import topic_logs
+from gateway.kafka_protocol.codec import response_class
+from gateway.kafka_protocol.errors import ErrorCode
+
+DELETE_RECORDS = 21
+Response = response_class(DELETE_RECORDS)
+
+
+def _delete(ctx: RequestContext, parts: list | None, dp: Any) -> defer.Deferred:
+    def result(error: int, low: int = -1) -> Any:
+        return Response.DeleteRecordsPartitionResult(partition_index=dp.partition_index, low_watermark=low,
+                                                     error_code=int(error))
+
+    if parts is None or not 0 <= dp.partition_index < len(parts):
+        return defer.succeed(result(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+    p = parts[dp.partition_index]
+    offset = p.high_watermark if dp.offset == -1 else dp.offset
+    if offset < 0 or offset > p.high_watermark:
+        return defer.succeed(result(ErrorCode.OFFSET_OUT_OF_RANGE))
+    return ctx.broker.partitions.advance_log_start(p, offset).addCallbacks(
+        lambda low: result(ErrorCode.NONE, low), lambda f: result(ErrorCode.UNKNOWN_SERVER_ERROR))
+
+
+@api(DELETE_RECORDS, 0, 2)
+def handle_delete_records(ctx: RequestContext, request: Any) -> Any:
+    per_topic = []
+    for t in request.topics:
+        def with_logs(found: Any, t: Any = t) -> defer.Deferred:
+            parts = found[1] if found else None
+            return defer.gatherResults([_delete(ctx, parts, dp) for dp in t.partitions], consumeErrors=True)
+
+        per_topic.append(topic_logs(ctx.broker, t.name, auto_create=False).addCallback(with_logs))
+    return defer.gatherResults(per_topic, consumeErrors=True).addCallback(lambda results: Response(topics=[
+        Response.DeleteRecordsTopicResult(name=t.name, partitions=parts)
+        for t, parts in zip(request.topics, results, strict=True)
+    ]))

@@ -1,0 +1,149 @@
+"""Fetch (key 1): durable batches of each partition, long-polling on max_wait_ms / min_bytes.
+
+Fetch sessions (KIP-227) are refused the way a broker with a full session cache refuses them: a full
+fetch asking for a new session gets session id 0, so the client keeps sending full requests; an
+incremental fetch naming a session we never gave gets FETCH_SESSION_ID_NOT_FOUND.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from twisted.internet import defer
+
+from gateway.kafka.broker import RequestContext
+from gateway.kafka.partition_log import PartitionError, PartitionLog
+from gateway.kafka.registry import api
+from gateway.kafka.resolve import topic_logs
+from gateway.kafka_protocol.codec import response_class
+from gateway.kafka_protocol.errors import ErrorCode
+
+FETCH = 1
+Response = response_class(FETCH)
+READ_COMMITTED = 1
+
+
+def _empty(index: int, error: int, p: PartitionLog | None = None) -> Any:
+    hw = p.high_watermark if p is not None else -1
+    return Response.PartitionData(
+        partition_index=index, error_code=int(error), high_watermark=hw, last_stable_offset=hw,
+        log_start_offset=p.log_start if p is not None else -1, records=b"",
+    )
+
+
+class _FetchPlan:
+    """The request's partitions resolved to logs (or errors), fetched once or repeatedly."""
+
+    def __init__(self, ctx: RequestContext, request: Any) -> None:
+        self.ctx = ctx
+        self.request = request
+        self.topics: list[tuple[Any, list[tuple[Any, PartitionLog | None, int]]]] = []
+
+    def resolve(self) -> defer.Deferred:
+        broker = self.ctx.broker
+        by_id = self.ctx.api_version >= 13
+        lookups = []
+        for ft in self.request.topics:
+            if by_id:
+                topic = broker.topics.by_id(ft.topic_id)
+                name = topic.name if topic is not None else None
+            else:
+                name = ft.topic
+            lookups.append(topic_logs(broker, name, auto_create=False) if name else defer.succeed(None))
+
+        def resolved(found: list[Any]) -> None:
+            unknown = ErrorCode.UNKNOWN_TOPIC_ID if by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            for ft, hit in zip(self.request.topics, found, strict=True):
+                entries = []
+                for fp in ft.partitions:
+                    if hit is None:
+                        entries.append((fp, None, unknown))
+                    elif not 0 <= fp.partition < len(hit[1]):
+                        entries.append((fp, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                    else:
+                        entries.append((fp, hit[1][fp.partition], ErrorCode.NONE))
+                self.topics.append((ft, entries))
+
+        return defer.gatherResults(lookups, consumeErrors=True).addCallback(resolved)
+
+    def logs(self) -> list[PartitionLog]:
+        return [p for _, entries in self.topics for _, p, _ in entries if p is not None]
+
+    def fetch_once(self) -> defer.Deferred:
+        """Deferred of (response topics, bytes returned, any error)."""
+        partitions = self.ctx.broker.partitions
+        budget = self.request.max_bytes if self.ctx.api_version >= 3 else 0x7FFFFFFF
+        reads: list[defer.Deferred] = []
+        layout: list[tuple[Any, list[tuple[Any, PartitionLog | None, int]]]] = self.topics
+        state = {"budget": budget, "errors": False}
+        for _, entries in layout:
+            for fp, p, error in entries:
+                reads.append(self._read_partition(partitions, fp, p, error, state))
+
+        def assemble(results: list[Any]) -> tuple[list[Any], int, bool]:
+            it = iter(results)
+            out = []
+            total = 0
+            for ft, entries in layout:
+                parts = []
+                for _ in entries:
+                    data = next(it)
+                    total += len(data.records or b"")
+                    parts.append(data)
+                out.append(Response.FetchableTopicResponse(topic=ft.topic, topic_id=ft.topic_id, partitions=parts))
+            return out, total, state["errors"]
+
+        return defer.gatherResults(reads, consumeErrors=True).addCallback(assemble)
+
+    def _read_partition(self, partitions: Any, fp: Any, p: PartitionLog | None, error: int,
+                        state: dict) -> defer.Deferred:
+        if p is None:
+            state["errors"] = True
+            return defer.succeed(_empty(fp.partition, error))
+        try:
+            partitions.check_fetch_offset(p, fp.fetch_offset)
+        except PartitionError as exc:
+            state["errors"] = True
+            return defer.succeed(_empty(fp.partition, exc.error_code, p))
+        # The response-wide max_bytes is shared out in request order; the first non-empty partition
+        # always gets at least one batch (as Kafka does), so a consumer never stalls on a large batch.
+        limit = min(fp.partition_max_bytes, state["budget"])
+        hw = p.high_watermark
+        d = partitions.read(p, fp.fetch_offset, max(limit, 0))
+
+        def done(records: bytes) -> Any:
+            state["budget"] = max(0, state["budget"] - len(records))
+            data = _empty(fp.partition, ErrorCode.NONE, p)
+            data.high_watermark = data.last_stable_offset = hw
+            data.records = records
+            if self.request.isolation_level == READ_COMMITTED:
+                data.aborted_transactions = []
+            return data
+
+        return d.addCallback(done)
+
+
+def _respond(ctx: RequestContext, topics: list[Any], error: int = ErrorCode.NONE) -> Any:
+    return Response(error_code=int(error), session_id=0, responses=topics)
+
+
+@api(FETCH, 4, 17)
+def handle_fetch(ctx: RequestContext, request: Any) -> Any:
+    if ctx.api_version >= 7 and (request.session_id != 0 or request.session_epoch > 0):
+        return _respond(ctx, [], ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
+    plan = _FetchPlan(ctx, request)
+    deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
+    min_bytes = max(request.min_bytes, 1) if request.max_wait_ms > 0 else 0
+
+    def attempt(_: Any = None) -> defer.Deferred:
+        return plan.fetch_once().addCallback(decide)
+
+    def decide(outcome: tuple[list[Any], int, bool]) -> Any:
+        topics, total, errors = outcome
+        remaining = deadline - time.monotonic()
+        if total >= min_bytes or errors or remaining <= 0.001 or not plan.logs():
+            return _respond(ctx, topics)
+        return ctx.broker.partitions.wait_for_data(plan.logs(), remaining).addCallback(attempt)
+
+    return plan.resolve().addCallback(attempt)

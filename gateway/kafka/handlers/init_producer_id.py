@@ -1,0 +1,23 @@
+"""InitProducerId (key 22): a fresh producer id for an idempotent producer (epoch 0). Transactional
+producers are refused until transactions arrive."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.kafka.broker import RequestContext
+from gateway.kafka.registry import api
+from gateway.kafka_protocol.codec import response_class
+from gateway.kafka_protocol.errors import ErrorCode
+
+INIT_PRODUCER_ID = 22
+Response = response_class(INIT_PRODUCER_ID)
+
+
+@api(INIT_PRODUCER_ID, 0, 5)
+def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
+    if request.transactional_id is not None:
+        return Response(error_code=int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED), producer_id=-1,
+                        producer_epoch=-1)
+    return ctx.broker.blocking(ctx.broker.producer_ids.allocate).addCallback(
+        lambda pid: Response(error_code=int(ErrorCode.NONE), producer_id=pid, producer_epoch=0))

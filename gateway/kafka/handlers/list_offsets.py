@@ -1,0 +1,60 @@
+"""ListOffsets (key 2): earliest, latest, max timestamp, or the first offset at a timestamp."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet import defer
+
+from gateway.kafka.broker import RequestContext
+from gateway.kafka.registry import api
+from gateway.kafka.resolve import topic_logs
+from gateway.kafka_protocol.codec import response_class
+from gateway.kafka_protocol.errors import ErrorCode
+
+LIST_OFFSETS = 2
+Response = response_class(LIST_OFFSETS)
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
+
+
+def _result(index: int, error: int, offset: int = -1, timestamp: int = -1) -> Any:
+    return Response.ListOffsetsPartitionResponse(
+        partition_index=index, error_code=int(error), offset=offset, timestamp=timestamp, leader_epoch=0)
+
+
+def _lookup(ctx: RequestContext, parts: list, lp: Any) -> defer.Deferred:
+    if not 0 <= lp.partition_index < len(parts):
+        return defer.succeed(_result(lp.partition_index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+    if lp.current_leader_epoch > 0:
+        return defer.succeed(_result(lp.partition_index, ErrorCode.UNKNOWN_LEADER_EPOCH))
+    p = parts[lp.partition_index]
+    partitions = ctx.broker.partitions
+    ts = lp.timestamp
+    if ts == LATEST:
+        return defer.succeed(_result(lp.partition_index, ErrorCode.NONE, p.high_watermark))
+    if ts in (EARLIEST, EARLIEST_LOCAL):
+        return defer.succeed(_result(lp.partition_index, ErrorCode.NONE, p.log_start))
+    if ts == MAX_TIMESTAMP:
+        d = partitions.offset_of_max_timestamp(p)
+    elif ts >= 0:
+        d = partitions.offset_for_timestamp(p, ts)
+    else:
+        return defer.succeed(_result(lp.partition_index, ErrorCode.INVALID_REQUEST))
+    return d.addCallback(lambda found: _result(lp.partition_index, ErrorCode.NONE, found[0], found[1]))
+
+
+@api(LIST_OFFSETS, 1, 8)
+def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
+    per_topic = []
+    for t in request.topics:
+        def with_logs(found: Any, t: Any = t) -> defer.Deferred:
+            if found is None:
+                return defer.succeed([_result(lp.partition_index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                                      for lp in t.partitions])
+            return defer.gatherResults([_lookup(ctx, found[1], lp) for lp in t.partitions], consumeErrors=True)
+
+        per_topic.append(topic_logs(ctx.broker, t.name, auto_create=False).addCallback(with_logs))
+    return defer.gatherResults(per_topic, consumeErrors=True).addCallback(lambda results: Response(topics=[
+        Response.ListOffsetsTopicResponse(name=t.name, partitions=parts)
+        for t, parts in zip(request.topics, results, strict=True)
+    ]))

@@ -1,0 +1,45 @@
+"""OffsetForLeaderEpoch (key 23): every partition has had one leader epoch, 0, since creation, so the
+end offset of epoch 0 is the high watermark and later epochs are unknown."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet import defer
+
+from gateway.kafka.broker import RequestContext
+from gateway.kafka.registry import api
+from gateway.kafka.resolve import topic_logs
+from gateway.kafka_protocol.codec import response_class
+from gateway.kafka_protocol.errors import ErrorCode
+
+OFFSET_FOR_LEADER_EPOCH = 23
+Response = response_class(OFFSET_FOR_LEADER_EPOCH)
+
+
+def _end_offset(parts: list | None, op: Any) -> Any:
+    def result(error: int, epoch: int = -1, end: int = -1) -> Any:
+        return Response.EpochEndOffset(error_code=int(error), partition=op.partition, leader_epoch=epoch,
+                                       end_offset=end)
+
+    if parts is None or not 0 <= op.partition < len(parts):
+        return result(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    if op.current_leader_epoch > 0:
+        return result(ErrorCode.UNKNOWN_LEADER_EPOCH)
+    if op.leader_epoch > 0:
+        return result(ErrorCode.NONE)  # an epoch after ours: undefined, as Kafka answers
+    return result(ErrorCode.NONE, 0, parts[op.partition].high_watermark)
+
+
+@api(OFFSET_FOR_LEADER_EPOCH, 2, 4)
+def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
+    lookups = [topic_logs(ctx.broker, t.topic, auto_create=False) for t in request.topics]
+
+    def answer(found: list[Any]) -> Any:
+        return Response(topics=[
+            Response.OffsetForLeaderTopicResult(
+                topic=t.topic, partitions=[_end_offset(hit[1] if hit else None, op) for op in t.partitions])
+            for t, hit in zip(request.topics, found, strict=True)
+        ])
+
+    return defer.gatherResults(lookups, consumeErrors=True).addCallback(answer)

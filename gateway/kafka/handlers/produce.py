@@ -1,0 +1,82 @@
+"""Produce (key 0): record batches appended as sent, acknowledged once durable (acks 1 and all alike:
+nothing is acknowledged before it is durable); acks=0 gets no response at all."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet import defer
+
+from gateway.kafka.broker import RequestContext
+from gateway.kafka.partition_log import PartitionError
+from gateway.kafka.registry import NO_RESPONSE, api
+from gateway.kafka.resolve import topic_logs
+from gateway.kafka_protocol.codec import response_class
+from gateway.kafka_protocol.errors import ErrorCode
+
+PRODUCE = 0
+Response = response_class(PRODUCE)
+
+
+def _partition_result(index: int, error: int, base_offset: int = -1, log_start: int = -1,
+                      message: str | None = None) -> Any:
+    return Response.PartitionProduceResponse(
+        index=index, error_code=int(error), base_offset=base_offset, log_append_time_ms=-1,
+        log_start_offset=log_start, error_message=message,
+    )
+
+
+def _produce_topic(ctx: RequestContext, topic_data: Any, transactional: bool) -> defer.Deferred:
+    broker = ctx.broker
+
+    def with_logs(found: Any) -> defer.Deferred:
+        if transactional:
+            return defer.succeed([
+                _partition_result(pd.index, ErrorCode.INVALID_REQUEST,
+                                  message="transactional produce is not supported yet")
+                for pd in topic_data.partition_data])
+        if found is None:
+            return defer.succeed([
+                _partition_result(pd.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                for pd in topic_data.partition_data])
+        topic, parts = found
+        results: list[defer.Deferred] = []
+        for pd in topic_data.partition_data:
+            results.append(_produce_partition(broker, topic, parts, pd))
+        return defer.gatherResults(results)
+
+    return topic_logs(broker, topic_data.name, auto_create=True).addCallback(with_logs)
+
+
+def _produce_partition(broker: Any, topic: Any, parts: list, pd: Any) -> defer.Deferred:
+    if not 0 <= pd.index < len(parts) or pd.records is None:
+        return defer.succeed(_partition_result(pd.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+    p = parts[pd.index]
+    max_bytes = min(int(topic.config("max.message.bytes")), broker.config.max_message_bytes)
+    try:
+        d = broker.partitions.append(topic, pd.index, pd.records, max_bytes)
+    except PartitionError as exc:
+        return defer.succeed(_partition_result(pd.index, exc.error_code, message=str(exc)))
+
+    def ok(base: int) -> Any:
+        return _partition_result(pd.index, ErrorCode.NONE, base, p.log_start)
+
+    def failed(failure: Any) -> Any:
+        # The store refused or failed the append: nothing was acknowledged; the client retries.
+        return _partition_result(pd.index, ErrorCode.NOT_LEADER_OR_FOLLOWER, message=failure.getErrorMessage())
+
+    return d.addCallbacks(ok, failed)
+
+
+@api(PRODUCE, 3, 11)
+def handle_produce(ctx: RequestContext, request: Any) -> Any:
+    transactional = request.transactional_id is not None
+    per_topic = [_produce_topic(ctx, td, transactional) for td in request.topic_data]
+    gathered = defer.gatherResults(per_topic, consumeErrors=True)
+    if request.acks == 0:
+        gathered.addErrback(lambda f: None)  # no one to tell; errors are logged where they happen
+        return NO_RESPONSE
+    return gathered.addCallback(lambda results: Response(responses=[
+        Response.TopicProduceResponse(name=td.name, partition_responses=partitions)
+        for td, partitions in zip(request.topic_data, results, strict=True)
+    ]))
