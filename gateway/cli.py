@@ -29,6 +29,8 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
                    help="refuse Metadata/Produce for unknown topics instead of creating them")
     p.add_argument("--default-partitions", type=int, default=d.default_partitions,
                    help="partitions of auto-created topics")
+    p.add_argument("--retention-check-seconds", type=float, default=d.retention_check_seconds,
+                   help="how often topic retention (retention.ms, retention.bytes) is enforced")
     p.add_argument("--log-level", default="INFO")
 
 
@@ -144,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             kafka_scope=args.kafka_scope,
             auto_create_topics=args.auto_create_topics,
             default_partitions=args.default_partitions,
+            retention_check_seconds=args.retention_check_seconds,
         )
         return serve(options)
     return 2

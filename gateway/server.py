@@ -12,7 +12,7 @@ from twisted.internet import reactor
 
 from gateway.http import http_site
 from gateway.kafka.broker import KafkaConfig
-from gateway.kafka.setup import build_kafka
+from gateway.kafka.setup import build_kafka, start_background
 from gateway.native.handler import NativeFactory
 from store.containers.config import ContainerConfig
 from store.controller import Controller
@@ -34,6 +34,7 @@ class ServerOptions:
     kafka_scope: str = "kafka"
     auto_create_topics: bool = True
     default_partitions: int = 1
+    retention_check_seconds: float = 30.0
     containers: int = 4
     lts: str | None = None  # a path, file:///path or s3://bucket/prefix; default <data_dir>/lts
     s3_endpoint: str | None = None
@@ -72,6 +73,7 @@ def serve(options: ServerOptions) -> int:
             advertised_host=options.host,
             auto_create_topics=options.auto_create_topics,
             default_partitions=options.default_partitions,
+            retention_check_seconds=options.retention_check_seconds,
         )
         broker, kafka_factory = build_kafka(store, controller, tables, kafka_config, controller_pool)
     except Exception as exc:  # noqa: BLE001 - report why the store cannot start, then exit non-zero
@@ -91,6 +93,7 @@ def serve(options: ServerOptions) -> int:
         print(f"millrace: cannot listen: {exc}", file=sys.stderr, flush=True)
         store.close()
         return 1
+    start_background(broker)
     announce("kafka", kafka)
     announce("native", native)
     announce("http", http)

@@ -27,6 +27,7 @@ class KafkaConfig:
     default_partitions: int = 1
     max_request_bytes: int = 100 * 1024 * 1024
     max_message_bytes: int = 8 * 1024 * 1024  # largest record batch accepted
+    retention_check_seconds: float = 30.0  # how often retention.ms / retention.bytes are enforced
     group_initial_rebalance_delay_ms: int = 0
     group_min_session_timeout_ms: int = 1000
     group_max_session_timeout_ms: int = 300000

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from concurrent.futures import ThreadPoolExecutor
+
+from twisted.internet import task
 
 from gateway.kafka.broker import Broker, KafkaConfig
 from gateway.kafka.connection import KafkaFactory
@@ -13,6 +16,8 @@ from gateway.kafka.topics import TopicRegistry
 from store.controller import Controller
 from store.segment_store import SegmentStore
 from store.tables import TableStore
+
+log = logging.getLogger(__name__)
 
 
 def build_kafka(
@@ -27,3 +32,18 @@ def build_kafka(
     broker.topics.listeners.append(broker.partitions.topic_event)
     broker.producer_ids = ProducerIdAllocator(tables)
     return broker, KafkaFactory(broker)
+
+
+def start_background(broker: Broker) -> task.LoopingCall:
+    """Periodic work on the reactor: retention enforcement for every topic."""
+
+    def enforce() -> None:
+        for name in broker.topics.names():
+            topic = broker.topics.get(name)
+            if topic is not None:
+                for d in broker.partitions.enforce_retention(topic):
+                    d.addErrback(lambda f, n=name: log.warning("retention of %s failed: %s", n, f.getErrorMessage()))
+
+    loop = task.LoopingCall(enforce)
+    loop.start(broker.config.retention_check_seconds, now=False)
+    return loop

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import threading
 import time
 import uuid
@@ -48,6 +49,16 @@ DEFAULT_CONFIGS: dict[str, str] = {
     "millrace.segments.initial": "0",  # 0 = one segment per partition
 }
 READ_ONLY_CONFIGS = {"millrace.segments.initial"}
+
+# Kafka's rule (org.apache.kafka.common.internals.Topic): ASCII letters, digits, '.', '_', '-'; at most
+# 249 characters; not "." or "..". str.isalnum() would let non-ASCII letters through, which Kafka
+# refuses and the controller's stream names cannot hold.
+_LEGAL_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+def legal_topic_name(name: str | None) -> bool:
+    """True if Kafka would accept ``name`` as a topic name."""
+    return bool(name) and name not in (".", "..") and _LEGAL_TOPIC.fullmatch(name) is not None
 
 
 class TopicError(Exception):
@@ -181,7 +192,7 @@ class TopicRegistry:
         from gateway.kafka_protocol.errors import ErrorCode
 
         configs = {k: v for k, v in (configs or {}).items() if v is not None}
-        if not name or len(name) > 249 or name in (".", "..") or not all(c.isalnum() or c in "._-" for c in name):
+        if not legal_topic_name(name):
             raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"illegal topic name {name!r}")
         if partitions < 1 or partitions > 1 << 16:
             raise TopicError(ErrorCode.INVALID_PARTITIONS, f"partition count {partitions} must be 1..65536")

@@ -1,0 +1,374 @@
+"""DescribeConfigs (32), AlterConfigs (33) and IncrementalAlterConfigs (44).
+
+Topic configs are the topic registry's: every key of ``DEFAULT_CONFIGS``, set explicitly (source
+TOPIC_CONFIG) or not (DEFAULT_CONFIG). Changing retention.ms / retention.bytes updates the stream's
+retention policy through the registry. Broker configs describe this node's static settings (command
+line options) and are read-only: altering one is refused with INVALID_REQUEST, as Kafka refuses a
+config that cannot be updated dynamically.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.kafka.registry import api
+from gateway.kafka.topics import DEFAULT_CONFIGS, READ_ONLY_CONFIGS, TopicError, TopicInfo, legal_topic_name
+from gateway.kafka_protocol.codec import response_class
+from gateway.kafka_protocol.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+DESCRIBE_CONFIGS = 32
+ALTER_CONFIGS = 33
+INCREMENTAL_ALTER_CONFIGS = 44
+
+# ConfigResource.Type
+TOPIC_RESOURCE = 2
+BROKER_RESOURCE = 4
+
+# ConfigEntry.ConfigSource
+TOPIC_CONFIG = 1
+STATIC_BROKER_CONFIG = 4
+DEFAULT_CONFIG = 5
+
+# DescribeConfigsResponse.ConfigType
+BOOLEAN, STRING, INT, LONG, LIST = 1, 2, 3, 5, 7
+
+# AlterConfigOp.OpType
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class ConfigDef:
+    type: int
+    doc: str
+    broker_synonym: str | None = None  # the broker setting that supplies the topic's default
+
+
+TOPIC_CONFIG_DEFS: dict[str, ConfigDef] = {
+    "cleanup.policy": ConfigDef(LIST, "Retention policy for old data; Millrace supports \"delete\" only.",
+                                "log.cleanup.policy"),
+    "retention.ms": ConfigDef(LONG, "How long a partition keeps data before deleting it, in ms; -1 keeps it "
+                              "forever (old data tiers to long-term storage).", "log.retention.ms"),
+    "retention.bytes": ConfigDef(LONG, "Size a partition may grow to before old data is deleted; -1 for no limit.",
+                                 "log.retention.bytes"),
+    "max.message.bytes": ConfigDef(INT, "Largest record batch size accepted.", "message.max.bytes"),
+    "message.timestamp.type": ConfigDef(STRING, "CreateTime or LogAppendTime.", "log.message.timestamp.type"),
+    "min.insync.replicas": ConfigDef(INT, "Minimum in-sync replicas for acks=all; a Millrace write is durable "
+                                     "once its segment container's log has acknowledged it.", "min.insync.replicas"),
+    "compression.type": ConfigDef(STRING, "Final compression type; \"producer\" keeps the producer's codec.",
+                                  "compression.type"),
+    "segment.bytes": ConfigDef(INT, "Kafka log segment size (informational: Millrace stores chunks in tiers).",
+                               "log.segment.bytes"),
+    "millrace.segments.initial": ConfigDef(INT, "How many stream segments carry the topic at creation; 0 means one "
+                                           "per partition. Set at creation only."),
+}
+assert set(TOPIC_CONFIG_DEFS) == set(DEFAULT_CONFIGS), "every topic config needs a definition"
+LIST_CONFIGS = {name for name, d in TOPIC_CONFIG_DEFS.items() if d.type == LIST}
+
+
+@dataclass(frozen=True)
+class ConfigValue:
+    name: str
+    value: str | None
+    source: int
+    read_only: bool
+    type: int
+    doc: str
+    synonyms: tuple[tuple[str, str | None, int], ...] = ()  # (name, value, source), highest precedence first
+
+
+def topic_config_values(topic: TopicInfo) -> list[ConfigValue]:
+    """Every config of ``topic`` with where its value comes from, sorted by name."""
+    out = []
+    for name in sorted(DEFAULT_CONFIGS):
+        d = TOPIC_CONFIG_DEFS[name]
+        default = DEFAULT_CONFIGS[name]
+        synonyms: list[tuple[str, str | None, int]] = []
+        if name in topic.configs:
+            synonyms.append((name, topic.configs[name], TOPIC_CONFIG))
+        if d.broker_synonym:
+            synonyms.append((d.broker_synonym, default, DEFAULT_CONFIG))
+        source = TOPIC_CONFIG if name in topic.configs else DEFAULT_CONFIG
+        out.append(ConfigValue(name, topic.config(name), source, name in READ_ONLY_CONFIGS, d.type, d.doc,
+                               tuple(synonyms)))
+    return out
+
+
+def broker_config_values(config: Any) -> list[ConfigValue]:
+    """This node's settings under Kafka's broker config names; all fixed at start (read-only)."""
+    def entry(name: str, value: Any, type_: int, doc: str, explicit: bool = False) -> ConfigValue:
+        text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+        source = STATIC_BROKER_CONFIG if explicit else DEFAULT_CONFIG
+        return ConfigValue(name, text, source, True, type_, doc, ((name, text, source),))
+
+    entries = [
+        entry("broker.id", config.node_id, INT, "This node's id.", True),
+        entry("node.id", config.node_id, INT, "This node's id.", True),
+        entry("advertised.listeners", f"PLAINTEXT://{config.advertised_host}:{config.advertised_port}", LIST,
+              "Where clients reach this node.", True),
+        entry("num.partitions", config.default_partitions, INT,
+              "Partitions of auto-created topics (--default-partitions).", config.default_partitions != 1),
+        entry("auto.create.topics.enable", config.auto_create_topics, BOOLEAN,
+              "Whether Metadata requests create unknown topics (--no-auto-create-topics).",
+              not config.auto_create_topics),
+        entry("default.replication.factor", 1, INT,
+              "Replication factor of new topics: a partition is one stream slice; durability comes from the "
+              "segment store's log, not from Kafka replicas."),
+        entry("delete.topic.enable", True, BOOLEAN, "Topics can be deleted (their streams go away)."),
+        entry("message.max.bytes", config.max_message_bytes, INT, "Largest record batch accepted."),
+        entry("socket.request.max.bytes", config.max_request_bytes, INT, "Largest request accepted."),
+        entry("group.initial.rebalance.delay.ms", config.group_initial_rebalance_delay_ms, INT,
+              "Delay of a new group's first rebalance."),
+        entry("group.min.session.timeout.ms", config.group_min_session_timeout_ms, INT,
+              "Smallest session timeout a consumer may ask for."),
+        entry("group.max.session.timeout.ms", config.group_max_session_timeout_ms, INT,
+              "Largest session timeout a consumer may ask for."),
+    ]
+    # Defaults of topic configs, under their broker names.
+    for name, d in TOPIC_CONFIG_DEFS.items():
+        if d.broker_synonym and d.broker_synonym not in {e.name for e in entries}:
+            entries.append(entry(d.broker_synonym, DEFAULT_CONFIGS[name], d.type, d.doc))
+    return sorted(entries, key=lambda e: e.name)
+
+
+def _broker_name_error(ctx: Any, name: str) -> tuple[ErrorCode, str] | None:
+    """Kafka accepts the receiving broker's own id, or "" for the cluster-wide dynamic defaults."""
+    if name == "" or name == str(ctx.broker.config.node_id):
+        return None
+    return ErrorCode.INVALID_REQUEST, (f"unexpected broker id {name!r}: expected "
+                                       f"{ctx.broker.config.node_id} or the empty string")
+
+
+# ---------------------------------------------------------------------------------------------- describe
+
+_D = response_class(DESCRIBE_CONFIGS)
+
+
+@api(DESCRIBE_CONFIGS, 0, 4)
+def handle_describe_configs(ctx: Any, request: Any) -> Any:
+    """In memory only: topic configs are cached by the registry, broker configs are the node's own."""
+    version = ctx.api_version
+    synonyms = version >= 1 and request.include_synonyms
+    docs = version >= 3 and request.include_documentation
+    results = []
+    for resource in request.resources:
+        result = _D.DescribeConfigsResult(error_code=0, error_message=None, resource_type=resource.resource_type,
+                                          resource_name=resource.resource_name, configs=[])
+        values: list[ConfigValue] = []
+        if resource.resource_type == TOPIC_RESOURCE:
+            topic = ctx.broker.topics.get(resource.resource_name)
+            if topic is not None:
+                values = topic_config_values(topic)
+            elif not legal_topic_name(resource.resource_name):
+                result.error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
+                result.error_message = f"illegal topic name {resource.resource_name!r}"
+            else:
+                result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                result.error_message = f"topic {resource.resource_name!r} does not exist"
+        elif resource.resource_type == BROKER_RESOURCE:
+            problem = _broker_name_error(ctx, resource.resource_name)
+            if problem:
+                result.error_code, result.error_message = problem
+            elif resource.resource_name:
+                values = broker_config_values(ctx.broker.config)
+            # "" = cluster-wide dynamic defaults: Millrace has none, so an empty list.
+        else:
+            result.error_code = ErrorCode.INVALID_REQUEST
+            result.error_message = f"resource type {resource.resource_type} is not supported"
+        keys = resource.configuration_keys
+        if keys is not None:
+            wanted = set(keys)
+            values = [v for v in values if v.name in wanted]
+        result.configs = [_describe_entry(v, version, synonyms, docs) for v in values]
+        results.append(result)
+    return _D(throttle_time_ms=0, results=results)
+
+
+def _describe_entry(v: ConfigValue, version: int, synonyms: bool, docs: bool) -> Any:
+    return _D.DescribeConfigsResourceResult(
+        name=v.name, value=v.value, read_only=v.read_only,
+        is_default=version == 0 and v.source == DEFAULT_CONFIG,
+        config_source=v.source, is_sensitive=False,
+        synonyms=[_D.DescribeConfigsSynonym(name=n, value=val, source=s) for n, val, s in v.synonyms]
+        if synonyms else [],
+        config_type=v.type, documentation=v.doc if docs else None,
+    )
+
+
+# ---------------------------------------------------------------------------------------------- alter
+
+@dataclass
+class _Outcome:
+    error: ErrorCode = ErrorCode.NONE
+    message: str | None = None
+
+
+def _alter_response(cls: Any, resources: list[Any], outcomes: list[_Outcome]) -> Any:
+    return cls(throttle_time_ms=0, responses=[
+        cls.AlterConfigsResourceResponse(error_code=int(o.error), error_message=o.message,
+                                         resource_type=r.resource_type, resource_name=r.resource_name)
+        for r, o in zip(resources, outcomes, strict=True)
+    ])
+
+
+def _check_resources(ctx: Any, resources: list[Any]) -> list[_Outcome | None]:
+    """The refusals that need no store I/O; None where the resource is a topic to alter."""
+    seen = Counter((r.resource_type, r.resource_name) for r in resources)
+    out: list[_Outcome | None] = []
+    for r in resources:
+        names = Counter(c.name for c in r.configs)
+        if seen[(r.resource_type, r.resource_name)] > 1:
+            out.append(_Outcome(ErrorCode.INVALID_REQUEST, "the resource appears more than once in the request"))
+        elif any(n > 1 for n in names.values()):
+            dup = sorted(k for k, n in names.items() if n > 1)
+            out.append(_Outcome(ErrorCode.INVALID_REQUEST, f"duplicate config keys: {', '.join(dup)}"))
+        elif r.resource_type == TOPIC_RESOURCE:
+            if not legal_topic_name(r.resource_name):
+                out.append(_Outcome(ErrorCode.INVALID_TOPIC_EXCEPTION, f"illegal topic name {r.resource_name!r}"))
+            elif ctx.broker.topics.get(r.resource_name) is None:
+                out.append(_Outcome(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                    f"topic {r.resource_name!r} does not exist"))
+            else:
+                out.append(None)
+        elif r.resource_type == BROKER_RESOURCE:
+            problem = _broker_name_error(ctx, r.resource_name)
+            if problem:
+                out.append(_Outcome(*problem))
+            elif r.configs:
+                names_list = ", ".join(c.name for c in r.configs)
+                out.append(_Outcome(ErrorCode.INVALID_REQUEST,
+                                    f"cannot update these configs dynamically: {names_list} (Millrace broker "
+                                    "configs are set on the command line)"))
+            else:
+                out.append(_Outcome())  # nothing to change is a success
+        else:
+            out.append(_Outcome(ErrorCode.INVALID_REQUEST, f"resource type {r.resource_type} is not supported"))
+    return out
+
+
+def _run_alters(registry: Any, jobs: list[tuple[int, str, Any]], validate_only: bool) -> dict[int, _Outcome]:
+    """Blocking: apply each topic's change; ``jobs`` are (index, topic, fn(TopicInfo) -> (changes,
+    replace_all)). The changes are computed here, from the topic as it is now, not as it was when the
+    request arrived."""
+    out: dict[int, _Outcome] = {}
+    for index, name, plan in jobs:
+        try:
+            topic = registry.get(name)
+            if topic is None:
+                raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+            changes, replace_all = plan(topic)
+            registry.alter_configs(name, changes, replace_all, validate_only)
+            out[index] = _Outcome()
+        except TopicError as exc:
+            out[index] = _Outcome(ErrorCode(exc.error_code), str(exc))
+        except Exception as exc:  # noqa: BLE001 - one resource's failure must not fail the others
+            log.exception("altering configs of topic %r failed", name)
+            out[index] = _Outcome(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc))
+    return out
+
+
+def _alter(ctx: Any, request: Any, cls: Any, planner: Any) -> Any:
+    checks = _check_resources(ctx, request.resources)
+    outcomes: list[_Outcome] = [c or _Outcome() for c in checks]
+    jobs = []
+    for i, (r, check) in enumerate(zip(request.resources, checks, strict=True)):
+        if check is not None:
+            continue
+        problem = planner.validate(r.configs)
+        if problem is not None:
+            outcomes[i] = problem
+        else:
+            jobs.append((i, r.resource_name, planner.plan(r.configs)))
+    if not jobs:
+        return _alter_response(cls, request.resources, outcomes)
+
+    def done(results: dict[int, _Outcome]) -> Any:
+        for i, outcome in results.items():
+            outcomes[i] = outcome
+        return _alter_response(cls, request.resources, outcomes)
+
+    return ctx.broker.blocking(_run_alters, ctx.broker.topics, jobs, request.validate_only).addCallback(done)
+
+
+class _ReplaceAll:
+    """Legacy AlterConfigs: the given set replaces the topic's explicit configs entirely."""
+
+    @staticmethod
+    def validate(configs: list[Any]) -> _Outcome | None:
+        nulls = [c.name for c in configs if c.value is None]
+        if nulls:
+            return _Outcome(ErrorCode.INVALID_REQUEST, f"null value not supported for: {', '.join(nulls)}")
+        return None
+
+    @staticmethod
+    def plan(configs: list[Any]) -> Any:
+        changes = {c.name: c.value for c in configs}
+
+        def apply(topic: TopicInfo) -> tuple[dict[str, str | None], bool]:
+            # Set-at-creation configs cannot be altered, but a full replace that restates them unchanged
+            # (describe, edit one value, alter) is not an alteration of them.
+            return {k: v for k, v in changes.items()
+                    if not (k in READ_ONLY_CONFIGS and v == topic.config(k))}, True
+
+        return apply
+
+
+class _Incremental:
+    """IncrementalAlterConfigs: SET and DELETE on any topic config; APPEND and SUBTRACT on lists."""
+
+    @staticmethod
+    def validate(configs: list[Any]) -> _Outcome | None:
+        for c in configs:
+            if c.config_operation not in (SET, DELETE, APPEND, SUBTRACT):
+                return _Outcome(ErrorCode.INVALID_REQUEST, f"unknown config operation {c.config_operation}")
+            if c.config_operation != DELETE and c.value is None:
+                return _Outcome(ErrorCode.INVALID_REQUEST, f"null value not supported for: {c.name}")
+            if c.name not in DEFAULT_CONFIGS:
+                return _Outcome(ErrorCode.INVALID_CONFIG, f"unknown or unsupported topic config {c.name!r}")
+            if c.config_operation in (APPEND, SUBTRACT) and c.name not in LIST_CONFIGS:
+                verb = "append" if c.config_operation == APPEND else "subtract"
+                return _Outcome(ErrorCode.INVALID_CONFIG,
+                                f"config value {verb} is not allowed for config key {c.name} (not a list)")
+        return None
+
+    @staticmethod
+    def plan(configs: list[Any]) -> Any:
+        ops = [(c.name, c.config_operation, c.value) for c in configs]
+
+        def apply(topic: TopicInfo) -> tuple[dict[str, str | None], bool]:
+            changes: dict[str, str | None] = {}
+            for name, op, value in ops:
+                if op == SET:
+                    changes[name] = value
+                elif op == DELETE:
+                    changes[name] = None
+                else:
+                    # Lists start from the current value, the default included (as Kafka does).
+                    current = [x for x in topic.config(name).split(",") if x]
+                    items = [x.strip() for x in value.split(",") if x.strip()]
+                    if op == APPEND:
+                        current += [x for x in items if x not in current]
+                    else:
+                        current = [x for x in current if x not in items]
+                    changes[name] = ",".join(current)
+            return changes, False
+
+        return apply
+
+
+_A = response_class(ALTER_CONFIGS)
+_I = response_class(INCREMENTAL_ALTER_CONFIGS)
+
+
+@api(ALTER_CONFIGS, 0, 2)
+def handle_alter_configs(ctx: Any, request: Any) -> Any:
+    return _alter(ctx, request, _A, _ReplaceAll)
+
+
+@api(INCREMENTAL_ALTER_CONFIGS, 0, 1)
+def handle_incremental_alter_configs(ctx: Any, request: Any) -> Any:
+    return _alter(ctx, request, _I, _Incremental)

@@ -1,0 +1,99 @@
+"""DeleteTopics (key 20): by name, and from v6 by topic id. The topic's stream is sealed and deleted,
+so its segments (and their data in every tier) go away."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.kafka.registry import api
+from gateway.kafka.topics import TopicError, legal_topic_name
+from gateway.kafka_protocol.codec import response_class
+from gateway.kafka_protocol.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+DELETE_TOPICS = 20
+ZERO_UUID = uuid.UUID(int=0)
+_R = response_class(DELETE_TOPICS)
+
+
+@dataclass
+class _Job:
+    name: str | None
+    topic_id: uuid.UUID = ZERO_UUID
+    error: ErrorCode = ErrorCode.NONE
+    message: str | None = None
+
+
+def _resolve(ctx: Any, name: str | None, topic_id: uuid.UUID) -> _Job:
+    """Check a deletion on the reactor (in memory) and fill in whichever of name and id is missing."""
+    registry = ctx.broker.topics
+    if name is not None and topic_id != ZERO_UUID:
+        return _Job(name, topic_id, ErrorCode.INVALID_REQUEST, "you may not specify both topic name and topic id")
+    if topic_id != ZERO_UUID:
+        topic = registry.by_id(topic_id)
+        if topic is None:
+            return _Job(None, topic_id, ErrorCode.UNKNOWN_TOPIC_ID, f"no topic has id {topic_id}")
+        return _Job(topic.name, topic_id)
+    if name is None:
+        return _Job(None, ZERO_UUID, ErrorCode.INVALID_REQUEST, "neither topic name nor id were specified")
+    topic = registry.get(name)
+    if topic is None:
+        error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if legal_topic_name(name) else ErrorCode.INVALID_TOPIC_EXCEPTION
+        return _Job(name, ZERO_UUID, error, f"topic {name!r} does not exist")
+    return _Job(name, topic.topic_id)
+
+
+def _delete_all(registry: Any, jobs: list[_Job]) -> None:
+    """Blocking: delete every topic that resolved."""
+    for job in jobs:
+        if job.error:
+            continue
+        try:
+            registry.delete(job.name)
+        except TopicError as exc:  # deleted meanwhile by another request
+            job.error, job.message = ErrorCode(exc.error_code), str(exc)
+        except Exception as exc:  # noqa: BLE001 - one topic's failure must not fail the others
+            log.exception("deleting topic %r failed", job.name)
+            job.error, job.message = ErrorCode.UNKNOWN_SERVER_ERROR, str(exc)
+
+
+@api(DELETE_TOPICS, 0, 6)
+def handle_delete_topics(ctx: Any, request: Any) -> Any:
+    version = ctx.api_version
+    wanted = ([(t.name, t.topic_id) for t in request.topics] if version >= 6
+              else [(name, ZERO_UUID) for name in request.topic_names])
+    counts = Counter(wanted)
+    jobs: list[_Job] = []
+    seen: set[tuple[str | None, uuid.UUID]] = set()
+    for name, topic_id in wanted:
+        if (name, topic_id) in seen:
+            continue
+        seen.add((name, topic_id))
+        if counts[(name, topic_id)] > 1:
+            what = "name" if topic_id == ZERO_UUID else "id"
+            jobs.append(_Job(name, topic_id, ErrorCode.INVALID_REQUEST, f"duplicate topic {what}"))
+        else:
+            jobs.append(_resolve(ctx, name, topic_id))
+    # The same topic named once by name and once by id would otherwise be deleted twice.
+    by_topic = Counter(j.name for j in jobs if not j.error)
+    for j in jobs:
+        if not j.error and by_topic[j.name] > 1:
+            j.error, j.message = ErrorCode.INVALID_REQUEST, "the topic is named more than once"
+
+    def respond(_: object = None) -> Any:
+        return _R(throttle_time_ms=0, responses=[
+            _R.DeletableTopicResult(
+                # Before v6 every result carries a name; from v6 an unknown id has none.
+                name=j.name if j.name is not None or version >= 6 else "",
+                topic_id=j.topic_id, error_code=int(j.error), error_message=j.message)
+            for j in jobs
+        ])
+
+    if all(j.error for j in jobs):
+        return respond()
+    return ctx.broker.blocking(_delete_all, ctx.broker.topics, jobs).addCallback(respond)

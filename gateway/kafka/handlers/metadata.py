@@ -1,0 +1,150 @@
+"""Metadata (key 3): this node as the only broker, leader of every partition of every topic.
+
+Topics are streams; their partition count and topic id come from the topic registry (in memory), so a
+Metadata answer never touches the store unless it auto-creates a topic. Auto-creation follows Kafka's
+broker: the topic is created (here synchronously, off the reactor) and that round answers
+LEADER_NOT_AVAILABLE; the client's next refresh sees the topic with its partitions.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from twisted.internet.defer import Deferred
+
+from gateway.kafka.registry import api
+from gateway.kafka.topics import TopicError, TopicInfo, legal_topic_name
+from gateway.kafka_protocol.codec import response_class
+from gateway.kafka_protocol.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+METADATA = 3
+ZERO_UUID = uuid.UUID(int=0)
+
+# Authorized-operation bit sets. Kafka without an authorizer answers every operation the resource type
+# supports (AclEntry.supportedOperations), as a bit field of AclOperation codes; Millrace has no ACLs yet.
+_READ, _WRITE, _CREATE, _DELETE, _ALTER, _DESCRIBE = 3, 4, 5, 6, 7, 8
+_CLUSTER_ACTION, _DESCRIBE_CONFIGS, _ALTER_CONFIGS, _IDEMPOTENT_WRITE = 9, 10, 11, 12
+TOPIC_OPERATIONS = sum(1 << op for op in (_READ, _WRITE, _CREATE, _DELETE, _ALTER, _DESCRIBE, _DESCRIBE_CONFIGS,
+                                          _ALTER_CONFIGS))
+CLUSTER_OPERATIONS = sum(1 << op for op in (_CREATE, _CLUSTER_ACTION, _DESCRIBE_CONFIGS, _ALTER_CONFIGS,
+                                            _IDEMPOTENT_WRITE, _ALTER, _DESCRIBE))
+OPERATIONS_NOT_REQUESTED = -(2**31)  # Integer.MIN_VALUE: "not asked for"
+
+_R = response_class(METADATA)
+
+
+def topic_metadata(ctx: Any, topic: TopicInfo, include_operations: bool) -> Any:
+    """One topic's entry: every partition led by this node, which is also the only replica."""
+    node = ctx.broker.config.node_id
+    return _R.MetadataResponseTopic(
+        error_code=0, name=topic.name, topic_id=topic.topic_id, is_internal=False,
+        partitions=[
+            _R.MetadataResponsePartition(error_code=0, partition_index=p, leader_id=node, leader_epoch=0,
+                                         replica_nodes=[node], isr_nodes=[node], offline_replicas=[])
+            for p in range(topic.partition_count)
+        ],
+        topic_authorized_operations=TOPIC_OPERATIONS if include_operations else OPERATIONS_NOT_REQUESTED,
+    )
+
+
+def _error_topic(error: ErrorCode, name: str | None, topic_id: uuid.UUID = ZERO_UUID) -> Any:
+    return _R.MetadataResponseTopic(error_code=int(error), name=name, topic_id=topic_id, is_internal=False,
+                                    partitions=[], topic_authorized_operations=OPERATIONS_NOT_REQUESTED)
+
+
+def _response(ctx: Any, request: Any, topics: list[Any]) -> Any:
+    config = ctx.broker.config
+    version = ctx.api_version
+    # Cluster operations live in Metadata only in v8..v10 (DescribeCluster carries them since).
+    include_cluster_ops = 8 <= version <= 10 and request.include_cluster_authorized_operations
+    return _R(
+        throttle_time_ms=0,
+        brokers=[_R.MetadataResponseBroker(node_id=config.node_id, host=config.advertised_host,
+                                           port=config.advertised_port, rack=None)],
+        cluster_id=config.cluster_id,
+        controller_id=config.node_id,
+        topics=topics,
+        cluster_authorized_operations=CLUSTER_OPERATIONS if include_cluster_ops else OPERATIONS_NOT_REQUESTED,
+    )
+
+
+@api(METADATA, 0, 12)
+def handle_metadata(ctx: Any, request: Any) -> Any:
+    broker = ctx.broker
+    registry = broker.topics
+    version = ctx.api_version
+    include_ops = version >= 8 and request.include_topic_authorized_operations
+
+    # A null list means every topic; so does an empty one in v0, which could not say null.
+    if request.topics is None or (version == 0 and not request.topics):
+        topics = [registry.get(name) for name in registry.names()]
+        return _response(ctx, request, [topic_metadata(ctx, t, include_ops) for t in topics if t is not None])
+
+    # Kafka answers each distinct topic once, whatever the request repeats.
+    answers: dict[Any, Any] = {}
+    missing: list[str] = []
+    for wanted in request.topics:
+        topic_id = getattr(wanted, "topic_id", ZERO_UUID) if version >= 10 else ZERO_UUID
+        if topic_id != ZERO_UUID:
+            key: Any = topic_id
+            if key in answers:
+                continue
+            topic = registry.by_id(topic_id)
+            # A topic asked for by id and not found has no name to give (nullable from v12).
+            answers[key] = (topic_metadata(ctx, topic, include_ops) if topic is not None else
+                            _error_topic(ErrorCode.UNKNOWN_TOPIC_ID, None if version >= 12 else "", topic_id))
+            continue
+        name = wanted.name
+        if name in answers:
+            continue
+        if name is None:
+            answers[name] = _error_topic(ErrorCode.INVALID_REQUEST, None if version >= 12 else "")
+            continue
+        topic = registry.get(name)
+        if topic is not None:
+            answers[name] = topic_metadata(ctx, topic, include_ops)
+        elif not legal_topic_name(name):
+            answers[name] = _error_topic(ErrorCode.INVALID_TOPIC_EXCEPTION, name)
+        else:
+            answers[name] = None  # filled in below
+            missing.append(name)
+
+    # Before v4 the request could not refuse auto-creation, so the broker's setting alone decides.
+    allow_create = broker.config.auto_create_topics and (version < 4 or request.allow_auto_topic_creation)
+    if not missing or not allow_create:
+        for name in missing:
+            answers[name] = _error_topic(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name)
+        return _response(ctx, request, list(answers.values()))
+
+    def created(errors: dict[str, ErrorCode]) -> Any:
+        for name, error in errors.items():
+            answers[name] = _error_topic(error, name)
+        return _response(ctx, request, list(answers.values()))
+
+    d: Deferred = broker.blocking(_auto_create, registry, missing, broker.config.default_partitions)
+    d.addCallback(created)
+    return d
+
+
+def _auto_create(registry: Any, names: list[str], partitions: int) -> dict[str, ErrorCode]:
+    """Blocking: create each missing topic with the broker's defaults; the answer for this round is
+    LEADER_NOT_AVAILABLE (as Kafka's broker answers while its controller creates the topic)."""
+    errors: dict[str, ErrorCode] = {}
+    for name in names:
+        try:
+            registry.create(name, partitions)
+            errors[name] = ErrorCode.LEADER_NOT_AVAILABLE
+        except TopicError as exc:
+            # Another request created it meanwhile: it exists, the client's retry will find it.
+            errors[name] = (ErrorCode.LEADER_NOT_AVAILABLE if exc.error_code == ErrorCode.TOPIC_ALREADY_EXISTS
+                            else ErrorCode(exc.error_code))
+            if exc.error_code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                log.warning("auto-creating topic %r failed: %s", name, exc)
+        except Exception:  # noqa: BLE001 - one topic's failure must not fail the others' metadata
+            log.exception("auto-creating topic %r failed", name)
+            errors[name] = ErrorCode.UNKNOWN_SERVER_ERROR
+    return errors
