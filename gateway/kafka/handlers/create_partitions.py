@@ -1,0 +1,96 @@
+"""CreatePartitions (key 37): grow a topic. New partitions split existing key-space slices and no data
+moves (see gateway.kafka.topics); the stream keeps its segments until it scales."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.kafka.handlers.create_topics import replica_assignment_error
+from gateway.kafka.registry import api
+from gateway.kafka.topics import TopicError, legal_topic_name
+from gateway.kafka_protocol.codec import response_class
+from gateway.kafka_protocol.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+CREATE_PARTITIONS = 37
+_R = response_class(CREATE_PARTITIONS)
+
+
+@dataclass
+class _Job:
+    name: str
+    count: int
+    error: ErrorCode = ErrorCode.NONE
+    message: str | None = None
+
+
+def _check(ctx: Any, t: Any) -> _Job:
+    job = _Job(t.name, t.count)
+    if not legal_topic_name(t.name):
+        job.error, job.message = ErrorCode.INVALID_TOPIC_EXCEPTION, f"illegal topic name {t.name!r}"
+        return job
+    topic = ctx.broker.topics.get(t.name)
+    if topic is None:
+        job.error, job.message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {t.name!r} does not exist"
+        return job
+    current = topic.partition_count
+    if t.count <= current:
+        job.error = ErrorCode.INVALID_PARTITIONS
+        job.message = (f"topic already has {current} partition(s)" if t.count == current else
+                       f"topic currently has {current} partition(s), which is higher than the requested {t.count}")
+        return job
+    if t.assignments is not None:
+        added = t.count - current
+        if len(t.assignments) != added:
+            job.error = ErrorCode.INVALID_REPLICA_ASSIGNMENT
+            job.message = (f"attempted to add {added} additional partition(s), but only "
+                           f"{len(t.assignments)} assignment(s) were specified")
+            return job
+        for a in t.assignments:
+            problem = replica_assignment_error(ctx.broker.config.node_id, list(a.broker_ids))
+            if problem:
+                job.error, job.message = ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem
+                return job
+    return job
+
+
+def _grow_all(registry: Any, jobs: list[_Job], validate_only: bool) -> None:
+    """Blocking: grow every topic that passed the checks (the registry re-checks under its lock)."""
+    for job in jobs:
+        if job.error:
+            continue
+        try:
+            registry.add_partitions(job.name, job.count, validate_only)
+        except TopicError as exc:
+            job.error, job.message = ErrorCode(exc.error_code), str(exc)
+        except Exception as exc:  # noqa: BLE001 - one topic's failure must not fail the others
+            log.exception("adding partitions to topic %r failed", job.name)
+            job.error, job.message = ErrorCode.UNKNOWN_SERVER_ERROR, str(exc)
+
+
+@api(CREATE_PARTITIONS, 0, 3)
+def handle_create_partitions(ctx: Any, request: Any) -> Any:
+    counts = Counter(t.name for t in request.topics)
+    jobs: list[_Job] = []
+    reported: set[str] = set()
+    for t in request.topics:
+        if counts[t.name] > 1:
+            if t.name not in reported:
+                reported.add(t.name)
+                jobs.append(_Job(t.name, t.count, ErrorCode.INVALID_REQUEST, "duplicate topic name"))
+            continue
+        jobs.append(_check(ctx, t))
+
+    def respond(_: object = None) -> Any:
+        return _R(throttle_time_ms=0, results=[
+            _R.CreatePartitionsTopicResult(name=j.name, error_code=int(j.error), error_message=j.message)
+            for j in jobs
+        ])
+
+    if all(j.error for j in jobs):
+        return respond()
+    return ctx.broker.blocking(_grow_all, ctx.broker.topics, jobs, request.validate_only).addCallback(respond)
