@@ -36,7 +36,7 @@ class ErrorCode(IntEnum):
     REQUEST_TIMED_OUT = (7, True, 'This error is thrown if the request exceeds the user-specified time limit in the request.')
     BROKER_NOT_AVAILABLE = (8, False, 'This is not a client facing error and is used mostly by tools when a broker is not alive.')
     REPLICA_NOT_AVAILABLE = (9, True, 'If replica is expected on a broker, but is not (this can be safely ignored).')
-    MESSAGE_SIZE_TOO_LARGE = (10, False, 'The server has a configurable maximum message size to avoid unbounded memory allocation. This error is thrown if the client attempt to produce a message larger than this maximum.')
+    MESSAGE_TOO_LARGE = (10, False, 'The server has a configurable maximum message size to avoid unbounded memory allocation. This error is thrown if the client attempt to produce a message larger than this maximum.')
     STALE_CONTROLLER_EPOCH = (11, False, 'Internal error code for broker-to-broker communication.')
     OFFSET_METADATA_TOO_LARGE = (12, False, 'If you specify a string larger than configured maximum for offset metadata.')
     NETWORK_EXCEPTION = (13, True, '')
