@@ -1,0 +1,255 @@
+"""Metadata over a real server, spoken with our own codec so every version (0..12) is exercised:
+brokers, partitions led by this node, all-topics forms, lookups by topic id, authorized operations,
+auto-creation (on, refused by the request, off on the server), invalid names, and a restart."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import subprocess
+import sys
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+from gateway.kafka_protocol.codec import decode_response, encode_request, request_class
+from gateway.kafka_protocol.errors import ErrorCode
+from tests.server_process import ServerProcess
+
+METADATA, CREATE_TOPICS = 3, 19
+M = request_class(METADATA)
+CT = request_class(CREATE_TOPICS)
+ZERO = uuid.UUID(int=0)
+TOPIC_OPS = 3576  # READ WRITE CREATE DELETE ALTER DESCRIBE DESCRIBE_CONFIGS ALTER_CONFIGS
+CLUSTER_OPS = 8096  # CREATE ALTER DESCRIBE CLUSTER_ACTION DESCRIBE_CONFIGS ALTER_CONFIGS IDEMPOTENT_WRITE
+NOT_REQUESTED = -(2**31)
+
+
+class Wire:
+    """One raw Kafka connection: send a request object at a chosen version, get the decoded body."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self.correlation_id = 0
+
+    def send(self, api_key: int, version: int, request: Any) -> Any:
+        self.correlation_id += 1
+        self.sock.sendall(encode_request(api_key, version, self.correlation_id, request, client_id="admin-test"))
+        (size,) = struct.unpack(">i", self._recv(4))
+        header, body = decode_response(api_key, version, self._recv(size))
+        assert header.correlation_id == self.correlation_id
+        return body
+
+    def _recv(self, n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError("closed by the server")
+            buf += chunk
+        return buf
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def metadata(self, version: int, names: list[str] | None, **kw: Any) -> Any:
+        request = M(topics=[M.MetadataRequestTopic(name=n) for n in names or ()], **kw)
+        if names is None:
+            request.topics = None  # the constructor turns None into the default, []
+        return self.send(METADATA, version, request)
+
+    def create(self, name: str, partitions: int = 1, version: int = 7, **configs: str) -> Any:
+        req = CT(topics=[CT.CreatableTopic(name=name, num_partitions=partitions, replication_factor=-1, configs=[
+            CT.CreatableTopicConfig(name=k.replace("_", "."), value=v) for k, v in configs.items()])],
+            timeout_ms=10000)
+        result = self.send(CREATE_TOPICS, version, req).topics[0]
+        assert result.error_code == 0, result
+        return result
+
+
+def only(response: Any, name: str) -> Any:
+    found = [t for t in response.topics if t.name == name]
+    assert len(found) == 1, response
+    return found[0]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with ServerProcess(str(tmp_path_factory.mktemp("metadata")), "--default-partitions", "3") as s:
+        yield s
+
+
+@pytest.fixture
+def wire(server):
+    w = Wire(server.kafka_port)
+    yield w
+    w.close()
+
+
+def test_every_version_describes_the_node_and_its_topics(server, wire):
+    created = wire.create("md-all-versions", 4)
+    for version in range(13):
+        r = wire.metadata(version, ["md-all-versions"])
+        assert [(b.node_id, b.host, b.port) for b in r.brokers] == [(0, "127.0.0.1", server.kafka_port)]
+        if version >= 1:
+            assert r.controller_id == 0
+        if version >= 2:
+            assert r.cluster_id
+        t = only(r, "md-all-versions")
+        assert t.error_code == 0 and not t.is_internal
+        if version >= 10:
+            assert t.topic_id == created.topic_id
+        assert [p.partition_index for p in t.partitions] == [0, 1, 2, 3]
+        for p in t.partitions:
+            assert (p.error_code, p.leader_id, p.replica_nodes, p.isr_nodes) == (0, 0, [0], [0])
+            if version >= 7:
+                assert p.leader_epoch == 0
+        if version >= 8:
+            assert t.topic_authorized_operations == NOT_REQUESTED
+
+
+def test_all_topics_forms(wire):
+    wire.create("md-forms-a")
+    wire.create("md-forms-b")
+    names = {t.name for t in wire.metadata(1, None).topics}  # null list: every topic
+    assert {"md-forms-a", "md-forms-b"} <= names
+    assert {"md-forms-a", "md-forms-b"} <= {t.name for t in wire.metadata(0, []).topics}  # v0: empty = all
+    assert wire.metadata(1, []).topics == []  # v1+: empty = none, just the brokers
+    assert wire.metadata(12, []).topics == []
+    # A name asked twice is answered once.
+    assert [t.name for t in wire.metadata(9, ["md-forms-a", "md-forms-a"]).topics] == ["md-forms-a"]
+
+
+def test_lookup_by_topic_id(wire):
+    created = wire.create("md-by-id", 2)
+    r = wire.send(METADATA, 12, M(topics=[M.MetadataRequestTopic(topic_id=created.topic_id, name=None)]))
+    t = r.topics[0]
+    assert (t.error_code, t.name, t.topic_id, len(t.partitions)) == (0, "md-by-id", created.topic_id, 2)
+    unknown = uuid.uuid4()
+    r = wire.send(METADATA, 12, M(topics=[M.MetadataRequestTopic(topic_id=unknown, name=None)]))
+    assert (r.topics[0].error_code, r.topics[0].name, r.topics[0].topic_id) == (
+        ErrorCode.UNKNOWN_TOPIC_ID, None, unknown)
+
+
+def test_authorized_operations_when_asked(wire):
+    wire.create("md-ops")
+    r = wire.metadata(8, ["md-ops"], include_topic_authorized_operations=True,
+                      include_cluster_authorized_operations=True)
+    assert only(r, "md-ops").topic_authorized_operations == TOPIC_OPS
+    assert r.cluster_authorized_operations == CLUSTER_OPS
+    r = wire.metadata(12, ["md-ops"], include_topic_authorized_operations=True)
+    assert only(r, "md-ops").topic_authorized_operations == TOPIC_OPS
+
+
+def test_auto_creation_answers_leader_not_available_then_the_topic(wire):
+    # As Kafka's broker: the round that creates the topic says LEADER_NOT_AVAILABLE, the next has it.
+    t = only(wire.metadata(1, ["md-auto-v1"]), "md-auto-v1")  # v<4 cannot refuse auto-creation
+    assert (t.error_code, t.partitions) == (ErrorCode.LEADER_NOT_AVAILABLE, [])
+    t = only(wire.metadata(1, ["md-auto-v1"]), "md-auto-v1")
+    assert t.error_code == 0 and len(t.partitions) == 3  # --default-partitions 3
+
+    t = only(wire.metadata(12, ["md-auto-v12"], allow_auto_topic_creation=True), "md-auto-v12")
+    assert t.error_code == ErrorCode.LEADER_NOT_AVAILABLE
+    t = only(wire.metadata(12, ["md-auto-v12"]), "md-auto-v12")
+    assert t.error_code == 0 and t.topic_id != ZERO and len(t.partitions) == 3
+
+
+def test_request_refusing_auto_creation(wire):
+    for version in (4, 9, 12):
+        name = f"md-no-auto-{version}"
+        t = only(wire.metadata(version, [name], allow_auto_topic_creation=False), name)
+        assert (t.error_code, t.partitions) == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, [])
+        if version >= 10:
+            assert t.topic_id == ZERO
+    assert "md-no-auto-4" not in {t.name for t in wire.metadata(1, None).topics}
+
+
+def test_invalid_names(wire):
+    for bad in ("bad name", "x" * 250, "..", "tópico", "a/b"):
+        t = only(wire.metadata(9, [bad]), bad)
+        assert t.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION, bad
+    assert not {"bad name", "tópico"} & {t.name for t in wire.metadata(1, None).topics}
+
+
+def test_several_topics_in_one_request(wire):
+    wire.create("md-mixed-known", 2)
+    r = wire.metadata(9, ["md-mixed-known", "md-mixed-new", "bad name"])
+    assert only(r, "md-mixed-known").error_code == 0
+    assert only(r, "md-mixed-new").error_code == ErrorCode.LEADER_NOT_AVAILABLE
+    assert only(r, "bad name").error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+
+
+def test_concurrent_auto_creation_of_one_topic(server):
+    # Several connections asking at once: one creates, all answer LEADER_NOT_AVAILABLE, none fails.
+    wires = [Wire(server.kafka_port) for _ in range(4)]
+    try:
+        for w in wires:
+            w.correlation_id += 1
+            w.sock.sendall(encode_request(METADATA, 9, w.correlation_id, M(topics=[
+                M.MetadataRequestTopic(name="md-race")]), client_id="race"))
+        for w in wires:
+            (size,) = struct.unpack(">i", w._recv(4))
+            t = decode_response(METADATA, 9, w._recv(size))[1].topics[0]
+            assert t.error_code in (ErrorCode.LEADER_NOT_AVAILABLE, 0), t
+        assert len(only(wires[0].metadata(9, ["md-race"]), "md-race").partitions) == 3
+    finally:
+        for w in wires:
+            w.close()
+
+
+def test_auto_creation_off_on_the_server(tmp_path):
+    with ServerProcess(str(tmp_path / "data"), "--no-auto-create-topics") as server:
+        wire = Wire(server.kafka_port)
+        for version in (0, 3, 4, 12):
+            t = only(wire.metadata(version, ["md-off"]), "md-off")
+            assert t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, version
+        t = only(wire.metadata(12, ["bad name"]), "bad name")
+        assert t.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+        assert wire.metadata(1, None).topics == []
+        wire.create("md-explicit", 2)  # explicit creation still works
+        assert len(only(wire.metadata(12, ["md-explicit"]), "md-explicit").partitions) == 2
+        wire.close()
+
+
+def test_topics_survive_a_restart(tmp_path):
+    data_dir = str(tmp_path / "data")
+    with ServerProcess(data_dir) as server:
+        wire = Wire(server.kafka_port)
+        created = wire.create("md-durable", 5, retention_ms="3600000")
+        wire.close()
+        assert server.stop() == 0
+    with ServerProcess(data_dir) as server:
+        wire = Wire(server.kafka_port)
+        t = only(wire.metadata(12, ["md-durable"], allow_auto_topic_creation=False), "md-durable")
+        assert (t.error_code, t.topic_id, len(t.partitions)) == (0, created.topic_id, 5)
+        wire.close()
+        server.kill()  # a crash keeps them too: the records were durable when acknowledged
+    with ServerProcess(data_dir) as server:
+        wire = Wire(server.kafka_port)
+        t = only(wire.metadata(12, ["md-durable"], allow_auto_topic_creation=False), "md-durable")
+        assert (t.error_code, t.topic_id, len(t.partitions)) == (0, created.topic_id, 5)
+        desc = stream_description(server.native_port, "kafka/md-durable")
+        assert desc["config"]["retention"]["type"] == "time"
+        wire.close()
+
+
+def stream_description(native_port: int, name: str) -> dict | None:
+    """``millrace streams describe NAME --json``; None if the stream does not exist."""
+    import json
+
+    out = subprocess.run([sys.executable, "-m", "gateway.cli", "streams", "describe", name, "--json",
+                          "--server", f"127.0.0.1:{native_port}"], capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        return None
+    return json.loads(out.stdout)
+
+
+def wait_for(predicate: Any, timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.05)
