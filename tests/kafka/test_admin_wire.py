@@ -92,7 +92,8 @@ def test_create_topics_refusals(wire):
     r = create(wire, 5, creatable("cw-exists"), creatable("bad name"), creatable("cw-zero", 0),
                creatable("cw-rf3", 1, rf=3), creatable("cw-rf0", 1, rf=0), creatable("cw-cfg", 1, **{"no.such": "1"}),
                creatable("cw-compact", 1, cleanup_policy="compact"), creatable("cw-null", 1, retention_ms=None),
-               creatable("cw-both", 2, assignments={0: [0]}), creatable("cw-node", -1, assignments={0: [1]}),
+               creatable("cw-both", 2, assignments={0: [0]}), creatable("cw-rf-assign", -1, 1, assignments={0: [0]}),
+               creatable("cw-node", -1, assignments={0: [1]}),
                creatable("cw-gap", -1, assignments={0: [0], 2: [0]}), creatable("cw-twice", -1, assignments={0: [0, 0]}),
                creatable("cw-seg", 4, millrace_segments_initial="3"))
     expected = {
@@ -100,7 +101,8 @@ def test_create_topics_refusals(wire):
         "cw-zero": ErrorCode.INVALID_PARTITIONS, "cw-rf3": ErrorCode.INVALID_REPLICATION_FACTOR,
         "cw-rf0": ErrorCode.INVALID_REPLICATION_FACTOR, "cw-cfg": ErrorCode.INVALID_CONFIG,
         "cw-compact": ErrorCode.INVALID_CONFIG, "cw-null": ErrorCode.INVALID_CONFIG,
-        "cw-both": ErrorCode.INVALID_REQUEST, "cw-node": ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+        "cw-both": ErrorCode.INVALID_REQUEST, "cw-rf-assign": ErrorCode.INVALID_REPLICATION_FACTOR,
+        "cw-node": ErrorCode.INVALID_REPLICA_ASSIGNMENT,
         "cw-gap": ErrorCode.INVALID_REPLICA_ASSIGNMENT, "cw-twice": ErrorCode.INVALID_REPLICA_ASSIGNMENT,
         "cw-seg": ErrorCode.INVALID_CONFIG,
     }

@@ -61,9 +61,13 @@ def _plan(ctx: Any, t: Any) -> _Plan:
     if ctx.broker.topics.get(t.name) is not None:
         return _fail(plan, ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {t.name!r} already exists")
     if t.assignments:
-        if t.num_partitions != -1 or t.replication_factor != -1:
-            return _fail(plan, ErrorCode.INVALID_REQUEST, "both num_partitions or replication_factor and "
-                         "replica assignments were set; both cannot be used at the same time")
+        # Kafka's controller checks in this order, with these two different errors.
+        if t.replication_factor != -1:
+            return _fail(plan, ErrorCode.INVALID_REPLICATION_FACTOR, "a manual partition assignment was "
+                         "specified, but replication factor was not set to -1")
+        if t.num_partitions != -1:
+            return _fail(plan, ErrorCode.INVALID_REQUEST, "a manual partition assignment was specified, but "
+                         "num_partitions was not set to -1")
         indexes = sorted(a.partition_index for a in t.assignments)
         if indexes != list(range(len(indexes))):
             return _fail(plan, ErrorCode.INVALID_REPLICA_ASSIGNMENT,
