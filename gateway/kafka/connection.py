@@ -42,6 +42,8 @@ class KafkaConnection(Int32StringReceiver):
         self._peer = ""
 
     def connectionMade(self) -> None:  # noqa: N802 - Twisted's name
+        # Responses are small and latency-bound: never let Nagle hold one back for a delayed ACK.
+        self.transport.setTcpNoDelay(True)
         peer = self.transport.getPeer()
         self._peer = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
 

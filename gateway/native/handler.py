@@ -101,6 +101,10 @@ class NativeProtocol(Int32StringReceiver):
             Command.LIST_SEGMENTS: lambda h, p: {"segments": store.list_segments()},
         }
 
+    def connectionMade(self) -> None:  # noqa: N802 - Twisted's name
+        # Responses are small and latency-bound: never let Nagle hold one back for a delayed ACK.
+        self.transport.setTcpNoDelay(True)
+
     def stringReceived(self, body: bytes) -> None:  # noqa: N802 - Twisted's name
         try:
             code, request_id, header, payload = decode_body(body)
