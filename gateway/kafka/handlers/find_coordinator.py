@@ -1,0 +1,50 @@
+"""FindCoordinator (10): this single node coordinates every group.
+
+Key types: 0 = consumer group (answered with this node), 1 = transactional id (the transaction
+coordinator is not built yet: COORDINATOR_NOT_AVAILABLE, which clients retry), 2 = share group (v6+,
+not supported: COORDINATOR_NOT_AVAILABLE); any other is an INVALID_REQUEST, as in Kafka.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.kafka.registry import api
+from gateway.kafka_protocol.codec import response_class
+from gateway.kafka_protocol.errors import ErrorCode
+
+FIND_COORDINATOR = 10
+KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
+KEY_TYPE_SHARE = 2
+
+
+def _lookup(ctx: Any, key_type: int, key: str) -> tuple[ErrorCode, str | None]:
+    if key_type == KEY_TYPE_GROUP:
+        return ErrorCode.NONE, None
+    if key_type == KEY_TYPE_TRANSACTION:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the transaction coordinator is not available"
+    if key_type == KEY_TYPE_SHARE and ctx.api_version >= 6:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, "share groups are not supported"
+    return ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
+
+
+@api(FIND_COORDINATOR, 0, 6)
+def handle_find_coordinator(ctx: Any, request: Any) -> Any:
+    cls = response_class(FIND_COORDINATOR)
+    config = ctx.broker.config
+    key_type = request.key_type if ctx.api_version >= 1 else KEY_TYPE_GROUP
+    if ctx.api_version >= 4:
+        coordinators = []
+        for key in request.coordinator_keys:
+            error, message = _lookup(ctx, key_type, key)
+            ok = error is ErrorCode.NONE
+            coordinators.append(cls.Coordinator(
+                key=key, node_id=config.node_id if ok else -1, host=config.advertised_host if ok else "",
+                port=config.advertised_port if ok else -1, error_code=int(error), error_message=message))
+        return cls(throttle_time_ms=0, coordinators=coordinators)
+    error, message = _lookup(ctx, key_type, request.key)
+    if error is not ErrorCode.NONE:
+        return cls(throttle_time_ms=0, error_code=int(error), error_message=message, node_id=-1, host="", port=-1)
+    return cls(throttle_time_ms=0, error_code=0, error_message=None, node_id=config.node_id,
+               host=config.advertised_host, port=config.advertised_port)

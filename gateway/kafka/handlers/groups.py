@@ -1,0 +1,122 @@
+"""Classic group membership: JoinGroup (11), Heartbeat (12), LeaveGroup (13), SyncGroup (14).
+
+The logic is the coordinator's (``gateway.kafka.groups``); these handlers translate each version's
+request and response fields.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet.defer import Deferred
+
+from gateway.kafka.groups import GroupCoordinator, JoinResult, SyncResult, get_coordinator
+from gateway.kafka.registry import api
+from gateway.kafka_protocol.codec import response_class
+from gateway.kafka_protocol.errors import ErrorCode
+
+JOIN_GROUP = 11
+HEARTBEAT = 12
+LEAVE_GROUP = 13
+SYNC_GROUP = 14
+
+
+def client_host(ctx: Any) -> str:
+    """Kafka reports a member's host as the client's address with a leading slash."""
+    return "/" + ctx.peer.rsplit(":", 1)[0]
+
+
+@api(JOIN_GROUP, 0, 9)
+def handle_join_group(ctx: Any, request: Any) -> Any:
+    version = ctx.api_version
+
+    def join(coordinator: GroupCoordinator) -> Deferred:
+        # v0 has no rebalance timeout: the session timeout serves as both.
+        rebalance_timeout = request.session_timeout_ms if version == 0 else request.rebalance_timeout_ms
+        return coordinator.join_group(
+            request.group_id, request.member_id, request.group_instance_id,
+            require_known_member_id=version >= 4 and request.group_instance_id is None,
+            supports_skip_assignment=version >= 9, client_id=ctx.client_id or "", client_host=client_host(ctx),
+            rebalance_timeout_ms=rebalance_timeout, session_timeout_ms=request.session_timeout_ms,
+            protocol_type=request.protocol_type,
+            protocols=[(p.name, bytes(p.metadata)) for p in request.protocols], reason=request.reason,
+        ).addCallback(lambda result: join_response(version, result))
+
+    return get_coordinator(ctx.broker).call(join)
+
+
+def join_response(version: int, r: JoinResult) -> Any:
+    cls = response_class(JOIN_GROUP)
+    return cls(
+        throttle_time_ms=0,
+        error_code=int(r.error),
+        generation_id=r.generation_id,
+        protocol_type=r.protocol_type if version >= 7 else None,
+        # Before v7 the protocol name is not nullable: "" stands for none.
+        protocol_name=r.protocol_name if version >= 7 else (r.protocol_name or ""),
+        leader=r.leader_id,
+        skip_assignment=r.skip_assignment and version >= 9,
+        member_id=r.member_id,
+        members=[cls.JoinGroupResponseMember(member_id=mid, group_instance_id=iid, metadata=meta)
+                 for mid, iid, meta in r.members],
+    )
+
+
+@api(SYNC_GROUP, 0, 5)
+def handle_sync_group(ctx: Any, request: Any) -> Any:
+    version = ctx.api_version
+    if version >= 5 and (request.protocol_type is None or request.protocol_name is None):
+        # From v5 the client must name both; a request without them is inconsistent.
+        return sync_response(version, SyncResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
+
+    def sync(coordinator: GroupCoordinator) -> Deferred:
+        assignments = {a.member_id: bytes(a.assignment) for a in request.assignments}
+        return coordinator.sync_group(
+            request.group_id, request.generation_id, request.member_id, request.group_instance_id,
+            request.protocol_type, request.protocol_name, assignments,
+        ).addCallback(lambda result: sync_response(version, result))
+
+    return get_coordinator(ctx.broker).call(sync)
+
+
+def sync_response(version: int, r: SyncResult) -> Any:
+    return response_class(SYNC_GROUP)(
+        throttle_time_ms=0, error_code=int(r.error),
+        protocol_type=r.protocol_type if version >= 5 else None,
+        protocol_name=r.protocol_name if version >= 5 else None,
+        assignment=r.assignment,
+    )
+
+
+@api(HEARTBEAT, 0, 4)
+def handle_heartbeat(ctx: Any, request: Any) -> Any:
+    def beat(coordinator: GroupCoordinator) -> Any:
+        error = coordinator.heartbeat(request.group_id, request.member_id, request.group_instance_id,
+                                      request.generation_id)
+        return response_class(HEARTBEAT)(throttle_time_ms=0, error_code=int(error))
+
+    return get_coordinator(ctx.broker).call(beat)
+
+
+@api(LEAVE_GROUP, 0, 5)
+def handle_leave_group(ctx: Any, request: Any) -> Any:
+    version = ctx.api_version
+    cls = response_class(LEAVE_GROUP)
+    if version >= 3:
+        leaving = [(m.member_id, m.group_instance_id) for m in request.members]
+    else:
+        leaving = [(request.member_id, None)]
+
+    def leave(coordinator: GroupCoordinator) -> Any:
+        error, member_errors = coordinator.leave_group(request.group_id, leaving)
+        if version < 3:
+            # One member, one error: the group's, else the member's.
+            if error is ErrorCode.NONE and member_errors:
+                error = member_errors[0]
+            return cls(throttle_time_ms=0, error_code=int(error))
+        return cls(throttle_time_ms=0, error_code=int(error), members=[
+            cls.MemberResponse(member_id=mid, group_instance_id=iid, error_code=int(e))
+            for (mid, iid), e in zip(leaving, member_errors, strict=False)
+        ])
+
+    return get_coordinator(ctx.broker).call(leave)

@@ -1,0 +1,153 @@
+"""Committed offsets: OffsetCommit (8), OffsetFetch (9, with the v8+ multi-group form) and
+OffsetDelete (47). Topic and partition existence is checked here against the topic registry (as
+Kafka's request layer does); the rest is the group coordinator's."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from twisted.internet.defer import Deferred
+
+from gateway.kafka.groups import GroupCoordinator, OffsetAndMetadata, get_coordinator
+from gateway.kafka.registry import api
+from gateway.kafka_protocol.codec import response_class
+from gateway.kafka_protocol.errors import ErrorCode
+
+OFFSET_COMMIT = 8
+OFFSET_FETCH = 9
+OFFSET_DELETE = 47
+
+TopicPartition = tuple[str, int]
+
+
+def _partition_exists(broker: Any, topic: str, partition: int) -> bool:
+    info = broker.topics.get(topic)
+    return info is not None and 0 <= partition < info.partition_count
+
+
+def _by_topic(pairs: Iterable[tuple[TopicPartition, Any]]) -> dict[str, list[tuple[int, Any]]]:
+    """Group (topic, partition) -> value pairs by topic, keeping first-seen order."""
+    out: dict[str, list[tuple[int, Any]]] = {}
+    for (topic, partition), value in pairs:
+        out.setdefault(topic, []).append((partition, value))
+    return out
+
+
+@api(OFFSET_COMMIT, 0, 9)
+def handle_offset_commit(ctx: Any, request: Any) -> Any:
+    version = ctx.api_version
+    now = int(time.time() * 1000)
+    requested: list[TopicPartition] = []
+    errors: dict[TopicPartition, ErrorCode] = {}
+    offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+    for topic in request.topics:
+        for p in topic.partitions:
+            tp = (topic.name, p.partition_index)
+            requested.append(tp)
+            if not _partition_exists(ctx.broker, topic.name, p.partition_index):
+                errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            # v1 carries a commit timestamp (-1: now); v2-v4 a retention time (-1: the broker's).
+            commit_ts = p.commit_timestamp if version == 1 and p.commit_timestamp != -1 else now
+            retention = request.retention_time_ms if 2 <= version <= 4 else -1
+            offsets[tp] = OffsetAndMetadata(
+                offset=p.committed_offset,
+                leader_epoch=p.committed_leader_epoch if version >= 6 else -1,
+                metadata=p.committed_metadata if p.committed_metadata is not None else "",
+                commit_timestamp=commit_ts,
+                expire_timestamp=now + retention if retention != -1 else None,
+            )
+
+    def respond(result: dict[TopicPartition, ErrorCode]) -> Any:
+        errors.update(result)
+        cls = response_class(OFFSET_COMMIT)
+        return cls(throttle_time_ms=0, topics=[
+            cls.OffsetCommitResponseTopic(name=topic, partitions=[
+                cls.OffsetCommitResponsePartition(partition_index=p, error_code=int(e)) for p, e in parts])
+            for topic, parts in _by_topic((tp, errors[tp]) for tp in requested).items()
+        ])
+
+    if not offsets:
+        return respond({})
+    # v0 has neither generation nor member id: the defaults (-1, "") make it a simple commit.
+    generation = request.generation_id_or_member_epoch if version >= 1 else -1
+    member_id = request.member_id if version >= 1 else ""
+
+    def commit(coordinator: GroupCoordinator) -> Deferred:
+        return coordinator.commit_offsets(request.group_id, member_id, request.group_instance_id, generation,
+                                          offsets, version).addCallback(respond)
+
+    return get_coordinator(ctx.broker).call(commit)
+
+
+@api(OFFSET_FETCH, 0, 9)
+def handle_offset_fetch(ctx: Any, request: Any) -> Any:
+    version = ctx.api_version
+    cls = response_class(OFFSET_FETCH)
+
+    def fetch(coordinator: GroupCoordinator) -> Any:
+        if version >= 8:
+            # Member id and epoch (v9) only matter to the KIP-848 consumer protocol; classic
+            # groups do not validate them.
+            groups = []
+            for g in request.groups:
+                wanted = None if g.topics is None else [(t.name, p) for t in g.topics for p in t.partition_indexes]
+                error, found = coordinator.fetch_offsets(g.group_id, wanted)
+                groups.append(cls.OffsetFetchResponseGroup(
+                    group_id=g.group_id, error_code=int(error),
+                    topics=[] if error is not ErrorCode.NONE else [
+                        cls.OffsetFetchResponseTopics(name=topic, partitions=[
+                            cls.OffsetFetchResponsePartitions(
+                                partition_index=p, committed_offset=om.offset, committed_leader_epoch=om.leader_epoch,
+                                metadata=om.metadata, error_code=0) for p, om in parts])
+                        for topic, parts in _by_topic(found.items()).items()]))
+            return cls(throttle_time_ms=0, groups=groups)
+        wanted = None if request.topics is None else [(t.name, p) for t in request.topics
+                                                      for p in t.partition_indexes]
+        error, found = coordinator.fetch_offsets(request.group_id, wanted)
+        if error is not ErrorCode.NONE:
+            if version >= 2:
+                return cls(throttle_time_ms=0, error_code=int(error), topics=[])
+            # v0-v1 have no top-level error: every requested partition carries it.
+            found = {tp: OffsetAndMetadata(-1) for tp in wanted or []}
+        return cls(throttle_time_ms=0, error_code=0, topics=[
+            cls.OffsetFetchResponseTopic(name=topic, partitions=[
+                cls.OffsetFetchResponsePartition(
+                    partition_index=p, committed_offset=om.offset,
+                    committed_leader_epoch=om.leader_epoch if version >= 5 else -1,
+                    metadata=om.metadata, error_code=int(error)) for p, om in parts])
+            for topic, parts in _by_topic(found.items()).items()])
+
+    return get_coordinator(ctx.broker).call(fetch)
+
+
+@api(OFFSET_DELETE, 0, 0)
+def handle_offset_delete(ctx: Any, request: Any) -> Any:
+    cls = response_class(OFFSET_DELETE)
+    requested: list[TopicPartition] = []
+    errors: dict[TopicPartition, ErrorCode] = {}
+    for topic in request.topics:
+        for p in topic.partitions:
+            tp = (topic.name, p.partition_index)
+            requested.append(tp)
+            if not _partition_exists(ctx.broker, topic.name, p.partition_index):
+                errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    eligible = [tp for tp in requested if tp not in errors]
+
+    def respond(outcome: tuple[ErrorCode, dict[TopicPartition, ErrorCode]]) -> Any:
+        group_error, partition_errors = outcome
+        if group_error is not ErrorCode.NONE:
+            return cls(error_code=int(group_error), throttle_time_ms=0, topics=[])
+        errors.update(partition_errors)
+        return cls(error_code=0, throttle_time_ms=0, topics=[
+            cls.OffsetDeleteResponseTopic(name=topic, partitions=[
+                cls.OffsetDeleteResponsePartition(partition_index=p, error_code=int(e)) for p, e in parts])
+            for topic, parts in _by_topic((tp, errors[tp]) for tp in requested).items()])
+
+    def delete(coordinator: GroupCoordinator) -> Deferred:
+        return coordinator.delete_offsets(request.group_id, eligible).addCallback(respond)
+
+    return get_coordinator(ctx.broker).call(delete)
+
