@@ -220,6 +220,7 @@ def test_describe_topic_configs_v0_and_v4(wire):
 
     only_two = describe(wire, 2, TOPIC, "cfg-d", keys=["retention.ms", "cleanup.policy", "no.such"])
     assert sorted(configs_of(only_two)) == ["cleanup.policy", "retention.ms"]
+    assert configs_of(describe(wire, 2, TOPIC, "cfg-d", keys=[])).keys() == c.keys()  # empty = all
 
     assert describe(wire, 1, TOPIC, "cfg-missing").error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     assert describe(wire, 1, TOPIC, "bad name").error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
@@ -342,4 +343,6 @@ def test_describe_cluster(wire, server):
     r1 = wire.send(DESCRIBE_CLUSTER, 1, CL(include_cluster_authorized_operations=True, endpoint_type=1))
     assert (r1.error_code, r1.endpoint_type, r1.cluster_authorized_operations) == (0, 1, CLUSTER_OPS)
     r2 = wire.send(DESCRIBE_CLUSTER, 1, CL(include_cluster_authorized_operations=False, endpoint_type=2))
-    assert r2.error_code == ErrorCode.UNSUPPORTED_ENDPOINT_TYPE and r2.brokers == []
+    assert (r2.error_code, r2.brokers, r2.cluster_id) == (ErrorCode.MISMATCHED_ENDPOINT_TYPE, [], "")
+    r3 = wire.send(DESCRIBE_CLUSTER, 1, CL(include_cluster_authorized_operations=False, endpoint_type=7))
+    assert (r3.error_code, r3.error_message) == (ErrorCode.UNSUPPORTED_ENDPOINT_TYPE, "Unsupported endpoint type 7")

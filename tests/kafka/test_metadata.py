@@ -131,6 +131,12 @@ def test_lookup_by_topic_id(wire):
     r = wire.send(METADATA, 12, M(topics=[M.MetadataRequestTopic(topic_id=unknown, name=None)]))
     assert (r.topics[0].error_code, r.topics[0].name, r.topics[0].topic_id) == (
         ErrorCode.UNKNOWN_TOPIC_ID, None, unknown)
+    # Ids in requests begin at v12: before it Kafka refuses the request, every topic INVALID_REQUEST.
+    r = wire.send(METADATA, 11, M(topics=[M.MetadataRequestTopic(topic_id=created.topic_id, name="md-by-id"),
+                                          M.MetadataRequestTopic(name="md-other")]))
+    assert [(t.name, t.error_code) for t in r.topics] == [
+        ("md-by-id", ErrorCode.INVALID_REQUEST), ("md-other", ErrorCode.INVALID_REQUEST)]
+    assert "md-other" not in {t.name for t in wire.metadata(1, None).topics}  # and created nothing
 
 
 def test_authorized_operations_when_asked(wire):

@@ -180,7 +180,7 @@ def handle_describe_configs(ctx: Any, request: Any) -> Any:
             result.error_code = ErrorCode.INVALID_REQUEST
             result.error_message = f"resource type {resource.resource_type} is not supported"
         keys = resource.configuration_keys
-        if keys is not None:
+        if keys:  # null or empty = every key, as Kafka's ConfigHelper reads it
             wanted = set(keys)
             values = [v for v in values if v.name in wanted]
         result.configs = [_describe_entry(v, version, synonyms, docs) for v in values]

@@ -10,26 +10,28 @@ from gateway.kafka_protocol.codec import response_class
 from gateway.kafka_protocol.errors import ErrorCode
 
 DESCRIBE_CLUSTER = 60
-BROKERS_ENDPOINT, CONTROLLERS_ENDPOINT = 1, 2
+BROKER_ENDPOINT, CONTROLLER_ENDPOINT = 1, 2  # Kafka's EndpointType (0 = UNKNOWN)
 _R = response_class(DESCRIBE_CLUSTER)
 
 
 @api(DESCRIBE_CLUSTER, 0, 1)
 def handle_describe_cluster(ctx: Any, request: Any) -> Any:
     config = ctx.broker.config
-    endpoint = request.endpoint_type if ctx.api_version >= 1 else BROKERS_ENDPOINT
-    response = _R(throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=endpoint,
-                  cluster_id=config.cluster_id, controller_id=config.node_id, brokers=[],
-                  cluster_authorized_operations=CLUSTER_OPERATIONS if request.include_cluster_authorized_operations
-                  else OPERATIONS_NOT_REQUESTED)
-    if endpoint == CONTROLLERS_ENDPOINT:
-        # As a Kafka broker answers: controllers are described by asking a controller endpoint.
-        response.error_code = ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
-        response.error_message = "this node is a broker endpoint; it does not describe controllers"
-    elif endpoint != BROKERS_ENDPOINT:
-        response.error_code = ErrorCode.INVALID_REQUEST
-        response.error_message = f"unknown endpoint type {endpoint}"
-    else:
-        response.brokers = [_R.DescribeClusterBroker(broker_id=config.node_id, host=config.advertised_host,
-                                                     port=config.advertised_port, rack=None)]
-    return response
+    v0 = ctx.api_version == 0
+    endpoint = BROKER_ENDPOINT if v0 else request.endpoint_type
+    # Refusals as Kafka's AuthHelper gives them: the code and message alone (v0 can only say INVALID_REQUEST).
+    if endpoint not in (BROKER_ENDPOINT, CONTROLLER_ENDPOINT):
+        return _R(error_code=ErrorCode.INVALID_REQUEST if v0 else ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
+                  error_message=f"Unsupported endpoint type {endpoint}")
+    if endpoint == CONTROLLER_ENDPOINT:
+        return _R(error_code=ErrorCode.MISMATCHED_ENDPOINT_TYPE,
+                  error_message="The request was sent to an endpoint of type BROKER, but we wanted an endpoint "
+                                "of type CONTROLLER")
+    return _R(
+        throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=BROKER_ENDPOINT,
+        cluster_id=config.cluster_id, controller_id=config.node_id,
+        brokers=[_R.DescribeClusterBroker(broker_id=config.node_id, host=config.advertised_host,
+                                          port=config.advertised_port, rack=None)],
+        cluster_authorized_operations=CLUSTER_OPERATIONS if request.include_cluster_authorized_operations
+        else OPERATIONS_NOT_REQUESTED,
+    )

@@ -84,25 +84,31 @@ def handle_metadata(ctx: Any, request: Any) -> Any:
         topics = [registry.get(name) for name in registry.names()]
         return _response(ctx, request, [topic_metadata(ctx, t, include_ops) for t in topics if t is not None])
 
+    # Lookups by id begin at v12; before it Kafka refuses the whole request, each topic INVALID_REQUEST.
+    if version < 12 and any(t.name is None or (version >= 10 and t.topic_id != ZERO_UUID) for t in request.topics):
+        return _response(ctx, request, [
+            _error_topic(ErrorCode.INVALID_REQUEST, t.name or "", t.topic_id if version >= 10 else ZERO_UUID)
+            for t in request.topics])
+
     # Kafka answers each distinct topic once, whatever the request repeats.
     answers: dict[Any, Any] = {}
     missing: list[str] = []
     for wanted in request.topics:
-        topic_id = getattr(wanted, "topic_id", ZERO_UUID) if version >= 10 else ZERO_UUID
+        topic_id = wanted.topic_id if version >= 12 else ZERO_UUID
         if topic_id != ZERO_UUID:
             key: Any = topic_id
             if key in answers:
                 continue
             topic = registry.by_id(topic_id)
-            # A topic asked for by id and not found has no name to give (nullable from v12).
+            # A topic asked for by id and not found has no name to give.
             answers[key] = (topic_metadata(ctx, topic, include_ops) if topic is not None else
-                            _error_topic(ErrorCode.UNKNOWN_TOPIC_ID, None if version >= 12 else "", topic_id))
+                            _error_topic(ErrorCode.UNKNOWN_TOPIC_ID, None, topic_id))
             continue
         name = wanted.name
         if name in answers:
             continue
-        if name is None:
-            answers[name] = _error_topic(ErrorCode.INVALID_REQUEST, None if version >= 12 else "")
+        if name is None:  # v12 with neither a name nor an id
+            answers[name] = _error_topic(ErrorCode.INVALID_REQUEST, None)
             continue
         topic = registry.get(name)
         if topic is not None:
