@@ -238,3 +238,40 @@ def test_retention_ms_truncates_old_data(tmp_path):
         assert [r.value for r in records_of(c.fetch("ret", 0, 1))] == [b"new"]
     finally:
         srv.kill()
+
+
+def test_partitions_sharing_one_segment(server):
+    """Four partitions in one segment (millrace.segments.initial=1): each partition's offsets stay
+    dense and a fetch returns only its own batches, before and after a restart."""
+    import json
+    import subprocess
+    import sys
+
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    admin.create_topics([NewTopic("shared", 4, 1, config={"millrace.segments.initial": "1"})])["shared"].result(30)
+    c = Conn(server.kafka_port)
+    sent: dict[int, list[bytes]] = {p: [] for p in range(4)}
+    for i in range(40):
+        p = (i * 7) % 4
+        value = f"p{p}-{len(sent[p])}".encode()
+        assert c.produce("shared", p, batch([value])).base_offset == len(sent[p])
+        sent[p].append(value)
+
+    def check(conn: Conn) -> None:
+        for p in range(4):
+            got = records_of(conn.fetch("shared", p, 0))
+            assert [r.value for r in got] == sent[p]
+            assert [r.offset for r in got] == list(range(len(sent[p])))
+
+    check(c)
+    out = subprocess.run([sys.executable, "-m", "gateway.cli", "streams", "describe", "kafka/shared", "--json",
+                          "--server", f"127.0.0.1:{server.native_port}"], capture_output=True, text=True, timeout=60)
+    assert len(json.loads(out.stdout)["segments"]) == 1
+    assert server.stop() == 0
+    srv = ServerProcess(server.data_dir).start()
+    try:
+        check(Conn(srv.kafka_port))
+    finally:
+        srv.kill()
