@@ -205,6 +205,24 @@ def test_concurrent_auto_creation_of_one_topic(server):
             w.close()
 
 
+def test_producers_auto_create_topics(server, wire):
+    # Unmodified producers retry through the LEADER_NOT_AVAILABLE round and land in the new topic.
+    from confluent_kafka import Producer
+    from kafka import KafkaProducer
+
+    delivered: list = []
+    producer = Producer({"bootstrap.servers": server.bootstrap, "message.timeout.ms": 30000})
+    producer.produce("md-auto-ck", b"value", key=b"key", on_delivery=lambda err, msg: delivered.append(err))
+    assert producer.flush(30) == 0 and delivered == [None]
+    kp = KafkaProducer(bootstrap_servers=server.bootstrap)
+    try:
+        assert kp.send("md-auto-kp", b"value").get(30).offset == 0
+    finally:
+        kp.close()
+    for name in ("md-auto-ck", "md-auto-kp"):
+        assert len(only(wire.metadata(12, [name]), name).partitions) == 3
+
+
 def test_auto_creation_off_on_the_server(tmp_path):
     with ServerProcess(str(tmp_path / "data"), "--no-auto-create-topics") as server:
         wire = Wire(server.kafka_port)
@@ -214,6 +232,14 @@ def test_auto_creation_off_on_the_server(tmp_path):
         t = only(wire.metadata(12, ["bad name"]), "bad name")
         assert t.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
         assert wire.metadata(1, None).topics == []
+        from confluent_kafka import KafkaError, Producer
+
+        delivered: list = []
+        producer = Producer({"bootstrap.servers": server.bootstrap, "message.timeout.ms": 2000})
+        producer.produce("md-off-produce", b"value", on_delivery=lambda err, msg: delivered.append(err))
+        producer.flush(30)
+        assert [e.code() for e in delivered] in ([KafkaError.UNKNOWN_TOPIC_OR_PART], [KafkaError._MSG_TIMED_OUT])
+        assert "md-off-produce" not in {t.name for t in wire.metadata(1, None).topics}
         wire.create("md-explicit", 2)  # explicit creation still works
         assert len(only(wire.metadata(12, ["md-explicit"]), "md-explicit").partitions) == 2
         wire.close()
