@@ -1066,10 +1066,10 @@ class GroupCoordinator:
                 accepted[tp] = om
         if not accepted:
             return succeed(result)
-        group.pending_commits.update(accepted)
+        group.pending_commits.update(list(accepted))
 
         def settle() -> None:
-            group.pending_commits.subtract(accepted)
+            group.pending_commits.subtract(list(accepted))
             group.pending_commits += collections.Counter()  # drop zero counts
 
         def stored(_: Any) -> dict[TopicPartition, ErrorCode]:
