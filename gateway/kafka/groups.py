@@ -459,9 +459,20 @@ class GroupCoordinator:
         self.loading = False
         self._cleanup_timer = self._later(self.retention_check_interval_ms / 1000, self._periodic_cleanup)
         log.info("group coordinator loaded %d groups", len(self.groups))
+        self._drop_offsets_of_missing_topics()
         waiting, self._waiting = self._waiting, []
         for d in waiting:
             d.callback(self)
+
+    def _drop_offsets_of_missing_topics(self) -> None:
+        """Offsets of topics deleted while the coordinator was not listening (a crash between the
+        topic's deletion and its offsets' removal, or before the coordinator was created)."""
+        topics = self.broker.topics
+        if topics is None:
+            return
+        for topic in {tp[0] for group in self.groups.values() for tp in group.offsets}:
+            if topics.get(topic) is None:
+                self._topic_deleted(topic)
 
     def shutdown(self) -> None:
         """Cancel timers (the state itself is already durable)."""

@@ -286,6 +286,41 @@ def test_session_expiry_removes_member_and_rebalances(server: ServerProcess) -> 
         assert heartbeat(b, group, gen, b_join.member_id) == E.UNKNOWN_MEMBER_ID
 
 
+def test_member_not_rejoining_within_rebalance_timeout_is_dropped(server: ServerProcess) -> None:
+    group = "g-rebalance-timeout"
+    with connect(server) as a, connect(server) as b:
+        a_id, gen = single_member_group(a, group, session=10000, rebalance=1500)
+        first = b.send(JOIN, 9, join_req(group, session=10000, rebalance=1500))
+        start = time.time()
+        b_join = b.send(JOIN, 9, join_req(group, member_id=first.member_id, session=10000, rebalance=1500))
+        # A heartbeats but never rejoins: the join completes without it after the rebalance timeout.
+        assert time.time() - start >= 1.2
+        assert b_join.error_code == 0 and b_join.leader == first.member_id and b_join.generation_id == gen + 1
+        assert [m.member_id for m in b_join.members] == [first.member_id]
+        assert heartbeat(a, group, gen, a_id) == E.UNKNOWN_MEMBER_ID
+
+
+def test_member_not_syncing_within_rebalance_timeout_is_dropped(server: ServerProcess) -> None:
+    group = "g-sync-timeout"
+    with connect(server) as a, connect(server) as b:
+        a_id, gen = single_member_group(a, group, session=10000, rebalance=1500)
+        first = b.send(JOIN, 9, join_req(group, session=10000, rebalance=1500))
+        b.submit(JOIN, 9, join_req(group, member_id=first.member_id, session=10000, rebalance=1500))
+        time.sleep(0.1)
+        a_join = a.send(JOIN, 9, join_req(group, member_id=a_id, session=10000, rebalance=1500))
+        assert b.receive().error_code == 0
+        gen = a_join.generation_id
+        assert sync(a, group, gen, a_id, {a_id: b"a", first.member_id: b"b"}).error_code == 0
+        # B never sends SyncGroup: after the rebalance timeout it is removed and A must rejoin.
+        start = time.time()
+        while heartbeat(a, group, gen, a_id) == 0:
+            assert time.time() - start < 5
+            time.sleep(0.1)
+        assert time.time() - start >= 1.0
+        assert heartbeat(a, group, gen, a_id) == E.REBALANCE_IN_PROGRESS
+        assert [m.member_id for m in describe(a, group).members] == [a_id]
+
+
 def test_pending_member_expires_and_releases_the_rebalance(server: ServerProcess) -> None:
     group = "g-pending"
     with connect(server) as a, connect(server) as b:

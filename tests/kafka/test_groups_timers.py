@@ -1,0 +1,185 @@
+"""The coordinator's timed behaviour on a controlled clock: the initial rebalance delay, offset
+retention, and sessions of members restored from the tables. The tables are a small in-memory
+stand-in with TableStore's calls; everything else is the real coordinator."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from twisted.internet.defer import maybeDeferred
+from twisted.internet.task import Clock
+
+from gateway.kafka.broker import KafkaConfig
+from gateway.kafka.group_store import GROUPS_TABLE, OFFSETS_TABLE
+from gateway.kafka.groups import GroupCoordinator, GroupState, JoinResult, OffsetAndMetadata
+from gateway.kafka_protocol.errors import ErrorCode as E
+
+
+class Entry:
+    def __init__(self, key: bytes, value: bytes) -> None:
+        self.key, self.value = key, value
+
+
+class MemoryTables:
+    """TableStore's surface as the coordinator uses it, in memory."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, dict[bytes, bytes]] = {}
+
+    def exists(self, name: str) -> bool:
+        return name in self.data
+
+    def create_table(self, name: str) -> None:
+        self.data.setdefault(name, {})
+
+    def put(self, table: str, entries: list[tuple[bytes, bytes]]) -> list[int]:
+        self.data[table].update(entries)
+        return [0] * len(entries)
+
+    def remove(self, table: str, keys: list[bytes]) -> None:
+        for key in keys:
+            self.data[table].pop(key, None)
+
+    def entries(self, table: str, prefix: bytes = b"") -> list[Entry]:
+        return [Entry(k, v) for k, v in sorted(self.data[table].items()) if k.startswith(prefix)]
+
+
+class Topics:
+    def __init__(self, *names: str) -> None:
+        self.names = set(names)
+        self.listeners: list[Any] = []
+
+    def get(self, name: str) -> Any:
+        return name if name in self.names else None
+
+
+class Broker:
+    def __init__(self, tables: MemoryTables, config: KafkaConfig) -> None:
+        self.tables = tables
+        self.config = config
+        self.topics = Topics("t", "u")
+        self.groups = None
+
+    def blocking(self, fn: Any, *args: Any) -> Any:
+        return maybeDeferred(fn, *args)
+
+
+def coordinator(tables: MemoryTables | None = None, clock: Clock | None = None, **config: Any
+                ) -> tuple[GroupCoordinator, Clock, MemoryTables]:
+    tables = tables or MemoryTables()
+    clock = clock or Clock()
+    coord = GroupCoordinator(Broker(tables, KafkaConfig(**config)), clock=clock, offsets_retention_ms=60_000,
+                             retention_check_interval_ms=10_000)
+    coord.load()
+    return coord, clock, tables
+
+
+def join(coord: GroupCoordinator, group: str, member_id: str = "", session: int = 10000,
+         rebalance: int = 10000) -> Any:
+    results: list[JoinResult] = []
+    d = coord.join_group(group, member_id, None, False, False, "client", "/127.0.0.1", rebalance, session,
+                         "consumer", [("range", b"\x00\x00meta")])
+    d.addCallback(results.append)
+    return results
+
+
+def test_initial_rebalance_delay_extends_while_members_arrive() -> None:
+    coord, clock, _ = coordinator(group_initial_rebalance_delay_ms=3000)
+    a = join(coord, "g")
+    clock.advance(2)
+    b = join(coord, "g")
+    clock.advance(1)  # t=3: the first delay ends, but B arrived meanwhile: wait another 3 s
+    assert a == [] and b == []
+    assert coord.groups["g"].state is GroupState.PREPARING_REBALANCE
+    clock.advance(2.9)
+    assert a == [] and b == []
+    clock.advance(0.1)
+    assert a[0].error is E.NONE and b[0].error is E.NONE
+    assert a[0].generation_id == b[0].generation_id == 1
+    assert len(a[0].members) == 2 and b[0].members == []
+
+
+def test_initial_delay_is_bounded_by_the_rebalance_timeout() -> None:
+    coord, clock, _ = coordinator(group_initial_rebalance_delay_ms=3000)
+    first = join(coord, "g", rebalance=4000)
+    for _ in range(4):  # a member every second keeps the delay extending, up to the timeout
+        clock.advance(1)
+        join(coord, "g", rebalance=4000)
+    clock.advance(1)  # the delay ran 3 s, then min(3 s, the 1 s left of the 4 s timeout), then stopped
+    assert first and first[0].error is E.NONE
+
+
+def test_offsets_expire_by_retention() -> None:
+    coord, clock, tables = coordinator()
+    coord.commit_offsets("simple", "", None, -1, {("t", 0): OffsetAndMetadata(5, commit_timestamp=0)}, 9)
+    # A v2-v4 commit with its own retention time expires on its own schedule.
+    coord.commit_offsets("simple2", "", None, -1, {("u", 0): OffsetAndMetadata(
+        6, commit_timestamp=0, expire_timestamp=5_000)}, 2)
+    assert len(tables.data[OFFSETS_TABLE]) == 2
+    clock.advance(10)  # first periodic check: only the explicit expiry is due
+    assert "simple2" not in coord.groups and "simple" in coord.groups
+    clock.advance(60)
+    assert coord.expire_offsets() == 0  # the periodic check already removed it
+    assert "simple" not in coord.groups
+    assert tables.data[OFFSETS_TABLE] == {} and tables.data[GROUPS_TABLE] == {}
+
+
+def test_stable_consumer_group_keeps_offsets_of_subscribed_topics() -> None:
+    coord, clock, _ = coordinator()
+    sub = b"\x00\x00" + b"\x00\x00\x00\x01" + b"\x00\x01t" + b"\xff\xff\xff\xff"  # v0: topics ["t"], null user data
+    results: list[JoinResult] = []
+    coord.join_group("c", "", None, False, False, "client", "/h", 100_000, 100_000, "consumer",
+                     [("range", sub)]).addCallback(results.append)
+    clock.advance(0)
+    member, gen = results[0].member_id, results[0].generation_id
+    synced: list[Any] = []
+    coord.sync_group("c", gen, member, None, None, None, {member: b""}).addCallback(synced.append)
+    assert synced[0].error is E.NONE
+    now = int(clock.seconds() * 1000)
+    offsets = {("t", 0): OffsetAndMetadata(1, commit_timestamp=now), ("u", 0): OffsetAndMetadata(2, commit_timestamp=now)}
+    coord.commit_offsets("c", member, None, gen, offsets, 9)
+    for _ in range(7):
+        clock.advance(10)
+        coord.heartbeat("c", member, None, gen)
+    assert set(coord.groups["c"].offsets) == {("t", 0)}
+
+
+def test_restored_members_must_keep_heartbeating() -> None:
+    coord, clock, tables = coordinator()
+    results = join(coord, "g", session=5000)
+    clock.advance(0)
+    member, gen = results[0].member_id, results[0].generation_id
+    coord.sync_group("g", gen, member, None, None, None, {member: b"assigned"})
+    # A restart: a new coordinator over the same tables brings the member back, session running.
+    restarted, clock2, _ = coordinator(tables)
+    group = restarted.groups["g"]
+    assert group.state is GroupState.STABLE and list(group.members) == [member]
+    assert group.members[member].assignment == b"assigned"
+    clock2.advance(4)
+    assert restarted.heartbeat("g", member, None, gen) is E.NONE
+    clock2.advance(4.9)
+    assert member in group.members
+    clock2.advance(0.2)  # 5 s since the last heartbeat: gone, and the empty group is persisted
+    assert group.members == {}
+    clock2.advance(0)
+    assert group.state is GroupState.EMPTY and group.generation_id == gen + 1
+
+
+def test_deleted_topic_offsets_are_dropped_at_load() -> None:
+    coord, _, tables = coordinator()
+    coord.commit_offsets("g", "", None, -1, {("t", 0): OffsetAndMetadata(5), ("u", 1): OffsetAndMetadata(6)}, 9)
+    broker = Broker(tables, KafkaConfig())
+    broker.topics = Topics("t")
+    restarted = GroupCoordinator(broker, clock=Clock())
+    restarted.load()
+    assert set(restarted.groups["g"].offsets) == {("t", 0)}
+    assert len(tables.data[OFFSETS_TABLE]) == 1
+
+
+@pytest.mark.parametrize("timeout", [-1, 0])
+def test_odd_rebalance_timeouts_do_not_break_timers(timeout: int) -> None:
+    coord, clock, _ = coordinator()
+    results = join(coord, "g", rebalance=timeout)
+    clock.advance(0)
+    assert results[0].error is E.NONE
