@@ -35,6 +35,22 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         srv.kill()
 
 
+@pytest.fixture(autouse=True)
+def server_errors(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Prints what the server logged during a test (warnings and tracebacks only, at the log level the
+    harness runs it with), so a failing client test shows the server-side cause next to it."""
+    if "server" not in request.fixturenames:
+        yield
+        return
+    srv: ServerProcess = request.getfixturevalue("server")
+    before = len(srv.output)
+    yield
+    new = srv.output[before:]
+    if new:
+        print(f"--- millrace server output during {request.node.name} ({len(new)} lines, last 200) ---")
+        print("".join(new[-200:]))
+
+
 @pytest.fixture
 def topic(request: pytest.FixtureRequest) -> str:
     """A topic name no other test uses (Kafka topic names allow [a-zA-Z0-9._-])."""

@@ -1,0 +1,417 @@
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Base64;
+import java.util.Collection;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.Set;
+import java.util.TreeMap;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.admin.ConsumerGroupDescription;
+import org.apache.kafka.clients.admin.ListOffsetsResult;
+import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.admin.OffsetSpec;
+import org.apache.kafka.clients.admin.TopicDescription;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.PartitionInfo;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.header.internals.RecordHeaders;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+
+/**
+ * Drives the unmodified Java Kafka client against a Millrace server and prints one JSON object per line
+ * for compat_tests/test_java_clients.py to check. Usage:
+ *   java CompatClient BOOTSTRAP WORKDIR TOPIC_PREFIX SCENARIO...
+ * Scenarios: roundtrip:CODEC (producer with default settings + the codec, then a consumer without a group
+ * using assign/seekToBeginning/seek/poll), group (subscribe, commitSync, resume in a new consumer),
+ * admin (createTopics, describeTopics, listOffsets earliest/latest/forTimestamp/maxTimestamp, deleteTopics),
+ * admin_groups (describeConsumerGroups with a live member, listConsumerGroupOffsets, listConsumerGroups).
+ * Records to produce come from WORKDIR/records.tsv (key, value, then header name/value pairs; "=base64" or "-" for null).
+ * Each scenario ends with {"scenario":..,"event":"done"} or {"scenario":..,"event":"error",..}.
+ */
+public class CompatClient {
+    static final int MAX_REQUEST = 4 * 1024 * 1024;
+    static final Duration POLL_BUDGET = Duration.ofSeconds(30);
+    static String bootstrap;
+    static Path workdir;
+    static String prefix;
+
+    public static void main(String[] args) throws Exception {
+        bootstrap = args[0];
+        workdir = Path.of(args[1]);
+        prefix = args[2];
+        emit("-", "start", "clientVersion", org.apache.kafka.common.utils.AppInfoParser.getVersion());
+        for (int i = 3; i < args.length; i++) {
+            String scenario = args[i];
+            long t0 = System.nanoTime();
+            try {
+                if (scenario.startsWith("roundtrip:")) {
+                    roundtrip(scenario, scenario.substring("roundtrip:".length()));
+                } else if (scenario.equals("group")) {
+                    group(scenario);
+                } else if (scenario.equals("admin")) {
+                    admin(scenario);
+                } else if (scenario.equals("admin_groups")) {
+                    adminGroups(scenario);
+                } else {
+                    throw new IllegalArgumentException("unknown scenario " + scenario);
+                }
+                emit(scenario, "done", "ms", (System.nanoTime() - t0) / 1_000_000);
+            } catch (Throwable e) {
+                StringBuilder trace = new StringBuilder(e.toString());
+                for (Throwable c = e.getCause(); c != null; c = c.getCause()) {
+                    trace.append(" <- caused by ").append(c);
+                }
+                emit(scenario, "error", "error", trace.toString(), "ms", (System.nanoTime() - t0) / 1_000_000);
+            }
+        }
+        emit("-", "exit");
+        System.out.flush();
+        System.exit(0);  // never wait on a client's non-daemon threads
+    }
+
+    // ---- scenarios ----
+
+    static void roundtrip(String scenario, String codec) throws Exception {
+        String topic = prefix + "-rt-" + codec;
+        List<String[]> recs = readRecords("records.tsv");
+        Properties pp = producerProps();
+        pp.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, codec);
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(pp)) {
+            List<Future<RecordMetadata>> futures = new ArrayList<>();
+            for (String[] r : recs) {
+                futures.add(producer.send(toRecord(topic, null, null, r)));
+            }
+            producer.flush();
+            for (int i = 0; i < futures.size(); i++) {
+                RecordMetadata m = futures.get(i).get(30, TimeUnit.SECONDS);
+                emit(scenario, "produced", "i", i, "partition", m.partition(), "offset", m.offset());
+            }
+        }
+        // No group at all: assign every partition, seekToBeginning, poll.
+        try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(consumerProps(null))) {
+            List<TopicPartition> tps = new ArrayList<>();
+            for (PartitionInfo pi : consumer.partitionsFor(topic)) {
+                tps.add(new TopicPartition(topic, pi.partition()));
+            }
+            consumer.assign(tps);
+            consumer.seekToBeginning(tps);
+            for (ConsumerRecord<byte[], byte[]> rec : pollAtLeast(consumer, recs.size())) {
+                emitRecord(scenario, "consumed", rec);
+            }
+            // seek(): re-read partition 0 from offset 2 (if it has that many records).
+            TopicPartition p0 = new TopicPartition(topic, 0);
+            long end = consumer.endOffsets(List.of(p0)).get(p0);
+            consumer.assign(List.of(p0));
+            consumer.seek(p0, Math.min(2, end));
+            emit(scenario, "seek", "partition", 0, "offset", Math.min(2, end), "end", end);
+            for (ConsumerRecord<byte[], byte[]> rec : pollAtLeast(consumer, (int) Math.max(0, end - 2))) {
+                emitRecord(scenario, "reread", rec);
+            }
+        }
+    }
+
+    static void group(String scenario) throws Exception {
+        String topic = prefix + "-group";
+        String group = prefix + "-group";
+        List<String[]> recs = readRecords("group.tsv");
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(producerProps())) {
+            List<Future<RecordMetadata>> futures = new ArrayList<>();
+            for (String[] r : recs) {
+                futures.add(producer.send(toRecord(topic, null, null, r)));
+            }
+            producer.flush();
+            for (int i = 0; i < futures.size(); i++) {
+                RecordMetadata m = futures.get(i).get(30, TimeUnit.SECONDS);
+                emit(scenario, "produced", "i", i, "partition", m.partition(), "offset", m.offset());
+            }
+        }
+        int half = recs.size() / 2;
+        Properties cp = consumerProps(group);
+        cp.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, "5");
+        try (KafkaConsumer<byte[], byte[]> first = new KafkaConsumer<>(cp)) {
+            first.subscribe(List.of(topic));
+            for (ConsumerRecord<byte[], byte[]> rec : pollAtLeast(first, half)) {
+                emitRecord(scenario, "first", rec);
+            }
+            first.commitSync(Duration.ofSeconds(20));
+            Map<TopicPartition, OffsetAndMetadata> committed = first.committed(first.assignment(), Duration.ofSeconds(20));
+            for (Map.Entry<TopicPartition, OffsetAndMetadata> e : byPartition(committed).entrySet()) {
+                emit(scenario, "committed", "partition", e.getKey().partition(),
+                        "offset", e.getValue() == null ? -1 : e.getValue().offset());
+            }
+        }
+        try (KafkaConsumer<byte[], byte[]> second = new KafkaConsumer<>(consumerProps(group))) {
+            second.subscribe(List.of(topic));
+            // Poll until nothing new arrives for a while: it should pick up exactly at the commits.
+            for (ConsumerRecord<byte[], byte[]> rec : pollAtLeast(second, recs.size())) {
+                emitRecord(scenario, "second", rec);
+            }
+            second.commitSync(Duration.ofSeconds(20));
+        }
+    }
+
+    static void admin(String scenario) throws Exception {
+        String topic = prefix + "-admin";
+        try (Admin admin = Admin.create(adminProps())) {
+            admin.createTopics(List.of(new NewTopic(topic, 5, (short) 1))).all().get(20, TimeUnit.SECONDS);
+            emit(scenario, "created", "topic", topic);
+            Map<String, TopicDescription> desc = describe(admin, topic);
+            TopicDescription d = desc.get(topic);
+            List<Integer> ids = new ArrayList<>();
+            d.partitions().forEach(p -> ids.add(p.partition()));
+            emit(scenario, "described", "name", d.name(), "partitions", ids,
+                    "leaders", d.partitions().stream().map(p -> p.leader() == null ? -1 : p.leader().id()).toList());
+
+            long base = System.currentTimeMillis() - 60_000;
+            emit(scenario, "base_ts", "ts", base);
+            try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(producerProps())) {
+                for (int i = 0; i < 6; i++) {
+                    RecordMetadata m = producer.send(new ProducerRecord<>(topic, 1, base + i * 1000L, null,
+                            ("v" + i).getBytes(StandardCharsets.UTF_8))).get(30, TimeUnit.SECONDS);
+                    emit(scenario, "produced", "partition", m.partition(), "offset", m.offset(), "ts", m.timestamp());
+                }
+            }
+            TopicPartition p0 = new TopicPartition(topic, 0);
+            TopicPartition p1 = new TopicPartition(topic, 1);
+            listOffsets(scenario, admin, "earliest", Map.of(p0, OffsetSpec.earliest(), p1, OffsetSpec.earliest()));
+            listOffsets(scenario, admin, "latest", Map.of(p0, OffsetSpec.latest(), p1, OffsetSpec.latest()));
+            listOffsets(scenario, admin, "ts", Map.of(p1, OffsetSpec.forTimestamp(base + 2500)));
+            listOffsets(scenario, admin, "ts_after_all", Map.of(p1, OffsetSpec.forTimestamp(base + 60_000)));
+            listOffsets(scenario, admin, "max_ts", Map.of(p1, OffsetSpec.maxTimestamp()));
+
+            admin.deleteTopics(List.of(topic)).all().get(20, TimeUnit.SECONDS);
+            Set<String> names = admin.listTopics().names().get(20, TimeUnit.SECONDS);
+            emit(scenario, "deleted", "still_listed", names.contains(topic));
+        }
+    }
+
+    static void adminGroups(String scenario) throws Exception {
+        String topic = prefix + "-admin-groups";
+        String group = prefix + "-admin-group";
+        try (Admin admin = Admin.create(adminProps())) {
+            admin.createTopics(List.of(new NewTopic(topic, 5, (short) 1))).all().get(20, TimeUnit.SECONDS);
+            try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(producerProps())) {
+                for (int i = 0; i < 6; i++) {
+                    producer.send(new ProducerRecord<>(topic, 1, null, ("v" + i).getBytes(StandardCharsets.UTF_8)))
+                            .get(30, TimeUnit.SECONDS);
+                }
+            }
+            // A live group member: describeConsumerGroups while it is there, then its committed offsets.
+            try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(consumerProps(group))) {
+                consumer.subscribe(List.of(topic));
+                pollAtLeast(consumer, 6);
+                consumer.commitSync(Duration.ofSeconds(20));
+                ConsumerGroupDescription g = admin.describeConsumerGroups(List.of(group)).all()
+                        .get(20, TimeUnit.SECONDS).get(group);
+                List<Integer> assigned = new ArrayList<>();
+                g.members().forEach(m -> m.assignment().topicPartitions().forEach(tp -> assigned.add(tp.partition())));
+                assigned.sort(null);
+                emit(scenario, "group", "id", g.groupId(), "state", String.valueOf(g.state()), "members", g.members().size(),
+                        "assigned", assigned, "simple", g.isSimpleConsumerGroup());
+            }
+            Map<TopicPartition, OffsetAndMetadata> offsets = admin.listConsumerGroupOffsets(group)
+                    .partitionsToOffsetAndMetadata().get(20, TimeUnit.SECONDS);
+            for (Map.Entry<TopicPartition, OffsetAndMetadata> e : byPartition(offsets).entrySet()) {
+                emit(scenario, "group_offset", "partition", e.getKey().partition(), "offset", e.getValue().offset());
+            }
+            Collection<String> listed = new ArrayList<>();
+            admin.listConsumerGroups().all().get(20, TimeUnit.SECONDS).forEach(l -> listed.add(l.groupId()));
+            emit(scenario, "groups_listed", "contains", listed.contains(group));
+
+        }
+    }
+
+    // ---- helpers ----
+
+    static Map<String, TopicDescription> describe(Admin admin, String topic) throws Exception {
+        // allTopicNames() exists in 3.1+ and 4.x (all() was removed in 4.0).
+        return admin.describeTopics(List.of(topic)).allTopicNames().get(20, TimeUnit.SECONDS);
+    }
+
+    static void listOffsets(String scenario, Admin admin, String label, Map<TopicPartition, OffsetSpec> specs)
+            throws Exception {
+        Map<TopicPartition, ListOffsetsResult.ListOffsetsResultInfo> res = admin.listOffsets(specs).all()
+                .get(20, TimeUnit.SECONDS);
+        for (Map.Entry<TopicPartition, ListOffsetsResult.ListOffsetsResultInfo> e : byPartition(res).entrySet()) {
+            emit(scenario, "offsets", "spec", label, "partition", e.getKey().partition(),
+                    "offset", e.getValue().offset(), "timestamp", e.getValue().timestamp());
+        }
+    }
+
+    static <V> Map<TopicPartition, V> byPartition(Map<TopicPartition, V> m) {
+        Map<TopicPartition, V> out = new TreeMap<>((a, b) -> Integer.compare(a.partition(), b.partition()));
+        out.putAll(m);
+        return out;
+    }
+
+    static List<ConsumerRecord<byte[], byte[]>> pollAtLeast(KafkaConsumer<byte[], byte[]> c, int want) {
+        List<ConsumerRecord<byte[], byte[]>> got = new ArrayList<>();
+        long deadline = System.nanoTime() + POLL_BUDGET.toNanos();
+        long extraUntil = -1;
+        while (System.nanoTime() < deadline) {
+            for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(300))) {
+                got.add(r);
+            }
+            if (got.size() >= want) {
+                if (extraUntil < 0) {
+                    extraUntil = System.nanoTime() + 500_000_000L;  // half a second more, to catch extras
+                } else if (System.nanoTime() >= extraUntil) {
+                    break;
+                }
+            }
+        }
+        return got;
+    }
+
+    static Properties common() {
+        Properties p = new Properties();
+        p.put("bootstrap.servers", bootstrap);
+        p.put("request.timeout.ms", "15000");
+        return p;
+    }
+
+    static Properties adminProps() {
+        Properties p = common();
+        p.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "20000");
+        return p;
+    }
+
+    /** The producer's defaults are what is tested (idempotence on, acks=all), plus room for 1 MiB records. */
+    static Properties producerProps() {
+        Properties p = common();
+        p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        p.put(ProducerConfig.MAX_REQUEST_SIZE_CONFIG, String.valueOf(MAX_REQUEST));
+        p.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, "20000");
+        p.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "30000");
+        return p;
+    }
+
+    static Properties consumerProps(String group) {
+        Properties p = common();
+        p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        p.put(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG, "200");
+        p.put(ConsumerConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "20000");
+        p.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "10000");
+        p.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, "1000");
+        if (group != null) {
+            p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+        }
+        return p;
+    }
+
+    static List<String[]> readRecords(String name) throws Exception {
+        List<String[]> out = new ArrayList<>();
+        for (String line : Files.readAllLines(workdir.resolve(name), StandardCharsets.UTF_8)) {
+            if (!line.isEmpty()) {
+                out.add(line.split("\t", -1));
+            }
+        }
+        return out;
+    }
+
+    static byte[] field(String f) {
+        return f.equals("-") ? null : Base64.getDecoder().decode(f.substring(1));
+    }
+
+    static ProducerRecord<byte[], byte[]> toRecord(String topic, Integer partition, Long ts, String[] r) {
+        RecordHeaders headers = new RecordHeaders();
+        for (int i = 2; i + 1 < r.length; i += 2) {
+            headers.add(new String(field(r[i]), StandardCharsets.UTF_8), field(r[i + 1]));
+        }
+        return new ProducerRecord<>(topic, partition, ts, field(r[0]), field(r[1]), headers);
+    }
+
+    static void emitRecord(String scenario, String event, ConsumerRecord<byte[], byte[]> rec) {
+        List<Object> headers = new ArrayList<>();
+        for (Header h : rec.headers()) {
+            headers.add(List.of(b64(h.key().getBytes(StandardCharsets.UTF_8)), b64(h.value())));
+        }
+        emit(scenario, event, "partition", rec.partition(), "offset", rec.offset(), "key", b64(rec.key()),
+                "value", b64(rec.value()), "headers", headers, "ts", rec.timestamp());
+    }
+
+    static String b64(byte[] b) {
+        return b == null ? "-" : "=" + Base64.getEncoder().encodeToString(b);
+    }
+
+    static synchronized void emit(String scenario, String event, Object... kv) {
+        Map<String, Object> m = new java.util.LinkedHashMap<>();
+        m.put("scenario", scenario);
+        m.put("event", event);
+        for (int i = 0; i + 1 < kv.length; i += 2) {
+            m.put((String) kv[i], kv[i + 1]);
+        }
+        StringBuilder sb = new StringBuilder();
+        json(sb, m);
+        System.out.println(sb);
+        System.out.flush();
+    }
+
+    static void json(StringBuilder sb, Object o) {
+        if (o == null) {
+            sb.append("null");
+        } else if (o instanceof Number || o instanceof Boolean) {
+            sb.append(o);
+        } else if (o instanceof Map<?, ?> m) {
+            sb.append('{');
+            boolean first = true;
+            for (Map.Entry<?, ?> e : m.entrySet()) {
+                if (!first) sb.append(',');
+                first = false;
+                json(sb, String.valueOf(e.getKey()));
+                sb.append(':');
+                json(sb, e.getValue());
+            }
+            sb.append('}');
+        } else if (o instanceof Collection<?> c) {
+            sb.append('[');
+            boolean first = true;
+            for (Object x : c) {
+                if (!first) sb.append(',');
+                first = false;
+                json(sb, x);
+            }
+            sb.append(']');
+        } else {
+            String s = o.toString();
+            sb.append('"');
+            for (int i = 0; i < s.length(); i++) {
+                char ch = s.charAt(i);
+                switch (ch) {
+                    case '"' -> sb.append("\\\"");
+                    case '\\' -> sb.append("\\\\");
+                    case '\n' -> sb.append("\\n");
+                    case '\r' -> sb.append("\\r");
+                    case '\t' -> sb.append("\\t");
+                    default -> {
+                        if (ch < 0x20) sb.append(String.format("\\u%04x", (int) ch));
+                        else sb.append(ch);
+                    }
+                }
+            }
+            sb.append('"');
+        }
+    }
+}

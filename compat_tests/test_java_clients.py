@@ -1,0 +1,188 @@
+"""The Java kafka-clients (3.9 and 4.x), unmodified, against a real Millrace server: the producer with
+default settings (idempotent) and every codec, a consumer with assign/seek/poll and no group, a consumer
+group that commits and resumes, and the Admin calls Spark's Kafka source makes.
+
+compat_tests/java/CompatClient.java is compiled with javac at test time against each client version's
+jars (fetched by compat_tests/java/fetch_jars.sh into .cache/kafka-jars/) and run once per version with
+every scenario, because a JVM start is slow; it prints JSON lines that the tests here check."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compat_tests.common import (
+    CODECS,
+    Placed,
+    Rec,
+    check_consumed,
+    expect_dense,
+    placed_count,
+    records_to_lines,
+    sample_records,
+    unb64,
+)
+from tests.server_process import ServerProcess
+
+ROOT = Path(__file__).resolve().parent.parent
+JAVA_SRC = Path(__file__).resolve().parent / "java" / "CompatClient.java"
+JARS = ROOT / ".cache" / "kafka-jars"
+CLASSES = ROOT / ".cache" / "compat-java"
+VERSIONS = ["3.9", "4.x"]
+RUN_TIMEOUT = 240.0
+
+pytestmark = pytest.mark.timeout(int(RUN_TIMEOUT) + 60)
+
+RECORDS = sample_records("java", count=24, null_header_values=True)
+GROUP_RECORDS = sample_records("java-group", count=30, big=0)
+
+
+@dataclass
+class JavaRun:
+    version: str
+    returncode: int | None
+    stderr: str
+    events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    timed_out: bool = False
+
+    def scenario(self, name: str) -> list[dict[str, Any]]:
+        """The events of one scenario; fails with the client's error if it did not complete."""
+        events = self.events.get(name, [])
+        errors = [e for e in events if e["event"] == "error"]
+        assert not errors, f"Java kafka-clients {self.version}, scenario {name}: {errors[0]['error']}"
+        if not any(e["event"] == "done" for e in events):
+            why = "the JVM timed out" if self.timed_out else f"the JVM exited {self.returncode}"
+            raise AssertionError(f"Java kafka-clients {self.version}, scenario {name} did not finish ({why}); "
+                                 f"stderr tail:\n{self.stderr[-3000:]}")
+        return events
+
+    def of(self, name: str, event: str) -> list[dict[str, Any]]:
+        return [e for e in self.scenario(name) if e["event"] == event]
+
+
+def classpath(version: str) -> str:
+    jars = JARS / version
+    if not (jars / ".complete").exists():
+        pytest.skip(f"kafka-clients {version} jars missing in {jars}: compat_tests/java/fetch_jars.sh "
+                    "(run by scripts/bootstrap.sh) could not download them")
+    if shutil.which("javac") is None or shutil.which("java") is None:
+        pytest.skip("java/javac not installed (scripts/bootstrap.sh installs openjdk-17-jdk-headless)")
+    digest = hashlib.sha256(JAVA_SRC.read_bytes() + version.encode()).hexdigest()[:16]
+    out = CLASSES / f"{version}-{digest}"
+    if not (out / "CompatClient.class").exists():
+        tmp = CLASSES / f"{version}-{digest}.tmp-{uuid.uuid4().hex[:6]}"
+        tmp.mkdir(parents=True)
+        proc = subprocess.run(["javac", "-nowarn", "-cp", f"{jars}/*", "-d", str(tmp), str(JAVA_SRC)],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, f"javac against kafka-clients {version} failed:\n{proc.stderr}"
+        if out.exists():
+            shutil.rmtree(tmp)
+        else:
+            tmp.rename(out)
+    return f"{out}:{jars}/*"
+
+
+@pytest.fixture(scope="module", params=VERSIONS)
+def java(request: pytest.FixtureRequest, server: ServerProcess, tmp_path_factory: pytest.TempPathFactory,
+         ) -> Iterator[JavaRun]:
+    version: str = request.param
+    cp = classpath(version)
+    work = tmp_path_factory.mktemp(f"java-{version}")
+    (work / "records.tsv").write_text(records_to_lines(RECORDS))
+    (work / "group.tsv").write_text(records_to_lines(GROUP_RECORDS))
+    prefix = f"java{version.replace('.', '')}-{uuid.uuid4().hex[:8]}"
+    scenarios = [f"roundtrip:{c}" for c in CODECS] + ["group", "admin", "admin_groups"]
+    cmd = ["java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", cp, "CompatClient",
+           server.bootstrap, str(work), prefix, *scenarios]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    timed_out = False
+    try:
+        stdout, stderr = proc.communicate(timeout=RUN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, stderr = proc.communicate()
+        timed_out = True
+    run = JavaRun(version, proc.returncode, stderr, timed_out=timed_out)
+    for line in stdout.splitlines():
+        if line.startswith("{"):
+            event = json.loads(line)
+            run.events.setdefault(event["scenario"], []).append(event)
+    start = run.events.get("-", [{}])[0]
+    expected_prefix = version.split(".")[0] + "." if version.endswith(".x") else version
+    assert str(start.get("clientVersion", "")).startswith(expected_prefix), (start, stderr[-2000:])
+    yield run
+
+
+def placed(e: dict[str, Any]) -> Placed:
+    headers = tuple((unb64(k).decode(), unb64(v)) for k, v in e["headers"])  # type: ignore[union-attr]
+    return Placed(e["partition"], e["offset"], Rec(unb64(e["key"]), unb64(e["value"]), headers))
+
+
+def produced(run: JavaRun, scenario: str, recs: list[Rec]) -> dict[int, list[Placed]]:
+    reports = sorted(run.of(scenario, "produced"), key=lambda e: e["i"])
+    return expect_dense(recs, [(e["partition"], e["offset"]) for e in reports])
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_roundtrip_default_producer_and_groupless_consumer(java: JavaRun, codec: str) -> None:
+    scenario = f"roundtrip:{codec}"
+    expected = produced(java, scenario, RECORDS)
+    check_consumed(expected, [placed(e) for e in java.of(scenario, "consumed")])
+    # seek(partition 0, 2) then poll: exactly the rest of partition 0.
+    (seek,) = java.of(scenario, "seek")
+    assert seek["end"] == len(expected.get(0, []))
+    reread = [placed(e) for e in java.of(scenario, "reread")]
+    check_consumed({0: expected.get(0, [])}, reread, start={0: seek["offset"]})
+
+
+def test_group_commit_and_resume(java: JavaRun) -> None:
+    expected = produced(java, "group", GROUP_RECORDS)
+    first = [placed(e) for e in java.of("group", "first")]
+    assert first, "the first group member received nothing"
+    committed = {e["partition"]: e["offset"] for e in java.of("group", "committed")}
+    for partition in expected:
+        mine = [p.offset for p in first if p.partition == partition]
+        assert mine == list(range(len(mine))), (partition, mine)
+        if mine:
+            assert committed.get(partition) == len(mine), (partition, committed)
+    start = {p: o for p, o in committed.items() if o >= 0}
+    second = [placed(e) for e in java.of("group", "second")]
+    assert len(second) == placed_count(expected, start)
+    check_consumed(expected, second, start=start)
+
+
+def test_admin_calls_spark_makes(java: JavaRun) -> None:
+    (described,) = java.of("admin", "described")
+    assert described["partitions"] == [0, 1, 2, 3, 4]
+    assert all(leader >= 0 for leader in described["leaders"]), described
+    (base,) = java.of("admin", "base_ts")
+    ts0 = base["ts"]
+    prod = java.of("admin", "produced")
+    assert [(e["partition"], e["offset"], e["ts"]) for e in prod] == [(1, i, ts0 + i * 1000) for i in range(6)]
+    offsets = {(e["spec"], e["partition"]): (e["offset"], e["timestamp"]) for e in java.of("admin", "offsets")}
+    assert offsets[("earliest", 0)][0] == 0 and offsets[("earliest", 1)][0] == 0, offsets
+    assert offsets[("latest", 0)][0] == 0 and offsets[("latest", 1)][0] == 6, offsets
+    assert offsets[("ts", 1)] == (3, ts0 + 3000), offsets
+    assert offsets[("ts_after_all", 1)][0] == -1, offsets
+    assert offsets[("max_ts", 1)] == (5, ts0 + 5000), offsets
+    (deleted,) = java.of("admin", "deleted")
+    assert deleted["still_listed"] is False
+
+
+def test_admin_consumer_groups(java: JavaRun) -> None:
+    (group,) = java.of("admin_groups", "group")
+    assert group["members"] == 1 and group["assigned"] == [0, 1, 2, 3, 4] and group["state"] == "STABLE", group
+    assert group["simple"] is False
+    group_offsets = {e["partition"]: e["offset"] for e in java.of("admin_groups", "group_offset")}
+    assert group_offsets.get(1) == 6 and all(group_offsets.get(p, 0) == 0 for p in (0, 2, 3, 4)), group_offsets
+    (listed,) = java.of("admin_groups", "groups_listed")
+    assert listed["contains"] is True
