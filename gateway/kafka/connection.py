@@ -81,7 +81,11 @@ class KafkaConnection(Int32StringReceiver):
 
     def _respond(self, response: Any, ctx: RequestContext, slot: _Slot) -> None:
         if response is not NO_RESPONSE:
-            slot.frame = encode_response(ctx.api_key, ctx.api_version, ctx.correlation_id, response)
+            try:
+                slot.frame = encode_response(ctx.api_key, ctx.api_version, ctx.correlation_id, response)
+            except Exception:  # noqa: BLE001 - a response we cannot encode must not leave the client hanging
+                self._failed(ctx, Failure())
+                return
         slot.ready = True
         self._flush()
 

@@ -275,3 +275,45 @@ def test_partitions_sharing_one_segment(server):
         check(Conn(srv.kafka_port))
     finally:
         srv.kill()
+
+
+def test_every_advertised_version_of_the_data_path(server):
+    """Each version in the registry's range answers: Produce, Fetch (names and, v13+, topic ids),
+    ListOffsets, OffsetForLeaderEpoch, DeleteRecords, InitProducerId."""
+    from gateway.kafka.registry import REGISTRY, load_handlers
+
+    load_handlers()
+    c = Conn(server.kafka_port)
+    c.produce("sweep", 0, batch([b"seed"]))
+    M = request_class(3)
+    meta = c.send(3, 12, M(topics=[M.MetadataRequestTopic(name="sweep")], allow_auto_topic_creation=False))
+    topic_id = meta.topics[0].topic_id
+    lo, hi = REGISTRY[0].min_version, REGISTRY[0].max_version
+    for v in range(lo, hi + 1):
+        r = c.send(0, v, P(acks=-1, timeout_ms=5000, topic_data=[P.TopicProduceData(
+            name="sweep", partition_data=[P.PartitionProduceData(index=0, records=batch([f"v{v}".encode()]))])]))
+        assert r.responses[0].partition_responses[0].error_code == 0, v
+    for v in range(REGISTRY[1].min_version, REGISTRY[1].max_version + 1):
+        part = F.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
+        ft = F.FetchTopic(topic_id=topic_id, partitions=[part]) if v >= 13 else F.FetchTopic(topic="sweep",
+                                                                                           partitions=[part])
+        r = c.send(1, v, F(max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0,
+                           session_epoch=-1, topics=[ft]))
+        got = r.responses[0].partitions[0]
+        assert got.error_code == 0 and records_of(got)[0].value == b"seed", v
+    for v in range(REGISTRY[2].min_version, REGISTRY[2].max_version + 1):
+        r = c.send(2, v, L(replica_id=-1, isolation_level=0, topics=[L.ListOffsetsTopic(
+            name="sweep", partitions=[L.ListOffsetsPartition(partition_index=0, timestamp=-1)])]))
+        assert (r.topics[0].partitions[0].error_code, r.topics[0].partitions[0].offset) == (0, hi - lo + 2), v
+    OFLE = request_class(23)
+    for v in range(REGISTRY[23].min_version, REGISTRY[23].max_version + 1):
+        r = c.send(23, v, OFLE(replica_id=-1, topics=[OFLE.OffsetForLeaderTopic(topic="sweep", partitions=[
+            OFLE.OffsetForLeaderPartition(partition=0, current_leader_epoch=0, leader_epoch=0)])]))
+        assert (r.topics[0].partitions[0].error_code, r.topics[0].partitions[0].end_offset) == (0, hi - lo + 2), v
+    for v in range(REGISTRY[21].min_version, REGISTRY[21].max_version + 1):
+        r = c.send(21, v, D(timeout_ms=1000, topics=[D.DeleteRecordsTopic(
+            name="sweep", partitions=[D.DeleteRecordsPartition(partition_index=0, offset=v)])]))
+        assert r.topics[0].partitions[0].error_code == 0, v
+    for v in range(REGISTRY[22].min_version, REGISTRY[22].max_version + 1):
+        r = c.send(22, v, INIT(transactional_id=None, transaction_timeout_ms=1000, producer_id=-1, producer_epoch=-1))
+        assert r.error_code == 0 and r.producer_id >= 0, v

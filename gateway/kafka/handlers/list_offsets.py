@@ -19,7 +19,7 @@ LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
 
 def _result(index: int, error: int, offset: int = -1, timestamp: int = -1) -> Any:
     return Response.ListOffsetsPartitionResponse(
-        partition_index=index, error_code=int(error), offset=offset, timestamp=timestamp, leader_epoch=0)
+        partition_index=index, error_code=int(error), offset=offset, timestamp=timestamp)
 
 
 def _lookup(ctx: RequestContext, parts: list, lp: Any) -> defer.Deferred:
@@ -54,7 +54,12 @@ def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
             return defer.gatherResults([_lookup(ctx, found[1], lp) for lp in t.partitions], consumeErrors=True)
 
         per_topic.append(topic_logs(ctx.broker, t.name, auto_create=False).addCallback(with_logs))
-    return defer.gatherResults(per_topic, consumeErrors=True).addCallback(lambda results: Response(topics=[
-        Response.ListOffsetsTopicResponse(name=t.name, partitions=parts)
-        for t, parts in zip(request.topics, results, strict=True)
-    ]))
+    def answer(results: list[list[Any]]) -> Any:
+        if ctx.api_version >= 4:  # every partition has had leader epoch 0; the field exists from v4
+            for parts in results:
+                for part in parts:
+                    part.leader_epoch = 0
+        return Response(topics=[Response.ListOffsetsTopicResponse(name=t.name, partitions=parts)
+                                for t, parts in zip(request.topics, results, strict=True)])
+
+    return defer.gatherResults(per_topic, consumeErrors=True).addCallback(answer)
