@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import tempfile
 import threading
 import time
@@ -140,6 +141,43 @@ def run_case(size: int, partitions: int, messages: int, compression: str, latenc
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
+def run_kcat_case(size: int, partitions: int, messages: int) -> dict:
+    """The same produce with kcat (librdkafka driven from C), so the client is not the bottleneck:
+    messages are the lines of a file, produced with acks=all and idempotence, then consumed back."""
+    data_dir = tempfile.mkdtemp(prefix="millrace-kbench-")
+    lines = os.path.join(data_dir, "messages.txt")
+    with open(lines, "wb") as f:
+        f.write((b"x" * (size - 1) + b"\n") * messages)
+    server = ServerProcess(os.path.join(data_dir, "server")).start()
+    try:
+        topic = f"kcat-{size}-{partitions}"
+        admin = AdminClient({"bootstrap.servers": server.bootstrap})
+        admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+        cpu0 = sum(server_cpu(server))
+        t0 = time.perf_counter()
+        subprocess.run(["kcat", "-P", "-b", server.bootstrap, "-t", topic, "-l", "-X", "acks=all",
+                        "-X", "enable.idempotence=true", "-X", "linger.ms=20", "-X", "batch.size=1000000",
+                        "-X", "queue.buffering.max.messages=2000000", "-X", "queue.buffering.max.kbytes=2000000",
+                        lines], check=True, stderr=subprocess.DEVNULL, timeout=600)
+        produce_s = time.perf_counter() - t0
+        cpu = sum(server_cpu(server)) - cpu0
+        t1 = time.perf_counter()
+        out = subprocess.run(["kcat", "-C", "-b", server.bootstrap, "-t", topic, "-o", "beginning", "-e", "-q",
+                              "-f", "%o\n"], capture_output=True, check=True, timeout=600).stdout
+        consume_s = time.perf_counter() - t1
+        return {
+            "produce_msgs_per_s": messages / produce_s,
+            "produce_mb_per_s": messages * size / produce_s / 1e6,
+            "server_cpu_s_per_million": cpu / messages * 1e6,
+            "consume_msgs_per_s": out.count(b"\n") / consume_s,
+            "consumed": out.count(b"\n"),
+            "server_rss_mb": psutil.Process(server.proc.pid).memory_info().rss / 1e6,
+        }
+    finally:
+        server.kill()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
 def server_cpu(server: ServerProcess) -> tuple[float, float]:
     times = psutil.Process(server.proc.pid).cpu_times()
     return times.user, times.system
@@ -151,6 +189,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--compression", default="none")
     parser.add_argument("--latency-rate", type=int, default=2000, help="msgs/s for the latency phase")
+    parser.add_argument("--kcat-messages", type=int, default=1_000_000,
+                        help="messages for the kcat (C client) cases; 0 skips them")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     scratch = tempfile.mkdtemp(prefix="millrace-disk-")
@@ -167,8 +207,16 @@ def main() -> None:
         med.update(size=size, partitions=partitions,
                    produce_vs_disk=med["produce_mb_per_s"] / disk["sequential_write_mb_per_s"])
         results.append(med)
+    kcat_results = []
+    if args.kcat_messages and shutil.which("kcat"):
+        for size, partitions in [(100, 1), (100, 8), (1024, 8)]:
+            runs = [run_kcat_case(size, partitions, args.kcat_messages) for _ in range(args.runs)]
+            med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+            med.update(size=size, partitions=partitions,
+                       produce_vs_disk=med["produce_mb_per_s"] / disk["sequential_write_mb_per_s"])
+            kcat_results.append(med)
     if args.json:
-        print(json.dumps({"disk": disk, "cases": results}, indent=2))
+        print(json.dumps({"disk": disk, "cases": results, "kcat_cases": kcat_results}, indent=2))
         return
     print(f"disk: sequential write {disk['sequential_write_mb_per_s']:.0f} MB/s, fsync {disk['fsyncs_per_s']:.0f}/s")
     print(f"{'size':>5} {'parts':>5} {'prod msg/s':>11} {'MB/s':>7} {'cpu s/M':>8} {'p50 ms':>7} {'p99 ms':>7} "
@@ -178,6 +226,14 @@ def main() -> None:
               f"{r['server_cpu_s_per_million']:>8.2f} {r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f} "
               f"{r['consume_msgs_per_s']:>11.0f} {r['server_peak_rss_mb']:>7.0f} {r['produce_vs_disk']:>7.3f} "
               f"{r['errors']:>6.0f}")
+    if kcat_results:
+        print(f"\nkcat (C client) load generator, {args.kcat_messages} messages, acks=all, idempotent:")
+        print(f"{'size':>5} {'parts':>5} {'prod msg/s':>11} {'MB/s':>7} {'cpu s/M':>8} {'cons msg/s':>11} "
+              f"{'consumed':>9} {'RSS MB':>7} {'vs disk':>7}")
+        for r in kcat_results:
+            print(f"{r['size']:>5} {r['partitions']:>5} {r['produce_msgs_per_s']:>11.0f} {r['produce_mb_per_s']:>7.1f} "
+                  f"{r['server_cpu_s_per_million']:>8.2f} {r['consume_msgs_per_s']:>11.0f} {r['consumed']:>9.0f} "
+                  f"{r['server_rss_mb']:>7.0f} {r['produce_vs_disk']:>7.3f}")
     print(f"medians of {args.runs} runs of {args.messages} messages, compression={args.compression}, acks=all; "
           f"latency at {args.latency_rate} msgs/s with linger.ms=0; cpu s/M = server CPU seconds per million "
           f"messages produced")
