@@ -363,7 +363,8 @@ def get_coordinator(broker: Any) -> GroupCoordinator:
     """``broker.groups``, created (and loaded in the background) on first use if setup did not."""
     if broker.groups is None:
         broker.groups = GroupCoordinator(broker)
-        broker.groups.start_loading()
+        # A failed load is logged; the next request tries again.
+        broker.groups.start_loading().addErrback(lambda _: None)
     return broker.groups
 
 
@@ -415,9 +416,11 @@ class GroupCoordinator:
         """``fn(self)`` now if loaded, else once loading finishes (a Deferred)."""
         if self.loaded:
             return fn(self)
+        waiter = self.when_ready()  # registered first: the load may finish before start_loading returns
         if not self.loading:
-            self.start_loading()
-        return self.when_ready().addCallback(fn)
+            self.start_loading().addErrback(lambda _: None)
+        # After a failed load ``fn`` still runs: its checks answer COORDINATOR_NOT_AVAILABLE.
+        return waiter.addBoth(lambda _: fn(self))
 
     def _load_failed(self, failure: Failure) -> None:
         # Requests fail while the store cannot be read; the next request tries loading again.

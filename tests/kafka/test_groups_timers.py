@@ -183,3 +183,23 @@ def test_odd_rebalance_timeouts_do_not_break_timers(timeout: int) -> None:
     results = join(coord, "g", rebalance=timeout)
     clock.advance(0)
     assert results[0].error is E.NONE
+
+
+def test_a_failed_load_answers_coordinator_not_available_then_retries() -> None:
+    class Broken(MemoryTables):
+        fail = True
+
+        def exists(self, name: str) -> bool:
+            if self.fail:
+                raise OSError("store offline")
+            return super().exists(name)
+
+    tables = Broken()
+    coord = GroupCoordinator(Broker(tables, KafkaConfig()), clock=Clock())
+    answers: list[Any] = []
+    outcome = coord.call(lambda c: c.heartbeat("g", "m", None, 1))
+    outcome.addCallback(answers.append)
+    assert answers == [E.COORDINATOR_NOT_AVAILABLE] and not coord.loaded
+    tables.fail = False
+    assert coord.call(lambda c: c.heartbeat("g", "m", None, 1)).result is E.UNKNOWN_MEMBER_ID
+    assert coord.loaded
