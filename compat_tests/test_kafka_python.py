@@ -206,7 +206,7 @@ def test_admin(server: ServerProcess, admin: KafkaAdminClient, topic: str, group
     admin.wait_for_topics([topic])
     assert topic in admin.list_topics()
     (desc,) = admin.describe_topics([topic])
-    assert desc["error_code"] == 0 and desc["topic"] == topic
+    assert desc["error_code"] == 0 and desc["name"] == topic, desc
     assert sorted(p["partition_index"] for p in desc["partitions"]) == [0, 1, 2, 3, 4]
 
     configs = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)], config_filter="all")
