@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import logging
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 from twisted.internet import task
@@ -14,10 +17,24 @@ from gateway.kafka.producer_ids import ProducerIdAllocator
 from gateway.kafka.registry import load_handlers
 from gateway.kafka.topics import TopicRegistry
 from store.controller import Controller
+from store.errors import SegmentExistsError, TableKeyVersionMismatchError
 from store.segment_store import SegmentStore
-from store.tables import TableStore
+from store.tables import NOT_EXISTS, TableStore
 
 log = logging.getLogger(__name__)
+CLUSTER_TABLE = "_system/_tables/kafka_cluster"
+
+
+def persistent_cluster_id(tables: TableStore) -> str:
+    """The cluster id, made once (a base64 UUID, as Kafka's) and kept: clients notice a change."""
+    with contextlib.suppress(SegmentExistsError):
+        tables.create_table(CLUSTER_TABLE)
+    key = b"cluster.id"
+    fresh = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=")
+    with contextlib.suppress(TableKeyVersionMismatchError):
+        tables.put(CLUSTER_TABLE, [(key, fresh, NOT_EXISTS)])
+    (entry,) = tables.get(CLUSTER_TABLE, [key])
+    return entry.value.decode()
 
 
 def build_kafka(
@@ -25,6 +42,7 @@ def build_kafka(
 ) -> tuple[Broker, KafkaFactory]:
     """Blocking (recovers Kafka metadata): call before the reactor runs."""
     load_handlers()
+    config.cluster_id = persistent_cluster_id(tables)
     broker = Broker(store, controller, tables, config, pool)
     broker.topics = TopicRegistry(controller, tables, config.scope)
     broker.partitions = PartitionLogs(store, broker.topics, tables, broker.blocking)

@@ -317,3 +317,14 @@ def test_every_advertised_version_of_the_data_path(server):
     for v in range(REGISTRY[22].min_version, REGISTRY[22].max_version + 1):
         r = c.send(22, v, INIT(transactional_id=None, transaction_timeout_ms=1000, producer_id=-1, producer_epoch=-1))
         assert r.error_code == 0 and r.producer_id >= 0, v
+
+
+def test_cluster_id_survives_restarts(server):
+    M = request_class(3)
+    first = Conn(server.kafka_port).send(3, 12, M(topics=[])).cluster_id
+    assert first and server.stop() == 0
+    srv = ServerProcess(server.data_dir).start()
+    try:
+        assert Conn(srv.kafka_port).send(3, 12, M(topics=[])).cluster_id == first
+    finally:
+        srv.kill()
