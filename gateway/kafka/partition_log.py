@@ -133,6 +133,9 @@ class PartitionLog:
         self.high_watermark = 0
         self.producers: dict[int, ProducerState] = {}
         self.waiters: list[defer.Deferred] = []
+        # [last offset, durable?] of appends in offset order: the high watermark passes an append only
+        # when it and everything before it is durable, even across segments (a scale switch).
+        self.pending: deque[list] = deque()
         self.writer: SegmentWriter | None = None  # the open segment new batches go to
 
     def segment_index(self, writer: SegmentWriter) -> int:
@@ -387,12 +390,18 @@ class PartitionLogs:
         if state is not None:
             state.batches.append((h.base_sequence, h.base_sequence + h.last_offset_delta, base))
             state.in_flight[base] = retries
+        marker = [last, False]
+        p.pending.append(marker)
 
         def durable(_: Any) -> int:
-            if last + 1 > p.high_watermark:
-                p.high_watermark = last + 1
+            marker[1] = True
+            advanced = False
+            while p.pending and p.pending[0][1]:
+                p.high_watermark = p.pending.popleft()[0] + 1
+                advanced = True
             writer.index(entry)
-            p.wake()
+            if advanced:
+                p.wake()
             if state is not None:
                 state.in_flight.pop(base, None)
             for d in retries:
