@@ -1,5 +1,5 @@
-"""Crash safety as Kafka clients see it: an idempotent acks=all producer (confluent-kafka) keeps producing
-while the server is SIGKILLed and restarted on the same port. Afterwards every acknowledged record is
+"""Crash safety as Kafka clients see it: an idempotent acks=all producer (confluent-kafka, and kafka-python
+in a second run) keeps producing while the server is SIGKILLed and restarted on the same port. Afterwards every acknowledged record is
 readable at the partition and offset its delivery report gave, nothing is duplicated (the producer's
 retries of batches that were written but not acknowledged are deduplicated), offsets stay dense, and a
 consumer group resumes from the offsets it committed before the crash."""
@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
+from kafka import KafkaProducer
 
 from compat_tests.common import wait_for
 from compat_tests.conftest import DEFAULT_PARTITIONS, start_server
@@ -60,12 +61,67 @@ def read_all(bootstrap: str, topic: str, want: int, timeout: float = 60.0) -> li
         c.close()
 
 
-def test_sigkill_while_producing(tmp_path: Any) -> None:
+class CrashProducer:
+    """An idempotent acks=all producer of either client, recording each delivery report."""
+
+    def __init__(self, client: str, bootstrap: str, topic: str) -> None:
+        self.client = client
+        self.topic = topic
+        self.acked: dict[bytes, tuple[int, int]] = {}
+        self.failed: list[tuple[bytes, str]] = []
+        self.lock = threading.Lock()
+        if client == "confluent-kafka":
+            self.ck = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                                "linger.ms": 2, "message.timeout.ms": 120000, "reconnect.backoff.max.ms": 500,
+                                "socket.connection.setup.timeout.ms": 5000})
+        else:
+            self.kp = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=2,
+                                    delivery_timeout_ms=120000, request_timeout_ms=10000,
+                                    reconnect_backoff_max_ms=500, max_block_ms=120000)
+
+    def _ok(self, value: bytes, partition: int, offset: int) -> None:
+        with self.lock:
+            self.acked[value] = (partition, offset)
+
+    def _fail(self, value: bytes, err: object) -> None:
+        with self.lock:
+            self.failed.append((value, str(err)))
+
+    def produce(self, key: bytes, value: bytes) -> None:
+        if self.client == "confluent-kafka":
+            def report(err: KafkaError | None, msg: Message) -> None:
+                if err is None:
+                    self._ok(value, msg.partition(), msg.offset())
+                else:
+                    self._fail(value, err)
+
+            while True:
+                try:
+                    self.ck.produce(self.topic, key=key, value=value, on_delivery=report)
+                    break
+                except BufferError:
+                    self.ck.poll(0.1)
+            self.ck.poll(0)
+        else:
+            future = self.kp.send(self.topic, key=key, value=value)
+            future.add_callback(lambda md: self._ok(value, md.partition, md.offset))
+            future.add_errback(lambda e: self._fail(value, e))
+
+    def flush(self, timeout: float) -> int:
+        if self.client == "confluent-kafka":
+            return int(self.ck.flush(timeout))
+        self.kp.flush(timeout=timeout)
+        self.kp.close(timeout=10)
+        return 0
+
+
+@pytest.mark.parametrize("client", ["confluent-kafka", "kafka-python"])
+def test_sigkill_while_producing(tmp_path: Any, client: str) -> None:
     data_dir = str(tmp_path / "data")
     port = free_port()
     srv: ServerProcess = start_server(data_dir, "--kafka-port", str(port))
     bootstrap = srv.bootstrap
-    topic = f"crash-{int(time.time())}"
+    topic = f"crash-{client}-{int(time.time())}"
     group = f"crash-group-{topic}"
     try:
         # Before the crash: 60 records, a group member consumes some of them and commits.
@@ -85,34 +141,15 @@ def test_sigkill_while_producing(tmp_path: Any) -> None:
         member.close()
 
         # The producer that lives through the crash.
-        acked: dict[bytes, tuple[int, int]] = {}
-        failed: list[tuple[bytes, str]] = []
-        lock = threading.Lock()
-
-        def report(err: KafkaError | None, msg: Message) -> None:
-            with lock:
-                if err is None:
-                    acked[msg.value()] = (msg.partition(), msg.offset())
-                else:
-                    failed.append((msg.value(), str(err)))
-
-        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
-                             "linger.ms": 2, "message.timeout.ms": 120000, "reconnect.backoff.max.ms": 500,
-                             "socket.connection.setup.timeout.ms": 5000})
+        producer = CrashProducer(client, bootstrap, topic)
+        acked, failed = producer.acked, producer.failed
         stop_sending = threading.Event()
 
         def send() -> None:
             for i in range(TOTAL):
                 if stop_sending.is_set():
                     return
-                while True:
-                    try:
-                        producer.produce(topic, key=f"k{i % 13}".encode(), value=f"crash-{i}".encode(),
-                                         on_delivery=report)
-                        break
-                    except BufferError:
-                        producer.poll(0.1)
-                producer.poll(0)
+                producer.produce(f"k{i % 13}".encode(), f"crash-{i}".encode())
                 time.sleep(0.0015)
 
         sender = threading.Thread(target=send, daemon=True)
