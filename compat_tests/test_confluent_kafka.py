@@ -4,6 +4,7 @@ AdminClient (topics, partitions, configs, list offsets, delete records, groups).
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from typing import Any
@@ -285,3 +286,107 @@ def test_admin_groups(server: ServerProcess, topic: str, group: str) -> None:
     a.delete_consumer_groups([group])[group].result(TIMEOUT)
     listed = a.list_consumer_groups(request_timeout=TIMEOUT).result(TIMEOUT)
     assert group not in {g.group_id for g in listed.valid}
+
+
+def test_long_poll_wakes_on_append(server: ServerProcess, topic: str) -> None:
+    """A consumer parked at the tail (fetch.wait.max.ms far longer than the test) gets a new record as
+    soon as it is appended, not when its long poll expires."""
+    produce(server, topic, [Rec(b"k", b"first")])
+    c = consumer(server, **{"fetch.wait.max.ms": 20000, "fetch.min.bytes": 1})
+    try:
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions_of(server, topic)])
+        assert [p.rec.value for p in drain(c, 1, timeout=15)] == [b"first"]
+        time.sleep(1.0)  # the consumer's next Fetch is now parked at the tail
+        p = producer(server)
+        sent_at = time.monotonic()
+        p.produce(topic, key=b"k", value=b"second")
+        assert p.flush(TIMEOUT) == 0
+        got: list[Message] = []
+        deadline = time.monotonic() + 15
+        while not got and time.monotonic() < deadline:
+            got = [m for m in c.consume(1, timeout=0.05) if not m.error()]
+        latency = time.monotonic() - sent_at
+    finally:
+        c.close()
+    assert got and got[0].value() == b"second", got
+    assert latency < 5.0, f"the appended record reached the long-polling consumer only after {latency:.1f}s"
+
+
+def test_many_batches_with_small_fetch_limits(server: ServerProcess, topic: str) -> None:
+    """Thousands of records in many batches, read with fetch limits far smaller than the data, so the
+    consumer needs many Fetch rounds and each response is cut at batch boundaries."""
+    recs = [Rec(f"key-{i % 50}".encode(), f"value-{i}-".encode() * 8, (("n", str(i).encode()),)) for i in range(5000)]
+    expected = produce(server, topic, recs, **{"linger.ms": 1, "batch.num.messages": 50, "compression.type": "lz4"})
+    c = consumer(server, **{"max.partition.fetch.bytes": 2048, "fetch.max.bytes": 4096, "message.max.bytes": 4096})
+    try:
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions_of(server, topic)])
+        got = drain(c, len(recs), timeout=60)
+    finally:
+        c.close()
+    check_consumed(expected, got)
+
+
+def test_acks_zero_and_one(server: ServerProcess, topic: str) -> None:
+    """acks=0 (no response at all) and acks=1 producers interleaved on one partition: everything lands, in
+    order, and the acks=1 reports carry the offsets."""
+    p0 = producer(server, **{"acks": 0, "enable.idempotence": False})
+    p1 = producer(server, **{"acks": 1, "enable.idempotence": False})
+    for i in range(20):
+        p0.produce(topic, value=f"zero-{i}".encode(), partition=0)
+    assert p0.flush(TIMEOUT) == 0
+    offsets: list[int] = []
+    for i in range(5):
+        p1.produce(topic, value=f"one-{i}".encode(), partition=0,
+                   on_delivery=lambda err, msg: offsets.append(-1 if err else msg.offset()))
+    assert p1.flush(TIMEOUT) == 0
+    assert offsets == [20, 21, 22, 23, 24]
+    c = consumer(server)
+    try:
+        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        got = drain(c, 25)
+    finally:
+        c.close()
+    assert [(p.offset, p.rec.value) for p in got] == (
+        [(i, f"zero-{i}".encode()) for i in range(20)] + [(20 + i, f"one-{i}".encode()) for i in range(5)])
+
+
+def test_concurrent_idempotent_producers(server: ServerProcess, topic: str) -> None:
+    """Three idempotent producers appending to the same partitions at once: offsets stay dense, each
+    producer's records keep their order within a partition, nothing is lost or doubled."""
+    per_producer = 600
+    results: dict[int, list[tuple[int, int, bytes]]] = {}
+
+    def run(n: int) -> None:
+        p = producer(server, **{"enable.idempotence": True, "linger.ms": 1})
+        out: list[tuple[int, int, bytes]] = []
+        for i in range(per_producer):
+            p.produce(topic, key=f"k{i % 9}".encode(), value=f"p{n}-{i}".encode(),
+                      on_delivery=lambda err, msg: out.append((msg.partition(), msg.offset(), msg.value()))
+                      if err is None else None)
+            p.poll(0)
+        assert p.flush(TIMEOUT) == 0
+        results[n] = out
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(results) == [0, 1, 2] and all(len(r) == per_producer for r in results.values())
+    c = consumer(server)
+    try:
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions_of(server, topic)])
+        got = drain(c, 3 * per_producer)
+    finally:
+        c.close()
+    where = {p.rec.value: (p.partition, p.offset) for p in got}
+    assert len(got) == len(where) == 3 * per_producer, "records lost or duplicated"
+    for part in {p.partition for p in got}:
+        offsets = sorted(p.offset for p in got if p.partition == part)
+        assert offsets == list(range(len(offsets))), f"partition {part}: offsets not dense"
+    for n, reports in results.items():
+        for partition, offset, value in reports:
+            assert where[value] == (partition, offset), (n, value, where[value], (partition, offset))
+        for part in {r[0] for r in reports}:
+            seq = [int(v.decode().split("-")[1]) for pp, _, v in sorted(reports, key=lambda r: r[1]) if pp == part]
+            assert seq == sorted(seq), f"producer {n}: partition {part} out of send order"

@@ -247,3 +247,19 @@ def test_admin(server: ServerProcess, admin: KafkaAdminClient, topic: str, group
 
     admin.delete_topics([topic])
     wait_for("topic gone", lambda: topic not in admin.list_topics(), timeout=15)
+
+
+def test_small_fetch_limits(server: ServerProcess, topic: str) -> None:
+    """Fetch limits far below the batch sizes (and the 1 MiB record): the server must still hand out the
+    first batch whole (KIP-74), so the consumer makes progress one batch at a time."""
+    recs = sample_records("kp-small-fetch", count=40, both_null=False)
+    expected = produce(server, topic, recs, compression_type="gzip", batch_size=512)
+    c = consumer(server, max_partition_fetch_bytes=1024, fetch_max_bytes=2048)
+    try:
+        partitions = wait_for("partitions in metadata", lambda: c.partitions_for_topic(topic))
+        c.assign([TopicPartition(topic, p) for p in partitions])
+        c.seek_to_beginning()
+        got = drain(c, len(recs), timeout=45)
+    finally:
+        c.close()
+    check_consumed(expected, got)
