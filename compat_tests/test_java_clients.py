@@ -174,6 +174,10 @@ def test_admin_calls_spark_makes(java: JavaRun) -> None:
     assert offsets[("ts", 1)] == (3, ts0 + 3000), offsets
     assert offsets[("ts_after_all", 1)][0] == -1, offsets
     assert offsets[("max_ts", 1)] == (5, ts0 + 5000), offsets
+    by_consumer = {(e["spec"], e["partition"]): e for e in java.of("admin", "consumer_offsets")}
+    assert by_consumer[("beginning", 0)]["offset"] == 0 and by_consumer[("beginning", 1)]["offset"] == 0
+    assert by_consumer[("end", 0)]["offset"] == 0 and by_consumer[("end", 1)]["offset"] == 6
+    assert (by_consumer[("ts", 1)]["offset"], by_consumer[("ts", 1)]["timestamp"]) == (3, ts0 + 3000)
     (deleted,) = java.of("admin", "deleted")
     assert deleted["still_listed"] is False
 

@@ -24,6 +24,7 @@ import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.clients.consumer.OffsetAndTimestamp;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
@@ -41,7 +42,8 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  *   java CompatClient BOOTSTRAP WORKDIR TOPIC_PREFIX SCENARIO...
  * Scenarios: roundtrip:CODEC (producer with default settings + the codec, then a consumer without a group
  * using assign/seekToBeginning/seek/poll), group (subscribe, commitSync, resume in a new consumer),
- * admin (createTopics, describeTopics, listOffsets earliest/latest/forTimestamp/maxTimestamp, deleteTopics),
+ * admin (createTopics, describeTopics, listOffsets earliest/latest/forTimestamp/maxTimestamp, the consumer's
+ * beginningOffsets/endOffsets/offsetsForTimes, deleteTopics),
  * admin_groups (describeConsumerGroups with a live member, listConsumerGroupOffsets, listConsumerGroups).
  * Records to produce come from WORKDIR/records.tsv (key, value, then header name/value pairs; "=base64" or "-" for null).
  * Each scenario ends with {"scenario":..,"event":"done"} or {"scenario":..,"event":"error",..}.
@@ -198,6 +200,18 @@ public class CompatClient {
             listOffsets(scenario, admin, "ts", Map.of(p1, OffsetSpec.forTimestamp(base + 2500)));
             listOffsets(scenario, admin, "ts_after_all", Map.of(p1, OffsetSpec.forTimestamp(base + 60_000)));
             listOffsets(scenario, admin, "max_ts", Map.of(p1, OffsetSpec.maxTimestamp()));
+            // The same through the consumer (Spark's older offset reader, and many applications).
+            try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(consumerProps(null))) {
+                List<TopicPartition> tps = List.of(p0, p1);
+                byPartition(consumer.beginningOffsets(tps)).forEach((tp, o) ->
+                        emit(scenario, "consumer_offsets", "spec", "beginning", "partition", tp.partition(), "offset", o));
+                byPartition(consumer.endOffsets(tps)).forEach((tp, o) ->
+                        emit(scenario, "consumer_offsets", "spec", "end", "partition", tp.partition(), "offset", o));
+                Map<TopicPartition, OffsetAndTimestamp> times = consumer.offsetsForTimes(Map.of(p1, base + 2500L));
+                OffsetAndTimestamp at = times.get(p1);
+                emit(scenario, "consumer_offsets", "spec", "ts", "partition", 1,
+                        "offset", at == null ? -1 : at.offset(), "timestamp", at == null ? -1 : at.timestamp());
+            }
 
             admin.deleteTopics(List.of(topic)).all().get(20, TimeUnit.SECONDS);
             Set<String> names = admin.listTopics().names().get(20, TimeUnit.SECONDS);
