@@ -7,13 +7,21 @@ from store.controller.controller import (
     Controller,
     StreamInfo,
 )
-from store.controller.errors import InvalidStreamCutError, StreamNotSealedError, StreamSealedError
+from store.controller.errors import (
+    InvalidScaleError,
+    InvalidStreamCutError,
+    ScaleConflictError,
+    StreamNotSealedError,
+    StreamSealedError,
+)
 from store.controller.keys import key_hash
 from store.controller.names import parse_segment_name, segment_epoch, segment_id, segment_name, segment_number
 from store.controller.records import (
     EpochRecord,
+    PendingScale,
     RetentionPolicy,
     RetentionType,
+    ScaleReason,
     ScalingPolicy,
     ScalingType,
     SegmentRange,
@@ -27,8 +35,12 @@ __all__ = [
     "STREAMS_TABLE",
     "Controller",
     "EpochRecord",
+    "InvalidScaleError",
     "InvalidStreamCutError",
+    "PendingScale",
     "RetentionPolicy",
+    "ScaleConflictError",
+    "ScaleReason",
     "RetentionType",
     "ScalingPolicy",
     "ScalingType",

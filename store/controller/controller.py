@@ -3,8 +3,16 @@
 Every change to a stream is a conditional update of its record in ``_system/_tables/streams``, so
 two controllers (or threads) changing one stream serialize: a loser re-reads and re-applies its
 change, or fails when its caller asked for a specific record version. Multi-step operations
-(create, seal, delete) first record their intent as a state (CREATING, SEALING, DELETING), then do
-the segment work (idempotently), then record the outcome; repeating an interrupted call finishes it.
+(create, seal, delete, scale) first record their intent as a state (CREATING, SEALING, DELETING,
+SCALING), then do the segment work (idempotently), then record the outcome; repeating an
+interrupted call finishes it.
+
+Scaling (Pravega's protocol): record SCALING with the whole PendingScale (new epoch, sealed ids,
+successor ids and ranges, reason) in one conditional update, so of two concurrent scales exactly
+one gets in and the other gets ScaleConflictError; write the new epoch record (invisible until the
+stream names it current); create the successors; let the caller switch writers (``before_seal``);
+seal the predecessors; make the new epoch current. A scale never rolls back: once recorded, any
+retry of it, ``complete_scale`` or ``seal_stream`` rolls it forward.
 All methods block: call them from worker threads.
 """
 
@@ -17,7 +25,13 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
-from store.controller.errors import InvalidStreamCutError, StreamNotSealedError, StreamSealedError
+from store.controller.errors import (
+    InvalidScaleError,
+    InvalidStreamCutError,
+    ScaleConflictError,
+    StreamNotSealedError,
+    StreamSealedError,
+)
 from store.controller.keys import key_hash
 from store.controller.names import (
     SYSTEM_SCOPE,
@@ -29,6 +43,8 @@ from store.controller.names import (
 )
 from store.controller.records import (
     EpochRecord,
+    PendingScale,
+    ScaleReason,
     ScopeRecord,
     ScopeState,
     SegmentRange,
@@ -37,6 +53,7 @@ from store.controller.records import (
     StreamState,
     equal_split,
 )
+from store.controller.scaling import Range, next_epoch, normalize_ranges, plan_scale, split_points_ranges
 from store.errors import (
     OffsetOutOfRangeError,
     ScopeNotEmptyError,
@@ -69,6 +86,10 @@ class StreamInfo:
     current_epoch: int
     truncation: dict[int, int]  # the stream cut the stream was last truncated at
     version: int  # of the stream record: pass to update_stream for a conditional update
+    pending_scale: PendingScale | None = None  # while state is SCALING
+
+
+BeforeSeal = Callable[[list[SegmentRange]], None]
 
 
 def _now_ms() -> int:
@@ -217,6 +238,7 @@ class Controller:
             record.current_epoch,
             dict(record.truncation),
             version,
+            record.scale,
         )
 
     def stream_exists(self, scope: str, stream: str) -> bool:
@@ -247,7 +269,12 @@ class Controller:
         def begin(r: StreamRecord) -> StreamRecord:
             return replace(r, state=StreamState.SEALING) if r.state == StreamState.ACTIVE else r
 
-        record, _ = self._mutate(scope, stream, begin)
+        while True:
+            record, _ = self._mutate(scope, stream, begin)
+            if record.state != StreamState.SCALING:
+                break
+            # A scale in progress finishes first (scales only roll forward); then seal its outcome.
+            self.complete_scale(scope, stream)
         if record.state != StreamState.SEALING:
             return
         for segment in self.get_current_segments(scope, stream):
@@ -278,6 +305,204 @@ class Controller:
             self.tables.remove(EPOCHS_TABLE, [e.key for e in epochs])
         self.tables.remove(STREAMS_TABLE, [_stream_key(scope, stream)])
 
+    # -- scaling -----------------------------------------------------------------------------------
+    def scale_stream(
+        self,
+        scope: str,
+        stream: str,
+        seal: list[int],
+        new_ranges: list[tuple[float, float]],
+        reason: str = ScaleReason.MANUAL,
+        expected_epoch: int | None = None,
+        before_seal: BeforeSeal | None = None,
+    ) -> EpochRecord:
+        """Seal the adjacent open segments ``seal`` and replace them by new segments owning
+        ``new_ranges``, which must cover the sealed union exactly once (boundaries compared as
+        exact floats). Returns the new epoch's record.
+
+        ``before_seal(successors)`` runs once the successors exist and before any predecessor is
+        sealed: the place to move writers over. If it (or anything after the scale was recorded)
+        raises, the stream stays SCALING and the same call, ``complete_scale`` or ``seal_stream``
+        finishes it later. A repeated call of a scale that already completed returns its epoch.
+
+        ScaleConflictError: another scale is in progress, or won the race, or the stream is no
+        longer at ``expected_epoch``. InvalidScaleError: the request itself is malformed."""
+        if not reason:
+            raise InvalidScaleError("a scale needs a reason")
+        seal_ids = [int(sid) for sid in seal]
+        ranges = normalize_ranges(new_ranges)
+        key = _stream_key(scope, stream)
+        while True:
+            record, version = self._visible(scope, stream)
+            if record.state == StreamState.SCALING and record.scale is not None:
+                if _same_scale(record.scale, seal_ids, ranges) and expected_epoch in (None, record.scale.epoch - 1):
+                    pending = record.scale
+                    break
+                raise ScaleConflictError(
+                    f"{scope}/{stream} is scaling to epoch {record.scale.epoch} "
+                    f"(sealing {list(record.scale.sealed)}); re-read and try again"
+                )
+            if record.state != StreamState.ACTIVE:
+                raise StreamSealedError(f"{scope}/{stream} is {record.state.name}")
+            current = self.get_epoch(scope, stream, record.current_epoch)
+            open_ids = {sid for sid, _, _ in current.segments}
+            stale = expected_epoch is not None and expected_epoch != record.current_epoch
+            if stale or not set(seal_ids) <= open_ids:
+                done = self._completed_scale(scope, stream, record.current_epoch, seal_ids, ranges)
+                if done is not None:
+                    return done
+                if stale:
+                    raise ScaleConflictError(
+                        f"{scope}/{stream} is at epoch {record.current_epoch}, expected {expected_epoch}"
+                    )
+                self._raise_not_open(scope, stream, record.current_epoch, seal_ids, open_ids)
+            pending = plan_scale(current, seal_ids, ranges, record.next_segment_number, reason, _now_ms())
+            updated = replace(
+                record,
+                state=StreamState.SCALING,
+                scale=pending,
+                next_segment_number=record.next_segment_number + len(ranges),
+            )
+            try:
+                self.tables.put(STREAMS_TABLE, [(key, updated.encode(), version)])
+            except TableKeyNotFoundError:
+                raise StreamNotFoundError(f"{scope}/{stream}") from None
+            except TableKeyVersionMismatchError:
+                continue  # the record moved: decide again against what is there now
+            break
+        return self._finish_scale(scope, stream, pending, before_seal)
+
+    def split_segment(
+        self,
+        scope: str,
+        stream: str,
+        segment_id: int,
+        at: list[float],
+        reason: str = ScaleReason.MANUAL,
+        expected_epoch: int | None = None,
+        before_seal: BeforeSeal | None = None,
+    ) -> EpochRecord:
+        """Split an open segment at the key points ``at`` (strictly inside its range)."""
+        r = self._segment_range(scope, stream, segment_id)
+        ranges = split_points_ranges(r.key_start, r.key_end, at)
+        return self.scale_stream(scope, stream, [segment_id], ranges, reason, expected_epoch, before_seal)
+
+    def merge_segments(
+        self,
+        scope: str,
+        stream: str,
+        segment_ids: list[int],
+        reason: str = ScaleReason.MANUAL,
+        expected_epoch: int | None = None,
+        before_seal: BeforeSeal | None = None,
+    ) -> EpochRecord:
+        """Replace two or more adjacent open segments by one owning their union."""
+        if len(set(segment_ids)) < 2:
+            raise InvalidScaleError("a merge needs at least two distinct segments")
+        found = [self._segment_range(scope, stream, sid) for sid in segment_ids]
+        merged = (min(r.key_start for r in found), max(r.key_end for r in found))
+        return self.scale_stream(scope, stream, list(segment_ids), [merged], reason, expected_epoch, before_seal)
+
+    def complete_scale(self, scope: str, stream: str, before_seal: BeforeSeal | None = None) -> EpochRecord | None:
+        """Roll forward the scale the stream is in, if any (after a crash or a failed
+        ``before_seal``); returns the epoch it made, None when no scale was pending."""
+        record, _ = self._visible(scope, stream)
+        if record.state != StreamState.SCALING or record.scale is None:
+            return None
+        return self._finish_scale(scope, stream, record.scale, before_seal)
+
+    def get_successors(self, scope: str, stream: str, segment: int) -> list[SegmentRange]:
+        """The segments that replaced ``segment`` when it was sealed by a scale, by key range;
+        [] while it is open (or when a stream seal, not a scale, sealed it)."""
+        history = self.get_epoch_history(scope, stream)
+        self._require_known(scope, stream, segment, history)
+        for e in history:
+            successors = {s for p, s in e.edges if p == segment}
+            if successors:
+                return [r for r in e.ranges(scope, stream) if r.segment_id in successors]
+        return []
+
+    def get_predecessors(self, scope: str, stream: str, segment: int) -> list[SegmentRange]:
+        """The segments ``segment`` replaced, by key range; [] for a segment of epoch 0."""
+        history = self.get_epoch_history(scope, stream)
+        self._require_known(scope, stream, segment, history)
+        created = segment_epoch(segment)
+        if created == 0:
+            return []
+        predecessors = {p for p, s in history[created].edges if s == segment}
+        return [r for r in history[created - 1].ranges(scope, stream) if r.segment_id in predecessors]
+
+    def _finish_scale(
+        self, scope: str, stream: str, pending: PendingScale, before_seal: BeforeSeal | None
+    ) -> EpochRecord:
+        """Every step is idempotent, so any number of callers may run this for the same scale."""
+        new = next_epoch(self.get_epoch(scope, stream, pending.epoch - 1), pending)
+        # Written before the segments exist so delete_stream can always find every segment; it is
+        # invisible until the stream record names its epoch, and identical on every retry.
+        self.tables.put(EPOCHS_TABLE, [(_epoch_key(scope, stream, new.epoch), new.encode())])
+        created = set(new.created_ids)
+        successors = [r for r in new.ranges(scope, stream) if r.segment_id in created]
+        for r in successors:
+            with contextlib.suppress(SegmentExistsError):
+                self.store.create_segment(r.name).result(self.timeout)
+        if before_seal is not None:
+            before_seal(successors)
+        for sid in pending.sealed:
+            self.store.seal(segment_name(scope, stream, sid)).result(self.timeout)
+
+        def commit(r: StreamRecord) -> StreamRecord:
+            if r.state == StreamState.SCALING and r.scale == pending:
+                return replace(r, state=StreamState.ACTIVE, current_epoch=pending.epoch, scale=None)
+            if r.current_epoch >= pending.epoch:
+                return r  # another caller finished this very scale
+            raise ScaleConflictError(f"{scope}/{stream}: scale to epoch {pending.epoch} is no longer pending")
+
+        self._mutate(scope, stream, commit)
+        return new
+
+    def _completed_scale(
+        self, scope: str, stream: str, current_epoch: int, seal: list[int], ranges: list[Range]
+    ) -> EpochRecord | None:
+        """The committed epoch that made exactly this scale, if any (for idempotent retries)."""
+        for epoch in range(current_epoch, 0, -1):
+            e = self.get_epoch(scope, stream, epoch)
+            created = [(lo, hi) for sid, lo, hi in e.segments if segment_epoch(sid) == epoch]
+            if set(e.sealed_ids) == set(seal) and created == ranges:
+                return e
+            if epoch <= current_epoch - 64:
+                break  # retries come soon after; do not read a long history on every conflict
+        return None
+
+    def _raise_not_open(
+        self, scope: str, stream: str, current_epoch: int, seal: list[int], open_ids: set[int]
+    ) -> None:
+        history = self.get_epoch_history(scope, stream)
+        known = {sid for e in history for sid, _, _ in e.segments}
+        unknown = [sid for sid in seal if sid not in known]
+        if unknown:
+            raise InvalidScaleError(f"{scope}/{stream} has no segments {unknown}")
+        sealed = [sid for sid in seal if sid not in open_ids]
+        raise ScaleConflictError(
+            f"{scope}/{stream}: segments {sealed} were already sealed (stream is at epoch {current_epoch})"
+        )
+
+    def _segment_range(self, scope: str, stream: str, sid: int) -> SegmentRange:
+        """The key range of any segment the stream ever had (current epoch first)."""
+        for r in self.get_current_segments(scope, stream):
+            if r.segment_id == sid:
+                return r
+        for e in reversed(self.get_epoch_history(scope, stream)):
+            for r in e.ranges(scope, stream):
+                if r.segment_id == sid:
+                    return r
+        raise InvalidScaleError(f"{scope}/{stream} has no segment {sid}")
+
+    @staticmethod
+    def _require_known(scope: str, stream: str, sid: int, history: list[EpochRecord]) -> None:
+        created = segment_epoch(sid)
+        if created >= len(history) or all(s != sid for s, _, _ in history[created].segments):
+            raise SegmentNotFoundError(segment_name(scope, stream, sid))
+
     # -- segments ----------------------------------------------------------------------------------
     def get_epoch(self, scope: str, stream: str, epoch: int) -> EpochRecord:
         (entry,) = self.tables.get(EPOCHS_TABLE, [_epoch_key(scope, stream, epoch)])
@@ -286,7 +511,8 @@ class Controller:
         return EpochRecord.decode(entry.value)
 
     def get_epoch_history(self, scope: str, stream: str) -> list[EpochRecord]:
-        """Every epoch up to the current one, oldest first."""
+        """Every epoch up to the current one, oldest first; each says when it began
+        (``created_ms``), why (``reason``) and which segments it replaced (``edges``)."""
         record, _ = self._visible(scope, stream)
         entries = self.tables.entries(EPOCHS_TABLE, prefix=_epoch_prefix(scope, stream))
         history = [EpochRecord.decode(e.value) for e in entries]
@@ -439,3 +665,8 @@ class Controller:
                     raise
                 continue
             return updated, new_version
+
+
+def _same_scale(pending: PendingScale, seal: list[int], ranges: list[Range]) -> bool:
+    """Whether a request asks for exactly the recorded scale (the reason may differ on a retry)."""
+    return set(pending.sealed) == set(seal) and len(pending.sealed) == len(seal) and pending.new_ranges() == ranges

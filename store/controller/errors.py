@@ -16,3 +16,14 @@ class StreamSealedError(StoreError):
 class InvalidStreamCutError(StoreError):
     """A stream cut names unknown segments, does not cover the key space exactly once, lies past
     a segment's length, or would move the stream's head backwards."""
+
+
+class ScaleConflictError(StoreError):
+    """Another scale got there first: the stream is scaling differently right now, the segments to
+    seal are already sealed, or the stream is no longer at the epoch the caller expected. Re-read
+    the stream's current segments and decide again."""
+
+
+class InvalidScaleError(StoreError, ValueError):
+    """A scale request that can never succeed: unknown or non-adjacent segments, or new key ranges
+    that do not cover the sealed segments' union exactly once."""

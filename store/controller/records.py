@@ -12,8 +12,10 @@ Layout of the metadata, all in table segments:
 - ``_system/_tables/epochs``: ``scope/stream/`` + epoch as u32 big-endian -> EpochRecord. Epoch
   records are written once and never change; the stream record names the current one. Scaling adds
   an epoch whose segment list keeps the untouched segments (same ids) and adds successors (new
-  numbers, created in that epoch); predecessor/successor edges follow from overlapping key ranges
-  of consecutive epochs, so the history needs no other structure.
+  numbers, created in that epoch), with the reason and the predecessor -> successor edges. (An
+  epoch record without edges is epoch 0; edges could also be recomputed from overlapping key ranges
+  of consecutive epochs, they are stored so readers need not.)
+- While a scale runs the stream record is SCALING and carries the PendingScale (tag 7).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ _SCALING = struct.Struct("<BQII")
 _RETENTION = struct.Struct("<BQ")
 _SEGMENT = struct.Struct("<Qdd")
 _CUT = struct.Struct("<Qq")
+_EDGE = struct.Struct("<QQ")
 
 
 def _fields(items: list[tuple[int, bytes]]) -> bytes:
@@ -59,12 +62,22 @@ class ScalingType(enum.IntEnum):
 
 @dataclass(frozen=True)
 class ScalingPolicy:
-    """Kept as data for now; automatic scaling reads it when it lands."""
+    """What the auto-scaler (``store.controller.autoscaler``) aims for. ``target_rate`` is per
+    segment, in events/s or KiB/s by ``type``; a hot segment splits into ``scale_factor`` pieces
+    (at least 2); cold neighbours merge while the stream keeps at least ``min_segments``."""
 
     type: ScalingType = ScalingType.FIXED_NUM_SEGMENTS
     target_rate: int = 0
     scale_factor: int = 0
     min_segments: int = 1
+
+    @classmethod
+    def by_event_rate(cls, events_per_s: int, scale_factor: int = 2, min_segments: int = 1) -> ScalingPolicy:
+        return cls(ScalingType.BY_RATE_IN_EVENTS_PER_SEC, events_per_s, scale_factor, min_segments)
+
+    @classmethod
+    def by_kbytes_rate(cls, kib_per_s: int, scale_factor: int = 2, min_segments: int = 1) -> ScalingPolicy:
+        return cls(ScalingType.BY_RATE_IN_KBYTES_PER_SEC, kib_per_s, scale_factor, min_segments)
 
 
 class RetentionType(enum.IntEnum):
@@ -161,6 +174,56 @@ class StreamState(enum.IntEnum):
     SEALING = 2
     SEALED = 3
     DELETING = 4
+    SCALING = 5  # a scale is recorded in ``StreamRecord.scale``; it only ever rolls forward
+
+
+class ScaleReason:
+    """Why an epoch exists; stored as text so new reasons need no new code to read them."""
+
+    CREATE = "create"  # epoch 0 (and what records written before scaling existed decode to)
+    MANUAL = "manual"
+    SCALE_UP = "scale-up"
+    SCALE_DOWN = "scale-down"
+
+
+@dataclass(frozen=True)
+class PendingScale:
+    """A scale recorded in the stream record before any segment work: everything needed to finish
+    it is here, so a retry or another controller completes exactly this scale."""
+
+    epoch: int  # the epoch it creates (always the stream's current epoch + 1)
+    created_ms: int
+    sealed: tuple[int, ...]  # predecessor segment ids, by key range
+    successors: tuple[tuple[int, float, float], ...]  # (segment id, key_start, key_end), by key range
+    reason: str
+
+    def encode(self) -> bytes:
+        items = [(1, _U32.pack(self.epoch)), (2, _U64.pack(self.created_ms))]
+        items += [(3, _U64.pack(sid)) for sid in self.sealed]
+        items += [(4, _SEGMENT.pack(*s)) for s in self.successors]
+        items.append((5, self.reason.encode()))
+        return _fields(items)
+
+    @classmethod
+    def decode(cls, data: bytes) -> PendingScale:
+        epoch, created, reason = 0, 0, ScaleReason.MANUAL
+        sealed: list[int] = []
+        successors: list[tuple[int, float, float]] = []
+        for tag, value in _parse(data):
+            if tag == 1:
+                epoch = _U32.unpack(value)[0]
+            elif tag == 2:
+                created = _U64.unpack(value)[0]
+            elif tag == 3:
+                sealed.append(_U64.unpack(value)[0])
+            elif tag == 4:
+                successors.append(_SEGMENT.unpack(value))
+            elif tag == 5:
+                reason = value.decode()
+        return cls(epoch, created, tuple(sealed), tuple(sorted(successors, key=lambda s: s[1])), reason)
+
+    def new_ranges(self) -> list[tuple[float, float]]:
+        return [(lo, hi) for _, lo, hi in self.successors]
 
 
 @dataclass(frozen=True)
@@ -171,6 +234,7 @@ class StreamRecord:
     current_epoch: int = 0
     next_segment_number: int = 0
     truncation: dict[int, int] = field(default_factory=dict)  # segment id -> offset (a stream cut)
+    scale: PendingScale | None = None  # set exactly while state is SCALING
 
     def encode(self) -> bytes:
         items = [
@@ -181,12 +245,15 @@ class StreamRecord:
             (5, _U32.pack(self.next_segment_number)),
         ]
         items += [(6, _CUT.pack(sid, offset)) for sid, offset in sorted(self.truncation.items())]
+        if self.scale is not None:
+            items.append((7, self.scale.encode()))
         return _fields(items)
 
     @classmethod
     def decode(cls, data: bytes) -> StreamRecord:
         state, config, created, epoch, next_number = StreamState.ACTIVE, StreamConfiguration(), 0, 0, 0
         truncation: dict[int, int] = {}
+        scale: PendingScale | None = None
         for tag, value in _parse(data):
             if tag == 1:
                 state = StreamState(_U8.unpack(value)[0])
@@ -201,7 +268,9 @@ class StreamRecord:
             elif tag == 6:
                 sid, offset = _CUT.unpack(value)
                 truncation[sid] = offset
-        return cls(state, config, created, epoch, next_number, truncation)
+            elif tag == 7:
+                scale = PendingScale.decode(value)
+        return cls(state, config, created, epoch, next_number, truncation, scale)
 
 
 @dataclass(frozen=True)
@@ -235,23 +304,43 @@ class SegmentRange:
 
 @dataclass(frozen=True)
 class EpochRecord:
-    """The segments open during one epoch, sorted by key range; they partition [0.0, 1.0)."""
+    """The segments open during one epoch, sorted by key range; they partition [0.0, 1.0).
+
+    Besides when (``created_ms``) an epoch also records why (``reason``, a ``ScaleReason`` value)
+    and the scale that made it: ``edges`` are (predecessor id, successor id) pairs, each sealed
+    segment of the previous epoch linked to every new segment overlapping its key range."""
 
     epoch: int
     created_ms: int
     segments: tuple[tuple[int, float, float], ...]  # (segment id, key_start, key_end)
+    reason: str = ScaleReason.CREATE
+    edges: tuple[tuple[int, int], ...] = ()
 
     def ranges(self, scope: str, stream: str) -> list[SegmentRange]:
         return [SegmentRange(scope, stream, sid, lo, hi) for sid, lo, hi in self.segments]
 
+    @property
+    def sealed_ids(self) -> list[int]:
+        """The previous epoch's segments this epoch's scale sealed."""
+        return sorted({p for p, _ in self.edges})
+
+    @property
+    def created_ids(self) -> list[int]:
+        """The segments this epoch created (all of them for epoch 0)."""
+        return [sid for sid, _, _ in self.segments if segment_epoch(sid) == self.epoch]
+
     def encode(self) -> bytes:
         items = [(1, _U32.pack(self.epoch)), (2, _U64.pack(self.created_ms))]
         items += [(3, _SEGMENT.pack(*s)) for s in self.segments]
+        if self.reason != ScaleReason.CREATE:
+            items.append((4, self.reason.encode()))
+        items += [(5, _EDGE.pack(*e)) for e in self.edges]
         return _fields(items)
 
     @classmethod
     def decode(cls, data: bytes) -> EpochRecord:
-        epoch, created, segments = 0, 0, []
+        epoch, created, segments, reason = 0, 0, [], ScaleReason.CREATE
+        edges: list[tuple[int, int]] = []
         for tag, value in _parse(data):
             if tag == 1:
                 epoch = _U32.unpack(value)[0]
@@ -259,7 +348,11 @@ class EpochRecord:
                 created = _U64.unpack(value)[0]
             elif tag == 3:
                 segments.append(_SEGMENT.unpack(value))
-        return cls(epoch, created, tuple(sorted(segments, key=lambda s: s[1])))
+            elif tag == 4:
+                reason = value.decode()
+            elif tag == 5:
+                edges.append(_EDGE.unpack(value))
+        return cls(epoch, created, tuple(sorted(segments, key=lambda s: s[1])), reason, tuple(sorted(edges)))
 
 
 def equal_split(count: int) -> list[tuple[float, float]]:
