@@ -1087,9 +1087,12 @@ class GroupCoordinator:
             group.pending_commits += collections.Counter()  # drop zero counts
 
         def stored(_: Any) -> dict[TopicPartition, ErrorCode]:
+            # An offset deleted while its commit was in flight stays deleted (the removal was
+            # written after the commit).
+            live = {tp: om for tp, om in accepted.items() if group.pending_commits[tp] > 0}
             settle()
             if not group.is_(GroupState.DEAD):
-                group.offsets.update(accepted)
+                group.offsets.update(live)
             result.update(dict.fromkeys(accepted, ErrorCode.NONE))
             return result
 
@@ -1141,6 +1144,8 @@ class GroupCoordinator:
         """Drop offsets (and the group once it is empty with none left); fires when durable.
         Kafka's cleanupGroupMetadata."""
         removed = [tp for tp in partitions if group.offsets.pop(tp, None) is not None or tp in group.pending_commits]
+        for tp in removed:
+            group.pending_commits.pop(tp, None)
         if group.is_(GroupState.EMPTY) and not group.offsets and not group.pending_commits:
             log.info("group %s transitions to Dead in generation %d", group.group_id, group.generation_id)
             self._make_dead(group)

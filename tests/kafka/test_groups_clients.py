@@ -3,6 +3,7 @@ leaves, and resuming from committed offsets."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -31,9 +32,13 @@ def server(tmp_path_factory: pytest.TempPathFactory):
 
 
 def consumer(server: ServerProcess, group: str, **kw) -> KafkaConsumer:
-    return KafkaConsumer(bootstrap_servers=server.bootstrap, group_id=group, auto_offset_reset="earliest",
-                         enable_auto_commit=False, session_timeout_ms=6000, heartbeat_interval_ms=500,
-                         max_poll_interval_ms=10000, **kw)
+    c = KafkaConsumer(bootstrap_servers=server.bootstrap, group_id=group, auto_offset_reset="earliest",
+                      enable_auto_commit=False, session_timeout_ms=6000, heartbeat_interval_ms=500,
+                      max_poll_interval_ms=10000, **kw)
+    # kafka-python's leader assigns from its metadata cache; without the topic in it the assignment
+    # is empty until the next metadata refresh (5 minutes by default).
+    assert c.partitions_for_topic(TOPIC) == set(range(PARTITIONS))
+    return c
 
 
 def poll_until(consumers: list[KafkaConsumer], done, timeout: float = 30.0) -> dict[int, list]:
@@ -47,32 +52,61 @@ def poll_until(consumers: list[KafkaConsumer], done, timeout: float = 30.0) -> d
     return got
 
 
+class Poller:
+    """Polls one consumer on its own thread, as an application does: a JoinGroup parked during a
+    rebalance must not stop the other members from polling (and so rejoining)."""
+
+    def __init__(self, c: KafkaConsumer) -> None:
+        self.consumer = c
+        self.records: list = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            for records in self.consumer.poll(timeout_ms=100).values():
+                self.records.extend(records)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(30)
+        self.consumer.close()
+
+
+def wait_for(condition, timeout: float = 30.0, what: str = "") -> None:
+    deadline = time.time() + timeout
+    while not condition():
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
 def test_two_consumers_share_partitions_and_rebalance_on_leave(server: ServerProcess) -> None:
     group = "kp-group"
     a, b = consumer(server, group), consumer(server, group)
+    a.subscribe([TOPIC])
+    b.subscribe([TOPIC])
+    pa, pb = Poller(a), Poller(b)
     try:
-        a.subscribe([TOPIC])
-        b.subscribe([TOPIC])
+        def split() -> bool:
+            sa, sb = a.assignment(), b.assignment()
+            return bool(sa) and bool(sb) and len(sa) + len(sb) == PARTITIONS and not (sa & sb)
 
-        def split(cs, got) -> bool:
-            sa, sb = cs[0].assignment(), cs[1].assignment()
-            return len(sa) + len(sb) == PARTITIONS and sa and sb and not (sa & sb)
-
-        poll_until([a, b], split)
+        wait_for(split, what="the partitions to be split between both consumers")
         assert {tp.partition for tp in a.assignment() | b.assignment()} == set(range(PARTITIONS))
-        a.commit()
-        b.commit()
-        # B leaves: A takes every partition in the next generation.
-        b.close()
-        poll_until([a], lambda cs, g: len(cs[0].assignment()) == PARTITIONS)
-        assert {tp.partition for tp in a.assignment()} == set(range(PARTITIONS))
-        poll_until([a], lambda cs, g: all(cs[0].position(TopicPartition(TOPIC, p)) == 50 for p in range(PARTITIONS)))
+        # B leaves: A takes every partition in the next generation and reads everything.
+        pb.close()
+        wait_for(lambda: len(a.assignment()) == PARTITIONS, what="A to own every partition")
+        wait_for(lambda: all(a.position(TopicPartition(TOPIC, p)) == 50 for p in range(PARTITIONS)),
+                 what="A to reach the end of every partition")
+        pa.stop.set()
+        pa.thread.join(30)
         a.commit()
         for p in range(PARTITIONS):
             assert a.committed(TopicPartition(TOPIC, p)) == 50
     finally:
-        a.close()
-        b.close()
+        pa.close()
+        pb.close()
 
 
 def test_committed_offsets_are_where_a_new_member_resumes(server: ServerProcess) -> None:
