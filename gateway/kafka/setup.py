@@ -12,6 +12,7 @@ from twisted.internet import task
 
 from gateway.kafka.broker import Broker, KafkaConfig
 from gateway.kafka.connection import KafkaFactory
+from gateway.kafka.groups import GroupCoordinator
 from gateway.kafka.partition_log import PartitionLogs
 from gateway.kafka.producer_ids import ProducerIdAllocator
 from gateway.kafka.registry import load_handlers
@@ -49,6 +50,8 @@ def build_kafka(
     broker.partitions.load_all()
     broker.topics.listeners.append(broker.partitions.topic_event)
     broker.producer_ids = ProducerIdAllocator(tables)
+    broker.groups = GroupCoordinator(broker)
+    broker.groups.load()  # groups and committed offsets come back before the listener opens
     return broker, KafkaFactory(broker)
 
 

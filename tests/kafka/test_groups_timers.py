@@ -1,6 +1,6 @@
 """The coordinator's timed behaviour on a controlled clock: the initial rebalance delay, offset
-retention, and sessions of members restored from the tables. The tables are a small in-memory
-stand-in with TableStore's calls; everything else is the real coordinator."""
+retention, and sessions of members restored from the tables. The tables are real table segments on
+a real store; only the clock is controlled."""
 
 from __future__ import annotations
 
@@ -14,35 +14,19 @@ from gateway.kafka.broker import KafkaConfig
 from gateway.kafka.group_store import GROUPS_TABLE, OFFSETS_TABLE
 from gateway.kafka.groups import GroupCoordinator, GroupState, JoinResult, OffsetAndMetadata
 from gateway.kafka_protocol.errors import ErrorCode as E
+from store.tables import TableStore
+from tests.storehelpers import open_store
 
 
-class Entry:
-    def __init__(self, key: bytes, value: bytes) -> None:
-        self.key, self.value = key, value
+@pytest.fixture
+def tables(tmp_path):
+    store = open_store(str(tmp_path))
+    yield TableStore(store)
+    store.close()
 
 
-class MemoryTables:
-    """TableStore's surface as the coordinator uses it, in memory."""
-
-    def __init__(self) -> None:
-        self.data: dict[str, dict[bytes, bytes]] = {}
-
-    def exists(self, name: str) -> bool:
-        return name in self.data
-
-    def create_table(self, name: str) -> None:
-        self.data.setdefault(name, {})
-
-    def put(self, table: str, entries: list[tuple[bytes, bytes]]) -> list[int]:
-        self.data[table].update(entries)
-        return [0] * len(entries)
-
-    def remove(self, table: str, keys: list[bytes]) -> None:
-        for key in keys:
-            self.data[table].pop(key, None)
-
-    def entries(self, table: str, prefix: bytes = b"") -> list[Entry]:
-        return [Entry(k, v) for k, v in sorted(self.data[table].items()) if k.startswith(prefix)]
+def table_len(tables: TableStore, name: str) -> int:
+    return len(list(tables.entries(name)))
 
 
 class Topics:
@@ -55,7 +39,7 @@ class Topics:
 
 
 class Broker:
-    def __init__(self, tables: MemoryTables, config: KafkaConfig) -> None:
+    def __init__(self, tables: TableStore, config: KafkaConfig) -> None:
         self.tables = tables
         self.config = config
         self.topics = Topics("t", "u")
@@ -65,9 +49,8 @@ class Broker:
         return maybeDeferred(fn, *args)
 
 
-def coordinator(tables: MemoryTables | None = None, clock: Clock | None = None, **config: Any
-                ) -> tuple[GroupCoordinator, Clock, MemoryTables]:
-    tables = tables or MemoryTables()
+def coordinator(tables: TableStore, clock: Clock | None = None, **config: Any
+                ) -> tuple[GroupCoordinator, Clock, TableStore]:
     clock = clock or Clock()
     coord = GroupCoordinator(Broker(tables, KafkaConfig(**config)), clock=clock, offsets_retention_ms=60_000,
                              retention_check_interval_ms=10_000)
@@ -84,8 +67,8 @@ def join(coord: GroupCoordinator, group: str, member_id: str = "", session: int 
     return results
 
 
-def test_initial_rebalance_delay_extends_while_members_arrive() -> None:
-    coord, clock, _ = coordinator(group_initial_rebalance_delay_ms=3000)
+def test_initial_rebalance_delay_extends_while_members_arrive(tables: TableStore) -> None:
+    coord, clock, _ = coordinator(tables, group_initial_rebalance_delay_ms=3000)
     a = join(coord, "g")
     clock.advance(2)
     b = join(coord, "g")
@@ -100,8 +83,8 @@ def test_initial_rebalance_delay_extends_while_members_arrive() -> None:
     assert len(a[0].members) == 2 and b[0].members == []
 
 
-def test_initial_delay_is_bounded_by_the_rebalance_timeout() -> None:
-    coord, clock, _ = coordinator(group_initial_rebalance_delay_ms=3000)
+def test_initial_delay_is_bounded_by_the_rebalance_timeout(tables: TableStore) -> None:
+    coord, clock, _ = coordinator(tables, group_initial_rebalance_delay_ms=3000)
     first = join(coord, "g", rebalance=4000)
     for _ in range(4):  # a member every second keeps the delay extending, up to the timeout
         clock.advance(1)
@@ -110,23 +93,23 @@ def test_initial_delay_is_bounded_by_the_rebalance_timeout() -> None:
     assert first and first[0].error is E.NONE
 
 
-def test_offsets_expire_by_retention() -> None:
-    coord, clock, tables = coordinator()
+def test_offsets_expire_by_retention(tables: TableStore) -> None:
+    coord, clock, tables = coordinator(tables)
     coord.commit_offsets("simple", "", None, -1, {("t", 0): OffsetAndMetadata(5, commit_timestamp=0)}, 9)
     # A v2-v4 commit with its own retention time expires on its own schedule.
     coord.commit_offsets("simple2", "", None, -1, {("u", 0): OffsetAndMetadata(
         6, commit_timestamp=0, expire_timestamp=5_000)}, 2)
-    assert len(tables.data[OFFSETS_TABLE]) == 2
+    assert table_len(tables, OFFSETS_TABLE) == 2
     clock.advance(10)  # first periodic check: only the explicit expiry is due
     assert "simple2" not in coord.groups and "simple" in coord.groups
     clock.advance(60)
     assert coord.expire_offsets() == 0  # the periodic check already removed it
     assert "simple" not in coord.groups
-    assert tables.data[OFFSETS_TABLE] == {} and tables.data[GROUPS_TABLE] == {}
+    assert table_len(tables, OFFSETS_TABLE) == 0 and table_len(tables, GROUPS_TABLE) == 0
 
 
-def test_stable_consumer_group_keeps_offsets_of_subscribed_topics() -> None:
-    coord, clock, _ = coordinator()
+def test_stable_consumer_group_keeps_offsets_of_subscribed_topics(tables: TableStore) -> None:
+    coord, clock, _ = coordinator(tables)
     sub = b"\x00\x00" + b"\x00\x00\x00\x01" + b"\x00\x01t" + b"\xff\xff\xff\xff"  # v0: topics ["t"], null user data
     results: list[JoinResult] = []
     coord.join_group("c", "", None, False, False, "client", "/h", 100_000, 100_000, "consumer",
@@ -145,8 +128,8 @@ def test_stable_consumer_group_keeps_offsets_of_subscribed_topics() -> None:
     assert set(coord.groups["c"].offsets) == {("t", 0)}
 
 
-def test_restored_members_must_keep_heartbeating() -> None:
-    coord, clock, tables = coordinator()
+def test_restored_members_must_keep_heartbeating(tables: TableStore) -> None:
+    coord, clock, tables = coordinator(tables)
     results = join(coord, "g", session=5000)
     clock.advance(0)
     member, gen = results[0].member_id, results[0].generation_id
@@ -166,27 +149,29 @@ def test_restored_members_must_keep_heartbeating() -> None:
     assert group.state is GroupState.EMPTY and group.generation_id == gen + 1
 
 
-def test_deleted_topic_offsets_are_dropped_at_load() -> None:
-    coord, _, tables = coordinator()
+def test_deleted_topic_offsets_are_dropped_at_load(tables: TableStore) -> None:
+    coord, _, tables = coordinator(tables)
     coord.commit_offsets("g", "", None, -1, {("t", 0): OffsetAndMetadata(5), ("u", 1): OffsetAndMetadata(6)}, 9)
     broker = Broker(tables, KafkaConfig())
     broker.topics = Topics("t")
     restarted = GroupCoordinator(broker, clock=Clock())
     restarted.load()
     assert set(restarted.groups["g"].offsets) == {("t", 0)}
-    assert len(tables.data[OFFSETS_TABLE]) == 1
+    assert table_len(tables, OFFSETS_TABLE) == 1
 
 
 @pytest.mark.parametrize("timeout", [-1, 0])
-def test_odd_rebalance_timeouts_do_not_break_timers(timeout: int) -> None:
-    coord, clock, _ = coordinator()
+def test_odd_rebalance_timeouts_do_not_break_timers(tables: TableStore, timeout: int) -> None:
+    coord, clock, _ = coordinator(tables)
     results = join(coord, "g", rebalance=timeout)
     clock.advance(0)
     assert results[0].error is E.NONE
 
 
-def test_a_failed_load_answers_coordinator_not_available_then_retries() -> None:
-    class Broken(MemoryTables):
+def test_a_failed_load_answers_coordinator_not_available_then_retries(tables: TableStore) -> None:
+    class Broken(TableStore):
+        """A real table store whose first calls fail, as while its store is still recovering."""
+
         fail = True
 
         def exists(self, name: str) -> bool:
@@ -194,7 +179,7 @@ def test_a_failed_load_answers_coordinator_not_available_then_retries() -> None:
                 raise OSError("store offline")
             return super().exists(name)
 
-    tables = Broken()
+    tables = Broken(tables.store)
     coord = GroupCoordinator(Broker(tables, KafkaConfig()), clock=Clock())
     answers: list[Any] = []
     outcome = coord.call(lambda c: c.heartbeat("g", "m", None, 1))
