@@ -8,12 +8,14 @@ Twisted reactor adapt them to Deferreds.
 
 from __future__ import annotations
 
+import time
 import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from store.containers.config import ContainerConfig
 from store.containers.container import SegmentContainer
+from store.containers.rates import RateConfig, RateRegistry, SegmentRates
 from store.contracts import AttributeUpdate, ReadResult, SegmentInfo
 from store.durablelog.interface import DurableDataLog
 from store.futures import StoreFuture
@@ -37,14 +39,25 @@ class SegmentStore:
         log_factory: Callable[[int], DurableDataLog],
         storage: ChunkStorage,
         config: ContainerConfig | None = None,
+        rates: RateConfig | None = None,
+        rate_clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config or ContainerConfig()
+        self.rate_config = rates or RateConfig()
         self.storage = storage
         self.scheduler = Scheduler()
         # Long-term storage reads block; one pool serves every container.
         self._read_pool = ThreadPoolExecutor(self.config.storage_read_threads * 2, "lts-read")
         self.containers: list[SegmentContainer] = [
-            SegmentContainer(cid, log_factory(cid), storage, self.config, self.scheduler, self._read_pool)
+            SegmentContainer(
+                cid,
+                log_factory(cid),
+                storage,
+                self.config,
+                self.scheduler,
+                self._read_pool,
+                RateRegistry(self.rate_config, rate_clock),
+            )
             for cid in range(container_count)
         ]
 
@@ -75,11 +88,14 @@ class SegmentStore:
         data: bytes,
         expected_offset: int | None = None,
         attributes: Sequence[AttributeUpdate] = (),
+        events: int = 1,
     ) -> StoreFuture[int]:
         """Append ``data``; the future gives the offset it landed at, once durable.
         ``expected_offset`` makes it conditional on the current length (BadOffsetError otherwise);
-        ``attributes`` are applied atomically with the append (BadAttributeUpdateError fails both)."""
-        return self.container_for(name).append(name, data, expected_offset, attributes)
+        ``attributes`` are applied atomically with the append (BadAttributeUpdateError fails both).
+        ``events`` is how many events the bytes carry (a Kafka batch: its record count), for the
+        segment's rates (``segment_rates``) once the append is durable."""
+        return self.container_for(name).append(name, data, expected_offset, attributes, events)
 
     def read(self, name: str, offset: int, max_length: int, wait_timeout: float = 0.0) -> StoreFuture[ReadResult]:
         """Read up to ``max_length`` durable bytes from ``offset``. At the tail, wait up to
@@ -88,6 +104,11 @@ class SegmentStore:
 
     def get_info(self, name: str) -> SegmentInfo:
         return self.container_for(name).get_info(name)
+
+    def segment_rates(self, name: str) -> SegmentRates:
+        """The segment's durable ingest rates over each window of ``rate_config`` (see
+        ``store.containers.rates``). SegmentNotFoundError for an unknown segment."""
+        return self.container_for(name).segment_rates(name)
 
     def exists(self, name: str) -> bool:
         return self.container_for(name).exists(name)

@@ -27,6 +27,7 @@ from store.containers.metadata import (
     apply_attributes,
     resolve_attribute_updates,
 )
+from store.containers.rates import RateRegistry, SegmentRates
 from store.containers.read_index import ReadIndex
 from store.containers.storage_writer import StorageWriter
 from store.contracts import AttributeUpdate, ReadResult, SegmentInfo
@@ -64,14 +65,17 @@ MAX_FRAMES_IN_FLIGHT = 2
 class _Pending:
     """An operation handed to the durable log, waiting to be applied in log order."""
 
-    __slots__ = ("op", "log_future", "result", "after", "value")
+    __slots__ = ("op", "log_future", "result", "after", "value", "events")
 
-    def __init__(self, op: ops.Operation, result: StoreFuture | None, after: Callable[[], None] | None) -> None:
+    def __init__(
+        self, op: ops.Operation, result: StoreFuture | None, after: Callable[[], None] | None, events: int | None
+    ) -> None:
         self.op = op
         self.log_future: StoreFuture | None = None
         self.result = result
         self.after = after  # work to run once applied, outside the lock (e.g. deleting chunks)
         self.value: Any = None
+        self.events = events  # an append's event count, for the segment's rates
 
 
 class _Checkpoint:
@@ -91,6 +95,7 @@ class SegmentContainer:
         config: ContainerConfig,
         scheduler: Scheduler | None = None,
         read_pool: ThreadPoolExecutor | None = None,
+        rates: RateRegistry | None = None,
     ) -> None:
         self.container_id = container_id
         self.config = config
@@ -120,6 +125,8 @@ class SegmentContainer:
         self._checkpoints: list[_Checkpoint] = []
         self.writer = StorageWriter(self)
         self.stats = collections.Counter()
+        # Counted when appends become durable on the live path; replayed appends are not load.
+        self.rates = rates if rates is not None else RateRegistry()
 
     # -- lifecycle -----------------------------------------------------------------------------------
     @property
@@ -266,12 +273,16 @@ class SegmentContainer:
 
     # -- the write path ------------------------------------------------------------------------------
     def _submit(
-        self, op: ops.Operation, result: StoreFuture | None, after: Callable[[], None] | None = None
+        self,
+        op: ops.Operation,
+        result: StoreFuture | None,
+        after: Callable[[], None] | None = None,
+        events: int | None = None,
     ) -> None:
         """Queue an accepted operation for the log. Caller holds the lock, so log order is acceptance
         order. Operations accumulate into the next frame while earlier frames are being fsync'd."""
         part = ops.frame_part(op)
-        pending = _Pending(op, result, after)
+        pending = _Pending(op, result, after, events)
         self._inflight.append(pending)
         self._frame_parts.append(part)
         self._frame_pending.append(pending)
@@ -323,6 +334,8 @@ class SegmentContainer:
                         break
                     self._inflight.popleft()
                     head.value = self._apply(head.op, fut.result())
+                    if head.events is not None:
+                        self.rates.record(head.op.segment_id, head.events, len(head.op.data))
                     done.append(head)
             finally:
                 self._draining = False
@@ -371,11 +384,18 @@ class SegmentContainer:
         return self._run(result, accept)
 
     def append(
-        self, name: str, data: bytes, expected_offset: int | None, attributes: Sequence[AttributeUpdate]
+        self,
+        name: str,
+        data: bytes,
+        expected_offset: int | None,
+        attributes: Sequence[AttributeUpdate],
+        events: int = 1,
     ) -> StoreFuture[int]:
         result: StoreFuture = StoreFuture()
         if len(data) > self.config.max_append_bytes:
             return failed(StoreError(f"append of {len(data)} bytes exceeds {self.config.max_append_bytes}"))
+        if events < 0:
+            return failed(StoreError(f"an append carries a non-negative event count, not {events}"))
 
         def accept() -> None:
             seg = self._writable(name)
@@ -386,7 +406,7 @@ class SegmentContainer:
             resolved = resolve_attribute_updates(seg.attributes, attributes) if attributes else {}
             op = ops.Append(seg.segment_id, offset, bytes(data), resolved)
             self._accept(op)
-            self._submit(op, result)
+            self._submit(op, result, events=events)
 
         return self._run(result, accept)
 
@@ -502,6 +522,10 @@ class SegmentContainer:
 
     def exists(self, name: str) -> bool:
         return name in self._visible
+
+    def segment_rates(self, name: str) -> SegmentRates:
+        with self._lock:
+            return self.rates.rates(self._visible_segment(name).segment_id)
 
     def segment_names(self) -> list[str]:
         with self._lock:
@@ -700,6 +724,7 @@ class SegmentContainer:
             if self._visible.get(seg.name) is seg:
                 del self._visible[seg.name]
             self._read_index.remove(op.segment_id)
+            self.rates.forget(op.segment_id)
             self._wake_waiters(seg, SegmentNotFoundError(seg.name))
             return None
         if isinstance(op, ops.Merge):
@@ -708,6 +733,7 @@ class SegmentContainer:
             if self._visible.get(src.name) is src:
                 del self._visible[src.name]
             self._read_index.remove(op.source_id)
+            self.rates.forget(op.source_id)
             tgt.durable_length = op.target_offset + op.length
             tgt.last_modified_ms = now
             self._wake_waiters(tgt)
