@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import uuid
@@ -35,7 +36,7 @@ from tests.server_process import ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 JAVA_SRC = Path(__file__).resolve().parent / "java" / "CompatClient.java"
-JARS = ROOT / ".cache" / "kafka-jars"
+JARS = Path(os.environ.get("KAFKA_JARS_DIR") or ROOT / ".cache" / "kafka-jars")  # as fetch_jars.sh
 CLASSES = ROOT / ".cache" / "compat-java"
 VERSIONS = ["3.9", "4.x"]
 RUN_TIMEOUT = 240.0
