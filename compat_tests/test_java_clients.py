@@ -40,6 +40,7 @@ JARS = Path(os.environ.get("KAFKA_JARS_DIR") or ROOT / ".cache" / "kafka-jars") 
 CLASSES = ROOT / ".cache" / "compat-java"
 VERSIONS = ["3.9", "4.x"]
 RUN_TIMEOUT = 240.0
+BULK = 20000
 
 pytestmark = pytest.mark.timeout(int(RUN_TIMEOUT) + 60)
 
@@ -101,7 +102,7 @@ def java(request: pytest.FixtureRequest, server: ServerProcess, tmp_path_factory
     (work / "records.tsv").write_text(records_to_lines(RECORDS))
     (work / "group.tsv").write_text(records_to_lines(GROUP_RECORDS))
     prefix = f"java{version.replace('.', '')}-{uuid.uuid4().hex[:8]}"
-    scenarios = [f"roundtrip:{c}" for c in CODECS] + ["group", "admin", "admin_groups"]
+    scenarios = [f"roundtrip:{c}" for c in CODECS] + [f"bulk:{BULK}", "group", "admin", "admin_groups"]
     cmd = ["java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", cp, "CompatClient",
            server.bootstrap, str(work), prefix, *scenarios]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -143,6 +144,26 @@ def test_roundtrip_default_producer_and_groupless_consumer(java: JavaRun, codec:
     assert seek["end"] == len(expected.get(0, []))
     reread = [placed(e) for e in java.of(scenario, "reread")]
     check_consumed({0: expected.get(0, [])}, reread, start={0: seek["offset"]})
+
+
+def test_bulk_pipelined_idempotent_producer(java: JavaRun) -> None:
+    """20000 records through the default producer (idempotent, acks=all, up to 5 requests in flight per
+    connection): offsets dense per partition in send order, and read back exactly."""
+    scenario = f"bulk:{BULK}"
+    (config,) = java.of(scenario, "producer_config")
+    assert config["idempotence"] is True and config["acks"] in ("all", "-1"), config
+    (produced_all,) = java.of(scenario, "produced_all")
+    sent: dict[int, list[tuple[int, int]]] = {}
+    for i, (p, o) in enumerate(zip(produced_all["partitions"], produced_all["offsets"], strict=True)):
+        sent.setdefault(p, []).append((o, i))
+    for p, pairs in sent.items():
+        assert [o for o, _ in pairs] == list(range(len(pairs))), f"partition {p}: offsets not dense in send order"
+    (consumed_all,) = java.of(scenario, "consumed_all")
+    got: dict[int, list[tuple[int, int]]] = {}
+    for p, o, i in zip(consumed_all["partitions"], consumed_all["offsets"], consumed_all["indexes"], strict=True):
+        got.setdefault(p, []).append((o, i))
+    assert sum(len(v) for v in got.values()) == BULK
+    assert got == sent
 
 
 def test_group_commit_and_resume(java: JavaRun) -> None:

@@ -41,7 +41,8 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * for compat_tests/test_java_clients.py to check. Usage:
  *   java CompatClient BOOTSTRAP WORKDIR TOPIC_PREFIX SCENARIO...
  * Scenarios: roundtrip:CODEC (producer with default settings + the codec, then a consumer without a group
- * using assign/seekToBeginning/seek/poll), group (subscribe, commitSync, resume in a new consumer),
+ * using assign/seekToBeginning/seek/poll), bulk:N (N small records through the default pipelined idempotent
+ * producer, read back), group (subscribe, commitSync, resume in a new consumer),
  * admin (createTopics, describeTopics, listOffsets earliest/latest/forTimestamp/maxTimestamp, the consumer's
  * beginningOffsets/endOffsets/offsetsForTimes, deleteTopics),
  * admin_groups (describeConsumerGroups with a live member, listConsumerGroupOffsets, listConsumerGroups).
@@ -66,6 +67,8 @@ public class CompatClient {
             try {
                 if (scenario.startsWith("roundtrip:")) {
                     roundtrip(scenario, scenario.substring("roundtrip:".length()));
+                } else if (scenario.startsWith("bulk:")) {
+                    bulk(scenario, Integer.parseInt(scenario.substring("bulk:".length())));
                 } else if (scenario.equals("group")) {
                     group(scenario);
                 } else if (scenario.equals("admin")) {
@@ -128,6 +131,63 @@ public class CompatClient {
                 emitRecord(scenario, "reread", rec);
             }
         }
+    }
+
+    /** Many small records through the default (idempotent, pipelined: up to 5 requests in flight) producer. */
+    static void bulk(String scenario, int count) throws Exception {
+        String topic = prefix + "-bulk";
+        int[] partitions = new int[count];
+        long[] offsets = new long[count];
+        Properties pp = producerProps();
+        pp.put(ProducerConfig.LINGER_MS_CONFIG, "5");
+        pp.put(ProducerConfig.BATCH_SIZE_CONFIG, "4096");
+        pp.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, "lz4");
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(pp)) {
+            emit(scenario, "producer_config", "idempotence",
+                    new ProducerConfig(pp).getBoolean(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG),
+                    "acks", new ProducerConfig(pp).getString(ProducerConfig.ACKS_CONFIG));
+            List<Future<RecordMetadata>> futures = new ArrayList<>(count);
+            for (int i = 0; i < count; i++) {
+                futures.add(producer.send(new ProducerRecord<>(topic, ("k" + (i % 17)).getBytes(StandardCharsets.UTF_8),
+                        ("b-" + i).getBytes(StandardCharsets.UTF_8))));
+            }
+            producer.flush();
+            for (int i = 0; i < count; i++) {
+                RecordMetadata m = futures.get(i).get(30, TimeUnit.SECONDS);
+                partitions[i] = m.partition();
+                offsets[i] = m.offset();
+            }
+        }
+        emit(scenario, "produced_all", "partitions", toList(partitions), "offsets", toList(offsets));
+        List<Integer> cp = new ArrayList<>();
+        List<Long> co = new ArrayList<>();
+        List<Integer> ci = new ArrayList<>();
+        try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(consumerProps(null))) {
+            List<TopicPartition> tps = new ArrayList<>();
+            for (PartitionInfo pi : consumer.partitionsFor(topic)) {
+                tps.add(new TopicPartition(topic, pi.partition()));
+            }
+            consumer.assign(tps);
+            consumer.seekToBeginning(tps);
+            for (ConsumerRecord<byte[], byte[]> rec : pollAtLeast(consumer, count)) {
+                cp.add(rec.partition());
+                co.add(rec.offset());
+                ci.add(Integer.parseInt(new String(rec.value(), StandardCharsets.UTF_8).substring(2)));
+            }
+        }
+        emit(scenario, "consumed_all", "partitions", cp, "offsets", co, "indexes", ci);
+    }
+
+    static List<Object> toList(int[] a) {
+        List<Object> out = new ArrayList<>(a.length);
+        for (int x : a) out.add(x);
+        return out;
+    }
+
+    static List<Object> toList(long[] a) {
+        List<Object> out = new ArrayList<>(a.length);
+        for (long x : a) out.add(x);
+        return out;
     }
 
     static void group(String scenario) throws Exception {
