@@ -42,7 +42,8 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  *   java CompatClient BOOTSTRAP WORKDIR TOPIC_PREFIX SCENARIO...
  * Scenarios: roundtrip:CODEC (producer with default settings + the codec, then a consumer without a group
  * using assign/seekToBeginning/seek/poll), bulk:N (N small records through the default pipelined idempotent
- * producer, read back), group (subscribe, commitSync, resume in a new consumer),
+ * producer, read back), write:TOPIC:PARTITION:CODEC and
+ * read:TOPIC:COUNT (records shared with other clients), group (subscribe, commitSync, resume in a new consumer),
  * admin (createTopics, describeTopics, listOffsets earliest/latest/forTimestamp/maxTimestamp, the consumer's
  * beginningOffsets/endOffsets/offsetsForTimes, deleteTopics),
  * admin_groups (describeConsumerGroups with a live member, listConsumerGroupOffsets, listConsumerGroups).
@@ -67,6 +68,12 @@ public class CompatClient {
             try {
                 if (scenario.startsWith("roundtrip:")) {
                     roundtrip(scenario, scenario.substring("roundtrip:".length()));
+                } else if (scenario.startsWith("write:")) {
+                    String[] parts = scenario.split(":");
+                    write(scenario, parts[1], Integer.parseInt(parts[2]), parts[3]);
+                } else if (scenario.startsWith("read:")) {
+                    String[] parts = scenario.split(":");
+                    read(scenario, parts[1], Integer.parseInt(parts[2]));
                 } else if (scenario.startsWith("bulk:")) {
                     bulk(scenario, Integer.parseInt(scenario.substring("bulk:".length())));
                 } else if (scenario.equals("group")) {
@@ -129,6 +136,39 @@ public class CompatClient {
             emit(scenario, "seek", "partition", 0, "offset", Math.min(2, end), "end", end);
             for (ConsumerRecord<byte[], byte[]> rec : pollAtLeast(consumer, (int) Math.max(0, end - 2))) {
                 emitRecord(scenario, "reread", rec);
+            }
+        }
+    }
+
+    /** Writes WORKDIR/records.tsv into PARTITION of an existing topic with the default producer and CODEC. */
+    static void write(String scenario, String topic, int partition, String codec) throws Exception {
+        Properties pp = producerProps();
+        pp.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, codec);
+        pp.put(ProducerConfig.LINGER_MS_CONFIG, "20");
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(pp)) {
+            List<Future<RecordMetadata>> futures = new ArrayList<>();
+            for (String[] r : readRecords("records.tsv")) {
+                futures.add(producer.send(toRecord(topic, partition, null, r)));
+            }
+            producer.flush();
+            for (int i = 0; i < futures.size(); i++) {
+                RecordMetadata m = futures.get(i).get(30, TimeUnit.SECONDS);
+                emit(scenario, "produced", "i", i, "partition", m.partition(), "offset", m.offset());
+            }
+        }
+    }
+
+    /** Reads COUNT records of an existing topic (written by other clients) from the beginning, no group. */
+    static void read(String scenario, String topic, int count) {
+        try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(consumerProps(null))) {
+            List<TopicPartition> tps = new ArrayList<>();
+            for (PartitionInfo pi : consumer.partitionsFor(topic)) {
+                tps.add(new TopicPartition(topic, pi.partition()));
+            }
+            consumer.assign(tps);
+            consumer.seekToBeginning(tps);
+            for (ConsumerRecord<byte[], byte[]> rec : pollAtLeast(consumer, count)) {
+                emitRecord(scenario, "consumed", rec);
             }
         }
     }

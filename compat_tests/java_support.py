@@ -1,0 +1,99 @@
+"""Compiles and runs compat_tests/java/CompatClient.java against a kafka-clients version's jars (fetched by
+compat_tests/java/fetch_jars.sh), collecting the JSON lines it prints by scenario."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compat_tests.common import Placed, Rec, unb64
+
+ROOT = Path(__file__).resolve().parent.parent
+JAVA_SRC = Path(__file__).resolve().parent / "java" / "CompatClient.java"
+JARS = Path(os.environ.get("KAFKA_JARS_DIR") or ROOT / ".cache" / "kafka-jars")  # as fetch_jars.sh
+CLASSES = ROOT / ".cache" / "compat-java"
+VERSIONS = ["3.9", "4.x"]
+
+
+@dataclass
+class JavaRun:
+    version: str
+    returncode: int | None
+    stderr: str
+    events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    timed_out: bool = False
+
+    def scenario(self, name: str) -> list[dict[str, Any]]:
+        """The events of one scenario; fails with the client's error if it did not complete."""
+        events = self.events.get(name, [])
+        errors = [e for e in events if e["event"] == "error"]
+        assert not errors, f"Java kafka-clients {self.version}, scenario {name}: {errors[0]['error']}"
+        if not any(e["event"] == "done" for e in events):
+            why = "the JVM timed out" if self.timed_out else f"the JVM exited {self.returncode}"
+            raise AssertionError(f"Java kafka-clients {self.version}, scenario {name} did not finish ({why}); "
+                                 f"stderr tail:\n{self.stderr[-3000:]}")
+        return events
+
+    def of(self, name: str, event: str) -> list[dict[str, Any]]:
+        return [e for e in self.scenario(name) if e["event"] == event]
+
+
+def classpath(version: str) -> str:
+    jars = JARS / version
+    if not (jars / ".complete").exists():
+        pytest.skip(f"kafka-clients {version} jars missing in {jars}: compat_tests/java/fetch_jars.sh "
+                    "(run by scripts/bootstrap.sh) could not download them")
+    if shutil.which("javac") is None or shutil.which("java") is None:
+        pytest.skip("java/javac not installed (scripts/bootstrap.sh installs openjdk-17-jdk-headless)")
+    digest = hashlib.sha256(JAVA_SRC.read_bytes() + version.encode()).hexdigest()[:16]
+    out = CLASSES / f"{version}-{digest}"
+    if not (out / "CompatClient.class").exists():
+        tmp = CLASSES / f"{version}-{digest}.tmp-{uuid.uuid4().hex[:6]}"
+        tmp.mkdir(parents=True)
+        proc = subprocess.run(["javac", "-nowarn", "-cp", f"{jars}/*", "-d", str(tmp), str(JAVA_SRC)],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, f"javac against kafka-clients {version} failed:\n{proc.stderr}"
+        if out.exists():
+            shutil.rmtree(tmp)
+        else:
+            tmp.rename(out)
+    return f"{out}:{jars}/*"
+
+
+def run_java(version: str, bootstrap: str, workdir: Path, prefix: str, scenarios: list[str], timeout: float,
+             ) -> JavaRun:
+    """One JVM running ``scenarios`` in order (skips the test if the jars or a JDK are missing)."""
+    cp = classpath(version)
+    cmd = ["java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", cp, "CompatClient",
+           bootstrap, str(workdir), prefix, *scenarios]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    timed_out = False
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, stderr = proc.communicate()
+        timed_out = True
+    run = JavaRun(version, proc.returncode, stderr, timed_out=timed_out)
+    for line in stdout.splitlines():
+        if line.startswith("{"):
+            event = json.loads(line)
+            run.events.setdefault(event["scenario"], []).append(event)
+    start = run.events.get("-", [{}])[0]
+    expected_prefix = version.split(".")[0] + "." if version.endswith(".x") else version
+    assert str(start.get("clientVersion", "")).startswith(expected_prefix), (start, stderr[-2000:])
+    return run
+
+
+def placed(e: dict[str, Any]) -> Placed:
+    headers = tuple((unb64(k).decode(), unb64(v)) for k, v in e["headers"])  # type: ignore[union-attr]
+    return Placed(e["partition"], e["offset"], Rec(unb64(e["key"]), unb64(e["value"]), headers))
