@@ -10,6 +10,8 @@ BY_RATE_IN_KBYTES_PER_SEC, and makes at most one scale per stream per round:
 - **Scale down** two adjacent segments when both are *cold*: every window below ``cold_fraction``
   x target (so the merged segment starts below target) and measured for a long window; never below
   the policy's ``min_segments``; the coldest pair first.
+- **Resume**: with the default executor, a scale stuck in SCALING for ``resume_after`` seconds
+  (its caller died) is rolled forward with ``Controller.complete_scale``.
 - **Cooldown**: a segment a scale created (and one the auto-scaler could not split) is left alone
   for ``cooldown`` seconds. Windows restart at zero for new segments, so the warm-up rules above
   add their own delay on top.
@@ -56,9 +58,18 @@ class AutoScalerConfig:
     burst_factor: float = 5.0  # short window over this many times the target: scale up at once
     cold_fraction: float = 0.5  # every window under this share of the target: cold
     cooldown: float = 10.0  # seconds a segment made by a scale (or found unsplittable) is left alone
+    # With the default executor: a scale left SCALING this long (wall clock; its caller crashed or
+    # its before_seal failed) is rolled forward. A custom executor's owner resumes its own.
+    resume_after: float = 30.0
 
     def __post_init__(self) -> None:
-        if self.interval <= 0 or self.burst_factor < 1 or not 0 < self.cold_fraction <= 1 or self.cooldown < 0:
+        if (
+            self.interval <= 0
+            or self.burst_factor < 1
+            or not 0 < self.cold_fraction <= 1
+            or self.cooldown < 0
+            or self.resume_after < 0
+        ):
             raise ValueError(f"invalid auto-scaler configuration {self}")
 
 
@@ -68,12 +79,13 @@ class ScaleAction:
 
     scope: str
     stream: str
-    reason: str  # ScaleReason.SCALE_UP / SCALE_DOWN, or "grow-partitions"
+    reason: str  # the scale's ScaleReason, or GROW_PARTITIONS, or RESUMED (a stuck scale finished)
     segments: tuple[int, ...]  # sealed (or, for grow-partitions, the hot one)
     new_ranges: tuple[tuple[float, float], ...]  # empty for grow-partitions
 
 
 GROW_PARTITIONS = "grow-partitions"
+RESUMED = "resumed"
 
 
 class AutoScaler:
@@ -92,6 +104,7 @@ class AutoScaler:
         self.clock = clock
         self.config = config or AutoScalerConfig()
         self.boundaries = boundaries
+        self._own_executor = executor is None
         self.executor: Executor = executor or self._scale_with_controller
         self.grow_partitions = grow_partitions
         self._cooling: dict[tuple[str, str, int], float] = {}  # segment -> when its cooldown began
@@ -127,6 +140,15 @@ class AutoScaler:
     def _evaluate_stream(self, scope: str, stream: str, now: float) -> ScaleAction | None:
         info = self.controller.get_stream(scope, stream)
         policy = info.config.scaling
+        pending = info.pending_scale
+        if info.state == StreamState.SCALING and pending is not None and self._own_executor:
+            if time.time() * 1000 - pending.created_ms >= self.config.resume_after * 1000:
+                log.warning("auto-scaling %s/%s: rolling forward scale to epoch %d", scope, stream, pending.epoch)
+                self.controller.complete_scale(scope, stream)
+                for sid, _, _ in pending.successors:
+                    self._cooling[(scope, stream, sid)] = now
+                return ScaleAction(scope, stream, RESUMED, pending.sealed, tuple(pending.new_ranges()))
+            return None
         if info.state != StreamState.ACTIVE or policy.type not in RATE_POLICIES or policy.target_rate <= 0:
             return None
         target = float(policy.target_rate)
@@ -263,4 +285,4 @@ class AutoScaler:
             log.exception("auto-scaler round failed")
 
 
-__all__ = ["GROW_PARTITIONS", "AutoScaler", "AutoScalerConfig", "ScaleAction"]
+__all__ = ["GROW_PARTITIONS", "RESUMED", "AutoScaler", "AutoScalerConfig", "ScaleAction"]

@@ -11,7 +11,7 @@ import pytest
 
 from store.containers.rates import RateConfig, SegmentRates
 from store.controller import Controller, ScaleReason, ScalingPolicy, SegmentRange, StreamConfiguration
-from store.controller.autoscaler import GROW_PARTITIONS, AutoScaler, AutoScalerConfig, ScaleAction
+from store.controller.autoscaler import GROW_PARTITIONS, RESUMED, AutoScaler, AutoScalerConfig, ScaleAction
 from store.durablelog.local import FileDurableDataLog
 from store.lts.filesystem import FileSystemChunkStorage
 from store.segment_store import SegmentStore
@@ -257,6 +257,30 @@ def test_executor_conflict_is_skipped(sim) -> None:
     s.stream(1, ScalingPolicy.by_event_rate(TARGET))
     s.run(3, [(0.0, 1.0, 50 * TARGET)])
     assert len(calls) >= 2 and s.log == []
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def _interrupt(_: list[SegmentRange]) -> None:
+    raise _Interrupted
+
+
+@pytest.mark.parametrize("own_executor", [True, False])
+def test_stuck_scale_is_rolled_forward_only_with_the_default_executor(sim, own_executor: bool) -> None:
+    options = {} if own_executor else {"executor": lambda *args: None}
+    s = sim(config=AutoScalerConfig(resume_after=0.0), **options)
+    s.stream(1, ScalingPolicy.by_event_rate(TARGET))
+    (seg,) = s.segments()
+    with pytest.raises(_Interrupted):
+        s.controller.split_segment("sc", "s", seg.segment_id, [0.5], before_seal=_interrupt)
+    actions = s.run(2, [(0.0, 1.0, 50 * TARGET)])
+    if own_executor:
+        assert actions[0] == ScaleAction("sc", "s", RESUMED, (seg.segment_id,), ((0.0, 0.5), (0.5, 1.0)))
+        assert len(s.segments()) == 2
+    else:
+        assert actions == [] and s.controller.get_stream("sc", "s").pending_scale is not None
 
 
 def test_thread_driver_runs_rounds(sim) -> None:
