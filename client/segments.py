@@ -17,7 +17,13 @@ from typing import Any
 from gateway.native.wire import MAX_FRAME_BYTES, Command, Status, decode_body, encode_frame
 from store import errors
 from store.contracts import AttributeUpdate, ReadResult, SegmentInfo
-from store.controller.errors import InvalidStreamCutError, StreamNotSealedError, StreamSealedError
+from store.controller.errors import (
+    InvalidScaleError,
+    InvalidStreamCutError,
+    ScaleConflictError,
+    StreamNotSealedError,
+    StreamSealedError,
+)
 
 _ERRORS: dict[int, type[errors.StoreError]] = {
     Status.SEGMENT_NOT_FOUND: errors.SegmentNotFoundError,
@@ -34,6 +40,8 @@ _ERRORS: dict[int, type[errors.StoreError]] = {
     Status.STREAM_SEALED: StreamSealedError,
     Status.STREAM_NOT_SEALED: StreamNotSealedError,
     Status.INVALID_STREAM_CUT: InvalidStreamCutError,
+    Status.INVALID_SCALE: InvalidScaleError,
+    Status.SCALE_CONFLICT: ScaleConflictError,
 }
 
 
@@ -220,3 +228,14 @@ class SegmentClient:
 
     def truncate_stream(self, scope: str, stream: str, cut: dict[str, int]) -> None:
         self.call(Command.TRUNCATE_STREAM, {"scope": scope, "stream": stream, "cut": cut})
+
+    def split_segment(self, scope: str, stream: str, segment: int | str, pieces: int = 2,
+                      at: list[float] | None = None) -> dict[str, Any]:
+        """Split an open segment (by id, number or name); returns the stream as described after."""
+        header: dict[str, Any] = {"scope": scope, "stream": stream, "segment": segment, "pieces": pieces}
+        if at is not None:
+            header["at"] = at
+        return self.call(Command.SPLIT_SEGMENT, header)[0]
+
+    def merge_segments(self, scope: str, stream: str, segments: list[int | str]) -> dict[str, Any]:
+        return self.call(Command.MERGE_SEGMENTS, {"scope": scope, "stream": stream, "segments": segments})[0]

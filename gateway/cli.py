@@ -29,6 +29,12 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
                    help="refuse Metadata/Produce for unknown topics instead of creating them")
     p.add_argument("--default-partitions", type=int, default=d.default_partitions,
                    help="partitions of auto-created topics")
+    p.add_argument("--scale-windows", default=",".join(str(w) for w in d.scale_windows),
+                   help="rate windows in seconds for auto-scaling, shortest first (e.g. 2,10,30)")
+    p.add_argument("--scale-interval-seconds", type=float, default=d.scale_interval_seconds,
+                   help="how often scaling policies are evaluated")
+    p.add_argument("--scale-cooldown-seconds", type=float, default=d.scale_cooldown_seconds,
+                   help="how long a segment made by a scale is left alone")
     p.add_argument("--retention-check-seconds", type=float, default=d.retention_check_seconds,
                    help="how often topic retention (retention.ms, retention.bytes) is enforced")
     p.add_argument("--log-level", default="INFO")
@@ -147,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
             auto_create_topics=args.auto_create_topics,
             default_partitions=args.default_partitions,
             retention_check_seconds=args.retention_check_seconds,
+            scale_windows=tuple(float(w) for w in args.scale_windows.split(",")),
+            scale_interval_seconds=args.scale_interval_seconds,
+            scale_cooldown_seconds=args.scale_cooldown_seconds,
         )
         return serve(options)
     return 2

@@ -15,7 +15,9 @@ from gateway.kafka.broker import KafkaConfig
 from gateway.kafka.setup import build_kafka, start_background
 from gateway.native.handler import NativeFactory
 from store.containers.config import ContainerConfig
+from store.containers.rates import RateConfig
 from store.controller import Controller
+from store.controller.autoscaler import AutoScaler, AutoScalerConfig
 from store.durablelog.local import FileDurableDataLog
 from store.lts.factory import chunk_storage_from_url
 from store.segment_store import SegmentStore
@@ -35,6 +37,11 @@ class ServerOptions:
     auto_create_topics: bool = True
     default_partitions: int = 1
     retention_check_seconds: float = 30.0
+    # Auto-scaling: rate windows (seconds, shortest first), how often policies are evaluated, and how
+    # long a segment made by a scale is left alone.
+    scale_windows: tuple[float, ...] = (2.0, 10.0, 30.0)
+    scale_interval_seconds: float = 1.0
+    scale_cooldown_seconds: float = 10.0
     containers: int = 4
     lts: str | None = None  # a path, file:///path or s3://bucket/prefix; default <data_dir>/lts
     s3_endpoint: str | None = None
@@ -51,6 +58,7 @@ def build_store(options: ServerOptions) -> SegmentStore:
         lambda cid: FileDurableDataLog(os.path.join(data_dir, "logs", f"container-{cid}")),
         storage,
         config,
+        rates=RateConfig(windows=tuple(options.scale_windows)),
     )
 
 
@@ -86,7 +94,8 @@ def serve(options: ServerOptions) -> int:
         # The port clients must be told about in Metadata is the one actually bound (0 = any).
         kafka_config.advertised_port = kafka.getHost().port
         native = reactor.listenTCP(
-            options.native_port, NativeFactory(store, controller, controller_pool), interface=options.host
+            options.native_port, NativeFactory(store, controller, controller_pool, broker.scaling),
+            interface=options.host
         )
         http = reactor.listenTCP(options.http_port, http_site(store), interface=options.host)
     except Exception as exc:  # noqa: BLE001 - e.g. a port in use
@@ -94,12 +103,20 @@ def serve(options: ServerOptions) -> int:
         store.close()
         return 1
     start_background(broker)
+    autoscaler = AutoScaler(
+        controller, store,
+        config=AutoScalerConfig(interval=options.scale_interval_seconds, cooldown=options.scale_cooldown_seconds),
+        boundaries=broker.scaling.boundaries, executor=broker.scaling.execute,
+        grow_partitions=broker.scaling.grow_partitions,
+    )
+    autoscaler.start(reactor)
     announce("kafka", kafka)
     announce("native", native)
     announce("http", http)
     print(f"millrace: ready (data dir {os.path.abspath(options.data_dir)})", flush=True)
     # Twisted's own signal handlers stop the reactor on SIGINT and SIGTERM.
     reactor.run()
+    autoscaler.stop()
     controller_pool.shutdown(wait=True)
     store.close()
     print("millrace: stopped cleanly", flush=True)

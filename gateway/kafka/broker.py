@@ -58,6 +58,7 @@ class Broker:
         self.partitions: Any = None
         self.groups: Any = None
         self.producer_ids: Any = None
+        self.scaling: Any = None
 
     def blocking(self, fn: Any, *args: Any, **kwargs: Any) -> Deferred:
         """Run ``fn`` (which blocks on table-segment or store I/O) off the reactor thread."""

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twisted.internet import defer, reactor
+from twisted.python.failure import Failure
 
 from gateway.futures import to_deferred
 from gateway.kafka.topics import TopicInfo, TopicRegistry
@@ -42,6 +43,7 @@ from gateway.kafka_protocol.records import (
     set_base_offset,
     validate_produce_records,
 )
+from store.controller import SegmentRange
 from store.errors import SegmentExistsError, StoreError
 from store.segment_store import SegmentStore
 from store.tables import TableStore
@@ -194,6 +196,7 @@ class PartitionLogs:
         self._logs: dict[str, list[PartitionLog]] = {}
         self._writers: dict[str, SegmentWriter] = {}
         self._load_lock = threading.Lock()
+        self._reloading: set[str] = set()
         if not tables.exists(LOG_STARTS_TABLE):
             with contextlib.suppress(SegmentExistsError):
                 tables.create_table(LOG_STARTS_TABLE)
@@ -207,15 +210,17 @@ class PartitionLogs:
                 self._logs[name] = self._load(topic)
 
     def _load(self, topic: TopicInfo) -> list[PartitionLog]:
+        """Rebuild a topic's partitions from every segment of its stream's history: a partition's
+        data runs through sealed predecessors into their successors, oldest epoch first."""
         parts = [PartitionLog(topic.name, p) for p in range(topic.partition_count)]
         segments = self.topics.current_segments(topic.name)
         log_starts = {
             int(e.key.split(b"\0")[1]): int(e.value)
             for e in self.tables.entries(LOG_STARTS_TABLE, topic.name.encode() + b"\0")
         }
-        for seg in segments:
-            writer = self._recover_segment(seg.name, parts)
-            self._writers[seg.name] = writer
+        for name in self.topics.segment_history(topic.name):
+            if self.store.exists(name):
+                self._writers[name] = self._recover_segment(name, parts)
         for p in parts:
             p.writer = self._writers[self.topics.segment_of_partition(topic, p.partition, segments).name]
             p.segment_index(p.writer)
@@ -279,8 +284,12 @@ class PartitionLogs:
     @staticmethod
     def _recovered_batch(p: PartitionLog, writer: SegmentWriter, base: int, last: int, pos: int, length: int,
                          max_ts: int, pid: int, epoch: int, seq: int) -> None:
-        if p.last and base <= p.last[-1]:
-            return  # already indexed (an entry repeated by a crash between index appends)
+        if p.last and base != p.last[-1] + 1:
+            # base <= last: already indexed (an entry repeated by a crash between index appends).
+            # base > last + 1: a batch made durable in a successor while an earlier one in the
+            # predecessor was not; it was never acknowledged (acks wait for the high watermark), so
+            # it is not part of the partition and its offsets are assigned again.
+            return
         p.add_entry(p.segment_index(writer), base, last, pos, length, max_ts)
         if pid >= 0:
             state = p.producers.get(pid)
@@ -319,6 +328,55 @@ class PartitionLogs:
             log_.writer = self._writers[self.topics.segment_of_partition(topic, p, segments).name]
             log_.segment_index(log_.writer)
             parts.append(log_)
+
+    def prepare_successors(self, names: list[str]) -> None:
+        """Blocking: make sure each successor segment has its index segment (before the switch)."""
+        for name in names:
+            with contextlib.suppress(SegmentExistsError):
+                self.store.create_segment(name + INDEX_SUFFIX).result(30)
+
+    def switch_segments(self, topic: TopicInfo, successors: list[SegmentRange]) -> int:
+        """Point every partition whose slice a successor now owns at that successor. Runs on the
+        reactor between creating the successors and sealing the predecessors: appends already handed
+        to a predecessor are accepted there before its seal; every later one goes to a successor, so
+        per-partition order holds across the switch. Returns how many partitions moved."""
+        parts = self._logs.get(topic.name, [])
+        moved = 0
+        for p in parts:
+            start = topic.slices[p.partition][0]
+            seg = next((s for s in successors if s.contains(start)), None)
+            if seg is None or (p.writer is not None and p.writer.name == seg.name):
+                continue
+            writer = self._writers.get(seg.name)
+            if writer is None:
+                writer = self._writers[seg.name] = SegmentWriter(self.store, seg.name, 0, 0)
+            p.writer = writer
+            p.segment_index(writer)
+            moved += 1
+        return moved
+
+    def _reload_after_failure(self, topic: str) -> None:
+        """After a failed append the partition's offsets and the segment tails this gateway assumed
+        are unknown: once in-flight appends settle, rebuild the topic from the store (the truth).
+        Produce answers NOT_LEADER_OR_FOLLOWER (retriable) meanwhile; idempotent retries are
+        recognised by the rebuilt producer state."""
+        if topic in self._reloading:
+            return
+        self._reloading.add(topic)
+
+        def reload() -> None:
+            info = self.topics.get(topic)
+            if info is not None:
+                with self._load_lock:
+                    self._logs[topic] = self._load(info)
+
+        def finished(result: Any) -> Any:
+            self._reloading.discard(topic)
+            if isinstance(result, Failure):
+                log.error("reloading %s failed: %s", topic, result.getErrorMessage())
+            return None
+
+        reactor.callLater(0.5, lambda: self.blocking(reload).addBoth(finished))
 
     def topic_event(self, event: str, topic: TopicInfo) -> None:
         """TopicRegistry listener (called on a worker thread)."""
@@ -363,7 +421,7 @@ class PartitionLogs:
         if h.is_transactional or h.is_control:
             raise PartitionError(ErrorCode.INVALID_RECORD, "transactional batches are not supported yet")
         writer = p.writer
-        if writer is None or writer.failed is not None:
+        if writer is None or writer.failed is not None or topic.name in self._reloading:
             raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{topic.name}-{partition} is recovering")
         state = None
         if h.producer_id >= 0:
@@ -390,35 +448,44 @@ class PartitionLogs:
         if state is not None:
             state.batches.append((h.base_sequence, h.base_sequence + h.last_offset_delta, base))
             state.in_flight[base] = retries
-        marker = [last, False]
+        acked: defer.Deferred = defer.Deferred()
+        # [last offset, durable?, ack]: acknowledged only once the high watermark passes it, i.e. it
+        # and every earlier batch of the partition are durable (they may sit in another segment).
+        marker = [last, False, acked]
         p.pending.append(marker)
 
-        def durable(_: Any) -> int:
+        def durable(_: Any) -> None:
             marker[1] = True
-            advanced = False
-            while p.pending and p.pending[0][1]:
-                p.high_watermark = p.pending.popleft()[0] + 1
-                advanced = True
             writer.index(entry)
-            if advanced:
+            passed = []
+            while p.pending and p.pending[0][1]:
+                done = p.pending.popleft()
+                p.high_watermark = done[0] + 1
+                passed.append(done[2])
+            if passed:
                 p.wake()
-            if state is not None:
-                state.in_flight.pop(base, None)
-            for d in retries:
-                d.callback(base)
-            return base
+            for d in passed:
+                d.callback(None)
 
-        def failed(failure: Any) -> Any:
+        def failed(failure: Any) -> None:
             log.error("append to %s failed: %s", writer.name, failure.getErrorMessage())
             writer.failed = failure.value
+            self._reload_after_failure(p.topic)
+            acked.errback(failure)
+
+        def settle(result: Any) -> Any:
             if state is not None:
                 state.in_flight.pop(base, None)
             for d in retries:
-                d.errback(failure)
-            return failure
+                if isinstance(result, Failure):
+                    d.errback(result)
+                else:
+                    d.callback(base)
+            return result if isinstance(result, Failure) else base
 
-        return to_deferred(self.store.append(writer.name, data, expected_offset=expected)).addCallbacks(
-            durable, failed)
+        to_deferred(self.store.append(writer.name, data, expected_offset=expected,
+                                      events=h.last_offset_delta + 1)).addCallbacks(durable, failed)
+        return acked.addBoth(settle)
 
     def _check_sequence(self, p: PartitionLog, h: Any) -> tuple[ProducerState, defer.Deferred | None]:
         """Kafka's idempotence rules for one batch: returns the producer state and, for a duplicate,

@@ -16,6 +16,7 @@ from gateway.kafka.groups import GroupCoordinator
 from gateway.kafka.partition_log import PartitionLogs
 from gateway.kafka.producer_ids import ProducerIdAllocator
 from gateway.kafka.registry import load_handlers
+from gateway.kafka.scaling import KafkaScaling
 from gateway.kafka.topics import TopicRegistry
 from store.controller import Controller
 from store.errors import SegmentExistsError, TableKeyVersionMismatchError
@@ -50,6 +51,7 @@ def build_kafka(
     broker.partitions.load_all()
     broker.topics.listeners.append(broker.partitions.topic_event)
     broker.producer_ids = ProducerIdAllocator(tables)
+    broker.scaling = KafkaScaling(broker)
     broker.groups = GroupCoordinator(broker)
     broker.groups.load()  # groups and committed offsets come back before the listener opens
     return broker, KafkaFactory(broker)

@@ -25,9 +25,12 @@ from store.controller import (
     Controller,
     RetentionPolicy,
     RetentionType,
+    ScalingPolicy,
+    ScalingType,
     SegmentRange,
     StreamConfiguration,
     key_hash,
+    segment_name,
 )
 from store.errors import SegmentExistsError, StreamExistsError, StreamNotFoundError
 from store.tables import NOT_EXISTS, TableStore
@@ -47,6 +50,20 @@ DEFAULT_CONFIGS: dict[str, str] = {
     "segment.bytes": str(1024 * 1024 * 1024),
     # How many segments carry the topic at creation; must divide the partition count.
     "millrace.segments.initial": "0",  # 0 = one segment per partition
+    # Automatic scaling of the topic's stream (Pravega's policies): fixed, by_event_rate (target in
+    # events/s per segment) or by_data_rate (target in KiB/s per segment).
+    "millrace.scaling.type": "fixed",
+    "millrace.scaling.target": "0",
+    "millrace.scaling.factor": "2",
+    "millrace.scaling.min.segments": "1",
+    # When a single-partition segment stays too hot, add partitions (Kafka clients see them on
+    # their next metadata refresh).
+    "millrace.scaling.grow.partitions": "false",
+}
+SCALING_TYPES = {
+    "fixed": ScalingType.FIXED_NUM_SEGMENTS,
+    "by_event_rate": ScalingType.BY_RATE_IN_EVENTS_PER_SEC,
+    "by_data_rate": ScalingType.BY_RATE_IN_KBYTES_PER_SEC,
 }
 READ_ONLY_CONFIGS = {"millrace.segments.initial"}
 
@@ -104,12 +121,17 @@ class TopicInfo:
         return cls(name, uuid.UUID(d["id"]), tuple(tuple(s) for s in d["slices"]), d["configs"], d["created"])
 
 
-def split_slices(slices: tuple[tuple[float, float], ...], total: int) -> tuple[tuple[float, float], ...]:
-    """Grow to ``total`` partitions by halving the widest slice (lowest partition first on ties); the
-    upper half becomes the new partition, so no existing partition changes its start."""
+def split_slices(slices: tuple[tuple[float, float], ...], total: int,
+                 split_from: int | None = None) -> tuple[tuple[float, float], ...]:
+    """Grow to ``total`` partitions by halving the widest slice (lowest partition first on ties), or
+    first the slice of ``split_from``; the upper half becomes the new partition, so no existing
+    partition changes its start."""
     out = [list(s) for s in slices]
     while len(out) < total:
-        widest = max(range(len(out)), key=lambda i: (out[i][1] - out[i][0], -i))
+        if split_from is not None:
+            widest, split_from = split_from, None
+        else:
+            widest = max(range(len(out)), key=lambda i: (out[i][1] - out[i][0], -i))
         lo, hi = out[widest]
         mid = lo + (hi - lo) / 2
         out[widest][1] = mid
@@ -127,14 +149,31 @@ def _validate_configs(configs: dict[str, str | None]) -> None:
             continue
         if key == "cleanup.policy" and value != "delete":
             raise TopicError(ErrorCode.INVALID_CONFIG, "only cleanup.policy=delete is supported")
+        if key == "millrace.scaling.type" and value not in SCALING_TYPES:
+            raise TopicError(ErrorCode.INVALID_CONFIG, f"{key} must be one of {sorted(SCALING_TYPES)}")
+        if key == "millrace.scaling.grow.partitions" and value not in ("true", "false"):
+            raise TopicError(ErrorCode.INVALID_CONFIG, f"{key} must be true or false")
         if key in ("retention.ms", "retention.bytes", "max.message.bytes", "segment.bytes", "min.insync.replicas",
-                   "millrace.segments.initial"):
+                   "millrace.segments.initial", "millrace.scaling.target", "millrace.scaling.factor",
+                   "millrace.scaling.min.segments"):
             try:
                 number = int(value)
             except ValueError:
                 raise TopicError(ErrorCode.INVALID_CONFIG, f"{key} must be an integer, not {value!r}") from None
             if key.startswith("retention") and number < -1:
                 raise TopicError(ErrorCode.INVALID_CONFIG, f"{key} must be -1 or more")
+            if key.startswith("millrace.") and number < (1 if key.endswith("min.segments") else 0):
+                raise TopicError(ErrorCode.INVALID_CONFIG, f"{key}={number} is out of range")
+
+
+def scaling_policy(configs: dict[str, str]) -> ScalingPolicy:
+    """The stream scaling policy a topic's millrace.scaling.* configs ask for."""
+
+    def get(key: str) -> str:
+        return configs.get(key, DEFAULT_CONFIGS[key])
+
+    return ScalingPolicy(SCALING_TYPES[get("millrace.scaling.type")], int(get("millrace.scaling.target")),
+                         int(get("millrace.scaling.factor")), int(get("millrace.scaling.min.segments")))
 
 
 def retention_policy(configs: dict[str, str]) -> RetentionPolicy:
@@ -178,6 +217,14 @@ class TopicRegistry:
     def current_segments(self, name: str) -> list[SegmentRange]:
         return self.controller.get_current_segments(self.scope, name)
 
+    def segment_history(self, name: str) -> list[str]:
+        """Every segment the topic's stream ever had, oldest epoch first (blocking)."""
+        return [
+            segment_name(self.scope, name, sid)
+            for epoch in self.controller.get_epoch_history(self.scope, name)
+            for sid in epoch.created_ids
+        ]
+
     def segment_of_partition(self, topic: TopicInfo, partition: int, segments: list[SegmentRange]) -> SegmentRange:
         """The open segment carrying ``partition``'s new data."""
         start = topic.slices[partition][0]
@@ -212,7 +259,7 @@ class TopicRegistry:
             # A stream of that name without a topic record is an interrupted create: adopt it.
             with contextlib.suppress(StreamExistsError):
                 self.controller.create_stream(self.scope, name, StreamConfiguration(
-                    initial_segments=segments, retention=retention_policy(configs)))
+                    initial_segments=segments, scaling=scaling_policy(configs), retention=retention_policy(configs)))
             self.tables.put(TOPICS_TABLE, [(name.encode(), topic.encode(), NOT_EXISTS)])
             self._cache[name] = topic
         self._notify("created", topic)
@@ -234,7 +281,8 @@ class TopicRegistry:
             self.controller.delete_stream(self.scope, name)
         return topic
 
-    def add_partitions(self, name: str, total: int, validate_only: bool = False) -> TopicInfo:
+    def add_partitions(self, name: str, total: int, validate_only: bool = False,
+                       split_from: int | None = None) -> TopicInfo:
         from gateway.kafka_protocol.errors import ErrorCode
 
         with self._lock:
@@ -246,7 +294,7 @@ class TopicRegistry:
                                  f"topic {name!r} has {topic.partition_count} partitions; {total} is not more")
             if total > 1 << 16:
                 raise TopicError(ErrorCode.INVALID_PARTITIONS, f"partition count {total} must be at most 65536")
-            grown = replace(topic, slices=split_slices(topic.slices, total))
+            grown = replace(topic, slices=split_slices(topic.slices, total, split_from))
             if validate_only:
                 return grown
             self.tables.put(TOPICS_TABLE, [(name.encode(), grown.encode())])
@@ -281,7 +329,8 @@ class TopicRegistry:
             self.tables.put(TOPICS_TABLE, [(name.encode(), updated.encode())])
             self._cache[name] = updated
             stream = self.controller.get_stream(self.scope, name)
-            self.controller.update_stream(self.scope, name, replace(stream.config, retention=retention_policy(base)))
+            self.controller.update_stream(self.scope, name, replace(
+                stream.config, scaling=scaling_policy(base), retention=retention_policy(base)))
         self._notify("configs", updated)
         return updated
 

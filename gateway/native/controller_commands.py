@@ -77,8 +77,10 @@ def stream_configuration(header: dict[str, Any]) -> StreamConfiguration:
 
 
 def controller_handlers(
-    controller: Controller, pool: ThreadPoolExecutor
+    controller: Controller, pool: ThreadPoolExecutor, scaler: Any
 ) -> dict[int, Callable[[dict[str, Any], bytes], StoreFuture]]:
+    """``scaler`` performs manual splits and merges (for Kafka topics it also moves the partition
+    writers, so it is the gateway's, not the bare controller's)."""
     def blocking(fn: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any], bytes], StoreFuture]:
         def run(header: dict[str, Any], _payload: bytes) -> StoreFuture:
             result: StoreFuture = StoreFuture()
@@ -110,6 +112,11 @@ def controller_handlers(
         Command.SEAL_STREAM: blocking(lambda h: c.seal_stream(h["scope"], h["stream"])),
         Command.DELETE_STREAM: blocking(lambda h: c.delete_stream(h["scope"], h["stream"])),
         Command.TRUNCATE_STREAM: blocking(lambda h: c.truncate_stream(h["scope"], h["stream"], h["cut"])),
+        Command.SPLIT_SEGMENT: blocking(lambda h: (
+            scaler.split(h["scope"], h["stream"], h["segment"], int(h.get("pieces", 2)), h.get("at")),
+            describe_stream(c, h["scope"], h["stream"]))[1]),
+        Command.MERGE_SEGMENTS: blocking(lambda h: (
+            scaler.merge(h["scope"], h["stream"], h["segments"]), describe_stream(c, h["scope"], h["stream"]))[1]),
     }
 
 

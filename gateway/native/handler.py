@@ -22,7 +22,14 @@ from gateway.native.wire import (
 )
 from store import errors
 from store.contracts import AttributeUpdate, AttributeUpdateType, ReadResult, SegmentInfo
-from store.controller import Controller, InvalidStreamCutError, StreamNotSealedError, StreamSealedError
+from store.controller import (
+    Controller,
+    InvalidScaleError,
+    InvalidStreamCutError,
+    ScaleConflictError,
+    StreamNotSealedError,
+    StreamSealedError,
+)
 from store.futures import StoreFuture
 from store.segment_store import SegmentStore
 
@@ -45,6 +52,8 @@ _STATUS_OF: list[tuple[type[Exception], Status]] = [
     (StreamSealedError, Status.STREAM_SEALED),
     (StreamNotSealedError, Status.STREAM_NOT_SEALED),
     (InvalidStreamCutError, Status.INVALID_STREAM_CUT),
+    (InvalidScaleError, Status.INVALID_SCALE),
+    (ScaleConflictError, Status.SCALE_CONFLICT),
 ]
 
 
@@ -164,9 +173,9 @@ class NativeProtocol(Int32StringReceiver):
 
 
 class NativeFactory(protocol.Factory):
-    def __init__(self, store: SegmentStore, controller: Controller, pool: ThreadPoolExecutor) -> None:
+    def __init__(self, store: SegmentStore, controller: Controller, pool: ThreadPoolExecutor, scaler: Any) -> None:
         self.store = store
-        self.controller_commands = controller_handlers(controller, pool)
+        self.controller_commands = controller_handlers(controller, pool, scaler)
 
     def buildProtocol(self, addr: Any) -> NativeProtocol:  # noqa: N802 - Twisted's name
         return NativeProtocol(self.store, self.controller_commands)

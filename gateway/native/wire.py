@@ -44,6 +44,8 @@ class Command(enum.IntEnum):
     SEAL_STREAM = 27
     DELETE_STREAM = 28
     TRUNCATE_STREAM = 29
+    SPLIT_SEGMENT = 30
+    MERGE_SEGMENTS = 31
 
 
 class Status(enum.IntEnum):
@@ -66,6 +68,8 @@ class Status(enum.IntEnum):
     STREAM_SEALED = 24
     STREAM_NOT_SEALED = 25
     INVALID_STREAM_CUT = 26
+    INVALID_SCALE = 27
+    SCALE_CONFLICT = 28
 
 
 class WireError(ValueError):

@@ -65,6 +65,14 @@ TOPIC_CONFIG_DEFS: dict[str, ConfigDef] = {
                                "log.segment.bytes"),
     "millrace.segments.initial": ConfigDef(INT, "How many stream segments carry the topic at creation; 0 means one "
                                            "per partition. Set at creation only."),
+    "millrace.scaling.type": ConfigDef(STRING, "Automatic scaling of the topic's stream: fixed, by_event_rate or "
+                                       "by_data_rate."),
+    "millrace.scaling.target": ConfigDef(INT, "Scaling target per segment: events/s (by_event_rate) or KiB/s "
+                                         "(by_data_rate)."),
+    "millrace.scaling.factor": ConfigDef(INT, "How many segments a hot segment splits into."),
+    "millrace.scaling.min.segments": ConfigDef(INT, "Scaling down never goes below this many segments."),
+    "millrace.scaling.grow.partitions": ConfigDef(BOOLEAN, "Add partitions when a single-partition segment stays "
+                                                  "too hot (Kafka clients see them on metadata refresh)."),
 }
 assert set(TOPIC_CONFIG_DEFS) == set(DEFAULT_CONFIGS), "every topic config needs a definition"
 LIST_CONFIGS = {name for name, d in TOPIC_CONFIG_DEFS.items() if d.type == LIST}

@@ -1,0 +1,115 @@
+"""Scaling Kafka topics: their streams split and merge only at partition-slice boundaries, and the
+partition writers move to the successors between the successors' creation and the predecessors'
+seal, so no append is lost, duplicated or reordered per partition across the switch."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from twisted.internet import reactor, threads
+
+from store.controller import Controller, InvalidScaleError, ScaleReason, SegmentRange, parse_segment_name
+from store.controller.scaling import equal_split_points
+
+log = logging.getLogger(__name__)
+
+
+class KafkaScaling:
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+        self.controller: Controller = broker.controller
+        self.scope: str = broker.config.scope
+
+    def is_topic(self, scope: str, stream: str) -> bool:
+        return scope == self.scope and self.broker.topics.get(stream) is not None
+
+    # -- the auto-scaler's callbacks (worker thread) -----------------------------------------------
+    def boundaries(self, scope: str, stream: str, segment: SegmentRange) -> list[float]:
+        """Where a segment may split: partition-slice starts strictly inside it (topics); anywhere
+        for other streams (equal splits)."""
+        topic = self.broker.topics.get(stream) if scope == self.scope else None
+        if topic is None:
+            return [segment.key_start + (segment.key_end - segment.key_start) * i / 8 for i in range(1, 8)]
+        return sorted(lo for lo, _ in topic.slices if segment.key_start < lo < segment.key_end)
+
+    def execute(self, scope: str, stream: str, seal: list[int], new_ranges: list[tuple[float, float]],
+                reason: str) -> Any:
+        """Scale a stream; for a topic, validate the ranges against its partitions and switch its
+        partition writers before the predecessors are sealed (blocking; worker thread)."""
+        topic = self.broker.topics.get(stream) if scope == self.scope else None
+        if topic is None:
+            return self.controller.scale_stream(scope, stream, seal, new_ranges, reason)
+        starts = {lo for lo, _ in topic.slices}
+        for lo, hi in new_ranges:
+            if lo not in starts and lo != 0.0:
+                raise InvalidScaleError(f"{scope}/{stream}: {lo} is not a partition boundary; segments of a "
+                                        f"topic hold whole partitions")
+            if hi not in starts and hi != 1.0:
+                raise InvalidScaleError(f"{scope}/{stream}: {hi} is not a partition boundary; segments of a "
+                                        f"topic hold whole partitions")
+
+        def before_seal(successors: list[SegmentRange]) -> None:
+            self.broker.partitions.prepare_successors([s.name for s in successors])
+            current = self.broker.topics.get(stream)
+            moved = threads.blockingCallFromThread(
+                reactor, self.broker.partitions.switch_segments, current, successors)
+            log.info("%s/%s: %d partitions switched to %s", scope, stream, moved, [s.name for s in successors])
+
+        return self.controller.scale_stream(scope, stream, seal, new_ranges, reason, before_seal=before_seal)
+
+    # -- manual scaling (CLI, HTTP, native protocol; worker thread) ------------------------------------
+    def segment_id(self, scope: str, stream: str, segment: int | str) -> int:
+        """A segment given by id, by number in the current epoch, or by name."""
+        if isinstance(segment, str) and not segment.isdigit():
+            found_scope, found_stream, sid = parse_segment_name(segment)
+            if (found_scope, found_stream) != (scope, stream):
+                raise InvalidScaleError(f"{segment} is not a segment of {scope}/{stream}")
+            return sid
+        value = int(segment)
+        for seg in self.controller.get_current_segments(scope, stream):
+            if value in (seg.segment_id, seg.number):
+                return seg.segment_id
+        raise InvalidScaleError(f"{scope}/{stream} has no open segment {segment}")
+
+    def split(self, scope: str, stream: str, segment: int | str, pieces: int = 2,
+              at: list[float] | None = None) -> Any:
+        """Split an open segment into ``pieces`` (at partition boundaries for a topic), or at ``at``."""
+        sid = self.segment_id(scope, stream, segment)
+        seg = next(s for s in self.controller.get_current_segments(scope, stream) if s.segment_id == sid)
+        if at is None:
+            if pieces < 2:
+                raise InvalidScaleError("a split needs at least two pieces")
+            ideal = equal_split_points(seg.key_start, seg.key_end, pieces)
+            if self.is_topic(scope, stream):
+                allowed = self.boundaries(scope, stream, seg)
+                if not allowed:
+                    raise InvalidScaleError(f"{seg.name} holds a single partition and cannot split")
+                at = sorted({min(allowed, key=lambda p, x=x: (abs(p - x), p)) for x in ideal})
+            else:
+                at = ideal
+        bounds = [seg.key_start, *sorted(at), seg.key_end]
+        return self.execute(scope, stream, [sid], list(zip(bounds, bounds[1:], strict=False)), ScaleReason.MANUAL)
+
+    def merge(self, scope: str, stream: str, segments: list[int | str]) -> Any:
+        """Merge adjacent open segments into one."""
+        ids = [self.segment_id(scope, stream, s) for s in segments]
+        current = {s.segment_id: s for s in self.controller.get_current_segments(scope, stream)}
+        chosen = sorted((current[i] for i in ids), key=lambda s: s.key_start)
+        if len(chosen) < 2 or any(a.key_end != b.key_start for a, b in zip(chosen, chosen[1:], strict=False)):
+            raise InvalidScaleError("a merge needs two or more adjacent open segments")
+        return self.execute(scope, stream, ids, [(chosen[0].key_start, chosen[-1].key_end)], ScaleReason.MANUAL)
+
+    def grow_partitions(self, scope: str, stream: str, segment: SegmentRange, rates: Any) -> None:
+        """A single-partition segment that stays too hot: if the topic allows it
+        (millrace.scaling.grow.partitions=true), add a partition carved from the hot one's slice, so
+        the next round can split the segment between them. Kafka clients see it on metadata refresh."""
+        topic = self.broker.topics.get(stream) if scope == self.scope else None
+        if topic is None or topic.config("millrace.scaling.grow.partitions") != "true":
+            return
+        hot = next((p for p, (lo, _) in enumerate(topic.slices) if segment.contains(lo)), None)
+        if hot is None:
+            return
+        grown = self.broker.topics.add_partitions(stream, topic.partition_count + 1, split_from=hot)
+        log.info("%s/%s: partition %d stayed hot; grew the topic to %d partitions", scope, stream, hot,
+                 grown.partition_count)
