@@ -42,6 +42,7 @@ from crc32c import crc32c
 from store.durablelog import framing
 from store.durablelog.interface import DurableDataLog, LogAddress, LogEntry
 from store.errors import ContainerOfflineError, DataCorruptionError, DataLogWriterFencedError
+from store.fsutil import fsync_dir
 
 DEFAULT_MAX_FILE_BYTES = 64 * 1024 * 1024
 # Bounds one write so a flood of queued appends still rolls files and acks in reasonable steps.
@@ -76,14 +77,6 @@ class _LogFile:
     first_sequence: int
     path: str
     size: int
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _log_file_name(first_sequence: int) -> str:
@@ -141,7 +134,7 @@ class FileDurableDataLog(DurableDataLog):
         if not os.path.isdir(self._dir):
             os.makedirs(self._dir, exist_ok=True)
             # Make the new directory's own entry durable, or a crash could lose the whole log.
-            _fsync_dir(os.path.dirname(self._dir))
+            fsync_dir(os.path.dirname(self._dir))
         self._take_ownership()
         try:
             self._remove_temp_files()
@@ -206,7 +199,7 @@ class FileDurableDataLog(DurableDataLog):
                 os.unlink(os.path.join(self._dir, name))
                 removed = True
         if removed:
-            _fsync_dir(self._dir)
+            fsync_dir(self._dir)
 
     def _read_meta(self, name: str) -> int:
         path = os.path.join(self._dir, name)
@@ -234,7 +227,7 @@ class FileDurableDataLog(DurableDataLog):
         finally:
             os.close(fd)
         os.replace(tmp, path)
-        _fsync_dir(self._dir)
+        fsync_dir(self._dir)
 
     def _recover(self) -> int:
         """Validate the log files, cut a torn tail, drop truncated files; return the next sequence.
@@ -290,11 +283,11 @@ class FileDurableDataLog(DurableDataLog):
             os.unlink(log_file.path)
             self.stats.files_deleted += 1
         if doomed:
-            _fsync_dir(self._dir)
+            fsync_dir(self._dir)
         if not kept:
             path = os.path.join(self._dir, _log_file_name(next_sequence))
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644))
-            _fsync_dir(self._dir)
+            fsync_dir(self._dir)
             self.stats.files_created += 1
             kept = [_LogFile(next_sequence, path, 0)]
         with self._files_lock:
@@ -406,7 +399,7 @@ class FileDurableDataLog(DurableDataLog):
             for log_file in doomed:
                 os.unlink(log_file.path)
             if doomed:
-                _fsync_dir(self._dir)
+                fsync_dir(self._dir)
                 self.stats.files_deleted += len(doomed)
 
     def close(self) -> None:
@@ -520,7 +513,7 @@ class FileDurableDataLog(DurableDataLog):
         path = os.path.join(self._dir, _log_file_name(self._write_sequence))
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o644)
         try:
-            _fsync_dir(self._dir)
+            fsync_dir(self._dir)
         except BaseException:
             os.close(fd)
             raise

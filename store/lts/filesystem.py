@@ -15,6 +15,7 @@ import uuid
 from urllib.parse import quote, unquote
 
 from store.errors import ChunkExistsError, ChunkNotFoundError
+from store.fsutil import fsync_dir
 from store.lts.interface import ChunkStorage
 
 _CHUNK_SUFFIX = "@chunk"
@@ -44,14 +45,6 @@ def validate_chunk_name(name: str) -> None:
 def _check_range(offset: int, length: int) -> None:
     if offset < 0 or length < 0:
         raise ValueError(f"offset and length must be >= 0, got offset={offset} length={length}")
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class FileSystemChunkStorage(ChunkStorage):
@@ -84,7 +77,7 @@ class FileSystemChunkStorage(ChunkStorage):
             os.mkdir(directory)
         except FileExistsError:
             return
-        _fsync_dir(parent)
+        fsync_dir(parent)
 
     def write(self, name: str, data: bytes) -> None:
         directory, file = self._dir_and_file(name)
@@ -119,7 +112,7 @@ class FileSystemChunkStorage(ChunkStorage):
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
-        _fsync_dir(directory)
+        fsync_dir(directory)
 
     def read(self, name: str, offset: int, length: int) -> bytes:
         _check_range(offset, length)
@@ -148,7 +141,7 @@ class FileSystemChunkStorage(ChunkStorage):
         except FileNotFoundError:
             return
         try:
-            _fsync_dir(directory)
+            fsync_dir(directory)
         except FileNotFoundError:
             return  # a concurrent delete already pruned the emptied directory
         self._prune_empty_dirs(directory)

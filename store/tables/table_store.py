@@ -554,18 +554,3 @@ class TableStore:
 def is_conditional_failure(error: BaseException) -> bool:
     """True for the errors a failed conditional update raises."""
     return isinstance(error, TableKeyNotFoundError | TableKeyVersionMismatchError)
-
-
-__all__ = [
-    "NOT_EXISTS",
-    "ExpectedVersion",
-    "IteratorPage",
-    "NotATableError",
-    "TableConfig",
-    "TableEntry",
-    "TableInfo",
-    "TableKey",
-    "TableNotEmptyError",
-    "TableStore",
-    "is_conditional_failure",
-]

@@ -3,57 +3,17 @@ and refusal of bad input, spoken with our own codec over raw sockets."""
 
 from __future__ import annotations
 
-import socket
-import struct
 import time
 
 import pytest
 
-from gateway.kafka_protocol.codec import decode_response, encode_request, request_class
+from gateway.kafka_protocol.codec import encode_request, request_class
 from gateway.kafka_protocol.errors import ErrorCode
 from gateway.kafka_protocol.records import NewRecord, build_record_batch, iter_batches
+from tests.kafka.wire import KafkaWire, local
 from tests.server_process import ServerProcess
 
 P, F, L, D, INIT = (request_class(k) for k in (0, 1, 2, 21, 22))
-
-
-class Conn:
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-        self.cid = 0
-
-    def send(self, key: int, version: int, request) -> object:
-        self.cid += 1
-        self.sock.sendall(encode_request(key, version, self.cid, request, client_id="test"))
-        (size,) = struct.unpack(">i", self._recv(4))
-        return decode_response(key, version, self._recv(size))[1]
-
-    def _recv(self, n: int) -> bytes:
-        buf = b""
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError("closed by the server")
-            buf += chunk
-        return buf
-
-    def produce(self, topic: str, partition: int, batch: bytes, acks: int = -1):
-        r = self.send(0, 9, P(acks=acks, timeout_ms=10000, topic_data=[
-            P.TopicProduceData(name=topic, partition_data=[P.PartitionProduceData(index=partition, records=batch)])]))
-        return r.responses[0].partition_responses[0]
-
-    def fetch(self, topic: str, partition: int, offset: int, max_wait_ms: int = 0, min_bytes: int = 1,
-              max_bytes: int = 1 << 22):
-        r = self.send(1, 12, F(max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes, isolation_level=0,
-                                 session_id=0, session_epoch=-1, topics=[F.FetchTopic(topic=topic, partitions=[
-                                     F.FetchPartition(partition=partition, fetch_offset=offset,
-                                                      partition_max_bytes=max_bytes)])]))
-        return r.responses[0].partitions[0]
-
-    def list_offset(self, topic: str, partition: int, timestamp: int):
-        r = self.send(2, 7, L(replica_id=-1, isolation_level=0, topics=[L.ListOffsetsTopic(
-            name=topic, partitions=[L.ListOffsetsPartition(partition_index=partition, timestamp=timestamp)])]))
-        return r.topics[0].partitions[0]
 
 
 def records_of(pd) -> list:
@@ -72,7 +32,7 @@ def server(tmp_path):
 
 
 def test_produce_fetch_dense_offsets_and_restart(server, tmp_path):
-    c = Conn(server.kafka_port)
+    c = local(server.kafka_port)
     expected = []
     for i in range(20):
         values = [f"{i}-{j}".encode() for j in range(i % 4 + 1)]
@@ -88,7 +48,7 @@ def test_produce_fetch_dense_offsets_and_restart(server, tmp_path):
 
     srv = ServerProcess(server.data_dir).start()
     try:
-        c = Conn(srv.kafka_port)
+        c = local(srv.kafka_port)
         assert [r.value for r in records_of(c.fetch("dense", 1, 0))] == expected
         assert c.produce("dense", 1, batch([b"after"])).base_offset == len(expected)
         assert c.list_offset("dense", 1, -1).offset == len(expected) + 1
@@ -97,12 +57,12 @@ def test_produce_fetch_dense_offsets_and_restart(server, tmp_path):
 
 
 def test_sigkill_before_the_index_is_written_loses_nothing(server):
-    c = Conn(server.kafka_port)
+    c = local(server.kafka_port)
     offsets = [c.produce("crashy", 0, batch([f"v{i}".encode()])).base_offset for i in range(50)]
     server.kill()  # immediately: the index segment lags the data segment
     srv = ServerProcess(server.data_dir).start()
     try:
-        c = Conn(srv.kafka_port)
+        c = local(srv.kafka_port)
         got = records_of(c.fetch("crashy", 0, 0))
         assert [r.offset for r in got] == offsets == list(range(50))
         assert c.produce("crashy", 0, batch([b"next"])).base_offset == 50
@@ -111,13 +71,13 @@ def test_sigkill_before_the_index_is_written_loses_nothing(server):
 
 
 def test_long_poll_waits_for_data_and_times_out(server):
-    c = Conn(server.kafka_port)
+    c = local(server.kafka_port)
     c.produce("poll", 0, batch([b"a"]))
     started = time.monotonic()
     empty = c.fetch("poll", 0, 1, max_wait_ms=400)
     assert empty.error_code == 0 and len(empty.records) == 0
     assert time.monotonic() - started >= 0.35
-    other = Conn(server.kafka_port)
+    other = local(server.kafka_port)
     import threading
 
     threading.Timer(0.2, lambda: other.produce("poll", 0, batch([b"b"]))).start()
@@ -128,7 +88,7 @@ def test_long_poll_waits_for_data_and_times_out(server):
 
 
 def test_list_offsets_by_time(server):
-    c = Conn(server.kafka_port)
+    c = local(server.kafka_port)
     base = int(time.time() * 1000) - 100_000
     for i in range(5):
         records = [NewRecord(key=None, value=f"{i}-{j}".encode(), timestamp=base + i * 1000 + j) for j in range(3)]
@@ -143,7 +103,7 @@ def test_list_offsets_by_time(server):
 
 
 def test_idempotent_producer_dedupes_and_orders(server):
-    c = Conn(server.kafka_port)
+    c = local(server.kafka_port)
     pid = c.send(22, 4, INIT(transactional_id=None, transaction_timeout_ms=60000, producer_id=-1, producer_epoch=-1))
     assert pid.error_code == 0 and pid.producer_id >= 0
 
@@ -163,7 +123,7 @@ def test_idempotent_producer_dedupes_and_orders(server):
     server.kill()
     srv = ServerProcess(server.data_dir).start()
     try:
-        c = Conn(srv.kafka_port)
+        c = local(srv.kafka_port)
         # Producer state is rebuilt from the log: the retry is still recognised after a crash.
         again = c.produce("idem", 0, idem(0, [b"new"], epoch=1))
         assert (again.error_code, again.base_offset) == (0, 3)
@@ -175,7 +135,7 @@ def test_idempotent_producer_dedupes_and_orders(server):
 
 
 def test_delete_records_moves_the_log_start(server):
-    c = Conn(server.kafka_port)
+    c = local(server.kafka_port)
     for i in range(10):
         c.produce("trim", 0, batch([f"{i}".encode()]))
     r = c.send(21, 2, D(timeout_ms=5000, topics=[D.DeleteRecordsTopic(
@@ -190,13 +150,13 @@ def test_delete_records_moves_the_log_start(server):
     assert server.stop() == 0
     srv = ServerProcess(server.data_dir).start()
     try:
-        assert Conn(srv.kafka_port).list_offset("trim", 0, -2).offset == 6
+        assert local(srv.kafka_port).list_offset("trim", 0, -2).offset == 6
     finally:
         srv.kill()
 
 
 def test_bad_batches_get_kafka_errors(server):
-    c = Conn(server.kafka_port)
+    c = local(server.kafka_port)
     good = bytearray(batch([b"payload"]))
     good[-1] ^= 0xFF  # breaks the CRC
     assert c.produce("bad", 0, bytes(good)).error_code == ErrorCode.CORRUPT_MESSAGE
@@ -210,7 +170,7 @@ def test_bad_batches_get_kafka_errors(server):
 
 
 def test_acks_zero_gets_no_response_but_is_stored(server):
-    c = Conn(server.kafka_port)
+    c = local(server.kafka_port)
     c.sock.sendall(encode_request(0, 9, 999, P(acks=0, timeout_ms=1000, topic_data=[P.TopicProduceData(
         name="fire", partition_data=[P.PartitionProduceData(index=0, records=batch([b"f"]))])])))
     # The next response on the connection answers the next request, not the acks=0 one.
@@ -223,7 +183,7 @@ def test_acks_zero_gets_no_response_but_is_stored(server):
 def test_retention_ms_truncates_old_data(tmp_path):
     srv = ServerProcess(str(tmp_path / "data"), "--retention-check-seconds", "0.3").start()
     try:
-        c = Conn(srv.kafka_port)
+        c = local(srv.kafka_port)
         old = int(time.time() * 1000) - 3_600_000
         c.produce("ret", 0, build_record_batch([NewRecord(key=None, value=b"old", timestamp=old)]))
         c.produce("ret", 0, batch([b"new"]))
@@ -251,7 +211,7 @@ def test_partitions_sharing_one_segment(server):
 
     admin = AdminClient({"bootstrap.servers": server.bootstrap})
     admin.create_topics([NewTopic("shared", 4, 1, config={"millrace.segments.initial": "1"})])["shared"].result(30)
-    c = Conn(server.kafka_port)
+    c = local(server.kafka_port)
     sent: dict[int, list[bytes]] = {p: [] for p in range(4)}
     for i in range(40):
         p = (i * 7) % 4
@@ -259,7 +219,7 @@ def test_partitions_sharing_one_segment(server):
         assert c.produce("shared", p, batch([value])).base_offset == len(sent[p])
         sent[p].append(value)
 
-    def check(conn: Conn) -> None:
+    def check(conn: KafkaWire) -> None:
         for p in range(4):
             got = records_of(conn.fetch("shared", p, 0))
             assert [r.value for r in got] == sent[p]
@@ -272,7 +232,7 @@ def test_partitions_sharing_one_segment(server):
     assert server.stop() == 0
     srv = ServerProcess(server.data_dir).start()
     try:
-        check(Conn(srv.kafka_port))
+        check(local(srv.kafka_port))
     finally:
         srv.kill()
 
@@ -283,7 +243,7 @@ def test_every_advertised_version_of_the_data_path(server):
     from gateway.kafka.registry import REGISTRY, load_handlers
 
     load_handlers()
-    c = Conn(server.kafka_port)
+    c = local(server.kafka_port)
     c.produce("sweep", 0, batch([b"seed"]))
     M = request_class(3)
     meta = c.send(3, 12, M(topics=[M.MetadataRequestTopic(name="sweep")], allow_auto_topic_creation=False))
@@ -321,10 +281,10 @@ def test_every_advertised_version_of_the_data_path(server):
 
 def test_cluster_id_survives_restarts(server):
     M = request_class(3)
-    first = Conn(server.kafka_port).send(3, 12, M(topics=[])).cluster_id
+    first = local(server.kafka_port).send(3, 12, M(topics=[])).cluster_id
     assert first and server.stop() == 0
     srv = ServerProcess(server.data_dir).start()
     try:
-        assert Conn(srv.kafka_port).send(3, 12, M(topics=[])).cluster_id == first
+        assert local(srv.kafka_port).send(3, 12, M(topics=[])).cluster_id == first
     finally:
         srv.kill()

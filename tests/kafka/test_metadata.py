@@ -4,8 +4,6 @@ auto-creation (on, refused by the request, off on the server), invalid names, an
 
 from __future__ import annotations
 
-import socket
-import struct
 import subprocess
 import sys
 import time
@@ -14,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from gateway.kafka_protocol.codec import decode_response, encode_request, request_class
+from gateway.kafka_protocol.codec import request_class
 from gateway.kafka_protocol.errors import ErrorCode
+from tests.kafka.wire import KafkaWire, local
 from tests.server_process import ServerProcess
 
 METADATA, CREATE_TOPICS = 3, 19
@@ -27,46 +26,8 @@ CLUSTER_OPS = 8096  # CREATE ALTER DESCRIBE CLUSTER_ACTION DESCRIBE_CONFIGS ALTE
 NOT_REQUESTED = -(2**31)
 
 
-class Wire:
-    """One raw Kafka connection: send a request object at a chosen version, get the decoded body."""
-
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-        self.correlation_id = 0
-
-    def send(self, api_key: int, version: int, request: Any) -> Any:
-        self.correlation_id += 1
-        self.sock.sendall(encode_request(api_key, version, self.correlation_id, request, client_id="admin-test"))
-        (size,) = struct.unpack(">i", self._recv(4))
-        header, body = decode_response(api_key, version, self._recv(size))
-        assert header.correlation_id == self.correlation_id
-        return body
-
-    def _recv(self, n: int) -> bytes:
-        buf = b""
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError("closed by the server")
-            buf += chunk
-        return buf
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def metadata(self, version: int, names: list[str] | None, **kw: Any) -> Any:
-        request = M(topics=[M.MetadataRequestTopic(name=n) for n in names or ()], **kw)
-        if names is None:
-            request.topics = None  # the constructor turns None into the default, []
-        return self.send(METADATA, version, request)
-
-    def create(self, name: str, partitions: int = 1, version: int = 7, **configs: str) -> Any:
-        req = CT(topics=[CT.CreatableTopic(name=name, num_partitions=partitions, replication_factor=-1, configs=[
-            CT.CreatableTopicConfig(name=k.replace("_", "."), value=v) for k, v in configs.items()])],
-            timeout_ms=10000)
-        result = self.send(CREATE_TOPICS, version, req).topics[0]
-        assert result.error_code == 0, result
-        return result
+def Wire(port: int) -> KafkaWire:  # noqa: N802 - reads as the connection it makes
+    return local(port, client_id="admin-test")
 
 
 def only(response: Any, name: str) -> Any:
@@ -192,12 +153,9 @@ def test_concurrent_auto_creation_of_one_topic(server):
     wires = [Wire(server.kafka_port) for _ in range(4)]
     try:
         for w in wires:
-            w.correlation_id += 1
-            w.sock.sendall(encode_request(METADATA, 9, w.correlation_id, M(topics=[
-                M.MetadataRequestTopic(name="md-race")]), client_id="race"))
+            w.submit(METADATA, 9, M(topics=[M.MetadataRequestTopic(name="md-race")]))
         for w in wires:
-            (size,) = struct.unpack(">i", w._recv(4))
-            t = decode_response(METADATA, 9, w._recv(size))[1].topics[0]
+            t = w.receive().topics[0]
             assert t.error_code in (ErrorCode.LEADER_NOT_AVAILABLE, 0), t
         assert len(only(wires[0].metadata(9, ["md-race"]), "md-race").partitions) == 3
     finally:

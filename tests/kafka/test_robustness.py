@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.kafka_protocol.codec import encode_request, request_class
-from tests.kafka.test_data_path import Conn, batch, records_of
+from tests.kafka.test_data_path import batch, records_of
+from tests.kafka.wire import local
 from tests.server_process import ServerProcess
 
 P = request_class(0)
@@ -47,12 +48,12 @@ def valid_produce_frame(correlation_id: int = 7) -> bytes:
 
 def assert_still_serving(server: ServerProcess, acknowledged: list[bytes]) -> None:
     assert server.proc.poll() is None, "the server died"
-    c = Conn(server.kafka_port)
+    c = local(server.kafka_port)
     assert [r.value for r in records_of(c.fetch("robust", 0, 0))][: len(acknowledged)] == acknowledged
 
 
 def test_fixed_bad_frames(server):
-    c = Conn(server.kafka_port)
+    c = local(server.kafka_port)
     c.produce("robust", 0, batch([b"keep-me"]))
     acknowledged = [b"keep-me"]
     frame = valid_produce_frame()
@@ -94,6 +95,6 @@ def test_fuzzed_frames_never_crash_the_server(server, data):
 
 
 def test_still_healthy_after_fuzzing(server):
-    c = Conn(server.kafka_port)
+    c = local(server.kafka_port)
     offset = c.produce("robust", 0, batch([b"after"])).base_offset
     assert records_of(c.fetch("robust", 0, offset))[0].value == b"after"

@@ -14,6 +14,8 @@ from typing import Any
 
 from gateway.kafka_protocol.codec import decode_response, encode_request, request_class
 
+PRODUCE, FETCH, LIST_OFFSETS, METADATA, CREATE_TOPICS = 0, 1, 2, 3, 19
+
 
 class KafkaWire:
     def __init__(self, host: str, port: int, client_id: str = "millrace-test", timeout: float = 30.0) -> None:
@@ -80,3 +82,50 @@ class KafkaWire:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # -- conveniences for the common requests ---------------------------------------------------------
+    def produce(self, topic: str, partition: int, batch: bytes, acks: int = -1, version: int = 9) -> Any:
+        """Produce one batch; the partition's response."""
+        P = request_class(PRODUCE)  # noqa: N806 - a generated message class
+        r = self.send(PRODUCE, version, P(acks=acks, timeout_ms=10000, topic_data=[P.TopicProduceData(
+            name=topic, partition_data=[P.PartitionProduceData(index=partition, records=batch)])]))
+        return r.responses[0].partition_responses[0]
+
+    def fetch(self, topic: str, partition: int, offset: int, max_wait_ms: int = 0, min_bytes: int = 1,
+              max_bytes: int = 1 << 22, version: int = 12) -> Any:
+        """Fetch one partition by name (v12); the partition's data."""
+        F = request_class(FETCH)  # noqa: N806 - a generated message class
+        r = self.send(FETCH, version, F(
+            max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes, isolation_level=0, session_id=0,
+            session_epoch=-1, topics=[F.FetchTopic(topic=topic, partitions=[F.FetchPartition(
+                partition=partition, fetch_offset=offset, partition_max_bytes=max_bytes)])]))
+        return r.responses[0].partitions[0]
+
+    def list_offset(self, topic: str, partition: int, timestamp: int, version: int = 7) -> Any:
+        L = request_class(LIST_OFFSETS)  # noqa: N806 - a generated message class
+        r = self.send(LIST_OFFSETS, version, L(replica_id=-1, isolation_level=0, topics=[L.ListOffsetsTopic(
+            name=topic, partitions=[L.ListOffsetsPartition(partition_index=partition, timestamp=timestamp)])]))
+        return r.topics[0].partitions[0]
+
+    def metadata(self, version: int, names: list[str] | None, **kw: Any) -> Any:
+        """Metadata for ``names``; None asks for every topic."""
+        M = request_class(METADATA)  # noqa: N806 - a generated message class
+        request = M(topics=[M.MetadataRequestTopic(name=n) for n in names or ()], **kw)
+        if names is None:
+            request.topics = None  # the constructor turns None into the default, []
+        return self.send(METADATA, version, request)
+
+    def create(self, name: str, partitions: int = 1, version: int = 7, **configs: str) -> Any:
+        """CreateTopics for one topic (config names with "_" for "."); asserts success."""
+        CT = request_class(CREATE_TOPICS)  # noqa: N806 - a generated message class
+        req = CT(topics=[CT.CreatableTopic(name=name, num_partitions=partitions, replication_factor=-1, configs=[
+            CT.CreatableTopicConfig(name=k.replace("_", "."), value=v) for k, v in configs.items()])],
+            timeout_ms=10000)
+        result = self.send(CREATE_TOPICS, version, req).topics[0]
+        assert result.error_code == 0, result
+        return result
+
+
+def local(port: int, client_id: str = "millrace-test") -> KafkaWire:
+    """A connection to a broker on 127.0.0.1."""
+    return KafkaWire("127.0.0.1", port, client_id=client_id)
