@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import sys
+import time
 from typing import Any
 
 from gateway.server import ServerOptions, serve
@@ -60,6 +61,24 @@ def _admin_parsers(sub: argparse._SubParsersAction) -> None:
     create.add_argument("--retention-bytes", type=int, default=None)
     for action in ("describe", "seal", "delete"):
         with_server(streams.add_parser(action)).add_argument("name", help="SCOPE/STREAM")
+    split = with_server(streams.add_parser("split", help="split an open segment (manual scale)"))
+    split.add_argument("name", help="SCOPE/STREAM")
+    split.add_argument("segment", help="segment name, id, or number in the current epoch")
+    how = split.add_mutually_exclusive_group()
+    how.add_argument("--pieces", type=int, default=2, help="split into N pieces (default 2; at partition "
+                     "boundaries for a Kafka topic)")
+    how.add_argument("--at", type=_keys, default=None, help="split at these keys, e.g. 0.25,0.5")
+    merge = with_server(streams.add_parser("merge", help="merge adjacent open segments (manual scale)"))
+    merge.add_argument("name", help="SCOPE/STREAM")
+    merge.add_argument("segments", nargs="+", metavar="SEGMENT", help="segment names, ids or numbers")
+
+
+def _keys(text: str) -> list[float]:
+    """``--at 0.25,0.5`` as a list of keys."""
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected keys like 0.25,0.5, got {text!r}") from None
 
 
 def _split(name: str) -> tuple[str, str]:
@@ -69,15 +88,72 @@ def _split(name: str) -> tuple[str, str]:
     return scope, stream
 
 
+def _ranges(numbers: list[int]) -> str:
+    """[0, 1, 2, 3, 6] as "0-3,6": a segment's partitions are mostly contiguous runs."""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs) or "-"
+
+
+def _when(ms: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000)) + f".{ms % 1000:03d}"
+
+
+def _size(value: int | None) -> str:
+    return "?" if value is None else str(value)  # None: the store does not know the segment
+
+
+def _short(name: str) -> str:
+    """A segment name without its ``scope/stream/`` prefix (the heading names the stream)."""
+    return name.rsplit("/", 1)[-1]
+
+
 def _print_stream(desc: dict[str, Any]) -> None:
+    """A stream for humans: a heading, a table of its current segments, then its epochs."""
+    topic = desc.get("partition_count")
+    kind = f", Kafka topic with {topic} partitions" if topic is not None else ""
     print(f"{desc['scope']}/{desc['stream']}: {desc['state']}, epoch {desc['epoch']}, "
-          f"{len(desc['segments'])} open segments")
+          f"{len(desc['segments'])} open segments{kind}")
     print(f"  retention: {desc['config']['retention']['type']} {desc['config']['retention']['value']}; "
           f"scaling: {desc['config']['scaling']['type']}")
-    print(f"  {'segment':<32} {'key range':<17} {'container':>9} {'length':>12}")
+    windows = "/".join(f"{w:g}s" for w in desc.get("rate_windows", []))
+    header = ["segment", "key range", "partitions", "container", "length", "stored", "start",
+              f"events/s ({windows})", f"KiB/s ({windows})"]
+    rows = []
     for seg in desc["segments"]:
-        key_range = f"[{seg['key_start']:.3f}, {seg['key_end']:.3f})"
-        print(f"  {seg['name']:<32} {key_range:<17} {seg['container']:>9} {seg.get('length', 0):>12}")
+        rates = seg.get("rates") or []
+        rows.append([
+            seg["name"],
+            f"[{seg['key_start']:.4f}, {seg['key_end']:.4f})",
+            "-" if seg.get("partitions") is None else _ranges(seg["partitions"]),
+            str(seg["container"]),
+            _size(seg.get("length")),
+            _size(seg.get("storage_length")),
+            _size(seg.get("start_offset")),
+            "/".join(f"{r['events_per_s']:.1f}" for r in rates) or "-",
+            "/".join(f"{r['kib_per_s']:.1f}" for r in rates) or "-",
+        ])
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    numeric = {3, 4, 5, 6}  # right-aligned columns
+    for row in [header, *rows]:
+        cells = [c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]
+        print("  " + "  ".join(cells).rstrip())
+    history = desc.get("history") or []
+    if history:
+        print("history:")
+    for epoch in history:
+        created = ", ".join(_short(s["name"]) for s in epoch["created"])
+        line = f"  epoch {epoch['epoch']:<3} {_when(epoch['created_ms'])}  {epoch['reason']:<10}"
+        if epoch["sealed"]:
+            line += f" sealed {', '.join(_short(s['name']) for s in epoch['sealed'])} ->"
+        print(f"{line} created {created}")
+    pending = desc.get("pending_scale")
+    if pending:
+        print(f"  scaling to epoch {pending['epoch']} ({pending['reason']}): sealing {pending['sealed_ids']}")
 
 
 def _admin(args: argparse.Namespace) -> int:
@@ -122,6 +198,10 @@ def _run_admin(client: Any, args: argparse.Namespace) -> Any:
         return client.create_stream(scope, stream, args.segments, retention=retention)
     if args.action == "describe":
         return client.describe_stream(scope, stream)
+    if args.action == "split":
+        return client.split_segment(scope, stream, args.segment, args.pieces, args.at)
+    if args.action == "merge":
+        return client.merge_segments(scope, stream, args.segments)
     if args.action == "seal":
         client.seal_stream(scope, stream)
     else:
