@@ -1,12 +1,136 @@
-"""The HTTP listener: health, Prometheus metrics and a JSON view of segments."""
+"""The HTTP listener: health, Prometheus metrics, a JSON view of segments, and streams (describe,
+list, manual split and merge).
+
+Endpoints:
+
+- ``GET /health``: container states; 503 unless every container runs.
+- ``GET /metrics``: Prometheus text. Per container: ``millrace_container_*``. Per stream:
+  ``millrace_stream_segments{scope,stream}`` (open segments), ``millrace_stream_epoch{scope,stream}``;
+  per open segment and rate window: ``millrace_segment_events_per_second`` and
+  ``millrace_segment_bytes_per_second{scope,stream,segment,window="2s"}``.
+- ``GET /api/segments``: every segment the store holds, with sizes.
+- ``GET /api/streams``: ``{"scopes": [...]}``.
+- ``GET /api/streams/SCOPE``: ``{"scope": ..., "streams": [...]}``.
+- ``GET /api/streams/SCOPE/STREAM``: the stream's description (``describe_stream``'s JSON).
+- ``POST /api/streams/SCOPE/STREAM/split`` with ``{"segment": name|id|number, "pieces": N}`` or
+  ``{"segment": ..., "at": [key, ...]}``; ``POST .../merge`` with ``{"segments": [...]}``: scale
+  manually, answering the new description.
+
+Errors answer ``{"error": message, "type": exception class}``: 404 for unknown scopes, streams,
+segments or paths, 400 for malformed or impossible requests (InvalidScaleError, ValueError), 409 when
+the stream's state conflicts (ScaleConflictError: another scale got there first; a sealed stream).
+
+Controller and scaler calls block on table-segment I/O, so they run on the server's controller pool
+and the resource answers later (NOT_DONE_YET). The stream metrics need the controller too: they are
+computed on the same pool for every scrape, rather than cached by a periodic refresh, so a scrape is
+never staler than itself and nothing runs when nobody scrapes; the cost is a few table reads per
+stream per scrape, which the table index serves from memory.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote
 
+from twisted.internet import defer, reactor
+from twisted.python.failure import Failure
 from twisted.web import resource, server
 
+from gateway.native.controller_commands import PartitionsOf, describe_stream
+from store.controller import Controller, InvalidScaleError, ScaleConflictError, StreamSealedError
+from store.errors import ScopeNotFoundError, SegmentNotFoundError, StreamNotFoundError
 from store.segment_store import SegmentStore
+
+log = logging.getLogger(__name__)
+
+
+class _NotFoundError(LookupError):
+    """An API path that names nothing."""
+
+
+# Most specific first: InvalidScaleError is also a ValueError.
+_HTTP_STATUS: list[tuple[tuple[type[BaseException], ...], int]] = [
+    ((_NotFoundError, StreamNotFoundError, ScopeNotFoundError, SegmentNotFoundError), 404),
+    ((ScaleConflictError, StreamSealedError), 409),
+    ((InvalidScaleError, ValueError, KeyError, TypeError), 400),
+]
+
+
+@dataclass
+class StreamViews:
+    """What the stream resources need from the server: the controller, the pool its blocking calls
+    run on, the scaler for manual splits and merges (the Kafka gateway's, which also moves partition
+    writers), and the Kafka topics' partition slices."""
+
+    controller: Controller
+    pool: ThreadPoolExecutor
+    scaler: Any
+    partitions_of: PartitionsOf | None = None
+
+    def blocking(self, fn: Callable[..., Any], *args: Any) -> defer.Deferred:
+        """Run ``fn`` on the pool; the Deferred fires on the reactor thread."""
+        d: defer.Deferred = defer.Deferred()
+
+        def fire(f: Future) -> None:
+            exc = f.exception()
+            if exc is not None:
+                d.errback(Failure(exc))
+            else:
+                d.callback(f.result())
+
+        try:
+            fut = self.pool.submit(fn, *args)
+        except RuntimeError as exc:  # the pool is shut down: the server is stopping
+            return defer.fail(exc)
+        fut.add_done_callback(lambda f: reactor.callFromThread(fire, f))
+        return d
+
+    def describe(self, scope: str, stream: str) -> dict[str, Any]:
+        return describe_stream(self.controller, scope, stream, self.partitions_of)
+
+
+def _json(request: server.Request, status: int, body: Any) -> bytes:
+    request.setResponseCode(status)
+    request.setHeader(b"content-type", b"application/json")
+    return json.dumps(body).encode()
+
+
+def _error_status(exc: BaseException) -> int:
+    for classes, status in _HTTP_STATUS:
+        if isinstance(exc, classes):
+            return status
+    return 500
+
+
+def _answer_later(request: server.Request, d: defer.Deferred) -> int:
+    """Finish ``request`` with the JSON ``d`` gives, or a JSON error; returns NOT_DONE_YET."""
+    gone = []
+    request.notifyFinish().addErrback(lambda _: gone.append(True))
+
+    def ok(body: Any) -> None:
+        if not gone:
+            request.write(_json(request, 200, body))
+            request.finish()
+
+    def failed(failure: Failure) -> None:
+        exc = failure.value
+        status = _error_status(exc)
+        if status == 500:
+            log.error("HTTP %s %s failed", request.method.decode(), request.uri.decode(), exc_info=exc)
+        if not gone:
+            message = str(exc) or type(exc).__name__
+            if isinstance(exc, KeyError):
+                message = f"missing {exc}"  # str(KeyError) is just the quoted key
+            request.write(_json(request, status, {"error": message, "type": type(exc).__name__}))
+            request.finish()
+
+    d.addCallbacks(ok, failed)
+    return server.NOT_DONE_YET
 
 
 class _Health(resource.Resource):
@@ -19,20 +143,66 @@ class _Health(resource.Resource):
     def render_GET(self, request: server.Request) -> bytes:  # noqa: N802 - Twisted's name
         states = {c.container_id: c.state for c in self.store.containers}
         healthy = all(s == "running" for s in states.values())
-        request.setResponseCode(200 if healthy else 503)
-        request.setHeader(b"content-type", b"application/json")
-        return json.dumps({"healthy": healthy, "containers": states}).encode()
+        return _json(request, 200 if healthy else 503, {"healthy": healthy, "containers": states})
+
+
+def _label(value: str) -> str:
+    """A Prometheus label value, escaped as the text format requires."""
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def stream_metric_lines(controller: Controller, store: SegmentStore) -> list[str]:
+    """The per-stream and per-segment series (blocking: controller calls)."""
+    counts, epochs, events, nbytes = [], [], [], []
+    for scope in controller.list_scopes():
+        try:
+            streams = controller.list_streams(scope)
+        except ScopeNotFoundError:
+            continue  # deleted since it was listed
+        for stream in streams:
+            try:
+                info = controller.get_stream(scope, stream)
+                segments = controller.get_current_segments(scope, stream)
+            except StreamNotFoundError:
+                continue
+            labels = f'scope="{_label(scope)}",stream="{_label(stream)}"'
+            open_segments = 0
+            for seg in segments:
+                try:
+                    sealed = store.get_info(seg.name).sealed
+                    rates = store.segment_rates(seg.name)
+                except SegmentNotFoundError:
+                    continue
+                if sealed:
+                    continue  # a sealed stream's last segments: nothing flows, nothing to show
+                open_segments += 1
+                for w, ev, by in zip(rates.windows, rates.events_per_s, rates.bytes_per_s, strict=True):
+                    seg_labels = f'{labels},segment="{_label(seg.name)}",window="{w:g}s"'
+                    events.append(f"millrace_segment_events_per_second{{{seg_labels}}} {ev:.6g}")
+                    nbytes.append(f"millrace_segment_bytes_per_second{{{seg_labels}}} {by:.6g}")
+            counts.append(f"millrace_stream_segments{{{labels}}} {open_segments}")
+            epochs.append(f"millrace_stream_epoch{{{labels}}} {info.current_epoch}")
+    return [
+        "# HELP millrace_stream_segments Open segments of the stream.",
+        "# TYPE millrace_stream_segments gauge", *counts,
+        "# HELP millrace_stream_epoch The stream's current epoch (scales so far).",
+        "# TYPE millrace_stream_epoch gauge", *epochs,
+        "# HELP millrace_segment_events_per_second Durable events appended per second (moving average).",
+        "# TYPE millrace_segment_events_per_second gauge", *events,
+        "# HELP millrace_segment_bytes_per_second Durable bytes appended per second (moving average).",
+        "# TYPE millrace_segment_bytes_per_second gauge", *nbytes,
+    ]
 
 
 class _Metrics(resource.Resource):
     isLeaf = True
 
-    def __init__(self, store: SegmentStore) -> None:
+    def __init__(self, store: SegmentStore, views: StreamViews | None) -> None:
         super().__init__()
         self.store = store
+        self.views = views
 
-    def render_GET(self, request: server.Request) -> bytes:  # noqa: N802 - Twisted's name
-        request.setHeader(b"content-type", b"text/plain; version=0.0.4")
+    def container_lines(self) -> list[str]:
         lines = []
         gauges = {
             "millrace_container_appends_total": lambda c: c.stats["appends"],
@@ -50,7 +220,30 @@ class _Metrics(resource.Resource):
             lines.append(f"# TYPE {metric} {kind}")
             for c in self.store.containers:
                 lines.append(f'{metric}{{container="{c.container_id}"}} {value(c)}')
-        return ("\n".join(lines) + "\n").encode()
+        return lines
+
+    def render_GET(self, request: server.Request) -> bytes | int:  # noqa: N802 - Twisted's name
+        request.setHeader(b"content-type", b"text/plain; version=0.0.4")
+        lines = self.container_lines()
+        if self.views is None:
+            return ("\n".join(lines) + "\n").encode()
+        gone = []
+        request.notifyFinish().addErrback(lambda _: gone.append(True))
+
+        def failed(failure: Failure) -> list[str]:
+            # The container series still help when the controller cannot answer (e.g. an
+            # offline container holding a system table).
+            log.warning("stream metrics unavailable: %s", failure.getErrorMessage())
+            return []
+
+        def finish(stream_lines: list[str]) -> None:
+            if not gone:
+                request.write(("\n".join(lines + stream_lines) + "\n").encode())
+                request.finish()
+
+        d = self.views.blocking(stream_metric_lines, self.views.controller, self.store)
+        d.addErrback(failed).addCallback(finish)
+        return server.NOT_DONE_YET
 
 
 class _Segments(resource.Resource):
@@ -61,7 +254,6 @@ class _Segments(resource.Resource):
         self.store = store
 
     def render_GET(self, request: server.Request) -> bytes:  # noqa: N802 - Twisted's name
-        request.setHeader(b"content-type", b"application/json")
         out = []
         for name in self.store.list_segments():
             info = self.store.get_info(name)
@@ -73,14 +265,86 @@ class _Segments(resource.Resource):
                 "storage_length": info.storage_length,
                 "sealed": info.sealed,
             })
-        return json.dumps({"segments": out}).encode()
+        return _json(request, 200, {"segments": out})
 
 
-def http_site(store: SegmentStore) -> server.Site:
+def _split_request(body: dict[str, Any]) -> tuple[int | str, int, list[float] | None]:
+    """(segment, pieces, at) of a split request body; ValueError if malformed."""
+    segment = body["segment"]
+    if "at" in body and "pieces" in body:
+        raise ValueError("give either 'pieces' or 'at', not both")
+    at = body.get("at")
+    if at is not None:
+        if not isinstance(at, list) or not at or not all(isinstance(x, (int, float)) for x in at):
+            raise ValueError("'at' must be a non-empty list of keys in (0, 1)")
+        at = [float(x) for x in at]
+    pieces = body.get("pieces", 2)
+    if not isinstance(pieces, int) or isinstance(pieces, bool):
+        raise ValueError("'pieces' must be an integer")
+    return segment, pieces, at
+
+
+class _Streams(resource.Resource):
+    """``/api/streams[/SCOPE[/STREAM[/split|/merge]]]``."""
+
+    isLeaf = True
+
+    def __init__(self, views: StreamViews) -> None:
+        super().__init__()
+        self.views = views
+
+    @staticmethod
+    def _path(request: server.Request) -> list[str]:
+        return [unquote(p.decode()) for p in request.postpath if p]
+
+    def render_GET(self, request: server.Request) -> int:  # noqa: N802 - Twisted's name
+        path = self._path(request)
+        c = self.views.controller
+        if not path:
+            d = self.views.blocking(lambda: {"scopes": c.list_scopes()})
+        elif len(path) == 1:
+            d = self.views.blocking(lambda: {"scope": path[0], "streams": c.list_streams(path[0])})
+        elif len(path) == 2:
+            d = self.views.blocking(self.views.describe, path[0], path[1])
+        else:
+            d = defer.fail(_NotFoundError(f"no resource {request.path.decode()} (GET)"))
+        return _answer_later(request, d)
+
+    def render_POST(self, request: server.Request) -> int:  # noqa: N802 - Twisted's name
+        path = self._path(request)
+        if len(path) != 3 or path[2] not in ("split", "merge"):
+            return _answer_later(request, defer.fail(_NotFoundError(f"no resource {request.path.decode()} (POST)")))
+        scope, stream, action = path
+        try:
+            body = json.loads(request.content.read() or b"{}")
+            if not isinstance(body, dict):
+                raise ValueError("the request body must be a JSON object")
+        except ValueError as exc:
+            return _answer_later(request, defer.fail(ValueError(f"bad request body: {exc}")))
+        scaler = self.views.scaler
+
+        def scale() -> dict[str, Any]:
+            if action == "split":
+                segment, pieces, at = _split_request(body)
+                scaler.split(scope, stream, segment, pieces, at)
+            else:
+                segments = body["segments"]
+                if not isinstance(segments, list):
+                    raise ValueError("'segments' must be a list")
+                scaler.merge(scope, stream, segments)
+            return self.views.describe(scope, stream)
+
+        return _answer_later(request, self.views.blocking(scale))
+
+
+def http_site(store: SegmentStore, views: StreamViews | None = None) -> server.Site:
+    """The HTTP site; without ``views`` (no controller) only the store's resources exist."""
     root = resource.Resource()
     root.putChild(b"health", _Health(store))
-    root.putChild(b"metrics", _Metrics(store))
+    root.putChild(b"metrics", _Metrics(store, views))
     api = resource.Resource()
     root.putChild(b"api", api)
     api.putChild(b"segments", _Segments(store))
+    if views is not None:
+        api.putChild(b"streams", _Streams(views))
     return server.Site(root)

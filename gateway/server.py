@@ -5,14 +5,16 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from twisted.internet import reactor
 
-from gateway.http import http_site
-from gateway.kafka.broker import KafkaConfig
+from gateway.http import StreamViews, http_site
+from gateway.kafka.broker import Broker, KafkaConfig
 from gateway.kafka.setup import build_kafka, start_background
+from gateway.native.controller_commands import controller_handlers
 from gateway.native.handler import NativeFactory
 from store.containers.config import ContainerConfig
 from store.containers.rates import RateConfig
@@ -67,6 +69,17 @@ def announce(what: str, port) -> None:  # noqa: ANN001 - a Twisted IListeningPor
     print(f"millrace: {what} listening on {address.host}:{address.port}", flush=True)
 
 
+def topic_partitions(broker: Broker) -> Callable[[str, str], tuple[tuple[float, float], ...] | None]:
+    """``partitions_of(scope, stream)``: a Kafka topic's partition slices, None for other streams
+    (an in-memory lookup, safe from any thread)."""
+
+    def partitions_of(scope: str, stream: str) -> tuple[tuple[float, float], ...] | None:
+        topic = broker.topics.get(stream) if scope == broker.config.scope else None
+        return None if topic is None else topic.slices
+
+    return partitions_of
+
+
 def serve(options: ServerOptions) -> int:
     """Run until SIGINT/SIGTERM; returns the process exit status."""
     store = build_store(options)
@@ -93,11 +106,15 @@ def serve(options: ServerOptions) -> int:
         kafka = reactor.listenTCP(options.kafka_port, kafka_factory, interface=options.host)
         # The port clients must be told about in Metadata is the one actually bound (0 = any).
         kafka_config.advertised_port = kafka.getHost().port
-        native = reactor.listenTCP(
-            options.native_port, NativeFactory(store, controller, controller_pool, broker.scaling),
-            interface=options.host
-        )
-        http = reactor.listenTCP(options.http_port, http_site(store), interface=options.host)
+        partitions_of = topic_partitions(broker)
+        native_factory = NativeFactory(store, controller, controller_pool, broker.scaling)
+        # Descriptions show which partitions each segment carries; the factory's own handlers do
+        # not know the broker, so give it handlers that do.
+        native_factory.controller_commands = controller_handlers(
+            controller, controller_pool, broker.scaling, partitions_of)
+        native = reactor.listenTCP(options.native_port, native_factory, interface=options.host)
+        views = StreamViews(controller, controller_pool, broker.scaling, partitions_of)
+        http = reactor.listenTCP(options.http_port, http_site(store, views), interface=options.host)
     except Exception as exc:  # noqa: BLE001 - e.g. a port in use
         print(f"millrace: cannot listen: {exc}", file=sys.stderr, flush=True)
         store.close()
