@@ -130,6 +130,7 @@ class PartitionLog:
         self.length = array("i")
         self.max_ts = array("q")
         self.running_max_ts = array("q")  # max of max_ts over entries [0, i]: searchable
+        self.bytes = 0  # total batch bytes indexed
         self.log_start = 0
         self.next_offset = 0
         self.high_watermark = 0
@@ -156,13 +157,25 @@ class PartitionLog:
         self.max_ts.append(max_ts)
         prev = self.running_max_ts[-1] if self.running_max_ts else -1
         self.running_max_ts.append(max(prev, max_ts))
+        self.bytes += length
 
     def drop_entries_below(self, offset: int) -> None:
         """Forget index entries wholly below ``offset`` (after retention or DeleteRecords)."""
         cut = bisect.bisect_right(self.last, offset - 1) if self.last else 0
         if cut:
-            for arr in (self.base, self.last, self.seg, self.pos, self.length, self.max_ts, self.running_max_ts):
+            self.bytes -= sum(self.length[:cut])
+            for arr in (self.base, self.last, self.seg, self.pos, self.length, self.max_ts):
                 del arr[:cut]
+            # The running maximum must forget the dropped batches' timestamps.
+            self.running_max_ts = array("q")
+            running = -1
+            for ts in self.max_ts:
+                running = max(running, ts)
+                self.running_max_ts.append(running)
+
+    def durable_entries(self) -> int:
+        """How many index entries lie below the high watermark."""
+        return bisect.bisect_left(self.base, self.high_watermark)
 
     def entry_at(self, offset: int) -> int:
         """Index of the batch holding ``offset`` (or the first batch after it)."""
@@ -176,10 +189,6 @@ class PartitionLog:
         for d in waiters:
             if not d.called:
                 d.callback(None)
-
-    @property
-    def size_bytes(self) -> int:
-        return sum(self.length)
 
 
 class PartitionLogs:
@@ -617,12 +626,11 @@ class PartitionLogs:
 
     def offset_of_max_timestamp(self, p: PartitionLog) -> defer.Deferred:
         """(offset, timestamp) of the record with the largest timestamp (ListOffsets -3)."""
-        live = range(p.entry_at(p.log_start), len(p.base))
-        live = [i for i in live if p.base[i] < p.high_watermark]
-        if not live:
+        end = p.durable_entries()
+        if end == 0:
             return defer.succeed((-1, -1))
-        best = max(live, key=lambda i: (p.max_ts[i], -i))
-        target = p.max_ts[best]
+        target = p.running_max_ts[end - 1]
+        best = bisect.bisect_left(p.running_max_ts, target, 0, end)  # the first batch reaching it
         return self._batch_records(p, best).addCallback(
             lambda recs: next(((r.offset, r.timestamp) for r in recs if r.timestamp == target), (-1, -1)))
 
@@ -658,8 +666,10 @@ class PartitionLogs:
         needed: dict[str, int] = {}
         for p in parts:
             for idx, writer in enumerate(p.segments):
-                # first live batch of p in this segment, or the segment's tail when p has none there
-                first = next((p.pos[i] - ENVELOPE.size for i in range(len(p.base)) if p.seg[i] == idx), writer.tail)
+                # First live batch of p in this segment (segment indices never decrease along the
+                # index), or the segment's tail when p has none there.
+                i = bisect.bisect_left(p.seg, idx)
+                first = p.pos[i] - ENVELOPE.size if i < len(p.seg) and p.seg[i] == idx else writer.tail
                 needed[writer.name] = min(needed.get(writer.name, first), first)
         for name, offset in needed.items():
             if offset > 0:
@@ -677,15 +687,15 @@ class PartitionLogs:
         out = []
         for p in parts:
             new_start = p.log_start
-            live = [i for i in range(len(p.base)) if p.base[i] < p.high_watermark]
+            end = p.durable_entries()
             if retention_ms >= 0:
-                for i in live:
+                for i in range(end):  # stops at the first batch young enough to keep
                     if p.max_ts[i] >= now_ms - retention_ms:
                         break
                     new_start = max(new_start, p.last[i] + 1)
             if retention_bytes >= 0:
-                size = sum(p.length[i] for i in live)
-                for i in live:
+                size = p.bytes
+                for i in range(end):  # stops as soon as what remains fits
                     if size <= retention_bytes:
                         break
                     size -= p.length[i]
