@@ -52,7 +52,7 @@ def describe_stream(
                          "kib_per_s": float, "warm": bool (a whole window measured)}]}],
          "history": [                       # every epoch, oldest first
              {"epoch": int, "created_ms": int, "reason": "create" | "manual" | "scale-up" | "scale-down",
-              "sealed_ids": [int], "created_ids": [int],
+              "sealed_ids": [int] (ascending), "created_ids": [int],
               "sealed": [{"segment_id", "name", "key_start", "key_end"}],
               "created": [{"segment_id", "name", "key_start", "key_end"}]}],
          "pending_scale": null | {"epoch": int, "reason": str, "created_ms": int, "sealed_ids": [int],
