@@ -46,7 +46,10 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * read:TOPIC:COUNT (records shared with other clients), group (subscribe, commitSync, resume in a new consumer),
  * admin (createTopics, describeTopics, listOffsets earliest/latest/forTimestamp/maxTimestamp, the consumer's
  * beginningOffsets/endOffsets/offsetsForTimes, deleteTopics),
- * admin_groups (describeConsumerGroups with a live member, listConsumerGroupOffsets, listConsumerGroups).
+ * admin_groups (describeConsumerGroups with a live member, listConsumerGroupOffsets, listConsumerGroups),
+ * continuity:TOPIC:SECONDS:RATE:CONSUMERS (an existing topic: CONSUMERS group members subscribe, then the default
+ * producer sends RATE keyed records/s for SECONDS while another process scales the topic's stream; prints
+ * "producing" when it starts, then every send's partition/offset and every record consumed, in order).
  * Records to produce come from WORKDIR/records.tsv (key, value, then header name/value pairs; "=base64" or "-" for null).
  * Each scenario ends with {"scenario":..,"event":"done"} or {"scenario":..,"event":"error",..}.
  */
@@ -82,6 +85,10 @@ public class CompatClient {
                     admin(scenario);
                 } else if (scenario.equals("admin_groups")) {
                     adminGroups(scenario);
+                } else if (scenario.startsWith("continuity:")) {
+                    String[] parts = scenario.split(":");
+                    continuity(scenario, parts[1], Double.parseDouble(parts[2]), Integer.parseInt(parts[3]),
+                            Integer.parseInt(parts[4]));
                 } else {
                     throw new IllegalArgumentException("unknown scenario " + scenario);
                 }
@@ -352,6 +359,146 @@ public class CompatClient {
             admin.listConsumerGroups().all().get(20, TimeUnit.SECONDS).forEach(l -> listed.add(l.groupId()));
             emit(scenario, "groups_listed", "contains", listed.contains(group));
 
+        }
+    }
+
+    /**
+     * A producer with default settings and a consumer group running side by side for a fixed time, while the
+     * topic's segments split and merge underneath (driven from outside). Consumers commit what they processed
+     * when partitions are revoked, so a rebalance (if any) neither loses nor repeats records.
+     */
+    static void continuity(String scenario, String topic, double seconds, int rate, int consumers) throws Exception {
+        String group = topic + "-group";
+        List<long[]> consumed = new ArrayList<>();  // {partition, offset, index}, in the order polled
+        List<String> consumerErrors = new ArrayList<>();
+        java.util.concurrent.atomic.AtomicBoolean stop = new java.util.concurrent.atomic.AtomicBoolean();
+        java.util.concurrent.atomic.AtomicInteger assigned = new java.util.concurrent.atomic.AtomicInteger();
+        java.util.concurrent.atomic.AtomicInteger rebalances = new java.util.concurrent.atomic.AtomicInteger();
+        List<Thread> threads = new ArrayList<>();
+        for (int c = 0; c < consumers; c++) {
+            Thread t = new Thread(() -> {
+                Properties cp = consumerProps(group);
+                cp.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, "500");
+                try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(cp)) {
+                    consumer.subscribe(List.of(topic), new org.apache.kafka.clients.consumer.ConsumerRebalanceListener() {
+                        public void onPartitionsRevoked(Collection<TopicPartition> parts) {
+                            assigned.addAndGet(-parts.size());
+                            rebalances.incrementAndGet();
+                            if (!parts.isEmpty()) {
+                                consumer.commitSync(Duration.ofSeconds(20));
+                            }
+                        }
+
+                        public void onPartitionsAssigned(Collection<TopicPartition> parts) {
+                            assigned.addAndGet(parts.size());
+                        }
+                    });
+                    while (!stop.get()) {
+                        try {
+                            for (ConsumerRecord<byte[], byte[]> rec : consumer.poll(Duration.ofMillis(200))) {
+                                long index = Long.parseLong(new String(rec.value(), StandardCharsets.UTF_8).substring(2));
+                                synchronized (consumed) {
+                                    consumed.add(new long[] {rec.partition(), rec.offset(), index});
+                                }
+                            }
+                        } catch (Exception e) {
+                            synchronized (consumerErrors) {
+                                consumerErrors.add(e.toString());
+                            }
+                        }
+                    }
+                    consumer.commitSync(Duration.ofSeconds(20));
+                } catch (Exception e) {
+                    synchronized (consumerErrors) {
+                        consumerErrors.add(e.toString());
+                    }
+                }
+            }, "consumer-" + c);
+            t.start();
+            threads.add(t);
+        }
+        int partitionCount;
+        try (Admin admin = Admin.create(adminProps())) {
+            partitionCount = describe(admin, topic).get(topic).partitions().size();
+        }
+        long readyBy = System.nanoTime() + 30_000_000_000L;
+        while (assigned.get() < partitionCount && System.nanoTime() < readyBy) {
+            Thread.sleep(50);
+        }
+        emit(scenario, "group_ready", "assigned", assigned.get(), "partitions", partitionCount);
+
+        int total = (int) (seconds * rate);
+        int[] partitions = new int[total];
+        long[] offsets = new long[total];
+        java.util.Arrays.fill(offsets, -1);
+        List<String> sendErrors = new ArrayList<>();
+        Properties pp = producerProps();
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(pp)) {
+            emit(scenario, "producing", "idempotence", new ProducerConfig(pp).getBoolean(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG),
+                    "acks", new ProducerConfig(pp).getString(ProducerConfig.ACKS_CONFIG), "records", total);
+            long t0 = System.nanoTime();
+            for (int i = 0; i < total; i++) {
+                long due = t0 + (long) (i * 1e9 / rate);
+                long wait = due - System.nanoTime();
+                if (wait > 1_000_000) {
+                    Thread.sleep(wait / 1_000_000);
+                }
+                final int index = i;
+                producer.send(new ProducerRecord<>(topic, ("k" + (i % 256)).getBytes(StandardCharsets.UTF_8),
+                        ("c-" + i).getBytes(StandardCharsets.UTF_8)), (m, e) -> {
+                            if (e != null) {
+                                synchronized (sendErrors) {
+                                    sendErrors.add(index + ": " + e);
+                                }
+                            } else {
+                                partitions[index] = m.partition();
+                                offsets[index] = m.offset();
+                            }
+                        });
+            }
+            producer.flush();
+        }
+        emit(scenario, "produced_all", "partitions", toList(partitions), "offsets", toList(offsets),
+                "errors", sendErrors.subList(0, Math.min(20, sendErrors.size())), "error_count", sendErrors.size());
+
+        int acked = 0;
+        for (long o : offsets) {
+            if (o >= 0) acked++;
+        }
+        long drainBy = System.nanoTime() + 30_000_000_000L;
+        long extraUntil = -1;
+        while (System.nanoTime() < drainBy) {
+            int have;
+            synchronized (consumed) {
+                have = consumed.size();
+            }
+            if (have >= acked) {
+                if (extraUntil < 0) {
+                    extraUntil = System.nanoTime() + 1_000_000_000L;  // a second more, to catch duplicates
+                } else if (System.nanoTime() >= extraUntil) {
+                    break;
+                }
+            }
+            Thread.sleep(50);
+        }
+        stop.set(true);
+        for (Thread t : threads) {
+            t.join(30_000);
+        }
+        List<Object> cp = new ArrayList<>();
+        List<Object> co = new ArrayList<>();
+        List<Object> ci = new ArrayList<>();
+        synchronized (consumed) {
+            for (long[] r : consumed) {
+                cp.add(r[0]);
+                co.add(r[1]);
+                ci.add(r[2]);
+            }
+        }
+        synchronized (consumerErrors) {
+            emit(scenario, "consumed_all", "partitions", cp, "offsets", co, "indexes", ci,
+                    "errors", consumerErrors.subList(0, Math.min(20, consumerErrors.size())),
+                    "error_count", consumerErrors.size(), "rebalances", rebalances.get());
         }
     }
 
