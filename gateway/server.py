@@ -14,7 +14,6 @@ from twisted.internet import reactor
 from gateway.http import StreamViews, http_site
 from gateway.kafka.broker import Broker, KafkaConfig
 from gateway.kafka.setup import build_kafka, start_background
-from gateway.native.controller_commands import controller_handlers
 from gateway.native.handler import NativeFactory
 from store.containers.config import ContainerConfig
 from store.containers.rates import RateConfig
@@ -107,11 +106,7 @@ def serve(options: ServerOptions) -> int:
         # The port clients must be told about in Metadata is the one actually bound (0 = any).
         kafka_config.advertised_port = kafka.getHost().port
         partitions_of = topic_partitions(broker)
-        native_factory = NativeFactory(store, controller, controller_pool, broker.scaling)
-        # Descriptions show which partitions each segment carries; the factory's own handlers do
-        # not know the broker, so give it handlers that do.
-        native_factory.controller_commands = controller_handlers(
-            controller, controller_pool, broker.scaling, partitions_of)
+        native_factory = NativeFactory(store, controller, controller_pool, broker.scaling, partitions_of)
         native = reactor.listenTCP(options.native_port, native_factory, interface=options.host)
         views = StreamViews(controller, controller_pool, broker.scaling, partitions_of)
         http = reactor.listenTCP(options.http_port, http_site(store, views), interface=options.host)

@@ -59,24 +59,30 @@ class KafkaScaling:
         return self.controller.scale_stream(scope, stream, seal, new_ranges, reason, before_seal=before_seal)
 
     # -- manual scaling (CLI, HTTP, native protocol; worker thread) ------------------------------------
-    def segment_id(self, scope: str, stream: str, segment: int | str) -> int:
-        """A segment given by id, by number in the current epoch, or by name."""
+    def open_segment(self, scope: str, stream: str, segment: int | str) -> SegmentRange:
+        """An open segment of the stream, given by id, by number in the current epoch, or by name;
+        InvalidScaleError for anything else (a sealed or unknown segment cannot scale)."""
+        current = self.controller.get_current_segments(scope, stream)
         if isinstance(segment, str) and not segment.isdigit():
-            found_scope, found_stream, sid = parse_segment_name(segment)
+            try:
+                found_scope, found_stream, sid = parse_segment_name(segment)
+            except ValueError as exc:
+                raise InvalidScaleError(str(exc)) from None
             if (found_scope, found_stream) != (scope, stream):
                 raise InvalidScaleError(f"{segment} is not a segment of {scope}/{stream}")
-            return sid
-        value = int(segment)
-        for seg in self.controller.get_current_segments(scope, stream):
-            if value in (seg.segment_id, seg.number):
-                return seg.segment_id
-        raise InvalidScaleError(f"{scope}/{stream} has no open segment {segment}")
+            match = [s for s in current if s.segment_id == sid]
+        else:
+            value = int(segment)
+            match = [s for s in current if value in (s.segment_id, s.number)]
+        if not match:
+            raise InvalidScaleError(f"{scope}/{stream} has no open segment {segment}")
+        return match[0]
 
     def split(self, scope: str, stream: str, segment: int | str, pieces: int = 2,
               at: list[float] | None = None) -> Any:
         """Split an open segment into ``pieces`` (at partition boundaries for a topic), or at ``at``."""
-        sid = self.segment_id(scope, stream, segment)
-        seg = next(s for s in self.controller.get_current_segments(scope, stream) if s.segment_id == sid)
+        seg = self.open_segment(scope, stream, segment)
+        sid = seg.segment_id
         if at is None:
             if pieces < 2:
                 raise InvalidScaleError("a split needs at least two pieces")
@@ -93,10 +99,9 @@ class KafkaScaling:
 
     def merge(self, scope: str, stream: str, segments: list[int | str]) -> Any:
         """Merge adjacent open segments into one."""
-        ids = [self.segment_id(scope, stream, s) for s in segments]
-        current = {s.segment_id: s for s in self.controller.get_current_segments(scope, stream)}
-        chosen = sorted((current[i] for i in ids), key=lambda s: s.key_start)
-        if len(chosen) < 2 or any(a.key_end != b.key_start for a, b in zip(chosen, chosen[1:], strict=False)):
+        chosen = sorted((self.open_segment(scope, stream, s) for s in segments), key=lambda s: s.key_start)
+        ids = [s.segment_id for s in chosen]
+        if len(set(ids)) < 2 or any(a.key_end != b.key_start for a, b in zip(chosen, chosen[1:], strict=False)):
             raise InvalidScaleError("a merge needs two or more adjacent open segments")
         return self.execute(scope, stream, ids, [(chosen[0].key_start, chosen[-1].key_end)], ScaleReason.MANUAL)
 

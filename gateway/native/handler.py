@@ -10,7 +10,7 @@ from typing import Any
 from twisted.internet import protocol, reactor
 from twisted.protocols.basic import Int32StringReceiver
 
-from gateway.native.controller_commands import controller_handlers
+from gateway.native.controller_commands import PartitionsOf, controller_handlers
 from gateway.native.wire import (
     MAX_FRAME_BYTES,
     PROTOCOL_VERSION,
@@ -173,9 +173,10 @@ class NativeProtocol(Int32StringReceiver):
 
 
 class NativeFactory(protocol.Factory):
-    def __init__(self, store: SegmentStore, controller: Controller, pool: ThreadPoolExecutor, scaler: Any) -> None:
+    def __init__(self, store: SegmentStore, controller: Controller, pool: ThreadPoolExecutor, scaler: Any,
+                 partitions_of: PartitionsOf | None = None) -> None:
         self.store = store
-        self.controller_commands = controller_handlers(controller, pool, scaler)
+        self.controller_commands = controller_handlers(controller, pool, scaler, partitions_of)
 
     def buildProtocol(self, addr: Any) -> NativeProtocol:  # noqa: N802 - Twisted's name
         return NativeProtocol(self.store, self.controller_commands)

@@ -120,3 +120,19 @@ def test_manual_splits_and_merges_under_load(server):
         check_exactly_once(load, consume_all(srv, "elastic", 8, load.sent))
     finally:
         srv.kill()
+
+
+def test_sealed_or_unknown_segments_cannot_scale(server):
+    create_topic(server, "sealed-scale", 4, **{"millrace.segments.initial": "1"})
+    with SegmentClient("127.0.0.1", server.native_port) as admin:
+        old = admin.describe_stream("kafka", "sealed-scale")["segments"][0]["name"]
+        desc = admin.split_segment("kafka", "sealed-scale", old, pieces=4)
+        assert len(desc["segments"]) == 4
+        for bad in (lambda: admin.split_segment("kafka", "sealed-scale", old),
+                    lambda: admin.merge_segments("kafka", "sealed-scale", [old, desc["segments"][0]["name"]]),
+                    lambda: admin.split_segment("kafka", "sealed-scale", "kafka/other/0.#epoch.0"),
+                    lambda: admin.split_segment("kafka", "sealed-scale", 99)):
+            with pytest.raises(InvalidScaleError):
+                bad()
+        with pytest.raises(InvalidScaleError):  # one partition per segment: nothing left to split
+            admin.split_segment("kafka", "sealed-scale", desc["segments"][0]["name"])
