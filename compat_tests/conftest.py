@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import uuid
 from collections.abc import Iterator
 
@@ -30,9 +31,17 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         yield srv
     finally:
         if srv.proc is not None and srv.proc.poll() is not None:
-            # The server died during the module: show why in the test output.
-            print("millrace server exited early with", srv.proc.returncode, "output:\n" + "".join(srv.output))
-        srv.kill()
+            srv.kill()
+            pytest.fail(f"millrace server died during the module (exit {srv.proc.returncode}):\n"
+                        + "".join(srv.output[-200:]))
+        # After all the clients' traffic the server must still shut down cleanly on SIGTERM.
+        try:
+            rc = srv.stop(timeout=30)
+        except subprocess.TimeoutExpired:
+            srv.kill()
+            pytest.fail("millrace server did not stop within 30s of SIGTERM:\n" + "".join(srv.output[-200:]))
+        if rc != 0:
+            pytest.fail(f"millrace server exited {rc} on SIGTERM:\n" + "".join(srv.output[-200:]))
 
 
 @pytest.fixture(autouse=True)
