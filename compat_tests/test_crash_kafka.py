@@ -1,8 +1,9 @@
 """Crash safety as Kafka clients see it: an idempotent acks=all producer (confluent-kafka, and kafka-python
-in a second run) keeps producing while the server is SIGKILLed and restarted on the same port. Afterwards every acknowledged record is
-readable at the partition and offset its delivery report gave, nothing is duplicated (the producer's
-retries of batches that were written but not acknowledged are deduplicated), offsets stay dense, and a
-consumer group resumes from the offsets it committed before the crash."""
+in a second run) keeps producing while the server is SIGKILLed and restarted on the same port. Afterwards
+every acknowledged record is readable at the partition and offset its delivery report gave, nothing is
+duplicated (the producer's retries of batches that were written but not acknowledged are deduplicated),
+offsets stay dense, a consumer group resumes from the offsets it committed before the crash, and a
+consumer reading live through the crash never saw a record the crash then lost."""
 
 from __future__ import annotations
 
@@ -123,6 +124,7 @@ def test_sigkill_while_producing(tmp_path: Any, client: str) -> None:
     bootstrap = srv.bootstrap
     topic = f"crash-{client}-{int(time.time())}"
     group = f"crash-group-{topic}"
+    stop_live = threading.Event()
     try:
         # Before the crash: 60 records, a group member consumes some of them and commits.
         pre = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
@@ -152,11 +154,33 @@ def test_sigkill_while_producing(tmp_path: Any, client: str) -> None:
                 producer.produce(f"k{i % 13}".encode(), f"crash-{i}".encode())
                 time.sleep(0.0015)
 
+        # A consumer reading live through the crash (its own group): what it saw before the crash must
+        # survive it (the high watermark only counts durable data), and it must carry on afterwards.
+        live_seen: list[tuple[int, int, bytes]] = []
+        live_errors: list[str] = []
+
+        def live() -> None:
+            c = consumer(bootstrap, f"live-{group}", **{"enable.auto.commit": True, "auto.commit.interval.ms": 200})
+            c.subscribe([topic])
+            try:
+                while not stop_live.is_set():
+                    for m in c.consume(200, timeout=0.2):
+                        if m.error():
+                            if m.error().code() != KafkaError._PARTITION_EOF and not m.error().retriable():
+                                live_errors.append(str(m.error()))
+                            continue
+                        live_seen.append((m.partition(), m.offset(), m.value()))
+            finally:
+                c.close()
+
+        live_reader = threading.Thread(target=live, daemon=True)
+        live_reader.start()
         sender = threading.Thread(target=send, daemon=True)
         sender.start()
         wait_for("acknowledgements before the crash", lambda: len(acked) >= 400, timeout=60, interval=0.01)
         srv.kill()
         acked_before_kill = len(acked)
+        seen_before_kill = list(live_seen)
         time.sleep(1.0)
         srv = start_server(data_dir, "--kafka-port", str(port))
         assert srv.bootstrap == bootstrap
@@ -185,6 +209,19 @@ def test_sigkill_while_producing(tmp_path: Any, client: str) -> None:
         assert not moved, f"{len(moved)} records not at their acknowledged offsets, e.g. {moved[:5]}"
         assert len(log) == TOTAL + 60
 
+        # The live consumer: everything it read (before and after the crash) is in the log at that place,
+        # and it read everything in the end.
+        assert any(v.startswith(b"crash-") for _, _, v in seen_before_kill), "live consumer saw nothing pre-crash"
+        at = {(p, o): v for p, o, v in log}
+        wrong = [(p, o, v) for p, o, v in seen_before_kill if at.get((p, o)) != v]
+        assert not wrong, f"the live consumer read {len(wrong)} records the crash then lost or moved: {wrong[:5]}"
+        wait_for("live consumer read everything", lambda: len({v for _, _, v in live_seen}) >= TOTAL + 60, timeout=60)
+        stop_live.set()
+        live_reader.join(30)
+        assert not live_errors, live_errors[:5]
+        wrong = [(p, o, v) for p, o, v in live_seen if at.get((p, o)) != v]
+        assert not wrong, f"the live consumer read records not in the final log: {wrong[:5]}"
+
         # The group resumes at its pre-crash commits.
         resumed = consumer(bootstrap, group)
         resumed.subscribe([topic])
@@ -199,4 +236,5 @@ def test_sigkill_while_producing(tmp_path: Any, client: str) -> None:
             assert first_seen.get(p) == max(committed.get(p, 0), 0), (
                 f"partition {p}: group resumed at {first_seen.get(p)}, committed before the crash {committed.get(p)}")
     finally:
+        stop_live.set()
         srv.kill()
