@@ -25,7 +25,11 @@ fi
 stamp=.venv/.millrace-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-    .venv/bin/python -m pip install -q -e ".[test]"
+    # PySpark (the "spark" extra) is a one-time ~450 MB download, about a minute: the Spark example tests
+    # need it. MILLRACE_NO_SPARK=1 leaves it out (those tests then skip and say why).
+    extras="test,spark"
+    [ "${MILLRACE_NO_SPARK:-}" = 1 ] && extras="test"
+    .venv/bin/python -m pip install -q -e ".[$extras]"
     touch "$stamp"
 fi
 
