@@ -125,7 +125,7 @@ def parse_time_ms(text: str) -> int:
     if dt.tzinfo is None:
         from datetime import UTC
         dt = dt.replace(tzinfo=UTC)
-    return int(dt.timestamp() * 1000)
+    return round(dt.timestamp() * 1000)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
