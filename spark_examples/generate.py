@@ -28,8 +28,9 @@ class ProgressBar:
         self.enabled = enabled
         self.tty = stream.isatty()
         self.start = time.monotonic()
-        self.last_draw = 0.0
+        self.last_draw = self.start
         self.done = 0
+        self.drawn = -1
 
     def update(self, n: int = 1) -> None:
         self.done += n
@@ -47,14 +48,17 @@ class ProgressBar:
         line = (f"{self.label} [{bar}] {self.done}/{self.total} {frac:6.1%} "
                 f"{rate:,.0f} rec/s eta {eta:5.1f}s")
         self.stream.write(("\r" + line) if self.tty else (line + "\n"))
+        self.drawn = self.done
         self.stream.flush()
 
     def close(self) -> None:
-        if self.enabled:
+        if not self.enabled:
+            return
+        if self.drawn != self.done:
             self.draw(time.monotonic())
-            if self.tty:
-                self.stream.write("\n")
-            self.stream.flush()
+        if self.tty:
+            self.stream.write("\n")
+        self.stream.flush()
 
 
 def ensure_topic(bootstrap: str, topic: str, partitions: int) -> None:

@@ -7,7 +7,7 @@
 # project's "spark" extra (PySpark 4.0.x, confluent-kafka) when it is missing.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$root"
+py="$root/.venv/bin/python"
 case "${1:-}" in
     generate) module=spark_examples.generate ;;
     stream) module=spark_examples.streaming_pipeline ;;
@@ -15,14 +15,15 @@ case "${1:-}" in
     *) echo "usage: $0 generate|stream|history [options]  (--help for options)" >&2; exit 2 ;;
 esac
 shift
-[ -x .venv/bin/python ] || ./scripts/bootstrap.sh
-if ! .venv/bin/python - <<'PY' 2>/dev/null
+[ -x "$py" ] || "$root/scripts/bootstrap.sh"
+if ! "$py" - <<'PY' 2>/dev/null
 import confluent_kafka, pyspark
 assert pyspark.__version__.startswith("4.0."), pyspark.__version__
 PY
 then
     echo "run.sh: installing PySpark 4.0.x (about 450 MB, a minute or so)..." >&2
-    .venv/bin/python -m pip install -q -e ".[spark]"
+    "$py" -m pip install -q -e "$root[spark]"
 fi
 command -v java >/dev/null 2>&1 || { echo "run.sh: Spark needs Java 17 (scripts/bootstrap.sh installs it)" >&2; exit 1; }
-exec .venv/bin/python -m "$module" "$@"
+# Paths in the options stay relative to where the command is run.
+PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" exec "$py" -m "$module" "$@"
