@@ -47,13 +47,22 @@ class JavaRun:
         return [e for e in self.scenario(name) if e["event"] == event]
 
 
-def classpath(version: str) -> str:
+def missing(version: str) -> str | None:
+    """Why the Java tests for ``version`` cannot run here, or None if they can."""
     jars = JARS / version
     if not (jars / ".complete").exists():
-        pytest.skip(f"kafka-clients {version} jars missing in {jars}: compat_tests/java/fetch_jars.sh "
-                    "(run by scripts/bootstrap.sh) could not download them")
+        return (f"kafka-clients {version} jars missing in {jars}: compat_tests/java/fetch_jars.sh "
+                "(run by scripts/bootstrap.sh) could not download them")
     if shutil.which("javac") is None or shutil.which("java") is None:
-        pytest.skip("java/javac not installed (scripts/bootstrap.sh installs openjdk-17-jdk-headless)")
+        return "java/javac not installed (scripts/bootstrap.sh installs openjdk-17-jdk-headless)"
+    return None
+
+
+def classpath(version: str) -> str:
+    reason = missing(version)
+    if reason:
+        pytest.skip(reason)
+    jars = JARS / version
     digest = hashlib.sha256(JAVA_SRC.read_bytes() + version.encode()).hexdigest()[:16]
     out = CLASSES / f"{version}-{digest}"
     if not (out / "CompatClient.class").exists():
