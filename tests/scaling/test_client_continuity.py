@@ -42,10 +42,10 @@ from tests.server_process import ServerProcess
 PARTITIONS = 8
 CONSUMERS = 2
 ROUNDS = 3  # each: 1 -> 2 -> 4 -> 2 -> 1 segments
-PAUSE = 0.4  # seconds between scale operations
+PAUSE = 0.3  # seconds between scale operations
 RATE = 400  # records/s produced
 KEYS = 256  # record keys k0..k255: every partition gets some under murmur2 and crc32
-JAVA_SECONDS = 13.0  # the JVM's producer runs this long; the rounds take about 3 s each
+JAVA_SECONDS = 16.0  # the JVM's producer runs this long; the rounds take 2-3 s each
 
 pytestmark = pytest.mark.timeout(240)
 
