@@ -14,11 +14,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from client.segments import SegmentClient
-from tests.scaling.test_client_continuity import PARTITIONS, Group, check_exactly_once, value_index
+from tests.scaling.test_client_continuity import (
+    PARTITIONS,
+    Group,
+    check_exactly_once,
+    confluent_group_member,
+)
 from tests.server_process import ServerProcess
 
 TARGET = 100  # events/s per segment
@@ -91,37 +96,6 @@ class Ramp:
         self.thread.join(60)
 
 
-def group_member(server: ServerProcess, topic: str, group: Group, n: int) -> None:
-    c = Consumer({"bootstrap.servers": server.bootstrap, "group.id": f"{topic}-group", "client.id": f"ramp-{n}",
-                  "auto.offset.reset": "earliest", "enable.auto.commit": False, "fetch.wait.max.ms": 200})
-
-    def on_assign(consumer: Consumer, partitions: list) -> None:
-        with group.lock:
-            group.assigned += len(partitions)
-
-    def on_revoke(consumer: Consumer, partitions: list) -> None:
-        with group.lock:
-            group.assigned -= len(partitions)
-        try:
-            consumer.commit(asynchronous=False)
-        except KafkaException as exc:
-            if exc.args[0].code() != KafkaError._NO_OFFSET:
-                group.error(f"commit on revoke: {exc}")
-
-    c.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
-    try:
-        while not group.stop.is_set():
-            batch = []
-            for m in c.consume(1000, 0.2):
-                if m.error() is not None:
-                    group.error(str(m.error()))
-                else:
-                    batch.append((m.partition(), m.offset(), value_index(m.value())))
-            group.add(batch)
-    finally:
-        c.close()
-
-
 def test_load_ramp_scales_up_and_back_down(server: ServerProcess) -> None:
     topic = "ramp"
     admin = AdminClient({"bootstrap.servers": server.bootstrap})
@@ -135,7 +109,8 @@ def test_load_ramp_scales_up_and_back_down(server: ServerProcess) -> None:
     timeline: list[tuple[float, str, int]] = []  # (seconds since start, phase, open segments)
 
     group = Group()
-    members = [threading.Thread(target=group_member, args=(server, topic, group, n), daemon=True) for n in range(2)]
+    members = [threading.Thread(target=confluent_group_member, args=(server, topic, group, f"ramp-{n}", 1000),
+                                daemon=True) for n in range(2)]
     for t in members:
         t.start()
     group.wait_assigned()

@@ -209,6 +209,40 @@ def paced(rate: int, stop: threading.Event, send: Callable[[int], None]) -> int:
     return i
 
 
+def confluent_group_member(server: ServerProcess, topic: str, group: Group, client_id: str,
+                           batch_size: int = 500) -> None:
+    """One confluent-kafka member of ``group``: subscribe, record what it reads, commit what it
+    processed when partitions are revoked, until the group is stopped."""
+    c = Consumer({"bootstrap.servers": server.bootstrap, "group.id": f"{topic}-group", "client.id": client_id,
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False, "fetch.wait.max.ms": 200})
+
+    def on_assign(consumer: Consumer, partitions: list) -> None:
+        with group.lock:
+            group.assigned += len(partitions)
+
+    def on_revoke(consumer: Consumer, partitions: list) -> None:
+        with group.lock:
+            group.assigned -= len(partitions)
+        try:
+            consumer.commit(asynchronous=False)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError._NO_OFFSET:
+                group.error(f"commit on revoke: {exc}")
+
+    c.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
+    try:
+        while not group.stop.is_set():
+            batch = []
+            for m in c.consume(batch_size, 0.2):
+                if m.error() is not None:
+                    group.error(str(m.error()))
+                else:
+                    batch.append((m.partition(), m.offset(), value_index(m.value())))
+            group.add(batch)
+    finally:
+        c.close()
+
+
 def run_python_clients(server: ServerProcess, topic: str, start_consumer: Callable[[Group, int], None],
                        produce: Callable[[threading.Event, dict[int, tuple[int, int]], list[str]], int]) -> None:
     group = Group()
@@ -244,35 +278,7 @@ def run_python_clients(server: ServerProcess, topic: str, start_consumer: Callab
 
 def test_confluent_kafka_through_scaling(server: ServerProcess, topic: str) -> None:
     def consume(group: Group, n: int) -> None:
-        c = Consumer({"bootstrap.servers": server.bootstrap, "group.id": f"{topic}-group",
-                      "auto.offset.reset": "earliest", "enable.auto.commit": False, "fetch.wait.max.ms": 200,
-                      "client.id": f"confluent-{n}"})
-
-        def on_assign(consumer: Consumer, partitions: list) -> None:
-            with group.lock:
-                group.assigned += len(partitions)
-
-        def on_revoke(consumer: Consumer, partitions: list) -> None:
-            with group.lock:
-                group.assigned -= len(partitions)
-            try:
-                consumer.commit(asynchronous=False)
-            except KafkaException as exc:
-                if exc.args[0].code() != KafkaError._NO_OFFSET:
-                    group.error(f"commit on revoke: {exc}")
-
-        c.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
-        try:
-            while not group.stop.is_set():
-                batch = []
-                for m in c.consume(500, 0.2):
-                    if m.error() is not None:
-                        group.error(str(m.error()))
-                    else:
-                        batch.append((m.partition(), m.offset(), value_index(m.value())))
-                group.add(batch)
-        finally:
-            c.close()
+        confluent_group_member(server, topic, group, f"confluent-{n}")
 
     def produce(stop: threading.Event, produced: dict[int, tuple[int, int]], errors: list[str]) -> int:
         p = Producer({"bootstrap.servers": server.bootstrap, "enable.idempotence": True, "linger.ms": 5})
