@@ -30,13 +30,6 @@ def server(tmp_path_factory):
         yield s
 
 
-@pytest.fixture
-def wire(server):
-    w = Wire(server.kafka_port)
-    yield w
-    w.close()
-
-
 def creatable(name: str, partitions: int = 1, rf: int = -1, assignments: dict[int, list[int]] | None = None,
               **configs: str | None) -> Any:
     return CT.CreatableTopic(

@@ -42,13 +42,6 @@ def server(tmp_path_factory):
         yield s
 
 
-@pytest.fixture
-def wire(server):
-    w = Wire(server.kafka_port)
-    yield w
-    w.close()
-
-
 def test_every_version_describes_the_node_and_its_topics(server, wire):
     created = wire.create("md-all-versions", 4)
     for version in range(13):
