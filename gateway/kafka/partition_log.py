@@ -480,7 +480,16 @@ class PartitionLogs:
             log.error("append to %s failed: %s", writer.name, failure.getErrorMessage())
             writer.failed = failure.value
             self._reload_after_failure(p.topic)
-            acked.errback(failure)
+            # Nothing after this batch can be acknowledged in order any more: fail those too (they
+            # may already be durable in a successor); clients retry and the reload dedupes them.
+            doomed = []
+            while p.pending and p.pending[-1] is not marker:
+                doomed.append(p.pending.pop())
+            if p.pending:
+                p.pending.pop()
+            for m in [marker, *reversed(doomed)]:
+                if not m[2].called:
+                    m[2].errback(failure)
 
         def settle(result: Any) -> Any:
             if state is not None:

@@ -288,3 +288,31 @@ def test_cluster_id_survives_restarts(server):
         assert local(srv.kafka_port).send(3, 12, M(topics=[])).cluster_id == first
     finally:
         srv.kill()
+
+
+def test_foreign_append_fences_the_gateway_then_it_reloads(server):
+    """Another writer appends to a topic's segment behind the gateway's back (a zombie, say): the
+    gateway's conditional append is refused, the produce gets a retriable error, the topic is rebuilt
+    from the store, the foreign batch becomes part of the partition, and producing continues."""
+    from client.segments import SegmentClient
+    from gateway.kafka.partition_log import ENVELOPE, ENVELOPE_MAGIC, ENVELOPE_VERSION
+    from gateway.kafka_protocol.records import set_base_offset
+
+    c = local(server.kafka_port)
+    assert c.produce("fenced", 0, batch([b"one"])).base_offset == 0
+    with SegmentClient("127.0.0.1", server.native_port) as native:
+        segment = native.describe_stream("kafka", "fenced")["segments"][0]["name"]
+        foreign = bytearray(batch([b"foreign"]))
+        set_base_offset(foreign, 1, 0)
+        native.append(segment, ENVELOPE.pack(ENVELOPE_MAGIC, ENVELOPE_VERSION, 0, len(foreign)) + bytes(foreign))
+    refused = c.produce("fenced", 0, batch([b"two"]))
+    assert refused.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        r = c.produce("fenced", 0, batch([b"two"]))
+        if r.error_code == 0:
+            break
+        assert r.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        time.sleep(0.2)
+    assert r.error_code == 0 and r.base_offset == 2
+    assert [x.value for x in records_of(c.fetch("fenced", 0, 0))] == [b"one", b"foreign", b"two"]
