@@ -1,5 +1,6 @@
-"""Compiles and runs compat_tests/java/CompatClient.java against a kafka-clients version's jars (fetched by
-compat_tests/java/fetch_jars.sh), collecting the JSON lines it prints by scenario."""
+"""Compiles and runs the Java programs in compat_tests/java (CompatClient, SparkWireClient, each with the
+shared JsonOut.java) against a kafka-clients version's jars (fetched by compat_tests/java/fetch_jars.sh),
+collecting the JSON lines they print by scenario."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ import pytest
 from compat_tests.common import Placed, Rec, unb64
 
 ROOT = Path(__file__).resolve().parent.parent
-JAVA_SRC = Path(__file__).resolve().parent / "java" / "CompatClient.java"
+JAVA_DIR = Path(__file__).resolve().parent / "java"
+SHARED_SOURCES = [JAVA_DIR / "JsonOut.java"]  # compiled with every main class
 JARS = Path(os.environ.get("KAFKA_JARS_DIR") or ROOT / ".cache" / "kafka-jars")  # as fetch_jars.sh
 CLASSES = ROOT / ".cache" / "compat-java"
 VERSIONS = ["3.9", "4.x"]
@@ -58,17 +60,23 @@ def missing(version: str) -> str | None:
     return None
 
 
-def classpath(version: str) -> str:
+def classpath(version: str, main: str = "CompatClient") -> str:
+    """The classpath to run compat_tests/java/<main>.java (with the shared sources) on kafka-clients
+    ``version``, compiling it once per source content; skips the test if the jars or a JDK are missing."""
     reason = missing(version)
     if reason:
         pytest.skip(reason)
     jars = JARS / version
-    digest = hashlib.sha256(JAVA_SRC.read_bytes() + version.encode()).hexdigest()[:16]
-    out = CLASSES / f"{version}-{digest}"
-    if not (out / "CompatClient.class").exists():
-        tmp = CLASSES / f"{version}-{digest}.tmp-{uuid.uuid4().hex[:6]}"
+    sources = [JAVA_DIR / f"{main}.java", *SHARED_SOURCES]
+    h = hashlib.sha256(version.encode())
+    for src in sources:
+        h.update(src.name.encode() + b"\0" + src.read_bytes())
+    digest = h.hexdigest()[:16]
+    out = CLASSES / f"{main}-{version}-{digest}"
+    if not (out / f"{main}.class").exists():
+        tmp = CLASSES / f"{main}-{version}-{digest}.tmp-{uuid.uuid4().hex[:6]}"
         tmp.mkdir(parents=True)
-        proc = subprocess.run(["javac", "-nowarn", "-cp", f"{jars}/*", "-d", str(tmp), str(JAVA_SRC)],
+        proc = subprocess.run(["javac", "-nowarn", "-cp", f"{jars}/*", "-d", str(tmp), *map(str, sources)],
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, f"javac against kafka-clients {version} failed:\n{proc.stderr}"
         if out.exists():
@@ -78,12 +86,11 @@ def classpath(version: str) -> str:
     return f"{out}:{jars}/*"
 
 
-def run_java(version: str, bootstrap: str, workdir: Path, prefix: str, scenarios: list[str], timeout: float,
-             ) -> JavaRun:
-    """One JVM running ``scenarios`` in order (skips the test if the jars or a JDK are missing)."""
-    cp = classpath(version)
-    cmd = ["java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", cp, "CompatClient",
-           bootstrap, str(workdir), prefix, *scenarios]
+def run_main(version: str, main: str, args: list[str], timeout: float) -> JavaRun:
+    """One JVM running compat_tests/java/<main>.java with ``args``, its JSON lines collected by scenario
+    (skips the test if the jars or a JDK are missing)."""
+    cp = classpath(version, main)
+    cmd = ["java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", cp, main, *args]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     timed_out = False
     try:
@@ -101,6 +108,12 @@ def run_java(version: str, bootstrap: str, workdir: Path, prefix: str, scenarios
     expected_prefix = version.split(".")[0] + "." if version.endswith(".x") else version
     assert str(start.get("clientVersion", "")).startswith(expected_prefix), (start, stderr[-2000:])
     return run
+
+
+def run_java(version: str, bootstrap: str, workdir: Path, prefix: str, scenarios: list[str], timeout: float,
+             ) -> JavaRun:
+    """One JVM running CompatClient's ``scenarios`` in order (skips the test if the jars or a JDK are missing)."""
+    return run_main(version, "CompatClient", [bootstrap, str(workdir), prefix, *scenarios], timeout)
 
 
 def placed(e: dict[str, Any]) -> Placed:

@@ -11,72 +11,25 @@ consumer's offset lookups) is not repeated. One JVM per client version runs ever
 
 from __future__ import annotations
 
-import hashlib
-import json
-import shutil
-import subprocess
 import uuid
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 
-from compat_tests.java_support import CLASSES, JARS, VERSIONS, JavaRun
+from compat_tests.java_support import VERSIONS, JavaRun, run_main
 from tests.server_process import ServerProcess
 
-SRC = Path(__file__).resolve().parent / "java" / "SparkWireClient.java"
 RUN_TIMEOUT = 300.0
 SCENARIOS = ["offsets", "executor", "new_partitions", "sink"]
 
 pytestmark = pytest.mark.timeout(int(RUN_TIMEOUT) + 60)
 
 
-def spark_wire_classpath(version: str) -> str:
-    jars = JARS / version
-    if not (jars / ".complete").exists():
-        pytest.skip(f"kafka-clients {version} jars missing in {jars}: compat_tests/java/fetch_jars.sh "
-                    "(run by scripts/bootstrap.sh) could not download them")
-    if shutil.which("javac") is None or shutil.which("java") is None:
-        pytest.skip("java/javac not installed (scripts/bootstrap.sh installs openjdk-17-jdk-headless)")
-    digest = hashlib.sha256(SRC.read_bytes() + version.encode()).hexdigest()[:16]
-    out = CLASSES / f"spark-wire-{version}-{digest}"
-    if not (out / "SparkWireClient.class").exists():
-        tmp = CLASSES / f"spark-wire-{version}-{digest}.tmp-{uuid.uuid4().hex[:6]}"
-        tmp.mkdir(parents=True)
-        proc = subprocess.run(["javac", "-nowarn", "-cp", f"{jars}/*", "-d", str(tmp), str(SRC)],
-                              capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 0, f"javac against kafka-clients {version} failed:\n{proc.stderr}"
-        if out.exists():
-            shutil.rmtree(tmp)
-        else:
-            tmp.rename(out)
-    return f"{out}:{jars}/*"
-
-
 @pytest.fixture(scope="module", params=VERSIONS)
 def spark_wire(request: pytest.FixtureRequest, server: ServerProcess) -> JavaRun:
     version: str = request.param
-    cp = spark_wire_classpath(version)
     prefix = f"sparkwire{version.replace('.', '')}-{uuid.uuid4().hex[:8]}"
-    cmd = ["java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", cp, "SparkWireClient",
-           server.bootstrap, prefix, *SCENARIOS]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    timed_out = False
-    try:
-        stdout, stderr = proc.communicate(timeout=RUN_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        stdout, stderr = proc.communicate()
-        timed_out = True
-    run = JavaRun(version, proc.returncode, stderr, timed_out=timed_out)
-    for line in stdout.splitlines():
-        if line.startswith("{"):
-            event = json.loads(line)
-            run.events.setdefault(event["scenario"], []).append(event)
-    start = run.events.get("-", [{}])[0]
-    expected_prefix = version.split(".")[0] + "." if version.endswith(".x") else version
-    assert str(start.get("clientVersion", "")).startswith(expected_prefix), (start, stderr[-2000:])
-    return run
+    return run_main(version, "SparkWireClient", [server.bootstrap, prefix, *SCENARIOS], RUN_TIMEOUT)
 
 
 def first_offset_at_or_after(records: list[tuple[int, int]], target: int) -> tuple[int, int]:

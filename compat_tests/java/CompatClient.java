@@ -64,7 +64,7 @@ public class CompatClient {
         bootstrap = args[0];
         workdir = Path.of(args[1]);
         prefix = args[2];
-        emit("-", "start", "clientVersion", org.apache.kafka.common.utils.AppInfoParser.getVersion());
+        JsonOut.emit("-", "start", "clientVersion", org.apache.kafka.common.utils.AppInfoParser.getVersion());
         for (int i = 3; i < args.length; i++) {
             String scenario = args[i];
             long t0 = System.nanoTime();
@@ -92,16 +92,16 @@ public class CompatClient {
                 } else {
                     throw new IllegalArgumentException("unknown scenario " + scenario);
                 }
-                emit(scenario, "done", "ms", (System.nanoTime() - t0) / 1_000_000);
+                JsonOut.emit(scenario, "done", "ms", (System.nanoTime() - t0) / 1_000_000);
             } catch (Throwable e) {
                 StringBuilder trace = new StringBuilder(e.toString());
                 for (Throwable c = e.getCause(); c != null; c = c.getCause()) {
                     trace.append(" <- caused by ").append(c);
                 }
-                emit(scenario, "error", "error", trace.toString(), "ms", (System.nanoTime() - t0) / 1_000_000);
+                JsonOut.emit(scenario, "error", "error", trace.toString(), "ms", (System.nanoTime() - t0) / 1_000_000);
             }
         }
-        emit("-", "exit");
+        JsonOut.emit("-", "exit");
         System.out.flush();
         System.exit(0);  // never wait on a client's non-daemon threads
     }
@@ -121,7 +121,7 @@ public class CompatClient {
             producer.flush();
             for (int i = 0; i < futures.size(); i++) {
                 RecordMetadata m = futures.get(i).get(30, TimeUnit.SECONDS);
-                emit(scenario, "produced", "i", i, "partition", m.partition(), "offset", m.offset());
+                JsonOut.emit(scenario, "produced", "i", i, "partition", m.partition(), "offset", m.offset());
             }
         }
         // No group at all: assign every partition, seekToBeginning, poll.
@@ -140,7 +140,7 @@ public class CompatClient {
             long end = consumer.endOffsets(List.of(p0)).get(p0);
             consumer.assign(List.of(p0));
             consumer.seek(p0, Math.min(2, end));
-            emit(scenario, "seek", "partition", 0, "offset", Math.min(2, end), "end", end);
+            JsonOut.emit(scenario, "seek", "partition", 0, "offset", Math.min(2, end), "end", end);
             for (ConsumerRecord<byte[], byte[]> rec : pollAtLeast(consumer, (int) Math.max(0, end - 2))) {
                 emitRecord(scenario, "reread", rec);
             }
@@ -160,7 +160,7 @@ public class CompatClient {
             producer.flush();
             for (int i = 0; i < futures.size(); i++) {
                 RecordMetadata m = futures.get(i).get(30, TimeUnit.SECONDS);
-                emit(scenario, "produced", "i", i, "partition", m.partition(), "offset", m.offset());
+                JsonOut.emit(scenario, "produced", "i", i, "partition", m.partition(), "offset", m.offset());
             }
         }
     }
@@ -190,7 +190,7 @@ public class CompatClient {
         pp.put(ProducerConfig.BATCH_SIZE_CONFIG, "4096");
         pp.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, "lz4");
         try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(pp)) {
-            emit(scenario, "producer_config", "idempotence",
+            JsonOut.emit(scenario, "producer_config", "idempotence",
                     new ProducerConfig(pp).getBoolean(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG),
                     "acks", new ProducerConfig(pp).getString(ProducerConfig.ACKS_CONFIG));
             List<Future<RecordMetadata>> futures = new ArrayList<>(count);
@@ -205,7 +205,7 @@ public class CompatClient {
                 offsets[i] = m.offset();
             }
         }
-        emit(scenario, "produced_all", "partitions", toList(partitions), "offsets", toList(offsets));
+        JsonOut.emit(scenario, "produced_all", "partitions", toList(partitions), "offsets", toList(offsets));
         List<Integer> cp = new ArrayList<>();
         List<Long> co = new ArrayList<>();
         List<Integer> ci = new ArrayList<>();
@@ -222,7 +222,7 @@ public class CompatClient {
                 ci.add(Integer.parseInt(new String(rec.value(), StandardCharsets.UTF_8).substring(2)));
             }
         }
-        emit(scenario, "consumed_all", "partitions", cp, "offsets", co, "indexes", ci);
+        JsonOut.emit(scenario, "consumed_all", "partitions", cp, "offsets", co, "indexes", ci);
     }
 
     static List<Object> toList(int[] a) {
@@ -249,7 +249,7 @@ public class CompatClient {
             producer.flush();
             for (int i = 0; i < futures.size(); i++) {
                 RecordMetadata m = futures.get(i).get(30, TimeUnit.SECONDS);
-                emit(scenario, "produced", "i", i, "partition", m.partition(), "offset", m.offset());
+                JsonOut.emit(scenario, "produced", "i", i, "partition", m.partition(), "offset", m.offset());
             }
         }
         int half = recs.size() / 2;
@@ -265,7 +265,7 @@ public class CompatClient {
             first.commitSync(Duration.ofSeconds(20));
             Map<TopicPartition, OffsetAndMetadata> committed = first.committed(first.assignment(), Duration.ofSeconds(20));
             for (Map.Entry<TopicPartition, OffsetAndMetadata> e : byPartition(committed).entrySet()) {
-                emit(scenario, "committed", "partition", e.getKey().partition(),
+                JsonOut.emit(scenario, "committed", "partition", e.getKey().partition(),
                         "offset", e.getValue() == null ? -1 : e.getValue().offset());
             }
         }
@@ -283,21 +283,21 @@ public class CompatClient {
         String topic = prefix + "-admin";
         try (Admin admin = Admin.create(adminProps())) {
             admin.createTopics(List.of(new NewTopic(topic, 5, (short) 1))).all().get(20, TimeUnit.SECONDS);
-            emit(scenario, "created", "topic", topic);
+            JsonOut.emit(scenario, "created", "topic", topic);
             Map<String, TopicDescription> desc = describe(admin, topic);
             TopicDescription d = desc.get(topic);
             List<Integer> ids = new ArrayList<>();
             d.partitions().forEach(p -> ids.add(p.partition()));
-            emit(scenario, "described", "name", d.name(), "partitions", ids,
+            JsonOut.emit(scenario, "described", "name", d.name(), "partitions", ids,
                     "leaders", d.partitions().stream().map(p -> p.leader() == null ? -1 : p.leader().id()).toList());
 
             long base = System.currentTimeMillis() - 60_000;
-            emit(scenario, "base_ts", "ts", base);
+            JsonOut.emit(scenario, "base_ts", "ts", base);
             try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(producerProps())) {
                 for (int i = 0; i < 6; i++) {
                     RecordMetadata m = producer.send(new ProducerRecord<>(topic, 1, base + i * 1000L, null,
                             ("v" + i).getBytes(StandardCharsets.UTF_8))).get(30, TimeUnit.SECONDS);
-                    emit(scenario, "produced", "partition", m.partition(), "offset", m.offset(), "ts", m.timestamp());
+                    JsonOut.emit(scenario, "produced", "partition", m.partition(), "offset", m.offset(), "ts", m.timestamp());
                 }
             }
             TopicPartition p0 = new TopicPartition(topic, 0);
@@ -311,18 +311,18 @@ public class CompatClient {
             try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(consumerProps(null))) {
                 List<TopicPartition> tps = List.of(p0, p1);
                 byPartition(consumer.beginningOffsets(tps)).forEach((tp, o) ->
-                        emit(scenario, "consumer_offsets", "spec", "beginning", "partition", tp.partition(), "offset", o));
+                        JsonOut.emit(scenario, "consumer_offsets", "spec", "beginning", "partition", tp.partition(), "offset", o));
                 byPartition(consumer.endOffsets(tps)).forEach((tp, o) ->
-                        emit(scenario, "consumer_offsets", "spec", "end", "partition", tp.partition(), "offset", o));
+                        JsonOut.emit(scenario, "consumer_offsets", "spec", "end", "partition", tp.partition(), "offset", o));
                 Map<TopicPartition, OffsetAndTimestamp> times = consumer.offsetsForTimes(Map.of(p1, base + 2500L));
                 OffsetAndTimestamp at = times.get(p1);
-                emit(scenario, "consumer_offsets", "spec", "ts", "partition", 1,
+                JsonOut.emit(scenario, "consumer_offsets", "spec", "ts", "partition", 1,
                         "offset", at == null ? -1 : at.offset(), "timestamp", at == null ? -1 : at.timestamp());
             }
 
             admin.deleteTopics(List.of(topic)).all().get(20, TimeUnit.SECONDS);
             Set<String> names = admin.listTopics().names().get(20, TimeUnit.SECONDS);
-            emit(scenario, "deleted", "still_listed", names.contains(topic));
+            JsonOut.emit(scenario, "deleted", "still_listed", names.contains(topic));
         }
     }
 
@@ -347,17 +347,17 @@ public class CompatClient {
                 List<Integer> assigned = new ArrayList<>();
                 g.members().forEach(m -> m.assignment().topicPartitions().forEach(tp -> assigned.add(tp.partition())));
                 assigned.sort(null);
-                emit(scenario, "group", "id", g.groupId(), "state", String.valueOf(g.state()), "members", g.members().size(),
+                JsonOut.emit(scenario, "group", "id", g.groupId(), "state", String.valueOf(g.state()), "members", g.members().size(),
                         "assigned", assigned, "simple", g.isSimpleConsumerGroup());
             }
             Map<TopicPartition, OffsetAndMetadata> offsets = admin.listConsumerGroupOffsets(group)
                     .partitionsToOffsetAndMetadata().get(20, TimeUnit.SECONDS);
             for (Map.Entry<TopicPartition, OffsetAndMetadata> e : byPartition(offsets).entrySet()) {
-                emit(scenario, "group_offset", "partition", e.getKey().partition(), "offset", e.getValue().offset());
+                JsonOut.emit(scenario, "group_offset", "partition", e.getKey().partition(), "offset", e.getValue().offset());
             }
             Collection<String> listed = new ArrayList<>();
             admin.listConsumerGroups().all().get(20, TimeUnit.SECONDS).forEach(l -> listed.add(l.groupId()));
-            emit(scenario, "groups_listed", "contains", listed.contains(group));
+            JsonOut.emit(scenario, "groups_listed", "contains", listed.contains(group));
 
         }
     }
@@ -425,7 +425,7 @@ public class CompatClient {
         while (assigned.get() < partitionCount && System.nanoTime() < readyBy) {
             Thread.sleep(50);
         }
-        emit(scenario, "group_ready", "assigned", assigned.get(), "partitions", partitionCount);
+        JsonOut.emit(scenario, "group_ready", "assigned", assigned.get(), "partitions", partitionCount);
 
         int total = (int) (seconds * rate);
         int[] partitions = new int[total];
@@ -434,7 +434,7 @@ public class CompatClient {
         List<String> sendErrors = new ArrayList<>();
         Properties pp = producerProps();
         try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(pp)) {
-            emit(scenario, "producing", "idempotence", new ProducerConfig(pp).getBoolean(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG),
+            JsonOut.emit(scenario, "producing", "idempotence", new ProducerConfig(pp).getBoolean(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG),
                     "acks", new ProducerConfig(pp).getString(ProducerConfig.ACKS_CONFIG), "records", total);
             long t0 = System.nanoTime();
             for (int i = 0; i < total; i++) {
@@ -458,7 +458,7 @@ public class CompatClient {
             }
             producer.flush();
         }
-        emit(scenario, "produced_all", "partitions", toList(partitions), "offsets", toList(offsets),
+        JsonOut.emit(scenario, "produced_all", "partitions", toList(partitions), "offsets", toList(offsets),
                 "errors", sendErrors.subList(0, Math.min(20, sendErrors.size())), "error_count", sendErrors.size());
 
         int acked = 0;
@@ -496,7 +496,7 @@ public class CompatClient {
             }
         }
         synchronized (consumerErrors) {
-            emit(scenario, "consumed_all", "partitions", cp, "offsets", co, "indexes", ci,
+            JsonOut.emit(scenario, "consumed_all", "partitions", cp, "offsets", co, "indexes", ci,
                     "errors", consumerErrors.subList(0, Math.min(20, consumerErrors.size())),
                     "error_count", consumerErrors.size(), "rebalances", rebalances.get());
         }
@@ -514,7 +514,7 @@ public class CompatClient {
         Map<TopicPartition, ListOffsetsResult.ListOffsetsResultInfo> res = admin.listOffsets(specs).all()
                 .get(20, TimeUnit.SECONDS);
         for (Map.Entry<TopicPartition, ListOffsetsResult.ListOffsetsResultInfo> e : byPartition(res).entrySet()) {
-            emit(scenario, "offsets", "spec", label, "partition", e.getKey().partition(),
+            JsonOut.emit(scenario, "offsets", "spec", label, "partition", e.getKey().partition(),
                     "offset", e.getValue().offset(), "timestamp", e.getValue().timestamp());
         }
     }
@@ -611,70 +611,11 @@ public class CompatClient {
         for (Header h : rec.headers()) {
             headers.add(List.of(b64(h.key().getBytes(StandardCharsets.UTF_8)), b64(h.value())));
         }
-        emit(scenario, event, "partition", rec.partition(), "offset", rec.offset(), "key", b64(rec.key()),
+        JsonOut.emit(scenario, event, "partition", rec.partition(), "offset", rec.offset(), "key", b64(rec.key()),
                 "value", b64(rec.value()), "headers", headers, "ts", rec.timestamp());
     }
 
     static String b64(byte[] b) {
         return b == null ? "-" : "=" + Base64.getEncoder().encodeToString(b);
-    }
-
-    static synchronized void emit(String scenario, String event, Object... kv) {
-        Map<String, Object> m = new java.util.LinkedHashMap<>();
-        m.put("scenario", scenario);
-        m.put("event", event);
-        for (int i = 0; i + 1 < kv.length; i += 2) {
-            m.put((String) kv[i], kv[i + 1]);
-        }
-        StringBuilder sb = new StringBuilder();
-        json(sb, m);
-        System.out.println(sb);
-        System.out.flush();
-    }
-
-    static void json(StringBuilder sb, Object o) {
-        if (o == null) {
-            sb.append("null");
-        } else if (o instanceof Number || o instanceof Boolean) {
-            sb.append(o);
-        } else if (o instanceof Map<?, ?> m) {
-            sb.append('{');
-            boolean first = true;
-            for (Map.Entry<?, ?> e : m.entrySet()) {
-                if (!first) sb.append(',');
-                first = false;
-                json(sb, String.valueOf(e.getKey()));
-                sb.append(':');
-                json(sb, e.getValue());
-            }
-            sb.append('}');
-        } else if (o instanceof Collection<?> c) {
-            sb.append('[');
-            boolean first = true;
-            for (Object x : c) {
-                if (!first) sb.append(',');
-                first = false;
-                json(sb, x);
-            }
-            sb.append(']');
-        } else {
-            String s = o.toString();
-            sb.append('"');
-            for (int i = 0; i < s.length(); i++) {
-                char ch = s.charAt(i);
-                switch (ch) {
-                    case '"' -> sb.append("\\\"");
-                    case '\\' -> sb.append("\\\\");
-                    case '\n' -> sb.append("\\n");
-                    case '\r' -> sb.append("\\r");
-                    case '\t' -> sb.append("\\t");
-                    default -> {
-                        if (ch < 0x20) sb.append(String.format("\\u%04x", (int) ch));
-                        else sb.append(ch);
-                    }
-                }
-            }
-            sb.append('"');
-        }
     }
 }

@@ -3,7 +3,6 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collection;
 import java.util.HashMap;
-import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -68,7 +67,7 @@ public class SparkWireClient {
     public static void main(String[] args) throws Exception {
         bootstrap = args[0];
         prefix = args[1];
-        emit("-", "start", "clientVersion", org.apache.kafka.common.utils.AppInfoParser.getVersion());
+        JsonOut.emit("-", "start", "clientVersion", org.apache.kafka.common.utils.AppInfoParser.getVersion());
         for (int i = 2; i < args.length; i++) {
             String scenario = args[i];
             long t0 = System.nanoTime();
@@ -80,11 +79,11 @@ public class SparkWireClient {
                     case "sink" -> sink(scenario);
                     default -> throw new IllegalArgumentException("unknown scenario " + scenario);
                 }
-                emit(scenario, "done", "ms", (System.nanoTime() - t0) / 1_000_000);
+                JsonOut.emit(scenario, "done", "ms", (System.nanoTime() - t0) / 1_000_000);
             } catch (Throwable t) {
                 java.io.StringWriter trace = new java.io.StringWriter();
                 t.printStackTrace(new java.io.PrintWriter(trace));
-                emit(scenario, "error", "error", trace.toString());
+                JsonOut.emit(scenario, "error", "error", trace.toString());
             }
         }
         System.out.flush();
@@ -281,14 +280,14 @@ public class SparkWireClient {
         String b = prefix + "-offsets-b";
         long base = System.currentTimeMillis() - 3_600_000;
         long[] deltas = {0, 1000, 500, 3000, 2000, 2000, 6000, 4000};
-        emit(scenario, "base_ts", "ts", base, "deltas", toList(deltas));
+        JsonOut.emit(scenario, "base_ts", "ts", base, "deltas", toList(deltas));
         try (Admin admin = Admin.create(driverParams())) {
             admin.createTopics(List.of(new NewTopic(a, 3, (short) 1), new NewTopic(b, 2, (short) 1))).all().get();
             try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(sinkParams())) {
                 // a-0: one record per produce request (one batch each); a-1: all in one batch; a-2 empty.
                 for (int i = 0; i < deltas.length; i++) {
                     RecordMetadata m = producer.send(new ProducerRecord<>(a, 0, base + deltas[i], null, bytes("a0-" + i))).get();
-                    emit(scenario, "produced", "topic", a, "partition", 0, "offset", m.offset(), "ts", m.timestamp());
+                    JsonOut.emit(scenario, "produced", "topic", a, "partition", 0, "offset", m.offset(), "ts", m.timestamp());
                 }
                 List<java.util.concurrent.Future<RecordMetadata>> fs = new ArrayList<>();
                 for (int i = 0; i < deltas.length; i++) {
@@ -297,10 +296,10 @@ public class SparkWireClient {
                 producer.flush();
                 for (java.util.concurrent.Future<RecordMetadata> f : fs) {
                     RecordMetadata m = f.get();
-                    emit(scenario, "produced", "topic", a, "partition", 1, "offset", m.offset(), "ts", m.timestamp());
+                    JsonOut.emit(scenario, "produced", "topic", a, "partition", 1, "offset", m.offset(), "ts", m.timestamp());
                 }
                 RecordMetadata m = producer.send(new ProducerRecord<>(b, 0, base + 2500, null, bytes("b0"))).get();
-                emit(scenario, "produced", "topic", b, "partition", 0, "offset", m.offset(), "ts", m.timestamp());
+                JsonOut.emit(scenario, "produced", "topic", b, "partition", 0, "offset", m.offset(), "ts", m.timestamp());
             }
             // subscribePattern: listTopics().listings(), then describeTopics of the matching names.
             List<String> listed = new ArrayList<>();
@@ -310,18 +309,18 @@ public class SparkWireClient {
                 }
             }
             listed.sort(null);
-            emit(scenario, "listed", "topics", listed);
+            JsonOut.emit(scenario, "listed", "topics", listed);
             Set<TopicPartition> tps = partitions(admin, List.of(a, b));
-            emit(scenario, "described", "partitions", tps.stream().map(SparkWireClient::tpName).toList());
+            JsonOut.emit(scenario, "described", "partitions", tps.stream().map(SparkWireClient::tpName).toList());
             offsetsOf(listOffsets(admin, tps, OffsetSpec.earliest())).forEach((tp, o) ->
-                    emit(scenario, "offset", "spec", "earliest", "topic", tp.topic(), "partition", tp.partition(), "offset", o));
+                    JsonOut.emit(scenario, "offset", "spec", "earliest", "topic", tp.topic(), "partition", tp.partition(), "offset", o));
             offsetsOf(listOffsets(admin, tps, OffsetSpec.latest())).forEach((tp, o) ->
-                    emit(scenario, "offset", "spec", "latest", "topic", tp.topic(), "partition", tp.partition(), "offset", o));
+                    JsonOut.emit(scenario, "offset", "spec", "latest", "topic", tp.topic(), "partition", tp.partition(), "offset", o));
             // startingTimestamp / endingTimestamp: one timestamp for every partition (fetchGlobalTimestampBasedOffsets).
             long[] targets = {-1000, 0, 1, 500, 1500, 2000, 2001, 2500, 4000, 5999, 6000, 6001};
             for (long t : targets) {
                 listOffsets(admin, tps, OffsetSpec.forTimestamp(base + t)).forEach((tp, info) ->
-                        emit(scenario, "by_ts", "target", base + t, "topic", tp.topic(), "partition", tp.partition(),
+                        JsonOut.emit(scenario, "by_ts", "target", base + t, "topic", tp.topic(), "partition", tp.partition(),
                                 "offset", info.offset(), "ts", info.timestamp()));
             }
         }
@@ -345,15 +344,15 @@ public class SparkWireClient {
             }
             try (ExecutorConsumer c = new ExecutorConsumer(p0); ExecutorConsumer empty = new ExecutorConsumer(p1)) {
                 long[] range = c.availableOffsetRange();
-                emit(scenario, "range", "partition", 0, "earliest", range[0], "latest", range[1]);
+                JsonOut.emit(scenario, "range", "partition", 0, "earliest", range[0], "latest", range[1]);
                 emitRead(scenario, "read", 0, 5, 40, c.read(5, 40), c);
                 emitRead(scenario, "reread", 0, 0, 12, c.read(0, 12), c);
                 long[] er = empty.availableOffsetRange();
-                emit(scenario, "range", "partition", 1, "earliest", er[0], "latest", er[1]);
+                JsonOut.emit(scenario, "range", "partition", 1, "earliest", er[0], "latest", er[1]);
 
                 DeletedRecords deleted = admin.deleteRecords(Map.of(p0, RecordsToDelete.beforeOffset(10)))
                         .lowWatermarks().get(p0).get();
-                emit(scenario, "deleted", "low_watermark", deleted.lowWatermark());
+                JsonOut.emit(scenario, "deleted", "low_watermark", deleted.lowWatermark());
                 // The next batch still asks for offset 3: failOnDataLoss=true reports it...
                 String how = "none";
                 try {
@@ -362,7 +361,7 @@ public class SparkWireClient {
                     how = e.how;
                 }
                 long[] after = c.availableOffsetRange();
-                emit(scenario, "data_loss", "how", how, "earliest", after[0], "latest", after[1]);
+                JsonOut.emit(scenario, "data_loss", "how", how, "earliest", after[0], "latest", after[1]);
                 // ...and failOnDataLoss=false resumes at the earliest available offset (a new consumer, as Spark
                 // releases the one that hit the error).
                 try (ExecutorConsumer fresh = new ExecutorConsumer(p0)) {
@@ -452,7 +451,7 @@ public class SparkWireClient {
                             emitRead(scenario, "read", tp.partition(), from, until, recs, c);
                         }
                     }
-                    emit(scenario, "batch", "batch", batch, "partitions", tps.stream().map(TopicPartition::partition).toList(),
+                    JsonOut.emit(scenario, "batch", "batch", batch, "partitions", tps.stream().map(TopicPartition::partition).toList(),
                             "new", fresh.stream().map(TopicPartition::partition).toList(),
                             "new_earliest", fresh.stream().map(start::get).toList(), "ranges", ranges);
                     known.clear();
@@ -460,7 +459,7 @@ public class SparkWireClient {
                     if (startGrowing.getCount() == 0 && !grown.get()) {
                         admin.createPartitions(Map.of(topic, NewPartitions.increaseTo(5))).all().get();
                         grown.set(true);
-                        emit(scenario, "grew", "after_batch", batch, "to", 5);
+                        JsonOut.emit(scenario, "grew", "after_batch", batch, "to", 5);
                     }
                     if (done && read == 0 && ++emptyBatchesAfterDone >= 2) {
                         break;
@@ -484,7 +483,7 @@ public class SparkWireClient {
                 ps.add(x[1]);
                 os.add(x[2]);
             });
-            emit(scenario, "produced_all", "i", is, "partitions", ps, "offsets", os);
+            JsonOut.emit(scenario, "produced_all", "i", is, "partitions", ps, "offsets", os);
         }
     }
 
@@ -527,7 +526,7 @@ public class SparkWireClient {
         if (failed.get() != null) {
             throw failed.get();
         }
-        emit(scenario, "acks", "acks", new ArrayList<>(acks));
+        JsonOut.emit(scenario, "acks", "acks", new ArrayList<>(acks));
         try (Admin admin = Admin.create(driverParams())) {
             Set<TopicPartition> tps = partitions(admin, List.of(topic));
             Map<TopicPartition, Long> end = offsetsOf(listOffsets(admin, tps, OffsetSpec.latest()));
@@ -555,7 +554,7 @@ public class SparkWireClient {
             r.headers().forEach(x -> h.append(x.key()).append('=').append(new String(x.value(), StandardCharsets.UTF_8)).append(';'));
             headers.add(h.toString());
         }
-        emit(scenario, event, "partition", partition, "from", from, "until", until, "offsets", offsets, "keys", keys,
+        JsonOut.emit(scenario, event, "partition", partition, "from", from, "until", until, "offsets", offsets, "keys", keys,
                 "values", values, "headers", headers, "polls", c.polls);
     }
 
@@ -578,64 +577,5 @@ public class SparkWireClient {
             out.add(x);
         }
         return out;
-    }
-
-    static synchronized void emit(String scenario, String event, Object... kv) {
-        Map<String, Object> m = new LinkedHashMap<>();
-        m.put("scenario", scenario);
-        m.put("event", event);
-        for (int i = 0; i + 1 < kv.length; i += 2) {
-            m.put((String) kv[i], kv[i + 1]);
-        }
-        StringBuilder sb = new StringBuilder();
-        json(sb, m);
-        System.out.println(sb);
-        System.out.flush();
-    }
-
-    static void json(StringBuilder sb, Object o) {
-        if (o == null) {
-            sb.append("null");
-        } else if (o instanceof Number || o instanceof Boolean) {
-            sb.append(o);
-        } else if (o instanceof Map<?, ?> m) {
-            sb.append('{');
-            boolean first = true;
-            for (Map.Entry<?, ?> e : m.entrySet()) {
-                if (!first) sb.append(',');
-                first = false;
-                json(sb, String.valueOf(e.getKey()));
-                sb.append(':');
-                json(sb, e.getValue());
-            }
-            sb.append('}');
-        } else if (o instanceof Collection<?> c) {
-            sb.append('[');
-            boolean first = true;
-            for (Object x : c) {
-                if (!first) sb.append(',');
-                first = false;
-                json(sb, x);
-            }
-            sb.append(']');
-        } else {
-            String s = o.toString();
-            sb.append('"');
-            for (int i = 0; i < s.length(); i++) {
-                char ch = s.charAt(i);
-                switch (ch) {
-                    case '"' -> sb.append("\\\"");
-                    case '\\' -> sb.append("\\\\");
-                    case '\n' -> sb.append("\\n");
-                    case '\r' -> sb.append("\\r");
-                    case '\t' -> sb.append("\\t");
-                    default -> {
-                        if (ch < 0x20) sb.append(String.format("\\u%04x", (int) ch));
-                        else sb.append(ch);
-                    }
-                }
-            }
-            sb.append('"');
-        }
     }
 }
