@@ -112,6 +112,7 @@ def serve(options: ServerOptions) -> int:
         http = reactor.listenTCP(options.http_port, http_site(store, views), interface=options.host)
     except Exception as exc:  # noqa: BLE001 - e.g. a port in use
         print(f"millrace: cannot listen: {exc}", file=sys.stderr, flush=True)
+        controller_pool.shutdown(wait=False)
         store.close()
         return 1
     start_background(broker)
