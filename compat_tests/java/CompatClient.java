@@ -114,15 +114,7 @@ public class CompatClient {
         Properties pp = producerProps();
         pp.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, codec);
         try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(pp)) {
-            List<Future<RecordMetadata>> futures = new ArrayList<>();
-            for (String[] r : recs) {
-                futures.add(producer.send(toRecord(topic, null, null, r)));
-            }
-            producer.flush();
-            for (int i = 0; i < futures.size(); i++) {
-                RecordMetadata m = futures.get(i).get(30, TimeUnit.SECONDS);
-                JsonOut.emit(scenario, "produced", "i", i, "partition", m.partition(), "offset", m.offset());
-            }
+            produceAndReport(producer, topic, recs, scenario);
         }
         // No group at all: assign every partition, seekToBeginning, poll.
         try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(consumerProps(null))) {
@@ -242,15 +234,7 @@ public class CompatClient {
         String group = prefix + "-group";
         List<String[]> recs = readRecords("group.tsv");
         try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(producerProps())) {
-            List<Future<RecordMetadata>> futures = new ArrayList<>();
-            for (String[] r : recs) {
-                futures.add(producer.send(toRecord(topic, null, null, r)));
-            }
-            producer.flush();
-            for (int i = 0; i < futures.size(); i++) {
-                RecordMetadata m = futures.get(i).get(30, TimeUnit.SECONDS);
-                JsonOut.emit(scenario, "produced", "i", i, "partition", m.partition(), "offset", m.offset());
-            }
+            produceAndReport(producer, topic, recs, scenario);
         }
         int half = recs.size() / 2;
         int firstCount = 0;
@@ -558,6 +542,20 @@ public class CompatClient {
     }
 
     /** The producer's defaults are what is tested (idempotence on, acks=all), plus room for 1 MiB records. */
+    /** Send every record, then report each one's partition and offset in send order. */
+    static void produceAndReport(KafkaProducer<byte[], byte[]> producer, String topic, List<String[]> recs,
+                                 String scenario) throws Exception {
+        List<Future<RecordMetadata>> futures = new ArrayList<>();
+        for (String[] r : recs) {
+            futures.add(producer.send(toRecord(topic, null, null, r)));
+        }
+        producer.flush();
+        for (int i = 0; i < futures.size(); i++) {
+            RecordMetadata m = futures.get(i).get(30, TimeUnit.SECONDS);
+            JsonOut.emit(scenario, "produced", "i", i, "partition", m.partition(), "offset", m.offset());
+        }
+    }
+
     static Properties producerProps() {
         Properties p = common();
         p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());

@@ -29,7 +29,7 @@ import contextlib
 import itertools
 import threading
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Generic, NamedTuple, TypeVar
 
@@ -324,23 +324,11 @@ class TableStore:
 
     def keys(self, table: str, prefix: bytes = b"") -> Iterator[TableKey]:
         """Every key, page by page."""
-        token: bytes | None = None
-        while True:
-            page = self.iterate_keys(table, token, prefix=prefix)
-            yield from page.items
-            if page.continuation is None:
-                return
-            token = page.continuation
+        return _all_pages(lambda token: self.iterate_keys(table, token, prefix=prefix))
 
     def entries(self, table: str, prefix: bytes = b"") -> Iterator[TableEntry]:
         """Every entry, page by page."""
-        token: bytes | None = None
-        while True:
-            page = self.iterate_entries(table, token, prefix=prefix)
-            yield from page.items
-            if page.continuation is None:
-                return
-            token = page.continuation
+        return _all_pages(lambda token: self.iterate_entries(table, token, prefix=prefix))
 
     # -- compaction --------------------------------------------------------------------------------
     def compact(self, table: str) -> None:
@@ -554,3 +542,14 @@ class TableStore:
 def is_conditional_failure(error: BaseException) -> bool:
     """True for the errors a failed conditional update raises."""
     return isinstance(error, TableKeyNotFoundError | TableKeyVersionMismatchError)
+
+
+def _all_pages(fetch: Callable[[bytes | None], IteratorPage]) -> Iterator:
+    """Items of every page, following continuation tokens until the last page."""
+    token: bytes | None = None
+    while True:
+        page = fetch(token)
+        yield from page.items
+        if page.continuation is None:
+            return
+        token = page.continuation
