@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from concurrent.futures import Future
+
 from twisted.internet import defer, reactor
 
 from store.futures import StoreFuture
 
 
-def to_deferred(fut: StoreFuture) -> defer.Deferred:
+def to_deferred(fut: StoreFuture | Future) -> defer.Deferred:
     """A Deferred that fires on the reactor thread when ``fut`` completes (from any thread)."""
     d: defer.Deferred = defer.Deferred()
 
-    def fire(f: StoreFuture) -> None:
+    def fire(f: StoreFuture | Future) -> None:
         exc = f.exception()
         if exc is not None:
             d.errback(exc)

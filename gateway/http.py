@@ -32,15 +32,16 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-from twisted.internet import defer, reactor
+from twisted.internet import defer
 from twisted.python.failure import Failure
 from twisted.web import resource, server
 
+from gateway.futures import to_deferred
 from gateway.native.controller_commands import PartitionsOf, describe_stream
 from store.controller import Controller, InvalidScaleError, ScaleConflictError, StreamSealedError
 from store.errors import ScopeNotFoundError, SegmentNotFoundError, StreamNotFoundError
@@ -74,21 +75,10 @@ class StreamViews:
 
     def blocking(self, fn: Callable[..., Any], *args: Any) -> defer.Deferred:
         """Run ``fn`` on the pool; the Deferred fires on the reactor thread."""
-        d: defer.Deferred = defer.Deferred()
-
-        def fire(f: Future) -> None:
-            exc = f.exception()
-            if exc is not None:
-                d.errback(Failure(exc))
-            else:
-                d.callback(f.result())
-
         try:
-            fut = self.pool.submit(fn, *args)
+            return to_deferred(self.pool.submit(fn, *args))
         except RuntimeError as exc:  # the pool is shut down: the server is stopping
             return defer.fail(exc)
-        fut.add_done_callback(lambda f: reactor.callFromThread(fire, f))
-        return d
 
     def describe(self, scope: str, stream: str) -> dict[str, Any]:
         return describe_stream(self.controller, scope, stream, self.partitions_of)

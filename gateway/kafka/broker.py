@@ -8,9 +8,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from twisted.internet import threads
 from twisted.internet.defer import Deferred
 
+from gateway.futures import to_deferred
 from store.controller import Controller
 from store.segment_store import SegmentStore
 from store.tables import TableStore
@@ -62,30 +62,4 @@ class Broker:
 
     def blocking(self, fn: Any, *args: Any, **kwargs: Any) -> Deferred:
         """Run ``fn`` (which blocks on table-segment or store I/O) off the reactor thread."""
-        return threads.deferToThreadPool(_reactor(), _PoolAdapter(self._pool), fn, *args, **kwargs)
-
-
-def _reactor() -> Any:
-    from twisted.internet import reactor
-
-    return reactor
-
-
-class _PoolAdapter:
-    """deferToThreadPool wants Twisted's ThreadPool interface; ``callInThreadWithCallback`` is all it uses."""
-
-    def __init__(self, pool: ThreadPoolExecutor) -> None:
-        self._pool = pool
-
-    def callInThreadWithCallback(self, on_result: Any, fn: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N802
-        def run() -> None:
-            try:
-                result = fn(*args, **kwargs)
-            except BaseException:  # noqa: BLE001 - handed to the Deferred as a Failure
-                from twisted.python.failure import Failure
-
-                on_result(False, Failure())
-            else:
-                on_result(True, result)
-
-        self._pool.submit(run)
+        return to_deferred(self._pool.submit(fn, *args, **kwargs))
