@@ -181,8 +181,10 @@ class Group:
             time.sleep(0.05)
         raise AssertionError(f"the group never assigned all {PARTITIONS} partitions ({self.assigned})")
 
-    def drain(self, acked: int, timeout: float = 30.0) -> None:
-        """Until the group has read ``acked`` records (then a second more, to catch duplicates)."""
+    def drain(self, acked: int, timeout: float = 90.0) -> None:
+        """Until the group has read ``acked`` records (then a second more, to catch duplicates). The
+        wait is long because under a full test run two Python consumers, a producer and the server
+        share two cores, and a consumer can fall far behind before it catches up."""
         deadline = time.monotonic() + timeout
         while self.count() < acked and time.monotonic() < deadline:
             time.sleep(0.05)
