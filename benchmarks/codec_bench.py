@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from gateway.kafka_protocol import codec, records  # noqa: E402
+from millrace.gateway.kafka_protocol import codec, records  # noqa: E402
 
 PRODUCE, FETCH = 0, 1
 

@@ -22,8 +22,8 @@ if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.disk_limits import DiskLimits, measure  # noqa: E402
-from store.durablelog.interface import LogAddress  # noqa: E402
-from store.durablelog.local import FileDurableDataLog  # noqa: E402
+from millrace.store.durablelog.interface import LogAddress  # noqa: E402
+from millrace.store.durablelog.local import FileDurableDataLog  # noqa: E402
 
 _SAMPLE_EVERY = 8
 

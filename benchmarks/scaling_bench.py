@@ -37,7 +37,7 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from client.segments import SegmentClient
+from millrace.client.segments import SegmentClient
 from tests.server_process import ServerProcess
 
 PARTITIONS = 8

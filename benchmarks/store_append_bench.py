@@ -23,10 +23,10 @@ import time
 from collections import deque
 
 from benchmarks.disk_limits import measure_fsync_rate, measure_sequential_write
-from store.containers.config import ContainerConfig
-from store.durablelog.local import FileDurableDataLog
-from store.lts.filesystem import FileSystemChunkStorage
-from store.segment_store import SegmentStore
+from millrace.store.containers.config import ContainerConfig
+from millrace.store.durablelog.local import FileDurableDataLog
+from millrace.store.lts.filesystem import FileSystemChunkStorage
+from millrace.store.segment_store import SegmentStore
 
 
 def percentile(sorted_values: list[float], p: float) -> float:

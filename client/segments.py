@@ -14,10 +14,10 @@ import threading
 from concurrent.futures import Future
 from typing import Any
 
-from gateway.native.wire import MAX_FRAME_BYTES, Command, Status, decode_body, encode_frame
-from store import errors
-from store.contracts import AttributeUpdate, ReadResult, SegmentInfo
-from store.controller.errors import (
+from millrace.gateway.native.wire import MAX_FRAME_BYTES, Command, Status, decode_body, encode_frame
+from millrace.store import errors
+from millrace.store.contracts import AttributeUpdate, ReadResult, SegmentInfo
+from millrace.store.controller.errors import (
     InvalidScaleError,
     InvalidStreamCutError,
     ScaleConflictError,

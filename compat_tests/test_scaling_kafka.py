@@ -31,7 +31,7 @@ LIMIT = 100_000  # bound on the producer loop
 
 
 def millrace(server: ServerProcess, *args: str) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "gateway.cli", "streams", *args, "--server", f"127.0.0.1:{server.native_port}",
+    cmd = [sys.executable, "-m", "millrace", "streams", *args, "--server", f"127.0.0.1:{server.native_port}",
            "--json"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, f"{' '.join(args)} failed: {proc.stderr[-2000:]}"

@@ -9,7 +9,7 @@ import sys
 import time
 from typing import Any
 
-from gateway.server import ServerOptions, serve
+from millrace.gateway.server import ServerOptions, serve
 
 
 def _serve_parser(sub: argparse._SubParsersAction) -> None:
@@ -157,8 +157,8 @@ def _print_stream(desc: dict[str, Any]) -> None:
 
 
 def _admin(args: argparse.Namespace) -> int:
-    from client.segments import SegmentClient
-    from store.errors import StoreError
+    from millrace.client.segments import SegmentClient
+    from millrace.store.errors import StoreError
 
     host, _, port = args.server.rpartition(":")
     try:

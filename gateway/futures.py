@@ -6,7 +6,7 @@ from concurrent.futures import Future
 
 from twisted.internet import defer, reactor
 
-from store.futures import StoreFuture
+from millrace.store.futures import StoreFuture
 
 
 def to_deferred(fut: StoreFuture | Future) -> defer.Deferred:

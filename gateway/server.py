@@ -11,18 +11,18 @@ from dataclasses import dataclass, replace
 
 from twisted.internet import reactor
 
-from gateway.http import StreamViews, http_site
-from gateway.kafka.broker import Broker, KafkaConfig
-from gateway.kafka.setup import build_kafka, start_background
-from gateway.native.handler import NativeFactory
-from store.containers.config import ContainerConfig
-from store.containers.rates import RateConfig
-from store.controller import Controller
-from store.controller.autoscaler import AutoScaler, AutoScalerConfig
-from store.durablelog.local import FileDurableDataLog
-from store.lts.factory import chunk_storage_from_url
-from store.segment_store import SegmentStore
-from store.tables import TableStore
+from millrace.gateway.http import StreamViews, http_site
+from millrace.gateway.kafka.broker import Broker, KafkaConfig
+from millrace.gateway.kafka.setup import build_kafka, start_background
+from millrace.gateway.native.handler import NativeFactory
+from millrace.store.containers.config import ContainerConfig
+from millrace.store.containers.rates import RateConfig
+from millrace.store.controller import Controller
+from millrace.store.controller.autoscaler import AutoScaler, AutoScalerConfig
+from millrace.store.durablelog.local import FileDurableDataLog
+from millrace.store.lts.factory import chunk_storage_from_url
+from millrace.store.segment_store import SegmentStore
+from millrace.store.tables import TableStore
 
 log = logging.getLogger("millrace")
 

@@ -13,14 +13,14 @@ import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from store.containers.config import ContainerConfig
-from store.containers.container import SegmentContainer
-from store.containers.rates import RateConfig, RateRegistry, SegmentRates
-from store.contracts import AttributeUpdate, ReadResult, SegmentInfo
-from store.durablelog.interface import DurableDataLog
-from store.futures import StoreFuture
-from store.lts.interface import ChunkStorage
-from store.scheduler import Scheduler
+from millrace.store.containers.config import ContainerConfig
+from millrace.store.containers.container import SegmentContainer
+from millrace.store.containers.rates import RateConfig, RateRegistry, SegmentRates
+from millrace.store.contracts import AttributeUpdate, ReadResult, SegmentInfo
+from millrace.store.durablelog.interface import DurableDataLog
+from millrace.store.futures import StoreFuture
+from millrace.store.lts.interface import ChunkStorage
+from millrace.store.scheduler import Scheduler
 
 TRANSACTION_DELIMITER = "#transaction."
 

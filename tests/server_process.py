@@ -23,7 +23,7 @@ class ServerProcess:
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 60.0) -> ServerProcess:
-        cmd = [sys.executable, "-m", "gateway.cli", "serve", "--data-dir", self.data_dir,
+        cmd = [sys.executable, "-m", "millrace", "serve", "--data-dir", self.data_dir,
                "--kafka-port", "0", "--native-port", "0", "--http-port", "0", "--log-level", "WARNING", *self.extra_args]
         self.ports = {}
         self.output = []

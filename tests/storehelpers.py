@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
-from store.containers.config import ContainerConfig
-from store.durablelog.local import FileDurableDataLog
-from store.lts.filesystem import FileSystemChunkStorage
-from store.lts.interface import ChunkStorage
-from store.segment_store import SegmentStore
+from millrace.store.containers.config import ContainerConfig
+from millrace.store.durablelog.local import FileDurableDataLog
+from millrace.store.lts.filesystem import FileSystemChunkStorage
+from millrace.store.lts.interface import ChunkStorage
+from millrace.store.segment_store import SegmentStore
 
 # Small thresholds so flushing, eviction, checkpoints and log truncation all happen in tests.
 TEST_CONFIG = ContainerConfig(

@@ -12,7 +12,7 @@ from collections import deque
 
 import pytest
 
-from client.segments import ConnectionLostError, SegmentClient
+from millrace.client.segments import ConnectionLostError, SegmentClient
 from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.slow

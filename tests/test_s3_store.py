@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from client.segments import SegmentClient
-from store.lts.s3 import S3ChunkStorage
+from millrace.client.segments import SegmentClient
+from millrace.store.lts.s3 import S3ChunkStorage
 from tests.server_process import ServerProcess
 from tests.storehelpers import open_store
 

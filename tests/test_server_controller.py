@@ -8,14 +8,14 @@ import sys
 
 import pytest
 
-from client.segments import SegmentClient
-from store.controller.errors import StreamNotSealedError
-from store.errors import ScopeNotEmptyError, StreamExistsError, StreamNotFoundError
+from millrace.client.segments import SegmentClient
+from millrace.store.controller.errors import StreamNotSealedError
+from millrace.store.errors import ScopeNotEmptyError, StreamExistsError, StreamNotFoundError
 from tests.server_process import ServerProcess
 
 
 def cli(port: int, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gateway.cli", *args, "--server", f"127.0.0.1:{port}"],
+    return subprocess.run([sys.executable, "-m", "millrace", *args, "--server", f"127.0.0.1:{port}"],
                           capture_output=True, text=True, timeout=60)
 
 

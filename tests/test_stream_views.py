@@ -14,8 +14,8 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from gateway.http import _error_status
-from store.controller import ScaleConflictError
+from millrace.gateway.http import _error_status
+from millrace.store.controller import ScaleConflictError
 from tests.server_process import ServerProcess
 
 PARTITIONS = 8
@@ -29,7 +29,7 @@ def server(tmp_path_factory):
 
 
 def cli(server: ServerProcess, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gateway.cli", *args, "--server", f"127.0.0.1:{server.native_port}"],
+    return subprocess.run([sys.executable, "-m", "millrace", *args, "--server", f"127.0.0.1:{server.native_port}"],
                           capture_output=True, text=True, timeout=60)
 
 

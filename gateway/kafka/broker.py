@@ -10,10 +10,10 @@ from typing import Any
 
 from twisted.internet.defer import Deferred
 
-from gateway.futures import to_deferred
-from store.controller import Controller
-from store.segment_store import SegmentStore
-from store.tables import TableStore
+from millrace.gateway.futures import to_deferred
+from millrace.store.controller import Controller
+from millrace.store.segment_store import SegmentStore
+from millrace.store.tables import TableStore
 
 
 @dataclass

@@ -10,16 +10,16 @@ from twisted.internet import defer, protocol
 from twisted.protocols.basic import Int32StringReceiver
 from twisted.python.failure import Failure
 
-from gateway.kafka.broker import Broker, RequestContext
-from gateway.kafka.handlers.api_versions import API_VERSIONS, api_versions_response
-from gateway.kafka.registry import NO_RESPONSE, REGISTRY
-from gateway.kafka_protocol.codec import (
+from millrace.gateway.kafka.broker import Broker, RequestContext
+from millrace.gateway.kafka.handlers.api_versions import API_VERSIONS, api_versions_response
+from millrace.gateway.kafka.registry import NO_RESPONSE, REGISTRY
+from millrace.gateway.kafka_protocol.codec import (
     KafkaDecodeError,
     UnsupportedApiError,
     decode_request,
     encode_response,
 )
-from gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka_protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
-from store.errors import SegmentExistsError
-from store.tables import TableStore
+from millrace.store.errors import SegmentExistsError
+from millrace.store.tables import TableStore
 
 log = logging.getLogger(__name__)
 

@@ -27,9 +27,15 @@ from typing import Any
 from twisted.internet.defer import Deferred, gatherResults, succeed
 from twisted.python.failure import Failure
 
-from gateway.kafka.group_store import GroupRecord, GroupStore, LoadedState, MemberRecord, OffsetAndMetadata
-from gateway.kafka_protocol.codec import KafkaDecodeError, decode_message
-from gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka.group_store import (
+    GroupRecord,
+    GroupStore,
+    LoadedState,
+    MemberRecord,
+    OffsetAndMetadata,
+)
+from millrace.gateway.kafka_protocol.codec import KafkaDecodeError, decode_message
+from millrace.gateway.kafka_protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 

@@ -33,20 +33,20 @@ from typing import Any
 from twisted.internet import defer, reactor
 from twisted.python.failure import Failure
 
-from gateway.futures import to_deferred
-from gateway.kafka.topics import TopicInfo, TopicRegistry
-from gateway.kafka_protocol.errors import ErrorCode
-from gateway.kafka_protocol.records import (
+from millrace.gateway.futures import to_deferred
+from millrace.gateway.kafka.topics import TopicInfo, TopicRegistry
+from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka_protocol.records import (
     BATCH_HEADER_SIZE,
     RecordBatchError,
     iter_batches,
     set_base_offset,
     validate_produce_records,
 )
-from store.controller import SegmentRange
-from store.errors import SegmentExistsError, StoreError
-from store.segment_store import SegmentStore
-from store.tables import TableStore
+from millrace.store.controller import SegmentRange
+from millrace.store.errors import SegmentExistsError, StoreError
+from millrace.store.segment_store import SegmentStore
+from millrace.store.tables import TableStore
 
 log = logging.getLogger(__name__)
 

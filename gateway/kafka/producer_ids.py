@@ -6,8 +6,8 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from store.errors import SegmentExistsError, TableKeyVersionMismatchError
-from store.tables import NOT_EXISTS, TableStore
+from millrace.store.errors import SegmentExistsError, TableKeyVersionMismatchError
+from millrace.store.tables import NOT_EXISTS, TableStore
 
 PRODUCER_IDS_TABLE = "_system/_tables/kafka_producer_ids"
 _KEY = b"next-block"

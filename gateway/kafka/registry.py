@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.kafka_protocol.codec import API_KEYS
+from millrace.gateway.kafka_protocol.codec import API_KEYS
 
 # A handler gets (RequestContext, decoded request) and returns the response object, a Deferred of it,
 # or NO_RESPONSE (a produce with acks=0).
@@ -47,7 +47,7 @@ def api(api_key: int, min_version: int, max_version: int) -> Callable[[Handler],
 
 def load_handlers() -> dict[int, ApiHandler]:
     """Import every handler module (each registers itself) and return the registry."""
-    from gateway.kafka import handlers
+    from millrace.gateway.kafka import handlers
 
     for module in pkgutil.iter_modules(handlers.__path__):
         importlib.import_module(f"{handlers.__name__}.{module.name}")

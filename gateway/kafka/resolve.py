@@ -7,9 +7,9 @@ from typing import Any
 
 from twisted.internet import defer
 
-from gateway.kafka.broker import Broker
-from gateway.kafka.partition_log import PartitionLog
-from gateway.kafka.topics import TopicError, TopicInfo
+from millrace.gateway.kafka.broker import Broker
+from millrace.gateway.kafka.partition_log import PartitionLog
+from millrace.gateway.kafka.topics import TopicError, TopicInfo
 
 
 def _create_or_get(broker: Broker, name: str) -> TopicInfo | None:

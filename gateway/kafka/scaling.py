@@ -9,8 +9,14 @@ from typing import Any
 
 from twisted.internet import reactor, threads
 
-from store.controller import Controller, InvalidScaleError, ScaleReason, SegmentRange, parse_segment_name
-from store.controller.scaling import equal_split_points
+from millrace.store.controller import (
+    Controller,
+    InvalidScaleError,
+    ScaleReason,
+    SegmentRange,
+    parse_segment_name,
+)
+from millrace.store.controller.scaling import equal_split_points
 
 log = logging.getLogger(__name__)
 

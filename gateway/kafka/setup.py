@@ -10,18 +10,18 @@ from concurrent.futures import ThreadPoolExecutor
 
 from twisted.internet import task
 
-from gateway.kafka.broker import Broker, KafkaConfig
-from gateway.kafka.connection import KafkaFactory
-from gateway.kafka.groups import GroupCoordinator
-from gateway.kafka.partition_log import PartitionLogs
-from gateway.kafka.producer_ids import ProducerIdAllocator
-from gateway.kafka.registry import load_handlers
-from gateway.kafka.scaling import KafkaScaling
-from gateway.kafka.topics import TopicRegistry
-from store.controller import Controller
-from store.errors import SegmentExistsError, TableKeyVersionMismatchError
-from store.segment_store import SegmentStore
-from store.tables import NOT_EXISTS, TableStore
+from millrace.gateway.kafka.broker import Broker, KafkaConfig
+from millrace.gateway.kafka.connection import KafkaFactory
+from millrace.gateway.kafka.groups import GroupCoordinator
+from millrace.gateway.kafka.partition_log import PartitionLogs
+from millrace.gateway.kafka.producer_ids import ProducerIdAllocator
+from millrace.gateway.kafka.registry import load_handlers
+from millrace.gateway.kafka.scaling import KafkaScaling
+from millrace.gateway.kafka.topics import TopicRegistry
+from millrace.store.controller import Controller
+from millrace.store.errors import SegmentExistsError, TableKeyVersionMismatchError
+from millrace.store.segment_store import SegmentStore
+from millrace.store.tables import NOT_EXISTS, TableStore
 
 log = logging.getLogger(__name__)
 CLUSTER_TABLE = "_system/_tables/kafka_cluster"

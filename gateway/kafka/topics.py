@@ -21,7 +21,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from store.controller import (
+from millrace.store.controller import (
     Controller,
     RetentionPolicy,
     RetentionType,
@@ -32,8 +32,8 @@ from store.controller import (
     key_hash,
     segment_name,
 )
-from store.errors import SegmentExistsError, StreamExistsError, StreamNotFoundError
-from store.tables import NOT_EXISTS, TableStore
+from millrace.store.errors import SegmentExistsError, StreamExistsError, StreamNotFoundError
+from millrace.store.tables import NOT_EXISTS, TableStore
 
 TOPICS_TABLE = "_system/_tables/kafka_topics"
 
@@ -140,7 +140,7 @@ def split_slices(slices: tuple[tuple[float, float], ...], total: int,
 
 
 def _validate_configs(configs: dict[str, str | None]) -> None:
-    from gateway.kafka_protocol.errors import ErrorCode
+    from millrace.gateway.kafka_protocol.errors import ErrorCode
 
     for key, value in configs.items():
         if key not in DEFAULT_CONFIGS:
@@ -236,7 +236,7 @@ class TopicRegistry:
     # -- changes (blocking) ------------------------------------------------------------------------
     def create(self, name: str, partitions: int, configs: dict[str, str] | None = None,
                validate_only: bool = False) -> TopicInfo:
-        from gateway.kafka_protocol.errors import ErrorCode
+        from millrace.gateway.kafka_protocol.errors import ErrorCode
 
         configs = {k: v for k, v in (configs or {}).items() if v is not None}
         if not legal_topic_name(name):
@@ -266,7 +266,7 @@ class TopicRegistry:
         return topic
 
     def delete(self, name: str) -> TopicInfo:
-        from gateway.kafka_protocol.errors import ErrorCode
+        from millrace.gateway.kafka_protocol.errors import ErrorCode
 
         with self._lock:
             topic = self._cache.get(name)
@@ -283,7 +283,7 @@ class TopicRegistry:
 
     def add_partitions(self, name: str, total: int, validate_only: bool = False,
                        split_from: int | None = None) -> TopicInfo:
-        from gateway.kafka_protocol.errors import ErrorCode
+        from millrace.gateway.kafka_protocol.errors import ErrorCode
 
         with self._lock:
             topic = self._cache.get(name)
@@ -306,7 +306,7 @@ class TopicRegistry:
                       validate_only: bool = False) -> TopicInfo:
         """Apply config changes (None deletes a key, reverting to the default). ``replace_all`` is the
         legacy AlterConfigs semantics: keys not named revert to their defaults."""
-        from gateway.kafka_protocol.errors import ErrorCode
+        from millrace.gateway.kafka_protocol.errors import ErrorCode
 
         _validate_configs(changes)
         for key in changes:

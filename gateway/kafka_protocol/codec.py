@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .schema import FieldSpec, MessageSpec, StructSpec, load_specs
+from millrace.gateway.kafka_protocol.schema import FieldSpec, MessageSpec, StructSpec, load_specs
 
 __all__ = [
     "API_KEYS",

@@ -30,7 +30,7 @@ import lz4.frame
 import zstandard
 from crc32c import crc32c
 
-from .errors import ErrorCode
+from millrace.gateway.kafka_protocol.errors import ErrorCode
 
 __all__ = [
     "BATCH_HEADER_SIZE",

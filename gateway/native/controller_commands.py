@@ -7,8 +7,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from gateway.native.wire import Command
-from store.controller import (
+from millrace.gateway.native.wire import Command
+from millrace.store.controller import (
     Controller,
     EpochRecord,
     RetentionPolicy,
@@ -18,8 +18,8 @@ from store.controller import (
     StreamConfiguration,
     segment_name,
 )
-from store.errors import SegmentNotFoundError
-from store.futures import StoreFuture
+from millrace.store.errors import SegmentNotFoundError
+from millrace.store.futures import StoreFuture
 
 # A Kafka topic's partition slices [(start, end)] by partition, or None for a stream that is no topic.
 PartitionsOf = Callable[[str, str], Sequence[tuple[float, float]] | None]

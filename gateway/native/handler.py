@@ -10,8 +10,8 @@ from typing import Any
 from twisted.internet import protocol, reactor
 from twisted.protocols.basic import Int32StringReceiver
 
-from gateway.native.controller_commands import PartitionsOf, controller_handlers
-from gateway.native.wire import (
+from millrace.gateway.native.controller_commands import PartitionsOf, controller_handlers
+from millrace.gateway.native.wire import (
     MAX_FRAME_BYTES,
     PROTOCOL_VERSION,
     Command,
@@ -20,9 +20,9 @@ from gateway.native.wire import (
     decode_body,
     encode_frame,
 )
-from store import errors
-from store.contracts import AttributeUpdate, AttributeUpdateType, ReadResult, SegmentInfo
-from store.controller import (
+from millrace.store import errors
+from millrace.store.contracts import AttributeUpdate, AttributeUpdateType, ReadResult, SegmentInfo
+from millrace.store.controller import (
     Controller,
     InvalidScaleError,
     InvalidStreamCutError,
@@ -30,8 +30,8 @@ from store.controller import (
     StreamNotSealedError,
     StreamSealedError,
 )
-from store.futures import StoreFuture
-from store.segment_store import SegmentStore
+from millrace.store.futures import StoreFuture
+from millrace.store.segment_store import SegmentStore
 
 log = logging.getLogger(__name__)
 

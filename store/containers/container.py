@@ -19,20 +19,20 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from store.containers import operations as ops
-from store.containers.config import ContainerConfig
-from store.containers.metadata import (
+from millrace.store.containers import operations as ops
+from millrace.store.containers.config import ContainerConfig
+from millrace.store.containers.metadata import (
     ChunkRef,
     SegmentMetadata,
     apply_attributes,
     resolve_attribute_updates,
 )
-from store.containers.rates import RateRegistry, SegmentRates
-from store.containers.read_index import ReadIndex
-from store.containers.storage_writer import StorageWriter
-from store.contracts import AttributeUpdate, ReadResult, SegmentInfo
-from store.durablelog.interface import DurableDataLog, LogAddress
-from store.errors import (
+from millrace.store.containers.rates import RateRegistry, SegmentRates
+from millrace.store.containers.read_index import ReadIndex
+from millrace.store.containers.storage_writer import StorageWriter
+from millrace.store.contracts import AttributeUpdate, ReadResult, SegmentInfo
+from millrace.store.durablelog.interface import DurableDataLog, LogAddress
+from millrace.store.errors import (
     BadOffsetError,
     ChunkNotFoundError,
     ContainerOfflineError,
@@ -44,9 +44,9 @@ from store.errors import (
     SegmentTruncatedError,
     StoreError,
 )
-from store.futures import StoreFuture, failed
-from store.lts.interface import ChunkStorage
-from store.scheduler import Scheduler
+from millrace.store.futures import StoreFuture, failed
+from millrace.store.lts.interface import ChunkStorage
+from millrace.store.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from store.contracts import AttributeUpdate
-from store.contracts import AttributeUpdateType as T
-from store.errors import BadAttributeUpdateError
+from millrace.store.contracts import AttributeUpdate
+from millrace.store.contracts import AttributeUpdateType as T
+from millrace.store.errors import BadAttributeUpdateError
 
 
 @dataclass(slots=True)

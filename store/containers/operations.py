@@ -11,7 +11,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from store.errors import DataCorruptionError
+from millrace.store.errors import DataCorruptionError
 
 APPEND = 1
 CREATE = 2

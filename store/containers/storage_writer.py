@@ -17,7 +17,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from store.containers.container import SegmentContainer
+    from millrace.store.containers.container import SegmentContainer
 
 log = logging.getLogger(__name__)
 

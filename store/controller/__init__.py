@@ -1,22 +1,28 @@
 """The controller: scopes, streams, segment epochs and key ranges, with metadata in table segments."""
 
-from store.controller.controller import (
+from millrace.store.controller.controller import (
     EPOCHS_TABLE,
     SCOPES_TABLE,
     STREAMS_TABLE,
     Controller,
     StreamInfo,
 )
-from store.controller.errors import (
+from millrace.store.controller.errors import (
     InvalidScaleError,
     InvalidStreamCutError,
     ScaleConflictError,
     StreamNotSealedError,
     StreamSealedError,
 )
-from store.controller.keys import key_hash
-from store.controller.names import parse_segment_name, segment_epoch, segment_id, segment_name, segment_number
-from store.controller.records import (
+from millrace.store.controller.keys import key_hash
+from millrace.store.controller.names import (
+    parse_segment_name,
+    segment_epoch,
+    segment_id,
+    segment_name,
+    segment_number,
+)
+from millrace.store.controller.records import (
     EpochRecord,
     PendingScale,
     RetentionPolicy,

@@ -35,11 +35,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from store.containers.rates import SegmentRates
-from store.controller.errors import ScaleConflictError, StreamSealedError
-from store.controller.records import ScaleReason, ScalingType, SegmentRange, StreamState
-from store.controller.scaling import equal_split_points
-from store.errors import SegmentNotFoundError, StreamNotFoundError
+from millrace.store.containers.rates import SegmentRates
+from millrace.store.controller.errors import ScaleConflictError, StreamSealedError
+from millrace.store.controller.records import ScaleReason, ScalingType, SegmentRange, StreamState
+from millrace.store.controller.scaling import equal_split_points
+from millrace.store.errors import SegmentNotFoundError, StreamNotFoundError
 
 log = logging.getLogger(__name__)
 

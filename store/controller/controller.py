@@ -25,15 +25,15 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
-from store.controller.errors import (
+from millrace.store.controller.errors import (
     InvalidScaleError,
     InvalidStreamCutError,
     ScaleConflictError,
     StreamNotSealedError,
     StreamSealedError,
 )
-from store.controller.keys import key_hash
-from store.controller.names import (
+from millrace.store.controller.keys import key_hash
+from millrace.store.controller.names import (
     SYSTEM_SCOPE,
     parse_segment_name,
     segment_epoch,
@@ -41,7 +41,7 @@ from store.controller.names import (
     segment_name,
     validate_name,
 )
-from store.controller.records import (
+from millrace.store.controller.records import (
     EpochRecord,
     PendingScale,
     ScaleReason,
@@ -53,8 +53,14 @@ from store.controller.records import (
     StreamState,
     equal_split,
 )
-from store.controller.scaling import Range, next_epoch, normalize_ranges, plan_scale, split_points_ranges
-from store.errors import (
+from millrace.store.controller.scaling import (
+    Range,
+    next_epoch,
+    normalize_ranges,
+    plan_scale,
+    split_points_ranges,
+)
+from millrace.store.errors import (
     OffsetOutOfRangeError,
     ScopeNotEmptyError,
     ScopeNotFoundError,
@@ -66,7 +72,7 @@ from store.errors import (
     TableKeyNotFoundError,
     TableKeyVersionMismatchError,
 )
-from store.tables import NOT_EXISTS, TableStore
+from millrace.store.tables import NOT_EXISTS, TableStore
 
 SCOPES_TABLE = f"{SYSTEM_SCOPE}/_tables/scopes"
 STREAMS_TABLE = f"{SYSTEM_SCOPE}/_tables/streams"

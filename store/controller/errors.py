@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from store.errors import StoreError
+from millrace.store.errors import StoreError
 
 
 class StreamNotSealedError(StoreError):

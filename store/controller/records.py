@@ -25,7 +25,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
-from store.controller.names import segment_epoch, segment_name, segment_number
+from millrace.store.controller.names import segment_epoch, segment_name, segment_number
 
 _FIELD = struct.Struct("<BI")
 _U8 = struct.Struct("<B")

@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from store.controller.errors import InvalidScaleError
-from store.controller.names import segment_id
-from store.controller.records import EpochRecord, PendingScale
+from millrace.store.controller.errors import InvalidScaleError
+from millrace.store.controller.names import segment_id
+from millrace.store.controller.records import EpochRecord, PendingScale
 
 Range = tuple[float, float]
 

@@ -1,5 +1,5 @@
 """Tier 1: the write-ahead log each segment container writes its operations to."""
 
-from store.durablelog.interface import DurableDataLog, LogAddress, LogEntry
+from millrace.store.durablelog.interface import DurableDataLog, LogAddress, LogEntry
 
 __all__ = ["DurableDataLog", "LogAddress", "LogEntry"]

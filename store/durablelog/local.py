@@ -39,10 +39,10 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
-from store.durablelog import framing
-from store.durablelog.interface import DurableDataLog, LogAddress, LogEntry
-from store.errors import ContainerOfflineError, DataCorruptionError, DataLogWriterFencedError
-from store.fsutil import fsync_dir
+from millrace.store.durablelog import framing
+from millrace.store.durablelog.interface import DurableDataLog, LogAddress, LogEntry
+from millrace.store.errors import ContainerOfflineError, DataCorruptionError, DataLogWriterFencedError
+from millrace.store.fsutil import fsync_dir
 
 DEFAULT_MAX_FILE_BYTES = 64 * 1024 * 1024
 # Bounds one write so a flood of queued appends still rolls files and acks in reasonable steps.

@@ -1,5 +1,5 @@
 """Tier 2: long-term storage of segment data as write-once chunks."""
 
-from store.lts.interface import ChunkStorage
+from millrace.store.lts.interface import ChunkStorage
 
 __all__ = ["ChunkStorage"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from urllib.parse import unquote, urlsplit
 
-from store.lts.filesystem import FileSystemChunkStorage
-from store.lts.interface import ChunkStorage
+from millrace.store.lts.filesystem import FileSystemChunkStorage
+from millrace.store.lts.interface import ChunkStorage
 
 
 def chunk_storage_from_url(url: str, s3_endpoint: str | None = None) -> ChunkStorage:
@@ -25,7 +25,7 @@ def chunk_storage_from_url(url: str, s3_endpoint: str | None = None) -> ChunkSto
         if parts.query or parts.fragment:
             # '#' is legal in chunk names but an unescaped one here is almost surely a typo.
             raise ValueError(f"S3 URL must not have a query or fragment: {url!r}")
-        from store.lts.s3 import S3ChunkStorage  # boto3 is slow to import; only pay for it when used
+        from millrace.store.lts.s3 import S3ChunkStorage  # boto3 is slow to import; only pay for it when used
 
         return S3ChunkStorage(parts.netloc, prefix=unquote(parts.path), endpoint_url=s3_endpoint)
     if scheme == "file":

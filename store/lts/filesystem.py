@@ -14,9 +14,9 @@ import os
 import uuid
 from urllib.parse import quote, unquote
 
-from store.errors import ChunkExistsError, ChunkNotFoundError
-from store.fsutil import fsync_dir
-from store.lts.interface import ChunkStorage
+from millrace.store.errors import ChunkExistsError, ChunkNotFoundError
+from millrace.store.fsutil import fsync_dir
+from millrace.store.lts.interface import ChunkStorage
 
 _CHUNK_SUFFIX = "@chunk"
 _TMP_MARK = "@tmp-"

@@ -17,9 +17,9 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
-from store.errors import ChunkExistsError, ChunkNotFoundError, StoreError
-from store.lts.filesystem import validate_chunk_name
-from store.lts.interface import ChunkStorage
+from millrace.store.errors import ChunkExistsError, ChunkNotFoundError, StoreError
+from millrace.store.lts.filesystem import validate_chunk_name
+from millrace.store.lts.interface import ChunkStorage
 
 _NOT_FOUND = {"NoSuchKey", "404", "NotFound"}
 _AUTH_CODES = {

@@ -1,6 +1,6 @@
 """Key/value tables stored in segments (table segments), used for the controller's metadata."""
 
-from store.tables.table_store import (
+from millrace.store.tables.table_store import (
     NOT_EXISTS,
     ExpectedVersion,
     IteratorPage,

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import crc32c
 
-from store.errors import DataCorruptionError
+from millrace.store.errors import DataCorruptionError
 
 MAGIC = 0x7A5E
 FORMAT = 1

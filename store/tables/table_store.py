@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Generic, NamedTuple, TypeVar
 
-from store.errors import (
+from millrace.store.errors import (
     BadOffsetError,
     DataCorruptionError,
     OffsetOutOfRangeError,
@@ -42,7 +42,7 @@ from store.errors import (
     TableKeyNotFoundError,
     TableKeyVersionMismatchError,
 )
-from store.tables.encoding import (
+from millrace.store.tables.encoding import (
     BATCH_HEADER,
     ENTRY_HEADER,
     MAX_KEY_BYTES,

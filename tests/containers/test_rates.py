@@ -9,11 +9,11 @@ from dataclasses import replace
 
 import pytest
 
-from store.containers.rates import RateConfig, RateRegistry, SegmentRates
-from store.durablelog.local import FileDurableDataLog
-from store.errors import SegmentNotFoundError, StoreError
-from store.lts.filesystem import FileSystemChunkStorage
-from store.segment_store import SegmentStore
+from millrace.store.containers.rates import RateConfig, RateRegistry, SegmentRates
+from millrace.store.durablelog.local import FileDurableDataLog
+from millrace.store.errors import SegmentNotFoundError, StoreError
+from millrace.store.lts.filesystem import FileSystemChunkStorage
+from millrace.store.segment_store import SegmentStore
 from tests.storehelpers import TEST_CONFIG
 
 WINDOWS = (2.0, 10.0, 30.0)

@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from store.contracts import AttributeUpdate
-from store.contracts import AttributeUpdateType as T
-from store.errors import (
+from millrace.store.contracts import AttributeUpdate
+from millrace.store.contracts import AttributeUpdateType as T
+from millrace.store.errors import (
     BadAttributeUpdateError,
     BadOffsetError,
     OffsetOutOfRangeError,

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, precondition, rule
 
-from store.errors import SegmentSealedError, SegmentTruncatedError
+from millrace.store.errors import SegmentSealedError, SegmentTruncatedError
 from tests.storehelpers import open_store
 
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from store.controller import Controller
-from store.tables import TableStore
+from millrace.store.controller import Controller
+from millrace.store.tables import TableStore
 from tests.tables.harness import StoreHarness, make_harness
 
 

@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from store.controller import (
+from millrace.store.controller import (
     Controller,
     InvalidStreamCutError,
     RetentionPolicy,
@@ -18,8 +18,8 @@ from store.controller import (
     key_hash,
     segment_id,
 )
-from store.controller.records import StreamRecord
-from store.errors import (
+from millrace.store.controller.records import StreamRecord
+from millrace.store.errors import (
     ScopeNotEmptyError,
     ScopeNotFoundError,
     SegmentSealedError,
@@ -27,7 +27,7 @@ from store.errors import (
     StreamNotFoundError,
     TableKeyVersionMismatchError,
 )
-from store.tables import TableStore
+from millrace.store.tables import TableStore
 from tests.tables.harness import StoreHarness
 
 CONFIG = StreamConfiguration(

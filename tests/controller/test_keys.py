@@ -3,7 +3,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from store.controller import (
+from millrace.store.controller import (
     key_hash,
     parse_segment_name,
     segment_epoch,
@@ -11,7 +11,7 @@ from store.controller import (
     segment_name,
     segment_number,
 )
-from store.controller.records import equal_split
+from millrace.store.controller.records import equal_split
 
 
 def test_key_hash_is_pinned() -> None:

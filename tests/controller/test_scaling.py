@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from store.controller import (
+from millrace.store.controller import (
     Controller,
     EpochRecord,
     InvalidScaleError,
@@ -19,9 +19,9 @@ from store.controller import (
     StreamState,
     segment_id,
 )
-from store.controller.records import PendingScale, StreamRecord
-from store.errors import SegmentNotFoundError, SegmentSealedError
-from store.tables import TableStore
+from millrace.store.controller.records import PendingScale, StreamRecord
+from millrace.store.errors import SegmentNotFoundError, SegmentSealedError
+from millrace.store.tables import TableStore
 from tests.tables.harness import StoreHarness
 
 
@@ -318,7 +318,7 @@ def test_concurrent_identical_scales_both_return_the_same_epoch(controller: Cont
 
 def test_old_records_decode_and_new_fields_round_trip() -> None:
     # Bytes as the pre-scaling code wrote them: no reason, no edges, no pending scale.
-    from store.controller.records import _CUT, _SEGMENT, _U8, _U32, _U64, _fields
+    from millrace.store.controller.records import _CUT, _SEGMENT, _U8, _U32, _U64, _fields
 
     old_epoch = _fields([(1, _U32.pack(0)), (2, _U64.pack(5)), (3, _SEGMENT.pack(7, 0.0, 1.0))])
     e = EpochRecord.decode(old_epoch)

@@ -9,13 +9,25 @@ import time
 
 import pytest
 
-from store.containers.rates import RateConfig, SegmentRates
-from store.controller import Controller, ScaleReason, ScalingPolicy, SegmentRange, StreamConfiguration
-from store.controller.autoscaler import GROW_PARTITIONS, RESUMED, AutoScaler, AutoScalerConfig, ScaleAction
-from store.durablelog.local import FileDurableDataLog
-from store.lts.filesystem import FileSystemChunkStorage
-from store.segment_store import SegmentStore
-from store.tables import TableStore
+from millrace.store.containers.rates import RateConfig, SegmentRates
+from millrace.store.controller import (
+    Controller,
+    ScaleReason,
+    ScalingPolicy,
+    SegmentRange,
+    StreamConfiguration,
+)
+from millrace.store.controller.autoscaler import (
+    GROW_PARTITIONS,
+    RESUMED,
+    AutoScaler,
+    AutoScalerConfig,
+    ScaleAction,
+)
+from millrace.store.durablelog.local import FileDurableDataLog
+from millrace.store.lts.filesystem import FileSystemChunkStorage
+from millrace.store.segment_store import SegmentStore
+from millrace.store.tables import TableStore
 from tests.storehelpers import TEST_CONFIG
 
 WINDOWS = (1.0, 2.0, 4.0)
@@ -245,7 +257,7 @@ def test_unsplittable_without_grow_callback_does_nothing(sim) -> None:
 
 
 def test_executor_conflict_is_skipped(sim) -> None:
-    from store.controller import ScaleConflictError
+    from millrace.store.controller import ScaleConflictError
 
     calls = []
 

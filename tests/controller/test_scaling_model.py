@@ -12,8 +12,14 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from store.controller import Controller, ScaleReason, SegmentRange, StreamConfiguration, segment_epoch
-from store.tables import TableStore
+from millrace.store.controller import (
+    Controller,
+    ScaleReason,
+    SegmentRange,
+    StreamConfiguration,
+    segment_epoch,
+)
+from millrace.store.tables import TableStore
 from tests.tables.harness import StoreHarness
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from store.durablelog.local import FileDurableDataLog
+from millrace.store.durablelog.local import FileDurableDataLog
 
 
 def open_log(path: Path | str, **kwargs: int) -> FileDurableDataLog:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from store.durablelog import framing
+from millrace.store.durablelog import framing
 
 
 @given(st.integers(min_value=0, max_value=2**64 - 1), st.binary(max_size=2000))

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from store.durablelog.interface import LogAddress
-from store.durablelog.local import FileDurableDataLog
-from store.errors import ContainerOfflineError, DataLogWriterFencedError
+from millrace.store.durablelog.interface import LogAddress
+from millrace.store.durablelog.local import FileDurableDataLog
+from millrace.store.errors import ContainerOfflineError, DataLogWriterFencedError
 from tests.durablelog.helpers import log_files, open_log, payload_for, read_payloads
 
 
@@ -289,7 +289,7 @@ def test_close_racing_appenders_answers_every_future(tmp_path: Path) -> None:
 
 
 def test_oversized_entry_is_refused_without_breaking_the_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from store.durablelog import framing
+    from millrace.store.durablelog import framing
 
     monkeypatch.setattr(framing, "MAX_PAYLOAD", 1000)
     log = open_log(tmp_path)

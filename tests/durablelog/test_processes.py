@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from store.durablelog.interface import LogAddress
+from millrace.store.durablelog.interface import LogAddress
 from tests.durablelog.helpers import open_log, payload_for, read_payloads
 
 REPO_ROOT = str(Path(__file__).resolve().parents[2])
 
 OPENER = """
 import sys
-from store.durablelog.local import FileDurableDataLog
-from store.errors import DataLogWriterFencedError
+from millrace.store.durablelog.local import FileDurableDataLog
+from millrace.store.errors import DataLogWriterFencedError
 log = FileDurableDataLog(sys.argv[1])
 try:
     log.open()
@@ -33,7 +33,7 @@ log.close()
 # Appends from 4 threads; prints "sequence worker index" for each entry only after its future completed.
 APPENDER = """
 import os, sys, threading
-from store.durablelog.local import FileDurableDataLog
+from millrace.store.durablelog.local import FileDurableDataLog
 from tests.durablelog.helpers import payload_for
 log = FileDurableDataLog(sys.argv[1], max_file_bytes=int(sys.argv[2]))
 log.open()

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store.durablelog import framing
-from store.durablelog.interface import LogAddress
-from store.errors import DataCorruptionError
+from millrace.store.durablelog import framing
+from millrace.store.durablelog.interface import LogAddress
+from millrace.store.errors import DataCorruptionError
 from tests.durablelog.helpers import log_files, open_log, read_payloads
 
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from gateway.kafka_protocol.codec import request_class
-from gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka_protocol.codec import request_class
+from millrace.gateway.kafka_protocol.errors import ErrorCode
 from tests.kafka.test_metadata import CLUSTER_OPS, NOT_REQUESTED, ZERO, Wire, only, stream_description
 from tests.server_process import ServerProcess
 

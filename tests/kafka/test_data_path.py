@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from gateway.kafka_protocol.codec import encode_request, request_class
-from gateway.kafka_protocol.errors import ErrorCode
-from gateway.kafka_protocol.records import NewRecord, build_record_batch, iter_batches
+from millrace.gateway.kafka_protocol.codec import encode_request, request_class
+from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka_protocol.records import NewRecord, build_record_batch, iter_batches
 from tests.kafka.wire import KafkaWire, local
 from tests.server_process import ServerProcess
 
@@ -226,7 +226,7 @@ def test_partitions_sharing_one_segment(server):
             assert [r.offset for r in got] == list(range(len(sent[p])))
 
     check(c)
-    out = subprocess.run([sys.executable, "-m", "gateway.cli", "streams", "describe", "kafka/shared", "--json",
+    out = subprocess.run([sys.executable, "-m", "millrace", "streams", "describe", "kafka/shared", "--json",
                           "--server", f"127.0.0.1:{server.native_port}"], capture_output=True, text=True, timeout=60)
     assert len(json.loads(out.stdout)["segments"]) == 1
     assert server.stop() == 0
@@ -240,7 +240,7 @@ def test_partitions_sharing_one_segment(server):
 def test_every_advertised_version_of_the_data_path(server):
     """Each version in the registry's range answers: Produce, Fetch (names and, v13+, topic ids),
     ListOffsets, OffsetForLeaderEpoch, DeleteRecords, InitProducerId."""
-    from gateway.kafka.registry import REGISTRY, load_handlers
+    from millrace.gateway.kafka.registry import REGISTRY, load_handlers
 
     load_handlers()
     c = local(server.kafka_port)
@@ -294,9 +294,9 @@ def test_foreign_append_fences_the_gateway_then_it_reloads(server):
     """Another writer appends to a topic's segment behind the gateway's back (a zombie, say): the
     gateway's conditional append is refused, the produce gets a retriable error, the topic is rebuilt
     from the store, the foreign batch becomes part of the partition, and producing continues."""
-    from client.segments import SegmentClient
-    from gateway.kafka.partition_log import ENVELOPE, ENVELOPE_MAGIC, ENVELOPE_VERSION
-    from gateway.kafka_protocol.records import set_base_offset
+    from millrace.client.segments import SegmentClient
+    from millrace.gateway.kafka.partition_log import ENVELOPE, ENVELOPE_MAGIC, ENVELOPE_VERSION
+    from millrace.gateway.kafka_protocol.records import set_base_offset
 
     c = local(server.kafka_port)
     assert c.produce("fenced", 0, batch([b"one"])).base_offset == 0

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from gateway.kafka_protocol.codec import encode_message, message_class, request_class
-from gateway.kafka_protocol.errors import ErrorCode as E
+from millrace.gateway.kafka_protocol.codec import encode_message, message_class, request_class
+from millrace.gateway.kafka_protocol.errors import ErrorCode as E
 from tests.kafka.wire import KafkaWire
 from tests.server_process import ServerProcess
 

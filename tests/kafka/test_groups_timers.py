@@ -10,11 +10,11 @@ import pytest
 from twisted.internet.defer import maybeDeferred
 from twisted.internet.task import Clock
 
-from gateway.kafka.broker import KafkaConfig
-from gateway.kafka.group_store import GROUPS_TABLE, OFFSETS_TABLE
-from gateway.kafka.groups import GroupCoordinator, GroupState, JoinResult, OffsetAndMetadata
-from gateway.kafka_protocol.errors import ErrorCode as E
-from store.tables import TableStore
+from millrace.gateway.kafka.broker import KafkaConfig
+from millrace.gateway.kafka.group_store import GROUPS_TABLE, OFFSETS_TABLE
+from millrace.gateway.kafka.groups import GroupCoordinator, GroupState, JoinResult, OffsetAndMetadata
+from millrace.gateway.kafka_protocol.errors import ErrorCode as E
+from millrace.store.tables import TableStore
 from tests.storehelpers import open_store
 
 

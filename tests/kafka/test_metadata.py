@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from gateway.kafka_protocol.codec import request_class
-from gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka_protocol.codec import request_class
+from millrace.gateway.kafka_protocol.errors import ErrorCode
 from tests.kafka.wire import KafkaWire, local
 from tests.server_process import ServerProcess
 
@@ -222,7 +222,7 @@ def stream_description(native_port: int, name: str) -> dict | None:
     """``millrace streams describe NAME --json``; None if the stream does not exist."""
     import json
 
-    out = subprocess.run([sys.executable, "-m", "gateway.cli", "streams", "describe", name, "--json",
+    out = subprocess.run([sys.executable, "-m", "millrace", "streams", "describe", name, "--json",
                           "--server", f"127.0.0.1:{native_port}"], capture_output=True, text=True, timeout=60)
     if out.returncode != 0:
         return None

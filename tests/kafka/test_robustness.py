@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.kafka_protocol.codec import encode_request, request_class
+from millrace.gateway.kafka_protocol.codec import encode_request, request_class
 from tests.kafka.test_data_path import batch, records_of
 from tests.kafka.wire import local
 from tests.server_process import ServerProcess

@@ -12,7 +12,7 @@ import socket
 import struct
 from typing import Any
 
-from gateway.kafka_protocol.codec import decode_response, encode_request, request_class
+from millrace.gateway.kafka_protocol.codec import decode_response, encode_request, request_class
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, CREATE_TOPICS = 0, 1, 2, 3, 19
 

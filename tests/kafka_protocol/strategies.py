@@ -8,8 +8,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from gateway.kafka_protocol import codec
-from gateway.kafka_protocol.schema import FieldSpec, MessageSpec, StructSpec
+from millrace.gateway.kafka_protocol import codec
+from millrace.gateway.kafka_protocol.schema import FieldSpec, MessageSpec, StructSpec
 
 _INT_RANGES = {
     "int8": (-(2**7), 2**7 - 1),

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.kafka_protocol import codec
-from gateway.kafka_protocol.codec import KafkaDecodeError, UnsupportedApiError
+from millrace.gateway.kafka_protocol import codec
+from millrace.gateway.kafka_protocol.codec import KafkaDecodeError, UnsupportedApiError
 
 from .strategies import random_message
 

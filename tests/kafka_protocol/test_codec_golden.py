@@ -11,7 +11,7 @@ from kafka.protocol.metadata import MetadataRequest as KMetadataRequest
 from kafka.protocol.metadata import MetadataResponse as KMetadataResponse
 from kafka.protocol.producer import ProduceRequest as KProduceRequest
 
-from gateway.kafka_protocol import codec
+from millrace.gateway.kafka_protocol import codec
 
 ApiVersionsRequest = codec.request_class(18)
 ApiVersionsResponse = codec.response_class(18)

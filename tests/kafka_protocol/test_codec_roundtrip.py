@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.kafka_protocol import codec
+from millrace.gateway.kafka_protocol import codec
 
 from .strategies import message_strategy
 

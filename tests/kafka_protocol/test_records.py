@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from gateway.kafka_protocol import records as R
-from gateway.kafka_protocol.errors import ErrorCode, is_retriable
+from millrace.gateway.kafka_protocol import records as R
+from millrace.gateway.kafka_protocol.errors import ErrorCode, is_retriable
 
 CODECS = list(R.Compression)
 

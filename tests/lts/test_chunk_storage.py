@@ -9,10 +9,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from store.errors import ChunkExistsError, ChunkNotFoundError
-from store.lts.filesystem import FileSystemChunkStorage
-from store.lts.interface import ChunkStorage
-from store.lts.s3 import S3ChunkStorage
+from millrace.store.errors import ChunkExistsError, ChunkNotFoundError
+from millrace.store.lts.filesystem import FileSystemChunkStorage
+from millrace.store.lts.interface import ChunkStorage
+from millrace.store.lts.s3 import S3ChunkStorage
 from tests.s3server import S3Server
 
 CHUNK = "kafka/orders/3.#epoch.0/E1-O1048576-" + "0f8e4f52-4ad5-4a3e-9b7c-2b1d7c1f0a11"

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store.lts.factory import chunk_storage_from_url
-from store.lts.filesystem import FileSystemChunkStorage
-from store.lts.s3 import S3ChunkStorage
+from millrace.store.lts.factory import chunk_storage_from_url
+from millrace.store.lts.filesystem import FileSystemChunkStorage
+from millrace.store.lts.s3 import S3ChunkStorage
 
 
 @pytest.mark.parametrize("bad", ["../outside", "a/../../outside", "/etc/passwd", "..", "a/.."])

@@ -6,9 +6,9 @@ import uuid
 
 import pytest
 
-from store.errors import ChunkExistsError
-from store.lts.factory import chunk_storage_from_url
-from store.lts.s3 import S3ChunkStorage, S3StorageError
+from millrace.store.errors import ChunkExistsError
+from millrace.store.lts.factory import chunk_storage_from_url
+from millrace.store.lts.s3 import S3ChunkStorage, S3StorageError
 from tests.s3server import S3Server
 
 

@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from client.segments import SegmentClient
+from millrace.client.segments import SegmentClient
 from tests.scaling.test_client_continuity import (
     PARTITIONS,
     Group,

@@ -35,8 +35,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 
-from client.segments import SegmentClient
 from compat_tests.java_support import VERSIONS, classpath
+from millrace.client.segments import SegmentClient
 from tests.server_process import ServerProcess
 
 PARTITIONS = 8

@@ -10,8 +10,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from client.segments import SegmentClient
-from store.controller import InvalidScaleError
+from millrace.client.segments import SegmentClient
+from millrace.store.controller import InvalidScaleError
 from tests.server_process import ServerProcess
 
 

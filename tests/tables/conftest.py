@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from store.tables import TableStore
+from millrace.store.tables import TableStore
 from tests.tables.harness import StoreHarness, make_harness
 
 

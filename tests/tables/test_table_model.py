@@ -12,8 +12,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from store.errors import TableKeyNotFoundError, TableKeyVersionMismatchError
-from store.tables import NOT_EXISTS, TableConfig, TableStore
+from millrace.store.errors import TableKeyNotFoundError, TableKeyVersionMismatchError
+from millrace.store.tables import NOT_EXISTS, TableConfig, TableStore
 from tests.tables.harness import StoreHarness
 
 TABLE = "model/_tables/t"

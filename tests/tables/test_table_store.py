@@ -4,15 +4,15 @@ import threading
 
 import pytest
 
-from store.errors import (
+from millrace.store.errors import (
     DataCorruptionError,
     SegmentExistsError,
     SegmentNotFoundError,
     TableKeyNotFoundError,
     TableKeyVersionMismatchError,
 )
-from store.tables import NOT_EXISTS, TableConfig, TableNotEmptyError, TableStore
-from store.tables.encoding import EncodedEntry, decode_batch, encode_batch
+from millrace.store.tables import NOT_EXISTS, TableConfig, TableNotEmptyError, TableStore
+from millrace.store.tables.encoding import EncodedEntry, decode_batch, encode_batch
 from tests.tables.harness import StoreHarness
 
 T = "scope/_tables/t1"

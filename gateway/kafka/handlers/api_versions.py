@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.kafka.registry import REGISTRY, api
-from gateway.kafka_protocol.codec import response_class
-from gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka.registry import REGISTRY, api
+from millrace.gateway.kafka_protocol.codec import response_class
+from millrace.gateway.kafka_protocol.errors import ErrorCode
 
 API_VERSIONS = 18
 

@@ -14,10 +14,16 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.kafka.registry import api
-from gateway.kafka.topics import DEFAULT_CONFIGS, READ_ONLY_CONFIGS, TopicError, TopicInfo, legal_topic_name
-from gateway.kafka_protocol.codec import response_class
-from gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka.registry import api
+from millrace.gateway.kafka.topics import (
+    DEFAULT_CONFIGS,
+    READ_ONLY_CONFIGS,
+    TopicError,
+    TopicInfo,
+    legal_topic_name,
+)
+from millrace.gateway.kafka_protocol.codec import response_class
+from millrace.gateway.kafka_protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 

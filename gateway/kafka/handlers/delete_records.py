@@ -7,11 +7,11 @@ from typing import Any
 
 from twisted.internet import defer
 
-from gateway.kafka.broker import RequestContext
-from gateway.kafka.registry import api
-from gateway.kafka.resolve import topic_logs
-from gateway.kafka_protocol.codec import response_class
-from gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka.broker import RequestContext
+from millrace.gateway.kafka.registry import api
+from millrace.gateway.kafka.resolve import topic_logs
+from millrace.gateway.kafka_protocol.codec import response_class
+from millrace.gateway.kafka_protocol.errors import ErrorCode
 
 DELETE_RECORDS = 21
 Response = response_class(DELETE_RECORDS)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.kafka.handlers.metadata import CLUSTER_OPERATIONS, OPERATIONS_NOT_REQUESTED
-from gateway.kafka.registry import api
-from gateway.kafka_protocol.codec import response_class
-from gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka.handlers.metadata import CLUSTER_OPERATIONS, OPERATIONS_NOT_REQUESTED
+from millrace.gateway.kafka.registry import api
+from millrace.gateway.kafka_protocol.codec import response_class
+from millrace.gateway.kafka_protocol.errors import ErrorCode
 
 DESCRIBE_CLUSTER = 60
 BROKER_ENDPOINT, CONTROLLER_ENDPOINT = 1, 2  # Kafka's EndpointType (0 = UNKNOWN)

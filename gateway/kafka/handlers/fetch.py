@@ -12,12 +12,12 @@ from typing import Any
 
 from twisted.internet import defer
 
-from gateway.kafka.broker import RequestContext
-from gateway.kafka.partition_log import PartitionError, PartitionLog
-from gateway.kafka.registry import api
-from gateway.kafka.resolve import topic_logs
-from gateway.kafka_protocol.codec import response_class
-from gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka.broker import RequestContext
+from millrace.gateway.kafka.partition_log import PartitionError, PartitionLog
+from millrace.gateway.kafka.registry import api
+from millrace.gateway.kafka.resolve import topic_logs
+from millrace.gateway.kafka_protocol.codec import response_class
+from millrace.gateway.kafka_protocol.errors import ErrorCode
 
 FETCH = 1
 Response = response_class(FETCH)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.kafka.registry import api
-from gateway.kafka_protocol.codec import response_class
-from gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka.registry import api
+from millrace.gateway.kafka_protocol.codec import response_class
+from millrace.gateway.kafka_protocol.errors import ErrorCode
 
 FIND_COORDINATOR = 10
 KEY_TYPE_GROUP = 0

@@ -6,9 +6,9 @@ from typing import Any
 
 from twisted.internet.defer import Deferred
 
-from gateway.kafka.groups import GROUP_AUTHORIZED_OPERATIONS, GroupCoordinator, get_coordinator
-from gateway.kafka.registry import api
-from gateway.kafka_protocol.codec import response_class
+from millrace.gateway.kafka.groups import GROUP_AUTHORIZED_OPERATIONS, GroupCoordinator, get_coordinator
+from millrace.gateway.kafka.registry import api
+from millrace.gateway.kafka_protocol.codec import response_class
 
 DESCRIBE_GROUPS = 15
 LIST_GROUPS = 16

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.kafka.broker import RequestContext
-from gateway.kafka.registry import api
-from gateway.kafka_protocol.codec import response_class
-from gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka.broker import RequestContext
+from millrace.gateway.kafka.registry import api
+from millrace.gateway.kafka_protocol.codec import response_class
+from millrace.gateway.kafka_protocol.errors import ErrorCode
 
 INIT_PRODUCER_ID = 22
 Response = response_class(INIT_PRODUCER_ID)

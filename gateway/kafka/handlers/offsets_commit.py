@@ -10,10 +10,10 @@ from typing import Any
 
 from twisted.internet.defer import Deferred
 
-from gateway.kafka.groups import GroupCoordinator, OffsetAndMetadata, get_coordinator
-from gateway.kafka.registry import api
-from gateway.kafka_protocol.codec import response_class
-from gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka.groups import GroupCoordinator, OffsetAndMetadata, get_coordinator
+from millrace.gateway.kafka.registry import api
+from millrace.gateway.kafka_protocol.codec import response_class
+from millrace.gateway.kafka_protocol.errors import ErrorCode
 
 OFFSET_COMMIT = 8
 OFFSET_FETCH = 9
