@@ -5,6 +5,7 @@ from __future__ import annotations
 from concurrent.futures import Future
 
 from twisted.internet import defer, reactor
+from twisted.internet.interfaces import IReactorFromThreads
 
 from millrace.store.futures import StoreFuture
 
@@ -20,5 +21,5 @@ def to_deferred(fut: StoreFuture | Future) -> defer.Deferred:
         else:
             d.callback(f.result())
 
-    fut.add_done_callback(lambda f: reactor.callFromThread(fire, f))
+    fut.add_done_callback(lambda f: IReactorFromThreads(reactor).callFromThread(fire, f))
     return d

@@ -90,7 +90,7 @@ def _json(request: server.Request, status: int, body: Any) -> bytes:
     return json.dumps(body).encode()
 
 
-def _error_status(exc: BaseException) -> int:
+def _error_status(exc: BaseException | None) -> int:
     for classes, status in _HTTP_STATUS:
         if isinstance(exc, classes):
             return status
@@ -285,7 +285,7 @@ class _Streams(resource.Resource):
 
     @staticmethod
     def _path(request: server.Request) -> list[str]:
-        return [unquote(p.decode()) for p in request.postpath if p]
+        return [unquote(p.decode()) for p in request.postpath or () if p]
 
     def render_GET(self, request: server.Request) -> int:  # noqa: N802 - Twisted's name
         path = self._path(request)
@@ -306,7 +306,7 @@ class _Streams(resource.Resource):
             return _answer_later(request, defer.fail(_NotFoundError(f"no resource {request.path.decode()} (POST)")))
         scope, stream, action = path
         try:
-            body = json.loads(request.content.read() or b"{}")
+            body = json.loads((request.content.read() if request.content is not None else b"") or b"{}")
             if not isinstance(body, dict):
                 raise ValueError("the request body must be a JSON object")
         except ValueError as exc:

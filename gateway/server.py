@@ -10,6 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from twisted.internet import reactor
+from twisted.internet.address import IPv4Address, IPv6Address
+from twisted.internet.interfaces import IListeningPort
 
 from millrace.gateway.http import StreamViews, http_site
 from millrace.gateway.kafka.broker import Broker, KafkaConfig
@@ -63,8 +65,16 @@ def build_store(options: ServerOptions) -> SegmentStore:
     )
 
 
-def announce(what: str, port) -> None:  # noqa: ANN001 - a Twisted IListeningPort
+def bound_address(port: IListeningPort) -> IPv4Address | IPv6Address:
+    """The address a TCP listener is bound to."""
     address = port.getHost()
+    if not isinstance(address, IPv4Address | IPv6Address):
+        raise TypeError(f"not a TCP listener: {address!r}")
+    return address
+
+
+def announce(what: str, port: IListeningPort) -> None:
+    address = bound_address(port)
     print(f"millrace: {what} listening on {address.host}:{address.port}", flush=True)
 
 
@@ -104,12 +114,15 @@ def serve(options: ServerOptions) -> int:
     try:
         kafka = reactor.listenTCP(options.kafka_port, kafka_factory, interface=options.host)
         # The port clients must be told about in Metadata is the one actually bound (0 = any).
-        kafka_config.advertised_port = kafka.getHost().port
+        kafka_config.advertised_port = bound_address(kafka).port
         partitions_of = topic_partitions(broker)
         native_factory = NativeFactory(store, controller, controller_pool, broker.scaling, partitions_of)
         native = reactor.listenTCP(options.native_port, native_factory, interface=options.host)
         views = StreamViews(controller, controller_pool, broker.scaling, partitions_of)
-        http = reactor.listenTCP(options.http_port, http_site(store, views), interface=options.host)
+        # Twisted declares listenTCP's factory as an invariant ServerFactory[_ProtoWithFactory], which its
+        # own Site (a ServerFactory[HTTPChannel]) does not match.
+        http = reactor.listenTCP(options.http_port, http_site(store, views),  # type: ignore[arg-type]
+                                 interface=options.host)
     except Exception as exc:  # noqa: BLE001 - e.g. a port in use
         print(f"millrace: cannot listen: {exc}", file=sys.stderr, flush=True)
         controller_pool.shutdown(wait=False)

@@ -120,7 +120,7 @@ class KafkaConnection(Int32StringReceiver):
         self.transport.loseConnection()
 
 
-class KafkaFactory(protocol.Factory):
+class KafkaFactory(protocol.ServerFactory):
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
 

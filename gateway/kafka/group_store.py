@@ -206,7 +206,9 @@ def _coalesce(batch: list[_Op]) -> list[_Call]:
     the order of everything else (a put, a removal and a put of one key stay three calls)."""
     calls: list[_Call] = []
     for op in batch:
-        for kind, items in (("remove", {k: None for k in op.removes}), ("put", dict(op.puts))):
+        removes: dict[bytes, bytes | None] = dict.fromkeys(op.removes)
+        puts: dict[bytes, bytes | None] = dict(op.puts)
+        for kind, items in (("remove", removes), ("put", puts)):
             if not items:
                 continue
             last = calls[-1] if calls else None

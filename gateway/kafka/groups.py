@@ -455,11 +455,11 @@ class GroupCoordinator:
             group.subscribed_topics = group.compute_subscribed_topics()
             self.groups[group.group_id] = group
         for group_id, offsets in state.offsets.items():
-            group = self.groups.get(group_id)
-            if group is None:
+            known = self.groups.get(group_id)
+            if known is None:
                 # Offsets without a group record: a simple (standalone) consumer's group.
-                group = self.groups[group_id] = Group(group_id)
-            group.offsets.update(offsets)
+                known = self.groups[group_id] = Group(group_id)
+            known.offsets.update(offsets)
         # Restored members keep their session: they are expected to keep heartbeating.
         for group in self.groups.values():
             for member in group.members.values():
@@ -1168,8 +1168,9 @@ class GroupCoordinator:
         """TopicRegistry listener (called on a worker thread): hop to the reactor."""
         if event == "deleted":
             from twisted.internet import reactor
+            from twisted.internet.interfaces import IReactorFromThreads
 
-            reactor.callFromThread(self._topic_deleted, topic.name)
+            IReactorFromThreads(reactor).callFromThread(self._topic_deleted, topic.name)
 
     def _topic_deleted(self, topic: str) -> None:
         if not self.loaded:
@@ -1180,8 +1181,8 @@ class GroupCoordinator:
             gone = [tp for tp in group.offsets if tp[0] == topic]
             if gone:
                 self._remove_offsets(group, gone).addErrback(
-                    lambda f, g=group.group_id: log.warning("cannot remove offsets of deleted topic %s in group %s: %s",
-                                                            topic, g, f.getErrorMessage()))
+                    lambda f, g: log.warning("cannot remove offsets of deleted topic %s in group %s: %s",
+                                             topic, g, f.getErrorMessage()), group.group_id)
 
     def _periodic_cleanup(self) -> None:
         self._cleanup_timer = self._later(self.retention_check_interval_ms / 1000, self._periodic_cleanup)
@@ -1217,8 +1218,8 @@ class GroupCoordinator:
             if expired or (group.is_(GroupState.EMPTY) and not group.offsets and not group.pending_commits):
                 count += len(expired)
                 self._remove_offsets(group, expired).addErrback(
-                    lambda f, g=group.group_id: log.warning("cannot expire offsets of group %s: %s", g,
-                                                            f.getErrorMessage()))
+                    lambda f, g: log.warning("cannot expire offsets of group %s: %s", g, f.getErrorMessage()),
+                    group.group_id)
         return count
 
     # -- admin -------------------------------------------------------------------------------------

@@ -36,6 +36,8 @@ def persistent_cluster_id(tables: TableStore) -> str:
     with contextlib.suppress(TableKeyVersionMismatchError):
         tables.put(CLUSTER_TABLE, [(key, fresh, NOT_EXISTS)])
     (entry,) = tables.get(CLUSTER_TABLE, [key])
+    if entry is None:  # only if someone removed the key between our put and this read
+        raise RuntimeError(f"the cluster id vanished from {CLUSTER_TABLE}")
     return entry.value.decode()
 
 

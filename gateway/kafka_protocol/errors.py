@@ -156,9 +156,9 @@ class ErrorCode(IntEnum):
     VOTER_NOT_FOUND = (127, False, 'The voter is not part of the set of voters.')
 
 
+_RETRIABLE = frozenset(int(e) for e in ErrorCode if e.retriable)
+
+
 def is_retriable(code: int) -> bool:
     """Whether a client may retry after this code (unknown codes are not retriable)."""
-    try:
-        return ErrorCode(code).retriable
-    except ValueError:
-        return False
+    return code in _RETRIABLE

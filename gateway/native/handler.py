@@ -172,7 +172,7 @@ class NativeProtocol(Int32StringReceiver):
         self.transport.write(encode_frame(status, request_id, {"error": message, **(extra or {})}))
 
 
-class NativeFactory(protocol.Factory):
+class NativeFactory(protocol.ServerFactory):
     def __init__(self, store: SegmentStore, controller: Controller, pool: ThreadPoolExecutor, scaler: Any,
                  partitions_of: PartitionsOf | None = None) -> None:
         self.store = store

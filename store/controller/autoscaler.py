@@ -216,8 +216,11 @@ class AutoScaler:
         allowed = sorted({p for p in self.boundaries(scope, stream, seg) if seg.key_start < p < seg.key_end})
         if not allowed:
             return []
+        def nearest(x: float) -> float:
+            return min(allowed, key=lambda p: (abs(p - x), p))
+
         # The allowed point nearest each ideal one; several ideals may share a point (fewer pieces).
-        return sorted({min(allowed, key=lambda p, x=x: (abs(p - x), p)) for x in ideal})
+        return sorted({nearest(x) for x in ideal})
 
     def _execute(
         self,
