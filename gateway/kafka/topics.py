@@ -49,7 +49,8 @@ DEFAULT_CONFIGS: dict[str, str] = {
     "compression.type": "producer",
     "segment.bytes": str(1024 * 1024 * 1024),
     # How many segments carry the topic at creation; must divide the partition count.
-    "millrace.segments.initial": "0",  # 0 = one segment per partition
+    # 0 = one segment per partition, or with an automatic scaling policy, as few as min.segments allows.
+    "millrace.segments.initial": "0",
     # Automatic scaling of the topic's stream (Pravega's policies): fixed, by_event_rate (target in
     # events/s per segment) or by_data_rate (target in KiB/s per segment).
     "millrace.scaling.type": "fixed",
@@ -166,6 +167,16 @@ def _validate_configs(configs: dict[str, str | None]) -> None:
                 raise TopicError(ErrorCode.INVALID_CONFIG, f"{key}={number} is out of range")
 
 
+def _initial_segments(partitions: int, configs: dict[str, str]) -> int:
+    """Segments of a new topic that does not set millrace.segments.initial. A fixed topic gives each
+    partition its own segment; an auto-scaled one starts small, as a Pravega stream starts at its minimum,
+    and splits as load demands: at the fewest segments, at least min.segments, that divide the partitions."""
+    policy = scaling_policy(configs)
+    if policy.type is ScalingType.FIXED_NUM_SEGMENTS or policy.min_segments >= partitions:
+        return partitions
+    return next(n for n in range(max(1, policy.min_segments), partitions + 1) if partitions % n == 0)
+
+
 def scaling_policy(configs: dict[str, str]) -> ScalingPolicy:
     """The stream scaling policy a topic's millrace.scaling.* configs ask for."""
 
@@ -244,7 +255,7 @@ class TopicRegistry:
         if partitions < 1 or partitions > 1 << 16:
             raise TopicError(ErrorCode.INVALID_PARTITIONS, f"partition count {partitions} must be 1..65536")
         _validate_configs(configs)
-        segments = int(configs.get("millrace.segments.initial", "0")) or partitions
+        segments = int(configs.get("millrace.segments.initial", "0")) or _initial_segments(partitions, configs)
         if segments < 1 or partitions % segments:
             raise TopicError(ErrorCode.INVALID_CONFIG,
                              f"millrace.segments.initial={segments} must divide the partition count {partitions}")
