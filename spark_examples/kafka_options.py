@@ -17,7 +17,9 @@ def source_options(bootstrap: str, topic: str, *, starting_offsets: str | None =
                    ) -> dict[str, str]:
     """The ``spark.read[Stream].format("kafka")`` options. Timestamps (epoch ms) take precedence over offsets
     in Spark: a partition starts at its first record with timestamp >= starting_timestamp and ends before its
-    first record with timestamp >= ending_timestamp (or at latest when there is none)."""
+    first record with timestamp >= ending_timestamp (or at latest when there is none). A partition with no
+    record at or after starting_timestamp starts at latest (it contributes nothing) rather than failing the
+    query, which is Spark's default ("error") when Kafka answers "no such offset"."""
     opts: dict[str, str] = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic,
                             "failOnDataLoss": str(fail_on_data_loss).lower()}
     if starting_offsets is not None:
@@ -26,6 +28,7 @@ def source_options(bootstrap: str, topic: str, *, starting_offsets: str | None =
         opts["endingOffsets"] = ending_offsets
     if starting_timestamp is not None:
         opts["startingTimestamp"] = str(starting_timestamp)
+        opts["startingOffsetsByTimestampStrategy"] = "latest"
     if ending_timestamp is not None:
         opts["endingTimestamp"] = str(ending_timestamp)
     if max_offsets_per_trigger is not None:

@@ -3,14 +3,12 @@ twice on one checkpoint (it must resume) and the historical pipeline over offset
 with its documented command on local[2] Spark; every aggregate is checked against an independent pure-Python
 computation of the same readings.
 
-The connector is not a Python package and this machine cannot download it, so SPARK_KAFKA_JARS must name its
-jars (comma-separated paths): spark-sql-kafka-0-10_2.13-4.0.x.jar, spark-token-provider-kafka-0-10_2.13-4.0.x.jar,
-kafka-clients-3.9.x.jar and commons-pool2-2.12.x.jar (what `--packages
-org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.x` resolves). Without it the module skips."""
+The connector is not a Python package and this machine cannot download it: its jars (what `--packages
+org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.x` resolves) come from SPARK_KAFKA_JARS or ../shared/spark-jars
+beside the repository (tests/spark/conftest.py); without either the module skips, saying so."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -27,19 +25,10 @@ from spark_examples.kafka_options import offsets_json
 from spark_examples.readings import Reading, generate_readings
 from tests.server_process import ServerProcess
 from tests.spark import reference
-from tests.spark.conftest import pyspark_missing
+from tests.spark.conftest import connector_or_skip
 
 ROOT = Path(__file__).resolve().parents[2]
-JARS = os.environ.get("SPARK_KAFKA_JARS", "")
-if not JARS:
-    pytest.skip("SPARK_KAFKA_JARS is not set: Spark's Kafka connector jars (spark-sql-kafka-0-10_2.13, "
-                "spark-token-provider-kafka-0-10_2.13, kafka-clients, commons-pool2; comma-separated paths) "
-                "cannot be downloaded on this machine", allow_module_level=True)
-_missing = [p for p in JARS.split(",") if not Path(p).is_file()]
-if _missing:
-    pytest.skip(f"SPARK_KAFKA_JARS names missing files: {_missing}", allow_module_level=True)
-if pyspark_missing():
-    pytest.skip(str(pyspark_missing()), allow_module_level=True)
+JARS = connector_or_skip()
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 

@@ -47,6 +47,9 @@ def test_source_options() -> None:
     assert json.loads(opts["startingOffsets"]) == {"t": {"0": 5, "1": -2}}
     assert (opts["endingOffsets"], opts["startingTimestamp"], opts["endingTimestamp"]) == ("latest", "10", "20")
     assert opts["maxOffsetsPerTrigger"] == "100" and opts["kafka.client.id"] == "x"
+    # A partition with nothing at or after the start must not abort the query (Spark's default is "error").
+    assert opts["startingOffsetsByTimestampStrategy"] == "latest"
+    assert "startingOffsetsByTimestampStrategy" not in source_options("h:1", "t", ending_timestamp=20)
 
 
 def test_parse_time() -> None:
