@@ -13,9 +13,13 @@ new checkpoint. --available-now processes what the topic holds and stops (a catc
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import time
 from collections.abc import Sequence
+from types import FrameType
 
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -54,20 +58,62 @@ def start_pipeline(raw: DataFrame, *, checkpoint: str, parquet: str | None, boot
     return queries
 
 
-def await_queries(queries: list[StreamingQuery]) -> None:
-    """Waits for every query; Ctrl-C stops them all cleanly (their checkpoints stay consistent)."""
+class StopRequest:
+    """Ctrl-C (SIGINT) and SIGTERM ask the main thread to stop the queries, which it notices between short
+    waits. PySpark's own SIGINT handler calls into the JVM from inside the handler, re-entering the py4j read
+    the main thread is blocked in ("RuntimeError: reentrant call", then py4j tracebacks and exit status 1), so
+    this one only sets a flag. A second signal while stopping aborts at once."""
+
+    def __init__(self) -> None:
+        self.signal_name: str | None = None
+
+    @property
+    def requested(self) -> bool:
+        return self.signal_name is not None
+
+    def install(self) -> None:
+        """Replaces the handlers (after the SparkSession exists: creating it installs PySpark's)."""
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.requested:
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)
+        self.signal_name = signal.Signals(signum).name  # no I/O here: the main thread may be mid-write
+
+
+def stop_gracefully(query: StreamingQuery, timeout_s: float = 120.0) -> None:
+    """Stops ``query`` between micro-batches. Stopping one mid-batch is safe for its checkpoint, but the
+    Kafka sink is at-least-once: records the interrupted batch had already sent would be sent again when the
+    batch reruns on restart. So a running batch is let finish first."""
+    deadline = time.monotonic() + timeout_s
+    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if query.isActive:
+        query.stop()
+
+
+def await_queries(queries: list[StreamingQuery], stop: StopRequest | None = None, poll_s: float = 0.5) -> None:
+    """Waits until every query has ended, one has failed, or ``stop`` is requested; then stops the others
+    between batches (their checkpoints stay consistent). Raises RuntimeError when a query failed."""
     try:
-        for q in queries:
-            q.awaitTermination()
-    except KeyboardInterrupt:
-        print("stopping...", file=sys.stderr)
+        while not (stop is not None and stop.requested):
+            active = [q for q in queries if q.isActive]
+            if not active or any(q.exception() is not None for q in queries):
+                break
+            try:
+                active[0].awaitTermination(poll_s)
+            except StreamingQueryException:
+                break  # reported below, after the others are stopped
     finally:
+        if stop is not None and stop.requested:
+            print(f"{stop.signal_name}: stopping after the running batch (again to abort)...", file=sys.stderr)
         for q in queries:
-            if q.isActive:
-                q.stop()
-    for q in queries:
-        if q.exception() is not None:
-            raise RuntimeError(f"query {q.name} failed: {q.exception()}")
+            stop_gracefully(q)
+    failed = [f"query {q.name} failed: {q.exception()}" for q in queries if q.exception() is not None]
+    if failed:
+        raise RuntimeError("; ".join(failed))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -89,7 +135,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_spark_arguments(ap)
     args = ap.parse_args(argv)
 
+    stop = StopRequest()
+    stop.install()  # a Ctrl-C while the JVM starts is remembered, not a traceback
     spark = build_session("millrace-sensors-streaming", args)
+    stop.install()  # again: creating the SparkContext installed PySpark's handler over ours
     extra = dict(item.split("=", 1) for item in args.option)
     raw = kafka_stream(spark, source_options(args.bootstrap, args.topic, starting_offsets=args.starting_offsets,
                                              max_offsets_per_trigger=args.max_offsets_per_trigger, extra=extra))
@@ -98,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                              window=args.window, watermark=args.watermark, available_now=args.available_now,
                              trigger_seconds=args.trigger_seconds)
     print(f"started {', '.join(q.name for q in queries)}; checkpoint {args.checkpoint}", file=sys.stderr)
-    await_queries(queries)
+    await_queries(queries, stop)
     for q in queries:
         progress = q.lastProgress or {}
         print(f"{q.name}: last batch {progress.get('batchId')}, watermark "
