@@ -61,14 +61,15 @@ class ProgressBar:
         self.stream.flush()
 
 
-def ensure_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    """Creates ``topic`` with ``partitions`` partitions unless it exists."""
+def ensure_topic(bootstrap: str, topic: str, partitions: int, configs: dict[str, str] | None = None) -> None:
+    """Creates ``topic`` with ``partitions`` partitions and topic ``configs`` unless it exists."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     if topic in admin.list_topics(timeout=20).topics:
         return
-    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1,
+                                            config=dict(configs or {}))])
     try:
         futures[topic].result(30)
     except Exception as e:  # a concurrent creator won the race: fine
@@ -138,6 +139,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--bootstrap", default="127.0.0.1:9092", help="Millrace's Kafka listener (host:port)")
     ap.add_argument("--topic", default="sensor-readings")
     ap.add_argument("--partitions", type=int, default=4, help="partitions if the topic is created (default 4)")
+    ap.add_argument("--segments", type=int, default=1,
+                    help="segments carrying those partitions at creation (millrace.segments.initial; must divide "
+                         "--partitions; default 1, so `millrace streams split` can split it along partitions)")
+    ap.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                    help="any other topic config if the topic is created, e.g. millrace.scaling.type=by_event_rate")
     ap.add_argument("--count", type=int, default=100_000, help="readings to produce")
     ap.add_argument("--devices", type=int, default=50)
     ap.add_argument("--interval-ms", type=int, default=100, help="event time between consecutive readings")
@@ -161,7 +167,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  interval_ms=args.interval_ms, late_fraction=args.late_fraction,
                                  max_lateness_ms=int(args.max_lateness_s * 1000), seed=args.seed,
                                  first_seq=args.first_seq)
-    ensure_topic(args.bootstrap, args.topic, args.partitions)
+    configs = {"millrace.segments.initial": str(args.segments), **dict(c.split("=", 1) for c in args.config)}
+    ensure_topic(args.bootstrap, args.topic, args.partitions, configs)
     t0 = time.monotonic()
     placements = produce(args.bootstrap, args.topic, readings, rate=args.rate, progress=not args.no_progress)
     late = sum(1 for a, b in zip(readings, readings[1:], strict=False) if b.ts_ms < a.ts_ms)
