@@ -15,7 +15,7 @@ from typing import Any
 
 from millrace.store.contracts import AttributeUpdate
 from millrace.store.contracts import AttributeUpdateType as T
-from millrace.store.errors import BadAttributeUpdateError
+from millrace.store.errors import BadAttributeUpdateError, SegmentNotFoundError, SegmentSealedError
 
 
 @dataclass(slots=True)
@@ -31,11 +31,11 @@ class ChunkRef:
     def end(self) -> int:
         return self.offset + self.length
 
-    def to_json(self) -> list:
+    def to_json(self) -> list[int | str]:
         return [self.offset, self.length, self.chunk, self.chunk_offset]
 
     @classmethod
-    def from_json(cls, raw: list) -> ChunkRef:
+    def from_json(cls, raw: list[Any]) -> ChunkRef:
         return cls(raw[0], raw[1], raw[2], raw[3])
 
 
@@ -96,7 +96,7 @@ class ChunkLayout:
 
     def shifted(self, delta: int, from_offset: int) -> list[ChunkRef]:
         """Copies of the refs at or above ``from_offset`` moved by ``delta`` (for a merge)."""
-        out = []
+        out: list[ChunkRef] = []
         for ref in self.refs:
             if ref.end <= from_offset:
                 continue
@@ -159,6 +159,61 @@ class SegmentMetadata:
         seg.sealed = seg.durable_sealed = raw["sealed"]
         seg.chunks = ChunkLayout(raw["start"], [ChunkRef.from_json(r) for r in raw["chunks"]])
         return seg
+
+
+class ContainerMetadata:
+    """Every segment of one container. ``by_id`` holds both layers (a segment's metadata carries
+    both); ``by_name`` is the accepted layer's names, ``visible`` the durable layer's (what readers
+    find). ``next_id`` is the id the next accepted create takes. Guarded by the container lock."""
+
+    __slots__ = ("by_name", "by_id", "visible", "next_id")
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, SegmentMetadata] = {}
+        self.by_id: dict[int, SegmentMetadata] = {}
+        self.visible: dict[str, SegmentMetadata] = {}
+        self.next_id = 1
+
+    def segment(self, name: str) -> SegmentMetadata:
+        """The accepted segment called ``name``, for validating a new operation."""
+        seg = self.by_name.get(name)
+        if seg is None:
+            raise SegmentNotFoundError(name)
+        return seg
+
+    def writable(self, name: str) -> SegmentMetadata:
+        """The accepted segment called ``name``, which must still take appends."""
+        seg = self.segment(name)
+        if seg.sealed or seg.merging:
+            raise SegmentSealedError(name)
+        return seg
+
+    def visible_segment(self, name: str) -> SegmentMetadata:
+        """The durable segment called ``name``, as readers see it."""
+        seg = self.visible.get(name)
+        if seg is None:
+            raise SegmentNotFoundError(name)
+        return seg
+
+    def snapshot(self, container_id: int) -> dict[str, Any]:
+        """The accepted layer, as a checkpoint records it."""
+        segments = [seg for seg in self.by_id.values() if not seg.deleted]
+        return {
+            "container": container_id,
+            "next_id": self.next_id,
+            "segments": [seg.snapshot() for seg in segments],
+            "lengths": {seg.segment_id: seg.length for seg in segments},
+        }
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        """Make both layers what ``snapshot`` recorded (a checkpoint is durable by definition)."""
+        self.next_id = snapshot["next_id"]
+        for raw in snapshot["segments"]:
+            seg = SegmentMetadata.restore(raw)
+            self.by_name[seg.name] = self.visible[seg.name] = self.by_id[seg.segment_id] = seg
+
+    def referenced_chunks(self) -> set[str]:
+        return {ref.chunk for seg in self.by_id.values() for ref in seg.chunks.refs}
 
 
 def resolve_attribute_updates(

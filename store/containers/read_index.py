@@ -5,6 +5,9 @@ the log but not yet in long-term storage) and *clean* (long-term storage holds t
 only ever add dirty entries at the tail and the storage writer flushes dirty entries in offset
 order, so the dirty entries are always a suffix of a segment's entries. Only clean entries are
 evicted, least recently used segment first: evicting never loses data.
+
+Reads at a segment's tail park in ``TailReads`` (Pravega's future reads) until an append or a seal
+makes them answerable, the segment goes away, or their timer fires.
 """
 
 from __future__ import annotations
@@ -12,6 +15,13 @@ from __future__ import annotations
 import bisect
 import time
 from collections import OrderedDict
+from collections.abc import Callable
+
+from millrace.store.scheduler import TimerHandle
+
+# How a parked read ends: True = the tail moved (read again), False = its wait timed out,
+# an exception = the read fails with it.
+TailOutcome = bool | BaseException
 
 
 class SegmentCache:
@@ -126,6 +136,7 @@ class ReadIndex:
         self.max_bytes = max_bytes
         self.total_bytes = 0
         self._caches: OrderedDict[int, SegmentCache] = OrderedDict()
+        self.tail_reads = TailReads()
 
     def cache(self, segment_id: int) -> SegmentCache:
         cache = self._caches.get(segment_id)
@@ -181,3 +192,79 @@ class ReadIndex:
 
     def dirty_segments(self) -> list[tuple[int, SegmentCache]]:
         return [(sid, c) for sid, c in self._caches.items() if c.dirty_bytes > 0]
+
+
+class ParkedRead:
+    """A read waiting at a segment's tail. It leaves ``TailReads`` exactly once (woken, expired or
+    failed), and only the party that took it out resumes it, so it is resumed exactly once."""
+
+    __slots__ = ("segment_id", "offset", "resume", "timer")
+
+    def __init__(self, segment_id: int, offset: int, resume: Callable[[TailOutcome], None]) -> None:
+        self.segment_id = segment_id
+        self.offset = offset
+        self.resume = resume
+        self.timer: TimerHandle | None = None
+
+
+class TailReads:
+    """The reads parked at segment tails. Changed under the container lock; the reads taken out
+    are resumed by the caller after it releases the lock (``take_ready``), so a resumed read may
+    call back into the container."""
+
+    __slots__ = ("_parked", "_ready")
+
+    def __init__(self) -> None:
+        self._parked: dict[int, list[ParkedRead]] = {}
+        self._ready: list[tuple[ParkedRead, TailOutcome]] = []
+
+    def park(self, segment_id: int, offset: int, resume: Callable[[TailOutcome], None]) -> ParkedRead:
+        parked = ParkedRead(segment_id, offset, resume)
+        self._parked.setdefault(segment_id, []).append(parked)
+        return parked
+
+    def tail_moved(self, segment_id: int, length: int, sealed: bool) -> None:
+        """Ready every read of the segment that the new length or the seal answers."""
+        parked = self._parked.get(segment_id)
+        if not parked:
+            return
+        keep = []
+        for read in parked:
+            if read.offset < length or sealed:
+                self._take(read, True)
+            else:
+                keep.append(read)
+        if keep:
+            self._parked[segment_id] = keep
+        else:
+            del self._parked[segment_id]
+
+    def segment_gone(self, segment_id: int, error: BaseException) -> None:
+        for read in self._parked.pop(segment_id, ()):
+            self._take(read, error)
+
+    def expire(self, read: ParkedRead) -> bool:
+        """Take ``read`` out because its timer fired; False when something else took it first."""
+        parked = self._parked.get(read.segment_id)
+        if not parked or read not in parked:
+            return False
+        parked.remove(read)
+        if not parked:
+            del self._parked[read.segment_id]
+        return True
+
+    def fail_all(self, error: BaseException) -> None:
+        for segment_id in list(self._parked):
+            self.segment_gone(segment_id, error)
+
+    def take_ready(self) -> list[tuple[ParkedRead, TailOutcome]]:
+        """The reads taken out since the last call, for the caller to resume outside the lock."""
+        if not self._ready:
+            return []
+        ready, self._ready = self._ready, []
+        return ready
+
+    def _take(self, read: ParkedRead, outcome: TailOutcome) -> None:
+        if read.timer is not None:
+            read.timer.cancel()
+        self._ready.append((read, outcome))

@@ -5,6 +5,11 @@ enough (or the segment is sealed, flushed on request, or cache memory runs short
 StorageFlushed operation; when that is durable the data becomes evictable and the durable log can be
 truncated past it. Chunks are write-once with unique names, so a crash between writing a chunk and
 logging it leaves only an orphan, which the next owner's sweep deletes.
+
+The writer sees its container only through ``WriterDataSource`` (Pravega's WriterDataSource): each
+call is short and takes the container lock inside, so the writer never holds that lock itself, and
+it never holds its own condition lock while calling the source (the container calls into the writer
+under its lock: the order is always container lock, then writer condition).
 """
 
 from __future__ import annotations
@@ -13,25 +18,84 @@ import logging
 import threading
 import time
 import uuid
-from concurrent.futures import Future
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from millrace.store.containers.container import SegmentContainer
+from millrace.store.containers.config import ContainerConfig
+from millrace.store.futures import StoreFuture
+from millrace.store.lts.interface import ChunkStorage
 
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True, slots=True)
+class DirtySegment:
+    """A segment with durable data not yet in long-term storage."""
+
+    segment_id: int
+    dirty_bytes: int
+    dirty_since: float  # monotonic time its oldest dirty byte arrived
+    sealed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DirtyRun:
+    """A gap-free run of a segment's dirty data from its first dirty byte: one chunk's contents."""
+
+    segment_name: str
+    offset: int
+    blocks: list[bytes]
+
+
+class WriterDataSource(Protocol):
+    """What the storage writer needs of its container."""
+
+    @property
+    def container_id(self) -> int: ...
+
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def serving(self) -> bool:
+        """Running or closing: a failure of the writer then deserves a report."""
+        ...
+
+    def cached_bytes(self) -> int: ...
+
+    def dirty_segments(self) -> list[DirtySegment]: ...
+
+    def dirty_run(self, segment_id: int, max_bytes: int) -> DirtyRun | None:
+        """The segment's next run to flush, None when it has none (or is gone)."""
+        ...
+
+    def log_storage_flushed(self, segment_id: int, offset: int, length: int, chunk: str) -> StoreFuture[None] | None:
+        """Log that ``chunk`` holds these bytes; None when the segment went away or was truncated
+        past them meanwhile (the writer then deletes the chunk)."""
+        ...
+
+    def flushed_whole(self, segment_id: int) -> bool:
+        """Whether the (sealed) segment is wholly in long-term storage, or gone."""
+        ...
+
+    def referenced_chunks(self) -> set[str]: ...
+
+    def truncate_log(self) -> None: ...
+
+    def maybe_checkpoint(self, max_age: float) -> None: ...
+
+
 class StorageWriter:
-    def __init__(self, container: SegmentContainer) -> None:
-        self._container = container
-        self._config = container.config
+    def __init__(self, source: WriterDataSource, storage: ChunkStorage, config: ContainerConfig) -> None:
+        self._source = source
+        self._storage = storage
+        self._config = config
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._final_flush = False
         self._woken = False
-        self._flush_requests: dict[int, list[Future]] = {}
+        self._flush_requests: dict[int, list[StoreFuture[None]]] = {}
         self._to_delete: list[str] = []
         self._sweep_pending = False
         self._failures = 0
@@ -42,7 +106,7 @@ class StorageWriter:
     def start(self, sweep_orphans: bool) -> None:
         self._sweep_pending = sweep_orphans
         self._thread = threading.Thread(
-            target=self._run, name=f"storage-writer-{self._container.container_id}", daemon=True
+            target=self._run, name=f"storage-writer-{self._source.container_id}", daemon=True
         )
         self._thread.start()
 
@@ -55,12 +119,7 @@ class StorageWriter:
         if thread is not None and thread is not threading.current_thread():
             thread.join()
         self._thread = None
-        with self._cond:
-            requests, self._flush_requests = self._flush_requests, {}
-        for futures in requests.values():
-            for fut in futures:
-                if not fut.done():
-                    fut.set_exception(RuntimeError("storage writer stopped"))
+        self._fail_requests(RuntimeError("storage writer stopped"))
 
     def wake(self) -> None:
         with self._cond:
@@ -72,9 +131,9 @@ class StorageWriter:
         if cached_bytes > self._config.cache_max_bytes // 2 and not self._woken:
             self.wake()
 
-    def request_flush(self, segment_id: int) -> Future[None]:
+    def request_flush(self, segment_id: int) -> StoreFuture[None]:
         """A future that completes once the (sealed) segment is wholly in long-term storage."""
-        fut: Future = Future()
+        fut: StoreFuture[None] = StoreFuture()
         with self._cond:
             self._flush_requests.setdefault(segment_id, []).append(fut)
             self._woken = True
@@ -90,7 +149,7 @@ class StorageWriter:
 
     # -- the writer thread -------------------------------------------------------------------------------
     def _run(self) -> None:
-        container = self._container
+        source = self._source
         try:
             if self._sweep_pending:
                 self._sweep_orphans()
@@ -108,62 +167,54 @@ class StorageWriter:
                 self._flush_round(force=False)
                 self._delete_pending()
                 self._complete_flush_requests()
-                container.truncate_log()
-                container.maybe_checkpoint(max_age=self._config.flush_age_seconds * 5)
+                source.truncate_log()
+                source.maybe_checkpoint(max_age=self._config.flush_age_seconds * 5)
         except Exception as exc:  # noqa: BLE001 - the container reports its own failure
-            if container.state in ("running", "closing"):
-                log.exception("storage writer of container %s stopped", container.container_id)
+            if source.serving:
+                log.exception("storage writer of container %s stopped", source.container_id)
             self._fail_requests(exc)
 
     def _flush_round(self, force: bool) -> None:
-        container = self._container
-        index = container.read_index()
+        config = self._config
         now = time.monotonic()
-        with container.lock():
-            pressure = index.total_bytes > self._config.cache_max_bytes // 2
-            due = []
-            for segment_id, cache in index.dirty_segments():
-                seg = container.segment_by_id(segment_id)
-                if seg is None:
-                    continue
-                if (
-                    force
-                    or pressure
-                    or seg.sealed
-                    or segment_id in self._flush_requests
-                    or cache.dirty_bytes >= self._config.flush_threshold_bytes
-                    or now - cache.dirty_since >= self._config.flush_age_seconds
-                ):
-                    due.append(segment_id)
+        pressure = self._source.cached_bytes() > config.cache_max_bytes // 2
+        with self._cond:
+            requested = set(self._flush_requests)
+        due = [
+            dirty.segment_id
+            for dirty in self._source.dirty_segments()
+            if force
+            or pressure
+            or dirty.sealed
+            or dirty.segment_id in requested
+            or dirty.dirty_bytes >= config.flush_threshold_bytes
+            or now - dirty.dirty_since >= config.flush_age_seconds
+        ]
         for segment_id in due:
             if not self._flush_segment(segment_id):
                 break  # long-term storage is failing; back off until the next round
 
     def _flush_segment(self, segment_id: int) -> bool:
         """Write every dirty run of one segment. False when long-term storage failed."""
-        container = self._container
+        source = self._source
         while True:
-            with container.lock():
-                seg = container.segment_by_id(segment_id)
-                cache = container.read_index().peek(segment_id)
-                run = cache.dirty_run(self._config.max_chunk_bytes) if seg is not None and cache else None
-                if run is None:
-                    return True
-                start, blocks = run
-                chunk = (
-                    f"containers/{container.container_id}/{seg.name}/"
-                    f"E{container.epoch}-O{start}-{uuid.uuid4().hex[:12]}"
-                )
-            data = b"".join(blocks)
+            run = source.dirty_run(segment_id, self._config.max_chunk_bytes)
+            if run is None:
+                return True
+            chunk = (
+                f"containers/{source.container_id}/{run.segment_name}/"
+                f"E{source.epoch}-O{run.offset}-{uuid.uuid4().hex[:12]}"
+            )
+            data = b"".join(run.blocks)
             try:
-                container.storage.write(chunk, data)
+                self._storage.write(chunk, data)
             except Exception as exc:  # noqa: BLE001 - retried; the data stays safe in the log
                 self._failures += 1
                 log.warning("flush of %s to long-term storage failed (%d): %r", chunk, self._failures, exc)
                 time.sleep(min(5.0, 0.1 * 2 ** min(self._failures, 6)))
                 return False
             self._failures = 0
-            logged = container.log_storage_flushed(segment_id, start, len(data), chunk)
+            logged = source.log_storage_flushed(segment_id, run.offset, len(data), chunk)
             if logged is None:
                 self._delete([chunk])
                 return True
@@ -172,13 +223,15 @@ class StorageWriter:
             self.bytes_written += len(data)
 
     def _complete_flush_requests(self) -> None:
-        container = self._container
-        done: list[Future] = []
-        with container.lock(), self._cond:
-            for segment_id in list(self._flush_requests):
-                seg = container.segment_by_id(segment_id)
-                if seg is None or (seg.durable_sealed and seg.storage_length >= seg.length):
-                    done.extend(self._flush_requests.pop(segment_id))
+        with self._cond:
+            requested = list(self._flush_requests)
+        # Asked without holding the condition (lock order); a request added for the same segment
+        # meanwhile is answered too, rightly: a sealed segment wholly flushed stays so.
+        flushed = [segment_id for segment_id in requested if self._source.flushed_whole(segment_id)]
+        done: list[StoreFuture[None]] = []
+        with self._cond:
+            for segment_id in flushed:
+                done.extend(self._flush_requests.pop(segment_id, ()))
         for fut in done:
             if not fut.done():
                 fut.set_result(None)
@@ -199,22 +252,21 @@ class StorageWriter:
     def _delete(self, names: list[str]) -> None:
         for name in names:
             try:
-                self._container.storage.delete(name)
+                self._storage.delete(name)
             except Exception as exc:  # noqa: BLE001 - an orphan is swept at the next start
                 log.warning("deleting chunk %s failed: %r", name, exc)
 
     def _sweep_orphans(self) -> None:
         """Delete this container's chunks that no segment references: leftovers of a crash between
         writing a chunk and logging it, or between a truncation/deletion and removing its chunks."""
-        container = self._container
-        prefix = f"containers/{container.container_id}/"
+        prefix = f"containers/{self._source.container_id}/"
         try:
-            present = container.storage.list(prefix)
+            present = self._storage.list(prefix)
         except Exception as exc:  # noqa: BLE001 - sweeping is housekeeping; never fatal
             log.warning("listing chunks for the orphan sweep failed: %r", exc)
             return
-        referenced = container.referenced_chunks()
+        referenced = self._source.referenced_chunks()
         orphans = [name for name in present if name not in referenced]
         if orphans:
-            log.info("container %s: deleting %d orphan chunks", container.container_id, len(orphans))
+            log.info("container %s: deleting %d orphan chunks", self._source.container_id, len(orphans))
             self._delete(orphans)

@@ -1,0 +1,179 @@
+"""The operation processor: the container's write path (Pravega's OperationProcessor together with
+its memory-state updater).
+
+``submit`` runs on the caller's thread under the container lock: the operation changes the accepted
+layer and joins the next *frame*, so log order is acceptance order. At most ``MAX_FRAMES_IN_FLIGHT``
+frames are in the durable log at a time; while one is written and fsync'd the next gathers every
+operation that arrives meanwhile (group commit), and one frame is one log entry.
+
+When the log acknowledges a frame, its completion runs on the log's writer thread: under the lock it
+applies every operation at the head of the in-flight queue whose frame is durable, strictly in log
+order; then, with the lock released, it resumes the tail reads that became answerable, hands released
+chunks to the storage writer, and completes the callers' futures. So nothing is visible or
+acknowledged before it is durable, and no future completes while the lock is held.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from millrace.store.containers.memory_state import MemoryState
+from millrace.store.containers.operations import Checkpoint, Operation
+from millrace.store.containers.read_index import ParkedRead, TailOutcome
+from millrace.store.durablelog.interface import DurableDataLog, LogAddress
+from millrace.store.futures import StoreFuture
+
+# Frames handed to the durable log and not yet acknowledged. One is enough to keep the disk busy
+# while the next frame accumulates; two let the log overlap encoding with the fsync.
+MAX_FRAMES_IN_FLIGHT = 2
+
+
+class _Pending:
+    """An operation handed to the durable log, waiting to be applied in log order."""
+
+    __slots__ = ("op", "result", "released", "opens_entry", "log_future", "value", "followers")
+
+    def __init__(self, op: Operation, result: StoreFuture[Any] | None, released: list[str], opens_entry: bool) -> None:
+        self.op = op
+        self.result = result
+        self.released = released  # chunks to delete from long-term storage once durable
+        self.opens_entry = opens_entry  # first in its frame: a checkpoint here can be truncated to
+        self.log_future: Future[LogAddress] | None = None
+        self.value: Any = None
+        # Futures of no-op requests that complete when this operation does, with value().
+        self.followers: list[tuple[StoreFuture[Any], Callable[[], Any]]] | None = None
+
+
+class OperationProcessor:
+    def __init__(
+        self,
+        container_id: int,
+        durable_log: DurableDataLog,
+        lock: threading.RLock,
+        state: MemoryState,
+        on_failure: Callable[[BaseException], None],
+    ) -> None:
+        self._container_id = container_id
+        self._log = durable_log
+        self._lock = lock
+        self._state = state
+        self._on_failure = on_failure
+        self._inflight: collections.deque[_Pending] = collections.deque()
+        self._frame_parts: list[bytes] = []  # the next log entry, still accumulating
+        self._frame_pending: list[_Pending] = []
+        self._frames_in_flight = 0
+
+    # -- the caller's side (lock held) -----------------------------------------------------------------
+    def submit(self, op: Operation, result: StoreFuture[Any] | None) -> None:
+        """Accept ``op`` and queue it for the log; ``result`` completes once it is applied."""
+        size = self._enqueue(op, result)
+        if self._state.checkpoints.logged(size):
+            self.write_checkpoint()
+
+    def write_checkpoint(self) -> StoreFuture[None]:
+        """Log a snapshot of the accepted layer, as the first operation of a new frame (the log is
+        only ever truncated right before a checkpoint)."""
+        result: StoreFuture[None] = StoreFuture()
+        self._send_frame()
+        self._enqueue(Checkpoint.prepare(self._state.metadata, self._container_id), result)
+        self._state.checkpoints.written()
+        return result
+
+    def follow_last(self, result: StoreFuture[Any], value: Callable[[], Any]) -> bool:
+        """Complete ``result`` with ``value()`` once everything accepted so far is applied. False when
+        nothing is in flight: the caller completes it itself, after releasing the lock."""
+        if not self._inflight:
+            return False
+        last = self._inflight[-1]
+        if last.followers is None:
+            last.followers = []
+        last.followers.append((result, value))
+        return True
+
+    def log_futures(self) -> list[Future[LogAddress]]:
+        """The log writes still outstanding (for a clean shutdown to wait on)."""
+        return [p.log_future for p in self._inflight if p.log_future is not None]
+
+    def abandon(self) -> list[StoreFuture[Any]]:
+        """Drop everything not yet applied (the log failed); returns the futures to fail."""
+        pending, self._inflight = self._inflight, collections.deque()
+        self._frame_parts, self._frame_pending = [], []
+        futures: list[StoreFuture[Any]] = []
+        for p in pending:
+            if p.result is not None:
+                futures.append(p.result)
+            futures.extend(fut for fut, _ in p.followers or ())
+        return futures
+
+    def _enqueue(self, op: Operation, result: StoreFuture[Any] | None) -> int:
+        released = op.accept(self._state.metadata)
+        part = op.frame_part()
+        pending = _Pending(op, result, released, opens_entry=not self._frame_parts)
+        self._inflight.append(pending)
+        self._frame_parts.append(part)
+        self._frame_pending.append(pending)
+        if self._frames_in_flight < MAX_FRAMES_IN_FLIGHT:
+            self._send_frame()
+        return len(part)
+
+    def _send_frame(self) -> None:
+        """Hand everything queued to the log as one entry."""
+        if not self._frame_parts:
+            return
+        frame = b"".join(self._frame_parts) if len(self._frame_parts) > 1 else self._frame_parts[0]
+        pendings = self._frame_pending
+        self._frame_parts, self._frame_pending = [], []
+        try:
+            log_future = self._log.append(frame)
+        except Exception as exc:  # noqa: BLE001 - fenced or broken log
+            log_future = Future()
+            log_future.set_exception(exc)
+        for p in pendings:
+            p.log_future = log_future
+        self._frames_in_flight += 1
+        # Runs on the log's writer thread; inline (the lock is re-entrant) if already done.
+        log_future.add_done_callback(self._frame_done)
+
+    # -- the log writer's side ------------------------------------------------------------------------
+    def _frame_done(self, _: Future[LogAddress]) -> None:
+        with self._lock:
+            self._frames_in_flight -= 1
+            self._send_frame()
+        self._drain()
+
+    def _drain(self) -> None:
+        """Apply every operation at the head of the in-flight queue whose frame is durable, then
+        complete what they unblocked outside the lock."""
+        done: list[_Pending] = []
+        failure: BaseException | None = None
+        state = self._state
+        with self._lock:
+            inflight = self._inflight
+            while inflight:
+                head = inflight[0]
+                fut = head.log_future
+                if fut is None or not fut.done():
+                    break
+                failure = fut.exception()
+                if failure is not None:
+                    break
+                inflight.popleft()
+                head.value = head.op.apply(state, fut.result() if head.opens_entry else None)
+                done.append(head)
+            resumed: list[tuple[ParkedRead, TailOutcome]] = state.read_index.tail_reads.take_ready()
+        if failure is not None:
+            self._on_failure(failure)
+        for read, outcome in resumed:
+            read.resume(outcome)
+        for p in done:
+            if p.released:
+                state.writer.delete_chunks(p.released)
+            if p.result is not None and not p.result.done():
+                p.result.set_result(p.value)
+            for follower, value in p.followers or ():
+                if not follower.done():
+                    follower.set_result(value())
