@@ -1,25 +1,69 @@
-"""Bridges the store's futures to Twisted Deferreds on the reactor thread."""
+"""The gateway's thread model, and the one place where work crosses into the reactor thread.
+
+Threads and what each owns:
+
+- **Reactor thread** (Twisted). Owns every piece of mutable gateway state: connections and their
+  in-order response slots, Kafka partition state (offset index, producer states, high watermark and
+  pending acknowledgements, long-poll waiters, segment writers' tails, index-segment buffers, log
+  starts) through ``SegmentPartitionStorage``, consumer groups and their timers. Handlers run here and
+  never block: they answer at once or return a Deferred.
+- **Worker pool** (the ``controller`` ThreadPoolExecutor; ``Broker.blocking``). Blocking table and
+  controller I/O: topic create/delete/grow/configs, stream scaling, group-store writes, log-start
+  writes, and the reads that load or reload a topic's partitions. A worker owns nothing of the
+  reactor's: a load builds *fresh* partition objects no one else can see, and the reactor takes them
+  over when the Deferred fires (``SegmentPartitionStorage._install``). Topic records are the
+  exception that is shared: ``TopicRegistry`` replaces immutable ``TopicInfo`` values under its lock on
+  workers, and any thread reads them.
+- **Reactor thread pool** (Twisted's). The auto-scaler's rounds; a topic's scaling switch runs its
+  reactor part through ``call_on_reactor``.
+- **Store threads** (log writers, storage writers, the LTS read pool, the scheduler). Own the store's
+  state; they complete ``StoreFuture``s and touch nothing of the gateway's.
+
+How results cross: every store or pool future a gateway caller waits on becomes a Deferred in
+``to_deferred``, which fires on the reactor thread (at once when the future is already complete and the
+caller is on the reactor, e.g. a read served from the cache: no extra reactor turn). A worker that must
+run something on the reactor uses ``on_reactor`` (fire and forget) or ``call_on_reactor`` (waits for the
+result). Before the reactor runs (``millrace serve`` recovering), the main thread stands in for it.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import Future
+from typing import Any, TypeVar
 
-from twisted.internet import defer, reactor
+from twisted.internet import defer, reactor, threads
 from twisted.internet.interfaces import IReactorFromThreads
+from twisted.python import threadable
 
 from millrace.store.futures import StoreFuture
 
+T = TypeVar("T")
 
-def to_deferred(fut: StoreFuture | Future) -> defer.Deferred:
+
+def to_deferred(fut: StoreFuture[T] | Future[T]) -> defer.Deferred[T]:
     """A Deferred that fires on the reactor thread when ``fut`` completes (from any thread)."""
-    d: defer.Deferred = defer.Deferred()
+    d: defer.Deferred[T] = defer.Deferred()
 
-    def fire(f: StoreFuture | Future) -> None:
+    def fire(f: StoreFuture[T] | Future[T]) -> None:
         exc = f.exception()
         if exc is not None:
             d.errback(exc)
         else:
             d.callback(f.result())
 
-    fut.add_done_callback(lambda f: IReactorFromThreads(reactor).callFromThread(fire, f))
+    if fut.done() and threadable.isInIOThread():
+        fire(fut)
+    else:
+        fut.add_done_callback(lambda f: IReactorFromThreads(reactor).callFromThread(fire, f))
     return d
+
+
+def on_reactor(fn: Callable[..., object], *args: Any) -> None:
+    """Run ``fn(*args)`` on the reactor thread soon (from any thread); in call order."""
+    IReactorFromThreads(reactor).callFromThread(fn, *args)
+
+
+def call_on_reactor(fn: Callable[..., T], *args: Any) -> T:
+    """Run ``fn(*args)`` on the reactor thread and return its result (from a worker thread only)."""
+    return threads.blockingCallFromThread(IReactorFromThreads(reactor), fn, *args)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twisted.internet.defer import Deferred
 
@@ -14,6 +14,13 @@ from millrace.gateway.futures import to_deferred
 from millrace.store.controller import Controller
 from millrace.store.segment_store import SegmentStore
 from millrace.store.tables import TableStore
+
+if TYPE_CHECKING:
+    from millrace.gateway.kafka.groups import GroupCoordinator
+    from millrace.gateway.kafka.partitions import SegmentPartitionStorage
+    from millrace.gateway.kafka.producer_ids import ProducerIdAllocator
+    from millrace.gateway.kafka.scaling import KafkaScaling
+    from millrace.gateway.kafka.topics import TopicRegistry
 
 
 @dataclass
@@ -44,6 +51,14 @@ class RequestContext:
 
 
 class Broker:
+    # The Kafka views, attached by gateway.kafka.setup.build_kafka (before the listener opens) so each
+    # stays a separate unit.
+    topics: TopicRegistry
+    partitions: SegmentPartitionStorage
+    groups: GroupCoordinator
+    producer_ids: ProducerIdAllocator
+    scaling: KafkaScaling
+
     def __init__(
         self, store: SegmentStore, controller: Controller, tables: TableStore, config: KafkaConfig,
         pool: ThreadPoolExecutor,
@@ -53,13 +68,8 @@ class Broker:
         self.tables = tables
         self.config = config
         self._pool = pool
-        # The Kafka views; attached by gateway.kafka.setup so each stays a separate unit.
-        self.topics: Any = None
-        self.partitions: Any = None
-        self.groups: Any = None
-        self.producer_ids: Any = None
-        self.scaling: Any = None
 
-    def blocking(self, fn: Any, *args: Any, **kwargs: Any) -> Deferred:
-        """Run ``fn`` (which blocks on table-segment or store I/O) off the reactor thread."""
+    def blocking(self, fn: Any, *args: Any, **kwargs: Any) -> Deferred[Any]:
+        """Run ``fn`` (which blocks on table-segment or store I/O) on the worker pool; the Deferred
+        fires on the reactor thread."""
         return to_deferred(self._pool.submit(fn, *args, **kwargs))

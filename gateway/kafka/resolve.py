@@ -8,39 +8,39 @@ from typing import Any
 from twisted.internet import defer
 
 from millrace.gateway.kafka.broker import Broker
-from millrace.gateway.kafka.partition_log import PartitionLog
+from millrace.gateway.kafka.partitions import PartitionLog
 from millrace.gateway.kafka.topics import TopicError, TopicInfo
 
 
 def _create_or_get(broker: Broker, name: str) -> TopicInfo | None:
+    """Blocking (worker pool): create the topic unless it exists."""
     # A concurrent create may win, or the name may be illegal: the lookup below decides.
     with contextlib.suppress(TopicError):
         broker.topics.create(name, broker.config.default_partitions)
+    return broker.topics.get(name)
+
+
+def topic_logs(broker: Broker, name: str,
+               auto_create: bool) -> defer.Deferred[tuple[TopicInfo, list[PartitionLog]] | None]:
+    """Deferred of (TopicInfo, [PartitionLog]) or None for an unknown topic. Creating a topic blocks, so
+    it runs on the worker pool; a loaded topic answers at once (in the same reactor turn)."""
     topic = broker.topics.get(name)
     if topic is not None:
-        broker.partitions.ensure_topic(topic)
-    return topic
-
-
-def topic_logs(broker: Broker, name: str, auto_create: bool) -> defer.Deferred:
-    """Deferred of (TopicInfo, [PartitionLog]) or None for an unknown topic. Loading a topic's logs
-    (or creating it) blocks, so it runs off the reactor; the common case answers at once."""
-    topic = broker.topics.get(name)
-    if topic is None:
-        if not (auto_create and broker.config.auto_create_topics):
-            return defer.succeed(None)
-        d = broker.blocking(_create_or_get, broker, name)
-    elif broker.partitions.loaded(name) and len(broker.partitions.partition_logs(name)) >= topic.partition_count:
-        return defer.succeed((topic, broker.partitions.partition_logs(name)))
+        parts = broker.partitions.loaded(name)
+        if parts is not None and len(parts) >= topic.partition_count:
+            return defer.succeed((topic, parts))
+        found: defer.Deferred[TopicInfo | None] = defer.succeed(topic)
+    elif auto_create and broker.config.auto_create_topics:
+        found = broker.blocking(_create_or_get, broker, name)
     else:
-        d = broker.blocking(broker.partitions.ensure_topic, topic).addCallback(lambda _: topic)
+        return defer.succeed(None)
 
-    def done(found: Any) -> Any:
-        if found is None:
+    def opened(info: TopicInfo | None) -> Any:
+        if info is None:
             return None
-        return found, broker.partitions.partition_logs(found.name)
+        return broker.partitions.open_topic(info).addCallback(lambda parts: (info, parts))
 
-    return d.addCallback(done)
+    return found.addCallback(opened)
 
 
 def partition_or_none(parts: list[PartitionLog], index: int) -> PartitionLog | None:

@@ -5,10 +5,9 @@ seal, so no append is lost, duplicated or reordered per partition across the swi
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from twisted.internet import reactor, threads
-
+from millrace.gateway.futures import call_on_reactor
 from millrace.store.controller import (
     Controller,
     InvalidScaleError,
@@ -18,11 +17,19 @@ from millrace.store.controller import (
 )
 from millrace.store.controller.scaling import equal_split_points
 
+if TYPE_CHECKING:
+    from millrace.gateway.kafka.broker import Broker
+
 log = logging.getLogger(__name__)
 
 
+def _nearest(allowed: list[float], point: float) -> float:
+    """The allowed split point closest to ``point`` (the lower one on a tie)."""
+    return min(allowed, key=lambda candidate: (abs(candidate - point), candidate))
+
+
 class KafkaScaling:
-    def __init__(self, broker: Any) -> None:
+    def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.controller: Controller = broker.controller
         self.scope: str = broker.config.scope
@@ -58,8 +65,9 @@ class KafkaScaling:
         def before_seal(successors: list[SegmentRange]) -> None:
             self.broker.partitions.prepare_successors([s.name for s in successors])
             current = self.broker.topics.get(stream)
-            moved = threads.blockingCallFromThread(
-                reactor, self.broker.partitions.switch_segments, current, successors)
+            if current is None:
+                return  # deleted meanwhile: no partition writes to it any more
+            moved = call_on_reactor(self.broker.partitions.switch_segments, current, successors)
             log.info("%s/%s: %d partitions switched to %s", scope, stream, moved, [s.name for s in successors])
 
         return self.controller.scale_stream(scope, stream, seal, new_ranges, reason, before_seal=before_seal)
@@ -97,7 +105,7 @@ class KafkaScaling:
                 allowed = self.boundaries(scope, stream, seg)
                 if not allowed:
                     raise InvalidScaleError(f"{seg.name} holds a single partition and cannot split")
-                at = sorted({min(allowed, key=lambda p, x=x: (abs(p - x), p)) for x in ideal})
+                at = sorted({_nearest(allowed, x) for x in ideal})
             else:
                 at = ideal
         bounds = [seg.key_start, *sorted(at), seg.key_end]

@@ -8,12 +8,14 @@ import logging
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
-from twisted.internet import task
+from twisted.internet import reactor, task
+from twisted.internet.interfaces import IReactorTime
+from twisted.python.failure import Failure
 
 from millrace.gateway.kafka.broker import Broker, KafkaConfig
 from millrace.gateway.kafka.connection import KafkaFactory
 from millrace.gateway.kafka.groups import GroupCoordinator
-from millrace.gateway.kafka.partition_log import PartitionLogs
+from millrace.gateway.kafka.partitions import SegmentPartitionStorage
 from millrace.gateway.kafka.producer_ids import ProducerIdAllocator
 from millrace.gateway.kafka.registry import load_handlers
 from millrace.gateway.kafka.scaling import KafkaScaling
@@ -49,7 +51,8 @@ def build_kafka(
     config.cluster_id = persistent_cluster_id(tables)
     broker = Broker(store, controller, tables, config, pool)
     broker.topics = TopicRegistry(controller, tables, config.scope)
-    broker.partitions = PartitionLogs(store, broker.topics, tables, broker.blocking)
+    broker.partitions = SegmentPartitionStorage(store, broker.topics, tables, broker.blocking, IReactorTime(reactor),
+                                                config.max_message_bytes)
     broker.partitions.load_all()
     broker.topics.listeners.append(broker.partitions.topic_event)
     broker.producer_ids = ProducerIdAllocator(tables)
@@ -57,6 +60,10 @@ def build_kafka(
     broker.groups = GroupCoordinator(broker)
     broker.groups.load()  # groups and committed offsets come back before the listener opens
     return broker, KafkaFactory(broker)
+
+
+def _retention_failed(failure: Failure, topic: str) -> None:
+    log.warning("retention of %s failed: %s", topic, failure.getErrorMessage())
 
 
 def start_background(broker: Broker) -> task.LoopingCall:
@@ -67,7 +74,7 @@ def start_background(broker: Broker) -> task.LoopingCall:
             topic = broker.topics.get(name)
             if topic is not None:
                 for d in broker.partitions.enforce_retention(topic):
-                    d.addErrback(lambda f, n=name: log.warning("retention of %s failed: %s", n, f.getErrorMessage()))
+                    d.addErrback(_retention_failed, name)
 
     loop = task.LoopingCall(enforce)
     loop.start(broker.config.retention_check_seconds, now=False)

@@ -18,6 +18,7 @@ import re
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -76,7 +77,7 @@ _LEGAL_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 def legal_topic_name(name: str | None) -> bool:
     """True if Kafka would accept ``name`` as a topic name."""
-    return bool(name) and name not in (".", "..") and _LEGAL_TOPIC.fullmatch(name) is not None
+    return name is not None and name not in (".", "..") and _LEGAL_TOPIC.fullmatch(name) is not None
 
 
 class TopicError(Exception):
@@ -140,7 +141,7 @@ def split_slices(slices: tuple[tuple[float, float], ...], total: int,
     return tuple((lo, hi) for lo, hi in out)
 
 
-def _validate_configs(configs: dict[str, str | None]) -> None:
+def _validate_configs(configs: Mapping[str, str | None]) -> None:
     from millrace.gateway.kafka_protocol.errors import ErrorCode
 
     for key, value in configs.items():

@@ -80,11 +80,17 @@ def test_long_poll_waits_for_data_and_times_out(server):
     other = local(server.kafka_port)
     import threading
 
-    threading.Timer(0.2, lambda: other.produce("poll", 0, batch([b"b"]))).start()
+    produced = []
+    producer = threading.Timer(0.2, lambda: produced.append(other.produce("poll", 0, batch([b"b"]))))
+    producer.start()
     started = time.monotonic()
     woken = c.fetch("poll", 0, 1, max_wait_ms=10000)
     assert [r.value for r in records_of(woken)] == [b"b"]
     assert time.monotonic() - started < 5
+    # The fetch may be answered before the producer reads its acknowledgement: wait for it, so the
+    # server outlives the produce.
+    producer.join(10)
+    assert [r.base_offset for r in produced] == [1]
 
 
 def test_list_offsets_by_time(server):
@@ -295,7 +301,7 @@ def test_foreign_append_fences_the_gateway_then_it_reloads(server):
     gateway's conditional append is refused, the produce gets a retriable error, the topic is rebuilt
     from the store, the foreign batch becomes part of the partition, and producing continues."""
     from millrace.client.segments import SegmentClient
-    from millrace.gateway.kafka.partition_log import ENVELOPE, ENVELOPE_MAGIC, ENVELOPE_VERSION
+    from millrace.gateway.kafka.partitions.formats import ENVELOPE, ENVELOPE_MAGIC, ENVELOPE_VERSION
     from millrace.gateway.kafka_protocol.records import set_base_offset
 
     c = local(server.kafka_port)

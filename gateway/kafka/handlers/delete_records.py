@@ -8,6 +8,7 @@ from typing import Any
 from twisted.internet import defer
 
 from millrace.gateway.kafka.broker import RequestContext
+from millrace.gateway.kafka.partitions import PartitionError
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.resolve import topic_logs
 from millrace.gateway.kafka_protocol.codec import response_class
@@ -24,11 +25,11 @@ def _delete(ctx: RequestContext, parts: list | None, dp: Any) -> defer.Deferred:
 
     if parts is None or not 0 <= dp.partition_index < len(parts):
         return defer.succeed(result(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
-    p = parts[dp.partition_index]
-    offset = p.high_watermark if dp.offset == -1 else dp.offset
-    if offset < 0 or offset > p.high_watermark:
-        return defer.succeed(result(ErrorCode.OFFSET_OUT_OF_RANGE))
-    return ctx.broker.partitions.advance_log_start(p, offset).addCallbacks(
+    try:
+        d = ctx.broker.partitions.delete_records(parts[dp.partition_index], dp.offset)
+    except PartitionError as exc:
+        return defer.succeed(result(exc.error_code))
+    return d.addCallbacks(
         lambda low: result(ErrorCode.NONE, low), lambda f: result(ErrorCode.UNKNOWN_SERVER_ERROR))
 
 

@@ -13,7 +13,13 @@ from typing import Any
 from twisted.internet import defer
 
 from millrace.gateway.kafka.broker import RequestContext
-from millrace.gateway.kafka.partition_log import PartitionError, PartitionLog
+from millrace.gateway.kafka.partitions import (
+    READ_COMMITTED,
+    FetchedRecords,
+    PartitionError,
+    PartitionLog,
+    PartitionOffsets,
+)
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.resolve import topic_logs
 from millrace.gateway.kafka_protocol.codec import response_class
@@ -21,14 +27,14 @@ from millrace.gateway.kafka_protocol.errors import ErrorCode
 
 FETCH = 1
 Response = response_class(FETCH)
-READ_COMMITTED = 1
 
 
-def _empty(index: int, error: int, p: PartitionLog | None = None) -> Any:
-    hw = p.high_watermark if p is not None else -1
+def _empty(index: int, error: int, offsets: PartitionOffsets | None = None) -> Any:
     return Response.PartitionData(
-        partition_index=index, error_code=int(error), high_watermark=hw, last_stable_offset=hw,
-        log_start_offset=p.log_start if p is not None else -1, records=b"",
+        partition_index=index, error_code=int(error),
+        high_watermark=offsets.high_watermark if offsets is not None else -1,
+        last_stable_offset=offsets.last_stable if offsets is not None else -1,
+        log_start_offset=offsets.log_start if offsets is not None else -1, records=b"",
     )
 
 
@@ -101,24 +107,24 @@ class _FetchPlan:
         if p is None:
             state["errors"] = True
             return defer.succeed(_empty(fp.partition, error))
-        try:
-            partitions.check_fetch_offset(p, fp.fetch_offset)
-        except PartitionError as exc:
-            state["errors"] = True
-            return defer.succeed(_empty(fp.partition, exc.error_code, p))
         # The response-wide max_bytes is shared out in request order; the first non-empty partition
         # always gets at least one batch (as Kafka does), so a consumer never stalls on a large batch.
         limit = min(fp.partition_max_bytes, state["budget"])
-        hw = p.high_watermark
-        d = partitions.read(p, fp.fetch_offset, max(limit, 0))
+        isolation = self.request.isolation_level
+        try:
+            d = partitions.fetch(p, fp.fetch_offset, max(limit, 0), isolation)
+        except PartitionError as exc:
+            state["errors"] = True
+            return defer.succeed(_empty(fp.partition, exc.error_code, partitions.offsets(p)))
 
-        def done(records: bytes) -> Any:
-            state["budget"] = max(0, state["budget"] - len(records))
-            data = _empty(fp.partition, ErrorCode.NONE, p)
-            data.high_watermark = data.last_stable_offset = hw
-            data.records = records
-            if self.request.isolation_level == READ_COMMITTED:
-                data.aborted_transactions = []
+        def done(fetched: FetchedRecords) -> Any:
+            state["budget"] = max(0, state["budget"] - len(fetched.records))
+            data = _empty(fp.partition, ErrorCode.NONE, fetched.offsets)
+            data.records = fetched.records
+            if isolation == READ_COMMITTED:
+                data.aborted_transactions = [
+                    Response.AbortedTransaction(producer_id=pid, first_offset=first)
+                    for pid, first in fetched.aborted_transactions]
             return data
 
         return d.addCallback(done)

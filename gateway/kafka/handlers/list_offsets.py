@@ -7,6 +7,7 @@ from typing import Any
 from twisted.internet import defer
 
 from millrace.gateway.kafka.broker import RequestContext
+from millrace.gateway.kafka.partitions import PartitionError
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.resolve import topic_logs
 from millrace.gateway.kafka_protocol.codec import response_class
@@ -14,7 +15,6 @@ from millrace.gateway.kafka_protocol.errors import ErrorCode
 
 LIST_OFFSETS = 2
 Response = response_class(LIST_OFFSETS)
-LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
 
 
 def _result(index: int, error: int, offset: int = -1, timestamp: int = -1) -> Any:
@@ -22,24 +22,15 @@ def _result(index: int, error: int, offset: int = -1, timestamp: int = -1) -> An
         partition_index=index, error_code=int(error), offset=offset, timestamp=timestamp)
 
 
-def _lookup(ctx: RequestContext, parts: list, lp: Any) -> defer.Deferred:
+def _lookup(ctx: RequestContext, parts: list, lp: Any, isolation: int) -> defer.Deferred:
     if not 0 <= lp.partition_index < len(parts):
         return defer.succeed(_result(lp.partition_index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
     if lp.current_leader_epoch > 0:
         return defer.succeed(_result(lp.partition_index, ErrorCode.UNKNOWN_LEADER_EPOCH))
-    p = parts[lp.partition_index]
-    partitions = ctx.broker.partitions
-    ts = lp.timestamp
-    if ts == LATEST:
-        return defer.succeed(_result(lp.partition_index, ErrorCode.NONE, p.high_watermark))
-    if ts in (EARLIEST, EARLIEST_LOCAL):
-        return defer.succeed(_result(lp.partition_index, ErrorCode.NONE, p.log_start))
-    if ts == MAX_TIMESTAMP:
-        d = partitions.offset_of_max_timestamp(p)
-    elif ts >= 0:
-        d = partitions.offset_for_timestamp(p, ts)
-    else:
-        return defer.succeed(_result(lp.partition_index, ErrorCode.INVALID_REQUEST))
+    try:
+        d = ctx.broker.partitions.list_offset(parts[lp.partition_index], lp.timestamp, isolation)
+    except PartitionError as exc:
+        return defer.succeed(_result(lp.partition_index, exc.error_code))
     return d.addCallback(lambda found: _result(lp.partition_index, ErrorCode.NONE, found[0], found[1]))
 
 
@@ -51,7 +42,8 @@ def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
             if found is None:
                 return defer.succeed([_result(lp.partition_index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                                       for lp in t.partitions])
-            return defer.gatherResults([_lookup(ctx, found[1], lp) for lp in t.partitions], consumeErrors=True)
+            return defer.gatherResults([_lookup(ctx, found[1], lp, request.isolation_level) for lp in t.partitions],
+                                       consumeErrors=True)
 
         per_topic.append(topic_logs(ctx.broker, t.name, auto_create=False).addCallback(with_logs))
     def answer(results: list[list[Any]]) -> Any:

@@ -17,7 +17,7 @@ OFFSET_FOR_LEADER_EPOCH = 23
 Response = response_class(OFFSET_FOR_LEADER_EPOCH)
 
 
-def _end_offset(parts: list | None, op: Any) -> Any:
+def _end_offset(ctx: RequestContext, parts: list | None, op: Any) -> Any:
     def result(error: int, epoch: int = -1, end: int = -1) -> Any:
         return Response.EpochEndOffset(error_code=int(error), partition=op.partition, leader_epoch=epoch,
                                        end_offset=end)
@@ -28,7 +28,7 @@ def _end_offset(parts: list | None, op: Any) -> Any:
         return result(ErrorCode.UNKNOWN_LEADER_EPOCH)
     if op.leader_epoch > 0:
         return result(ErrorCode.NONE)  # an epoch after ours: undefined, as Kafka answers
-    return result(ErrorCode.NONE, 0, parts[op.partition].high_watermark)
+    return result(ErrorCode.NONE, 0, ctx.broker.partitions.offsets(parts[op.partition]).high_watermark)
 
 
 @api(OFFSET_FOR_LEADER_EPOCH, 2, 4)
@@ -38,7 +38,7 @@ def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
     def answer(found: list[Any]) -> Any:
         return Response(topics=[
             Response.OffsetForLeaderTopicResult(
-                topic=t.topic, partitions=[_end_offset(hit[1] if hit else None, op) for op in t.partitions])
+                topic=t.topic, partitions=[_end_offset(ctx, hit[1] if hit else None, op) for op in t.partitions])
             for t, hit in zip(request.topics, found, strict=True)
         ])
 

@@ -8,7 +8,7 @@ from typing import Any
 from twisted.internet import defer
 
 from millrace.gateway.kafka.broker import RequestContext
-from millrace.gateway.kafka.partition_log import PartitionError
+from millrace.gateway.kafka.partitions import PartitionError
 from millrace.gateway.kafka.registry import NO_RESPONSE, api
 from millrace.gateway.kafka.resolve import topic_logs
 from millrace.gateway.kafka_protocol.codec import response_class
@@ -52,14 +52,14 @@ def _produce_partition(broker: Any, topic: Any, parts: list, pd: Any) -> defer.D
     if not 0 <= pd.index < len(parts) or pd.records is None:
         return defer.succeed(_partition_result(pd.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
     p = parts[pd.index]
-    max_bytes = min(int(topic.config("max.message.bytes")), broker.config.max_message_bytes)
+    storage = broker.partitions
     try:
-        d = broker.partitions.append(topic, pd.index, pd.records, max_bytes)
+        d = storage.append(topic, p, pd.records)
     except PartitionError as exc:
         return defer.succeed(_partition_result(pd.index, exc.error_code, message=str(exc)))
 
     def ok(base: int) -> Any:
-        return _partition_result(pd.index, ErrorCode.NONE, base, p.log_start)
+        return _partition_result(pd.index, ErrorCode.NONE, base, storage.offsets(p).log_start)
 
     def failed(failure: Any) -> Any:
         # The store refused or failed the append: nothing was acknowledged; the client retries.

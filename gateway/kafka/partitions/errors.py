@@ -1,0 +1,13 @@
+"""The one error the partition storage raises to handlers."""
+
+from __future__ import annotations
+
+from millrace.gateway.kafka_protocol.errors import ErrorCode
+
+
+class PartitionError(Exception):
+    """A Kafka error for one partition of a request."""
+
+    def __init__(self, error_code: ErrorCode, message: str = "") -> None:
+        super().__init__(message or error_code.name)
+        self.error_code = error_code

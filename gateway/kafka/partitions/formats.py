@@ -1,0 +1,81 @@
+"""What the Kafka layer stores in segments: the batch envelope in data segments and the entries of
+index segments. Pure formats, no I/O; any thread may use them.
+
+A data segment is a sequence of ``envelope + record batch``; the batch is the client's RecordBatch v2
+as sent, with only baseOffset and partitionLeaderEpoch rewritten (both outside the CRC). An index
+segment (``<data segment>#kafka-index``) is a sequence of fixed-size ``IndexEntry`` records, one per
+batch, in the data segment's order.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+from millrace.gateway.kafka_protocol.records import BatchHeader
+
+# magic 'K', version, partition, batch length
+ENVELOPE = struct.Struct(">BBiI")
+ENVELOPE_MAGIC = 0x4B
+ENVELOPE_VERSION = 1
+INDEX_SUFFIX = "#kafka-index"
+# partition, base offset, position of the batch in the data segment, batch length, last offset delta,
+# max timestamp, producer id, producer epoch, base sequence, batch attributes
+_INDEX_ENTRY = struct.Struct(">iqqIiqqhih")
+INDEX_ENTRY_SIZE = _INDEX_ENTRY.size
+# The RecordBatch v2 header: baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes,
+# lastOffsetDelta, baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordCount
+_BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
+_LEADER_EPOCH = struct.Struct(">i")
+
+
+def envelope(partition: int, batch_size: int) -> bytes:
+    """The envelope stored in front of one batch of ``partition``."""
+    return ENVELOPE.pack(ENVELOPE_MAGIC, ENVELOPE_VERSION, partition, batch_size)
+
+
+def set_leader_epoch(head: bytearray, epoch: int) -> None:
+    """Rewrite partitionLeaderEpoch in the first 16 bytes of a batch (outside the CRC)."""
+    _LEADER_EPOCH.pack_into(head, 12, epoch)
+
+
+class IndexEntry(NamedTuple):
+    """One batch as the offset index and the index segment know it."""
+
+    partition: int
+    base_offset: int
+    position: int  # of the batch (after its envelope) in the data segment
+    length: int  # of the batch
+    last_offset_delta: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    attributes: int
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def end(self) -> int:
+        """Where the batch ends in the data segment."""
+        return self.position + self.length
+
+    def pack(self) -> bytes:
+        return _INDEX_ENTRY.pack(*self)
+
+    @classmethod
+    def unpack_from(cls, buffer: bytes, offset: int) -> IndexEntry:
+        return cls._make(_INDEX_ENTRY.unpack_from(buffer, offset))
+
+    @classmethod
+    def of_batch(cls, partition: int, base_offset: int, position: int, header: BatchHeader) -> IndexEntry:
+        return cls(partition, base_offset, position, header.size, header.last_offset_delta, header.max_timestamp,
+                   header.producer_id, header.producer_epoch, header.base_sequence, header.attributes)
+
+    @classmethod
+    def of_stored(cls, partition: int, position: int, length: int, head: bytes, at: int) -> IndexEntry:
+        """The entry of a stored batch whose header starts at ``head[at:]`` (recovery's tail scan)."""
+        (base, _, _, _, _, attrs, last_delta, _, max_ts, pid, epoch, seq, _) = _BATCH_HEADER.unpack_from(head, at)
+        return cls(partition, base, position, length, last_delta, max_ts, pid, epoch, seq, attrs)

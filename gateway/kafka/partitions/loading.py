@@ -1,0 +1,62 @@
+"""Loading a topic's partitions from the store: blocking, run on a worker thread (or before the
+reactor starts). It builds fresh partition objects that nothing else references yet; the reactor
+takes them over when it installs the result (``SegmentPartitionStorage._install``).
+
+A partition's data runs through every segment of its stream's history, sealed predecessors first, so
+segments are recovered oldest epoch first and each partition keeps only contiguous offsets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from twisted.internet.interfaces import IReactorTime
+
+from millrace.gateway.kafka.partitions.partition import PartitionLog
+from millrace.gateway.kafka.partitions.segments import SegmentWriter, recover_segment
+from millrace.gateway.kafka.topics import TopicInfo, TopicRegistry
+from millrace.store.segment_store import SegmentStore
+from millrace.store.tables import TableStore
+
+LOG_STARTS_TABLE = "_system/_tables/kafka_log_starts"
+
+
+@dataclass
+class LoadedTopic:
+    topic: TopicInfo
+    partitions: list[PartitionLog]
+    writers: dict[str, SegmentWriter]  # every segment of the topic's history that still exists
+
+
+def log_start_key(topic: str, partition: int) -> bytes:
+    return topic.encode() + b"\0" + str(partition).encode()
+
+
+def load_topic(store: SegmentStore, clock: IReactorTime, topics: TopicRegistry, tables: TableStore,
+               topic: TopicInfo) -> LoadedTopic:
+    """Blocking: rebuild every partition of ``topic`` from its segments and stored log starts."""
+    parts = [PartitionLog(topic.name, p) for p in range(topic.partition_count)]
+    current = topics.current_segments(topic.name)
+    log_starts = {
+        int(e.key.split(b"\0")[1]): int(e.value)
+        for e in tables.entries(LOG_STARTS_TABLE, topic.name.encode() + b"\0")
+    }
+    writers: dict[str, SegmentWriter] = {}
+    for name in topics.segment_history(topic.name):
+        if not store.exists(name):
+            continue
+        found = recover_segment(store, name)
+        writer = writers[name] = SegmentWriter(store, clock, name, found.tail, found.index_tail)
+        for entry in found.entries:
+            if entry.partition < len(parts):
+                parts[entry.partition].recovered(writer, entry)
+    for p in parts:
+        p.write_to(writers[topics.segment_of_partition(topic, p.partition, current).name])
+        p.open_at(log_starts.get(p.partition, 0))
+    return LoadedTopic(topic, parts, writers)
+
+
+def segments_of_partitions(topics: TopicRegistry, topic: TopicInfo, first: int) -> list[str]:
+    """Blocking: the open segment of each partition from ``first`` on (for partitions just added)."""
+    current = topics.current_segments(topic.name)
+    return [topics.segment_of_partition(topic, p, current).name for p in range(first, topic.partition_count)]

@@ -1,0 +1,86 @@
+"""Idempotent producers: per partition, the last few batches of each producer id, as Kafka keeps them.
+
+Rules (Kafka's): a batch from an older epoch is refused (INVALID_PRODUCER_EPOCH); a new epoch must
+start at sequence 0; a batch equal to one of the last ``PRODUCER_WINDOW`` is a duplicate and answers
+with the original's base offset (once the original is acknowledged: a retry of a batch still in flight
+waits for its outcome); any other batch must continue the sequence (OUT_OF_ORDER_SEQUENCE_NUMBER).
+
+Transactions will hook in here: a producer's open transaction (its first offset, for the last stable
+offset) belongs in ``ProducerState``.
+
+Owned by the reactor thread once the partition is installed.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from twisted.internet import defer
+
+from millrace.gateway.kafka.partitions.errors import PartitionError
+from millrace.gateway.kafka_protocol.errors import ErrorCode
+
+PRODUCER_WINDOW = 5  # batches remembered per producer for duplicate detection, as Kafka does
+_SEQUENCE_MASK = 0x7FFFFFFF  # sequences wrap at 2**31
+
+
+@dataclass
+class ProducerState:
+    epoch: int
+    # (first sequence, last sequence, base offset) of the last few batches, oldest first
+    batches: deque[tuple[int, int, int]] = field(default_factory=lambda: deque(maxlen=PRODUCER_WINDOW))
+    # base offset -> Deferreds of retries of an append still in flight: they get the original's outcome
+    in_flight: dict[int, list[defer.Deferred[int]]] = field(default_factory=dict)
+
+
+class Producers:
+    """The producer states of one partition."""
+
+    __slots__ = ("_states",)
+
+    def __init__(self) -> None:
+        self._states: dict[int, ProducerState] = {}
+
+    def check(self, producer_id: int, epoch: int, first_sequence: int,
+              last_sequence: int) -> tuple[ProducerState, defer.Deferred[int] | None]:
+        """Kafka's idempotence rules for one batch: the producer's state and, for a duplicate, a
+        Deferred of the original base offset. Raises PartitionError for a batch to refuse."""
+        state = self._states.get(producer_id)
+        if state is None:
+            state = self._states[producer_id] = ProducerState(epoch)
+            return state, None
+        if epoch < state.epoch:
+            raise PartitionError(ErrorCode.INVALID_PRODUCER_EPOCH,
+                                 f"producer {producer_id} epoch {epoch} is older than {state.epoch}")
+        if epoch > state.epoch:
+            if first_sequence != 0:
+                raise PartitionError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                                     f"new epoch {epoch} must start at sequence 0, not {first_sequence}")
+            state = self._states[producer_id] = ProducerState(epoch)
+            return state, None
+        for seen_first, seen_last, base in state.batches:
+            if seen_first == first_sequence and seen_last == last_sequence:
+                retries = state.in_flight.get(base)
+                if retries is None:
+                    return state, defer.succeed(base)
+                duplicate: defer.Deferred[int] = defer.Deferred()
+                retries.append(duplicate)
+                return state, duplicate
+        if state.batches:
+            expected = (state.batches[-1][1] + 1) & _SEQUENCE_MASK
+            if first_sequence != expected:
+                raise PartitionError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                                     f"producer {producer_id}: sequence {first_sequence}, expected {expected}")
+        return state, None
+
+    def recovered(self, producer_id: int, epoch: int, first_sequence: int, last_sequence: int, base: int) -> None:
+        """Replay one stored batch (recovery, oldest first): rebuilds the window of every producer."""
+        state = self._states.get(producer_id)
+        if state is None or epoch > state.epoch:
+            state = self._states[producer_id] = ProducerState(epoch)
+        if epoch == state.epoch:
+            state.batches.append((first_sequence, last_sequence, base))
+
+    def get(self, producer_id: int) -> ProducerState | None:
+        return self._states.get(producer_id)

@@ -1,0 +1,152 @@
+"""The segments of a topic's partitions: one writer per data segment, which tracks the segment's
+tail and keeps its index segment in step, and recovery of both after a restart.
+
+Invariants:
+- The gateway is a data segment's only writer: every append is conditional on ``tail`` (the accepted
+  length this gateway tracks), so a foreign writer fences the gateway instead of interleaving.
+- Index entries are appended to the index segment in the data segment's order and only after their
+  batch is durable, so an index entry never points past durable data.
+- Recovery trusts the index segment up to its first entry that runs past the data (or a torn tail),
+  then scans the data segment from there, so a crash loses no entry and a restart does not read the
+  whole topic.
+
+A ``SegmentWriter`` is owned by the reactor thread once installed. The recovery functions block on
+store reads: they run on a worker thread (or before the reactor starts), on nothing the reactor owns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from twisted.internet.interfaces import IReactorTime
+
+from millrace.gateway.futures import to_deferred
+from millrace.gateway.kafka.partitions.formats import (
+    ENVELOPE,
+    ENVELOPE_MAGIC,
+    ENVELOPE_VERSION,
+    INDEX_ENTRY_SIZE,
+    INDEX_SUFFIX,
+    IndexEntry,
+)
+from millrace.gateway.kafka_protocol.records import BATCH_HEADER_SIZE
+from millrace.store.errors import SegmentExistsError, StoreError
+from millrace.store.segment_store import SegmentStore
+
+log = logging.getLogger(__name__)
+
+INDEX_FLUSH_SECONDS = 0.05  # index entries gather this long into one index append
+READ_CHUNK = 1 << 20
+BLOCKING_TIMEOUT = 60.0  # seconds a recovery read may take before the load fails
+
+
+class SegmentWriter:
+    """Appends to one data segment and keeps its index segment in step (reactor thread)."""
+
+    def __init__(self, store: SegmentStore, clock: IReactorTime, name: str, tail: int, index_tail: int) -> None:
+        self.store = store
+        self.clock = clock
+        self.name = name
+        self.index_name = name + INDEX_SUFFIX
+        self.tail = tail  # accepted length: where the next append must land
+        self.index_tail = index_tail
+        self.failed: BaseException | None = None  # set once an append failed: the topic reloads
+        self._index_pending: list[bytes] = []
+        self._index_flush: Any = None
+
+    def reserve(self, length: int) -> int:
+        """Claim the next ``length`` bytes of the segment; returns where they start."""
+        start = self.tail
+        self.tail += length
+        return start
+
+    def index(self, entry: IndexEntry) -> None:
+        """Queue the entry of a batch that is now durable; written within INDEX_FLUSH_SECONDS."""
+        self._index_pending.append(entry.pack())
+        if self._index_flush is None:
+            self._index_flush = self.clock.callLater(INDEX_FLUSH_SECONDS, self.flush_index)
+
+    def flush_index(self) -> None:
+        self._index_flush = None
+        if not self._index_pending:
+            return
+        data = b"".join(self._index_pending)
+        self._index_pending = []
+        expected = self.index_tail
+        self.index_tail += len(data)
+        # A lost index append is repaired by recovery's tail scan; record it and carry on.
+        to_deferred(self.store.append(self.index_name, data, expected_offset=expected)).addErrback(
+            lambda f: log.warning("index append to %s failed: %s", self.index_name, f.getErrorMessage()))
+
+
+@dataclass
+class RecoveredSegment:
+    """What recovery found in one data segment (plain data, handed to the reactor to install)."""
+
+    name: str
+    tail: int
+    index_tail: int
+    entries: list[IndexEntry] = field(default_factory=list)  # every batch past the segment's start, in order
+
+
+def create_index_segment(store: SegmentStore, name: str) -> None:
+    """Blocking: make sure the data segment ``name`` has its index segment."""
+    with contextlib.suppress(SegmentExistsError):
+        store.create_segment(name + INDEX_SUFFIX).result(BLOCKING_TIMEOUT)
+
+
+def recover_segment(store: SegmentStore, name: str) -> RecoveredSegment:
+    """Blocking: load a segment's index segment, then index (and persist) what the data holds past it."""
+    index_name = name + INDEX_SUFFIX
+    create_index_segment(store, name)
+    data_info = store.get_info(name)
+    index_info = store.get_info(index_name)
+    raw = read_fully(store, index_name, index_info.start_offset, index_info.length)
+    found = RecoveredSegment(name, data_info.length, index_info.length)
+    scan_from = data_info.start_offset
+    usable = len(raw) - len(raw) % INDEX_ENTRY_SIZE
+    for at in range(0, usable, INDEX_ENTRY_SIZE):
+        entry = IndexEntry.unpack_from(raw, at)
+        if entry.end > data_info.length:
+            break  # an index entry can never run ahead of durable data; stop trusting it here
+        if entry.position >= data_info.start_offset:
+            found.entries.append(entry)
+        scan_from = max(scan_from, entry.end)
+    if usable != len(raw) or scan_from < data_info.length:
+        # The index lags the data (a crash before it was written): index the tail and persist it.
+        missing = _scan_data(store, name, scan_from, data_info.length)
+        found.entries.extend(missing)
+        if usable != len(raw):
+            log.warning("index segment %s has a torn tail; rebuilding its end", index_name)
+        if missing:
+            store.append(index_name, b"".join(e.pack() for e in missing)).result(BLOCKING_TIMEOUT)
+            found.index_tail = store.get_info(index_name).length
+    return found
+
+
+def _scan_data(store: SegmentStore, name: str, start: int, end: int) -> list[IndexEntry]:
+    entries = []
+    pos = start
+    while pos < end:
+        head = read_fully(store, name, pos, ENVELOPE.size + BATCH_HEADER_SIZE)
+        magic, version, partition, length = ENVELOPE.unpack_from(head)
+        if magic != ENVELOPE_MAGIC or version != ENVELOPE_VERSION:
+            raise StoreError(f"{name}: no Kafka batch envelope at {pos}")
+        batch_pos = pos + ENVELOPE.size
+        entries.append(IndexEntry.of_stored(partition, batch_pos, length, head, ENVELOPE.size))
+        pos = batch_pos + length
+    return entries
+
+
+def read_fully(store: SegmentStore, name: str, offset: int, length: int) -> bytes:
+    """Blocking: [offset, offset + length) of a segment, or less if it ends first."""
+    out = bytearray()
+    while len(out) < length:
+        r = store.read(name, offset + len(out), min(READ_CHUNK, length - len(out))).result(BLOCKING_TIMEOUT)
+        if not r.data:
+            break
+        out += r.data
+    return bytes(out)

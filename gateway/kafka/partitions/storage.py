@@ -1,0 +1,433 @@
+"""The Kafka-level storage boundary between the handlers and the segment store.
+
+``PartitionStorage`` is what handlers may call (in the manner of tansu's ``Storage``): open a topic's
+partitions, append, fetch, long-poll, report offsets, list offsets, and move a log start. Every method
+runs on the reactor thread and answers at once or with a Deferred; refusals that need no I/O raise
+``PartitionError`` synchronously. ``SegmentPartitionStorage`` implements it over the segment store and
+also serves the gateway's own callers: loading at start, topic events, scaling switches, retention.
+
+All partition state is owned by the reactor thread. Loads and reloads read the store on the worker
+pool (``blocking``) and build fresh partitions there, which the reactor installs; store futures come
+back through ``to_deferred``. Transactions will hook in at the marked places: the isolation level of
+fetch and list-offsets (the last stable offset, aborted transactions), and the admission of
+transactional and control batches in ``append``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from twisted.internet import defer
+from twisted.internet.interfaces import IReactorTime
+from twisted.python.failure import Failure
+
+from millrace.gateway.futures import on_reactor, to_deferred
+from millrace.gateway.kafka.partitions import reads, retention
+from millrace.gateway.kafka.partitions.errors import PartitionError
+from millrace.gateway.kafka.partitions.formats import ENVELOPE, IndexEntry, envelope, set_leader_epoch
+from millrace.gateway.kafka.partitions.loading import (
+    LOG_STARTS_TABLE,
+    LoadedTopic,
+    load_topic,
+    log_start_key,
+    segments_of_partitions,
+)
+from millrace.gateway.kafka.partitions.partition import PartitionLog, PartitionOffsets
+from millrace.gateway.kafka.partitions.producers import ProducerState
+from millrace.gateway.kafka.partitions.segments import SegmentWriter, create_index_segment
+from millrace.gateway.kafka.partitions.waiters import wait_for_any
+from millrace.gateway.kafka.partitions.watermark import PendingAppend
+from millrace.gateway.kafka.topics import TopicInfo, TopicRegistry
+from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka_protocol.records import (
+    RecordBatchError,
+    set_base_offset,
+    validate_produce_records,
+)
+from millrace.store.controller import SegmentRange
+from millrace.store.errors import SegmentExistsError
+from millrace.store.segment_store import SegmentStore
+from millrace.store.tables import TableStore
+
+log = logging.getLogger(__name__)
+
+# ListOffsets' special timestamps
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+RELOAD_DELAY_SECONDS = 0.5  # lets a failed partition's in-flight appends settle before the reload reads
+
+
+def _log_failure(failure: Failure, doing: str, what: str) -> None:
+    log.warning("%s %s failed: %s", doing, what, failure.getErrorMessage())
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedRecords:
+    """One partition's answer to a fetch."""
+
+    records: bytes
+    offsets: PartitionOffsets
+    # Transactions hook: (producer id, first offset) of aborted transactions in the range, for read_committed.
+    aborted_transactions: tuple[tuple[int, int], ...] = field(default=())
+
+
+class PartitionStorage(Protocol):
+    """What handlers may do with partitions (reactor thread only)."""
+
+    def open_topic(self, topic: TopicInfo) -> defer.Deferred[list[PartitionLog]]:
+        """The topic's partitions, loading them (off the reactor) the first time or after growth."""
+        ...
+
+    def offsets(self, p: PartitionLog) -> PartitionOffsets:
+        """Log start, high watermark and last stable offset now."""
+        ...
+
+    def append(self, topic: TopicInfo, p: PartitionLog, records: Any) -> defer.Deferred[int]:
+        """Append one produce request's batch; its base offset once the high watermark passes it."""
+        ...
+
+    def fetch(self, p: PartitionLog, offset: int, max_bytes: int,
+              isolation: int = READ_UNCOMMITTED) -> defer.Deferred[FetchedRecords]:
+        """Whole durable batches from the one holding ``offset`` (at least one, even past ``max_bytes``)."""
+        ...
+
+    def wait_for_data(self, parts: Sequence[PartitionLog], timeout: float) -> defer.Deferred[None]:
+        """Fires when any of ``parts`` gets new durable data, or after ``timeout`` seconds."""
+        ...
+
+    def list_offset(self, p: PartitionLog, timestamp: int,
+                    isolation: int = READ_UNCOMMITTED) -> defer.Deferred[tuple[int, int]]:
+        """(offset, timestamp) for ListOffsets' ``timestamp`` (or LATEST, EARLIEST, MAX_TIMESTAMP)."""
+        ...
+
+    def delete_records(self, p: PartitionLog, offset: int) -> defer.Deferred[int]:
+        """Move the log start to ``offset`` (-1: the high watermark); the new log start once durable."""
+        ...
+
+
+class SegmentPartitionStorage(PartitionStorage):
+    """Kafka partitions over stream segments: the one owner of all partition state (reactor thread)."""
+
+    def __init__(self, store: SegmentStore, topics: TopicRegistry, tables: TableStore,
+                 blocking: Callable[..., defer.Deferred[Any]], clock: IReactorTime,
+                 max_message_bytes: int) -> None:
+        """Blocking (makes sure the log-start table exists): construct before the reactor runs."""
+        self.store = store
+        self.topics = topics
+        self.tables = tables
+        self.blocking = blocking  # runs a blocking call on the worker pool; its Deferred fires on the reactor
+        self.clock = clock
+        self.max_message_bytes = max_message_bytes  # the broker-wide cap on a batch
+        self._topics: dict[str, list[PartitionLog]] = {}
+        self._writers: dict[str, SegmentWriter] = {}  # data segment name -> its writer
+        self._loading: dict[str, list[defer.Deferred[None]]] = {}  # topic -> callers waiting for its load
+        self._reloading: set[str] = set()
+        if not tables.exists(LOG_STARTS_TABLE):
+            with contextlib.suppress(SegmentExistsError):
+                tables.create_table(LOG_STARTS_TABLE)
+
+    # -- topics ------------------------------------------------------------------------------------
+    def load_all(self) -> None:
+        """Blocking: load every topic before the reactor runs (this thread stands in for it)."""
+        for name in self.topics.names():
+            topic = self.topics.get(name)
+            if topic is not None:
+                self._install(load_topic(self.store, self.clock, self.topics, self.tables, topic))
+
+    def loaded(self, name: str) -> list[PartitionLog] | None:
+        return self._topics.get(name)
+
+    def open_topic(self, topic: TopicInfo) -> defer.Deferred[list[PartitionLog]]:
+        parts = self._topics.get(topic.name)
+        if parts is not None and len(parts) >= topic.partition_count:
+            return defer.succeed(parts)
+        waiting = self._loading.get(topic.name)
+        if waiting is not None:
+            # One load per topic at a time; look again when it is done (the topic may have grown meanwhile).
+            after: defer.Deferred[None] = defer.Deferred()
+            waiting.append(after)
+            return after.addCallback(lambda _: self.open_topic(topic))
+        self._loading[topic.name] = []
+        if parts is None:
+            d = self.blocking(load_topic, self.store, self.clock, self.topics, self.tables, topic).addCallback(
+                self._install)
+        else:
+            d = self.blocking(segments_of_partitions, self.topics, topic, len(parts)).addCallback(
+                self._install_grown, topic)
+
+        def finished(result: Any) -> Any:
+            for waiter in self._loading.pop(topic.name, []):
+                waiter.callback(None)
+            return result
+
+        return d.addBoth(finished)
+
+    def _install(self, loaded: LoadedTopic) -> list[PartitionLog]:
+        """Take over a loaded topic's partitions (reactor; or the main thread before it runs)."""
+        name = loaded.topic.name
+        current = self.topics.get(name)
+        if current is None or current.topic_id != loaded.topic.topic_id:
+            return loaded.partitions  # deleted (and perhaps created again) while loading: nothing to keep
+        self._writers.update(loaded.writers)
+        self._topics[name] = loaded.partitions
+        return loaded.partitions
+
+    def _install_grown(self, segment_names: list[str], topic: TopicInfo) -> list[PartitionLog]:
+        parts = self._topics.get(topic.name)
+        if parts is None:
+            raise PartitionError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic.name} went away")
+        first = topic.partition_count - len(segment_names)
+        for number, name in enumerate(segment_names, start=first):
+            if number < len(parts):
+                continue  # a reload meanwhile already built it
+            writer = self._writers.get(name)
+            if writer is None:
+                raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                     f"segment {name} of {topic.name} is not loaded yet")
+            parts.append(PartitionLog(topic.name, number, writer))
+        return parts
+
+    def topic_event(self, event: str, topic: TopicInfo) -> None:
+        """TopicRegistry listener (worker thread): hop to the reactor."""
+        if event == "deleted":
+            on_reactor(self._forget, topic.name)
+        elif event in ("created", "grown"):
+            on_reactor(self._preload, topic)
+
+    def _preload(self, topic: TopicInfo) -> None:
+        self.open_topic(topic).addErrback(_log_failure, "loading", topic.name)
+
+    def _forget(self, name: str) -> None:
+        for p in self._topics.pop(name, []):
+            p.waiters.wake()
+
+    def _reload_after_failure(self, topic: str) -> None:
+        """After a failed append the partition's offsets and the segment tails this gateway assumed are
+        unknown: once in-flight appends settle, rebuild the topic from the store (the truth). Produce
+        answers NOT_LEADER_OR_FOLLOWER (retriable) meanwhile; the rebuilt producer state recognises
+        idempotent retries."""
+        if topic in self._reloading:
+            return
+        self._reloading.add(topic)
+
+        def reload() -> defer.Deferred[Any]:
+            info = self.topics.get(topic)
+            if info is None:
+                return defer.succeed(None)
+            return self.blocking(load_topic, self.store, self.clock, self.topics, self.tables, info).addCallback(
+                self._install)
+
+        def finished(result: Any) -> None:
+            self._reloading.discard(topic)
+            if isinstance(result, Failure):
+                log.error("reloading %s failed: %s", topic, result.getErrorMessage())
+
+        self.clock.callLater(RELOAD_DELAY_SECONDS, lambda: reload().addBoth(finished))
+
+    # -- scaling -------------------------------------------------------------------------------------
+    def prepare_successors(self, names: list[str]) -> None:
+        """Blocking (worker): make sure each successor segment has its index segment before the switch."""
+        for name in names:
+            create_index_segment(self.store, name)
+
+    def switch_segments(self, topic: TopicInfo, successors: list[SegmentRange]) -> int:
+        """Point every partition whose slice a successor now owns at that successor. Runs on the reactor
+        between creating the successors and sealing the predecessors: appends already handed to a
+        predecessor are accepted there before its seal; every later one goes to a successor, so
+        per-partition order holds across the switch. Returns how many partitions moved."""
+        moved = 0
+        for p in self._topics.get(topic.name, []):
+            start = topic.slices[p.partition][0]
+            seg = next((s for s in successors if s.contains(start)), None)
+            if seg is None or (p.writer is not None and p.writer.name == seg.name):
+                continue
+            writer = self._writers.get(seg.name)
+            if writer is None:
+                writer = self._writers[seg.name] = SegmentWriter(self.store, self.clock, seg.name, 0, 0)
+            p.write_to(writer)
+            moved += 1
+        return moved
+
+    # -- produce -------------------------------------------------------------------------------------
+    def offsets(self, p: PartitionLog) -> PartitionOffsets:
+        return p.offsets()
+
+    def append(self, topic: TopicInfo, p: PartitionLog, records: Any) -> defer.Deferred[int]:
+        try:
+            (batch,) = validate_produce_records(records)
+        except RecordBatchError as exc:
+            raise PartitionError(exc.error_code, str(exc)) from exc
+        h = batch.header
+        limit = min(int(topic.config("max.message.bytes")), self.max_message_bytes)
+        if h.size > limit:
+            raise PartitionError(ErrorCode.MESSAGE_TOO_LARGE,
+                                 f"batch of {h.size} bytes exceeds max.message.bytes={limit}")
+        if h.is_transactional or h.is_control:
+            # Transactions hook: a transactional batch opens or extends its producer's transaction (the
+            # last stable offset stops there); a control batch (commit/abort marker) closes it.
+            raise PartitionError(ErrorCode.INVALID_RECORD, "transactional batches are not supported yet")
+        writer = p.writer
+        if writer is None or writer.failed is not None or p.topic in self._reloading:
+            if writer is not None and writer.failed is not None:
+                self._reload_after_failure(p.topic)  # a reload that failed earlier is tried again
+            raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{p.topic}-{p.partition} is recovering")
+        producer = None
+        if h.producer_id >= 0:
+            last_sequence = h.base_sequence + h.last_offset_delta
+            producer, duplicate = p.producers.check(h.producer_id, h.producer_epoch, h.base_sequence, last_sequence)
+            if duplicate is not None:
+                return duplicate
+        base = p.next_offset
+        last = base + h.last_offset_delta
+        p.next_offset = last + 1
+        # Only the first 16 bytes change (baseOffset, partitionLeaderEpoch; outside the CRC): copy those,
+        # and let the join below be the one copy of the batch.
+        head = bytearray(batch.data[:16])
+        set_base_offset(head, base, 0)
+        set_leader_epoch(head, 0)
+        data = b"".join((envelope(p.partition, h.size), head, batch.data[16:]))
+        expected = writer.reserve(len(data))
+        entry = IndexEntry.of_batch(p.partition, base, expected + ENVELOPE.size, h)
+        p.index.append(p.segment_number(writer), base, last, entry.position, h.size, h.max_timestamp)
+        retries: list[defer.Deferred[int]] = []  # duplicates of this batch that arrive while it is in flight
+        if producer is not None:
+            producer.batches.append((h.base_sequence, h.base_sequence + h.last_offset_delta, base))
+            producer.in_flight[base] = retries
+        pending = p.watermark.track(last)
+        acked = pending.acked.addBoth(self._settle, producer, base, retries)
+        stored = self.store.append(writer.name, data, expected_offset=expected, events=h.last_offset_delta + 1)
+        to_deferred(stored).addCallbacks(self._durable, self._failed, callbackArgs=(p, writer, entry, pending),
+                                         errbackArgs=(p, writer, pending))
+        return acked
+
+    @staticmethod
+    def _durable(_: Any, p: PartitionLog, writer: SegmentWriter, entry: IndexEntry, pending: PendingAppend) -> None:
+        writer.index(entry)
+        passed = p.watermark.made_durable(pending)
+        if passed:
+            # Producers hear first: a fetch woken here may answer in this same turn (a cache read).
+            for acked in passed:
+                acked.callback(None)
+            p.waiters.wake()
+
+    def _failed(self, failure: Failure, p: PartitionLog, writer: SegmentWriter, pending: PendingAppend) -> None:
+        log.error("append to %s failed: %s", writer.name, failure.getErrorMessage())
+        writer.failed = failure.value
+        self._reload_after_failure(p.topic)
+        # Nothing after this batch can be acknowledged in order any more: fail those too (they may
+        # already be durable in a successor); clients retry and the reload dedupes them.
+        for doomed in p.watermark.failed(pending):
+            doomed.acked.errback(failure)
+
+    @staticmethod
+    def _settle(result: Any, producer: ProducerState | None, base: int, retries: list[defer.Deferred[int]]) -> Any:
+        """The append's outcome: its base offset, also for retries that waited on it."""
+        if producer is not None:
+            producer.in_flight.pop(base, None)
+        for retry in retries:
+            if isinstance(result, Failure):
+                retry.errback(result)
+            else:
+                retry.callback(base)
+        return result if isinstance(result, Failure) else base
+
+    # -- fetch ---------------------------------------------------------------------------------------
+    def fetch(self, p: PartitionLog, offset: int, max_bytes: int,
+              isolation: int = READ_UNCOMMITTED) -> defer.Deferred[FetchedRecords]:
+        offsets = p.offsets()
+        if offset < offsets.log_start or offset > offsets.high_watermark:
+            raise PartitionError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                                 f"offset {offset} outside [{offsets.log_start}, {offsets.high_watermark}] of "
+                                 f"{p.topic}-{p.partition}")
+        # Transactions hook: read_committed stops at the last stable offset and reports aborted ranges.
+        end = offsets.last_stable if isolation == READ_COMMITTED else offsets.high_watermark
+        if offset >= end:
+            return defer.succeed(FetchedRecords(b"", offsets))
+        return reads.read_batches(self.store, p, offset, max_bytes, end).addCallback(FetchedRecords, offsets)
+
+    def wait_for_data(self, parts: Sequence[PartitionLog], timeout: float) -> defer.Deferred[None]:
+        return wait_for_any(self.clock, [p.waiters for p in parts], timeout)
+
+    # -- offsets -------------------------------------------------------------------------------------
+    def list_offset(self, p: PartitionLog, timestamp: int,
+                    isolation: int = READ_UNCOMMITTED) -> defer.Deferred[tuple[int, int]]:
+        offsets = p.offsets()
+        if timestamp == LATEST:
+            return defer.succeed((offsets.last_stable if isolation == READ_COMMITTED else offsets.high_watermark, -1))
+        if timestamp in (EARLIEST, EARLIEST_LOCAL):
+            return defer.succeed((offsets.log_start, -1))
+        if timestamp == MAX_TIMESTAMP:
+            return self._offset_of_max_timestamp(p)
+        if timestamp >= 0:
+            return self._offset_for_timestamp(p, timestamp)
+        raise PartitionError(ErrorCode.INVALID_REQUEST, f"no such ListOffsets timestamp {timestamp}")
+
+    def _offset_for_timestamp(self, p: PartitionLog, timestamp: int) -> defer.Deferred[tuple[int, int]]:
+        """(offset, timestamp) of the first record with timestamp >= ``timestamp``, or (-1, -1)."""
+        index = p.index
+        i = index.first_reaching_timestamp(timestamp, start=index.entry_at(p.log_start))
+        if i >= len(index) or index.base[i] >= p.high_watermark:
+            return defer.succeed((-1, -1))
+        log_start = p.log_start
+        return reads.batch_records(self.store, p, i).addCallback(
+            lambda records: next(((r.offset, r.timestamp) for r in records
+                                  if r.timestamp >= timestamp and r.offset >= log_start), (-1, -1)))
+
+    def _offset_of_max_timestamp(self, p: PartitionLog) -> defer.Deferred[tuple[int, int]]:
+        """(offset, timestamp) of the record with the largest timestamp (ListOffsets -3)."""
+        index = p.index
+        end = index.entries_below(p.high_watermark)
+        if end == 0:
+            return defer.succeed((-1, -1))
+        target = index.running_max_ts[end - 1]
+        best = index.first_reaching_timestamp(target, end=end)  # the first batch reaching it
+        return reads.batch_records(self.store, p, best).addCallback(
+            lambda records: next(((r.offset, r.timestamp) for r in records if r.timestamp == target), (-1, -1)))
+
+    # -- log start: DeleteRecords and retention --------------------------------------------------------
+    def delete_records(self, p: PartitionLog, offset: int) -> defer.Deferred[int]:
+        hw = p.high_watermark
+        target = hw if offset == -1 else offset
+        if target < 0 or target > hw:
+            raise PartitionError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                                 f"offset {offset} outside [0, {hw}] of {p.topic}-{p.partition}")
+        return self._advance_log_start(p, target)
+
+    def _advance_log_start(self, p: PartitionLog, offset: int) -> defer.Deferred[int]:
+        """Move ``p``'s log start to ``offset`` (durably), then truncate whatever segment prefix no
+        partition needs any more."""
+        if offset <= p.log_start:
+            return defer.succeed(p.log_start)
+        offset = min(offset, p.high_watermark)
+        persisted = self.blocking(self.tables.put, LOG_STARTS_TABLE,
+                                  [(log_start_key(p.topic, p.partition), str(offset).encode())])
+
+        def applied(_: Any) -> int:
+            p.log_start = max(p.log_start, offset)
+            p.index.drop_below(p.log_start)
+            self._truncate_segments(p.topic)
+            return p.log_start
+
+        return persisted.addCallback(applied)
+
+    def _truncate_segments(self, topic: str) -> None:
+        for name, offset in retention.truncation_points(self._topics.get(topic, [])).items():
+            if offset > 0:
+                to_deferred(self.store.truncate(name, offset)).addErrback(_log_failure, "truncating", name)
+
+    def enforce_retention(self, topic: TopicInfo, now_ms: int | None = None) -> list[defer.Deferred[int]]:
+        """Apply retention.ms and retention.bytes to every partition of ``topic``."""
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        retention_ms = int(topic.config("retention.ms"))
+        retention_bytes = int(topic.config("retention.bytes"))
+        moves = []
+        for p in self._topics.get(topic.name, []):
+            start = retention.retained_start(p, retention_ms, retention_bytes, now_ms)
+            if start > p.log_start:
+                moves.append(self._advance_log_start(p, start))
+        return moves

@@ -1,0 +1,180 @@
+"""The units behind the partition storage boundary, each against its written invariants: the offset
+index, producer state (idempotence), the high watermark and acknowledgement order, long-poll waiters,
+recovery's contiguity rule and retention."""
+
+from __future__ import annotations
+
+import pytest
+from twisted.internet import defer
+from twisted.internet.task import Clock
+
+from millrace.gateway.kafka.partitions.errors import PartitionError
+from millrace.gateway.kafka.partitions.formats import IndexEntry
+from millrace.gateway.kafka.partitions.offset_index import OffsetIndex
+from millrace.gateway.kafka.partitions.partition import PartitionLog
+from millrace.gateway.kafka.partitions.producers import PRODUCER_WINDOW, Producers
+from millrace.gateway.kafka.partitions.retention import retained_start, truncation_points
+from millrace.gateway.kafka.partitions.segments import SegmentWriter
+from millrace.gateway.kafka.partitions.waiters import Waiters, wait_for_any
+from millrace.gateway.kafka.partitions.watermark import HighWatermark
+from millrace.gateway.kafka_protocol.errors import ErrorCode
+
+
+def index_of(*batches: tuple[int, int, int]) -> OffsetIndex:
+    """An index of (records, max timestamp, segment) batches laid out densely from offset 0."""
+    index = OffsetIndex()
+    offset = position = 0
+    for records, max_ts, seg in batches:
+        index.append(seg, offset, offset + records - 1, position, 100, max_ts)
+        offset += records
+        position += 110
+    return index
+
+
+def test_offset_index_finds_the_batch_holding_an_offset() -> None:
+    index = index_of((3, 10, 0), (2, 20, 0), (4, 15, 1))  # offsets 0-2, 3-4, 5-8
+    assert [index.entry_at(o) for o in (0, 2, 3, 4, 5, 8, 9)] == [0, 0, 1, 1, 2, 2, 3]
+    assert index.next_offset == 9 and index.bytes == 300
+    assert index.entries_below(5) == 2 and index.entries_below(6) == 3
+    assert index.first_in_segment(1) == 2 and index.first_in_segment(2) is None
+
+
+def test_offset_index_timestamps_stay_searchable_after_dropping_a_prefix() -> None:
+    index = index_of((1, 50, 0), (1, 10, 0), (1, 30, 0), (1, 40, 0))
+    assert list(index.running_max_ts) == [50, 50, 50, 50]
+    assert index.first_reaching_timestamp(20) == 0
+    index.drop_below(1)  # the batch with timestamp 50 goes: the running maximum must forget it
+    assert list(index.base) == [1, 2, 3] and list(index.running_max_ts) == [10, 30, 40]
+    assert index.first_reaching_timestamp(20) == 1 and index.first_reaching_timestamp(41) == 3
+    assert index.bytes == 300
+
+
+def test_producers_detect_duplicates_gaps_and_fenced_epochs() -> None:
+    producers = Producers()
+    state, duplicate = producers.check(7, 0, 0, 4)
+    assert duplicate is None
+    state.batches.append((0, 4, 100))
+    _, duplicate = producers.check(7, 0, 0, 4)  # a retry of an acknowledged batch: its original offset
+    assert duplicate is not None and duplicate.result == 100
+    with pytest.raises(PartitionError) as gap:
+        producers.check(7, 0, 6, 6)
+    assert gap.value.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert producers.check(7, 0, 5, 5)[1] is None  # the next sequence is accepted
+    with pytest.raises(PartitionError) as epoch_gap:
+        producers.check(7, 1, 3, 3)
+    assert epoch_gap.value.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert producers.check(7, 1, 0, 0)[1] is None  # a new epoch starts at sequence 0
+    with pytest.raises(PartitionError) as fenced:
+        producers.check(7, 0, 6, 6)
+    assert fenced.value.error_code == ErrorCode.INVALID_PRODUCER_EPOCH
+
+
+def test_a_retry_of_a_batch_in_flight_gets_the_originals_outcome() -> None:
+    producers = Producers()
+    state, _ = producers.check(1, 0, 0, 0)
+    state.batches.append((0, 0, 42))
+    retries: list[defer.Deferred[int]] = []
+    state.in_flight[42] = retries
+    _, duplicate = producers.check(1, 0, 0, 0)
+    assert duplicate is not None and not duplicate.called and retries == [duplicate]
+
+
+def test_producer_window_and_sequence_wrap_after_recovery() -> None:
+    producers = Producers()
+    for i in range(PRODUCER_WINDOW + 2):
+        producers.recovered(3, 0, i, i, 10 + i)
+    state = producers.get(3)
+    assert state is not None and len(state.batches) == PRODUCER_WINDOW
+    _, duplicate = producers.check(3, 0, 2, 2)  # the oldest batch still in the window
+    assert duplicate is not None and duplicate.result == 12
+    with pytest.raises(PartitionError) as forgotten:
+        producers.check(3, 0, 1, 1)  # out of the window: no longer recognised, and out of sequence
+    assert forgotten.value.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    wrapped = Producers()
+    wrapped.recovered(4, 0, 0x7FFFFFFE, 0x7FFFFFFF, 0)
+    assert wrapped.check(4, 0, 0, 0)[1] is None  # sequences wrap at 2**31
+
+
+def test_the_high_watermark_passes_only_durable_prefixes_in_order() -> None:
+    hw = HighWatermark(10)
+    first, second, third = hw.track(12), hw.track(13), hw.track(17)
+    assert hw.made_durable(second) == [] and hw.offset == 10  # an earlier append is still in flight
+    assert hw.made_durable(first) == [first.acked, second.acked] and hw.offset == 14
+    assert hw.made_durable(third) == [third.acked] and hw.offset == 18
+
+
+def test_a_failed_append_fails_every_later_one() -> None:
+    hw = HighWatermark(0)
+    first, second, third = hw.track(0), hw.track(1), hw.track(2)
+    assert hw.failed(second) == [second, third]
+    assert hw.made_durable(third) == []  # already failed: never acknowledged
+    assert hw.failed(third) == []
+    assert hw.made_durable(first) == [first.acked] and hw.offset == 1
+
+
+def test_waiters_wake_or_time_out() -> None:
+    clock = Clock()
+    a, b = Waiters(), Waiters()
+    woken = wait_for_any(clock, [a, b], 5.0)
+    b.wake()
+    assert woken.called and len(a) == 0 and len(b) == 0 and not clock.getDelayedCalls()
+    timed_out = wait_for_any(clock, [a], 5.0)
+    clock.advance(4.9)
+    assert not timed_out.called
+    clock.advance(0.2)
+    assert timed_out.called and len(a) == 0
+
+
+def entry(partition: int, base: int, records: int, position: int, producer: int = -1, seq: int = 0) -> IndexEntry:
+    return IndexEntry(partition, base, position, 100, records - 1, 1000 + base, producer, 0, seq, 0)
+
+
+def writer(name: str, tail: int = 0) -> SegmentWriter:
+    return SegmentWriter(None, Clock(), name, tail, 0)  # no store: these tests never append
+
+
+def test_recovery_keeps_contiguous_offsets_only() -> None:
+    old, new = writer("s.#epoch.0", 400), writer("s.#epoch.1", 200)
+    p = PartitionLog("t", 0)
+    p.recovered(old, entry(0, 0, 2, 10, producer=5, seq=0))
+    p.recovered(old, entry(0, 0, 2, 10, producer=5, seq=0))  # repeated by a crash between index appends
+    p.recovered(old, entry(0, 2, 1, 120, producer=5, seq=2))
+    p.recovered(new, entry(0, 5, 1, 10))  # durable in the successor past a gap: never acknowledged
+    p.recovered(new, entry(0, 3, 1, 120))
+    p.write_to(new)
+    p.open_at(0)
+    assert list(p.index.base) == [0, 2, 3] and list(p.index.seg) == [0, 0, 1]
+    assert (p.log_start, p.next_offset, p.high_watermark) == (0, 4, 4)
+    assert p.producers.check(5, 0, 2, 2)[1] is not None  # the recovered window recognises a retry
+
+
+def test_a_stored_log_start_past_the_data_moves_the_next_offset() -> None:
+    p = PartitionLog("t", 0, writer("s"))
+    p.open_at(7)
+    assert (p.log_start, p.next_offset, p.high_watermark) == (7, 7, 7)
+
+
+def test_retention_by_time_and_size_moves_whole_durable_batches() -> None:
+    p = PartitionLog("t", 0, writer("s", 500))
+    for base in range(4):
+        p.recovered(p.segments[0], entry(0, base, 1, 10 + base * 110))
+    p.open_at(0)
+    assert retained_start(p, -1, -1, now_ms=10_000) == 0
+    assert retained_start(p, 8_998, -1, now_ms=10_000) == 2  # timestamps 1000..1003: two are too old
+    assert retained_start(p, -1, 300, now_ms=10_000) == 1  # 4 batches of 100 bytes down to 300
+    assert retained_start(p, -1, 250, now_ms=10_000) == 2  # whole batches: down to 200
+    p.watermark = HighWatermark(1)  # only durable batches may go
+    assert retained_start(p, 0, -1, now_ms=10_000) == 1
+
+
+def test_a_segment_is_truncated_below_the_first_batch_any_partition_needs() -> None:
+    shared = writer("shared", 1000)
+    a, b = PartitionLog("t", 0, shared), PartitionLog("t", 1, shared)
+    a.recovered(shared, entry(0, 0, 1, 10))
+    a.recovered(shared, entry(0, 1, 1, 230))
+    b.recovered(shared, entry(1, 0, 1, 120))
+    a.open_at(1)
+    b.open_at(0)
+    assert truncation_points([a, b]) == {"shared": 110}  # b still needs its batch at 120 (envelope at 110)
+    b.open_at(1)
+    assert truncation_points([a, b]) == {"shared": 220}
