@@ -7,7 +7,13 @@ Segment boundaries always fall on slice boundaries, so at any moment each partit
 to exactly one open segment, which may carry several whole partitions.
 
 The Kafka-only facts (topic id, slices, configs) are kept in a table segment; the stream itself is
-the controller's. All methods block (table and controller I/O): call them off the reactor.
+the controller's.
+
+Threads: changes (create, delete, grow, configs) and the segment lookups block on table and controller
+I/O, so they run on the worker pool, one writer at a time under the registry's lock; they replace
+immutable ``TopicInfo`` records whole, so the in-memory reads (``get``, ``by_id``, ``names``) are safe
+from any thread, the reactor included. Listeners are called on the changing worker thread and hop to
+the reactor themselves.
 """
 
 from __future__ import annotations
@@ -201,6 +207,8 @@ def retention_policy(configs: dict[str, str]) -> RetentionPolicy:
 
 
 class TopicRegistry:
+    """Every topic's record, kept in a table segment and cached in memory."""
+
     def __init__(self, controller: Controller, tables: TableStore, scope: str) -> None:
         self.controller = controller
         self.tables = tables
