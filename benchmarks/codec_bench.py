@@ -11,6 +11,8 @@ from collections.abc import Callable
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from millrace.gateway.kafka_protocol import codec, records  # noqa: E402
+from millrace.gateway.kafka_protocol.messages.fetch import FetchResponse  # noqa: E402
+from millrace.gateway.kafka_protocol.messages.produce import ProduceRequest  # noqa: E402
 
 PRODUCE, FETCH = 0, 1
 
@@ -29,7 +31,7 @@ def produce_frame() -> bytes:
     recs = [records.NewRecord(b"key-%d" % i, os.urandom(150), (), 1_700_000_000_000 + i) for i in range(100)]
     batch = records.build_record_batch(recs, producer_id=1, producer_epoch=0, base_sequence=0)
     batch = records.build_record_batch(recs[: max(1, 100 * 16384 // len(batch))])
-    P = codec.request_class(PRODUCE)
+    P = ProduceRequest
     req = P(
         acks=-1,
         timeout_ms=30000,
@@ -38,8 +40,8 @@ def produce_frame() -> bytes:
     return codec.encode_request(PRODUCE, 9, 1, req, client_id="bench")[4:]
 
 
-def fetch_response() -> object:
-    F = codec.response_class(FETCH)
+def fetch_response() -> FetchResponse:
+    F = FetchResponse
     chunk = bytes(1 << 20)
     return F(
         responses=[

@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from twisted.internet.defer import Deferred, gatherResults, succeed
 from twisted.python.failure import Failure
@@ -36,8 +36,12 @@ from millrace.gateway.kafka.group_store import (
 )
 from millrace.gateway.kafka_protocol.codec import KafkaDecodeError, decode_message
 from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka_protocol.messages.consumer_protocol_subscription import (
+    ConsumerProtocolSubscription,
+)
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 __all__ = [
     "CONSUMER_PROTOCOL_TYPE",
@@ -324,7 +328,7 @@ class Group:
             for member in self.members.values():
                 data = member.metadata(self.protocol_name)
                 # Version 0 is the prefix of every ConsumerProtocolSubscription version.
-                sub = decode_message("ConsumerProtocolSubscription", 0, data[2:])
+                sub = decode_message(ConsumerProtocolSubscription, 0, data[2:])
                 topics.update(sub.topics)
         except (KafkaDecodeError, KeyError):
             return None
@@ -418,6 +422,10 @@ class GroupCoordinator:
         self._waiting.append(d)
         return d
 
+    @overload
+    def call(self, fn: Callable[[GroupCoordinator], Deferred[T]]) -> Deferred[T]: ...
+    @overload
+    def call(self, fn: Callable[[GroupCoordinator], T]) -> T | Deferred[T]: ...
     def call(self, fn: Callable[[GroupCoordinator], Any]) -> Any:
         """``fn(self)`` now if loaded, else once loading finishes (a Deferred)."""
         if self.loaded:

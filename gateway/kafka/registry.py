@@ -4,18 +4,35 @@ advertises exactly what is implemented."""
 
 from __future__ import annotations
 
+import enum
 import importlib
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
 
-from millrace.gateway.kafka_protocol.codec import API_KEYS
+from twisted.internet.defer import Deferred
 
-# A handler gets (RequestContext, decoded request) and returns the response object, a Deferred of it,
-# or NO_RESPONSE (a produce with acks=0).
-Handler = Callable[[Any, Any], Any]
-NO_RESPONSE = object()
+from millrace.gateway.kafka_protocol.messages import API_KEYS
+from millrace.gateway.kafka_protocol.primitives import KafkaRequest, KafkaResponse
+
+if TYPE_CHECKING:
+    from millrace.gateway.kafka.broker import RequestContext
+
+
+class _NoResponse(enum.Enum):
+    NO_RESPONSE = "no response"
+
+
+NoResponse: TypeAlias = Literal[_NoResponse.NO_RESPONSE]
+#: What a handler returns for a request that gets no response at all (a produce with acks=0).
+NO_RESPONSE: NoResponse = _NoResponse.NO_RESPONSE
+
+# A handler gets the request context and the decoded request, and returns the response, a Deferred of it,
+# or NO_RESPONSE. (Deferred's result type is invariant, hence Any: each handler declares its own.)
+Outcome: TypeAlias = KafkaResponse | Deferred[Any] | NoResponse
+R = TypeVar("R", bound=KafkaRequest)
+Handler: TypeAlias = Callable[["RequestContext", R], Outcome]
 
 
 @dataclass(frozen=True)
@@ -24,19 +41,20 @@ class ApiHandler:
     name: str
     min_version: int
     max_version: int
-    handle: Handler
+    handle: Handler[Any]
 
 
 REGISTRY: dict[int, ApiHandler] = {}
 
 
-def api(api_key: int, min_version: int, max_version: int) -> Callable[[Handler], Handler]:
-    """Register ``fn`` as the handler of ``api_key`` for versions [min_version, max_version]."""
+def api(request: type[R], min_version: int, max_version: int) -> Callable[[Handler[R]], Handler[R]]:
+    """Register ``fn`` as the handler of ``request``'s API for versions [min_version, max_version]."""
+    api_key = request.API_KEY
     info = API_KEYS[api_key]
     if min_version < info.min_version or max_version > info.max_version:
         raise ValueError(f"{info.name}: versions {min_version}..{max_version} exceed the spec's range")
 
-    def register(fn: Handler) -> Handler:
+    def register(fn: Handler[R]) -> Handler[R]:
         if api_key in REGISTRY:
             raise ValueError(f"{info.name} registered twice")
         REGISTRY[api_key] = ApiHandler(api_key, info.name, min_version, max_version, fn)

@@ -8,6 +8,7 @@ retriable flags (cross-checked against kafka-python's table); the tests check it
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import TYPE_CHECKING
 
 __all__ = ["ErrorCode", "is_retriable"]
 
@@ -18,12 +19,15 @@ class ErrorCode(IntEnum):
     retriable: bool
     description: str
 
-    def __new__(cls, code: int, retriable: bool, description: str) -> ErrorCode:
-        obj = int.__new__(cls, code)
-        obj._value_ = code
-        obj.retriable = retriable
-        obj.description = description
-        return obj
+    if not TYPE_CHECKING:
+        # Hidden from type checkers, which would otherwise take this for the signature of the lookup
+        # ``ErrorCode(code)``; it only builds the members from their (code, retriable, description).
+        def __new__(cls, code: int, retriable: bool, description: str) -> ErrorCode:
+            obj = int.__new__(cls, code)
+            obj._value_ = code
+            obj.retriable = retriable
+            obj.description = description
+            return obj
 
     UNKNOWN_SERVER_ERROR = (-1, False, 'The server experienced an unexpected error when processing the request.')
     NONE = (0, False, 'No error.')

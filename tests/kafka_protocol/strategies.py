@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from millrace.gateway.kafka_protocol import codec
-from millrace.gateway.kafka_protocol.schema import FieldSpec, MessageSpec, StructSpec
+from millrace.gateway.kafka_protocol.schema import FieldSpec, MessageSpec, StructSpec, load_specs
 
 _INT_RANGES = {
     "int8": (-(2**7), 2**7 - 1),
@@ -69,7 +69,7 @@ def struct_strategy(spec: MessageSpec, s: StructSpec, version: int, depth: int =
 
 
 def message_strategy(name: str, version: int) -> st.SearchStrategy[Any]:
-    spec = codec._SPECS[name]
+    spec = load_specs()[name]
     return struct_strategy(spec, spec.struct, version)
 
 
@@ -114,5 +114,5 @@ def random_struct(spec: MessageSpec, s: StructSpec, version: int, rnd: random.Ra
 
 
 def random_message(name: str, version: int, rnd: random.Random) -> Any:
-    spec = codec._SPECS[name]
+    spec = load_specs()[name]
     return random_struct(spec, spec.struct, version, rnd)

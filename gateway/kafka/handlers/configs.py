@@ -14,6 +14,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from twisted.internet.defer import Deferred
+
+from millrace.gateway.kafka.broker import KafkaConfig, RequestContext
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.topics import (
     DEFAULT_CONFIGS,
@@ -22,14 +25,22 @@ from millrace.gateway.kafka.topics import (
     TopicInfo,
     legal_topic_name,
 )
-from millrace.gateway.kafka_protocol.codec import response_class
 from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka_protocol.messages.alter_configs import AlterConfigsRequest, AlterConfigsResponse
+from millrace.gateway.kafka_protocol.messages.describe_configs import (
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+)
+from millrace.gateway.kafka_protocol.messages.incremental_alter_configs import (
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
 
 log = logging.getLogger(__name__)
 
-DESCRIBE_CONFIGS = 32
-ALTER_CONFIGS = 33
-INCREMENTAL_ALTER_CONFIGS = 44
+DESCRIBE_CONFIGS = DescribeConfigsRequest.API_KEY
+ALTER_CONFIGS = AlterConfigsRequest.API_KEY
+INCREMENTAL_ALTER_CONFIGS = IncrementalAlterConfigsRequest.API_KEY
 
 # ConfigResource.Type
 TOPIC_RESOURCE = 2
@@ -112,7 +123,7 @@ def topic_config_values(topic: TopicInfo) -> list[ConfigValue]:
     return out
 
 
-def broker_config_values(config: Any) -> list[ConfigValue]:
+def broker_config_values(config: KafkaConfig) -> list[ConfigValue]:
     """This node's settings under Kafka's broker config names; all fixed at start (read-only)."""
     def entry(name: str, value: Any, type_: int, doc: str, explicit: bool = False) -> ConfigValue:
         text = ("true" if value else "false") if isinstance(value, bool) else str(value)
@@ -149,7 +160,7 @@ def broker_config_values(config: Any) -> list[ConfigValue]:
     return sorted(entries, key=lambda e: e.name)
 
 
-def _broker_name_error(ctx: Any, name: str) -> tuple[ErrorCode, str] | None:
+def _broker_name_error(ctx: RequestContext, name: str) -> tuple[ErrorCode, str] | None:
     """Kafka accepts the receiving broker's own id, or "" for the cluster-wide dynamic defaults."""
     if name == "" or name == str(ctx.broker.config.node_id):
         return None
@@ -159,11 +170,11 @@ def _broker_name_error(ctx: Any, name: str) -> tuple[ErrorCode, str] | None:
 
 # ---------------------------------------------------------------------------------------------- describe
 
-_D = response_class(DESCRIBE_CONFIGS)
+_D = DescribeConfigsResponse
 
 
-@api(DESCRIBE_CONFIGS, 0, 4)
-def handle_describe_configs(ctx: Any, request: Any) -> Any:
+@api(DescribeConfigsRequest, 0, 4)
+def handle_describe_configs(ctx: RequestContext, request: DescribeConfigsRequest) -> DescribeConfigsResponse:
     """In memory only: topic configs are cached by the registry, broker configs are the node's own."""
     version = ctx.api_version
     synonyms = version >= 1 and request.include_synonyms
@@ -202,7 +213,8 @@ def handle_describe_configs(ctx: Any, request: Any) -> Any:
     return _D(throttle_time_ms=0, results=results)
 
 
-def _describe_entry(v: ConfigValue, version: int, synonyms: bool, docs: bool) -> Any:
+def _describe_entry(v: ConfigValue, version: int, synonyms: bool,
+                    docs: bool) -> DescribeConfigsResponse.DescribeConfigsResourceResult:
     return _D.DescribeConfigsResourceResult(
         name=v.name, value=v.value, read_only=v.read_only,
         is_default=version == 0 and v.source == DEFAULT_CONFIG,
@@ -229,7 +241,7 @@ def _alter_response(cls: Any, resources: list[Any], outcomes: list[_Outcome]) ->
     ])
 
 
-def _check_resources(ctx: Any, resources: list[Any]) -> list[_Outcome | None]:
+def _check_resources(ctx: RequestContext, resources: list[Any]) -> list[_Outcome | None]:
     """The refusals that need no store I/O; None where the resource is a topic to alter."""
     seen = Counter((r.resource_type, r.resource_name) for r in resources)
     out: list[_Outcome | None] = []
@@ -285,11 +297,14 @@ def _run_alters(registry: Any, jobs: list[tuple[int, str, Any]], validate_only: 
     return out
 
 
-def _alter(ctx: Any, request: Any, cls: Any, planner: Any) -> Any:
-    checks = _check_resources(ctx, request.resources)
+# The two alter APIs share their shape but not their generated classes, hence ``Any`` for those here.
+def _alter(ctx: RequestContext, request: AlterConfigsRequest | IncrementalAlterConfigsRequest, cls: Any,
+           planner: Any) -> Any:
+    resources: list[Any] = list(request.resources)
+    checks = _check_resources(ctx, resources)
     outcomes: list[_Outcome] = [c or _Outcome() for c in checks]
     jobs = []
-    for i, (r, check) in enumerate(zip(request.resources, checks, strict=True)):
+    for i, (r, check) in enumerate(zip(resources, checks, strict=True)):
         if check is not None:
             continue
         problem = planner.validate(r.configs)
@@ -374,15 +389,14 @@ class _Incremental:
         return apply
 
 
-_A = response_class(ALTER_CONFIGS)
-_I = response_class(INCREMENTAL_ALTER_CONFIGS)
+@api(AlterConfigsRequest, 0, 2)
+def handle_alter_configs(ctx: RequestContext,
+                         request: AlterConfigsRequest) -> AlterConfigsResponse | Deferred[AlterConfigsResponse]:
+    return _alter(ctx, request, AlterConfigsResponse, _ReplaceAll)
 
 
-@api(ALTER_CONFIGS, 0, 2)
-def handle_alter_configs(ctx: Any, request: Any) -> Any:
-    return _alter(ctx, request, _A, _ReplaceAll)
-
-
-@api(INCREMENTAL_ALTER_CONFIGS, 0, 1)
-def handle_incremental_alter_configs(ctx: Any, request: Any) -> Any:
-    return _alter(ctx, request, _I, _Incremental)
+@api(IncrementalAlterConfigsRequest, 0, 1)
+def handle_incremental_alter_configs(
+    ctx: RequestContext, request: IncrementalAlterConfigsRequest,
+) -> IncrementalAlterConfigsResponse | Deferred[IncrementalAlterConfigsResponse]:
+    return _alter(ctx, request, IncrementalAlterConfigsResponse, _Incremental)

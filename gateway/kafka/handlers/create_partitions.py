@@ -8,16 +8,22 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from twisted.internet.defer import Deferred
+
+from millrace.gateway.kafka.broker import RequestContext
 from millrace.gateway.kafka.handlers.create_topics import replica_assignment_error
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.topics import TopicError, legal_topic_name
-from millrace.gateway.kafka_protocol.codec import response_class
 from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka_protocol.messages.create_partitions import (
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+)
 
 log = logging.getLogger(__name__)
 
-CREATE_PARTITIONS = 37
-_R = response_class(CREATE_PARTITIONS)
+CREATE_PARTITIONS = CreatePartitionsRequest.API_KEY
+_R = CreatePartitionsResponse
 
 
 @dataclass
@@ -28,7 +34,7 @@ class _Job:
     message: str | None = None
 
 
-def _check(ctx: Any, t: Any) -> _Job:
+def _check(ctx: RequestContext, t: CreatePartitionsRequest.CreatePartitionsTopic) -> _Job:
     job = _Job(t.name, t.count)
     if not legal_topic_name(t.name):
         job.error, job.message = ErrorCode.INVALID_TOPIC_EXCEPTION, f"illegal topic name {t.name!r}"
@@ -72,8 +78,9 @@ def _grow_all(registry: Any, jobs: list[_Job], validate_only: bool) -> None:
             job.error, job.message = ErrorCode.UNKNOWN_SERVER_ERROR, str(exc)
 
 
-@api(CREATE_PARTITIONS, 0, 3)
-def handle_create_partitions(ctx: Any, request: Any) -> Any:
+@api(CreatePartitionsRequest, 0, 3)
+def handle_create_partitions(ctx: RequestContext,
+                             request: CreatePartitionsRequest) -> CreatePartitionsResponse | Deferred[CreatePartitionsResponse]:
     counts = Counter(t.name for t in request.topics)
     jobs: list[_Job] = []
     reported: set[str] = set()
@@ -85,7 +92,7 @@ def handle_create_partitions(ctx: Any, request: Any) -> Any:
             continue
         jobs.append(_check(ctx, t))
 
-    def respond(_: object = None) -> Any:
+    def respond(_: object = None) -> CreatePartitionsResponse:
         return _R(throttle_time_ms=0, results=[
             _R.CreatePartitionsTopicResult(name=j.name, error_code=int(j.error), error_message=j.message)
             for j in jobs

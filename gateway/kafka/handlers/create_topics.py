@@ -13,16 +13,19 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from twisted.internet.defer import Deferred
+
+from millrace.gateway.kafka.broker import RequestContext
 from millrace.gateway.kafka.handlers.configs import topic_config_values
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.topics import TopicError, TopicInfo, legal_topic_name
-from millrace.gateway.kafka_protocol.codec import response_class
 from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka_protocol.messages.create_topics import CreateTopicsRequest, CreateTopicsResponse
 
 log = logging.getLogger(__name__)
 
-CREATE_TOPICS = 19
-_R = response_class(CREATE_TOPICS)
+CREATE_TOPICS = CreateTopicsRequest.API_KEY
+_R = CreateTopicsResponse
 
 
 @dataclass
@@ -52,7 +55,7 @@ def replica_assignment_error(node: int, broker_ids: list[int]) -> str | None:
     return None
 
 
-def _plan(ctx: Any, t: Any) -> _Plan:
+def _plan(ctx: RequestContext, t: CreateTopicsRequest.CreatableTopic) -> _Plan:
     config = ctx.broker.config
     plan = _Plan(t.name)
     if not legal_topic_name(t.name):
@@ -92,7 +95,7 @@ def _plan(ctx: Any, t: Any) -> _Plan:
     nulls = [c.name for c in t.configs if c.value is None]
     if nulls:
         return _fail(plan, ErrorCode.INVALID_CONFIG, f"null value not supported for topic configs: {', '.join(nulls)}")
-    plan.configs = {c.name: c.value for c in t.configs}
+    plan.configs = {c.name: c.value for c in t.configs if c.value is not None}  # none are None by now
     return plan
 
 
@@ -110,7 +113,7 @@ def _create_all(registry: Any, plans: list[_Plan], validate_only: bool) -> None:
             _fail(plan, ErrorCode.UNKNOWN_SERVER_ERROR, str(exc))
 
 
-def _result(plan: _Plan, version: int) -> Any:
+def _result(plan: _Plan, version: int) -> CreateTopicsResponse.CreatableTopicResult:
     result = _R.CreatableTopicResult(name=plan.name, error_code=int(plan.error), error_message=plan.message)
     if plan.topic is not None and not plan.error:
         result.topic_id = plan.topic.topic_id
@@ -126,8 +129,9 @@ def _result(plan: _Plan, version: int) -> Any:
     return result
 
 
-@api(CREATE_TOPICS, 0, 7)
-def handle_create_topics(ctx: Any, request: Any) -> Any:
+@api(CreateTopicsRequest, 0, 7)
+def handle_create_topics(ctx: RequestContext,
+                         request: CreateTopicsRequest) -> CreateTopicsResponse | Deferred[CreateTopicsResponse]:
     version = ctx.api_version
     counts = Counter(t.name for t in request.topics)
     plans: list[_Plan] = []
@@ -142,7 +146,7 @@ def handle_create_topics(ctx: Any, request: Any) -> Any:
         plans.append(_plan(ctx, t))
     validate_only = version >= 1 and request.validate_only
 
-    def respond(_: object = None) -> Any:
+    def respond(_: object = None) -> CreateTopicsResponse:
         return _R(throttle_time_ms=0, topics=[_result(p, version) for p in plans])
 
     if all(p.error for p in plans):

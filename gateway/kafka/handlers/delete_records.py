@@ -11,11 +11,14 @@ from millrace.gateway.kafka.broker import RequestContext
 from millrace.gateway.kafka.partitions import PartitionError
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.resolve import topic_logs
-from millrace.gateway.kafka_protocol.codec import response_class
 from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka_protocol.messages.delete_records import (
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+)
 
-DELETE_RECORDS = 21
-Response = response_class(DELETE_RECORDS)
+DELETE_RECORDS = DeleteRecordsRequest.API_KEY
+Response = DeleteRecordsResponse
 
 
 def _delete(ctx: RequestContext, parts: list | None, dp: Any) -> defer.Deferred:
@@ -33,8 +36,9 @@ def _delete(ctx: RequestContext, parts: list | None, dp: Any) -> defer.Deferred:
         lambda low: result(ErrorCode.NONE, low), lambda f: result(ErrorCode.UNKNOWN_SERVER_ERROR))
 
 
-@api(DELETE_RECORDS, 0, 2)
-def handle_delete_records(ctx: RequestContext, request: Any) -> Any:
+@api(DeleteRecordsRequest, 0, 2)
+def handle_delete_records(ctx: RequestContext,
+                          request: DeleteRecordsRequest) -> defer.Deferred[DeleteRecordsResponse]:
     per_topic = []
     for t in request.topics:
         def with_logs(found: Any, t: Any = t) -> defer.Deferred:

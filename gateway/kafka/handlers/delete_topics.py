@@ -9,16 +9,19 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from twisted.internet.defer import Deferred
+
+from millrace.gateway.kafka.broker import RequestContext
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.topics import TopicError, legal_topic_name
-from millrace.gateway.kafka_protocol.codec import response_class
 from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka_protocol.messages.delete_topics import DeleteTopicsRequest, DeleteTopicsResponse
 
 log = logging.getLogger(__name__)
 
-DELETE_TOPICS = 20
+DELETE_TOPICS = DeleteTopicsRequest.API_KEY
 ZERO_UUID = uuid.UUID(int=0)
-_R = response_class(DELETE_TOPICS)
+_R = DeleteTopicsResponse
 
 
 @dataclass
@@ -29,7 +32,7 @@ class _Job:
     message: str | None = None
 
 
-def _resolve(ctx: Any, name: str | None, topic_id: uuid.UUID) -> _Job:
+def _resolve(ctx: RequestContext, name: str | None, topic_id: uuid.UUID) -> _Job:
     """Check a deletion on the reactor (in memory) and fill in whichever of name and id is missing."""
     registry = ctx.broker.topics
     if name is not None and topic_id != ZERO_UUID:
@@ -62,8 +65,9 @@ def _delete_all(registry: Any, jobs: list[_Job]) -> None:
             job.error, job.message = ErrorCode.UNKNOWN_SERVER_ERROR, str(exc)
 
 
-@api(DELETE_TOPICS, 0, 6)
-def handle_delete_topics(ctx: Any, request: Any) -> Any:
+@api(DeleteTopicsRequest, 0, 6)
+def handle_delete_topics(ctx: RequestContext,
+                         request: DeleteTopicsRequest) -> DeleteTopicsResponse | Deferred[DeleteTopicsResponse]:
     version = ctx.api_version
     wanted = ([(t.name, t.topic_id) for t in request.topics] if version >= 6
               else [(name, ZERO_UUID) for name in request.topic_names])
@@ -85,7 +89,7 @@ def handle_delete_topics(ctx: Any, request: Any) -> Any:
         if not j.error and by_topic[j.name] > 1:
             j.error, j.message = ErrorCode.INVALID_REQUEST, "the topic is named more than once"
 
-    def respond(_: object = None) -> Any:
+    def respond(_: object = None) -> DeleteTopicsResponse:
         return _R(throttle_time_ms=0, responses=[
             _R.DeletableTopicResult(
                 # Before v6 every result carries a name; from v6 an unknown id has none.

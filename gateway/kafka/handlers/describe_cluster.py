@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from millrace.gateway.kafka.broker import RequestContext
 from millrace.gateway.kafka.handlers.metadata import CLUSTER_OPERATIONS, OPERATIONS_NOT_REQUESTED
 from millrace.gateway.kafka.registry import api
-from millrace.gateway.kafka_protocol.codec import response_class
 from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka_protocol.messages.describe_cluster import (
+    DescribeClusterRequest,
+    DescribeClusterResponse,
+)
 
-DESCRIBE_CLUSTER = 60
+DESCRIBE_CLUSTER = DescribeClusterRequest.API_KEY
 BROKER_ENDPOINT, CONTROLLER_ENDPOINT = 1, 2  # Kafka's EndpointType (0 = UNKNOWN)
-_R = response_class(DESCRIBE_CLUSTER)
+_R = DescribeClusterResponse
 
 
-@api(DESCRIBE_CLUSTER, 0, 1)
-def handle_describe_cluster(ctx: Any, request: Any) -> Any:
+@api(DescribeClusterRequest, 0, 1)
+def handle_describe_cluster(ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClusterResponse:
     config = ctx.broker.config
     v0 = ctx.api_version == 0
     endpoint = BROKER_ENDPOINT if v0 else request.endpoint_type

@@ -22,11 +22,11 @@ from millrace.gateway.kafka.partitions import (
 )
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.resolve import topic_logs
-from millrace.gateway.kafka_protocol.codec import response_class
 from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka_protocol.messages.fetch import FetchRequest, FetchResponse
 
-FETCH = 1
-Response = response_class(FETCH)
+FETCH = FetchRequest.API_KEY
+Response = FetchResponse
 
 
 def _empty(index: int, error: int, offsets: PartitionOffsets | None = None) -> Any:
@@ -41,7 +41,7 @@ def _empty(index: int, error: int, offsets: PartitionOffsets | None = None) -> A
 class _FetchPlan:
     """The request's partitions resolved to logs (or errors), fetched once or repeatedly."""
 
-    def __init__(self, ctx: RequestContext, request: Any) -> None:
+    def __init__(self, ctx: RequestContext, request: FetchRequest) -> None:
         self.ctx = ctx
         self.request = request
         self.topics: list[tuple[Any, list[tuple[Any, PartitionLog | None, int]]]] = []
@@ -49,7 +49,7 @@ class _FetchPlan:
     def resolve(self) -> defer.Deferred:
         broker = self.ctx.broker
         by_id = self.ctx.api_version >= 13
-        lookups = []
+        lookups: list[defer.Deferred[Any]] = []
         for ft in self.request.topics:
             if by_id:
                 topic = broker.topics.by_id(ft.topic_id)
@@ -61,7 +61,7 @@ class _FetchPlan:
         def resolved(found: list[Any]) -> None:
             unknown = ErrorCode.UNKNOWN_TOPIC_ID if by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             for ft, hit in zip(self.request.topics, found, strict=True):
-                entries = []
+                entries: list[tuple[Any, PartitionLog | None, int]] = []
                 for fp in ft.partitions:
                     if hit is None:
                         entries.append((fp, None, unknown))
@@ -82,7 +82,7 @@ class _FetchPlan:
         budget = self.request.max_bytes if self.ctx.api_version >= 3 else 0x7FFFFFFF
         reads: list[defer.Deferred] = []
         layout: list[tuple[Any, list[tuple[Any, PartitionLog | None, int]]]] = self.topics
-        state = {"budget": budget, "errors": False}
+        state: dict[str, Any] = {"budget": budget, "errors": False}
         for _, entries in layout:
             for fp, p, error in entries:
                 reads.append(self._read_partition(partitions, fp, p, error, state))
@@ -134,8 +134,8 @@ def _respond(ctx: RequestContext, topics: list[Any], error: int = ErrorCode.NONE
     return Response(error_code=int(error), session_id=0, responses=topics)
 
 
-@api(FETCH, 4, 17)
-def handle_fetch(ctx: RequestContext, request: Any) -> Any:
+@api(FetchRequest, 4, 17)
+def handle_fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse | defer.Deferred[FetchResponse]:
     if ctx.api_version >= 7 and (request.session_id != 0 or request.session_epoch > 0):
         return _respond(ctx, [], ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
     plan = _FetchPlan(ctx, request)

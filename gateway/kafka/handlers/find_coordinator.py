@@ -7,19 +7,21 @@ not supported: COORDINATOR_NOT_AVAILABLE); any other is an INVALID_REQUEST, as i
 
 from __future__ import annotations
 
-from typing import Any
-
+from millrace.gateway.kafka.broker import RequestContext
 from millrace.gateway.kafka.registry import api
-from millrace.gateway.kafka_protocol.codec import response_class
 from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka_protocol.messages.find_coordinator import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+)
 
-FIND_COORDINATOR = 10
+FIND_COORDINATOR = FindCoordinatorRequest.API_KEY
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
 KEY_TYPE_SHARE = 2
 
 
-def _lookup(ctx: Any, key_type: int, key: str) -> tuple[ErrorCode, str | None]:
+def _lookup(ctx: RequestContext, key_type: int, key: str) -> tuple[ErrorCode, str | None]:
     if key_type == KEY_TYPE_GROUP:
         return ErrorCode.NONE, None
     if key_type == KEY_TYPE_TRANSACTION:
@@ -29,9 +31,9 @@ def _lookup(ctx: Any, key_type: int, key: str) -> tuple[ErrorCode, str | None]:
     return ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
 
 
-@api(FIND_COORDINATOR, 0, 6)
-def handle_find_coordinator(ctx: Any, request: Any) -> Any:
-    cls = response_class(FIND_COORDINATOR)
+@api(FindCoordinatorRequest, 0, 6)
+def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
+    cls = FindCoordinatorResponse
     config = ctx.broker.config
     key_type = request.key_type if ctx.api_version >= 1 else KEY_TYPE_GROUP
     if ctx.api_version >= 4:

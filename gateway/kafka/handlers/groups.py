@@ -6,31 +6,33 @@ request and response fields.
 
 from __future__ import annotations
 
-from typing import Any
-
 from twisted.internet.defer import Deferred
 
+from millrace.gateway.kafka.broker import RequestContext
 from millrace.gateway.kafka.groups import GroupCoordinator, JoinResult, SyncResult, get_coordinator
 from millrace.gateway.kafka.registry import api
-from millrace.gateway.kafka_protocol.codec import response_class
 from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka_protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
+from millrace.gateway.kafka_protocol.messages.join_group import JoinGroupRequest, JoinGroupResponse
+from millrace.gateway.kafka_protocol.messages.leave_group import LeaveGroupRequest, LeaveGroupResponse
+from millrace.gateway.kafka_protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
 
-JOIN_GROUP = 11
-HEARTBEAT = 12
-LEAVE_GROUP = 13
-SYNC_GROUP = 14
+JOIN_GROUP = JoinGroupRequest.API_KEY
+HEARTBEAT = HeartbeatRequest.API_KEY
+LEAVE_GROUP = LeaveGroupRequest.API_KEY
+SYNC_GROUP = SyncGroupRequest.API_KEY
 
 
-def client_host(ctx: Any) -> str:
+def client_host(ctx: RequestContext) -> str:
     """Kafka reports a member's host as the client's address with a leading slash."""
     return "/" + ctx.peer.rsplit(":", 1)[0]
 
 
-@api(JOIN_GROUP, 0, 9)
-def handle_join_group(ctx: Any, request: Any) -> Any:
+@api(JoinGroupRequest, 0, 9)
+def handle_join_group(ctx: RequestContext, request: JoinGroupRequest) -> Deferred[JoinGroupResponse]:
     version = ctx.api_version
 
-    def join(coordinator: GroupCoordinator) -> Deferred:
+    def join(coordinator: GroupCoordinator) -> Deferred[JoinGroupResponse]:
         # v0 has no rebalance timeout: the session timeout serves as both.
         rebalance_timeout = request.session_timeout_ms if version == 0 else request.rebalance_timeout_ms
         return coordinator.join_group(
@@ -45,8 +47,8 @@ def handle_join_group(ctx: Any, request: Any) -> Any:
     return get_coordinator(ctx.broker).call(join)
 
 
-def join_response(version: int, r: JoinResult) -> Any:
-    cls = response_class(JOIN_GROUP)
+def join_response(version: int, r: JoinResult) -> JoinGroupResponse:
+    cls = JoinGroupResponse
     return cls(
         throttle_time_ms=0,
         error_code=int(r.error),
@@ -62,14 +64,15 @@ def join_response(version: int, r: JoinResult) -> Any:
     )
 
 
-@api(SYNC_GROUP, 0, 5)
-def handle_sync_group(ctx: Any, request: Any) -> Any:
+@api(SyncGroupRequest, 0, 5)
+def handle_sync_group(ctx: RequestContext,
+                      request: SyncGroupRequest) -> SyncGroupResponse | Deferred[SyncGroupResponse]:
     version = ctx.api_version
     if version >= 5 and (request.protocol_type is None or request.protocol_name is None):
         # From v5 the client must name both; a request without them is inconsistent.
         return sync_response(version, SyncResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
 
-    def sync(coordinator: GroupCoordinator) -> Deferred:
+    def sync(coordinator: GroupCoordinator) -> Deferred[SyncGroupResponse]:
         assignments = {a.member_id: bytes(a.assignment) for a in request.assignments}
         return coordinator.sync_group(
             request.group_id, request.generation_id, request.member_id, request.group_instance_id,
@@ -79,8 +82,8 @@ def handle_sync_group(ctx: Any, request: Any) -> Any:
     return get_coordinator(ctx.broker).call(sync)
 
 
-def sync_response(version: int, r: SyncResult) -> Any:
-    return response_class(SYNC_GROUP)(
+def sync_response(version: int, r: SyncResult) -> SyncGroupResponse:
+    return SyncGroupResponse(
         throttle_time_ms=0, error_code=int(r.error),
         protocol_type=r.protocol_type if version >= 5 else None,
         protocol_name=r.protocol_name if version >= 5 else None,
@@ -88,26 +91,26 @@ def sync_response(version: int, r: SyncResult) -> Any:
     )
 
 
-@api(HEARTBEAT, 0, 4)
-def handle_heartbeat(ctx: Any, request: Any) -> Any:
-    def beat(coordinator: GroupCoordinator) -> Any:
+@api(HeartbeatRequest, 0, 4)
+def handle_heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse | Deferred[HeartbeatResponse]:
+    def beat(coordinator: GroupCoordinator) -> HeartbeatResponse:
         error = coordinator.heartbeat(request.group_id, request.member_id, request.group_instance_id,
                                       request.generation_id)
-        return response_class(HEARTBEAT)(throttle_time_ms=0, error_code=int(error))
+        return HeartbeatResponse(throttle_time_ms=0, error_code=int(error))
 
     return get_coordinator(ctx.broker).call(beat)
 
 
-@api(LEAVE_GROUP, 0, 5)
-def handle_leave_group(ctx: Any, request: Any) -> Any:
+@api(LeaveGroupRequest, 0, 5)
+def handle_leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupResponse | Deferred[LeaveGroupResponse]:
     version = ctx.api_version
-    cls = response_class(LEAVE_GROUP)
+    cls = LeaveGroupResponse
     if version >= 3:
         leaving = [(m.member_id, m.group_instance_id) for m in request.members]
     else:
         leaving = [(request.member_id, None)]
 
-    def leave(coordinator: GroupCoordinator) -> Any:
+    def leave(coordinator: GroupCoordinator) -> LeaveGroupResponse:
         error, member_errors = coordinator.leave_group(request.group_id, leaving)
         if version < 3:
             # One member, one error: the group's, else the member's.

@@ -2,29 +2,34 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from twisted.internet.defer import Deferred
 
+from millrace.gateway.kafka.broker import RequestContext
 from millrace.gateway.kafka.groups import GROUP_AUTHORIZED_OPERATIONS, GroupCoordinator, get_coordinator
 from millrace.gateway.kafka.registry import api
-from millrace.gateway.kafka_protocol.codec import response_class
+from millrace.gateway.kafka_protocol.messages.delete_groups import DeleteGroupsRequest, DeleteGroupsResponse
+from millrace.gateway.kafka_protocol.messages.describe_groups import (
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+)
+from millrace.gateway.kafka_protocol.messages.list_groups import ListGroupsRequest, ListGroupsResponse
 
-DESCRIBE_GROUPS = 15
-LIST_GROUPS = 16
-DELETE_GROUPS = 42
+DESCRIBE_GROUPS = DescribeGroupsRequest.API_KEY
+LIST_GROUPS = ListGroupsRequest.API_KEY
+DELETE_GROUPS = DeleteGroupsRequest.API_KEY
 NO_OPERATIONS = -(2**31)  # Kafka's "authorized operations not requested"
 
 
-@api(DESCRIBE_GROUPS, 0, 5)
-def handle_describe_groups(ctx: Any, request: Any) -> Any:
+@api(DescribeGroupsRequest, 0, 5)
+def handle_describe_groups(ctx: RequestContext,
+                           request: DescribeGroupsRequest) -> DescribeGroupsResponse | Deferred[DescribeGroupsResponse]:
     version = ctx.api_version
-    cls = response_class(DESCRIBE_GROUPS)
+    cls = DescribeGroupsResponse
     # No authorizer is configured, so every group operation is authorized (Kafka answers the same).
     operations = GROUP_AUTHORIZED_OPERATIONS if version >= 3 and request.include_authorized_operations \
         else NO_OPERATIONS
 
-    def describe(coordinator: GroupCoordinator) -> Any:
+    def describe(coordinator: GroupCoordinator) -> DescribeGroupsResponse:
         groups = []
         for group_id in request.groups:
             error, s = coordinator.describe_group(group_id)
@@ -40,14 +45,15 @@ def handle_describe_groups(ctx: Any, request: Any) -> Any:
     return get_coordinator(ctx.broker).call(describe)
 
 
-@api(LIST_GROUPS, 0, 5)
-def handle_list_groups(ctx: Any, request: Any) -> Any:
+@api(ListGroupsRequest, 0, 5)
+def handle_list_groups(ctx: RequestContext,
+                       request: ListGroupsRequest) -> ListGroupsResponse | Deferred[ListGroupsResponse]:
     version = ctx.api_version
-    cls = response_class(LIST_GROUPS)
+    cls = ListGroupsResponse
     states = request.states_filter if version >= 4 else []
     types = request.types_filter if version >= 5 else []
 
-    def list_groups(coordinator: GroupCoordinator) -> Any:
+    def list_groups(coordinator: GroupCoordinator) -> ListGroupsResponse:
         error, overviews = coordinator.list_groups(states, types)
         return cls(throttle_time_ms=0, error_code=int(error), groups=[
             cls.ListedGroup(group_id=o.group_id, protocol_type=o.protocol_type, group_state=o.state,
@@ -56,11 +62,11 @@ def handle_list_groups(ctx: Any, request: Any) -> Any:
     return get_coordinator(ctx.broker).call(list_groups)
 
 
-@api(DELETE_GROUPS, 0, 2)
-def handle_delete_groups(ctx: Any, request: Any) -> Any:
-    cls = response_class(DELETE_GROUPS)
+@api(DeleteGroupsRequest, 0, 2)
+def handle_delete_groups(ctx: RequestContext, request: DeleteGroupsRequest) -> Deferred[DeleteGroupsResponse]:
+    cls = DeleteGroupsResponse
 
-    def delete(coordinator: GroupCoordinator) -> Deferred:
+    def delete(coordinator: GroupCoordinator) -> Deferred[DeleteGroupsResponse]:
         return coordinator.delete_groups(list(request.groups_names)).addCallback(
             lambda result: cls(throttle_time_ms=0, results=[
                 cls.DeletableGroupResult(group_id=g, error_code=int(result[g])) for g in dict.fromkeys(

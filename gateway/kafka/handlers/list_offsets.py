@@ -10,11 +10,11 @@ from millrace.gateway.kafka.broker import RequestContext
 from millrace.gateway.kafka.partitions import PartitionError
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.resolve import topic_logs
-from millrace.gateway.kafka_protocol.codec import response_class
 from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka_protocol.messages.list_offsets import ListOffsetsRequest, ListOffsetsResponse
 
-LIST_OFFSETS = 2
-Response = response_class(LIST_OFFSETS)
+LIST_OFFSETS = ListOffsetsRequest.API_KEY
+Response = ListOffsetsResponse
 
 
 def _result(index: int, error: int, offset: int = -1, timestamp: int = -1) -> Any:
@@ -34,8 +34,8 @@ def _lookup(ctx: RequestContext, parts: list, lp: Any, isolation: int) -> defer.
     return d.addCallback(lambda found: _result(lp.partition_index, ErrorCode.NONE, found[0], found[1]))
 
 
-@api(LIST_OFFSETS, 1, 8)
-def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
+@api(ListOffsetsRequest, 1, 8)
+def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> defer.Deferred[ListOffsetsResponse]:
     per_topic = []
     for t in request.topics:
         def with_logs(found: Any, t: Any = t) -> defer.Deferred:

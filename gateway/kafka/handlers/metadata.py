@@ -14,14 +14,15 @@ from typing import Any
 
 from twisted.internet.defer import Deferred
 
+from millrace.gateway.kafka.broker import RequestContext
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.topics import TopicError, TopicInfo, legal_topic_name
-from millrace.gateway.kafka_protocol.codec import response_class
 from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka_protocol.messages.metadata import MetadataRequest, MetadataResponse
 
 log = logging.getLogger(__name__)
 
-METADATA = 3
+METADATA = MetadataRequest.API_KEY
 ZERO_UUID = uuid.UUID(int=0)
 
 # Authorized-operation bit sets. Kafka without an authorizer answers every operation the resource type
@@ -34,10 +35,11 @@ CLUSTER_OPERATIONS = sum(1 << op for op in (_CREATE, _CLUSTER_ACTION, _DESCRIBE_
                                             _IDEMPOTENT_WRITE, _ALTER, _DESCRIBE))
 OPERATIONS_NOT_REQUESTED = -(2**31)  # Integer.MIN_VALUE: "not asked for"
 
-_R = response_class(METADATA)
+_R = MetadataResponse
+_Topic = MetadataResponse.MetadataResponseTopic
 
 
-def topic_metadata(ctx: Any, topic: TopicInfo, include_operations: bool) -> Any:
+def topic_metadata(ctx: RequestContext, topic: TopicInfo, include_operations: bool) -> _Topic:
     """One topic's entry: every partition led by this node, which is also the only replica."""
     node = ctx.broker.config.node_id
     return _R.MetadataResponseTopic(
@@ -51,12 +53,12 @@ def topic_metadata(ctx: Any, topic: TopicInfo, include_operations: bool) -> Any:
     )
 
 
-def _error_topic(error: ErrorCode, name: str | None, topic_id: uuid.UUID = ZERO_UUID) -> Any:
+def _error_topic(error: ErrorCode, name: str | None, topic_id: uuid.UUID = ZERO_UUID) -> _Topic:
     return _R.MetadataResponseTopic(error_code=int(error), name=name, topic_id=topic_id, is_internal=False,
                                     partitions=[], topic_authorized_operations=OPERATIONS_NOT_REQUESTED)
 
 
-def _response(ctx: Any, request: Any, topics: list[Any]) -> Any:
+def _response(ctx: RequestContext, request: MetadataRequest, topics: list[_Topic]) -> MetadataResponse:
     config = ctx.broker.config
     version = ctx.api_version
     # Cluster operations live in Metadata only in v8..v10 (DescribeCluster carries them since).
@@ -72,8 +74,8 @@ def _response(ctx: Any, request: Any, topics: list[Any]) -> Any:
     )
 
 
-@api(METADATA, 0, 12)
-def handle_metadata(ctx: Any, request: Any) -> Any:
+@api(MetadataRequest, 0, 12)
+def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataResponse | Deferred[MetadataResponse]:
     broker = ctx.broker
     registry = broker.topics
     version = ctx.api_version
@@ -91,17 +93,16 @@ def handle_metadata(ctx: Any, request: Any) -> Any:
             for t in request.topics])
 
     # Kafka answers each distinct topic once, whatever the request repeats.
-    answers: dict[Any, Any] = {}
+    answers: dict[uuid.UUID | str | None, _Topic | None] = {}
     missing: list[str] = []
     for wanted in request.topics:
         topic_id = wanted.topic_id if version >= 12 else ZERO_UUID
         if topic_id != ZERO_UUID:
-            key: Any = topic_id
-            if key in answers:
+            if topic_id in answers:
                 continue
             topic = registry.by_id(topic_id)
             # A topic asked for by id and not found has no name to give.
-            answers[key] = (topic_metadata(ctx, topic, include_ops) if topic is not None else
+            answers[topic_id] = (topic_metadata(ctx, topic, include_ops) if topic is not None else
                             _error_topic(ErrorCode.UNKNOWN_TOPIC_ID, None, topic_id))
             continue
         name = wanted.name
@@ -124,16 +125,14 @@ def handle_metadata(ctx: Any, request: Any) -> Any:
     if not missing or not allow_create:
         for name in missing:
             answers[name] = _error_topic(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name)
-        return _response(ctx, request, list(answers.values()))
+        return _response(ctx, request, [a for a in answers.values() if a is not None])
 
-    def created(errors: dict[str, ErrorCode]) -> Any:
+    def created(errors: dict[str, ErrorCode]) -> MetadataResponse:
         for name, error in errors.items():
             answers[name] = _error_topic(error, name)
-        return _response(ctx, request, list(answers.values()))
+        return _response(ctx, request, [a for a in answers.values() if a is not None])
 
-    d: Deferred = broker.blocking(_auto_create, registry, missing, broker.config.default_partitions)
-    d.addCallback(created)
-    return d
+    return broker.blocking(_auto_create, registry, missing, broker.config.default_partitions).addCallback(created)
 
 
 def _auto_create(registry: Any, names: list[str], partitions: int) -> dict[str, ErrorCode]:

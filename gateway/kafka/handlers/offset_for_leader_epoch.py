@@ -10,11 +10,14 @@ from twisted.internet import defer
 from millrace.gateway.kafka.broker import RequestContext
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.resolve import topic_logs
-from millrace.gateway.kafka_protocol.codec import response_class
 from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka_protocol.messages.offset_for_leader_epoch import (
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+)
 
-OFFSET_FOR_LEADER_EPOCH = 23
-Response = response_class(OFFSET_FOR_LEADER_EPOCH)
+OFFSET_FOR_LEADER_EPOCH = OffsetForLeaderEpochRequest.API_KEY
+Response = OffsetForLeaderEpochResponse
 
 
 def _end_offset(ctx: RequestContext, parts: list | None, op: Any) -> Any:
@@ -31,8 +34,10 @@ def _end_offset(ctx: RequestContext, parts: list | None, op: Any) -> Any:
     return result(ErrorCode.NONE, 0, ctx.broker.partitions.offsets(parts[op.partition]).high_watermark)
 
 
-@api(OFFSET_FOR_LEADER_EPOCH, 2, 4)
-def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
+@api(OffsetForLeaderEpochRequest, 2, 4)
+def handle_offset_for_leader_epoch(
+    ctx: RequestContext, request: OffsetForLeaderEpochRequest,
+) -> defer.Deferred[OffsetForLeaderEpochResponse]:
     lookups = [topic_logs(ctx.broker, t.topic, auto_create=False) for t in request.topics]
 
     def answer(found: list[Any]) -> Any:

@@ -10,19 +10,22 @@ from typing import Any
 
 from twisted.internet.defer import Deferred
 
+from millrace.gateway.kafka.broker import Broker, RequestContext
 from millrace.gateway.kafka.groups import GroupCoordinator, OffsetAndMetadata, get_coordinator
 from millrace.gateway.kafka.registry import api
-from millrace.gateway.kafka_protocol.codec import response_class
 from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka_protocol.messages.offset_commit import OffsetCommitRequest, OffsetCommitResponse
+from millrace.gateway.kafka_protocol.messages.offset_delete import OffsetDeleteRequest, OffsetDeleteResponse
+from millrace.gateway.kafka_protocol.messages.offset_fetch import OffsetFetchRequest, OffsetFetchResponse
 
-OFFSET_COMMIT = 8
-OFFSET_FETCH = 9
-OFFSET_DELETE = 47
+OFFSET_COMMIT = OffsetCommitRequest.API_KEY
+OFFSET_FETCH = OffsetFetchRequest.API_KEY
+OFFSET_DELETE = OffsetDeleteRequest.API_KEY
 
 TopicPartition = tuple[str, int]
 
 
-def _partition_exists(broker: Any, topic: str, partition: int) -> bool:
+def _partition_exists(broker: Broker, topic: str, partition: int) -> bool:
     info = broker.topics.get(topic)
     return info is not None and 0 <= partition < info.partition_count
 
@@ -35,8 +38,9 @@ def _by_topic(pairs: Iterable[tuple[TopicPartition, Any]]) -> dict[str, list[tup
     return out
 
 
-@api(OFFSET_COMMIT, 0, 9)
-def handle_offset_commit(ctx: Any, request: Any) -> Any:
+@api(OffsetCommitRequest, 0, 9)
+def handle_offset_commit(ctx: RequestContext,
+                         request: OffsetCommitRequest) -> OffsetCommitResponse | Deferred[OffsetCommitResponse]:
     version = ctx.api_version
     now = int(time.time() * 1000)
     requested: list[TopicPartition] = []
@@ -60,9 +64,9 @@ def handle_offset_commit(ctx: Any, request: Any) -> Any:
                 expire_timestamp=now + retention if retention != -1 else None,
             )
 
-    def respond(result: dict[TopicPartition, ErrorCode]) -> Any:
+    def respond(result: dict[TopicPartition, ErrorCode]) -> OffsetCommitResponse:
         errors.update(result)
-        cls = response_class(OFFSET_COMMIT)
+        cls = OffsetCommitResponse
         return cls(throttle_time_ms=0, topics=[
             cls.OffsetCommitResponseTopic(name=topic, partitions=[
                 cls.OffsetCommitResponsePartition(partition_index=p, error_code=int(e)) for p, e in parts])
@@ -75,19 +79,20 @@ def handle_offset_commit(ctx: Any, request: Any) -> Any:
     generation = request.generation_id_or_member_epoch if version >= 1 else -1
     member_id = request.member_id if version >= 1 else ""
 
-    def commit(coordinator: GroupCoordinator) -> Deferred:
+    def commit(coordinator: GroupCoordinator) -> Deferred[OffsetCommitResponse]:
         return coordinator.commit_offsets(request.group_id, member_id, request.group_instance_id, generation,
                                           offsets, version).addCallback(respond)
 
     return get_coordinator(ctx.broker).call(commit)
 
 
-@api(OFFSET_FETCH, 0, 9)
-def handle_offset_fetch(ctx: Any, request: Any) -> Any:
+@api(OffsetFetchRequest, 0, 9)
+def handle_offset_fetch(ctx: RequestContext,
+                        request: OffsetFetchRequest) -> OffsetFetchResponse | Deferred[OffsetFetchResponse]:
     version = ctx.api_version
-    cls = response_class(OFFSET_FETCH)
+    cls = OffsetFetchResponse
 
-    def fetch(coordinator: GroupCoordinator) -> Any:
+    def fetch(coordinator: GroupCoordinator) -> OffsetFetchResponse:
         if version >= 8:
             # Member id and epoch (v9) only matter to the KIP-848 consumer protocol; classic
             # groups do not validate them.
@@ -123,9 +128,9 @@ def handle_offset_fetch(ctx: Any, request: Any) -> Any:
     return get_coordinator(ctx.broker).call(fetch)
 
 
-@api(OFFSET_DELETE, 0, 0)
-def handle_offset_delete(ctx: Any, request: Any) -> Any:
-    cls = response_class(OFFSET_DELETE)
+@api(OffsetDeleteRequest, 0, 0)
+def handle_offset_delete(ctx: RequestContext, request: OffsetDeleteRequest) -> Deferred[OffsetDeleteResponse]:
+    cls = OffsetDeleteResponse
     requested: list[TopicPartition] = []
     errors: dict[TopicPartition, ErrorCode] = {}
     for topic in request.topics:
@@ -136,7 +141,7 @@ def handle_offset_delete(ctx: Any, request: Any) -> Any:
                 errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     eligible = [tp for tp in requested if tp not in errors]
 
-    def respond(outcome: tuple[ErrorCode, dict[TopicPartition, ErrorCode]]) -> Any:
+    def respond(outcome: tuple[ErrorCode, dict[TopicPartition, ErrorCode]]) -> OffsetDeleteResponse:
         group_error, partition_errors = outcome
         if group_error is not ErrorCode.NONE:
             return cls(error_code=int(group_error), throttle_time_ms=0, topics=[])
@@ -146,7 +151,7 @@ def handle_offset_delete(ctx: Any, request: Any) -> Any:
                 cls.OffsetDeleteResponsePartition(partition_index=p, error_code=int(e)) for p, e in parts])
             for topic, parts in _by_topic((tp, errors[tp]) for tp in requested).items()])
 
-    def delete(coordinator: GroupCoordinator) -> Deferred:
+    def delete(coordinator: GroupCoordinator) -> Deferred[OffsetDeleteResponse]:
         return coordinator.delete_offsets(request.group_id, eligible).addCallback(respond)
 
     return get_coordinator(ctx.broker).call(delete)

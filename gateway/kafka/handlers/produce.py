@@ -9,13 +9,13 @@ from twisted.internet import defer
 
 from millrace.gateway.kafka.broker import RequestContext
 from millrace.gateway.kafka.partitions import PartitionError
-from millrace.gateway.kafka.registry import NO_RESPONSE, api
+from millrace.gateway.kafka.registry import NO_RESPONSE, NoResponse, api
 from millrace.gateway.kafka.resolve import topic_logs
-from millrace.gateway.kafka_protocol.codec import response_class
 from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka_protocol.messages.produce import ProduceRequest, ProduceResponse
 
-PRODUCE = 0
-Response = response_class(PRODUCE)
+PRODUCE = ProduceRequest.API_KEY
+Response = ProduceResponse
 
 
 def _partition_result(index: int, error: int, base_offset: int = -1, log_start: int = -1,
@@ -68,8 +68,9 @@ def _produce_partition(broker: Any, topic: Any, parts: list, pd: Any) -> defer.D
     return d.addCallbacks(ok, failed)
 
 
-@api(PRODUCE, 3, 11)
-def handle_produce(ctx: RequestContext, request: Any) -> Any:
+@api(ProduceRequest, 3, 11)
+def handle_produce(ctx: RequestContext,
+                   request: ProduceRequest) -> defer.Deferred[ProduceResponse] | NoResponse:
     transactional = request.transactional_id is not None
     per_topic = [_produce_topic(ctx, td, transactional) for td in request.topic_data]
     gathered = defer.gatherResults(per_topic, consumeErrors=True)
