@@ -1,0 +1,60 @@
+"""The one crossing into the reactor thread (millrace.gateway.futures.to_deferred)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from twisted.internet import reactor
+from twisted.python import threadable
+
+from millrace.gateway.futures import to_deferred
+from millrace.store.futures import StoreFuture, completed
+
+
+@pytest.fixture
+def hops(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[Callable[..., Any], tuple[Any, ...]]]]:
+    """This thread plays the reactor's; calls sent to it through callFromThread are recorded, not run."""
+    sent: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
+    monkeypatch.setattr(reactor, "callFromThread", lambda fn, *args: sent.append((fn, args)), raising=False)
+    previous = threadable.ioThread
+    threadable.registerAsIOThread()
+    yield sent
+    threadable.ioThread = previous
+
+
+def test_a_completed_future_fires_in_the_same_reactor_turn(hops: list) -> None:
+    d = to_deferred(completed(b"cached"))
+    assert d.called and d.result == b"cached" and hops == []
+
+
+def test_a_failed_future_errbacks_in_the_same_reactor_turn(hops: list) -> None:
+    fut: StoreFuture[bytes] = StoreFuture()
+    fut.set_exception(KeyError("gone"))
+    d = to_deferred(fut)
+    assert d.called
+    failure = d.result
+    d.addErrback(lambda f: None)  # consumed: no unhandled-error report
+    assert failure.check(KeyError)
+
+
+def test_a_future_completed_elsewhere_comes_back_through_the_reactor(hops: list) -> None:
+    fut: StoreFuture[int] = StoreFuture()
+    d = to_deferred(fut)
+    completer = threading.Thread(target=fut.set_result, args=(7,))
+    completer.start()
+    completer.join()
+    assert not d.called and len(hops) == 1  # not fired on the completing thread
+    fn, args = hops[0]
+    fn(*args)  # the reactor's turn
+    assert d.called and d.result == 7
+
+
+def test_a_worker_never_fires_a_deferred_itself(hops: list) -> None:
+    results: list[Any] = []
+    worker = threading.Thread(target=lambda: results.append(to_deferred(completed(1))))
+    worker.start()
+    worker.join()
+    assert not results[0].called and len(hops) == 1
