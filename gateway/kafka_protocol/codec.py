@@ -37,18 +37,11 @@ from millrace.gateway.kafka_protocol.primitives import (
 )
 from millrace.gateway.kafka_protocol.schema import snake_case
 
+# The struct base classes and errors come from primitives and stay importable from here.
 __all__ = [
     "API_KEYS",
-    "ApiInfo",
-    "KafkaCodecError",
-    "KafkaDecodeError",
-    "KafkaEncodeError",
-    "KafkaRequest",
-    "KafkaResponse",
-    "KafkaStruct",
     "RequestHeader",
     "ResponseHeader",
-    "UnsupportedApiError",
     "decode_message",
     "decode_request",
     "decode_response",
@@ -139,70 +132,41 @@ def response_class(api_key: int) -> type[KafkaResponse]:
 
 
 # Per api key, per version: (header codec function, body codec function), built on first use.
-_REQ_DECODERS: dict[int, dict[int, tuple[Decoder[RequestHeader], Decoder[Any]]]] = {}
-_REQ_ENCODERS: dict[int, dict[int, tuple[Encoder[RequestHeader], Encoder[Any]]]] = {}
-_RESP_DECODERS: dict[int, dict[int, tuple[Decoder[ResponseHeader], Decoder[Any]]]] = {}
-_RESP_ENCODERS: dict[int, dict[int, tuple[Encoder[ResponseHeader], Encoder[Any]]]] = {}
+_Pairs = dict[int, tuple[Any, Any]]
+_REQ_DECODERS: dict[int, _Pairs] = {}
+_REQ_ENCODERS: dict[int, _Pairs] = {}
+_RESP_DECODERS: dict[int, _Pairs] = {}
+_RESP_ENCODERS: dict[int, _Pairs] = {}
+_ENCODE, _DECODE = 0, 1
 
 
-def _request_table(api_key: int) -> dict[int, tuple[Decoder[RequestHeader], Decoder[Any]]] | None:
-    table = _REQ_DECODERS.get(api_key)
-    if table is None:
-        info = API_KEYS.get(api_key)
-        if info is None:
-            return None
-        body = _codecs(info.name + "Request")
-        table = _REQ_DECODERS[api_key] = {
-            v: (REQUEST_HEADER_CODECS[request_header_version(api_key, v)][1], dec) for v, (_, dec) in body.items()
-        }
+def _build(cache: dict[int, _Pairs], api_key: int, response: bool, which: int) -> _Pairs | None:
+    """Fill ``cache[api_key]`` with the header and body encoders (``which=0``) or decoders (1) by version;
+    None for an api key the specs do not know."""
+    info = API_KEYS.get(api_key)
+    if info is None:
+        return None
+    headers: _Codecs
+    if response:
+        headers, header_version, body = RESPONSE_HEADER_CODECS, response_header_version, info.name + "Response"
+    else:
+        headers, header_version, body = REQUEST_HEADER_CODECS, request_header_version, info.name + "Request"
+    table = cache[api_key] = {
+        v: (headers[header_version(api_key, v)][which], fns[which]) for v, fns in _codecs(body).items()
+    }
     return table
 
 
-def _version_error(info: ApiInfo, version: int) -> KafkaCodecError:
-    return KafkaCodecError(f"{info.name} has no version {version} "
-                           f"(valid: {info.min_version}-{info.max_version})", info.api_key, version)
-
-
-def _request_encoders(api_key: int, version: int) -> tuple[Encoder[RequestHeader], Encoder[Any]]:
-    table = _REQ_ENCODERS.get(api_key)
+def _pair(cache: dict[int, _Pairs], api_key: int, version: int, response: bool, which: int) -> tuple[Any, Any]:
+    table = cache.get(api_key) or _build(cache, api_key, response, which)
     if table is None:
-        info = _api_info(api_key)
-        body = _codecs(info.name + "Request")
-        table = _REQ_ENCODERS[api_key] = {
-            v: (REQUEST_HEADER_CODECS[request_header_version(api_key, v)][0], enc) for v, (enc, _) in body.items()
-        }
+        raise KafkaCodecError(f"unknown api key {api_key}")
     try:
         return table[version]
     except KeyError:
-        raise _version_error(API_KEYS[api_key], version) from None
-
-
-def _response_encoders(api_key: int, version: int) -> tuple[Encoder[ResponseHeader], Encoder[Any]]:
-    table = _RESP_ENCODERS.get(api_key)
-    if table is None:
-        info = _api_info(api_key)
-        body = _codecs(info.name + "Response")
-        table = _RESP_ENCODERS[api_key] = {
-            v: (RESPONSE_HEADER_CODECS[response_header_version(api_key, v)][0], enc) for v, (enc, _) in body.items()
-        }
-    try:
-        return table[version]
-    except KeyError:
-        raise _version_error(API_KEYS[api_key], version) from None
-
-
-def _response_decoders(api_key: int, version: int) -> tuple[Decoder[ResponseHeader], Decoder[Any]]:
-    table = _RESP_DECODERS.get(api_key)
-    if table is None:
-        info = _api_info(api_key)
-        body = _codecs(info.name + "Response")
-        table = _RESP_DECODERS[api_key] = {
-            v: (RESPONSE_HEADER_CODECS[response_header_version(api_key, v)][1], dec) for v, (_, dec) in body.items()
-        }
-    try:
-        return table[version]
-    except KeyError:
-        raise _version_error(API_KEYS[api_key], version) from None
+        info = API_KEYS[api_key]
+        raise KafkaCodecError(f"{info.name} has no version {version} "
+                              f"(valid: {info.min_version}-{info.max_version})", api_key, version) from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -237,7 +201,7 @@ def _encode(hdr_enc: Encoder[S], hdr: S, body_enc: Encoder[Any], body: KafkaStru
 def encode_response_parts(api_key: int, version: int, correlation_id: int, response: KafkaStruct, *,
                           framed: bool = True) -> list[Buffer]:
     """The response as a list of buffers (``records`` fields are not copied), for writev-style output."""
-    hdr_enc, body_enc = _response_encoders(api_key, version)
+    hdr_enc, body_enc = _pair(_RESP_ENCODERS, api_key, version, True, _ENCODE)
     hdr = ResponseHeader(correlation_id=correlation_id)
     return _encode(hdr_enc, hdr, body_enc, response, framed, api_key, version)
 
@@ -258,7 +222,7 @@ def encode_request(
     framed: bool = True,
 ) -> bytes:
     """Encode header + request body; with the 4-byte size prefix unless ``framed=False``."""
-    hdr_enc, body_enc = _request_encoders(api_key, version)
+    hdr_enc, body_enc = _pair(_REQ_ENCODERS, api_key, version, False, _ENCODE)
     hdr = RequestHeader(
         request_api_key=api_key, request_api_version=version, correlation_id=correlation_id, client_id=client_id
     )
@@ -279,7 +243,7 @@ def decode_request(frame: Buffer) -> tuple[RequestHeader, KafkaRequest]:
     if end < 4:
         raise KafkaDecodeError(f"request frame of {end} bytes is shorter than the header")
     api_key, version = _S_hh.unpack_from(buf, 0)
-    table = _REQ_DECODERS.get(api_key) or _request_table(api_key)
+    table = _REQ_DECODERS.get(api_key) or _build(_REQ_DECODERS, api_key, False, _DECODE)
     decoders = table.get(version) if table is not None else None
     if decoders is None:
         cid = _u_i32(buf, 4)[0] if end >= 8 else None
@@ -301,7 +265,7 @@ def decode_response(api_key: int, version: int, frame: Buffer) -> tuple[Response
     try:
         buf = _as_view(frame)
         end = len(buf)
-        hdr_dec, body_dec = _response_decoders(api_key, version)
+        hdr_dec, body_dec = _pair(_RESP_DECODERS, api_key, version, True, _DECODE)
         hdr, pos = hdr_dec(buf, 0, end)
         body, pos = body_dec(buf, pos, end)
     except KafkaDecodeError as e:

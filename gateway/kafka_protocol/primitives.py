@@ -383,7 +383,7 @@ def _w_bytes(b: Buffer, w: Writer) -> None:
 
 def _w_nbytes(b: Buffer | None, w: Writer) -> None:
     if b is None:
-        w(_NULL32)
+        w(b"\xff\xff\xff\xff")
     else:
         w(_p_i32(_nbytes(b)))
         w(b)

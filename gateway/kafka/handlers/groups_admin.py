@@ -49,15 +49,15 @@ def handle_describe_groups(ctx: RequestContext,
 def handle_list_groups(ctx: RequestContext,
                        request: ListGroupsRequest) -> ListGroupsResponse | Deferred[ListGroupsResponse]:
     version = ctx.api_version
-    cls = ListGroupsResponse
     states = request.states_filter if version >= 4 else []
     types = request.types_filter if version >= 5 else []
 
     def list_groups(coordinator: GroupCoordinator) -> ListGroupsResponse:
         error, overviews = coordinator.list_groups(states, types)
-        return cls(throttle_time_ms=0, error_code=int(error), groups=[
-            cls.ListedGroup(group_id=o.group_id, protocol_type=o.protocol_type, group_state=o.state,
-                            group_type=o.group_type) for o in overviews])
+        return ListGroupsResponse(throttle_time_ms=0, error_code=int(error), groups=[
+            ListGroupsResponse.ListedGroup(group_id=o.group_id, protocol_type=o.protocol_type,
+                                           group_state=o.state, group_type=o.group_type)
+            for o in overviews])
 
     return get_coordinator(ctx.broker).call(list_groups)
 
