@@ -25,6 +25,12 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
                    "(default: DATA_DIR/lts)")
     p.add_argument("--s3-endpoint", default=None, help="S3 endpoint URL for an S3-compatible server")
     p.add_argument("--cache-mb", type=int, default=d.cache_mb, help="read cache budget in MiB")
+    p.add_argument("--connection-budget-mb", type=int, default=d.connection_budget_mb,
+                   help="MiB of requests one connection may hold unanswered (and appends not yet durable) "
+                   "before it stops reading")
+    p.add_argument("--container-budget-mb", type=int, default=d.container_budget_mb,
+                   help="MiB of appends a container may hold before they are durable before the connections "
+                   "writing to it stop reading")
     p.add_argument("--kafka-scope", default=d.kafka_scope, help="scope holding the streams of Kafka topics")
     p.add_argument("--no-auto-create-topics", dest="auto_create_topics", action="store_false",
                    help="refuse Metadata/Produce for unknown topics instead of creating them")
@@ -229,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
             lts=args.lts,
             s3_endpoint=args.s3_endpoint,
             cache_mb=args.cache_mb,
+            connection_budget_mb=args.connection_budget_mb,
+            container_budget_mb=args.container_budget_mb,
             kafka_scope=args.kafka_scope,
             auto_create_topics=args.auto_create_topics,
             default_partitions=args.default_partitions,

@@ -17,6 +17,7 @@ from millrace.gateway.http import StreamViews, http_site
 from millrace.gateway.kafka.broker import Broker, KafkaConfig
 from millrace.gateway.kafka.setup import build_kafka, start_background
 from millrace.gateway.native.handler import NativeFactory
+from millrace.store.budget import MIB
 from millrace.store.containers.config import ContainerConfig
 from millrace.store.containers.rates import RateConfig
 from millrace.store.controller import Controller
@@ -49,6 +50,10 @@ class ServerOptions:
     lts: str | None = None  # a path, file:///path or s3://bucket/prefix; default <data_dir>/lts
     s3_endpoint: str | None = None
     cache_mb: int = 256
+    # Backpressure (store.budget): bytes one connection's requests and appends may hold, and bytes a
+    # container may hold before they are durable, before the connections feeding them stop reading.
+    connection_budget_mb: int = 32
+    container_budget_mb: int = 64
 
 
 def build_store(options: ServerOptions) -> SegmentStore:
@@ -62,6 +67,7 @@ def build_store(options: ServerOptions) -> SegmentStore:
         storage,
         config,
         rates=RateConfig(windows=tuple(options.scale_windows)),
+        container_budget_bytes=options.container_budget_mb * MIB,
     )
 
 
@@ -106,6 +112,7 @@ def serve(options: ServerOptions) -> int:
             retention_check_seconds=options.retention_check_seconds,
         )
         broker, kafka_factory = build_kafka(store, controller, tables, kafka_config, controller_pool)
+        kafka_factory.connection_budget_bytes = options.connection_budget_mb * MIB
     except Exception as exc:  # noqa: BLE001 - report why the store cannot start, then exit non-zero
         print(f"millrace: cannot start the segment store: {exc}", file=sys.stderr, flush=True)
         controller_pool.shutdown(wait=False)
@@ -116,7 +123,8 @@ def serve(options: ServerOptions) -> int:
         # The port clients must be told about in Metadata is the one actually bound (0 = any).
         kafka_config.advertised_port = bound_address(kafka).port
         partitions_of = topic_partitions(broker)
-        native_factory = NativeFactory(store, controller, controller_pool, broker.scaling, partitions_of)
+        native_factory = NativeFactory(store, controller, controller_pool, broker.scaling, partitions_of,
+                                       connection_budget_bytes=options.connection_budget_mb * MIB)
         native = reactor.listenTCP(options.native_port, native_factory, interface=options.host)
         views = StreamViews(controller, controller_pool, broker.scaling, partitions_of)
         # Twisted declares listenTCP's factory as an invariant ServerFactory[_ProtoWithFactory], which its

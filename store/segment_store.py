@@ -8,11 +8,13 @@ Twisted reactor adapt them to Deferreds.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from millrace.store.budget import MIB, Admission, ByteBudget, current_admission
 from millrace.store.containers.config import ContainerConfig
 from millrace.store.containers.container import SegmentContainer
 from millrace.store.containers.rates import RateConfig, RateRegistry, SegmentRates
@@ -23,6 +25,9 @@ from millrace.store.lts.interface import ChunkStorage
 from millrace.store.scheduler import Scheduler
 
 TRANSACTION_DELIMITER = "#transaction."
+# Bytes a container may hold that it cannot drop (appends not yet durable, durable data not yet in
+# long-term storage) before the connections writing to it stop reading (see store.budget).
+DEFAULT_CONTAINER_BUDGET_BYTES = 64 * MIB
 
 
 def container_key(segment_name: str) -> str:
@@ -41,6 +46,7 @@ class SegmentStore:
         config: ContainerConfig | None = None,
         rates: RateConfig | None = None,
         rate_clock: Callable[[], float] = time.monotonic,
+        container_budget_bytes: int = DEFAULT_CONTAINER_BUDGET_BYTES,
     ) -> None:
         self.config = config or ContainerConfig()
         self.rate_config = rates or RateConfig()
@@ -60,6 +66,29 @@ class SegmentStore:
             )
             for cid in range(container_count)
         ]
+        # What each container holds that it cannot drop (indexed like ``containers``): appends not
+        # yet durable, plus durable data not yet in long-term storage, which the cache cannot evict.
+        # A flood therefore slows to what the log and long-term storage sustain instead of filling
+        # memory.
+        self.budgets: list[ByteBudget] = [
+            ByteBudget(container_budget_bytes, f"container-{c.container_id}", backlog=self._unflushed(c),
+                       call_later=self.scheduler.call_later)
+            for c in self.containers
+        ]
+
+    @staticmethod
+    def _unflushed(container: SegmentContainer) -> Callable[[], int]:
+        """Bytes of the container's cache that long-term storage does not hold yet."""
+        last = [0]
+
+        def unflushed() -> int:
+            # Summed without the container's lock, a segment's cache may appear mid-sum: then the
+            # previous figure is as good an estimate, and the next check sums again.
+            with contextlib.suppress(RuntimeError):
+                last[0] = container.read_index().dirty_bytes
+            return last[0]
+
+        return unflushed
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -75,8 +104,10 @@ class SegmentStore:
         self.storage.close()
 
     def container_for(self, segment_name: str) -> SegmentContainer:
-        key = container_key(segment_name).encode()
-        return self.containers[zlib.crc32(key) % len(self.containers)]
+        return self.containers[self._index_of(segment_name)]
+
+    def _index_of(self, segment_name: str) -> int:
+        return zlib.crc32(container_key(segment_name).encode()) % len(self.containers)
 
     # -- segment operations ------------------------------------------------------------------------
     def create_segment(self, name: str, attributes: dict[str, int] | None = None) -> StoreFuture[None]:
@@ -94,8 +125,31 @@ class SegmentStore:
         ``expected_offset`` makes it conditional on the current length (BadOffsetError otherwise);
         ``attributes`` are applied atomically with the append (BadAttributeUpdateError fails both).
         ``events`` is how many events the bytes carry (a Kafka batch: its record count), for the
-        segment's rates (``segment_rates``) once the append is durable."""
-        return self.container_for(name).append(name, data, expected_offset, attributes, events)
+        segment's rates (``segment_rates``) once the append is durable.
+
+        Until then the bytes count against the container's budget and, when a connection is
+        dispatching the request that appends (``store.budget.charging``), against its budget too."""
+        index = self._index_of(name)
+        budget = self.budgets[index]
+        size = len(data)
+        admission = current_admission()
+        budget.acquire(size)
+        if admission is not None:
+            admission.budget.acquire(size)
+            admission.touch(budget)
+        try:
+            fut = self.containers[index].append(name, data, expected_offset, attributes, events)
+        except BaseException:
+            self._release(budget, admission, size)
+            raise
+        fut.add_done_callback(lambda _: self._release(budget, admission, size))
+        return fut
+
+    @staticmethod
+    def _release(budget: ByteBudget, admission: Admission | None, size: int) -> None:
+        budget.release(size)
+        if admission is not None:
+            admission.budget.release(size)
 
     def read(self, name: str, offset: int, max_length: int, wait_timeout: float = 0.0) -> StoreFuture[ReadResult]:
         """Read up to ``max_length`` durable bytes from ``offset``. At the tail, wait up to

@@ -1,4 +1,8 @@
-"""One Kafka client connection: framing, decoding, dispatch, and responses in request order."""
+"""One Kafka client connection: framing, decoding, dispatch, and responses in request order.
+
+A request's bytes hold the connection's budget until its response is written (an acks=0 produce:
+until its appends are durable); when the budget is full the connection stops reading
+(``gateway.framing``)."""
 
 from __future__ import annotations
 
@@ -7,9 +11,9 @@ import logging
 from typing import Any
 
 from twisted.internet import defer, protocol
-from twisted.protocols.basic import Int32StringReceiver
 from twisted.python.failure import Failure
 
+from millrace.gateway.framing import DEFAULT_CONNECTION_BUDGET_BYTES, BudgetedReceiver
 from millrace.gateway.kafka.broker import Broker, RequestContext
 from millrace.gateway.kafka.handlers.api_versions import API_VERSIONS, api_versions_response
 from millrace.gateway.kafka.registry import NO_RESPONSE, REGISTRY
@@ -27,15 +31,17 @@ log = logging.getLogger(__name__)
 class _Slot:
     """A request's place in the connection's response order."""
 
-    __slots__ = ("frame", "ready")
+    __slots__ = ("frame", "ready", "size")
 
-    def __init__(self) -> None:
+    def __init__(self, size: int) -> None:
         self.frame: bytes | None = None
         self.ready = False
+        self.size = size  # the request's bytes, held against the connection's budget until answered
 
 
-class KafkaConnection(Int32StringReceiver):
-    def __init__(self, broker: Broker) -> None:
+class KafkaConnection(BudgetedReceiver):
+    def __init__(self, broker: Broker, budget_bytes: int) -> None:
+        super().__init__(budget_bytes, "kafka-connection")
         self.broker = broker
         self.MAX_LENGTH = broker.config.max_request_bytes
         self._slots: collections.deque[_Slot] = collections.deque()
@@ -47,11 +53,11 @@ class KafkaConnection(Int32StringReceiver):
         peer = self.transport.getPeer()
         self._peer = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
 
-    def stringReceived(self, frame: bytes) -> None:  # noqa: N802 - Twisted's name
+    def stringReceived(self, frame: memoryview) -> None:  # noqa: N802 - Twisted's name
         try:
             header, request = decode_request(frame)
         except UnsupportedApiError as exc:
-            self._unsupported(exc)
+            self._unsupported(exc, len(frame))
             return
         except KafkaDecodeError as exc:
             log.info("closing Kafka connection from %s: undecodable request: %s", self._peer, exc)
@@ -67,7 +73,7 @@ class KafkaConnection(Int32StringReceiver):
             return
         ctx = RequestContext(self.broker, header.request_api_key, version, header.correlation_id,
                              header.client_id, self._peer)
-        slot = _Slot()
+        slot = _Slot(len(frame))
         self._slots.append(slot)
         try:
             outcome = handler.handle(ctx, request)
@@ -94,6 +100,7 @@ class KafkaConnection(Int32StringReceiver):
             slot = self._slots.popleft()
             if slot.frame is not None and self.transport is not None:
                 self.transport.write(slot.frame)
+            self.answered(slot.size)
 
     def _failed(self, ctx: RequestContext, failure: Failure) -> None:
         log.error("Kafka %s v%d from %s failed; closing the connection",
@@ -101,10 +108,10 @@ class KafkaConnection(Int32StringReceiver):
                   exc_info=(failure.type, failure.value, failure.getTracebackObject()))
         self.transport.loseConnection()
 
-    def _unsupported(self, exc: UnsupportedApiError) -> None:
+    def _unsupported(self, exc: UnsupportedApiError, size: int) -> None:
         if exc.api_key == API_VERSIONS and exc.correlation_id is not None:
             # A client newer than us: answer with a v0 body listing what we do support (as Kafka does).
-            slot = _Slot()
+            slot = _Slot(size)
             slot.frame = encode_response(API_VERSIONS, 0, exc.correlation_id,
                                          api_versions_response(ErrorCode.UNSUPPORTED_VERSION))
             slot.ready = True
@@ -121,8 +128,9 @@ class KafkaConnection(Int32StringReceiver):
 
 
 class KafkaFactory(protocol.ServerFactory):
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, connection_budget_bytes: int = DEFAULT_CONNECTION_BUDGET_BYTES) -> None:
         self.broker = broker
+        self.connection_budget_bytes = connection_budget_bytes
 
     def buildProtocol(self, addr: Any) -> KafkaConnection:  # noqa: N802 - Twisted's name
-        return KafkaConnection(self.broker)
+        return KafkaConnection(self.broker, self.connection_budget_bytes)

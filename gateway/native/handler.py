@@ -1,4 +1,7 @@
-"""The native listener: one Twisted protocol per connection, dispatching to the segment store."""
+"""The native listener: one Twisted protocol per connection, dispatching to the segment store.
+
+A request's bytes (and an append's, until durable) hold the connection's budget until its reply is
+written; when the budget is full the connection stops reading (``gateway.framing``)."""
 
 from __future__ import annotations
 
@@ -8,8 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from twisted.internet import protocol, reactor
-from twisted.protocols.basic import Int32StringReceiver
 
+from millrace.gateway.framing import DEFAULT_CONNECTION_BUDGET_BYTES, BudgetedReceiver
 from millrace.gateway.native.controller_commands import PartitionsOf, controller_handlers
 from millrace.gateway.native.wire import (
     MAX_FRAME_BYTES,
@@ -84,10 +87,12 @@ def _attribute_updates(raw: list[dict[str, Any]]) -> list[AttributeUpdate]:
     ]
 
 
-class NativeProtocol(Int32StringReceiver):
+class NativeProtocol(BudgetedReceiver):
     MAX_LENGTH = MAX_FRAME_BYTES
 
-    def __init__(self, store: SegmentStore, controller_commands: dict[int, Callable]) -> None:
+    def __init__(self, store: SegmentStore, controller_commands: dict[int, Callable],
+                 budget_bytes: int = DEFAULT_CONNECTION_BUDGET_BYTES) -> None:
+        super().__init__(budget_bytes, "native-connection")
         self.store = store
         self._handlers: dict[int, Callable[[dict[str, Any], bytes], StoreFuture | Any]] = {
             **controller_commands,
@@ -114,39 +119,45 @@ class NativeProtocol(Int32StringReceiver):
         # Responses are small and latency-bound: never let Nagle hold one back for a delayed ACK.
         self.transport.setTcpNoDelay(True)
 
-    def stringReceived(self, body: bytes) -> None:  # noqa: N802 - Twisted's name
+    def stringReceived(self, body: memoryview) -> None:  # noqa: N802 - Twisted's name
+        size = len(body)
         try:
-            code, request_id, header, payload = decode_body(body)
+            code, request_id, header, payload = decode_body(bytes(body))
         except WireError as exc:
             log.info("closing native connection from %s: %s", self.transport.getPeer(), exc)
             self.transport.loseConnection()
             return
         handler = self._handlers.get(code)
         if handler is None:
-            self._reply_error(request_id, Status.UNKNOWN_COMMAND, f"unknown command {code}")
+            self._reply_error(request_id, size, Status.UNKNOWN_COMMAND, f"unknown command {code}")
             return
         try:
             outcome = handler(header, payload)
         except Exception as exc:  # noqa: BLE001 - every failure becomes an error status
-            self._reply_exception(request_id, exc)
+            self._reply_exception(request_id, size, exc)
             return
         if isinstance(outcome, StoreFuture):
-            outcome.add_done_callback(lambda f: reactor.callFromThread(self._reply_future, request_id, f))
+            outcome.add_done_callback(lambda f: reactor.callFromThread(self._reply_future, request_id, size, f))
         else:
-            self._reply_value(request_id, outcome)
+            self._reply_value(request_id, size, outcome)
 
     def lengthLimitExceeded(self, length: int) -> None:  # noqa: N802 - Twisted's name
         log.info("closing native connection: frame of %d bytes exceeds %d", length, self.MAX_LENGTH)
         self.transport.loseConnection()
 
-    def _reply_future(self, request_id: int, fut: StoreFuture) -> None:
+    def _reply_future(self, request_id: int, size: int, fut: StoreFuture) -> None:
         exc = fut.exception()
         if exc is not None:
-            self._reply_exception(request_id, exc)
+            self._reply_exception(request_id, size, exc)
         else:
-            self._reply_value(request_id, fut.result())
+            self._reply_value(request_id, size, fut.result())
 
-    def _reply_value(self, request_id: int, value: Any) -> None:
+    def _reply(self, frame: bytes, size: int) -> None:
+        """Write a reply; the request's ``size`` bytes stop holding the budget."""
+        self.transport.write(frame)
+        self.answered(size)
+
+    def _reply_value(self, request_id: int, size: int, value: Any) -> None:
         if isinstance(value, ReadResult):
             frame = encode_frame(
                 Status.OK, request_id, {"offset": value.offset, "end_of_segment": value.end_of_segment}, value.data
@@ -157,26 +168,29 @@ class NativeProtocol(Int32StringReceiver):
             frame = encode_frame(Status.OK, request_id, value)
         else:
             frame = encode_frame(Status.OK, request_id, {"value": value} if value is not None else None)
-        self.transport.write(frame)
+        self._reply(frame, size)
 
-    def _reply_exception(self, request_id: int, exc: BaseException) -> None:
+    def _reply_exception(self, request_id: int, size: int, exc: BaseException) -> None:
         status = status_of(exc)
         if status == Status.INTERNAL_ERROR:
             log.error("native request %d failed", request_id, exc_info=exc)
         extra: dict[str, Any] = {}
         if isinstance(exc, errors.BadOffsetError):
             extra = {"expected": exc.expected, "actual": exc.actual}
-        self._reply_error(request_id, status, str(exc) or type(exc).__name__, extra)
+        self._reply_error(request_id, size, status, str(exc) or type(exc).__name__, extra)
 
-    def _reply_error(self, request_id: int, status: Status, message: str, extra: dict | None = None) -> None:
-        self.transport.write(encode_frame(status, request_id, {"error": message, **(extra or {})}))
+    def _reply_error(self, request_id: int, size: int, status: Status, message: str,
+                     extra: dict | None = None) -> None:
+        self._reply(encode_frame(status, request_id, {"error": message, **(extra or {})}), size)
 
 
 class NativeFactory(protocol.ServerFactory):
     def __init__(self, store: SegmentStore, controller: Controller, pool: ThreadPoolExecutor, scaler: Any,
-                 partitions_of: PartitionsOf | None = None) -> None:
+                 partitions_of: PartitionsOf | None = None,
+                 connection_budget_bytes: int = DEFAULT_CONNECTION_BUDGET_BYTES) -> None:
         self.store = store
         self.controller_commands = controller_handlers(controller, pool, scaler, partitions_of)
+        self.connection_budget_bytes = connection_budget_bytes
 
     def buildProtocol(self, addr: Any) -> NativeProtocol:  # noqa: N802 - Twisted's name
-        return NativeProtocol(self.store, self.controller_commands)
+        return NativeProtocol(self.store, self.controller_commands, self.connection_budget_bytes)

@@ -1,0 +1,137 @@
+"""Length-prefixed framing with backpressure, shared by the Kafka and native listeners.
+
+Both protocols frame requests with a 4-byte big-endian length. ``BudgetedReceiver`` splits frames with
+at most one copy of each (Twisted's ``Int32StringReceiver`` re-concatenates its whole buffer on every
+read, quadratic for a large request arriving in 64 KiB reads, and slices each frame out again): a frame
+that arrives inside one read is handed over as a memoryview of it; one that spans reads is joined once.
+
+Every connection has an ``Admission`` (``store.budget``): bytes of requests read and not yet answered
+plus, through ``charging``, the bytes its appends hold until durable. When its own budget or the
+budget of a container its appends went to is full, the connection stops reading from its socket
+(``transport.pauseProducing``); it keeps writing responses, and resumes once those budgets drain
+below their low-water marks. Requests already read are never refused or dropped.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from twisted.internet import protocol
+from twisted.internet.interfaces import IPushProducer
+from twisted.python.failure import Failure
+
+from millrace.gateway.futures import on_reactor
+from millrace.store.budget import CURRENT_ADMISSION, MIB, Admission, ByteBudget
+
+# Bytes of requests (and their appends) one connection may hold before it stops reading.
+DEFAULT_CONNECTION_BUDGET_BYTES = 32 * MIB
+_LEN = struct.Struct(">I")
+_PREFIX = _LEN.size
+
+
+class BudgetedReceiver(protocol.Protocol):
+    """Calls ``stringReceived(frame)`` per length-prefixed frame (bytes or a memoryview, valid as
+    long as the callee keeps it) while the connection's budgets allow reading."""
+
+    MAX_LENGTH = 100 * 1024 * 1024
+
+    def __init__(self, budget_bytes: int, name: str = "connection") -> None:
+        self.admission = Admission(ByteBudget(budget_bytes, name))
+        self.paused = False  # reading stopped because a budget is full
+        self._closed = False
+        # Unparsed input: views and chunks holding the start of an incomplete frame.
+        self._pending: list[Any] = []
+        self._pending_len = 0
+        self._want = _PREFIX  # bytes needed before parsing can make progress
+
+    # -- subclasses ----------------------------------------------------------------------------------
+    def stringReceived(self, frame: Any) -> None:  # noqa: N802 - Twisted's name, kept for familiarity
+        raise NotImplementedError
+
+    def lengthLimitExceeded(self, length: int) -> None:  # noqa: N802 - Twisted's name
+        assert self.transport is not None
+        self.transport.loseConnection()
+
+    def answered(self, size: int) -> None:
+        """A request of ``size`` bytes (its frame) no longer holds the connection's budget."""
+        self.admission.budget.release(size)
+
+    # -- input ---------------------------------------------------------------------------------------
+    def dataReceived(self, data: bytes) -> None:  # noqa: N802 - Twisted's name
+        if self._pending:
+            self._pending.append(data)
+            self._pending_len += len(data)
+            if self._pending_len < self._want or self.paused:
+                return
+            data = self._take_pending()
+        self._parse(data)
+
+    def _take_pending(self) -> Any:
+        pending = self._pending
+        self._pending, self._pending_len = [], 0
+        # The one copy of a frame that spanned reads (a lone piece is already contiguous).
+        return pending[0] if len(pending) == 1 else b"".join(pending)
+
+    def _parse(self, data: Any) -> None:
+        view = data if type(data) is memoryview else memoryview(data)
+        end = len(view)
+        off = 0
+        admission = self.admission
+        while not self.paused and not self._closed and end - off >= _PREFIX:
+            (length,) = _LEN.unpack_from(view, off)
+            if length > self.MAX_LENGTH:
+                self._closed = True
+                self.lengthLimitExceeded(length)
+                return
+            stop = off + _PREFIX + length
+            if stop > end:
+                self._want = _PREFIX + length
+                break
+            frame = view[off + _PREFIX : stop]
+            off = stop
+            admission.budget.acquire(length)
+            token = CURRENT_ADMISSION.set(admission)
+            try:
+                self.stringReceived(frame)
+            finally:
+                CURRENT_ADMISSION.reset(token)
+            blocking = admission.blocking()
+            if blocking is not None and not self.paused:
+                self._pause(blocking)
+        else:
+            self._want = _PREFIX
+        if off < end and not self._closed:
+            self._pending = [view[off:]]
+            self._pending_len = end - off
+            if self.paused:
+                self._want = 0
+
+    # -- backpressure --------------------------------------------------------------------------------
+    def _pause(self, budget: ByteBudget) -> None:
+        self.paused = True
+        IPushProducer(self.transport).pauseProducing()
+        budget.when_drained(self._drained_elsewhere)
+
+    def _drained_elsewhere(self) -> None:
+        # Budgets drain on log-writer threads (and sometimes here): the connection's one crossing
+        # back to the reactor.
+        on_reactor(self._drained)
+
+    def _drained(self) -> None:
+        if self._closed:
+            return
+        blocking = self.admission.blocking()
+        if blocking is not None:
+            blocking.when_drained(self._drained_elsewhere)
+            return
+        self.paused = False
+        IPushProducer(self.transport).resumeProducing()
+        if self._pending:
+            self._parse(self._take_pending())
+
+    def connectionLost(self, reason: Failure = protocol.connectionDone) -> None:  # noqa: N802
+        self._closed = True
+        self._pending = []
+        self._pending_len = 0
+
