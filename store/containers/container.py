@@ -9,36 +9,38 @@ storage writer. It coordinates its parts and holds no operation's meaning itself
 - ``reader`` and ``read_index``: the read path, the cache and the reads parked at segment tails;
 - ``storage_writer``: tiering to long-term storage, seeing the container as a ``WriterDataSource``.
 
-Thread model. One ``RLock`` per container guards all of its mutable state: the metadata (accepted and
-durable layers), the frame being gathered and the in-flight queue, the read index with its parked
-tail reads, the checkpoint records, the rates and counters. Holding it while accepting makes log order
-equal acceptance order and lets a checkpoint describe exactly the state after every operation before
-it; holding it while applying makes every reader see whole operations. Threads, and what each runs:
+Thread model. One lock per container (``ContainerLock``, plain, never taken twice by one thread)
+guards all of its mutable state: the metadata (accepted and durable layers), the frame being gathered
+and the in-flight queue, the read index with its parked tail reads, the checkpoint records, the rates
+and counters. Holding it while accepting makes log order equal acceptance order and lets a
+checkpoint describe exactly the state after every operation before it; holding it while applying
+lets every reader see whole operations. Threads, and what each runs:
 
+- the starting thread recovers (replays the log through ``apply``) before any other can reach it;
 - callers' threads (the reactor, controller workers, tests) submit: validate and accept under the
-  lock, queue for the log, return a ``StoreFuture``; a read takes the lock only to find its bytes;
+  lock, queue the operation for the log, and get a ``StoreFuture``; a read takes the lock only to find
+  its bytes, and a cache hit is answered after releasing it;
 - the durable log's writer thread completes each frame: under the lock it sends the next frame and
-  applies the durable operations in log order; then, outside the lock, it resumes answerable tail
-  reads, passes released chunks to the storage writer and completes the callers' futures;
+  applies the durable operations in log order; then, outside the lock, it resumes the tail reads they
+  answered, hands released chunks to the storage writer and completes the callers' futures;
 - the storage writer's thread owns its queues (flush requests, chunks to delete) under its own
-  condition; it reaches the container only through short ``WriterDataSource`` calls that take the
+  condition; it sees the container only through ``WriterDataSource`` calls, each short and taking the
   lock inside, and writes, deletes and lists chunks without it;
 - the long-term-storage read pool runs ``storage.read`` for cache misses and completes those reads,
   never holding the lock;
-- the store's timer thread expires parked tail reads (taking the lock for a moment).
+- the store's timer thread expires parked tail reads, taking the lock for a moment.
 
-No ``StoreFuture`` is completed while the lock is held, so callbacks may call back into the container.
-The lock is re-entrant only because a log append that completes at once (a fenced or failed log) runs
-its completion inline. Lock order: the container lock, then the storage writer's condition; the
-writer never calls its data source holding its condition. Results cross threads as ``StoreFuture``
-(the durable log's own seam uses ``concurrent.futures.Future``).
+No future is completed while the lock is held (a log write that is complete before its callback is
+registered would complete at once, so callbacks are registered after release), so any callback may
+call back into the container. Lock order: the container lock, then the storage writer's condition;
+the writer never calls its data source holding its condition. Results cross threads as
+``StoreFuture`` (the durable log's own seam uses ``concurrent.futures.Future``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -48,6 +50,7 @@ from millrace.store.containers import operations as ops
 from millrace.store.containers import recovery
 from millrace.store.containers.checkpoints import CheckpointPolicy
 from millrace.store.containers.config import ContainerConfig
+from millrace.store.containers.lock import ContainerLock
 from millrace.store.containers.memory_state import MemoryState
 from millrace.store.containers.metadata import ContainerMetadata
 from millrace.store.containers.operation_processor import OperationProcessor
@@ -86,7 +89,7 @@ class SegmentContainer:
         self._log = durable_log
         self._owns_pool = read_pool is None
         self._read_pool = read_pool or ThreadPoolExecutor(config.storage_read_threads, f"lts-read-{container_id}")
-        self._lock = threading.RLock()
+        self._lock = ContainerLock()
         self._state = NEW
         self._failure: BaseException | None = None
         self._metadata = ContainerMetadata()

@@ -16,11 +16,11 @@ acknowledged before it is durable, and no future completes while the lock is hel
 from __future__ import annotations
 
 import collections
-import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+from millrace.store.containers.lock import ContainerLock
 from millrace.store.containers.memory_state import MemoryState
 from millrace.store.containers.operations import Checkpoint, Operation
 from millrace.store.containers.read_index import ParkedRead, TailOutcome
@@ -53,7 +53,7 @@ class OperationProcessor:
         self,
         container_id: int,
         durable_log: DurableDataLog,
-        lock: threading.RLock,
+        lock: ContainerLock,
         state: MemoryState,
         on_failure: Callable[[BaseException], None],
     ) -> None:
@@ -135,8 +135,9 @@ class OperationProcessor:
         for p in pendings:
             p.log_future = log_future
         self._frames_in_flight += 1
-        # Runs on the log's writer thread; inline (the lock is re-entrant) if already done.
-        log_future.add_done_callback(self._frame_done)
+        # Registered once the lock is released: a write already complete (or refused) runs the
+        # completion at once, on this thread, and that must not happen under the lock.
+        self._lock.after_release(lambda: log_future.add_done_callback(self._frame_done))
 
     # -- the log writer's side ------------------------------------------------------------------------
     def _frame_done(self, _: Future[LogAddress]) -> None:

@@ -10,10 +10,10 @@ log writer's thread when an append or a seal answers it, or by the timer thread 
 from __future__ import annotations
 
 import collections
-import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from millrace.store.containers.lock import ContainerLock
 from millrace.store.containers.metadata import ChunkRef, ContainerMetadata, SegmentMetadata
 from millrace.store.containers.read_index import ParkedRead, ReadIndex, TailOutcome
 from millrace.store.contracts import ReadResult, SegmentInfo
@@ -32,7 +32,7 @@ from millrace.store.scheduler import Scheduler
 class SegmentReader:
     def __init__(
         self,
-        lock: threading.RLock,
+        lock: ContainerLock,
         metadata: ContainerMetadata,
         read_index: ReadIndex,
         storage: ChunkStorage,

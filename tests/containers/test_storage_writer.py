@@ -1,0 +1,112 @@
+"""The storage writer against a data source of its own: it needs nothing of a container but what
+``WriterDataSource`` offers."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+from millrace.store.containers.config import ContainerConfig
+from millrace.store.containers.storage_writer import DirtyRun, DirtySegment, StorageWriter, WriterDataSource
+from millrace.store.futures import StoreFuture, completed
+from millrace.store.lts.filesystem import FileSystemChunkStorage
+
+CONFIG = replace(ContainerConfig(), writer_poll_seconds=0.01, flush_age_seconds=3600.0)
+
+
+class FakeSource:
+    """One sealed segment (id 1, "s/a") with dirty runs waiting; logs what the writer reports."""
+
+    container_id = 7
+    epoch = 3
+    serving = True
+
+    def __init__(self, runs: list[DirtyRun], refuse_log: bool = False) -> None:
+        self._lock = threading.Lock()
+        self._runs = list(runs)
+        self._refuse_log = refuse_log
+        self.logged: list[tuple[int, int, int, str]] = []
+        self.truncations = 0
+
+    def cached_bytes(self) -> int:
+        return 0
+
+    def dirty_segments(self) -> list[DirtySegment]:
+        with self._lock:
+            size = sum(len(b) for run in self._runs for b in run.blocks)
+            return [DirtySegment(1, size, 0.0, sealed=True)] if self._runs else []
+
+    def dirty_run(self, segment_id: int, max_bytes: int) -> DirtyRun | None:
+        with self._lock:
+            return self._runs[0] if self._runs else None
+
+    def log_storage_flushed(self, segment_id: int, offset: int, length: int, chunk: str) -> StoreFuture[None] | None:
+        with self._lock:
+            self._runs.pop(0)
+            if self._refuse_log:
+                return None
+            self.logged.append((segment_id, offset, length, chunk))
+            return completed(None)
+
+    def flushed_whole(self, segment_id: int) -> bool:
+        with self._lock:
+            return not self._runs
+
+    def referenced_chunks(self) -> set[str]:
+        with self._lock:
+            return {chunk for *_, chunk in self.logged}
+
+    def truncate_log(self) -> None:
+        self.truncations += 1
+
+    def maybe_checkpoint(self, max_age: float) -> None:
+        pass
+
+
+def _writer(source: WriterDataSource, storage: FileSystemChunkStorage) -> StorageWriter:
+    writer = StorageWriter(source, storage, CONFIG)
+    writer.start(sweep_orphans=True)
+    return writer
+
+
+def test_a_sealed_segment_is_flushed_run_by_run_and_logged(tmp_path):
+    storage = FileSystemChunkStorage(str(tmp_path))
+    source = FakeSource([DirtyRun("s/a", 0, [b"abc", b"def"]), DirtyRun("s/a", 6, [b"gh"])])
+    writer = _writer(source, storage)
+    try:
+        writer.request_flush(1).result(timeout=30)
+    finally:
+        writer.stop(final_flush=False)
+    assert [(offset, length) for _, offset, length, _ in source.logged] == [(0, 6), (6, 2)]
+    for _, offset, _, chunk in source.logged:
+        assert chunk.startswith(f"containers/7/s/a/E3-O{offset}-")
+    assert storage.read(source.logged[0][3], 0, 6) == b"abcdef"
+    assert storage.read(source.logged[1][3], 0, 2) == b"gh"
+    assert source.truncations > 0
+    assert writer.chunks_written == 2 and writer.bytes_written == 8
+
+
+def test_a_chunk_the_container_refuses_is_deleted(tmp_path):
+    storage = FileSystemChunkStorage(str(tmp_path))
+    source = FakeSource([DirtyRun("s/a", 0, [b"abc"])], refuse_log=True)
+    writer = _writer(source, storage)
+    try:
+        writer.request_flush(1).result(timeout=30)
+    finally:
+        writer.stop(final_flush=False)
+    assert storage.list("containers/7/") == []
+    assert writer.chunks_written == 0
+
+
+def test_the_start_sweeps_chunks_no_segment_references(tmp_path):
+    storage = FileSystemChunkStorage(str(tmp_path))
+    storage.write("containers/7/s/a/E1-O0-orphan", b"lost")
+    storage.write("containers/8/s/b/E1-O0-other", b"another container's")
+    source = FakeSource([DirtyRun("s/a", 0, [b"abc"])])
+    writer = _writer(source, storage)
+    try:
+        writer.request_flush(1).result(timeout=30)
+    finally:
+        writer.stop(final_flush=False)
+    assert storage.list("containers/7/") == [source.logged[0][3]]
+    assert storage.list("containers/8/") == ["containers/8/s/b/E1-O0-other"]
