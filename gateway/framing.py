@@ -18,7 +18,7 @@ import struct
 from typing import Any
 
 from twisted.internet import protocol
-from twisted.internet.interfaces import IPushProducer
+from twisted.internet.interfaces import IPushProducer, ITCPTransport, ITransport
 from twisted.python.failure import Failure
 
 from millrace.gateway.futures import on_reactor
@@ -35,6 +35,7 @@ class BudgetedReceiver(protocol.Protocol):
     long as the callee keeps it) while the connection's budgets allow reading."""
 
     MAX_LENGTH = 100 * 1024 * 1024
+    tcp: ITCPTransport  # the transport, typed: both listeners are TCP
 
     def __init__(self, budget_bytes: int, name: str = "connection") -> None:
         self.admission = Admission(ByteBudget(budget_bytes, name))
@@ -45,13 +46,16 @@ class BudgetedReceiver(protocol.Protocol):
         self._pending_len = 0
         self._want = _PREFIX  # bytes needed before parsing can make progress
 
+    def makeConnection(self, transport: ITransport) -> None:  # noqa: N802 - Twisted's name
+        self.tcp = ITCPTransport(transport)
+        super().makeConnection(transport)
+
     # -- subclasses ----------------------------------------------------------------------------------
     def stringReceived(self, frame: Any) -> None:  # noqa: N802 - Twisted's name, kept for familiarity
         raise NotImplementedError
 
     def lengthLimitExceeded(self, length: int) -> None:  # noqa: N802 - Twisted's name
-        assert self.transport is not None
-        self.transport.loseConnection()
+        self.tcp.loseConnection()
 
     def answered(self, size: int) -> None:
         """A request of ``size`` bytes (its frame) no longer holds the connection's budget."""

@@ -19,6 +19,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from millrace.client.segments import SegmentClient
+from millrace.store.budget import Admission, ByteBudget, charging, current_admission
 from tests.server_process import ServerProcess
 
 MIB = 1024 * 1024
@@ -239,3 +240,67 @@ def test_native_flood_stays_within_budget_and_loses_nothing_acknowledged(server)
                 data += got.data
             for offset in offsets:
                 assert struct.unpack_from(">I", data, offset)[0] == acked[name][offset]
+
+
+def test_one_request_larger_than_the_budgets_is_admitted_alone(server):
+    """Budgets never refuse: an append bigger than the connection's and the container's budgets
+    goes through, and the connection reads again once it is durable."""
+    big = os.urandom((CONTAINER_BUDGET_MB + 1) * MIB)
+    with SegmentClient("127.0.0.1", server.native_port) as client:
+        client.create_segment("flood/big")
+        assert client.append("flood/big", big) == 0
+        assert client.append("flood/big", b"after") == len(big)
+        data = bytearray()
+        while len(data) < len(big) + 5:
+            data += client.read("flood/big", len(data), 4 * MIB).data
+        assert bytes(data) == big + b"after"
+
+
+def test_budget_drains_at_its_low_water_mark_and_never_refuses():
+    budget = ByteBudget(100, "b")
+    budget.acquire(250)  # more than the limit: admitted
+    assert budget.full and budget.peak == 250
+    drained: list[int] = []
+    budget.when_drained(lambda: drained.append(budget.used))
+    budget.release(160)
+    assert budget.full is False and not drained  # 90 held: below the limit, above low water (50)
+    budget.release(50)
+    assert drained == [40]
+    budget.when_drained(lambda: drained.append(-1))  # already drained: called at once
+    assert drained == [40, -1]
+    with pytest.raises(RuntimeError):
+        budget.release(41)
+
+
+def test_budget_backlog_is_polled_until_it_drains():
+    backlog = [80]
+    timers: list[Callable[[], None]] = []
+    budget = ByteBudget(64, "container", backlog=lambda: backlog[0],
+                        call_later=lambda delay, fn: timers.append(fn))
+    assert budget.full
+    drained: list[bool] = []
+    budget.when_drained(lambda: drained.append(True))
+    assert len(timers) == 1 and not drained
+    timers.pop()()  # still above low water: polls again
+    assert len(timers) == 1 and not drained
+    backlog[0] = 10
+    timers.pop()()
+    assert drained == [True] and not timers
+
+
+def test_admission_waits_for_the_full_budgets_its_work_went_to():
+    container = ByteBudget(10, "container")
+    admission = Admission(ByteBudget(100, "connection"))
+    with charging(admission):
+        assert current_admission() is admission
+    assert current_admission() is None
+    container.acquire(5)
+    admission.touch(container)
+    assert admission.blocking() is None  # not full when touched: nothing to wait for
+    container.acquire(5)
+    admission.touch(container)
+    assert admission.blocking() is container
+    container.release(10)
+    assert admission.blocking() is None
+    admission.budget.acquire(100)
+    assert admission.blocking() is admission.budget

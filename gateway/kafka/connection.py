@@ -49,8 +49,8 @@ class KafkaConnection(BudgetedReceiver):
 
     def connectionMade(self) -> None:  # noqa: N802 - Twisted's name
         # Responses are small and latency-bound: never let Nagle hold one back for a delayed ACK.
-        self.transport.setTcpNoDelay(True)
-        peer = self.transport.getPeer()
+        self.tcp.setTcpNoDelay(True)
+        peer = self.tcp.getPeer()
         self._peer = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
 
     def stringReceived(self, frame: memoryview) -> None:  # noqa: N802 - Twisted's name
@@ -61,7 +61,7 @@ class KafkaConnection(BudgetedReceiver):
             return
         except KafkaDecodeError as exc:
             log.info("closing Kafka connection from %s: undecodable request: %s", self._peer, exc)
-            self.transport.loseConnection()
+            self.tcp.loseConnection()
             return
         handler = REGISTRY.get(header.request_api_key)
         version = header.request_api_version
@@ -69,7 +69,7 @@ class KafkaConnection(BudgetedReceiver):
             # The client ignored ApiVersions: Kafka closes the connection in that case.
             log.info("closing Kafka connection from %s: api %d v%d not implemented",
                      self._peer, header.request_api_key, version)
-            self.transport.loseConnection()
+            self.tcp.loseConnection()
             return
         ctx = RequestContext(self.broker, header.request_api_key, version, header.correlation_id,
                              header.client_id, self._peer)
@@ -98,15 +98,14 @@ class KafkaConnection(BudgetedReceiver):
     def _flush(self) -> None:
         while self._slots and self._slots[0].ready:
             slot = self._slots.popleft()
-            if slot.frame is not None and self.transport is not None:
-                self.transport.write(slot.frame)
+            if slot.frame is not None:
+                self.tcp.write(slot.frame)
             self.answered(slot.size)
 
     def _failed(self, ctx: RequestContext, failure: Failure) -> None:
-        log.error("Kafka %s v%d from %s failed; closing the connection",
-                  REGISTRY[ctx.api_key].name, ctx.api_version, self._peer,
-                  exc_info=(failure.type, failure.value, failure.getTracebackObject()))
-        self.transport.loseConnection()
+        log.error("Kafka %s v%d from %s failed; closing the connection\n%s",
+                  REGISTRY[ctx.api_key].name, ctx.api_version, self._peer, failure.getTraceback())
+        self.tcp.loseConnection()
 
     def _unsupported(self, exc: UnsupportedApiError, size: int) -> None:
         if exc.api_key == API_VERSIONS and exc.correlation_id is not None:
@@ -119,12 +118,12 @@ class KafkaConnection(BudgetedReceiver):
             self._flush()
             return
         log.info("closing Kafka connection from %s: %s", self._peer, exc)
-        self.transport.loseConnection()
+        self.tcp.loseConnection()
 
     def lengthLimitExceeded(self, length: int) -> None:  # noqa: N802 - Twisted's name
         log.info("closing Kafka connection from %s: request of %d bytes exceeds %d",
                  self._peer, length, self.MAX_LENGTH)
-        self.transport.loseConnection()
+        self.tcp.loseConnection()
 
 
 class KafkaFactory(protocol.ServerFactory):

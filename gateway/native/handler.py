@@ -10,9 +10,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from twisted.internet import protocol, reactor
+from twisted.internet import protocol
 
 from millrace.gateway.framing import DEFAULT_CONNECTION_BUDGET_BYTES, BudgetedReceiver
+from millrace.gateway.futures import on_reactor
 from millrace.gateway.native.controller_commands import PartitionsOf, controller_handlers
 from millrace.gateway.native.wire import (
     MAX_FRAME_BYTES,
@@ -117,15 +118,15 @@ class NativeProtocol(BudgetedReceiver):
 
     def connectionMade(self) -> None:  # noqa: N802 - Twisted's name
         # Responses are small and latency-bound: never let Nagle hold one back for a delayed ACK.
-        self.transport.setTcpNoDelay(True)
+        self.tcp.setTcpNoDelay(True)
 
     def stringReceived(self, body: memoryview) -> None:  # noqa: N802 - Twisted's name
         size = len(body)
         try:
             code, request_id, header, payload = decode_body(bytes(body))
         except WireError as exc:
-            log.info("closing native connection from %s: %s", self.transport.getPeer(), exc)
-            self.transport.loseConnection()
+            log.info("closing native connection from %s: %s", self.tcp.getPeer(), exc)
+            self.tcp.loseConnection()
             return
         handler = self._handlers.get(code)
         if handler is None:
@@ -137,13 +138,16 @@ class NativeProtocol(BudgetedReceiver):
             self._reply_exception(request_id, size, exc)
             return
         if isinstance(outcome, StoreFuture):
-            outcome.add_done_callback(lambda f: reactor.callFromThread(self._reply_future, request_id, size, f))
+            if outcome.done():  # e.g. a read served from the cache: answer in this reactor turn
+                self._reply_future(request_id, size, outcome)
+            else:
+                outcome.add_done_callback(lambda f: on_reactor(self._reply_future, request_id, size, f))
         else:
             self._reply_value(request_id, size, outcome)
 
     def lengthLimitExceeded(self, length: int) -> None:  # noqa: N802 - Twisted's name
         log.info("closing native connection: frame of %d bytes exceeds %d", length, self.MAX_LENGTH)
-        self.transport.loseConnection()
+        self.tcp.loseConnection()
 
     def _reply_future(self, request_id: int, size: int, fut: StoreFuture) -> None:
         exc = fut.exception()
@@ -154,7 +158,7 @@ class NativeProtocol(BudgetedReceiver):
 
     def _reply(self, frame: bytes, size: int) -> None:
         """Write a reply; the request's ``size`` bytes stop holding the budget."""
-        self.transport.write(frame)
+        self.tcp.write(frame)
         self.answered(size)
 
     def _reply_value(self, request_id: int, size: int, value: Any) -> None:
