@@ -9,9 +9,6 @@ beside the repository (tests/spark/conftest.py); without either the module skips
 
 from __future__ import annotations
 
-import re
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from datetime import datetime
@@ -26,8 +23,8 @@ from spark_examples.readings import Reading, generate_readings
 from tests.server_process import ServerProcess
 from tests.spark import reference
 from tests.spark.conftest import connector_or_skip
+from tests.spark.kafka_support import kafka_windows, parquet_windows, run_example, watermarks
 
-ROOT = Path(__file__).resolve().parents[2]
 JARS = connector_or_skip()
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -38,7 +35,6 @@ FIRST = generate_readings(3000, devices=7, start_ms=START, interval_ms=100, late
                           max_lateness_ms=30_000, seed=21)
 SECOND = generate_readings(3000, devices=7, start_ms=START, interval_ms=100, late_fraction=0.1,
                            max_lateness_ms=30_000, seed=21, first_seq=3000)
-_WATERMARK = re.compile(r"(sensors-\w+): last batch \S+, watermark (\S+)")
 
 
 @pytest.fixture(scope="module")
@@ -48,55 +44,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         yield srv
     finally:
         srv.kill()
-
-
-def run_example(module: str, *args: str) -> str:
-    """Runs an example's command (as spark_examples/run.sh does) on local[2] with the connector jars; returns
-    its stderr and stdout."""
-    cmd = [sys.executable, "-m", module, *args, "--master", "local[2]", "--jars", JARS,
-           "--shuffle-partitions", "2", "--conf", "spark.ui.enabled=false"]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
-    out = proc.stderr + proc.stdout
-    assert proc.returncode == 0, f"{' '.join(cmd)} exited {proc.returncode}:\n{out[-6000:]}"
-    return out
-
-
-def watermarks(output: str) -> dict[str, int]:
-    out = {}
-    for name, text in _WATERMARK.findall(output):
-        out[name] = 0 if text == "None" else int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
-    return out
-
-
-def read_topic(bootstrap: str, topic: str) -> list[bytes]:
-    """Every value in ``topic``, without a consumer group."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"e2e-{uuid.uuid4().hex}",
-                  "enable.auto.commit": False, "auto.offset.reset": "earliest"})
-    try:
-        parts = c.list_topics(topic, timeout=20).topics[topic].partitions
-        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=20)[1] for p in parts}
-        c.assign([TopicPartition(topic, p, 0) for p in parts])
-        got: dict[int, list[bytes]] = {p: [] for p in parts}
-        while any(len(got[p]) < ends[p] for p in parts):
-            msg = c.poll(10)
-            assert msg is not None, f"timed out reading {topic}: {[(p, len(got[p]), ends[p]) for p in parts]}"
-            assert msg.error() is None, msg.error()
-            got[msg.partition()].append(msg.value())
-        return [v for p in sorted(got) for v in got[p]]
-    finally:
-        c.close()
-
-
-def parquet_windows(spark: Any, path: Path) -> dict[reference.WindowKey, reference.Agg]:
-    return reference.from_rows(spark.read.parquet(str(path)).collect())
-
-
-def kafka_windows(bootstrap: str, topic: str) -> dict[reference.WindowKey, reference.Agg]:
-    import json
-
-    return reference.from_rows(json.loads(v) for v in read_topic(bootstrap, topic))
 
 
 def in_range(placed: dict[int, list[tuple[int, Reading]]], start: dict[int, int], end: dict[int, int],
@@ -124,7 +71,7 @@ def test_streaming_resumes_and_history_rewinds(server: ServerProcess, spark: Any
         placed[p].append((o, r))
 
     # The streaming pipeline, a first time: windows closed by its watermark, in Parquet and in the topic.
-    wm1 = watermarks(run_example("spark_examples.streaming_pipeline", *stream_args))
+    wm1 = watermarks(run_example("spark_examples.streaming_pipeline", *stream_args, jars=JARS))
     assert set(wm1) == {"sensors-kafka", "sensors-parquet"} and min(wm1.values()) > START, wm1
     want1 = reference.closed_by(reference.aggregates(FIRST), wm1["sensors-parquet"])
     assert want1
@@ -138,7 +85,7 @@ def test_streaming_resumes_and_history_rewinds(server: ServerProcess, spark: Any
     for recs in placed.values():
         recs.sort(key=lambda x: x[0])
         assert [o for o, _ in recs] == list(range(len(recs)))
-    wm2 = watermarks(run_example("spark_examples.streaming_pipeline", *stream_args))
+    wm2 = watermarks(run_example("spark_examples.streaming_pipeline", *stream_args, jars=JARS))
     assert wm2["sensors-parquet"] > wm1["sensors-parquet"], (wm1, wm2)
     everything = reference.aggregates(FIRST + SECOND)
     reference.assert_same(parquet_windows(spark, parquet), reference.closed_by(everything, wm2["sensors-parquet"]))
@@ -147,7 +94,7 @@ def test_streaming_resumes_and_history_rewinds(server: ServerProcess, spark: Any
     # History, all of it: every window, including those the watermark has not closed yet; compared with
     # what production wrote.
     out = run_example("spark_examples.historical_pipeline", "--bootstrap", bootstrap, "--topic", topic,
-                      "--parquet", str(tmp_path / "h-all"), "--compare-with", str(parquet), "--show", "0")
+                      "--parquet", str(tmp_path / "h-all"), "--compare-with", str(parquet), "--show", "0", jars=JARS)
     reference.assert_same(parquet_windows(spark, tmp_path / "h-all"), everything)
     produced = reference.closed_by(everything, wm2["sensors-parquet"])
     assert (f"compared with production: same {len(produced)}, different 0, "
@@ -160,7 +107,7 @@ def test_streaming_resumes_and_history_rewinds(server: ServerProcess, spark: Any
     end = {p: first_at_or_after(recs, t_to, len(recs)) for p, recs in placed.items()}
     run_example("spark_examples.historical_pipeline", "--bootstrap", bootstrap, "--topic", topic,
                 "--from", str(t_from), "--to", datetime.fromtimestamp(t_to / 1000).astimezone().isoformat(),
-                "--parquet", str(tmp_path / "h-time"), "--show", "0")
+                "--parquet", str(tmp_path / "h-time"), "--show", "0", jars=JARS)
     reference.assert_same(parquet_windows(spark, tmp_path / "h-time"),
                           reference.aggregates(in_range(placed, start, end)))
 
@@ -170,7 +117,7 @@ def test_streaming_resumes_and_history_rewinds(server: ServerProcess, spark: Any
     end = {0: n[0] * 3 // 4, 1: n[1] // 3, 2: -1}
     run_example("spark_examples.historical_pipeline", "--bootstrap", bootstrap, "--topic", topic,
                 "--starting-offsets", offsets_json(topic, start), "--ending-offsets", offsets_json(topic, end),
-                "--parquet", str(tmp_path / "h-offsets"), "--show", "0")
+                "--parquet", str(tmp_path / "h-offsets"), "--show", "0", jars=JARS)
     resolved_start = {p: 0 if o == -2 else o for p, o in start.items()}
     resolved_end = {p: len(placed[p]) if o == -1 else o for p, o in end.items()}
     reference.assert_same(parquet_windows(spark, tmp_path / "h-offsets"),
