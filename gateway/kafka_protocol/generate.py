@@ -331,23 +331,28 @@ class _MessageGen:
         flush()
         out.append("    o._unknown_tagged_fields = None")
         if flex:
-            out.append("    nt, pos = _rd_uv(buf, pos)")
-            out.append("    for _ in range(nt):")
-            out.append("        tag, pos = _rd_uv(buf, pos)")
-            out.append("        sz, pos = _rd_uv(buf, pos)")
-            out.append("        te = pos + sz")
-            out.append("        if te > end:")
-            out.append("            raise _trunc('tagged field')")
-            kw = "if"
-            for f in sorted(tagged, key=lambda f: f.tag or 0):
-                out.append(f"        {kw} tag == {f.tag}:")
-                self._read_value(f, version, flex, f"o.{f.attr}", "te", "            ", out)
-                kw = "elif"
-            out.append(f"        {kw} o._unknown_tagged_fields is None:")
-            out.append("            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]")
-            out.append("        else:")
-            out.append("            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))")
-            out.append("        pos = te")
+            # Most structs carry no tagged field: one byte, 0, read without a call.
+            out.append("    if buf[pos] == 0:")
+            out.append("        pos += 1")
+            out.append("    else:")
+            if not tagged:
+                out.append("        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)")
+            else:
+                out.append("        nt, pos = _rd_uv(buf, pos)")
+                out.append("        for _ in range(nt):")
+                out.append("            tag, pos = _rd_uv(buf, pos)")
+                out.append("            sz, pos = _rd_uv(buf, pos)")
+                out.append("            te = pos + sz")
+                out.append("            if te > end:")
+                out.append("                raise _trunc('tagged field')")
+                kw = "if"
+                for f in sorted(tagged, key=lambda f: f.tag or 0):
+                    out.append(f"            {kw} tag == {f.tag}:")
+                    self._read_value(f, version, flex, f"o.{f.attr}", "te", "                ", out)
+                    kw = "elif"
+                out.append("            else:")
+                out.append("                o._unknown_tagged_fields = _keep_unknown_tag(o._unknown_tagged_fields, tag, buf[pos:te])")
+                out.append("            pos = te")
         out.append("    return o, pos")
         return self.mod.function(self._fn_name("_d", s, version), out)
 

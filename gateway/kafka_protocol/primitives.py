@@ -75,7 +75,7 @@ class KafkaDecodeError(KafkaCodecError):
 
 
 class UnsupportedApiError(KafkaDecodeError):
-    """The request names an api key or version absent from the specs.
+    """The request names an api key or version that is not generated (not served by the gateway).
 
     Kafka answers an ApiVersionsRequest of a too-new version with an ApiVersionsResponse v0
     carrying UNSUPPORTED_VERSION, hence the correlation id (``None`` if the frame was too short).
@@ -331,6 +331,28 @@ def _rd_calen(buf: memoryview, pos: int, end: int) -> tuple[int, int]:
     if n > end - pos:
         raise KafkaDecodeError(f"array of {n} elements but only {end - pos} bytes remain")
     return n, pos
+
+
+def _keep_unknown_tag(tags: list[tuple[int, bytes]] | None, tag: int, data: memoryview) -> list[tuple[int, bytes]]:
+    if tags is None:
+        return [(tag, bytes(data))]
+    tags.append((tag, bytes(data)))
+    return tags
+
+
+def _rd_unknown_tags(buf: memoryview, pos: int, end: int) -> tuple[list[tuple[int, bytes]] | None, int]:
+    """The tagged fields of a struct that knows none of them, all kept as unknown."""
+    tags = None
+    nt, pos = _rd_uv(buf, pos)
+    for _ in range(nt):
+        tag, pos = _rd_uv(buf, pos)
+        sz, pos = _rd_uv(buf, pos)
+        te = pos + sz
+        if te > end:
+            raise _trunc("tagged field")
+        tags = _keep_unknown_tag(tags, tag, buf[pos:te])
+        pos = te
+    return tags, pos
 
 
 def _null_array(name: str) -> KafkaDecodeError:

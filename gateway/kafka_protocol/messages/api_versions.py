@@ -13,12 +13,14 @@ from millrace.gateway.kafka_protocol.primitives import (
     KafkaResponse,
     KafkaStruct,
     Writer,
+    _keep_unknown_tag,
     _new,
     _null_array,
     _p_i32,
     _rd_alen,
     _rd_calen,
     _rd_cstr,
+    _rd_unknown_tags,
     _rd_uv,
     _trunc,
     _uv,
@@ -213,18 +215,10 @@ def _d_ApiVersionsRequest_v3(buf: memoryview, pos: int, end: int) -> tuple[ApiVe
     o.client_software_name, pos = _rd_cstr(buf, pos, end)
     o.client_software_version, pos = _rd_cstr(buf, pos, end)
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -378,18 +372,10 @@ def _d_ApiVersionsResponse_ApiVersion_v3(buf: memoryview, pos: int, end: int) ->
     o.api_key, o.min_version, o.max_version = _S_hhh.unpack_from(buf, pos)
     pos += 6
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -399,18 +385,10 @@ def _d_ApiVersionsResponse_SupportedFeatureKey_v3(buf: memoryview, pos: int, end
     o.min_version, o.max_version = _S_hh.unpack_from(buf, pos)
     pos += 4
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -420,18 +398,10 @@ def _d_ApiVersionsResponse_FinalizedFeatureKey_v3(buf: memoryview, pos: int, end
     o.max_version_level, o.min_version_level = _S_hh.unpack_from(buf, pos)
     pos += 4
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -456,50 +426,51 @@ def _d_ApiVersionsResponse_v3(buf: memoryview, pos: int, end: int) -> tuple[ApiV
     (o.throttle_time_ms,) = _S_i.unpack_from(buf, pos)
     pos += 4
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if tag == 0:
-            n, pos = _rd_calen(buf, pos, te)
-            if n < 0:
-                raise _null_array('SupportedFeatures')
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        nt, pos = _rd_uv(buf, pos)
+        for _ in range(nt):
+            tag, pos = _rd_uv(buf, pos)
+            sz, pos = _rd_uv(buf, pos)
+            te = pos + sz
+            if te > end:
+                raise _trunc('tagged field')
+            if tag == 0:
+                n, pos = _rd_calen(buf, pos, te)
+                if n < 0:
+                    raise _null_array('SupportedFeatures')
+                else:
+                    lst_supported_features: list[ApiVersionsResponse.SupportedFeatureKey] = []
+                    add_supported_features = lst_supported_features.append
+                    for _ in range(n):
+                        x_supported_features, pos = _d_ApiVersionsResponse_SupportedFeatureKey_v3(buf, pos, te)
+                        add_supported_features(x_supported_features)
+                    o.supported_features = lst_supported_features
+            elif tag == 1:
+                if pos + 8 > te:
+                    raise _trunc('FinalizedFeaturesEpoch')
+                (o.finalized_features_epoch,) = _S_q.unpack_from(buf, pos)
+                pos += 8
+            elif tag == 2:
+                n, pos = _rd_calen(buf, pos, te)
+                if n < 0:
+                    raise _null_array('FinalizedFeatures')
+                else:
+                    lst_finalized_features: list[ApiVersionsResponse.FinalizedFeatureKey] = []
+                    add_finalized_features = lst_finalized_features.append
+                    for _ in range(n):
+                        x_finalized_features, pos = _d_ApiVersionsResponse_FinalizedFeatureKey_v3(buf, pos, te)
+                        add_finalized_features(x_finalized_features)
+                    o.finalized_features = lst_finalized_features
+            elif tag == 3:
+                if pos + 1 > te:
+                    raise _trunc('ZkMigrationReady')
+                (o.zk_migration_ready,) = _S_o.unpack_from(buf, pos)
+                pos += 1
             else:
-                lst_supported_features: list[ApiVersionsResponse.SupportedFeatureKey] = []
-                add_supported_features = lst_supported_features.append
-                for _ in range(n):
-                    x_supported_features, pos = _d_ApiVersionsResponse_SupportedFeatureKey_v3(buf, pos, te)
-                    add_supported_features(x_supported_features)
-                o.supported_features = lst_supported_features
-        elif tag == 1:
-            if pos + 8 > te:
-                raise _trunc('FinalizedFeaturesEpoch')
-            (o.finalized_features_epoch,) = _S_q.unpack_from(buf, pos)
-            pos += 8
-        elif tag == 2:
-            n, pos = _rd_calen(buf, pos, te)
-            if n < 0:
-                raise _null_array('FinalizedFeatures')
-            else:
-                lst_finalized_features: list[ApiVersionsResponse.FinalizedFeatureKey] = []
-                add_finalized_features = lst_finalized_features.append
-                for _ in range(n):
-                    x_finalized_features, pos = _d_ApiVersionsResponse_FinalizedFeatureKey_v3(buf, pos, te)
-                    add_finalized_features(x_finalized_features)
-                o.finalized_features = lst_finalized_features
-        elif tag == 3:
-            if pos + 1 > te:
-                raise _trunc('ZkMigrationReady')
-            (o.zk_migration_ready,) = _S_o.unpack_from(buf, pos)
-            pos += 1
-        elif o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+                o._unknown_tagged_fields = _keep_unknown_tag(o._unknown_tagged_fields, tag, buf[pos:te])
+            pos = te
     return o, pos
 
 

@@ -15,6 +15,7 @@ from millrace.gateway.kafka_protocol.primitives import (
     KafkaResponse,
     KafkaStruct,
     Writer,
+    _keep_unknown_tag,
     _new,
     _not_in_version,
     _null_array,
@@ -26,6 +27,7 @@ from millrace.gateway.kafka_protocol.primitives import (
     _rd_cstr,
     _rd_nstr,
     _rd_str,
+    _rd_unknown_tags,
     _rd_uuid,
     _rd_uv,
     _trunc,
@@ -456,18 +458,10 @@ def _d_CreateTopicsRequest_CreatableReplicaAssignment_v5(buf: memoryview, pos: i
     else:
         o.broker_ids, pos = _unpack_array('i', 4, buf, pos, n, end)
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -476,18 +470,10 @@ def _d_CreateTopicsRequest_CreatableTopicConfig_v5(buf: memoryview, pos: int, en
     o.name, pos = _rd_cstr(buf, pos, end)
     o.value, pos = _rd_cnstr(buf, pos, end)
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -517,18 +503,10 @@ def _d_CreateTopicsRequest_CreatableTopic_v5(buf: memoryview, pos: int, end: int
             add_configs(x_configs)
         o.configs = lst_configs
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -547,18 +525,10 @@ def _d_CreateTopicsRequest_v5(buf: memoryview, pos: int, end: int) -> tuple[Crea
     o.timeout_ms, o.validate_only = _S_io.unpack_from(buf, pos)
     pos += 5
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -732,18 +702,10 @@ def _d_CreateTopicsResponse_CreatableTopicConfigs_v5(buf: memoryview, pos: int, 
     o.read_only, o.config_source, o.is_sensitive = _S_obo.unpack_from(buf, pos)
     pos += 3
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -768,23 +730,24 @@ def _d_CreateTopicsResponse_CreatableTopicResult_v5(buf: memoryview, pos: int, e
             add_configs(x_configs)
         o.configs = lst_configs
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if tag == 0:
-            if pos + 2 > te:
-                raise _trunc('TopicConfigErrorCode')
-            (o.topic_config_error_code,) = _S_h.unpack_from(buf, pos)
-            pos += 2
-        elif o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        nt, pos = _rd_uv(buf, pos)
+        for _ in range(nt):
+            tag, pos = _rd_uv(buf, pos)
+            sz, pos = _rd_uv(buf, pos)
+            te = pos + sz
+            if te > end:
+                raise _trunc('tagged field')
+            if tag == 0:
+                if pos + 2 > te:
+                    raise _trunc('TopicConfigErrorCode')
+                (o.topic_config_error_code,) = _S_h.unpack_from(buf, pos)
+                pos += 2
+            else:
+                o._unknown_tagged_fields = _keep_unknown_tag(o._unknown_tagged_fields, tag, buf[pos:te])
+            pos = te
     return o, pos
 
 
@@ -803,18 +766,10 @@ def _d_CreateTopicsResponse_v5(buf: memoryview, pos: int, end: int) -> tuple[Cre
             add_topics(x_topics)
         o.topics = lst_topics
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -877,23 +832,24 @@ def _d_CreateTopicsResponse_CreatableTopicResult_v7(buf: memoryview, pos: int, e
             add_configs(x_configs)
         o.configs = lst_configs
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if tag == 0:
-            if pos + 2 > te:
-                raise _trunc('TopicConfigErrorCode')
-            (o.topic_config_error_code,) = _S_h.unpack_from(buf, pos)
-            pos += 2
-        elif o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        nt, pos = _rd_uv(buf, pos)
+        for _ in range(nt):
+            tag, pos = _rd_uv(buf, pos)
+            sz, pos = _rd_uv(buf, pos)
+            te = pos + sz
+            if te > end:
+                raise _trunc('tagged field')
+            if tag == 0:
+                if pos + 2 > te:
+                    raise _trunc('TopicConfigErrorCode')
+                (o.topic_config_error_code,) = _S_h.unpack_from(buf, pos)
+                pos += 2
+            else:
+                o._unknown_tagged_fields = _keep_unknown_tag(o._unknown_tagged_fields, tag, buf[pos:te])
+            pos = te
     return o, pos
 
 
@@ -912,18 +868,10 @@ def _d_CreateTopicsResponse_v7(buf: memoryview, pos: int, end: int) -> tuple[Cre
             add_topics(x_topics)
         o.topics = lst_topics
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 

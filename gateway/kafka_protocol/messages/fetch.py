@@ -16,6 +16,7 @@ from millrace.gateway.kafka_protocol.primitives import (
     KafkaResponse,
     KafkaStruct,
     Writer,
+    _keep_unknown_tag,
     _new,
     _not_in_version,
     _null_array,
@@ -28,6 +29,7 @@ from millrace.gateway.kafka_protocol.primitives import (
     _rd_cstr,
     _rd_nmv,
     _rd_str,
+    _rd_unknown_tags,
     _rd_uuid,
     _rd_uv,
     _trunc,
@@ -1016,18 +1018,10 @@ def _d_FetchRequest_FetchPartition_v12(buf: memoryview, pos: int, end: int) -> t
     pos += 32
     o.replica_directory_id = _ZERO_UUID
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -1046,18 +1040,10 @@ def _d_FetchRequest_FetchTopic_v12(buf: memoryview, pos: int, end: int) -> tuple
             add_partitions(x_partitions)
         o.partitions = lst_partitions
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -1071,18 +1057,10 @@ def _d_FetchRequest_ForgottenTopic_v12(buf: memoryview, pos: int, end: int) -> t
     else:
         o.partitions, pos = _unpack_array('i', 4, buf, pos, n, end)
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -1116,20 +1094,21 @@ def _d_FetchRequest_v12(buf: memoryview, pos: int, end: int) -> tuple[FetchReque
         o.forgotten_topics_data = lst_forgotten_topics_data
     o.rack_id, pos = _rd_cstr(buf, pos, end)
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if tag == 0:
-            o.cluster_id, pos = _rd_cnstr(buf, pos, te)
-        elif o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        nt, pos = _rd_uv(buf, pos)
+        for _ in range(nt):
+            tag, pos = _rd_uv(buf, pos)
+            sz, pos = _rd_uv(buf, pos)
+            te = pos + sz
+            if te > end:
+                raise _trunc('tagged field')
+            if tag == 0:
+                o.cluster_id, pos = _rd_cnstr(buf, pos, te)
+            else:
+                o._unknown_tagged_fields = _keep_unknown_tag(o._unknown_tagged_fields, tag, buf[pos:te])
+            pos = te
     return o, pos
 
 
@@ -1199,18 +1178,10 @@ def _d_FetchRequest_FetchTopic_v13(buf: memoryview, pos: int, end: int) -> tuple
             add_partitions(x_partitions)
         o.partitions = lst_partitions
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -1224,18 +1195,10 @@ def _d_FetchRequest_ForgottenTopic_v13(buf: memoryview, pos: int, end: int) -> t
     else:
         o.partitions, pos = _unpack_array('i', 4, buf, pos, n, end)
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -1269,20 +1232,21 @@ def _d_FetchRequest_v13(buf: memoryview, pos: int, end: int) -> tuple[FetchReque
         o.forgotten_topics_data = lst_forgotten_topics_data
     o.rack_id, pos = _rd_cstr(buf, pos, end)
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if tag == 0:
-            o.cluster_id, pos = _rd_cnstr(buf, pos, te)
-        elif o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        nt, pos = _rd_uv(buf, pos)
+        for _ in range(nt):
+            tag, pos = _rd_uv(buf, pos)
+            sz, pos = _rd_uv(buf, pos)
+            te = pos + sz
+            if te > end:
+                raise _trunc('tagged field')
+            if tag == 0:
+                o.cluster_id, pos = _rd_cnstr(buf, pos, te)
+            else:
+                o._unknown_tagged_fields = _keep_unknown_tag(o._unknown_tagged_fields, tag, buf[pos:te])
+            pos = te
     return o, pos
 
 
@@ -1330,18 +1294,10 @@ def _d_FetchRequest_ReplicaState_v15(buf: memoryview, pos: int, end: int) -> tup
     o.replica_id, o.replica_epoch = _S_iq.unpack_from(buf, pos)
     pos += 12
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -1374,22 +1330,23 @@ def _d_FetchRequest_v15(buf: memoryview, pos: int, end: int) -> tuple[FetchReque
         o.forgotten_topics_data = lst_forgotten_topics_data
     o.rack_id, pos = _rd_cstr(buf, pos, end)
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if tag == 0:
-            o.cluster_id, pos = _rd_cnstr(buf, pos, te)
-        elif tag == 1:
-            o.replica_state, pos = _d_FetchRequest_ReplicaState_v15(buf, pos, te)
-        elif o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        nt, pos = _rd_uv(buf, pos)
+        for _ in range(nt):
+            tag, pos = _rd_uv(buf, pos)
+            sz, pos = _rd_uv(buf, pos)
+            te = pos + sz
+            if te > end:
+                raise _trunc('tagged field')
+            if tag == 0:
+                o.cluster_id, pos = _rd_cnstr(buf, pos, te)
+            elif tag == 1:
+                o.replica_state, pos = _d_FetchRequest_ReplicaState_v15(buf, pos, te)
+            else:
+                o._unknown_tagged_fields = _keep_unknown_tag(o._unknown_tagged_fields, tag, buf[pos:te])
+            pos = te
     return o, pos
 
 
@@ -1456,20 +1413,21 @@ def _d_FetchRequest_FetchPartition_v17(buf: memoryview, pos: int, end: int) -> t
     o.partition, o.current_leader_epoch, o.fetch_offset, o.last_fetched_epoch, o.log_start_offset, o.partition_max_bytes = _S_iiqiqi.unpack_from(buf, pos)
     pos += 32
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if tag == 0:
-            o.replica_directory_id, pos = _rd_uuid(buf, pos, te)
-        elif o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        nt, pos = _rd_uv(buf, pos)
+        for _ in range(nt):
+            tag, pos = _rd_uv(buf, pos)
+            sz, pos = _rd_uv(buf, pos)
+            te = pos + sz
+            if te > end:
+                raise _trunc('tagged field')
+            if tag == 0:
+                o.replica_directory_id, pos = _rd_uuid(buf, pos, te)
+            else:
+                o._unknown_tagged_fields = _keep_unknown_tag(o._unknown_tagged_fields, tag, buf[pos:te])
+            pos = te
     return o, pos
 
 
@@ -1488,18 +1446,10 @@ def _d_FetchRequest_FetchTopic_v17(buf: memoryview, pos: int, end: int) -> tuple
             add_partitions(x_partitions)
         o.partitions = lst_partitions
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -1532,22 +1482,23 @@ def _d_FetchRequest_v17(buf: memoryview, pos: int, end: int) -> tuple[FetchReque
         o.forgotten_topics_data = lst_forgotten_topics_data
     o.rack_id, pos = _rd_cstr(buf, pos, end)
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if tag == 0:
-            o.cluster_id, pos = _rd_cnstr(buf, pos, te)
-        elif tag == 1:
-            o.replica_state, pos = _d_FetchRequest_ReplicaState_v15(buf, pos, te)
-        elif o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        nt, pos = _rd_uv(buf, pos)
+        for _ in range(nt):
+            tag, pos = _rd_uv(buf, pos)
+            sz, pos = _rd_uv(buf, pos)
+            te = pos + sz
+            if te > end:
+                raise _trunc('tagged field')
+            if tag == 0:
+                o.cluster_id, pos = _rd_cnstr(buf, pos, te)
+            elif tag == 1:
+                o.replica_state, pos = _d_FetchRequest_ReplicaState_v15(buf, pos, te)
+            else:
+                o._unknown_tagged_fields = _keep_unknown_tag(o._unknown_tagged_fields, tag, buf[pos:te])
+            pos = te
     return o, pos
 
 
@@ -2116,18 +2067,10 @@ def _d_FetchResponse_AbortedTransaction_v12(buf: memoryview, pos: int, end: int)
     o.producer_id, o.first_offset = _S_qq.unpack_from(buf, pos)
     pos += 16
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -2136,18 +2079,10 @@ def _d_FetchResponse_EpochEndOffset_v12(buf: memoryview, pos: int, end: int) -> 
     o.epoch, o.end_offset = _S_iq.unpack_from(buf, pos)
     pos += 12
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -2156,18 +2091,10 @@ def _d_FetchResponse_LeaderIdAndEpoch_v12(buf: memoryview, pos: int, end: int) -
     o.leader_id, o.leader_epoch = _S_ii.unpack_from(buf, pos)
     pos += 8
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -2176,18 +2103,10 @@ def _d_FetchResponse_SnapshotId_v12(buf: memoryview, pos: int, end: int) -> tupl
     o.end_offset, o.epoch = _S_qi.unpack_from(buf, pos)
     pos += 12
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -2212,24 +2131,25 @@ def _d_FetchResponse_PartitionData_v12(buf: memoryview, pos: int, end: int) -> t
     pos += 4
     o.records, pos = _rd_cnmv(buf, pos, end)
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if tag == 0:
-            o.diverging_epoch, pos = _d_FetchResponse_EpochEndOffset_v12(buf, pos, te)
-        elif tag == 1:
-            o.current_leader, pos = _d_FetchResponse_LeaderIdAndEpoch_v12(buf, pos, te)
-        elif tag == 2:
-            o.snapshot_id, pos = _d_FetchResponse_SnapshotId_v12(buf, pos, te)
-        elif o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        nt, pos = _rd_uv(buf, pos)
+        for _ in range(nt):
+            tag, pos = _rd_uv(buf, pos)
+            sz, pos = _rd_uv(buf, pos)
+            te = pos + sz
+            if te > end:
+                raise _trunc('tagged field')
+            if tag == 0:
+                o.diverging_epoch, pos = _d_FetchResponse_EpochEndOffset_v12(buf, pos, te)
+            elif tag == 1:
+                o.current_leader, pos = _d_FetchResponse_LeaderIdAndEpoch_v12(buf, pos, te)
+            elif tag == 2:
+                o.snapshot_id, pos = _d_FetchResponse_SnapshotId_v12(buf, pos, te)
+            else:
+                o._unknown_tagged_fields = _keep_unknown_tag(o._unknown_tagged_fields, tag, buf[pos:te])
+            pos = te
     return o, pos
 
 
@@ -2248,18 +2168,10 @@ def _d_FetchResponse_FetchableTopicResponse_v12(buf: memoryview, pos: int, end: 
             add_partitions(x_partitions)
         o.partitions = lst_partitions
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -2279,18 +2191,10 @@ def _d_FetchResponse_v12(buf: memoryview, pos: int, end: int) -> tuple[FetchResp
         o.responses = lst_responses
     o.node_endpoints = []
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -2337,18 +2241,10 @@ def _d_FetchResponse_FetchableTopicResponse_v13(buf: memoryview, pos: int, end: 
             add_partitions(x_partitions)
         o.partitions = lst_partitions
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -2368,18 +2264,10 @@ def _d_FetchResponse_v13(buf: memoryview, pos: int, end: int) -> tuple[FetchResp
         o.responses = lst_responses
     o.node_endpoints = []
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -2425,18 +2313,10 @@ def _d_FetchResponse_NodeEndpoint_v16(buf: memoryview, pos: int, end: int) -> tu
     pos += 4
     o.rack, pos = _rd_cnstr(buf, pos, end)
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -2456,29 +2336,30 @@ def _d_FetchResponse_v16(buf: memoryview, pos: int, end: int) -> tuple[FetchResp
         o.responses = lst_responses
     o.node_endpoints = []
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if tag == 0:
-            n, pos = _rd_calen(buf, pos, te)
-            if n < 0:
-                raise _null_array('NodeEndpoints')
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        nt, pos = _rd_uv(buf, pos)
+        for _ in range(nt):
+            tag, pos = _rd_uv(buf, pos)
+            sz, pos = _rd_uv(buf, pos)
+            te = pos + sz
+            if te > end:
+                raise _trunc('tagged field')
+            if tag == 0:
+                n, pos = _rd_calen(buf, pos, te)
+                if n < 0:
+                    raise _null_array('NodeEndpoints')
+                else:
+                    lst_node_endpoints: list[FetchResponse.NodeEndpoint] = []
+                    add_node_endpoints = lst_node_endpoints.append
+                    for _ in range(n):
+                        x_node_endpoints, pos = _d_FetchResponse_NodeEndpoint_v16(buf, pos, te)
+                        add_node_endpoints(x_node_endpoints)
+                    o.node_endpoints = lst_node_endpoints
             else:
-                lst_node_endpoints: list[FetchResponse.NodeEndpoint] = []
-                add_node_endpoints = lst_node_endpoints.append
-                for _ in range(n):
-                    x_node_endpoints, pos = _d_FetchResponse_NodeEndpoint_v16(buf, pos, te)
-                    add_node_endpoints(x_node_endpoints)
-                o.node_endpoints = lst_node_endpoints
-        elif o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+                o._unknown_tagged_fields = _keep_unknown_tag(o._unknown_tagged_fields, tag, buf[pos:te])
+            pos = te
     return o, pos
 
 

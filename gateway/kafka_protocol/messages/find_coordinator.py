@@ -20,8 +20,7 @@ from millrace.gateway.kafka_protocol.primitives import (
     _rd_cstr,
     _rd_nstr,
     _rd_str,
-    _rd_uv,
-    _trunc,
+    _rd_unknown_tags,
     _uv,
     _w_cnstr,
     _w_cstr,
@@ -204,18 +203,10 @@ def _d_FindCoordinatorRequest_v3(buf: memoryview, pos: int, end: int) -> tuple[F
     pos += 1
     o.coordinator_keys = []
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -250,18 +241,10 @@ def _d_FindCoordinatorRequest_v4(buf: memoryview, pos: int, end: int) -> tuple[F
             add_coordinator_keys(x_coordinator_keys)
         o.coordinator_keys = lst_coordinator_keys
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -341,18 +324,10 @@ def _d_FindCoordinatorResponse_v3(buf: memoryview, pos: int, end: int) -> tuple[
     pos += 4
     o.coordinators = []
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -400,18 +375,10 @@ def _d_FindCoordinatorResponse_Coordinator_v4(buf: memoryview, pos: int, end: in
     pos += 6
     o.error_message, pos = _rd_cnstr(buf, pos, end)
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -435,18 +402,10 @@ def _d_FindCoordinatorResponse_v4(buf: memoryview, pos: int, end: int) -> tuple[
             add_coordinators(x_coordinators)
         o.coordinators = lst_coordinators
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 

@@ -25,8 +25,7 @@ from millrace.gateway.kafka_protocol.primitives import (
     _rd_cstr,
     _rd_nstr,
     _rd_str,
-    _rd_uv,
-    _trunc,
+    _rd_unknown_tags,
     _uv,
     _w_bytes,
     _w_cbytes,
@@ -349,18 +348,10 @@ def _d_JoinGroupRequest_JoinGroupRequestProtocol_v6(buf: memoryview, pos: int, e
     o.name, pos = _rd_cstr(buf, pos, end)
     o.metadata, pos = _rd_cbytes(buf, pos, end)
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -384,18 +375,10 @@ def _d_JoinGroupRequest_v6(buf: memoryview, pos: int, end: int) -> tuple[JoinGro
         o.protocols = lst_protocols
     o.reason = None
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -437,18 +420,10 @@ def _d_JoinGroupRequest_v8(buf: memoryview, pos: int, end: int) -> tuple[JoinGro
         o.protocols = lst_protocols
     o.reason, pos = _rd_cnstr(buf, pos, end)
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -637,18 +612,10 @@ def _d_JoinGroupResponse_JoinGroupResponseMember_v6(buf: memoryview, pos: int, e
     o.group_instance_id, pos = _rd_cnstr(buf, pos, end)
     o.metadata, pos = _rd_cbytes(buf, pos, end)
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -672,18 +639,10 @@ def _d_JoinGroupResponse_v6(buf: memoryview, pos: int, end: int) -> tuple[JoinGr
             add_members(x_members)
         o.members = lst_members
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -726,18 +685,10 @@ def _d_JoinGroupResponse_v7(buf: memoryview, pos: int, end: int) -> tuple[JoinGr
             add_members(x_members)
         o.members = lst_members
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -780,18 +731,10 @@ def _d_JoinGroupResponse_v9(buf: memoryview, pos: int, end: int) -> tuple[JoinGr
             add_members(x_members)
         o.members = lst_members
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 

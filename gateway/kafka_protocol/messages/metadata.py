@@ -27,9 +27,8 @@ from millrace.gateway.kafka_protocol.primitives import (
     _rd_cstr,
     _rd_nstr,
     _rd_str,
+    _rd_unknown_tags,
     _rd_uuid,
-    _rd_uv,
-    _trunc,
     _unpack_array,
     _uv,
     _w_cnstr,
@@ -439,18 +438,10 @@ def _d_MetadataRequest_MetadataRequestTopic_v9(buf: memoryview, pos: int, end: i
     o.topic_id = _ZERO_UUID
     o.name, pos = _rd_cstr(buf, pos, end)
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -469,18 +460,10 @@ def _d_MetadataRequest_v9(buf: memoryview, pos: int, end: int) -> tuple[Metadata
     o.allow_auto_topic_creation, o.include_cluster_authorized_operations, o.include_topic_authorized_operations = _S_ooo.unpack_from(buf, pos)
     pos += 3
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -515,18 +498,10 @@ def _d_MetadataRequest_MetadataRequestTopic_v10(buf: memoryview, pos: int, end: 
     o.topic_id, pos = _rd_uuid(buf, pos, end)
     o.name, pos = _rd_cnstr(buf, pos, end)
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -545,18 +520,10 @@ def _d_MetadataRequest_v10(buf: memoryview, pos: int, end: int) -> tuple[Metadat
     o.allow_auto_topic_creation, o.include_cluster_authorized_operations, o.include_topic_authorized_operations = _S_ooo.unpack_from(buf, pos)
     pos += 3
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -597,18 +564,10 @@ def _d_MetadataRequest_v11(buf: memoryview, pos: int, end: int) -> tuple[Metadat
     (o.include_topic_authorized_operations,) = _S_o.unpack_from(buf, pos)
     pos += 1
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -1344,18 +1303,10 @@ def _d_MetadataResponse_MetadataResponseBroker_v9(buf: memoryview, pos: int, end
     pos += 4
     o.rack, pos = _rd_cnstr(buf, pos, end)
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -1379,18 +1330,10 @@ def _d_MetadataResponse_MetadataResponsePartition_v9(buf: memoryview, pos: int, 
     else:
         o.offline_replicas, pos = _unpack_array('i', 4, buf, pos, n, end)
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -1415,18 +1358,10 @@ def _d_MetadataResponse_MetadataResponseTopic_v9(buf: memoryview, pos: int, end:
     (o.topic_authorized_operations,) = _S_i.unpack_from(buf, pos)
     pos += 4
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -1460,18 +1395,10 @@ def _d_MetadataResponse_v9(buf: memoryview, pos: int, end: int) -> tuple[Metadat
     (o.cluster_authorized_operations,) = _S_i.unpack_from(buf, pos)
     pos += 4
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -1536,18 +1463,10 @@ def _d_MetadataResponse_MetadataResponseTopic_v10(buf: memoryview, pos: int, end
     (o.topic_authorized_operations,) = _S_i.unpack_from(buf, pos)
     pos += 4
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -1581,18 +1500,10 @@ def _d_MetadataResponse_v10(buf: memoryview, pos: int, end: int) -> tuple[Metada
     (o.cluster_authorized_operations,) = _S_i.unpack_from(buf, pos)
     pos += 4
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -1646,18 +1557,10 @@ def _d_MetadataResponse_v11(buf: memoryview, pos: int, end: int) -> tuple[Metada
         o.topics = lst_topics
     o.cluster_authorized_operations = -2147483648
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -1720,18 +1623,10 @@ def _d_MetadataResponse_MetadataResponseTopic_v12(buf: memoryview, pos: int, end
     (o.topic_authorized_operations,) = _S_i.unpack_from(buf, pos)
     pos += 4
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -1764,18 +1659,10 @@ def _d_MetadataResponse_v12(buf: memoryview, pos: int, end: int) -> tuple[Metada
         o.topics = lst_topics
     o.cluster_authorized_operations = -2147483648
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 

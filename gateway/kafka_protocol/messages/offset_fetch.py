@@ -25,8 +25,7 @@ from millrace.gateway.kafka_protocol.primitives import (
     _rd_cstr,
     _rd_nstr,
     _rd_str,
-    _rd_uv,
-    _trunc,
+    _rd_unknown_tags,
     _unpack_array,
     _uv,
     _w_cnstr,
@@ -457,18 +456,10 @@ def _d_OffsetFetchRequest_OffsetFetchRequestTopic_v6(buf: memoryview, pos: int, 
     else:
         o.partition_indexes, pos = _unpack_array('i', 4, buf, pos, n, end)
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -488,18 +479,10 @@ def _d_OffsetFetchRequest_v6(buf: memoryview, pos: int, end: int) -> tuple[Offse
     o.groups = []
     o.require_stable = False
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -539,18 +522,10 @@ def _d_OffsetFetchRequest_v7(buf: memoryview, pos: int, end: int) -> tuple[Offse
     (o.require_stable,) = _S_o.unpack_from(buf, pos)
     pos += 1
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -608,18 +583,10 @@ def _d_OffsetFetchRequest_OffsetFetchRequestTopics_v8(buf: memoryview, pos: int,
     else:
         o.partition_indexes, pos = _unpack_array('i', 4, buf, pos, n, end)
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -639,18 +606,10 @@ def _d_OffsetFetchRequest_OffsetFetchRequestGroup_v8(buf: memoryview, pos: int, 
             add_topics(x_topics)
         o.topics = lst_topics
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -671,18 +630,10 @@ def _d_OffsetFetchRequest_v8(buf: memoryview, pos: int, end: int) -> tuple[Offse
     (o.require_stable,) = _S_o.unpack_from(buf, pos)
     pos += 1
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -738,18 +689,10 @@ def _d_OffsetFetchRequest_OffsetFetchRequestGroup_v9(buf: memoryview, pos: int, 
             add_topics(x_topics)
         o.topics = lst_topics
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -770,18 +713,10 @@ def _d_OffsetFetchRequest_v9(buf: memoryview, pos: int, end: int) -> tuple[Offse
     (o.require_stable,) = _S_o.unpack_from(buf, pos)
     pos += 1
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -1040,18 +975,10 @@ def _d_OffsetFetchResponse_OffsetFetchResponsePartition_v6(buf: memoryview, pos:
     (o.error_code,) = _S_h.unpack_from(buf, pos)
     pos += 2
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -1069,18 +996,10 @@ def _d_OffsetFetchResponse_OffsetFetchResponseTopic_v6(buf: memoryview, pos: int
             add_partitions(x_partitions)
         o.partitions = lst_partitions
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -1102,18 +1021,10 @@ def _d_OffsetFetchResponse_v6(buf: memoryview, pos: int, end: int) -> tuple[Offs
     pos += 2
     o.groups = []
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -1178,18 +1089,10 @@ def _d_OffsetFetchResponse_OffsetFetchResponsePartitions_v8(buf: memoryview, pos
     (o.error_code,) = _S_h.unpack_from(buf, pos)
     pos += 2
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -1207,18 +1110,10 @@ def _d_OffsetFetchResponse_OffsetFetchResponseTopics_v8(buf: memoryview, pos: in
             add_partitions(x_partitions)
         o.partitions = lst_partitions
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -1238,18 +1133,10 @@ def _d_OffsetFetchResponse_OffsetFetchResponseGroup_v8(buf: memoryview, pos: int
     (o.error_code,) = _S_h.unpack_from(buf, pos)
     pos += 2
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -1270,18 +1157,10 @@ def _d_OffsetFetchResponse_v8(buf: memoryview, pos: int, end: int) -> tuple[Offs
             add_groups(x_groups)
         o.groups = lst_groups
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 

@@ -13,6 +13,7 @@ from millrace.gateway.kafka_protocol.primitives import (
     KafkaResponse,
     KafkaStruct,
     Writer,
+    _keep_unknown_tag,
     _new,
     _not_in_version,
     _null_array,
@@ -25,6 +26,7 @@ from millrace.gateway.kafka_protocol.primitives import (
     _rd_nmv,
     _rd_nstr,
     _rd_str,
+    _rd_unknown_tags,
     _rd_uv,
     _trunc,
     _uv,
@@ -439,18 +441,10 @@ def _d_ProduceRequest_PartitionProduceData_v9(buf: memoryview, pos: int, end: in
     pos += 4
     o.records, pos = _rd_cnmv(buf, pos, end)
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -468,18 +462,10 @@ def _d_ProduceRequest_TopicProduceData_v9(buf: memoryview, pos: int, end: int) -
             add_partition_data(x_partition_data)
         o.partition_data = lst_partition_data
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -499,18 +485,10 @@ def _d_ProduceRequest_v9(buf: memoryview, pos: int, end: int) -> tuple[ProduceRe
             add_topic_data(x_topic_data)
         o.topic_data = lst_topic_data
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -916,18 +894,10 @@ def _d_ProduceResponse_BatchIndexAndErrorMessage_v9(buf: memoryview, pos: int, e
     pos += 4
     o.batch_index_error_message, pos = _rd_cnstr(buf, pos, end)
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -948,18 +918,10 @@ def _d_ProduceResponse_PartitionProduceResponse_v9(buf: memoryview, pos: int, en
     o.error_message, pos = _rd_cnstr(buf, pos, end)
     o.current_leader = _C_ProduceResponse_LeaderIdAndEpoch()
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -977,18 +939,10 @@ def _d_ProduceResponse_TopicProduceResponse_v9(buf: memoryview, pos: int, end: i
             add_partition_responses(x_partition_responses)
         o.partition_responses = lst_partition_responses
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -1008,18 +962,10 @@ def _d_ProduceResponse_v9(buf: memoryview, pos: int, end: int) -> tuple[ProduceR
     pos += 4
     o.node_endpoints = []
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -1102,18 +1048,10 @@ def _d_ProduceResponse_LeaderIdAndEpoch_v10(buf: memoryview, pos: int, end: int)
     o.leader_id, o.leader_epoch = _S_ii.unpack_from(buf, pos)
     pos += 8
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -1134,20 +1072,21 @@ def _d_ProduceResponse_PartitionProduceResponse_v10(buf: memoryview, pos: int, e
     o.error_message, pos = _rd_cnstr(buf, pos, end)
     o.current_leader = _C_ProduceResponse_LeaderIdAndEpoch()
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if tag == 0:
-            o.current_leader, pos = _d_ProduceResponse_LeaderIdAndEpoch_v10(buf, pos, te)
-        elif o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        nt, pos = _rd_uv(buf, pos)
+        for _ in range(nt):
+            tag, pos = _rd_uv(buf, pos)
+            sz, pos = _rd_uv(buf, pos)
+            te = pos + sz
+            if te > end:
+                raise _trunc('tagged field')
+            if tag == 0:
+                o.current_leader, pos = _d_ProduceResponse_LeaderIdAndEpoch_v10(buf, pos, te)
+            else:
+                o._unknown_tagged_fields = _keep_unknown_tag(o._unknown_tagged_fields, tag, buf[pos:te])
+            pos = te
     return o, pos
 
 
@@ -1165,18 +1104,10 @@ def _d_ProduceResponse_TopicProduceResponse_v10(buf: memoryview, pos: int, end: 
             add_partition_responses(x_partition_responses)
         o.partition_responses = lst_partition_responses
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -1189,18 +1120,10 @@ def _d_ProduceResponse_NodeEndpoint_v10(buf: memoryview, pos: int, end: int) -> 
     pos += 4
     o.rack, pos = _rd_cnstr(buf, pos, end)
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
@@ -1220,29 +1143,30 @@ def _d_ProduceResponse_v10(buf: memoryview, pos: int, end: int) -> tuple[Produce
     (o.throttle_time_ms,) = _S_i.unpack_from(buf, pos)
     pos += 4
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if tag == 0:
-            n, pos = _rd_calen(buf, pos, te)
-            if n < 0:
-                raise _null_array('NodeEndpoints')
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        nt, pos = _rd_uv(buf, pos)
+        for _ in range(nt):
+            tag, pos = _rd_uv(buf, pos)
+            sz, pos = _rd_uv(buf, pos)
+            te = pos + sz
+            if te > end:
+                raise _trunc('tagged field')
+            if tag == 0:
+                n, pos = _rd_calen(buf, pos, te)
+                if n < 0:
+                    raise _null_array('NodeEndpoints')
+                else:
+                    lst_node_endpoints: list[ProduceResponse.NodeEndpoint] = []
+                    add_node_endpoints = lst_node_endpoints.append
+                    for _ in range(n):
+                        x_node_endpoints, pos = _d_ProduceResponse_NodeEndpoint_v10(buf, pos, te)
+                        add_node_endpoints(x_node_endpoints)
+                    o.node_endpoints = lst_node_endpoints
             else:
-                lst_node_endpoints: list[ProduceResponse.NodeEndpoint] = []
-                add_node_endpoints = lst_node_endpoints.append
-                for _ in range(n):
-                    x_node_endpoints, pos = _d_ProduceResponse_NodeEndpoint_v10(buf, pos, te)
-                    add_node_endpoints(x_node_endpoints)
-                o.node_endpoints = lst_node_endpoints
-        elif o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+                o._unknown_tagged_fields = _keep_unknown_tag(o._unknown_tagged_fields, tag, buf[pos:te])
+            pos = te
     return o, pos
 
 

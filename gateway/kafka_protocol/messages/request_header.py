@@ -12,8 +12,7 @@ from millrace.gateway.kafka_protocol.primitives import (
     Writer,
     _new,
     _rd_nstr,
-    _rd_uv,
-    _trunc,
+    _rd_unknown_tags,
     _w_nstr,
     _w_tagged,
 )
@@ -97,18 +96,10 @@ def _d_RequestHeader_v2(buf: memoryview, pos: int, end: int) -> tuple[RequestHea
     pos += 8
     o.client_id, pos = _rd_nstr(buf, pos, end)
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 

@@ -11,8 +11,7 @@ from millrace.gateway.kafka_protocol.primitives import (
     KafkaStruct,
     Writer,
     _new,
-    _rd_uv,
-    _trunc,
+    _rd_unknown_tags,
     _w_tagged,
 )
 
@@ -66,18 +65,10 @@ def _d_ResponseHeader_v1(buf: memoryview, pos: int, end: int) -> tuple[ResponseH
     (o.correlation_id,) = _S_i.unpack_from(buf, pos)
     pos += 4
     o._unknown_tagged_fields = None
-    nt, pos = _rd_uv(buf, pos)
-    for _ in range(nt):
-        tag, pos = _rd_uv(buf, pos)
-        sz, pos = _rd_uv(buf, pos)
-        te = pos + sz
-        if te > end:
-            raise _trunc('tagged field')
-        if o._unknown_tagged_fields is None:
-            o._unknown_tagged_fields = [(tag, bytes(buf[pos:te]))]
-        else:
-            o._unknown_tagged_fields.append((tag, bytes(buf[pos:te])))
-        pos = te
+    if buf[pos] == 0:
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = _rd_unknown_tags(buf, pos, end)
     return o, pos
 
 
