@@ -368,10 +368,15 @@ def _nbytes(b: Buffer) -> int:
     return b.nbytes if type(b) is memoryview else len(b)
 
 
-def _w_str(s: str, w: Writer) -> None:
+def _utf8(s: str) -> bytes:
     b = s.encode("utf-8")
     if len(b) > 0x7FFF:
         raise KafkaEncodeError(f"string of {len(b)} bytes is too long")
+    return b
+
+
+def _w_str(s: str, w: Writer) -> None:
+    b = _utf8(s)
     w(_p_i16(len(b)))
     w(b)
 
@@ -384,9 +389,7 @@ def _w_nstr(s: str | None, w: Writer) -> None:
 
 
 def _w_cstr(s: str, w: Writer) -> None:
-    b = s.encode("utf-8")
-    if len(b) > 0x7FFF:
-        raise KafkaEncodeError(f"string of {len(b)} bytes is too long")
+    b = _utf8(s)
     w(_uv(len(b) + 1))
     w(b)
 

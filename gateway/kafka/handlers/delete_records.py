@@ -21,8 +21,8 @@ DELETE_RECORDS = DeleteRecordsRequest.API_KEY
 Response = DeleteRecordsResponse
 
 
-def _delete(ctx: RequestContext, parts: list | None, dp: Any) -> defer.Deferred:
-    def result(error: int, low: int = -1) -> Any:
+def _delete(ctx: RequestContext, parts: list | None, dp: DeleteRecordsRequest.DeleteRecordsPartition) -> defer.Deferred:
+    def result(error: int, low: int = -1) -> DeleteRecordsResponse.DeleteRecordsPartitionResult:
         return Response.DeleteRecordsPartitionResult(partition_index=dp.partition_index, low_watermark=low,
                                                      error_code=int(error))
 
@@ -41,7 +41,7 @@ def handle_delete_records(ctx: RequestContext,
                           request: DeleteRecordsRequest) -> defer.Deferred[DeleteRecordsResponse]:
     per_topic = []
     for t in request.topics:
-        def with_logs(found: Any, t: Any = t) -> defer.Deferred:
+        def with_logs(found: Any, t: DeleteRecordsRequest.DeleteRecordsTopic = t) -> defer.Deferred:
             parts = found[1] if found else None
             return defer.gatherResults([_delete(ctx, parts, dp) for dp in t.partitions], consumeErrors=True)
 

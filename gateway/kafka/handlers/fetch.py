@@ -27,9 +27,11 @@ from millrace.gateway.kafka_protocol.messages.fetch import FetchRequest, FetchRe
 
 FETCH = FetchRequest.API_KEY
 Response = FetchResponse
+_Topic = FetchResponse.FetchableTopicResponse
+_Entry = tuple[FetchRequest.FetchPartition, PartitionLog | None, int]  # a partition, its log, or why not
 
 
-def _empty(index: int, error: int, offsets: PartitionOffsets | None = None) -> Any:
+def _empty(index: int, error: int, offsets: PartitionOffsets | None = None) -> FetchResponse.PartitionData:
     return Response.PartitionData(
         partition_index=index, error_code=int(error),
         high_watermark=offsets.high_watermark if offsets is not None else -1,
@@ -44,7 +46,7 @@ class _FetchPlan:
     def __init__(self, ctx: RequestContext, request: FetchRequest) -> None:
         self.ctx = ctx
         self.request = request
-        self.topics: list[tuple[Any, list[tuple[Any, PartitionLog | None, int]]]] = []
+        self.topics: list[tuple[FetchRequest.FetchTopic, list[_Entry]]] = []
 
     def resolve(self) -> defer.Deferred:
         broker = self.ctx.broker
@@ -61,7 +63,7 @@ class _FetchPlan:
         def resolved(found: list[Any]) -> None:
             unknown = ErrorCode.UNKNOWN_TOPIC_ID if by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             for ft, hit in zip(self.request.topics, found, strict=True):
-                entries: list[tuple[Any, PartitionLog | None, int]] = []
+                entries: list[_Entry] = []
                 for fp in ft.partitions:
                     if hit is None:
                         entries.append((fp, None, unknown))
@@ -81,13 +83,13 @@ class _FetchPlan:
         partitions = self.ctx.broker.partitions
         budget = self.request.max_bytes if self.ctx.api_version >= 3 else 0x7FFFFFFF
         reads: list[defer.Deferred] = []
-        layout: list[tuple[Any, list[tuple[Any, PartitionLog | None, int]]]] = self.topics
+        layout = self.topics
         state: dict[str, Any] = {"budget": budget, "errors": False}
         for _, entries in layout:
             for fp, p, error in entries:
                 reads.append(self._read_partition(partitions, fp, p, error, state))
 
-        def assemble(results: list[Any]) -> tuple[list[Any], int, bool]:
+        def assemble(results: list[FetchResponse.PartitionData]) -> tuple[list[_Topic], int, bool]:
             it = iter(results)
             out = []
             total = 0
@@ -102,7 +104,7 @@ class _FetchPlan:
 
         return defer.gatherResults(reads, consumeErrors=True).addCallback(assemble)
 
-    def _read_partition(self, partitions: Any, fp: Any, p: PartitionLog | None, error: int,
+    def _read_partition(self, partitions: Any, fp: FetchRequest.FetchPartition, p: PartitionLog | None, error: int,
                         state: dict) -> defer.Deferred:
         if p is None:
             state["errors"] = True
@@ -117,7 +119,7 @@ class _FetchPlan:
             state["errors"] = True
             return defer.succeed(_empty(fp.partition, exc.error_code, partitions.offsets(p)))
 
-        def done(fetched: FetchedRecords) -> Any:
+        def done(fetched: FetchedRecords) -> FetchResponse.PartitionData:
             state["budget"] = max(0, state["budget"] - len(fetched.records))
             data = _empty(fp.partition, ErrorCode.NONE, fetched.offsets)
             data.records = fetched.records
@@ -130,7 +132,7 @@ class _FetchPlan:
         return d.addCallback(done)
 
 
-def _respond(ctx: RequestContext, topics: list[Any], error: int = ErrorCode.NONE) -> Any:
+def _respond(ctx: RequestContext, topics: list[_Topic], error: int = ErrorCode.NONE) -> FetchResponse:
     return Response(error_code=int(error), session_id=0, responses=topics)
 
 
@@ -145,7 +147,7 @@ def handle_fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse | 
     def attempt(_: Any = None) -> defer.Deferred:
         return plan.fetch_once().addCallback(decide)
 
-    def decide(outcome: tuple[list[Any], int, bool]) -> Any:
+    def decide(outcome: tuple[list[_Topic], int, bool]) -> FetchResponse | defer.Deferred[FetchResponse]:
         topics, total, errors = outcome
         remaining = deadline - time.monotonic()
         if total >= min_bytes or errors or remaining <= 0.001 or not plan.logs():

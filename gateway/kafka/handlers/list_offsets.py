@@ -17,12 +17,14 @@ LIST_OFFSETS = ListOffsetsRequest.API_KEY
 Response = ListOffsetsResponse
 
 
-def _result(index: int, error: int, offset: int = -1, timestamp: int = -1) -> Any:
+def _result(index: int, error: int, offset: int = -1,
+            timestamp: int = -1) -> ListOffsetsResponse.ListOffsetsPartitionResponse:
     return Response.ListOffsetsPartitionResponse(
         partition_index=index, error_code=int(error), offset=offset, timestamp=timestamp)
 
 
-def _lookup(ctx: RequestContext, parts: list, lp: Any, isolation: int) -> defer.Deferred:
+def _lookup(ctx: RequestContext, parts: list, lp: ListOffsetsRequest.ListOffsetsPartition,
+            isolation: int) -> defer.Deferred:
     if not 0 <= lp.partition_index < len(parts):
         return defer.succeed(_result(lp.partition_index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
     if lp.current_leader_epoch > 0:
@@ -38,7 +40,7 @@ def _lookup(ctx: RequestContext, parts: list, lp: Any, isolation: int) -> defer.
 def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> defer.Deferred[ListOffsetsResponse]:
     per_topic = []
     for t in request.topics:
-        def with_logs(found: Any, t: Any = t) -> defer.Deferred:
+        def with_logs(found: Any, t: ListOffsetsRequest.ListOffsetsTopic = t) -> defer.Deferred:
             if found is None:
                 return defer.succeed([_result(lp.partition_index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                                       for lp in t.partitions])
@@ -46,7 +48,7 @@ def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> def
                                        consumeErrors=True)
 
         per_topic.append(topic_logs(ctx.broker, t.name, auto_create=False).addCallback(with_logs))
-    def answer(results: list[list[Any]]) -> Any:
+    def answer(results: list[list[ListOffsetsResponse.ListOffsetsPartitionResponse]]) -> ListOffsetsResponse:
         if ctx.api_version >= 4:  # every partition has had leader epoch 0; the field exists from v4
             for parts in results:
                 for part in parts:

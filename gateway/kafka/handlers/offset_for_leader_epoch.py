@@ -20,8 +20,9 @@ OFFSET_FOR_LEADER_EPOCH = OffsetForLeaderEpochRequest.API_KEY
 Response = OffsetForLeaderEpochResponse
 
 
-def _end_offset(ctx: RequestContext, parts: list | None, op: Any) -> Any:
-    def result(error: int, epoch: int = -1, end: int = -1) -> Any:
+def _end_offset(ctx: RequestContext, parts: list | None, op: OffsetForLeaderEpochRequest.OffsetForLeaderPartition,
+                ) -> OffsetForLeaderEpochResponse.EpochEndOffset:
+    def result(error: int, epoch: int = -1, end: int = -1) -> OffsetForLeaderEpochResponse.EpochEndOffset:
         return Response.EpochEndOffset(error_code=int(error), partition=op.partition, leader_epoch=epoch,
                                        end_offset=end)
 
@@ -40,7 +41,7 @@ def handle_offset_for_leader_epoch(
 ) -> defer.Deferred[OffsetForLeaderEpochResponse]:
     lookups = [topic_logs(ctx.broker, t.topic, auto_create=False) for t in request.topics]
 
-    def answer(found: list[Any]) -> Any:
+    def answer(found: list[Any]) -> OffsetForLeaderEpochResponse:
         return Response(topics=[
             Response.OffsetForLeaderTopicResult(
                 topic=t.topic, partitions=[_end_offset(ctx, hit[1] if hit else None, op) for op in t.partitions])

@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from twisted.internet import defer
+from twisted.python.failure import Failure
 
-from millrace.gateway.kafka.broker import RequestContext
+from millrace.gateway.kafka.broker import Broker, RequestContext
 from millrace.gateway.kafka.partitions import PartitionError
 from millrace.gateway.kafka.registry import NO_RESPONSE, NoResponse, api
 from millrace.gateway.kafka.resolve import topic_logs
@@ -19,14 +20,15 @@ Response = ProduceResponse
 
 
 def _partition_result(index: int, error: int, base_offset: int = -1, log_start: int = -1,
-                      message: str | None = None) -> Any:
+                      message: str | None = None) -> ProduceResponse.PartitionProduceResponse:
     return Response.PartitionProduceResponse(
         index=index, error_code=int(error), base_offset=base_offset, log_append_time_ms=-1,
         log_start_offset=log_start, error_message=message,
     )
 
 
-def _produce_topic(ctx: RequestContext, topic_data: Any, transactional: bool) -> defer.Deferred:
+def _produce_topic(ctx: RequestContext, topic_data: ProduceRequest.TopicProduceData,
+                   transactional: bool) -> defer.Deferred:
     broker = ctx.broker
 
     def with_logs(found: Any) -> defer.Deferred:
@@ -48,7 +50,8 @@ def _produce_topic(ctx: RequestContext, topic_data: Any, transactional: bool) ->
     return topic_logs(broker, topic_data.name, auto_create=True).addCallback(with_logs)
 
 
-def _produce_partition(broker: Any, topic: Any, parts: list, pd: Any) -> defer.Deferred:
+def _produce_partition(broker: Broker, topic: Any, parts: list,
+                       pd: ProduceRequest.PartitionProduceData) -> defer.Deferred:
     if not 0 <= pd.index < len(parts) or pd.records is None:
         return defer.succeed(_partition_result(pd.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
     p = parts[pd.index]
@@ -58,10 +61,10 @@ def _produce_partition(broker: Any, topic: Any, parts: list, pd: Any) -> defer.D
     except PartitionError as exc:
         return defer.succeed(_partition_result(pd.index, exc.error_code, message=str(exc)))
 
-    def ok(base: int) -> Any:
+    def ok(base: int) -> ProduceResponse.PartitionProduceResponse:
         return _partition_result(pd.index, ErrorCode.NONE, base, storage.offsets(p).log_start)
 
-    def failed(failure: Any) -> Any:
+    def failed(failure: Failure) -> ProduceResponse.PartitionProduceResponse:
         # The store refused or failed the append: nothing was acknowledged; the client retries.
         return _partition_result(pd.index, ErrorCode.NOT_LEADER_OR_FOLLOWER, message=failure.getErrorMessage())
 
