@@ -8,6 +8,7 @@ cd "$root"
 tree=.typecheck/millrace
 mkdir -p "$tree"
 ln -sfn ../../millrace/__init__.py "$tree/__init__.py"
+ln -sfn ../../millrace/__main__.py "$tree/__main__.py"
 for place in gateway store client; do
     ln -sfn "../../$place" "$tree/$place"
 done
