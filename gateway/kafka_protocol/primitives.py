@@ -375,30 +375,28 @@ def _utf8(s: str) -> bytes:
     return b
 
 
-def _w_str(s: str, w: Writer) -> None:
-    b = _utf8(s)
-    w(_p_i16(len(b)))
-    w(b)
-
-
 def _w_nstr(s: str | None, w: Writer) -> None:
     if s is None:
         w(b"\xff\xff")
-    else:
-        _w_str(s, w)
-
-
-def _w_cstr(s: str, w: Writer) -> None:
+        return
     b = _utf8(s)
-    w(_uv(len(b) + 1))
+    w(_p_i16(len(b)))
     w(b)
 
 
 def _w_cnstr(s: str | None, w: Writer) -> None:
     if s is None:
         w(b"\x00")
-    else:
-        _w_cstr(s, w)
+        return
+    b = _utf8(s)
+    w(_uv(len(b) + 1))
+    w(b)
+
+
+# A string is written the same whether or not its field is nullable; the generated encoders have
+# already refused None where it is not allowed.
+_w_str: Callable[[str, Writer], None] = _w_nstr
+_w_cstr: Callable[[str, Writer], None] = _w_cnstr
 
 
 def _w_bytes(b: Buffer, w: Writer) -> None:
