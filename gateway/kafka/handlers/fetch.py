@@ -19,6 +19,7 @@ from millrace.gateway.kafka.partitions import (
     PartitionError,
     PartitionLog,
     PartitionOffsets,
+    PartitionStorage,
 )
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.resolve import topic_logs
@@ -104,7 +105,7 @@ class _FetchPlan:
 
         return defer.gatherResults(reads, consumeErrors=True).addCallback(assemble)
 
-    def _read_partition(self, partitions: Any, fp: FetchRequest.FetchPartition, p: PartitionLog | None, error: int,
+    def _read_partition(self, partitions: PartitionStorage, fp: FetchRequest.FetchPartition, p: PartitionLog | None, error: int,
                         state: dict) -> defer.Deferred:
         if p is None:
             state["errors"] = True

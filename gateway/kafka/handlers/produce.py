@@ -3,15 +3,14 @@ nothing is acknowledged before it is durable); acks=0 gets no response at all.""
 
 from __future__ import annotations
 
-from typing import Any
-
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
 from millrace.gateway.kafka.broker import Broker, RequestContext
-from millrace.gateway.kafka.partitions import PartitionError
+from millrace.gateway.kafka.partitions import PartitionError, PartitionLog
 from millrace.gateway.kafka.registry import NO_RESPONSE, NoResponse, api
 from millrace.gateway.kafka.resolve import topic_logs
+from millrace.gateway.kafka.topics import TopicInfo
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.produce import ProduceRequest, ProduceResponse
 
@@ -31,7 +30,7 @@ def _produce_topic(ctx: RequestContext, topic_data: ProduceRequest.TopicProduceD
                    transactional: bool) -> defer.Deferred:
     broker = ctx.broker
 
-    def with_logs(found: Any) -> defer.Deferred:
+    def with_logs(found: tuple[TopicInfo, list[PartitionLog]] | None) -> defer.Deferred:
         if transactional:
             return defer.succeed([
                 _partition_result(pd.index, ErrorCode.INVALID_REQUEST,
@@ -50,7 +49,7 @@ def _produce_topic(ctx: RequestContext, topic_data: ProduceRequest.TopicProduceD
     return topic_logs(broker, topic_data.name, auto_create=True).addCallback(with_logs)
 
 
-def _produce_partition(broker: Broker, topic: Any, parts: list,
+def _produce_partition(broker: Broker, topic: TopicInfo, parts: list[PartitionLog],
                        pd: ProduceRequest.PartitionProduceData) -> defer.Deferred:
     if not 0 <= pd.index < len(parts) or pd.records is None:
         return defer.succeed(_partition_result(pd.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
