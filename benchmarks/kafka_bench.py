@@ -116,12 +116,14 @@ def run_case(size: int, partitions: int, messages: int, compression: str, latenc
                              "fetch.max.bytes": 50 << 20, "max.partition.fetch.bytes": 10 << 20})
         consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         got = 0
+        cpu1 = sum(server_cpu(server))
         t1 = time.perf_counter()
         while got < messages and time.perf_counter() - t1 < 120:
             for m in consumer.consume(10000, 1.0):
                 if m.error() is None:
                     got += 1
         consume_s = time.perf_counter() - t1
+        consume_cpu = sum(server_cpu(server)) - cpu1
         consumer.close()
         latencies = measure_latency(server.bootstrap, topic, size, partitions, latency_rate, 3.0)
         return {
@@ -131,6 +133,7 @@ def run_case(size: int, partitions: int, messages: int, compression: str, latenc
             "p50_ms": percentile(latencies, 0.5) * 1000,
             "p99_ms": percentile(latencies, 0.99) * 1000,
             "consume_msgs_per_s": got / consume_s,
+            "consume_cpu_s_per_million": consume_cpu / max(got, 1) * 1e6,
             "consumed": got,
             "errors": errors[0],
             "server_peak_rss_mb": sampler.peak / 1e6,
@@ -161,15 +164,18 @@ def run_kcat_case(size: int, partitions: int, messages: int) -> dict:
                         lines], check=True, stderr=subprocess.DEVNULL, timeout=600)
         produce_s = time.perf_counter() - t0
         cpu = sum(server_cpu(server)) - cpu0
+        cpu1 = sum(server_cpu(server))
         t1 = time.perf_counter()
         out = subprocess.run(["kcat", "-C", "-b", server.bootstrap, "-t", topic, "-o", "beginning", "-e", "-q",
                               "-f", "%o\n"], capture_output=True, check=True, timeout=600).stdout
         consume_s = time.perf_counter() - t1
+        consume_cpu = sum(server_cpu(server)) - cpu1
         return {
             "produce_msgs_per_s": messages / produce_s,
             "produce_mb_per_s": messages * size / produce_s / 1e6,
             "server_cpu_s_per_million": cpu / messages * 1e6,
             "consume_msgs_per_s": out.count(b"\n") / consume_s,
+            "consume_cpu_s_per_million": consume_cpu / max(out.count(b"\n"), 1) * 1e6,
             "consumed": out.count(b"\n"),
             "server_rss_mb": psutil.Process(server.proc.pid).memory_info().rss / 1e6,
         }
@@ -220,23 +226,25 @@ def main() -> None:
         return
     print(f"disk: sequential write {disk['sequential_write_mb_per_s']:.0f} MB/s, fsync {disk['fsyncs_per_s']:.0f}/s")
     print(f"{'size':>5} {'parts':>5} {'prod msg/s':>11} {'MB/s':>7} {'cpu s/M':>8} {'p50 ms':>7} {'p99 ms':>7} "
-          f"{'cons msg/s':>11} {'RSS MB':>7} {'vs disk':>7} {'errors':>6}")
+          f"{'cons msg/s':>11} {'cons cpu':>8} {'RSS MB':>7} {'vs disk':>7} {'errors':>6}")
     for r in results:
         print(f"{r['size']:>5} {r['partitions']:>5} {r['produce_msgs_per_s']:>11.0f} {r['produce_mb_per_s']:>7.1f} "
               f"{r['server_cpu_s_per_million']:>8.2f} {r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f} "
-              f"{r['consume_msgs_per_s']:>11.0f} {r['server_peak_rss_mb']:>7.0f} {r['produce_vs_disk']:>7.3f} "
+              f"{r['consume_msgs_per_s']:>11.0f} {r['consume_cpu_s_per_million']:>8.2f} "
+              f"{r['server_peak_rss_mb']:>7.0f} {r['produce_vs_disk']:>7.3f} "
               f"{r['errors']:>6.0f}")
     if kcat_results:
         print(f"\nkcat (C client) load generator, {args.kcat_messages} messages, acks=all, idempotent:")
         print(f"{'size':>5} {'parts':>5} {'prod msg/s':>11} {'MB/s':>7} {'cpu s/M':>8} {'cons msg/s':>11} "
-              f"{'consumed':>9} {'RSS MB':>7} {'vs disk':>7}")
+              f"{'cons cpu':>8} {'consumed':>9} {'RSS MB':>7} {'vs disk':>7}")
         for r in kcat_results:
             print(f"{r['size']:>5} {r['partitions']:>5} {r['produce_msgs_per_s']:>11.0f} {r['produce_mb_per_s']:>7.1f} "
-                  f"{r['server_cpu_s_per_million']:>8.2f} {r['consume_msgs_per_s']:>11.0f} {r['consumed']:>9.0f} "
+                  f"{r['server_cpu_s_per_million']:>8.2f} {r['consume_msgs_per_s']:>11.0f} "
+                  f"{r['consume_cpu_s_per_million']:>8.2f} {r['consumed']:>9.0f} "
                   f"{r['server_rss_mb']:>7.0f} {r['produce_vs_disk']:>7.3f}")
     print(f"medians of {args.runs} runs of {args.messages} messages, compression={args.compression}, acks=all; "
           f"latency at {args.latency_rate} msgs/s with linger.ms=0; cpu s/M = server CPU seconds per million "
-          f"messages produced")
+          f"messages produced, cons cpu = per million consumed")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import collections
 import logging
-from typing import Any
+from typing import Any, cast
 
 from twisted.internet import defer, protocol
 from twisted.python.failure import Failure
@@ -21,9 +21,10 @@ from millrace.gateway.kafka_protocol.codec import (
     KafkaDecodeError,
     UnsupportedApiError,
     decode_request,
-    encode_response,
+    encode_response_parts,
 )
 from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka_protocol.primitives import Buffer
 
 log = logging.getLogger(__name__)
 
@@ -31,10 +32,12 @@ log = logging.getLogger(__name__)
 class _Slot:
     """A request's place in the connection's response order."""
 
-    __slots__ = ("frame", "ready", "size")
+    __slots__ = ("parts", "ready", "size")
 
     def __init__(self, size: int) -> None:
-        self.frame: bytes | None = None
+        # The encoded response as buffers, written as they are (records stay the views the handler
+        # gave): no join of the whole response before the transport's own.
+        self.parts: list[Buffer] | None = None
         self.ready = False
         self.size = size  # the request's bytes, held against the connection's budget until answered
 
@@ -88,7 +91,7 @@ class KafkaConnection(BudgetedReceiver):
     def _respond(self, response: Any, ctx: RequestContext, slot: _Slot) -> None:
         if response is not NO_RESPONSE:
             try:
-                slot.frame = encode_response(ctx.api_key, ctx.api_version, ctx.correlation_id, response)
+                slot.parts = encode_response_parts(ctx.api_key, ctx.api_version, ctx.correlation_id, response)
             except Exception:  # noqa: BLE001 - a response we cannot encode must not leave the client hanging
                 self._failed(ctx, Failure())
                 return
@@ -98,8 +101,9 @@ class KafkaConnection(BudgetedReceiver):
     def _flush(self) -> None:
         while self._slots and self._slots[0].ready:
             slot = self._slots.popleft()
-            if slot.frame is not None:
-                self.tcp.write(slot.frame)
+            if slot.parts is not None:
+                # Typed as bytes, but the transport only takes len() and b"".join()s them: any buffer.
+                self.tcp.writeSequence(cast(list[bytes], slot.parts))
             self.answered(slot.size)
 
     def _failed(self, ctx: RequestContext, failure: Failure) -> None:
@@ -111,8 +115,8 @@ class KafkaConnection(BudgetedReceiver):
         if exc.api_key == API_VERSIONS and exc.correlation_id is not None:
             # A client newer than us: answer with a v0 body listing what we do support (as Kafka does).
             slot = _Slot(size)
-            slot.frame = encode_response(API_VERSIONS, 0, exc.correlation_id,
-                                         api_versions_response(ErrorCode.UNSUPPORTED_VERSION))
+            slot.parts = encode_response_parts(API_VERSIONS, 0, exc.correlation_id,
+                                               api_versions_response(ErrorCode.UNSUPPORTED_VERSION))
             slot.ready = True
             self._slots.append(slot)
             self._flush()
