@@ -9,7 +9,10 @@ Every connection has an ``Admission`` (``store.budget``): bytes of requests read
 plus, through ``charging``, the bytes its appends hold until durable. When its own budget or the
 budget of a container its appends went to is full, the connection stops reading from its socket
 (``transport.pauseProducing``); it keeps writing responses, and resumes once those budgets drain
-below their low-water marks. Requests already read are never refused or dropped.
+below their low-water marks. Requests already read are never refused or dropped. The connection is
+also its transport's streaming producer: while responses wait unsent beyond the transport's buffer (a
+client that does not read them), it stops reading that client's requests too, as Kafka mutes a
+channel while a response is outstanding.
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ import struct
 from typing import Any
 
 from twisted.internet import protocol
-from twisted.internet.interfaces import IPushProducer, ITCPTransport, ITransport
+from twisted.internet.interfaces import IConsumer, IPushProducer, ITCPTransport, ITransport
 from twisted.python.failure import Failure
+from zope.interface import implementer
 
 from millrace.gateway.futures import on_reactor
 from millrace.store.budget import CURRENT_ADMISSION, MIB, Admission, ByteBudget
@@ -30,6 +34,7 @@ _LEN = struct.Struct(">I")
 _PREFIX = _LEN.size
 
 
+@implementer(IPushProducer)
 class BudgetedReceiver(protocol.Protocol):
     """Calls ``stringReceived(frame)`` per length-prefixed frame (bytes or a memoryview, valid as
     long as the callee keeps it) while the connection's budgets allow reading."""
@@ -39,7 +44,9 @@ class BudgetedReceiver(protocol.Protocol):
 
     def __init__(self, budget_bytes: int, name: str = "connection") -> None:
         self.admission = Admission(ByteBudget(budget_bytes, name))
-        self.paused = False  # reading stopped because a budget is full
+        self.paused = False  # not reading: a budget is full or responses are backed up
+        self._budget_wait = False  # a budget is full; a drain callback is registered
+        self._send_wait = False  # the transport holds more unsent responses than its buffer size
         self._closed = False
         # Unparsed input: views and chunks holding the start of an incomplete frame.
         self._pending: list[Any] = []
@@ -48,6 +55,7 @@ class BudgetedReceiver(protocol.Protocol):
 
     def makeConnection(self, transport: ITransport) -> None:  # noqa: N802 - Twisted's name
         self.tcp = ITCPTransport(transport)
+        IConsumer(transport).registerProducer(self, True)
         super().makeConnection(transport)
 
     # -- subclasses ----------------------------------------------------------------------------------
@@ -100,9 +108,10 @@ class BudgetedReceiver(protocol.Protocol):
                 self.stringReceived(frame)
             finally:
                 CURRENT_ADMISSION.reset(token)
-            blocking = admission.blocking()
-            if blocking is not None and not self.paused:
-                self._pause(blocking)
+            if not self._budget_wait:
+                blocking = admission.blocking()
+                if blocking is not None:
+                    self._pause(blocking)
         else:
             self._want = _PREFIX
         if off < end and not self._closed:
@@ -113,9 +122,35 @@ class BudgetedReceiver(protocol.Protocol):
 
     # -- backpressure --------------------------------------------------------------------------------
     def _pause(self, budget: ByteBudget) -> None:
-        self.paused = True
-        IPushProducer(self.transport).pauseProducing()
+        self._budget_wait = True
+        self._reading(False)
         budget.when_drained(self._drained_elsewhere)
+
+    def _reading(self, on: bool) -> None:
+        if on == (not self.paused) or self._closed:
+            return
+        self.paused = not on
+        transport = IPushProducer(self.transport)
+        if self.paused:
+            transport.pauseProducing()
+            return
+        transport.resumeProducing()
+        if self._pending:
+            self._parse(self._take_pending())
+
+    # The transport calls these as its producer's: its buffer of unsent responses is over (or back
+    # under) its size.
+    def pauseProducing(self) -> None:  # noqa: N802 - Twisted's name
+        self._send_wait = True
+        self._reading(False)
+
+    def resumeProducing(self) -> None:  # noqa: N802 - Twisted's name
+        self._send_wait = False
+        if not self._budget_wait:
+            self._reading(True)
+
+    def stopProducing(self) -> None:  # noqa: N802 - Twisted's name
+        self._closed = True
 
     def _drained_elsewhere(self) -> None:
         # Budgets drain on log-writer threads (and sometimes here): the connection's one crossing
@@ -129,10 +164,9 @@ class BudgetedReceiver(protocol.Protocol):
         if blocking is not None:
             blocking.when_drained(self._drained_elsewhere)
             return
-        self.paused = False
-        IPushProducer(self.transport).resumeProducing()
-        if self._pending:
-            self._parse(self._take_pending())
+        self._budget_wait = False
+        if not self._send_wait:
+            self._reading(True)
 
     def connectionLost(self, reason: Failure = protocol.connectionDone) -> None:  # noqa: N802
         self._closed = True

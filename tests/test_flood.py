@@ -5,8 +5,10 @@ client must still get answers while the flood runs."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import socket
 import struct
 import threading
 import time
@@ -19,7 +21,9 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from millrace.client.segments import SegmentClient
+from millrace.gateway.kafka_protocol.codec import request_class
 from millrace.store.budget import Admission, ByteBudget, charging, current_admission
+from tests.kafka.wire import FETCH, KafkaWire
 from tests.server_process import ServerProcess
 
 MIB = 1024 * 1024
@@ -304,3 +308,42 @@ def test_admission_waits_for_the_full_budgets_its_work_went_to():
     assert admission.blocking() is None
     admission.budget.acquire(100)
     assert admission.blocking() is admission.budget
+
+
+def test_a_client_that_leaves_its_responses_unread_is_not_read_either(server):
+    """A client pipelining fetches of a full megabyte without reading the answers: once responses back
+    up in the transport the server stops reading that client's requests, so what it holds for the
+    client stays bounded instead of growing with every request; other clients are still answered."""
+    topic = "unread"
+    p = Producer({"bootstrap.servers": server.bootstrap, "acks": "all", "linger.ms": 5})
+    for seq in range(2 * 1024):
+        p.produce(topic, record(0, seq))
+    assert p.flush(60) == 0
+    requests = 1000  # answered in full, that is about a gigabyte of responses
+    sampler = RssSampler(server.proc.pid)
+    idle = sampler.peak
+    sampler.start()
+    greedy = KafkaWire.connect(server.bootstrap)
+    greedy.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    F = request_class(FETCH)  # noqa: N806 - a generated message class
+    fetch = F(max_wait_ms=0, min_bytes=1, max_bytes=MIB, isolation_level=0, session_id=0, session_epoch=-1,
+              topics=[F.FetchTopic(topic=topic, partitions=[F.FetchPartition(
+                  partition=0, fetch_offset=0, partition_max_bytes=MIB)])])
+    greedy.sock.settimeout(10)
+    sent = 0
+    with contextlib.suppress(TimeoutError):  # the server stopped reading: our send buffer is full
+        for _ in range(requests):
+            greedy.submit(FETCH, 12, fetch)
+            sent += 1
+    time.sleep(3)
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    start = time.monotonic()
+    admin.list_topics(timeout=ANSWER_WITHIN_SECONDS)
+    answered_in = time.monotonic() - start
+    sampler.done.set()
+    sampler.join()
+    greedy.close()
+    grown_mb = (sampler.peak - idle) / MIB
+    print(f"unread responses: {sent} fetches sent, RSS grew {grown_mb:.0f} MiB, another client answered in "
+          f"{answered_in:.2f}s")
+    assert grown_mb < MARGIN_MB + CONNECTION_BUDGET_MB * COPIES
