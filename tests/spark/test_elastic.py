@@ -158,7 +158,7 @@ def test_kafka_sink_while_topic_splits_merges_and_grows(server: ServerProcess, s
 
         def then_read_more(what: str, partitions: int = 2) -> None:
             n = len(producer.delivered)
-            wait_until(f"Spark to read 300 readings past {n} after {what}", spark_read_past(n + 300, partitions))
+            wait_until(f"Spark to read 150 readings past {n} after {what}", spark_read_past(n + 150, partitions))
 
         then_read_more("starting")
         assert [s["number"] for s in admin.describe_stream("kafka", topic)["segments"]] == [0]
