@@ -10,6 +10,7 @@ operation processor after the lock is released.
 from __future__ import annotations
 
 import collections
+from collections.abc import Sequence
 from typing import Protocol
 
 from millrace.store.containers.checkpoints import CheckpointPolicy
@@ -26,7 +27,7 @@ class WriterSignals(Protocol):
 
     def notice_dirty(self, cached_bytes: int) -> None: ...
 
-    def delete_chunks(self, names: list[str]) -> None: ...
+    def delete_chunks(self, names: Sequence[str]) -> None: ...
 
 
 class MemoryState:

@@ -37,7 +37,9 @@ class _Pending:
 
     __slots__ = ("op", "result", "released", "opens_entry", "log_future", "value", "followers")
 
-    def __init__(self, op: Operation, result: StoreFuture[Any] | None, released: list[str], opens_entry: bool) -> None:
+    def __init__(
+        self, op: Operation, result: StoreFuture[Any] | None, released: tuple[str, ...], opens_entry: bool
+    ) -> None:
         self.op = op
         self.result = result
         self.released = released  # chunks to delete from long-term storage once durable
@@ -154,14 +156,19 @@ class OperationProcessor:
         state = self._state
         with self._lock:
             inflight = self._inflight
+            durable: Future[LogAddress] | None = None  # the frame last found durable: its ops need no check
             while inflight:
                 head = inflight[0]
                 fut = head.log_future
-                if fut is None or not fut.done():
-                    break
-                failure = fut.exception()
-                if failure is not None:
-                    break
+                if fut is None:
+                    break  # its frame is still gathering
+                if fut is not durable:
+                    if not fut.done():
+                        break
+                    failure = fut.exception()
+                    if failure is not None:
+                        break
+                    durable = fut
                 inflight.popleft()
                 head.value = head.op.apply(state, fut.result() if head.opens_entry else None)
                 done.append(head)
@@ -175,6 +182,7 @@ class OperationProcessor:
                 state.writer.delete_chunks(p.released)
             if p.result is not None and not p.result.done():
                 p.result.set_result(p.value)
-            for follower, value in p.followers or ():
-                if not follower.done():
-                    follower.set_result(value())
+            if p.followers:
+                for follower, value in p.followers:
+                    if not follower.done():
+                        follower.set_result(value())

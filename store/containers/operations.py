@@ -94,10 +94,10 @@ class Operation(ABC):
             raise TypeError(f"operation code {code} is taken by {known.__qualname__}")
         _BY_CODE[code] = cls
 
-    def accept(self, metadata: ContainerMetadata) -> list[str]:
+    def accept(self, metadata: ContainerMetadata) -> tuple[str, ...]:
         """Change the accepted layer. Returns the chunks this operation releases, to delete from
         long-term storage once it is durable."""
-        return []
+        return ()
 
     @abstractmethod
     def apply(self, state: MemoryState, address: LogAddress | None) -> Any:
@@ -176,12 +176,12 @@ class Append(Operation):
         resolved = resolve_attribute_updates(seg.attributes, updates) if updates else {}
         return cls(seg.segment_id, offset, bytes(data), resolved, events)
 
-    def accept(self, metadata: ContainerMetadata) -> list[str]:
+    def accept(self, metadata: ContainerMetadata) -> tuple[str, ...]:
         seg = metadata.by_id[self.segment_id]
         seg.length = self.offset + len(self.data)
         if self.attributes:
             apply_attributes(seg.attributes, self.attributes)
-        return []
+        return ()
 
     def apply(self, state: MemoryState, address: LogAddress | None) -> int:
         seg = state.metadata.by_id.get(self.segment_id)
@@ -193,26 +193,25 @@ class Append(Operation):
         seg.last_modified_ms = now_ms()
         if self.attributes:
             apply_attributes(seg.durable_attributes, self.attributes)
+        read_index = state.read_index
         if end > seg.durable_start_offset and end > seg.storage_length:
-            state.read_index.append(self.segment_id, self.offset, self.data)
-            state.writer.notice_dirty(state.read_index.total_bytes)
-        state.read_index.tail_reads.tail_moved(self.segment_id, seg.durable_length, seg.durable_sealed)
-        state.stats["appends"] += 1
-        state.stats["append_bytes"] += len(self.data)
+            read_index.append(self.segment_id, self.offset, self.data)
+            state.writer.notice_dirty(read_index.total_bytes)
+        read_index.tail_reads.tail_moved(self.segment_id, seg.durable_length, seg.durable_sealed)
+        stats = state.stats
+        stats["appends"] += 1
+        stats["append_bytes"] += len(self.data)
         if self.events is not None:
             state.rates.record(self.segment_id, self.events, len(self.data))
         return self.offset
 
-    def _attribute_bytes(self) -> bytes:
-        return json.dumps(self.attributes, separators=(",", ":")).encode() if self.attributes else b""
-
     def encode(self) -> bytes:
-        attr = self._attribute_bytes()
+        attr = json.dumps(self.attributes, separators=(",", ":")).encode() if self.attributes else b""
         return b"".join((_APPEND_HEADER.pack(self.CODE, self.segment_id, self.offset, len(attr)), attr, self.data))
 
     def frame_part(self) -> bytes:
         # One copy of the data instead of two: the hot path's only allocation of its size.
-        attr = self._attribute_bytes()
+        attr = json.dumps(self.attributes, separators=(",", ":")).encode() if self.attributes else b""
         size = _APPEND_HEADER.size + len(attr) + len(self.data)
         header = _APPEND_PART_HEADER.pack(size, self.CODE, self.segment_id, self.offset, len(attr))
         return b"".join((header, attr, self.data))
@@ -239,11 +238,11 @@ class Create(_JsonOperation):
             raise SegmentExistsError(name)
         return cls(metadata.next_id, name, dict(attributes), now_ms())
 
-    def accept(self, metadata: ContainerMetadata) -> list[str]:
+    def accept(self, metadata: ContainerMetadata) -> tuple[str, ...]:
         seg = SegmentMetadata(self.segment_id, self.name, self.created_ms, self.attributes)
         metadata.by_name[self.name] = metadata.by_id[self.segment_id] = seg
         metadata.next_id = max(metadata.next_id, self.segment_id + 1)
-        return []
+        return ()
 
     def apply(self, state: MemoryState, address: LogAddress | None) -> None:
         state.metadata.visible[self.name] = state.metadata.by_id[self.segment_id]
@@ -262,9 +261,9 @@ class Seal(_JsonOperation):
             return AlreadyDone(lambda: seg.length)
         return cls(seg.segment_id)
 
-    def accept(self, metadata: ContainerMetadata) -> list[str]:
+    def accept(self, metadata: ContainerMetadata) -> tuple[str, ...]:
         metadata.by_id[self.segment_id].sealed = True
-        return []
+        return ()
 
     def apply(self, state: MemoryState, address: LogAddress | None) -> int:
         seg = state.metadata.by_id[self.segment_id]
@@ -299,14 +298,14 @@ class Merge(_JsonOperation):
             return FlushFirst(src.segment_id)
         return cls(tgt.segment_id, src.segment_id, tgt.length, src.length - src.start_offset)
 
-    def accept(self, metadata: ContainerMetadata) -> list[str]:
+    def accept(self, metadata: ContainerMetadata) -> tuple[str, ...]:
         tgt, src = metadata.by_id[self.target_id], metadata.by_id[self.source_id]
         for ref in src.chunks.shifted(self.target_offset - src.start_offset, src.start_offset):
             tgt.chunks.add(ref)
         tgt.length = self.target_offset + self.length
         src.merging = src.deleted = True
         metadata.by_name.pop(src.name, None)
-        return []  # the source's chunks now belong to the target
+        return ()  # the source's chunks now belong to the target
 
     def apply(self, state: MemoryState, address: LogAddress | None) -> int:
         metadata = state.metadata
@@ -339,10 +338,10 @@ class Truncate(_JsonOperation):
             return AlreadyDone(lambda: None)
         return cls(seg.segment_id, offset)
 
-    def accept(self, metadata: ContainerMetadata) -> list[str]:
+    def accept(self, metadata: ContainerMetadata) -> tuple[str, ...]:
         seg = metadata.by_id[self.segment_id]
         seg.start_offset = self.offset
-        return [ref.chunk for ref in seg.chunks.drop_below(self.offset)]
+        return tuple(ref.chunk for ref in seg.chunks.drop_below(self.offset))
 
     def apply(self, state: MemoryState, address: LogAddress | None) -> None:
         seg = state.metadata.by_id[self.segment_id]
@@ -359,11 +358,11 @@ class Delete(_JsonOperation):
     def prepare(cls, metadata: ContainerMetadata, name: str) -> Delete:
         return cls(metadata.segment(name).segment_id)
 
-    def accept(self, metadata: ContainerMetadata) -> list[str]:
+    def accept(self, metadata: ContainerMetadata) -> tuple[str, ...]:
         seg = metadata.by_id[self.segment_id]
         seg.deleted = True
         metadata.by_name.pop(seg.name, None)
-        return [ref.chunk for ref in seg.chunks.refs]
+        return tuple(ref.chunk for ref in seg.chunks.refs)
 
     def apply(self, state: MemoryState, address: LogAddress | None) -> None:
         metadata = state.metadata
@@ -388,9 +387,9 @@ class Attributes(_JsonOperation):
             raise SegmentSealedError(name)
         return cls(seg.segment_id, resolve_attribute_updates(seg.attributes, updates))
 
-    def accept(self, metadata: ContainerMetadata) -> list[str]:
+    def accept(self, metadata: ContainerMetadata) -> tuple[str, ...]:
         apply_attributes(metadata.by_id[self.segment_id].attributes, self.attributes)
-        return []
+        return ()
 
     def apply(self, state: MemoryState, address: LogAddress | None) -> None:
         seg = state.metadata.by_id[self.segment_id]
@@ -444,11 +443,11 @@ class StorageFlushed(_JsonOperation):
             raise SegmentTruncatedError(f"{seg.name}: truncated past {offset + length}")
         return cls(segment_id, offset, length, chunk)
 
-    def accept(self, metadata: ContainerMetadata) -> list[str]:
+    def accept(self, metadata: ContainerMetadata) -> tuple[str, ...]:
         seg = metadata.by_id.get(self.segment_id)
         if seg is not None:
             seg.chunks.add(ChunkRef(self.offset, self.length, self.chunk))
-        return []
+        return ()
 
     def apply(self, state: MemoryState, address: LogAddress | None) -> None:
         state.read_index.mark_clean(self.segment_id, self.offset + self.length)

@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -140,7 +141,7 @@ class StorageWriter:
             self._cond.notify()
         return fut
 
-    def delete_chunks(self, names: list[str]) -> None:
+    def delete_chunks(self, names: Sequence[str]) -> None:
         if names:
             with self._cond:
                 self._to_delete.extend(names)

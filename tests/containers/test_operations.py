@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 import pytest
@@ -142,7 +143,7 @@ class _Signals:
     def notice_dirty(self, cached_bytes: int) -> None:
         pass
 
-    def delete_chunks(self, names: list[str]) -> None:
+    def delete_chunks(self, names: Sequence[str]) -> None:
         pass
 
 
