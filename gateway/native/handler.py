@@ -123,7 +123,7 @@ class NativeProtocol(BudgetedReceiver):
     def stringReceived(self, body: memoryview) -> None:  # noqa: N802 - Twisted's name
         size = len(body)
         try:
-            code, request_id, header, payload = decode_body(bytes(body))
+            code, request_id, header, payload = decode_body(body)
         except WireError as exc:
             log.info("closing native connection from %s: %s", self.tcp.getPeer(), exc)
             self.tcp.loseConnection()
@@ -133,7 +133,9 @@ class NativeProtocol(BudgetedReceiver):
             self._reply_error(request_id, size, Status.UNKNOWN_COMMAND, f"unknown command {code}")
             return
         try:
-            outcome = handler(header, payload)
+            # The payload's one copy (the frame is a view of what the socket read); the container
+            # keeps this very object.
+            outcome = handler(header, bytes(payload))
         except Exception as exc:  # noqa: BLE001 - every failure becomes an error status
             self._reply_exception(request_id, size, exc)
             return

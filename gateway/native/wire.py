@@ -82,8 +82,9 @@ def encode_frame(code: int, request_id: int, header: dict[str, Any] | None = Non
     return b"".join((_LEN.pack(body_len), _BODY.pack(code, request_id, len(head)), head, payload))
 
 
-def decode_body(body: bytes) -> tuple[int, int, dict[str, Any], bytes]:
-    """(command or status, request id, header, payload) of one frame body."""
+def decode_body(body: bytes | memoryview) -> tuple[int, int, dict[str, Any], bytes | memoryview]:
+    """(command or status, request id, header, payload) of one frame body. The payload is a slice of
+    ``body``: a view, not a copy, when ``body`` is a memoryview."""
     if len(body) < _BODY.size:
         raise WireError(f"frame of {len(body)} bytes is shorter than its {_BODY.size}-byte header")
     code, request_id, head_len = _BODY.unpack_from(body)
@@ -91,7 +92,7 @@ def decode_body(body: bytes) -> tuple[int, int, dict[str, Any], bytes]:
     if end > len(body):
         raise WireError("header length runs past the frame")
     try:
-        header = json.loads(body[_BODY.size : end]) if head_len else {}
+        header = json.loads(bytes(body[_BODY.size : end])) if head_len else {}
     except (UnicodeDecodeError, ValueError) as exc:
         raise WireError(f"header is not JSON: {exc}") from exc
     if not isinstance(header, dict):
