@@ -56,7 +56,7 @@ def load_topic(store: SegmentStore, clock: IReactorTime, topics: TopicRegistry, 
     return LoadedTopic(topic, parts, writers)
 
 
-def segments_of_partitions(topics: TopicRegistry, topic: TopicInfo, first: int) -> list[str]:
-    """Blocking: the open segment of each partition from ``first`` on (for partitions just added)."""
+def segments_of_partitions(topics: TopicRegistry, topic: TopicInfo) -> list[str]:
+    """Blocking: the open segment of each partition of ``topic`` (for partitions just added)."""
     current = topics.current_segments(topic.name)
-    return [topics.segment_of_partition(topic, p, current).name for p in range(first, topic.partition_count)]
+    return [topics.segment_of_partition(topic, p, current).name for p in range(topic.partition_count)]

@@ -157,8 +157,7 @@ class SegmentPartitionStorage(PartitionStorage):
             d = self.blocking(load_topic, self.store, self.clock, self.topics, self.tables, topic).addCallback(
                 self._install)
         else:
-            d = self.blocking(segments_of_partitions, self.topics, topic, len(parts)).addCallback(
-                self._install_grown, topic)
+            d = self.blocking(segments_of_partitions, self.topics, topic).addCallback(self._install_grown, topic)
 
         def finished(result: Any) -> Any:
             for waiter in self._loading.pop(topic.name, []):
@@ -167,40 +166,59 @@ class SegmentPartitionStorage(PartitionStorage):
 
         return d.addBoth(finished)
 
-    def _install(self, loaded: LoadedTopic) -> list[PartitionLog]:
-        """Take over a loaded topic's partitions (reactor; or the main thread before it runs)."""
+    def _install(self, loaded: LoadedTopic, replace: bool = False) -> list[PartitionLog]:
+        """Take over a loaded topic's partitions (reactor; or the main thread before it runs). Partitions
+        already installed stay (appends may be in flight on them) unless ``replace`` (a reload)."""
         name = loaded.topic.name
         current = self.topics.get(name)
         if current is None or current.topic_id != loaded.topic.topic_id:
             return loaded.partitions  # deleted (and perhaps created again) while loading: nothing to keep
+        installed = self._topics.get(name)
+        if installed is not None and not replace:
+            # Loaded twice (a topic event and a request raced): keep the installed partitions and adopt only
+            # partitions they lack, which are new and hold no data yet.
+            names = [p.writer.name if p.writer is not None else "" for p in loaded.partitions]
+            for writer in loaded.writers.values():
+                self._writers.setdefault(writer.name, writer)
+            return self._install_grown(names, loaded.topic)
         self._writers.update(loaded.writers)
         self._topics[name] = loaded.partitions
         return loaded.partitions
 
     def _install_grown(self, segment_names: list[str], topic: TopicInfo) -> list[PartitionLog]:
+        """Add the partitions ``topic`` has beyond those installed; ``segment_names[p]`` is the open
+        segment of partition p."""
         parts = self._topics.get(topic.name)
         if parts is None:
-            raise PartitionError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic.name} went away")
-        first = topic.partition_count - len(segment_names)
-        for number, name in enumerate(segment_names, start=first):
-            if number < len(parts):
-                continue  # a reload meanwhile already built it
-            writer = self._writers.get(name)
+            raise PartitionError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic.name} is not loaded")
+        for number in range(len(parts), min(topic.partition_count, len(segment_names))):
+            writer = self._writers.get(segment_names[number])
             if writer is None:
                 raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                                     f"segment {name} of {topic.name} is not loaded yet")
+                                     f"segment {segment_names[number]} of {topic.name} is not loaded yet")
             parts.append(PartitionLog(topic.name, number, writer))
         return parts
 
     def topic_event(self, event: str, topic: TopicInfo) -> None:
-        """TopicRegistry listener (worker thread): hop to the reactor."""
+        """TopicRegistry listener, on the worker thread that changed the topic. A new or grown topic's
+        partitions are read right here, so they are ready when the change is answered: the reactor runs
+        the hand-over (``on_reactor``) before the change's own result, which crosses after it."""
         if event == "deleted":
             on_reactor(self._forget, topic.name)
-        elif event in ("created", "grown"):
-            on_reactor(self._preload, topic)
+            return
+        if event not in ("created", "grown"):
+            return
+        try:
+            if event == "created":
+                on_reactor(self._install, load_topic(self.store, self.clock, self.topics, self.tables, topic))
+            else:
+                on_reactor(self._grown, segments_of_partitions(self.topics, topic), topic)
+        except Exception:  # the change itself stands; the partitions load on first use instead
+            log.exception("loading the partitions of %s after it was %s failed", topic.name, event)
 
-    def _preload(self, topic: TopicInfo) -> None:
-        self.open_topic(topic).addErrback(_log_failure, "loading", topic.name)
+    def _grown(self, segment_names: list[str], topic: TopicInfo) -> None:
+        if topic.name in self._topics:  # a topic never loaded loads whole on first use
+            self._install_grown(segment_names, topic)
 
     def _forget(self, name: str) -> None:
         for p in self._topics.pop(name, []):
@@ -220,7 +238,7 @@ class SegmentPartitionStorage(PartitionStorage):
             if info is None:
                 return defer.succeed(None)
             return self.blocking(load_topic, self.store, self.clock, self.topics, self.tables, info).addCallback(
-                self._install)
+                self._install, True)
 
         def finished(result: Any) -> None:
             self._reloading.discard(topic)
