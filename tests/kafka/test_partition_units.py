@@ -4,19 +4,24 @@ recovery's contiguity rule and retention."""
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from twisted.internet import defer
 from twisted.internet.task import Clock
 
 from millrace.gateway.kafka.partitions.errors import PartitionError
 from millrace.gateway.kafka.partitions.formats import IndexEntry
+from millrace.gateway.kafka.partitions.loading import LoadedTopic
 from millrace.gateway.kafka.partitions.offset_index import OffsetIndex
 from millrace.gateway.kafka.partitions.partition import PartitionLog
 from millrace.gateway.kafka.partitions.producers import PRODUCER_WINDOW, Producers
 from millrace.gateway.kafka.partitions.retention import retained_start, truncation_points
 from millrace.gateway.kafka.partitions.segments import SegmentWriter
+from millrace.gateway.kafka.partitions.storage import SegmentPartitionStorage
 from millrace.gateway.kafka.partitions.waiters import Waiters, wait_for_any
 from millrace.gateway.kafka.partitions.watermark import HighWatermark
+from millrace.gateway.kafka.topics import TopicInfo
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 
 
@@ -178,3 +183,43 @@ def test_a_segment_is_truncated_below_the_first_batch_any_partition_needs() -> N
     assert truncation_points([a, b]) == {"shared": 110}  # b still needs its batch at 120 (envelope at 110)
     b.open_at(1)
     assert truncation_points([a, b]) == {"shared": 220}
+
+
+class _Tables:
+    def exists(self, name: str) -> bool:
+        return True
+
+
+class _Topics:
+    def __init__(self, topic: TopicInfo) -> None:
+        self.topic = topic
+
+    def get(self, name: str) -> TopicInfo | None:
+        return self.topic if name == self.topic.name else None
+
+
+def loaded_topic(topic: TopicInfo, segment_of: list[str]) -> LoadedTopic:
+    writers = {name: writer(name) for name in set(segment_of)}
+    return LoadedTopic(topic, [PartitionLog(topic.name, p, writers[name]) for p, name in enumerate(segment_of)],
+                       writers)
+
+
+def test_a_second_load_keeps_the_installed_partitions_and_adopts_only_new_ones() -> None:
+    two = TopicInfo("t", uuid.uuid4(), ((0.0, 0.5), (0.5, 1.0)))
+    three = TopicInfo("t", two.topic_id, ((0.0, 0.5), (0.5, 0.75), (0.75, 1.0)))
+    storage = SegmentPartitionStorage(None, _Topics(three), _Tables(), None, Clock(), 1 << 20)  # fakes: only the install path runs
+    first = storage._install(loaded_topic(two, ["s0", "s1"]))
+    installed = list(first)
+    again = storage._install(loaded_topic(three, ["s0", "s1", "s1"]))  # a request's load racing a topic event
+    assert again is first and again[:2] == installed  # appends in flight on them stay where they are
+    assert len(again) == 3 and again[2].writer is installed[1].writer  # one writer per segment
+    reloaded = storage._install(loaded_topic(three, ["s0", "s1", "s1"]), True)  # after a failed append
+    assert reloaded is not first and storage.loaded("t") is reloaded
+
+
+def test_a_load_of_a_topic_deleted_and_created_again_meanwhile_is_not_installed() -> None:
+    old = TopicInfo("t", uuid.uuid4(), ((0.0, 1.0),))
+    new = TopicInfo("t", uuid.uuid4(), ((0.0, 1.0),))
+    storage = SegmentPartitionStorage(None, _Topics(new), _Tables(), None, Clock(), 1 << 20)  # fakes: only the install path runs
+    storage._install(loaded_topic(old, ["s0"]))
+    assert storage.loaded("t") is None
