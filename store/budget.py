@@ -6,9 +6,10 @@ reading when a budget it feeds is full and resumes once the budget drains below 
 (as Redpanda admits requests against a memory estimate). So nothing acknowledged is ever dropped
 and one request larger than the whole budget is still admitted, alone.
 
-Bytes are acquired on the reactor thread and released wherever work completes (log-writer threads),
-so every method is thread-safe and drain callbacks run on the releasing thread: callers that live
-on another thread hop over themselves.
+Bytes are acquired where work is admitted (mostly the reactor thread) and released wherever it
+completes (log-writer threads), so every method is thread-safe, and drain callbacks run on the
+releasing thread (or the store's timer thread, for a polled backlog): callers that live on another
+thread hop over themselves. Kafka quotas could hang on the same hook: a budget that drains with time.
 
 ``Admission`` is one connection's view: its own budget plus the budgets (containers) its appends
 went to. While a connection dispatches a request it makes its admission *current* (``charging``),
