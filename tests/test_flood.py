@@ -27,7 +27,11 @@ from tests.kafka.wire import FETCH, KafkaWire
 from tests.server_process import ServerProcess
 
 MIB = 1024 * 1024
-FLOOD_SECONDS = 8.0
+# A flood runs until its writers have sent FLOOD_TARGET times what the server may hold (at least
+# MIN_FLOOD_SECONDS), or for MAX_FLOOD_SECONDS on a machine too slow to get there.
+FLOOD_TARGET = 2.5
+MIN_FLOOD_SECONDS = 4.0
+MAX_FLOOD_SECONDS = 30.0
 RECORD_BYTES = 1024
 # Small budgets, so the flood pushes many times more bytes through the server than it may hold.
 CONTAINERS = 2
@@ -67,9 +71,24 @@ def record(producer: int, seq: int) -> bytes:
     return struct.pack(">II", producer, seq) + bytes(RECORD_BYTES - 8)
 
 
-def run_flood(writers: list[Callable[[], None]], probe: Callable[[], None]) -> list[float]:
-    """Run each writer on its own thread; meanwhile call ``probe`` (another client's round trip) once
-    a second. Returns the probe's round-trip times; raises what a writer raised."""
+class Flood:
+    """What the writers have sent between them, and the signal for them to stop."""
+
+    def __init__(self, target_bytes: float) -> None:
+        self.target_bytes = target_bytes
+        self.stop = threading.Event()
+        self.sent = 0
+        self._lock = threading.Lock()
+
+    def wrote(self, n: int) -> None:
+        with self._lock:
+            self.sent += n
+
+
+def run_flood(flood: Flood, writers: list[Callable[[], None]], probe: Callable[[], None]) -> list[float]:
+    """Run each writer on its own thread until ``flood`` has its target; meanwhile call ``probe``
+    (another client's round trip) once a second. Returns the probe's round-trip times; raises what a
+    writer raised."""
     failures: list[BaseException] = []
 
     def guarded(writer: Callable[[], None]) -> None:
@@ -82,12 +101,16 @@ def run_flood(writers: list[Callable[[], None]], probe: Callable[[], None]) -> l
     times: list[float] = []
     for t in threads:
         t.start()
-    deadline = time.monotonic() + FLOOD_SECONDS
-    while time.monotonic() < deadline:
+    started = time.monotonic()
+    while True:
+        elapsed = time.monotonic() - started
+        if elapsed >= MAX_FLOOD_SECONDS or (elapsed >= MIN_FLOOD_SECONDS and flood.sent >= flood.target_bytes):
+            break
         start = time.monotonic()
         probe()
         times.append(time.monotonic() - start)
         time.sleep(max(0.0, 1.0 - times[-1]))
+    flood.stop.set()
     for t in threads:
         t.join(120)
         assert not t.is_alive(), "a flooding writer did not finish"
@@ -117,7 +140,10 @@ def test_kafka_flood_stays_within_budget_and_loses_nothing_acknowledged(server):
     errors: list[str] = []
     lock = threading.Lock()
 
-    def flood(producer_id: int, topic: str, acks: str) -> None:
+    connections = 2 * len(topics["0"]) + 2
+    flood = Flood(FLOOD_TARGET * allowance_mb(connections) * MIB)
+
+    def write(producer_id: int, topic: str, acks: str) -> None:
         p = Producer({"bootstrap.servers": server.bootstrap, "acks": acks, "linger.ms": 5,
                       "queue.buffering.max.messages": 20000, "enable.idempotence": acks == "all"})
 
@@ -131,20 +157,21 @@ def test_kafka_flood_stays_within_budget_and_loses_nothing_acknowledged(server):
                     acked[(msg.topic(), msg.partition(), msg.offset())] = msg.value()
 
         seq = 0
-        deadline = time.monotonic() + FLOOD_SECONDS
-        while time.monotonic() < deadline:
+        while not flood.stop.is_set():
             try:
                 p.produce(topic, record(producer_id, seq), on_delivery=delivered)
                 seq += 1
+                flood.wrote(RECORD_BYTES)
             except BufferError:
                 p.poll(0.005)
             if seq % 500 == 0:
                 p.poll(0)
         assert p.flush(90) == 0, f"{topic}: records still unsent after the flood"
 
-    writers = [functools.partial(flood, i, t, acks)
+    writers = [functools.partial(write, i, t, acks)
                for i, (acks, t) in enumerate((a, t) for a, names in topics.items() for t in names)]
-    rtts = run_flood(writers, lambda: admin.list_topics(timeout=ANSWER_WITHIN_SECONDS))
+    assert len(writers) + 2 == connections
+    rtts = run_flood(flood, writers, lambda: admin.list_topics(timeout=ANSWER_WITHIN_SECONDS))
     sampler.done.set()
     sampler.join()
 
@@ -204,30 +231,33 @@ def test_native_flood_stays_within_budget_and_loses_nothing_acknowledged(server)
     def payload(seq: int) -> bytes:
         return struct.pack(">I", seq) + os.urandom(16) + bytes(payload_bytes - 20)
 
-    def flood(name: str) -> None:
+    connections = len(segments) + 2
+    flood = Flood(FLOOD_TARGET * allowance_mb(connections) * MIB)
+
+    def write(name: str) -> None:
         # No client-side limit on requests in flight: only the server's backpressure (TCP stops
         # draining) keeps this writer from running away.
         with SegmentClient("127.0.0.1", server.native_port, timeout=120) as client:
             futures: list[tuple[int, Future]] = []
             seq = 0
-            deadline = time.monotonic() + FLOOD_SECONDS
-            while time.monotonic() < deadline:
+            while not flood.stop.is_set():
                 futures.append((seq, client.append_async(name, payload(seq))))
                 seq += 1
+                flood.wrote(payload_bytes)
             for s, f in futures:
                 offset = f.result(120)
                 with lock:
                     acked[name][offset] = s
                     sent[0] += payload_bytes
 
-    writers = [functools.partial(flood, name) for name in segments]
+    writers = [functools.partial(write, name) for name in segments]
     with SegmentClient("127.0.0.1", server.native_port, timeout=ANSWER_WITHIN_SECONDS) as other:
-        rtts = run_flood(writers, lambda: other.get_info(segments[0]))
+        rtts = run_flood(flood, writers, lambda: other.get_info(segments[0]))
     sampler.done.set()
     sampler.join()
 
     grown_mb = (sampler.peak - idle) / MIB
-    bound_mb = allowance_mb(connections=len(writers) + 2)
+    bound_mb = allowance_mb(connections)
     print(f"native flood: appended {sent[0] / MIB:.0f} MiB, RSS grew {grown_mb:.0f} MiB (bound {bound_mb:.0f}), "
           f"round trips max {max(rtts):.2f}s")
     assert max(rtts) < ANSWER_WITHIN_SECONDS
