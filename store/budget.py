@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -33,16 +34,18 @@ class ByteBudget:
 
     ``backlog`` (optional) reports bytes held elsewhere that count too but drain without telling the
     budget (a container's data waiting for long-term storage); while anyone waits
-    for such a budget to drain it is polled every ``poll_seconds`` through ``call_later``.
+    for such a budget to drain it is polled every ``poll_seconds`` through ``call_later``. A reading of
+    the backlog serves for ``backlog_seconds``: it may cost a walk over a container's segments, and
+    appends check it every time.
     """
 
     __slots__ = ("name", "limit", "low_water", "_used", "_peak", "_lock", "_waiters", "_backlog",
-                 "_call_later", "_poll_seconds", "_polling")
+                 "_call_later", "_poll_seconds", "_polling", "_backlog_seconds", "_backlog_value", "_backlog_at")
 
     def __init__(self, limit: int, name: str = "", low_water: int | None = None,
                  backlog: Callable[[], int] | None = None,
                  call_later: Callable[[float, Callable[[], None]], Any] | None = None,
-                 poll_seconds: float = 0.05) -> None:
+                 poll_seconds: float = 0.05, backlog_seconds: float = 0.01) -> None:
         if limit <= 0:
             raise ValueError(f"a byte budget needs a positive limit, not {limit}")
         if backlog is not None and call_later is None:
@@ -58,6 +61,9 @@ class ByteBudget:
         self._call_later = call_later
         self._poll_seconds = poll_seconds
         self._polling = False
+        self._backlog_seconds = backlog_seconds
+        self._backlog_value = 0
+        self._backlog_at = float("-inf")
 
     @property
     def used(self) -> int:
@@ -71,8 +77,18 @@ class ByteBudget:
 
     def held(self) -> int:
         """Bytes that count against the limit: acquired ones plus the backlog."""
-        # The backlog is read outside our lock: its owner may hold its own lock while releasing here.
-        return self._used + (self._backlog() if self._backlog is not None else 0)
+        return self._used + self._backlog_bytes()
+
+    def _backlog_bytes(self) -> int:
+        # Read outside our lock: the backlog's owner may hold its own lock while releasing here.
+        # Threads racing to refresh it each store a fresh reading; any of them will do.
+        if self._backlog is None:
+            return 0
+        now = time.monotonic()
+        if now - self._backlog_at >= self._backlog_seconds:
+            self._backlog_value = self._backlog()
+            self._backlog_at = now
+        return self._backlog_value
 
     @property
     def full(self) -> bool:
@@ -86,11 +102,14 @@ class ByteBudget:
                 self._peak = self._used
 
     def release(self, n: int) -> None:
-        backlog = self._backlog() if self._backlog is not None else 0
         with self._lock:
             self._used -= n
             if self._used < 0:
                 raise RuntimeError(f"budget {self.name}: released more than was acquired")
+            if not self._waiters:
+                return
+        backlog = self._backlog_bytes()
+        with self._lock:
             if not self._waiters or self._used + backlog > self.low_water:
                 return
             waiters, self._waiters = self._waiters, []
@@ -100,7 +119,7 @@ class ByteBudget:
     def when_drained(self, fn: Callable[[], None]) -> None:
         """Call ``fn`` once the budget holds at most ``low_water`` bytes: now (on this thread) if it
         already does, else on the thread whose release (or poll) gets it there."""
-        backlog = self._backlog() if self._backlog is not None else 0
+        backlog = self._backlog_bytes()
         start_polling = False
         with self._lock:
             waiting = self._used + backlog > self.low_water
@@ -118,7 +137,7 @@ class ByteBudget:
         self._call_later(self._poll_seconds, self._poll)
 
     def _poll(self) -> None:
-        backlog = self._backlog() if self._backlog is not None else 0
+        backlog = self._backlog_bytes()
         with self._lock:
             if self._waiters and self._used + backlog > self.low_water:
                 again = True

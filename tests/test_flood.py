@@ -310,7 +310,7 @@ def test_budget_backlog_is_polled_until_it_drains():
     backlog = [80]
     timers: list[Callable[[], None]] = []
     budget = ByteBudget(64, "container", backlog=lambda: backlog[0],
-                        call_later=lambda delay, fn: timers.append(fn))
+                        call_later=lambda delay, fn: timers.append(fn), backlog_seconds=0.0)
     assert budget.full
     drained: list[bool] = []
     budget.when_drained(lambda: drained.append(True))
