@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import threading
 import time
 from collections.abc import Callable
+
+log = logging.getLogger(__name__)
 
 
 class TimerHandle:
@@ -50,4 +53,8 @@ class Scheduler:
                     return
                 _, _, handle, fn = heapq.heappop(self._heap)
             if not handle.cancelled:
-                fn()
+                try:
+                    fn()
+                except Exception:
+                    # One failing callback must not end the thread every other timed wait depends on.
+                    log.exception("timer callback %r failed", fn)

@@ -8,7 +8,6 @@ Twisted reactor adapt them to Deferreds.
 
 from __future__ import annotations
 
-import contextlib
 import time
 import zlib
 from collections.abc import Callable, Sequence
@@ -71,24 +70,10 @@ class SegmentStore:
         # A flood therefore slows to what the log and long-term storage sustain instead of filling
         # memory.
         self.budgets: list[ByteBudget] = [
-            ByteBudget(container_budget_bytes, f"container-{c.container_id}", backlog=self._unflushed(c),
+            ByteBudget(container_budget_bytes, f"container-{c.container_id}", backlog=c.unflushed_bytes,
                        call_later=self.scheduler.call_later)
             for c in self.containers
         ]
-
-    @staticmethod
-    def _unflushed(container: SegmentContainer) -> Callable[[], int]:
-        """Bytes of the container's cache that long-term storage does not hold yet."""
-        last = [0]
-
-        def unflushed() -> int:
-            # Summed without the container's lock, a segment's cache may appear mid-sum: then the
-            # previous figure is as good an estimate, and the next check sums again.
-            with contextlib.suppress(RuntimeError):
-                last[0] = container.read_index().dirty_bytes
-            return last[0]
-
-        return unflushed
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:

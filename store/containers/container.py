@@ -316,6 +316,11 @@ class SegmentContainer:
     def cached_bytes(self) -> int:
         return self._read_index.total_bytes  # one int, read without the lock: a hint for pressure
 
+    def unflushed_bytes(self) -> int:
+        """Durable data that long-term storage does not hold yet (the cache cannot evict it)."""
+        with self._lock:  # a sum over the segments' caches, which the log writer changes
+            return self._read_index.dirty_bytes
+
     def dirty_segments(self) -> list[DirtySegment]:
         with self._lock:
             out = []
