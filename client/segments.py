@@ -14,46 +14,11 @@ import threading
 from concurrent.futures import Future
 from typing import Any
 
-from millrace.gateway.native.wire import MAX_FRAME_BYTES, Command, Status, decode_body, encode_frame
-from millrace.store import errors
-from millrace.store.contracts import AttributeUpdate, ReadResult, SegmentInfo
-from millrace.store.controller.errors import (
-    InvalidScaleError,
-    InvalidStreamCutError,
-    ScaleConflictError,
-    StreamNotSealedError,
-    StreamSealedError,
-)
+from millrace.protocol.contracts import AttributeUpdate, ReadResult, SegmentInfo
+from millrace.protocol.errors import ConnectionLostError, error_from_status
+from millrace.protocol.wire import MAX_FRAME_BYTES, Command, Status, decode_body, encode_frame
 
-_ERRORS: dict[int, type[errors.StoreError]] = {
-    Status.SEGMENT_NOT_FOUND: errors.SegmentNotFoundError,
-    Status.SEGMENT_EXISTS: errors.SegmentExistsError,
-    Status.SEGMENT_SEALED: errors.SegmentSealedError,
-    Status.BAD_ATTRIBUTE_UPDATE: errors.BadAttributeUpdateError,
-    Status.OFFSET_OUT_OF_RANGE: errors.OffsetOutOfRangeError,
-    Status.SEGMENT_TRUNCATED: errors.SegmentTruncatedError,
-    Status.CONTAINER_OFFLINE: errors.ContainerOfflineError,
-    Status.SCOPE_NOT_FOUND: errors.ScopeNotFoundError,
-    Status.SCOPE_NOT_EMPTY: errors.ScopeNotEmptyError,
-    Status.STREAM_NOT_FOUND: errors.StreamNotFoundError,
-    Status.STREAM_EXISTS: errors.StreamExistsError,
-    Status.STREAM_SEALED: StreamSealedError,
-    Status.STREAM_NOT_SEALED: StreamNotSealedError,
-    Status.INVALID_STREAM_CUT: InvalidStreamCutError,
-    Status.INVALID_SCALE: InvalidScaleError,
-    Status.SCALE_CONFLICT: ScaleConflictError,
-}
-
-
-class ConnectionLostError(errors.StoreError):
-    """The connection closed with requests outstanding; their outcome is unknown."""
-
-
-def _error(status: int, header: dict[str, Any]) -> Exception:
-    message = header.get("error", f"status {status}")
-    if status == Status.BAD_OFFSET:
-        return errors.BadOffsetError(message, header.get("expected", -1), header.get("actual", -1))
-    return _ERRORS.get(status, errors.StoreError)(message)
+__all__ = ["ConnectionLostError", "SegmentClient"]
 
 
 class SegmentClient:
@@ -104,7 +69,7 @@ class SegmentClient:
                 if status == Status.OK:
                     fut.set_result((header, payload))
                 else:
-                    fut.set_exception(_error(status, header))
+                    fut.set_exception(error_from_status(status, header))
         except OSError:
             pass
         finally:
@@ -146,9 +111,7 @@ class SegmentClient:
         if expected_offset is not None:
             header["expected_offset"] = expected_offset
         if attributes:
-            header["attributes"] = [
-                {"key": u.key, "value": u.value, "type": int(u.type), "expected": u.expected} for u in attributes
-            ]
+            header["attributes"] = [u.to_wire() for u in attributes]
         outer: Future = Future()
 
         def done(f: Future) -> None:
@@ -172,7 +135,7 @@ class SegmentClient:
 
     def get_info(self, name: str) -> SegmentInfo:
         header, _ = self.call(Command.GET_INFO, {"segment": name})
-        return SegmentInfo(**header)
+        return SegmentInfo.from_wire(header)
 
     def seal(self, name: str) -> int:
         return self.call(Command.SEAL, {"segment": name})[0]["value"]

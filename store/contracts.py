@@ -1,45 +1,8 @@
-"""Value types of the segment store API (what callers pass in and get back)."""
+"""Value types of the segment store API (what callers pass in and get back). They live in
+``millrace.protocol.contracts``, shared with the native client; the store names them here too."""
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass, field
+from millrace.protocol.contracts import AttributeUpdate, AttributeUpdateType, ReadResult, SegmentInfo
 
-
-class AttributeUpdateType(enum.IntEnum):
-    REPLACE = 0  # set the value
-    REPLACE_IF_EQUALS = 1  # set only if the current value equals ``expected`` (None = absent)
-    REPLACE_IF_GREATER = 2  # set only if greater than the current value (or absent)
-    ACCUMULATE_MAX = 3  # value = max(current, value), never fails
-    REMOVE = 4  # delete the attribute
-
-
-@dataclass(frozen=True)
-class AttributeUpdate:
-    """One change to a segment attribute. Applied atomically with the append that carries it."""
-
-    key: str
-    value: int = 0
-    type: AttributeUpdateType = AttributeUpdateType.REPLACE
-    expected: int | None = None
-
-
-@dataclass(frozen=True)
-class SegmentInfo:
-    name: str
-    start_offset: int  # first readable offset (after truncation)
-    length: int  # durable length: everything below is acknowledged and readable
-    sealed: bool
-    storage_length: int  # how much of the segment long-term storage holds
-    attributes: dict[str, int] = field(default_factory=dict)
-    created_ms: int = 0
-    last_modified_ms: int = 0
-
-
-@dataclass(frozen=True)
-class ReadResult:
-    """Bytes read from ``offset``. ``end_of_segment`` says the segment is sealed and fully read."""
-
-    offset: int
-    data: bytes
-    end_of_segment: bool = False
+__all__ = ["AttributeUpdate", "AttributeUpdateType", "ReadResult", "SegmentInfo"]

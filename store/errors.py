@@ -1,47 +1,48 @@
-"""Errors the segment store raises. Each maps onto a client-visible condition."""
+"""Errors the segment store raises. Those a client can see live in ``millrace.protocol.errors``
+(shared with the native client, which raises the same classes from wire statuses) and are named here
+too; the rest concern the store's own media and never cross the wire as themselves."""
 
 from __future__ import annotations
 
+from millrace.protocol.errors import (
+    BadAttributeUpdateError,
+    BadOffsetError,
+    ContainerOfflineError,
+    OffsetOutOfRangeError,
+    ScopeNotEmptyError,
+    ScopeNotFoundError,
+    SegmentExistsError,
+    SegmentNotFoundError,
+    SegmentSealedError,
+    SegmentTruncatedError,
+    StoreError,
+    StreamExistsError,
+    StreamNotFoundError,
+    TableKeyNotFoundError,
+    TableKeyVersionMismatchError,
+)
 
-class StoreError(Exception):
-    """Base of every segment-store error."""
-
-
-class SegmentNotFoundError(StoreError):
-    """The named segment does not exist (or was deleted / merged away)."""
-
-
-class SegmentExistsError(StoreError):
-    """A create named a segment that already exists."""
-
-
-class SegmentSealedError(StoreError):
-    """A modification reached a sealed segment."""
-
-
-class BadOffsetError(StoreError):
-    """A conditional append's expected offset did not match the segment length."""
-
-    def __init__(self, message: str, expected: int, actual: int) -> None:
-        super().__init__(message)
-        self.expected = expected
-        self.actual = actual
-
-
-class BadAttributeUpdateError(StoreError):
-    """A conditional attribute update's expected value did not match."""
-
-
-class OffsetOutOfRangeError(StoreError):
-    """A read or truncate named an offset outside [start_offset, length]."""
-
-
-class SegmentTruncatedError(OffsetOutOfRangeError):
-    """A read named an offset below the segment's start offset."""
-
-
-class ContainerOfflineError(StoreError):
-    """The container is not running (shut down, failed, or recovering)."""
+__all__ = [
+    "BadAttributeUpdateError",
+    "BadOffsetError",
+    "ChunkExistsError",
+    "ChunkNotFoundError",
+    "ContainerOfflineError",
+    "DataCorruptionError",
+    "DataLogWriterFencedError",
+    "OffsetOutOfRangeError",
+    "ScopeNotEmptyError",
+    "ScopeNotFoundError",
+    "SegmentExistsError",
+    "SegmentNotFoundError",
+    "SegmentSealedError",
+    "SegmentTruncatedError",
+    "StoreError",
+    "StreamExistsError",
+    "StreamNotFoundError",
+    "TableKeyNotFoundError",
+    "TableKeyVersionMismatchError",
+]
 
 
 class DataCorruptionError(StoreError):
@@ -58,27 +59,3 @@ class ChunkNotFoundError(StoreError):
 
 class ChunkExistsError(StoreError):
     """Long-term storage already has a chunk of that name (chunks are written once)."""
-
-
-class TableKeyNotFoundError(StoreError):
-    """A conditional table update or removal named a key that is absent."""
-
-
-class TableKeyVersionMismatchError(StoreError):
-    """A conditional table update named a version that is not the key's current one."""
-
-
-class StreamNotFoundError(StoreError):
-    """The controller knows no such scope/stream."""
-
-
-class StreamExistsError(StoreError):
-    """The controller already has a stream of that name."""
-
-
-class ScopeNotFoundError(StoreError):
-    """The controller knows no such scope."""
-
-
-class ScopeNotEmptyError(StoreError):
-    """A scope still holding streams cannot be deleted."""

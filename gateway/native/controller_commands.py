@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from millrace.gateway.native.wire import Command
+from millrace.protocol.wire import Command
 from millrace.store.controller import (
     Controller,
     EpochRecord,

@@ -15,7 +15,9 @@ from twisted.internet import protocol
 from millrace.gateway.framing import DEFAULT_CONNECTION_BUDGET_BYTES, BudgetedReceiver
 from millrace.gateway.futures import on_reactor
 from millrace.gateway.native.controller_commands import PartitionsOf, controller_handlers
-from millrace.gateway.native.wire import (
+from millrace.protocol.contracts import AttributeUpdate, ReadResult, SegmentInfo
+from millrace.protocol.errors import error_details, status_of
+from millrace.protocol.wire import (
     MAX_FRAME_BYTES,
     PROTOCOL_VERSION,
     Command,
@@ -24,68 +26,14 @@ from millrace.gateway.native.wire import (
     decode_body,
     encode_frame,
 )
-from millrace.store import errors
-from millrace.store.contracts import AttributeUpdate, AttributeUpdateType, ReadResult, SegmentInfo
-from millrace.store.controller import (
-    Controller,
-    InvalidScaleError,
-    InvalidStreamCutError,
-    ScaleConflictError,
-    StreamNotSealedError,
-    StreamSealedError,
-)
+from millrace.store.controller import Controller
 from millrace.store.futures import StoreFuture
 from millrace.store.segment_store import SegmentStore
 
 log = logging.getLogger(__name__)
 
-# Most specific first: SegmentTruncatedError is an OffsetOutOfRangeError.
-_STATUS_OF: list[tuple[type[Exception], Status]] = [
-    (errors.SegmentNotFoundError, Status.SEGMENT_NOT_FOUND),
-    (errors.SegmentExistsError, Status.SEGMENT_EXISTS),
-    (errors.SegmentSealedError, Status.SEGMENT_SEALED),
-    (errors.BadOffsetError, Status.BAD_OFFSET),
-    (errors.BadAttributeUpdateError, Status.BAD_ATTRIBUTE_UPDATE),
-    (errors.SegmentTruncatedError, Status.SEGMENT_TRUNCATED),
-    (errors.OffsetOutOfRangeError, Status.OFFSET_OUT_OF_RANGE),
-    (errors.ContainerOfflineError, Status.CONTAINER_OFFLINE),
-    (errors.ScopeNotFoundError, Status.SCOPE_NOT_FOUND),
-    (errors.ScopeNotEmptyError, Status.SCOPE_NOT_EMPTY),
-    (errors.StreamNotFoundError, Status.STREAM_NOT_FOUND),
-    (errors.StreamExistsError, Status.STREAM_EXISTS),
-    (StreamSealedError, Status.STREAM_SEALED),
-    (StreamNotSealedError, Status.STREAM_NOT_SEALED),
-    (InvalidStreamCutError, Status.INVALID_STREAM_CUT),
-    (InvalidScaleError, Status.INVALID_SCALE),
-    (ScaleConflictError, Status.SCALE_CONFLICT),
-]
-
-
-def status_of(exc: BaseException) -> Status:
-    for cls, status in _STATUS_OF:
-        if isinstance(exc, cls):
-            return status
-    if isinstance(exc, (errors.StoreError, ValueError, KeyError, TypeError)):
-        return Status.INVALID_REQUEST
-    return Status.INTERNAL_ERROR
-
-
-def _info_header(info: SegmentInfo) -> dict[str, Any]:
-    return {
-        "name": info.name,
-        "start_offset": info.start_offset,
-        "length": info.length,
-        "sealed": info.sealed,
-        "storage_length": info.storage_length,
-        "attributes": info.attributes,
-    }
-
-
 def _attribute_updates(raw: list[dict[str, Any]]) -> list[AttributeUpdate]:
-    return [
-        AttributeUpdate(u["key"], int(u.get("value", 0)), AttributeUpdateType(u.get("type", 0)), u.get("expected"))
-        for u in raw
-    ]
+    return [AttributeUpdate.from_wire(u) for u in raw]
 
 
 class NativeProtocol(BudgetedReceiver):
@@ -169,7 +117,7 @@ class NativeProtocol(BudgetedReceiver):
                 Status.OK, request_id, {"offset": value.offset, "end_of_segment": value.end_of_segment}, value.data
             )
         elif isinstance(value, SegmentInfo):
-            frame = encode_frame(Status.OK, request_id, _info_header(value))
+            frame = encode_frame(Status.OK, request_id, value.to_wire())
         elif isinstance(value, dict):
             frame = encode_frame(Status.OK, request_id, value)
         else:
@@ -180,10 +128,7 @@ class NativeProtocol(BudgetedReceiver):
         status = status_of(exc)
         if status == Status.INTERNAL_ERROR:
             log.error("native request %d failed", request_id, exc_info=exc)
-        extra: dict[str, Any] = {}
-        if isinstance(exc, errors.BadOffsetError):
-            extra = {"expected": exc.expected, "actual": exc.actual}
-        self._reply_error(request_id, size, status, str(exc) or type(exc).__name__, extra)
+        self._reply_error(request_id, size, status, str(exc) or type(exc).__name__, error_details(exc))
 
     def _reply_error(self, request_id: int, size: int, status: Status, message: str,
                      extra: dict | None = None) -> None:

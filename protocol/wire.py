@@ -1,4 +1,4 @@
-"""Native segment protocol framing (pure, no I/O), shared by the server and the Python client.
+"""Native protocol framing (pure, no I/O), shared by the server and the Python client.
 
 A frame is a 4-byte big-endian length followed by the body. A request body is
 ``command:u8 request_id:u64 header_len:u32 header(JSON) payload``; a response body is
@@ -70,6 +70,8 @@ class Status(enum.IntEnum):
     INVALID_STREAM_CUT = 26
     INVALID_SCALE = 27
     SCALE_CONFLICT = 28
+    TABLE_KEY_NOT_FOUND = 40
+    TABLE_KEY_VERSION_MISMATCH = 41
 
 
 class WireError(ValueError):

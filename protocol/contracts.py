@@ -1,0 +1,64 @@
+"""Value types of the segment API that both sides exchange (what callers pass in and get back)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class AttributeUpdateType(enum.IntEnum):
+    REPLACE = 0  # set the value
+    REPLACE_IF_EQUALS = 1  # set only if the current value equals ``expected`` (None = absent)
+    REPLACE_IF_GREATER = 2  # set only if greater than the current value (or absent)
+    ACCUMULATE_MAX = 3  # value = max(current, value), never fails
+    REMOVE = 4  # delete the attribute
+
+
+@dataclass(frozen=True)
+class AttributeUpdate:
+    """One change to a segment attribute. Applied atomically with the append that carries it."""
+
+    key: str
+    value: int = 0
+    type: AttributeUpdateType = AttributeUpdateType.REPLACE
+    expected: int | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"key": self.key, "value": self.value, "type": int(self.type), "expected": self.expected}
+
+    @classmethod
+    def from_wire(cls, raw: dict[str, Any]) -> AttributeUpdate:
+        expected = raw.get("expected")
+        return cls(str(raw["key"]), int(raw.get("value", 0)), AttributeUpdateType(int(raw.get("type", 0))),
+                   None if expected is None else int(expected))
+
+
+@dataclass(frozen=True)
+class SegmentInfo:
+    name: str
+    start_offset: int  # first readable offset (after truncation)
+    length: int  # durable length: everything below is acknowledged and readable
+    sealed: bool
+    storage_length: int  # how much of the segment long-term storage holds
+    attributes: dict[str, int] = field(default_factory=dict)
+    created_ms: int = 0
+    last_modified_ms: int = 0
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"name": self.name, "start_offset": self.start_offset, "length": self.length,
+                "sealed": self.sealed, "storage_length": self.storage_length, "attributes": self.attributes}
+
+    @classmethod
+    def from_wire(cls, raw: dict[str, Any]) -> SegmentInfo:
+        return cls(str(raw["name"]), int(raw["start_offset"]), int(raw["length"]), bool(raw["sealed"]),
+                   int(raw["storage_length"]), {str(k): int(v) for k, v in raw.get("attributes", {}).items()})
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    """Bytes read from ``offset``. ``end_of_segment`` says the segment is sealed and fully read."""
+
+    offset: int
+    data: bytes
+    end_of_segment: bool = False

@@ -1,0 +1,170 @@
+"""Errors both sides of the native protocol know, and their mapping to wire status codes.
+
+The store raises these; the native listener answers them with a status; the client raises the same
+classes again from the status, so ``except StreamNotFoundError`` reads the same on either side.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from millrace.protocol.wire import Status
+
+
+class StoreError(Exception):
+    """Base of every error a Millrace operation reports (server or client side)."""
+
+
+class SegmentNotFoundError(StoreError):
+    """The named segment does not exist (or was deleted / merged away)."""
+
+
+class SegmentExistsError(StoreError):
+    """A create named a segment that already exists."""
+
+
+class SegmentSealedError(StoreError):
+    """A modification reached a sealed segment."""
+
+
+class BadOffsetError(StoreError):
+    """A conditional append's expected offset did not match the segment length."""
+
+    def __init__(self, message: str, expected: int, actual: int) -> None:
+        super().__init__(message)
+        self.expected = expected
+        self.actual = actual
+
+
+class BadAttributeUpdateError(StoreError):
+    """A conditional attribute update's expected value did not match."""
+
+
+class OffsetOutOfRangeError(StoreError):
+    """A read or truncate named an offset outside [start_offset, length]."""
+
+
+class SegmentTruncatedError(OffsetOutOfRangeError):
+    """A read named an offset below the segment's start offset."""
+
+
+class ContainerOfflineError(StoreError):
+    """The container is not running (shut down, failed, or recovering)."""
+
+
+class TableKeyNotFoundError(StoreError):
+    """A conditional table update or removal named a key that is absent."""
+
+
+class TableKeyVersionMismatchError(StoreError):
+    """A conditional table update named a version that is not the key's current one."""
+
+
+class StreamNotFoundError(StoreError):
+    """The controller knows no such scope/stream."""
+
+
+class StreamExistsError(StoreError):
+    """The controller already has a stream of that name."""
+
+
+class ScopeNotFoundError(StoreError):
+    """The controller knows no such scope."""
+
+
+class ScopeNotEmptyError(StoreError):
+    """A scope still holding streams cannot be deleted."""
+
+
+class StreamNotSealedError(StoreError):
+    """Deleting a stream requires sealing it first (as in Pravega)."""
+
+
+class StreamSealedError(StoreError):
+    """The stream is sealed (or being sealed); its configuration can no longer change."""
+
+
+class InvalidStreamCutError(StoreError):
+    """A stream cut names unknown segments, does not cover the key space exactly once, lies past
+    a segment's length, or would move the stream's head backwards."""
+
+
+class ScaleConflictError(StoreError):
+    """Another scale got there first: the stream is scaling differently right now, the segments to
+    seal are already sealed, or the stream is no longer at the epoch the caller expected. Re-read
+    the stream's current segments and decide again."""
+
+
+class InvalidScaleError(StoreError, ValueError):
+    """A scale request that can never succeed: unknown or non-adjacent segments, or new key ranges
+    that do not cover the sealed segments' union exactly once."""
+
+
+class InvalidRequestError(StoreError, ValueError):
+    """The server refused a request as malformed (missing or ill-typed fields, bad values)."""
+
+
+class UnknownCommandError(StoreError):
+    """The server does not implement the command (an older server than the client)."""
+
+
+class ServerError(StoreError):
+    """The server failed unexpectedly while handling the request; its log says why."""
+
+
+class ConnectionLostError(StoreError):
+    """The connection closed with requests outstanding; their outcome is unknown."""
+
+
+# Most specific first: SegmentTruncatedError is an OffsetOutOfRangeError.
+_STATUSES: tuple[tuple[type[StoreError], Status], ...] = (
+    (SegmentNotFoundError, Status.SEGMENT_NOT_FOUND),
+    (SegmentExistsError, Status.SEGMENT_EXISTS),
+    (SegmentSealedError, Status.SEGMENT_SEALED),
+    (BadOffsetError, Status.BAD_OFFSET),
+    (BadAttributeUpdateError, Status.BAD_ATTRIBUTE_UPDATE),
+    (SegmentTruncatedError, Status.SEGMENT_TRUNCATED),
+    (OffsetOutOfRangeError, Status.OFFSET_OUT_OF_RANGE),
+    (ContainerOfflineError, Status.CONTAINER_OFFLINE),
+    (InvalidRequestError, Status.INVALID_REQUEST),
+    (UnknownCommandError, Status.UNKNOWN_COMMAND),
+    (ServerError, Status.INTERNAL_ERROR),
+    (ScopeNotFoundError, Status.SCOPE_NOT_FOUND),
+    (ScopeNotEmptyError, Status.SCOPE_NOT_EMPTY),
+    (StreamNotFoundError, Status.STREAM_NOT_FOUND),
+    (StreamExistsError, Status.STREAM_EXISTS),
+    (StreamSealedError, Status.STREAM_SEALED),
+    (StreamNotSealedError, Status.STREAM_NOT_SEALED),
+    (InvalidStreamCutError, Status.INVALID_STREAM_CUT),
+    (InvalidScaleError, Status.INVALID_SCALE),
+    (ScaleConflictError, Status.SCALE_CONFLICT),
+    (TableKeyNotFoundError, Status.TABLE_KEY_NOT_FOUND),
+    (TableKeyVersionMismatchError, Status.TABLE_KEY_VERSION_MISMATCH),
+)
+_ERROR_OF: dict[int, type[StoreError]] = {int(status): cls for cls, status in _STATUSES}
+
+
+def status_of(exc: BaseException) -> Status:
+    """The status a failed request answers with. Malformed input (the store's other errors, or a
+    missing or ill-typed header field) is the caller's fault; anything else is the server's."""
+    for cls, status in _STATUSES:
+        if isinstance(exc, cls):
+            return status
+    if isinstance(exc, (StoreError, ValueError, KeyError, TypeError)):
+        return Status.INVALID_REQUEST
+    return Status.INTERNAL_ERROR
+
+
+def error_details(exc: BaseException) -> dict[str, Any]:
+    """Header fields beyond the message that let the other side rebuild ``exc`` faithfully."""
+    if isinstance(exc, BadOffsetError):
+        return {"expected": exc.expected, "actual": exc.actual}
+    return {}
+
+
+def error_from_status(status: int, header: dict[str, Any]) -> StoreError:
+    """The exception an error response stands for (its header carries ``error``, the message)."""
+    message = str(header.get("error", f"status {status}"))
+    if status == Status.BAD_OFFSET:
+        return BadOffsetError(message, int(header.get("expected", -1)), int(header.get("actual", -1)))
+    return _ERROR_OF.get(status, StoreError)(message)
