@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from millrace.gateway.kafka.producer_ids import ProducerIdAllocator
     from millrace.gateway.kafka.scaling import KafkaScaling
     from millrace.gateway.kafka.topics import TopicRegistry
+    from millrace.gateway.kafka.transactions import TransactionCoordinator
 
 
 @dataclass
@@ -38,6 +39,7 @@ class KafkaConfig:
     group_initial_rebalance_delay_ms: int = 0
     group_min_session_timeout_ms: int = 1000
     group_max_session_timeout_ms: int = 300000
+    transaction_check_seconds: float = 1.0  # how often transactions past their timeout are looked for
 
 
 @dataclass
@@ -58,6 +60,7 @@ class Broker:
     groups: GroupCoordinator
     producer_ids: ProducerIdAllocator
     scaling: KafkaScaling
+    transactions: TransactionCoordinator
 
     def __init__(
         self, store: SegmentStore, controller: Controller, tables: TableStore, config: KafkaConfig,

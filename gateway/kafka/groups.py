@@ -1084,6 +1084,29 @@ class GroupCoordinator:
             return ErrorCode.REBALANCE_IN_PROGRESS
         return None
 
+    def validate_transactional_commit(self, group_id: str, member_id: str, instance_id: str | None,
+                                      generation_id: int) -> ErrorCode | None:
+        """TxnOffsetCommit's group checks (KIP-447): a member id and generation, when given, must be the
+        group's current ones, so a zombie of an older generation cannot commit in a transaction."""
+        error = self._validate_status(group_id, _Api.OFFSET_COMMIT)
+        if error is not None:
+            return error
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.ILLEGAL_GENERATION if generation_id >= 0 else None
+        return self._validate_offset_commit(group, member_id, instance_id, generation_id)
+
+    def commit_transactional_offsets(self, group_id: str, offsets: dict[TopicPartition, OffsetAndMetadata]
+                                     ) -> Deferred:
+        """A committed transaction's offsets of ``group_id``: fires with {tp: ErrorCode} once durable."""
+        error = self._validate_status(group_id, _Api.OFFSET_COMMIT)
+        if error is not None:
+            return succeed(dict.fromkeys(offsets, error))
+        group = self.groups.get(group_id)
+        if group is None or group.is_(GroupState.DEAD):
+            group = self.groups[group_id] = Group(group_id)
+        return self._store_offsets(group, offsets)
+
     def _store_offsets(self, group: Group, offsets: dict[TopicPartition, OffsetAndMetadata]) -> Deferred:
         result: dict[TopicPartition, ErrorCode] = {}
         accepted: dict[TopicPartition, OffsetAndMetadata] = {}

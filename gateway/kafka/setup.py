@@ -20,6 +20,7 @@ from millrace.gateway.kafka.producer_ids import ProducerIdAllocator
 from millrace.gateway.kafka.registry import load_handlers
 from millrace.gateway.kafka.scaling import KafkaScaling
 from millrace.gateway.kafka.topics import TopicRegistry
+from millrace.gateway.kafka.transactions import TransactionCoordinator
 from millrace.store.controller import Controller
 from millrace.store.errors import SegmentExistsError, TableKeyVersionMismatchError
 from millrace.store.segment_store import SegmentStore
@@ -59,6 +60,9 @@ def build_kafka(
     broker.scaling = KafkaScaling(broker)
     broker.groups = GroupCoordinator(broker)
     broker.groups.load()  # groups and committed offsets come back before the listener opens
+    broker.transactions = TransactionCoordinator(broker, IReactorTime(reactor), config.transaction_check_seconds)
+    broker.transactions.load()
+    broker.partitions.transaction_check = broker.transactions.check_produce
     return broker, KafkaFactory(broker)
 
 
@@ -67,7 +71,9 @@ def _retention_failed(failure: Failure, topic: str) -> None:
 
 
 def start_background(broker: Broker) -> task.LoopingCall:
-    """Periodic work on the reactor: retention enforcement for every topic."""
+    """Periodic work on the reactor: retention enforcement for every topic; the transaction coordinator
+    finishes transactions a crash left prepared and aborts those past their timeout."""
+    broker.transactions.start()
 
     def enforce() -> None:
         for name in broker.topics.names():

@@ -35,6 +35,8 @@ APIS = frozenset({
     "Heartbeat", "IncrementalAlterConfigs", "InitProducerId", "JoinGroup", "LeaveGroup", "ListGroups",
     "ListOffsets", "Metadata", "OffsetCommit", "OffsetDelete", "OffsetFetch", "OffsetForLeaderEpoch",
     "Produce", "SyncGroup",
+    "AddOffsetsToTxn", "AddPartitionsToTxn", "DescribeTransactions", "EndTxn", "ListTransactions",
+    "TxnOffsetCommit",
 })
 #: Specs generated that are not APIs: the frame headers and the consumer protocol's subscription.
 DATA_SPECS = frozenset({"RequestHeader", "ResponseHeader", "ConsumerProtocolSubscription"})

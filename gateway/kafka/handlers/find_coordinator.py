@@ -1,8 +1,7 @@
 """FindCoordinator (10): this single node coordinates every group.
 
-Key types: 0 = consumer group (answered with this node), 1 = transactional id (the transaction
-coordinator is not built yet: COORDINATOR_NOT_AVAILABLE, which clients retry), 2 = share group (v6+,
-not supported: COORDINATOR_NOT_AVAILABLE); any other is an INVALID_REQUEST, as in Kafka.
+Key types: 0 = consumer group and 1 = transactional id (both answered with this node), 2 = share
+group (v6+, not supported: COORDINATOR_NOT_AVAILABLE); any other is an INVALID_REQUEST, as in Kafka.
 """
 
 from __future__ import annotations
@@ -22,10 +21,8 @@ KEY_TYPE_SHARE = 2
 
 
 def _lookup(ctx: RequestContext, key_type: int, key: str) -> tuple[ErrorCode, str | None]:
-    if key_type == KEY_TYPE_GROUP:
+    if key_type in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
         return ErrorCode.NONE, None
-    if key_type == KEY_TYPE_TRANSACTION:
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the transaction coordinator is not available"
     if key_type == KEY_TYPE_SHARE and ctx.api_version >= 6:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, "share groups are not supported"
     return ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"

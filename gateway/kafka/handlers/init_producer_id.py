@@ -1,5 +1,6 @@
-"""InitProducerId (key 22): a fresh producer id for an idempotent producer (epoch 0). Transactional
-producers are refused until transactions arrive."""
+"""InitProducerId (key 22): a fresh producer id for an idempotent producer (epoch 0), or, with a
+transactional id, the transaction coordinator's id and (bumped) epoch for that transactional id,
+which fences any older instance of it."""
 
 from __future__ import annotations
 
@@ -21,7 +22,19 @@ Response = InitProducerIdResponse
 def handle_init_producer_id(ctx: RequestContext,
                             request: InitProducerIdRequest) -> Response | Deferred[Response]:
     if request.transactional_id is not None:
-        return Response(error_code=int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED), producer_id=-1,
-                        producer_epoch=-1)
+        # v3+ names the producer's current id and epoch (KIP-360); before v4 a fenced producer is told
+        # INVALID_PRODUCER_EPOCH, as Kafka tells it.
+        named = ctx.api_version >= 3
+        d = ctx.broker.transactions.init_producer_id(
+            request.transactional_id, request.transaction_timeout_ms,
+            request.producer_id if named else -1, request.producer_epoch if named else -1)
+
+        def respond(outcome: tuple[ErrorCode, int, int]) -> Response:
+            error, pid, epoch = outcome
+            if error is ErrorCode.PRODUCER_FENCED and ctx.api_version < 4:
+                error = ErrorCode.INVALID_PRODUCER_EPOCH
+            return Response(error_code=int(error), producer_id=pid, producer_epoch=epoch)
+
+        return d.addCallback(respond)
     return ctx.broker.blocking(ctx.broker.producer_ids.allocate).addCallback(
         lambda pid: Response(error_code=int(ErrorCode.NONE), producer_id=pid, producer_epoch=0))

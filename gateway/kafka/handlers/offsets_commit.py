@@ -92,6 +92,10 @@ def handle_offset_fetch(ctx: RequestContext,
     version = ctx.api_version
     cls = OffsetFetchResponse
 
+    def unstable(group_id: str, require_stable: bool) -> set[TopicPartition]:
+        # KIP-447: a consumer asking for stable offsets must wait out offsets of an open transaction.
+        return ctx.broker.transactions.pending_offsets(group_id) if require_stable and version >= 7 else set()
+
     def fetch(coordinator: GroupCoordinator) -> OffsetFetchResponse:
         if version >= 8:
             # Member id and epoch (v9) only matter to the KIP-848 consumer protocol; classic
@@ -100,18 +104,22 @@ def handle_offset_fetch(ctx: RequestContext,
             for g in request.groups:
                 wanted = None if g.topics is None else [(t.name, p) for t in g.topics for p in t.partition_indexes]
                 error, found = coordinator.fetch_offsets(g.group_id, wanted)
+                pending = unstable(g.group_id, request.require_stable)
                 groups.append(cls.OffsetFetchResponseGroup(
                     group_id=g.group_id, error_code=int(error),
                     topics=[] if error is not ErrorCode.NONE else [
                         cls.OffsetFetchResponseTopics(name=topic, partitions=[
                             cls.OffsetFetchResponsePartitions(
                                 partition_index=p, committed_offset=om.offset, committed_leader_epoch=om.leader_epoch,
-                                metadata=om.metadata, error_code=0) for p, om in parts])
+                                metadata=om.metadata,
+                                error_code=int(ErrorCode.UNSTABLE_OFFSET_COMMIT) if (topic, p) in pending else 0)
+                            for p, om in parts])
                         for topic, parts in _by_topic(found.items()).items()]))
             return cls(throttle_time_ms=0, groups=groups)
         wanted = None if request.topics is None else [(t.name, p) for t in request.topics
                                                       for p in t.partition_indexes]
         error, found = coordinator.fetch_offsets(request.group_id, wanted)
+        pending = unstable(request.group_id, request.require_stable)
         if error is not ErrorCode.NONE:
             if version >= 2:
                 return cls(throttle_time_ms=0, error_code=int(error), topics=[])
@@ -122,7 +130,9 @@ def handle_offset_fetch(ctx: RequestContext,
                 cls.OffsetFetchResponsePartition(
                     partition_index=p, committed_offset=om.offset,
                     committed_leader_epoch=om.leader_epoch if version >= 5 else -1,
-                    metadata=om.metadata, error_code=int(error)) for p, om in parts])
+                    metadata=om.metadata,
+                    error_code=int(ErrorCode.UNSTABLE_OFFSET_COMMIT) if (topic, p) in pending else int(error))
+                for p, om in parts])
             for topic, parts in _by_topic(found.items()).items()])
 
     return get_coordinator(ctx.broker).call(fetch)

@@ -1,5 +1,6 @@
 """Produce (key 0): record batches appended as sent, acknowledged once durable (acks 1 and all alike:
-nothing is acknowledged before it is durable); acks=0 gets no response at all."""
+nothing is acknowledged before it is durable); acks=0 gets no response at all. Transactional batches
+too (see ``partitions.storage``)."""
 
 from __future__ import annotations
 
@@ -26,16 +27,10 @@ def _partition_result(index: int, error: int, base_offset: int = -1, log_start: 
     )
 
 
-def _produce_topic(ctx: RequestContext, topic_data: ProduceRequest.TopicProduceData,
-                   transactional: bool) -> defer.Deferred:
+def _produce_topic(ctx: RequestContext, topic_data: ProduceRequest.TopicProduceData) -> defer.Deferred:
     broker = ctx.broker
 
     def with_logs(found: tuple[TopicInfo, list[PartitionLog]] | None) -> defer.Deferred:
-        if transactional:
-            return defer.succeed([
-                _partition_result(pd.index, ErrorCode.INVALID_REQUEST,
-                                  message="transactional produce is not supported yet")
-                for pd in topic_data.partition_data])
         if found is None:
             return defer.succeed([
                 _partition_result(pd.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
@@ -73,8 +68,9 @@ def _produce_partition(broker: Broker, topic: TopicInfo, parts: list[PartitionLo
 @api(ProduceRequest, 3, 11)
 def handle_produce(ctx: RequestContext,
                    request: ProduceRequest) -> defer.Deferred[ProduceResponse] | NoResponse:
-    transactional = request.transactional_id is not None
-    per_topic = [_produce_topic(ctx, td, transactional) for td in request.topic_data]
+    # A transactional batch is admitted by its partition only inside its producer's ongoing transaction
+    # (the partition storage asks the transaction coordinator), whatever transactional id is named here.
+    per_topic = [_produce_topic(ctx, td) for td in request.topic_data]
     gathered = defer.gatherResults(per_topic, consumeErrors=True)
     if request.acks == 0:
         gathered.addErrback(lambda f: None)  # no one to tell; errors are logged where they happen

@@ -27,6 +27,9 @@ INDEX_ENTRY_SIZE = _INDEX_ENTRY.size
 # lastOffsetDelta, baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordCount
 _BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
 _LEADER_EPOCH = struct.Struct(">i")
+# Batch attribute bits an index entry keeps: a transactional batch, a control batch (a marker)
+TRANSACTIONAL_ATTRIBUTE = 0x10
+CONTROL_ATTRIBUTE = 0x20
 
 
 def envelope(partition: int, batch_size: int) -> bytes:

@@ -12,9 +12,11 @@ from dataclasses import dataclass
 
 from twisted.internet.interfaces import IReactorTime
 
+from millrace.gateway.kafka.partitions.formats import CONTROL_ATTRIBUTE, IndexEntry
 from millrace.gateway.kafka.partitions.partition import PartitionLog
-from millrace.gateway.kafka.partitions.segments import SegmentWriter, recover_segment
+from millrace.gateway.kafka.partitions.segments import SegmentWriter, read_fully, recover_segment
 from millrace.gateway.kafka.topics import TopicInfo, TopicRegistry
+from millrace.gateway.kafka_protocol.records import ControlRecordType, iter_batches, parse_control_record
 from millrace.store.segment_store import SegmentStore
 from millrace.store.tables import TableStore
 
@@ -49,11 +51,20 @@ def load_topic(store: SegmentStore, clock: IReactorTime, topics: TopicRegistry, 
         writer = writers[name] = SegmentWriter(store, clock, name, found.tail, found.index_tail)
         for entry in found.entries:
             if entry.partition < len(parts):
-                parts[entry.partition].recovered(writer, entry)
+                commit = marker_is_commit(store, name, entry) if entry.attributes & CONTROL_ATTRIBUTE else None
+                parts[entry.partition].recovered(writer, entry, commit)
     for p in parts:
         p.write_to(writers[topics.segment_of_partition(topic, p.partition, current).name])
         p.open_at(log_starts.get(p.partition, 0))
     return LoadedTopic(topic, parts, writers)
+
+
+def marker_is_commit(store: SegmentStore, segment: str, entry: IndexEntry) -> bool:
+    """Blocking: whether the stored marker batch of ``entry`` commits (else it aborts). Markers are a
+    few dozen bytes and the index does not keep their kind, so recovery reads each one."""
+    batch = next(iter_batches(read_fully(store, segment, entry.position, entry.length)))
+    kind, _ = parse_control_record(next(iter(batch.records())))
+    return kind == ControlRecordType.COMMIT
 
 
 def segments_of_partitions(topics: TopicRegistry, topic: TopicInfo) -> list[str]:

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from millrace.gateway.kafka.partitions.formats import IndexEntry
+from millrace.gateway.kafka.partitions.formats import CONTROL_ATTRIBUTE, TRANSACTIONAL_ATTRIBUTE, IndexEntry
 from millrace.gateway.kafka.partitions.offset_index import OffsetIndex
 from millrace.gateway.kafka.partitions.producers import Producers
 from millrace.gateway.kafka.partitions.segments import SegmentWriter
+from millrace.gateway.kafka.partitions.transactions import PartitionTransactions
 from millrace.gateway.kafka.partitions.waiters import Waiters
 from millrace.gateway.kafka.partitions.watermark import HighWatermark
 
@@ -29,8 +30,7 @@ class PartitionOffsets:
 
     log_start: int
     high_watermark: int
-    # Until transactions arrive every durable batch is committed, so the last stable offset is the
-    # high watermark; with transactions it stops at the first open transaction.
+    # The high watermark capped by the first offset of the oldest open transaction.
     last_stable: int
 
 
@@ -48,6 +48,7 @@ class PartitionLog:
         self.next_offset = 0
         self.watermark = HighWatermark(0)
         self.producers = Producers()
+        self.txns = PartitionTransactions()
         self.waiters = Waiters()
         if writer is not None:
             self.write_to(writer)
@@ -61,7 +62,7 @@ class PartitionLog:
 
     def offsets(self) -> PartitionOffsets:
         hw = self.watermark.offset
-        return PartitionOffsets(self.log_start, hw, hw)
+        return PartitionOffsets(self.log_start, hw, self.txns.last_stable(hw))
 
     def write_to(self, writer: SegmentWriter) -> None:
         """Send new batches to ``writer``'s segment (at load, growth, or a scaling switch)."""
@@ -75,8 +76,9 @@ class PartitionLog:
             self.segments.append(writer)
         return number
 
-    def recovered(self, writer: SegmentWriter, entry: IndexEntry) -> None:
-        """Add a stored batch during a load (segments oldest first, each in order)."""
+    def recovered(self, writer: SegmentWriter, entry: IndexEntry, commit: bool | None = None) -> None:
+        """Add a stored batch during a load (segments oldest first, each in order); ``commit`` tells a
+        transaction marker's kind (None for data batches)."""
         last = self.index.next_offset
         if last is not None and entry.base_offset != last:
             # base < next: already indexed (an entry repeated by a crash between index appends).
@@ -86,6 +88,12 @@ class PartitionLog:
             return
         self.index.append(self.segment_number(writer), entry.base_offset, entry.last_offset, entry.position,
                           entry.length, entry.max_timestamp)
+        if entry.attributes & CONTROL_ATTRIBUTE:
+            self.producers.fence(entry.producer_id, entry.producer_epoch)
+            self.txns.marker(entry.producer_id, entry.base_offset, bool(commit))
+            return
+        if entry.attributes & TRANSACTIONAL_ATTRIBUTE:
+            self.txns.batch(entry.producer_id, entry.base_offset)
         if entry.producer_id >= 0:
             self.producers.recovered(entry.producer_id, entry.producer_epoch, entry.base_sequence,
                                      entry.base_sequence + entry.last_offset_delta, entry.base_offset)
@@ -99,3 +107,4 @@ class PartitionLog:
         self.next_offset = max(self.next_offset, self.log_start)
         self.watermark = HighWatermark(self.next_offset)
         self.index.drop_below(self.log_start)
+        self.txns.drop_below(self.log_start)

@@ -5,8 +5,9 @@ start at sequence 0; a batch equal to one of the last ``PRODUCER_WINDOW`` is a d
 with the original's base offset (once the original is acknowledged: a retry of a batch still in flight
 waits for its outcome); any other batch must continue the sequence (OUT_OF_ORDER_SEQUENCE_NUMBER).
 
-Transactions will hook in here: a producer's open transaction (its first offset, for the last stable
-offset) belongs in ``ProducerState``.
+Transaction markers carry the producer's epoch: ``fence`` makes it the partition's current one, so a
+zombie whose transaction the coordinator aborted with a bumped epoch is refused here too. The open
+transactions themselves are ``transactions.PartitionTransactions``'.
 
 Owned by the reactor thread once the partition is installed.
 """
@@ -81,6 +82,13 @@ class Producers:
             state = self._states[producer_id] = ProducerState(epoch)
         if epoch == state.epoch:
             state.batches.append((first_sequence, last_sequence, base))
+
+    def fence(self, producer_id: int, epoch: int) -> None:
+        """A transaction marker of ``epoch`` was written: older epochs of the producer are refused from
+        now on (a coordinator that aborts a zombie's transaction writes its marker with a bumped epoch)."""
+        state = self._states.get(producer_id)
+        if state is None or epoch > state.epoch:
+            self._states[producer_id] = ProducerState(epoch)
 
     def get(self, producer_id: int) -> ProducerState | None:
         return self._states.get(producer_id)

@@ -8,9 +8,10 @@ also serves the gateway's own callers: loading at start, topic events, scaling s
 
 All partition state is owned by the reactor thread. Loads and reloads read the store on the worker
 pool (``blocking``) and build fresh partitions there, which the reactor installs; store futures come
-back through ``to_deferred``. Transactions will hook in at the marked places: the isolation level of
-fetch and list-offsets (the last stable offset, aborted transactions), and the admission of
-transactional and control batches in ``append``.
+back through ``to_deferred``. Transactions: ``append`` admits a transactional batch only while its
+partition is in the producer's ongoing transaction (``transaction_check``), ``write_marker`` appends
+the coordinator's commit/abort markers, and read_committed fetches and list-offsets stop at the last
+stable offset (``transactions.PartitionTransactions``).
 """
 
 from __future__ import annotations
@@ -45,7 +46,11 @@ from millrace.gateway.kafka.partitions.watermark import PendingAppend
 from millrace.gateway.kafka.topics import TopicInfo, TopicRegistry
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.records import (
+    BatchHeader,
+    ControlRecordType,
     RecordBatchError,
+    build_control_batch,
+    iter_batches,
     set_base_offset,
     validate_produce_records,
 )
@@ -127,6 +132,9 @@ class SegmentPartitionStorage(PartitionStorage):
         self._writers: dict[str, SegmentWriter] = {}  # data segment name -> its writer
         self._loading: dict[str, list[defer.Deferred[None]]] = {}  # topic -> callers waiting for its load
         self._reloading: set[str] = set()
+        # Raises PartitionError unless (topic, partition) is in the ongoing transaction of the producer
+        # id at that epoch; set by the transaction coordinator (None: transactional batches refused).
+        self.transaction_check: Callable[[str, int, int, int], None] | None = None
         if not tables.exists(LOG_STARTS_TABLE):
             with contextlib.suppress(SegmentExistsError):
                 tables.create_table(LOG_STARTS_TABLE)
@@ -285,15 +293,17 @@ class SegmentPartitionStorage(PartitionStorage):
         if h.size > limit:
             raise PartitionError(ErrorCode.MESSAGE_TOO_LARGE,
                                  f"batch of {h.size} bytes exceeds max.message.bytes={limit}")
-        if h.is_transactional or h.is_control:
-            # Transactions hook: a transactional batch opens or extends its producer's transaction (the
-            # last stable offset stops there); a control batch (commit/abort marker) closes it.
-            raise PartitionError(ErrorCode.INVALID_RECORD, "transactional batches are not supported yet")
-        writer = p.writer
-        if writer is None or writer.failed is not None or p.topic in self._reloading:
-            if writer is not None and writer.failed is not None:
-                self._reload_after_failure(p.topic)  # a reload that failed earlier is tried again
-            raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{p.topic}-{p.partition} is recovering")
+        if h.is_control:
+            raise PartitionError(ErrorCode.INVALID_RECORD, "clients may not write control batches")
+        if h.is_transactional:
+            if h.producer_id < 0:
+                raise PartitionError(ErrorCode.INVALID_RECORD, "a transactional batch needs a producer id")
+            if self.transaction_check is None:
+                raise PartitionError(ErrorCode.INVALID_RECORD, "transactions are not enabled")
+            # The partition must be in the producer's ongoing transaction at this epoch (KIP-890's
+            # verification, here an in-process lookup): a late batch can never reopen a finished one.
+            self.transaction_check(p.topic, p.partition, h.producer_id, h.producer_epoch)
+        writer = self._writable(p)
         producer = None
         if h.producer_id >= 0:
             last_sequence = h.base_sequence + h.last_offset_delta
@@ -301,14 +311,49 @@ class SegmentPartitionStorage(PartitionStorage):
             if duplicate is not None:
                 return duplicate
         base = p.next_offset
+        if h.is_transactional:
+            p.txns.batch(h.producer_id, base)
+        return self._store(p, writer, batch.data, h, producer)
+
+    def _writable(self, p: PartitionLog) -> SegmentWriter:
+        writer = p.writer
+        if writer is None or writer.failed is not None or p.topic in self._reloading:
+            if writer is not None and writer.failed is not None:
+                self._reload_after_failure(p.topic)  # a reload that failed earlier is tried again
+            raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{p.topic}-{p.partition} is recovering")
+        return writer
+
+    def write_marker(self, p: PartitionLog, producer_id: int, producer_epoch: int, commit: bool,
+                     coordinator_epoch: int = 0) -> defer.Deferred[int]:
+        """Append a transaction marker (the coordinator's control batch) for ``producer_id``; fires with
+        its offset once durable, when the partition has closed the transaction (the last stable offset
+        has moved past it and an abort is in the aborted index)."""
+        writer = self._writable(p)
+        marker = build_control_batch(ControlRecordType.COMMIT if commit else ControlRecordType.ABORT,
+                                     producer_id=producer_id, producer_epoch=producer_epoch,
+                                     coordinator_epoch=coordinator_epoch)
+        h = next(iter_batches(marker)).header
+        p.producers.fence(producer_id, producer_epoch)
+
+        def closed(offset: int) -> int:
+            p.txns.marker(producer_id, offset, commit)
+            return offset
+
+        # Runs when the high watermark passes the marker, before the partition's fetchers are woken.
+        return self._store(p, writer, memoryview(marker), h, None).addCallback(closed)
+
+    def _store(self, p: PartitionLog, writer: SegmentWriter, batch_data: Any, h: BatchHeader,
+               producer: ProducerState | None) -> defer.Deferred[int]:
+        """Give the batch the partition's next offsets and append it; fires once acknowledged."""
+        base = p.next_offset
         last = base + h.last_offset_delta
         p.next_offset = last + 1
         # Only the first 16 bytes change (baseOffset, partitionLeaderEpoch; outside the CRC): copy those,
         # and let the join below be the one copy of the batch.
-        head = bytearray(batch.data[:16])
+        head = bytearray(batch_data[:16])
         set_base_offset(head, base, 0)
         set_leader_epoch(head, 0)
-        data = b"".join((envelope(p.partition, h.size), head, batch.data[16:]))
+        data = b"".join((envelope(p.partition, h.size), head, batch_data[16:]))
         expected = writer.reserve(len(data))
         entry = IndexEntry.of_batch(p.partition, base, expected + ENVELOPE.size, h)
         p.index.append(p.segment_number(writer), base, last, entry.position, h.size, h.max_timestamp)
@@ -362,8 +407,15 @@ class SegmentPartitionStorage(PartitionStorage):
             raise PartitionError(ErrorCode.OFFSET_OUT_OF_RANGE,
                                  f"offset {offset} outside [{offsets.log_start}, {offsets.high_watermark}] of "
                                  f"{p.topic}-{p.partition}")
-        # Transactions hook: read_committed stops at the last stable offset and reports aborted ranges.
-        end = offsets.last_stable if isolation == READ_COMMITTED else offsets.high_watermark
+        # read_committed stops at the last stable offset and is told the aborted transactions in its range.
+        if isolation == READ_COMMITTED:
+            end = offsets.last_stable
+            if offset >= end:
+                return defer.succeed(FetchedRecords(b"", offsets))
+            aborted = tuple((a.producer_id, a.first_offset) for a in p.txns.aborted_between(offset, end))
+            return reads.read_batches(self.store, p, offset, max_bytes, end).addCallback(
+                FetchedRecords, offsets, aborted)
+        end = offsets.high_watermark
         if offset >= end:
             return defer.succeed(FetchedRecords(b"", offsets))
         return reads.read_batches(self.store, p, offset, max_bytes, end).addCallback(FetchedRecords, offsets)
@@ -428,6 +480,7 @@ class SegmentPartitionStorage(PartitionStorage):
         def applied(_: Any) -> int:
             p.log_start = max(p.log_start, offset)
             p.index.drop_below(p.log_start)
+            p.txns.drop_below(p.log_start)
             self._truncate_segments(p.topic)
             return p.log_start
 

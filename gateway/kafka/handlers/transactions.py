@@ -1,0 +1,188 @@
+"""Transactions (KIP-98/447): AddPartitionsToTxn (24), AddOffsetsToTxn (25), EndTxn (26),
+TxnOffsetCommit (28), DescribeTransactions (65) and ListTransactions (66). The coordinator's rules are
+in ``gateway.kafka.transactions.coordinator``; here requests are checked against the topic registry
+and answered in each version's shape.
+
+Versions are those of the classic ("v1") transaction protocol: the newer one (KIP-890 part 2: Produce
+v12, EndTxn v5, AddPartitionsToTxn v4+ which are broker-to-broker) is not served, and clients fall
+back to v1 because ApiVersions advertises neither those versions nor the transaction.version feature.
+Before version 2 of AddPartitionsToTxn, AddOffsetsToTxn and EndTxn (and before TxnOffsetCommit v3) a
+fenced producer is told INVALID_PRODUCER_EPOCH, as Kafka tells it, since PRODUCER_FENCED did not exist.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from twisted.internet import defer
+
+from millrace.gateway.kafka.broker import RequestContext
+from millrace.gateway.kafka.group_store import OffsetAndMetadata
+from millrace.gateway.kafka.groups import GroupCoordinator, get_coordinator
+from millrace.gateway.kafka.registry import api
+from millrace.gateway.kafka.transactions import TransactionCoordinator, TxnState
+from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka_protocol.messages.add_offsets_to_txn import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+)
+from millrace.gateway.kafka_protocol.messages.add_partitions_to_txn import (
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+)
+from millrace.gateway.kafka_protocol.messages.describe_transactions import (
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+)
+from millrace.gateway.kafka_protocol.messages.end_txn import EndTxnRequest, EndTxnResponse
+from millrace.gateway.kafka_protocol.messages.list_transactions import (
+    ListTransactionsRequest,
+    ListTransactionsResponse,
+)
+from millrace.gateway.kafka_protocol.messages.txn_offset_commit import (
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+)
+
+
+def _coordinator(ctx: RequestContext) -> TransactionCoordinator:
+    return ctx.broker.transactions
+
+
+def _fenced(ctx: RequestContext, first_version: int = 2) -> ErrorCode:
+    return ErrorCode.PRODUCER_FENCED if ctx.api_version >= first_version else ErrorCode.INVALID_PRODUCER_EPOCH
+
+
+@api(AddPartitionsToTxnRequest, 0, 3)
+def handle_add_partitions_to_txn(ctx: RequestContext,
+                                 request: AddPartitionsToTxnRequest) -> defer.Deferred[AddPartitionsToTxnResponse]:
+    cls = AddPartitionsToTxnResponse
+    wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
+    unknown = set()
+    for topic, partition in wanted:
+        info = ctx.broker.topics.get(topic)
+        if info is None or not 0 <= partition < info.partition_count:
+            unknown.add((topic, partition))
+
+    def respond(errors: dict[tuple[str, int], ErrorCode]) -> AddPartitionsToTxnResponse:
+        by_topic: dict[str, list[AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult]] = {}
+        for topic, partition in wanted:
+            by_topic.setdefault(topic, []).append(cls.AddPartitionsToTxnPartitionResult(
+                partition_index=partition, partition_error_code=int(errors[(topic, partition)])))
+        return cls(results_by_topic_v3_and_below=[
+            cls.AddPartitionsToTxnTopicResult(name=name, results_by_partition=parts) for name, parts in by_topic.items()])
+
+    if unknown:
+        # As Kafka: nothing is added when any partition is unknown; the others were not attempted.
+        return defer.succeed(respond({tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
+                                      else ErrorCode.OPERATION_NOT_ATTEMPTED for tp in wanted}))
+    d = _coordinator(ctx).add_partitions(request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
+                                         request.v3_and_below_producer_epoch, wanted, _fenced(ctx))
+    return d.addCallback(lambda error: respond({tp: error for tp in wanted}))
+
+
+@api(AddOffsetsToTxnRequest, 0, 4)
+def handle_add_offsets_to_txn(ctx: RequestContext,
+                              request: AddOffsetsToTxnRequest) -> defer.Deferred[AddOffsetsToTxnResponse]:
+    if not request.group_id:
+        return defer.succeed(AddOffsetsToTxnResponse(error_code=int(ErrorCode.INVALID_GROUP_ID)))
+    d = _coordinator(ctx).add_offsets(request.transactional_id, request.producer_id, request.producer_epoch,
+                                      request.group_id, _fenced(ctx))
+    return d.addCallback(lambda error: AddOffsetsToTxnResponse(error_code=int(error)))
+
+
+@api(EndTxnRequest, 0, 4)
+def handle_end_txn(ctx: RequestContext, request: EndTxnRequest) -> defer.Deferred[EndTxnResponse]:
+    d = _coordinator(ctx).end_txn(request.transactional_id, request.producer_id, request.producer_epoch,
+                                  request.committed, _fenced(ctx))
+    return d.addCallback(lambda error: EndTxnResponse(error_code=int(error), producer_id=-1, producer_epoch=-1))
+
+
+@api(TxnOffsetCommitRequest, 0, 4)
+def handle_txn_offset_commit(ctx: RequestContext,
+                             request: TxnOffsetCommitRequest) -> defer.Deferred[TxnOffsetCommitResponse]:
+    cls = TxnOffsetCommitResponse
+    now = int(time.time() * 1000)
+    requested = [(t.name, p) for t in request.topics for p in t.partitions]
+    offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    for topic, p in requested:
+        info = ctx.broker.topics.get(topic)
+        if info is None or not 0 <= p.partition_index < info.partition_count:
+            errors[(topic, p.partition_index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            continue
+        offsets[(topic, p.partition_index)] = OffsetAndMetadata(
+            offset=p.committed_offset, leader_epoch=p.committed_leader_epoch if ctx.api_version >= 2 else -1,
+            metadata=p.committed_metadata or "", commit_timestamp=now)
+
+    def respond(error: ErrorCode) -> TxnOffsetCommitResponse:
+        by_topic: dict[str, list[TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition]] = {}
+        for topic, p in requested:
+            tp = (topic, p.partition_index)
+            by_topic.setdefault(topic, []).append(cls.TxnOffsetCommitResponsePartition(
+                partition_index=p.partition_index, error_code=int(errors.get(tp, error))))
+        return cls(topics=[cls.TxnOffsetCommitResponseTopic(name=name, partitions=parts)
+                           for name, parts in by_topic.items()])
+
+    if not offsets:
+        return defer.succeed(respond(ErrorCode.NONE))
+    member_id = request.member_id if ctx.api_version >= 3 else ""
+    instance_id = request.group_instance_id if ctx.api_version >= 3 else None
+    generation = request.generation_id if ctx.api_version >= 3 else -1
+
+    def commit(groups: GroupCoordinator) -> defer.Deferred[ErrorCode]:
+        group_error = groups.validate_transactional_commit(request.group_id, member_id, instance_id, generation)
+        if group_error is not None:
+            return defer.succeed(group_error)
+        return _coordinator(ctx).txn_offset_commit(request.transactional_id, request.group_id, request.producer_id,
+                                                   request.producer_epoch, offsets)
+
+    d: defer.Deferred[Any] = defer.maybeDeferred(get_coordinator(ctx.broker).call, commit)
+    fenced = _fenced(ctx, first_version=3)
+    return d.addCallback(lambda error: respond(fenced if error is ErrorCode.PRODUCER_FENCED else error))
+
+
+@api(DescribeTransactionsRequest, 0, 0)
+def handle_describe_transactions(ctx: RequestContext,
+                                 request: DescribeTransactionsRequest) -> DescribeTransactionsResponse:
+    cls = DescribeTransactionsResponse
+    states = []
+    for transactional_id in request.transactional_ids:
+        meta = _coordinator(ctx).txns.get(transactional_id)
+        if meta is None:
+            states.append(cls.TransactionState(error_code=int(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND),
+                                               transactional_id=transactional_id, transaction_state="",
+                                               transaction_start_time_ms=-1, producer_id=-1, producer_epoch=-1))
+            continue
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in sorted(meta.partitions):
+            by_topic.setdefault(topic, []).append(partition)
+        states.append(cls.TransactionState(
+            error_code=0, transactional_id=transactional_id, transaction_state=str(meta.state),
+            transaction_timeout_ms=meta.timeout_ms, transaction_start_time_ms=meta.start_ms,
+            producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
+            topics=[cls.TopicData(topic=t, partitions=ps) for t, ps in by_topic.items()]))
+    return cls(throttle_time_ms=0, transaction_states=states)
+
+
+@api(ListTransactionsRequest, 0, 1)
+def handle_list_transactions(ctx: RequestContext, request: ListTransactionsRequest) -> ListTransactionsResponse:
+    cls = ListTransactionsResponse
+    known = {str(s) for s in TxnState}
+    unknown = [s for s in request.state_filters if s not in known]
+    wanted_states = {s for s in request.state_filters if s in known}
+    wanted_pids = set(request.producer_id_filters)
+    min_duration = request.duration_filter if ctx.api_version >= 1 else -1
+    now = int(time.time() * 1000)
+    found = []
+    for meta in _coordinator(ctx).txns.values():
+        if request.state_filters and str(meta.state) not in wanted_states:
+            continue
+        if wanted_pids and meta.producer_id not in wanted_pids:
+            continue
+        if min_duration >= 0 and (meta.start_ms < 0 or now - meta.start_ms <= min_duration):
+            continue
+        found.append(cls.TransactionState(transactional_id=meta.transactional_id, producer_id=meta.producer_id,
+                                          transaction_state=str(meta.state)))
+    return cls(throttle_time_ms=0, error_code=0, unknown_state_filters=unknown, transaction_states=found)

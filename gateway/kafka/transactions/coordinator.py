@@ -1,0 +1,421 @@
+"""The transaction coordinator (KIP-98, with KIP-447's group checks and KIP-890's produce verification),
+for the single gateway node that coordinates every transactional id.
+
+State machine, as Kafka's: Empty -> Ongoing (AddPartitionsToTxn / AddOffsetsToTxn) -> PrepareCommit or
+PrepareAbort (EndTxn, a fencing InitProducerId, the timeout) -> CompleteCommit or CompleteAbort once a
+marker is durable in every partition of the transaction and, for a commit, its offsets are committed
+in their groups; InitProducerId bumps the epoch of an idle transactional id (fencing older instances).
+
+Invariants:
+- Every state change is durable in the transactions table before it is answered or acted on; a
+  Prepare* state is durable before the first marker is written, so a crash at any later step finds it
+  and completes the same outcome (``resume``).
+- One transition at a time per transactional id: while markers are written (``completing``), every
+  other request of that id gets CONCURRENT_TRANSACTIONS, which clients retry.
+- A transactional batch is admitted by a partition only while that partition is in its producer's
+  Ongoing transaction at the same epoch (``check_produce``), so no batch can land after its marker.
+
+Owned by the reactor thread; table writes go through one coalescing writer on the worker pool, in
+call order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from twisted.internet import defer, task
+from twisted.internet.interfaces import IReactorTime
+from twisted.python.failure import Failure
+
+from millrace.gateway.kafka.group_store import OffsetAndMetadata
+from millrace.gateway.kafka.groups import get_coordinator
+from millrace.gateway.kafka.partitions import PartitionError
+from millrace.gateway.kafka.transactions.state import (
+    IDLE,
+    PREPARING,
+    TRANSACTIONS_TABLE,
+    TopicPartition,
+    TransactionMetadata,
+    TxnState,
+)
+from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.store.errors import SegmentExistsError
+from millrace.store.tables import TableStore
+
+if TYPE_CHECKING:
+    from millrace.gateway.kafka.broker import Broker
+
+log = logging.getLogger(__name__)
+
+MAX_TIMEOUT_MS = 900_000  # Kafka's transaction.max.timeout.ms default
+MAX_EPOCH = 32767
+RETRY_SECONDS = 0.2  # a marker or offset write that failed (partition reloading) is tried again after this
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class _TableWriter:
+    """Writes transaction records one batch at a time, in call order; puts waiting while a batch is
+    written go together in the next one (the latest record of an id wins)."""
+
+    def __init__(self, tables: TableStore, blocking: Callable[..., defer.Deferred[Any]]) -> None:
+        self.tables = tables
+        self.blocking = blocking
+        self._queue: list[tuple[bytes, bytes, defer.Deferred[None]]] = []
+        self._busy = False
+
+    def put(self, key: bytes, value: bytes) -> defer.Deferred[None]:
+        d: defer.Deferred[None] = defer.Deferred()
+        self._queue.append((key, value, d))
+        self._pump()
+        return d
+
+    def _pump(self) -> None:
+        if self._busy or not self._queue:
+            return
+        batch, self._queue = self._queue, []
+        latest = {key: value for key, value, _ in batch}
+        self._busy = True
+        self.blocking(self.tables.put, TRANSACTIONS_TABLE, list(latest.items())).addBoth(self._written, batch)
+
+    def _written(self, outcome: Any, batch: list[tuple[bytes, bytes, defer.Deferred[None]]]) -> None:
+        self._busy = False
+        for _, _, d in batch:
+            if isinstance(outcome, Failure):
+                d.errback(outcome)
+            else:
+                d.callback(None)
+        self._pump()
+
+
+class TransactionCoordinator:
+    """Transactions of every transactional id (reactor thread)."""
+
+    def __init__(self, broker: Broker, clock: IReactorTime, check_seconds: float = 1.0) -> None:
+        self.broker = broker
+        self.clock = clock
+        self.check_seconds = check_seconds  # how often timed-out transactions are looked for
+        self.txns: dict[str, TransactionMetadata] = {}
+        self._by_pid: dict[int, TransactionMetadata] = {}
+        self._completing: dict[str, defer.Deferred[ErrorCode]] = {}  # transactional id -> its completion
+        self._initializing: set[str] = set()
+        self._writer = _TableWriter(broker.tables, broker.blocking)
+        self._loop: task.LoopingCall | None = None
+
+    # -- start ---------------------------------------------------------------------------------------
+    def load(self) -> None:
+        """Blocking: read every transaction record (before the reactor runs)."""
+        tables = self.broker.tables
+        if not tables.exists(TRANSACTIONS_TABLE):
+            with contextlib.suppress(SegmentExistsError):
+                tables.create_table(TRANSACTIONS_TABLE)
+        for entry in tables.entries(TRANSACTIONS_TABLE):
+            meta = TransactionMetadata.decode(entry.key.decode(), entry.value)
+            self.txns[meta.transactional_id] = meta
+            self._by_pid[meta.producer_id] = meta
+
+    def start(self) -> None:
+        """On the reactor: finish transactions a crash left prepared, then watch for timeouts."""
+        for meta in list(self.txns.values()):
+            if meta.state in PREPARING:
+                self._complete(meta, meta.state == TxnState.PREPARE_COMMIT)
+        self._loop = task.LoopingCall(self.abort_timed_out)
+        self._loop.clock = self.clock
+        self._loop.start(self.check_seconds, now=False)
+
+    def stop(self) -> None:
+        if self._loop is not None and self._loop.running:
+            self._loop.stop()
+
+    # -- checks ----------------------------------------------------------------------------------------
+    def check_produce(self, topic: str, partition: int, producer_id: int, epoch: int) -> None:
+        """Raises PartitionError unless the partition is in the producer's ongoing transaction."""
+        meta = self._by_pid.get(producer_id)
+        if meta is None or meta.producer_id != producer_id:
+            raise PartitionError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+                                 f"producer id {producer_id} has no transactional id")
+        if epoch != meta.producer_epoch:
+            raise PartitionError(ErrorCode.INVALID_PRODUCER_EPOCH,
+                                 f"producer epoch {epoch} is not the current {meta.producer_epoch}")
+        if meta.state != TxnState.ONGOING or (topic, partition) not in meta.partitions:
+            raise PartitionError(ErrorCode.INVALID_TXN_STATE,
+                                 f"{topic}-{partition} is not in an ongoing transaction of {meta.transactional_id}")
+
+    def _validate(self, transactional_id: str, producer_id: int, epoch: int,
+                  fenced: ErrorCode) -> tuple[TransactionMetadata | None, ErrorCode]:
+        meta = self.txns.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            return None, ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if epoch != meta.producer_epoch:
+            return None, fenced
+        if transactional_id in self._completing or meta.state in PREPARING:
+            return None, ErrorCode.CONCURRENT_TRANSACTIONS
+        return meta, ErrorCode.NONE
+
+    def pending_offsets(self, group_id: str) -> set[TopicPartition]:
+        """Partitions of ``group_id`` with offsets in a transaction not yet complete (KIP-447's
+        require_stable answers UNSTABLE_OFFSET_COMMIT for them)."""
+        return {tp for meta in self.txns.values() if meta.state not in IDLE
+                for tp in meta.offsets.get(group_id, {})}
+
+    # -- InitProducerId --------------------------------------------------------------------------------
+    def init_producer_id(self, transactional_id: str, timeout_ms: int, producer_id: int,
+                         epoch: int) -> defer.Deferred[tuple[ErrorCode, int, int]]:
+        if not 0 < timeout_ms <= MAX_TIMEOUT_MS:
+            return defer.succeed((ErrorCode.INVALID_TRANSACTION_TIMEOUT, -1, -1))
+        if transactional_id in self._initializing or transactional_id in self._completing:
+            return defer.succeed((ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1))
+        meta = self.txns.get(transactional_id)
+        if meta is None:
+            self._initializing.add(transactional_id)
+            d = self.broker.blocking(self.broker.producer_ids.allocate)
+
+            def allocated(pid: int) -> defer.Deferred[tuple[ErrorCode, int, int]]:
+                fresh = TransactionMetadata(transactional_id, pid, 0, timeout_ms, updated_ms=_now_ms())
+                self.txns[transactional_id] = fresh
+                self._by_pid[pid] = fresh
+                return self._persist(fresh).addCallback(lambda _: (ErrorCode.NONE, pid, 0))
+
+            return d.addCallback(allocated).addErrback(self._unavailable, (-1, -1)).addBoth(
+                self._done_initializing, transactional_id)
+        if producer_id >= 0 and (producer_id, epoch) != (meta.producer_id, meta.producer_epoch):
+            # KIP-360: a producer that names its id and epoch must be the current one to bump it.
+            return defer.succeed((ErrorCode.PRODUCER_FENCED, -1, -1))
+        if meta.state in PREPARING:
+            return defer.succeed((ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1))
+        if meta.state == TxnState.ONGOING:
+            # A new instance fences the old one: bump the epoch, abort its transaction with the bumped
+            # epoch (its partitions then refuse the old one), and let the new instance retry, as Kafka does.
+            self._bump_epoch(meta)
+            self._begin_end(meta, commit=False)
+            return defer.succeed((ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1))
+        self._initializing.add(transactional_id)
+        if meta.producer_epoch + 1 >= MAX_EPOCH:
+            d = self.broker.blocking(self.broker.producer_ids.allocate)
+        else:
+            d = defer.succeed(None)
+
+        def bump(new_pid: int | None) -> defer.Deferred[tuple[ErrorCode, int, int]]:
+            if new_pid is not None:
+                self._by_pid.pop(meta.producer_id, None)
+                meta.producer_id, meta.producer_epoch = new_pid, 0
+                self._by_pid[new_pid] = meta
+            else:
+                meta.producer_epoch += 1
+            meta.timeout_ms = timeout_ms
+            meta.state = TxnState.EMPTY
+            meta.partitions.clear()
+            meta.offsets.clear()
+            meta.start_ms = -1
+            meta.updated_ms = _now_ms()
+            return self._persist(meta).addCallback(lambda _: (ErrorCode.NONE, meta.producer_id, meta.producer_epoch))
+
+        return d.addCallback(bump).addErrback(self._unavailable, (-1, -1)).addBoth(
+            self._done_initializing, transactional_id)
+
+    def _done_initializing(self, result: Any, transactional_id: str) -> Any:
+        self._initializing.discard(transactional_id)
+        return result
+
+    @staticmethod
+    def _unavailable(failure: Failure, rest: tuple[int, ...]) -> tuple[Any, ...]:
+        log.warning("transaction state write failed: %s", failure.getErrorMessage())
+        return (ErrorCode.COORDINATOR_NOT_AVAILABLE, *rest)
+
+    def _bump_epoch(self, meta: TransactionMetadata) -> None:
+        # The fencing epoch itself is never handed to a producer: the next InitProducerId bumps again.
+        meta.producer_epoch = min(meta.producer_epoch + 1, MAX_EPOCH - 1)
+
+    # -- AddPartitionsToTxn / AddOffsetsToTxn / TxnOffsetCommit -------------------------------------
+    def add_partitions(self, transactional_id: str, producer_id: int, epoch: int,
+                       partitions: Iterable[TopicPartition], fenced: ErrorCode) -> defer.Deferred[ErrorCode]:
+        meta, error = self._validate(transactional_id, producer_id, epoch, fenced)
+        if meta is None:
+            return defer.succeed(error)
+        wanted = set(partitions)
+        if meta.state == TxnState.ONGOING and wanted <= meta.partitions:
+            return defer.succeed(ErrorCode.NONE)
+        self._begin(meta)
+        meta.partitions |= wanted
+        return self._persist(meta).addCallbacks(lambda _: ErrorCode.NONE, self._unavailable_code)
+
+    def add_offsets(self, transactional_id: str, producer_id: int, epoch: int, group_id: str,
+                    fenced: ErrorCode) -> defer.Deferred[ErrorCode]:
+        meta, error = self._validate(transactional_id, producer_id, epoch, fenced)
+        if meta is None:
+            return defer.succeed(error)
+        if meta.state == TxnState.ONGOING and group_id in meta.offsets:
+            return defer.succeed(ErrorCode.NONE)
+        self._begin(meta)
+        meta.offsets.setdefault(group_id, {})
+        return self._persist(meta).addCallbacks(lambda _: ErrorCode.NONE, self._unavailable_code)
+
+    def txn_offset_commit(self, transactional_id: str, group_id: str, producer_id: int, epoch: int,
+                          offsets: dict[TopicPartition, OffsetAndMetadata]) -> defer.Deferred[ErrorCode]:
+        meta, error = self._validate(transactional_id, producer_id, epoch, ErrorCode.PRODUCER_FENCED)
+        if meta is None:
+            return defer.succeed(error)
+        if meta.state != TxnState.ONGOING or group_id not in meta.offsets:
+            return defer.succeed(ErrorCode.INVALID_TXN_STATE)
+        meta.offsets[group_id].update(offsets)
+        meta.updated_ms = _now_ms()
+        return self._persist(meta).addCallbacks(lambda _: ErrorCode.NONE, self._unavailable_code)
+
+    @staticmethod
+    def _unavailable_code(failure: Failure) -> ErrorCode:
+        log.warning("transaction state write failed: %s", failure.getErrorMessage())
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+    @staticmethod
+    def _begin(meta: TransactionMetadata) -> None:
+        """An idle transactional id starts a transaction (its timeout counts from here)."""
+        now = _now_ms()
+        if meta.state != TxnState.ONGOING:
+            meta.state = TxnState.ONGOING
+            meta.partitions.clear()
+            meta.offsets.clear()
+            meta.start_ms = now
+        meta.updated_ms = now
+
+    # -- EndTxn, fencing, timeouts ---------------------------------------------------------------------
+    def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool,
+                fenced: ErrorCode) -> defer.Deferred[ErrorCode]:
+        meta = self.txns.get(transactional_id)
+        if meta is not None and meta.producer_id == producer_id and meta.producer_epoch == epoch \
+                and transactional_id not in self._completing:
+            # A retry of an EndTxn that already completed gets its answer again.
+            if meta.state == (TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT):
+                return defer.succeed(ErrorCode.NONE)
+            if meta.state in IDLE:
+                return defer.succeed(ErrorCode.INVALID_TXN_STATE)
+        meta, error = self._validate(transactional_id, producer_id, epoch, fenced)
+        if meta is None:
+            return defer.succeed(error)
+        return self._begin_end(meta, commit)
+
+    def _begin_end(self, meta: TransactionMetadata, commit: bool) -> defer.Deferred[ErrorCode]:
+        """Prepare (durably), then complete: markers, the group offsets of a commit, the final state."""
+        meta.state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        meta.updated_ms = _now_ms()
+        done: defer.Deferred[ErrorCode] = defer.Deferred()
+        self._completing[meta.transactional_id] = done
+
+        def prepared(_: Any) -> None:
+            self._complete(meta, commit)
+
+        def failed(failure: Failure) -> None:
+            # The Prepare record may or may not be durable: keep retrying the whole completion.
+            log.warning("preparing %s failed: %s", meta.transactional_id, failure.getErrorMessage())
+            self.clock.callLater(RETRY_SECONDS, lambda: self._persist(meta).addCallbacks(prepared, failed))
+
+        self._persist(meta).addCallbacks(prepared, failed)
+        return done
+
+    def _complete(self, meta: TransactionMetadata, commit: bool) -> None:
+        """Write the markers and (for a commit) the offsets, retrying until each succeeds, then record
+        the complete state; fires the waiting EndTxn."""
+        if meta.transactional_id not in self._completing:
+            self._completing[meta.transactional_id] = defer.Deferred()
+        pid, epoch = meta.producer_id, meta.producer_epoch
+        steps = [self._marker(topic, partition, pid, epoch, commit) for topic, partition in sorted(meta.partitions)]
+        if commit:
+            steps.extend(self._group_offsets(group, offsets) for group, offsets in meta.offsets.items() if offsets)
+
+        def finish(_: Any) -> defer.Deferred[None]:
+            meta.state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+            meta.partitions.clear()
+            meta.offsets.clear()
+            meta.start_ms = -1
+            meta.updated_ms = _now_ms()
+            return self._persist_until_done(meta)
+
+        def answered(_: Any) -> None:
+            waiting = self._completing.pop(meta.transactional_id, None)
+            if waiting is not None:
+                waiting.callback(ErrorCode.NONE)
+
+        defer.gatherResults(steps, consumeErrors=True).addCallback(finish).addCallback(answered)
+
+    def _persist_until_done(self, meta: TransactionMetadata) -> defer.Deferred[None]:
+        result: defer.Deferred[None] = defer.Deferred()
+
+        def attempt() -> None:
+            self._persist(meta).addCallbacks(result.callback, retry)
+
+        def retry(failure: Failure) -> None:
+            log.warning("recording %s failed: %s", meta.transactional_id, failure.getErrorMessage())
+            self.clock.callLater(RETRY_SECONDS, attempt)
+
+        attempt()
+        return result
+
+    def _marker(self, topic: str, partition: int, pid: int, epoch: int, commit: bool) -> defer.Deferred[None]:
+        """The marker of one partition, written (retrying while the partition recovers) or skipped if the
+        topic or partition is gone."""
+        result: defer.Deferred[None] = defer.Deferred()
+        storage = self.broker.partitions
+
+        def attempt() -> None:
+            info = self.broker.topics.get(topic)
+            if info is None or partition >= info.partition_count:
+                result.callback(None)
+                return
+            storage.open_topic(info).addCallback(write).addCallbacks(lambda _: result.callback(None), retry)
+
+        def write(parts: list[Any]) -> defer.Deferred[int]:
+            return storage.write_marker(parts[partition], pid, epoch, commit)
+
+        def retry(failure: Failure) -> None:
+            if not failure.check(PartitionError):
+                log.warning("marker for %s-%s failed: %s", topic, partition, failure.getErrorMessage())
+            self.clock.callLater(RETRY_SECONDS, attempt)
+
+        attempt()
+        return result
+
+    def _group_offsets(self, group_id: str, offsets: dict[TopicPartition, OffsetAndMetadata]) -> defer.Deferred[None]:
+        result: defer.Deferred[None] = defer.Deferred()
+        stamped = {tp: OffsetAndMetadata(om.offset, om.leader_epoch, om.metadata, om.commit_timestamp or _now_ms())
+                   for tp, om in offsets.items()}
+
+        def attempt() -> None:
+            d = get_coordinator(self.broker).call(lambda c: c.commit_transactional_offsets(group_id, stamped))
+            d.addCallbacks(committed, retry)
+
+        def committed(errors: dict[TopicPartition, ErrorCode]) -> None:
+            if any(e in (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+                   for e in errors.values()):
+                self.clock.callLater(RETRY_SECONDS, attempt)
+            else:
+                result.callback(None)
+
+        def retry(failure: Failure) -> None:
+            log.warning("committing offsets of %s failed: %s", group_id, failure.getErrorMessage())
+            self.clock.callLater(RETRY_SECONDS, attempt)
+
+        attempt()
+        return result
+
+    def abort_timed_out(self, now_ms: int | None = None) -> list[str]:
+        """Abort every Ongoing transaction past its timeout, fencing its producer (Kafka bumps the epoch
+        too: the abandoned producer gets PRODUCER_FENCED / INVALID_PRODUCER_EPOCH if it comes back)."""
+        now_ms = _now_ms() if now_ms is None else now_ms
+        aborted = []
+        for meta in list(self.txns.values()):
+            if meta.state == TxnState.ONGOING and meta.transactional_id not in self._completing \
+                    and meta.transactional_id not in self._initializing \
+                    and now_ms > meta.start_ms + meta.timeout_ms:
+                log.info("aborting transaction of %s: timed out after %d ms", meta.transactional_id, meta.timeout_ms)
+                self._bump_epoch(meta)
+                self._begin_end(meta, commit=False)
+                aborted.append(meta.transactional_id)
+        return aborted
+
+    def _persist(self, meta: TransactionMetadata) -> defer.Deferred[None]:
+        return self._writer.put(meta.transactional_id.encode(), meta.encode())
