@@ -1,22 +1,20 @@
-"""A pipelined client for the native segment protocol.
+"""Segment-level access to a native listener: create, append, read, seal, merge, attributes, and the
+controller's stream commands with their raw JSON answers. The stream-level API (``StreamManager``,
+writers) is built above this; tools and tests use it directly.
 
-Requests are written as they are made and answered by request id, so many appends can be in flight
-on one connection; futures complete from a receiver thread.
+One ``Connection`` (pipelined, answered by request id); it does not reconnect, so a lost server shows
+up as ``ConnectionLostError`` on every outstanding and later call.
 """
 
 from __future__ import annotations
 
-import contextlib
-import itertools
-import socket
-import struct
-import threading
 from concurrent.futures import Future
 from typing import Any
 
+from millrace.client.connection import Connection, Endpoint, Reply
 from millrace.protocol.contracts import AttributeUpdate, ReadResult, SegmentInfo
-from millrace.protocol.errors import ConnectionLostError, error_from_status
-from millrace.protocol.wire import MAX_FRAME_BYTES, Command, Status, decode_body, encode_frame
+from millrace.protocol.errors import ConnectionLostError
+from millrace.protocol.wire import Command
 
 __all__ = ["ConnectionLostError", "SegmentClient"]
 
@@ -24,70 +22,17 @@ __all__ = ["ConnectionLostError", "SegmentClient"]
 class SegmentClient:
     def __init__(self, host: str, port: int, timeout: float = 30.0) -> None:
         self.timeout = timeout
-        self._sock = socket.create_connection((host, port), timeout=timeout)
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._sock.settimeout(None)
-        self._ids = itertools.count(1)
-        self._pending: dict[int, Future] = {}
-        self._send_lock = threading.Lock()
-        self._closed = False
-        self._receiver = threading.Thread(target=self._receive, name="millrace-client-recv", daemon=True)
-        self._receiver.start()
-        self.call(Command.HELLO)
+        self._conn = Connection(Endpoint(host, port), connect_timeout=timeout)
 
     # -- plumbing ---------------------------------------------------------------------------------
-    def request(self, command: Command, header: dict[str, Any] | None = None, payload: bytes = b"") -> Future:
-        fut: Future = Future()
-        with self._send_lock:
-            if self._closed:
-                raise ConnectionLostError("connection closed")
-            request_id = next(self._ids)
-            self._pending[request_id] = fut
-            self._sock.sendall(encode_frame(command, request_id, header, payload))
-        return fut
+    def request(self, command: Command, header: dict[str, Any] | None = None, payload: bytes = b"") -> Future[Reply]:
+        return self._conn.request(command, header, payload)
 
-    def call(self, command: Command, header: dict[str, Any] | None = None, payload: bytes = b"") -> Any:
+    def call(self, command: Command, header: dict[str, Any] | None = None, payload: bytes = b"") -> Reply:
         return self.request(command, header, payload).result(self.timeout)
 
-    def _receive(self) -> None:
-        reader = self._sock.makefile("rb")
-        try:
-            while True:
-                raw = reader.read(4)
-                if len(raw) < 4:
-                    break
-                (length,) = struct.unpack(">I", raw)
-                if length > MAX_FRAME_BYTES + 1024:
-                    break
-                body = reader.read(length)
-                if len(body) < length:
-                    break
-                status, request_id, header, payload = decode_body(body)
-                fut = self._pending.pop(request_id, None)
-                if fut is None:
-                    continue
-                if status == Status.OK:
-                    fut.set_result((header, payload))
-                else:
-                    fut.set_exception(error_from_status(status, header))
-        except OSError:
-            pass
-        finally:
-            self._fail_pending()
-
-    def _fail_pending(self) -> None:
-        with self._send_lock:
-            self._closed = True
-            pending, self._pending = self._pending, {}
-        for fut in pending.values():
-            if not fut.done():
-                fut.set_exception(ConnectionLostError("connection lost with the request outstanding"))
-
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)
-        self._sock.close()
-        self._receiver.join(timeout=5)
+        self._conn.close()
 
     def __enter__(self) -> SegmentClient:
         return self
@@ -112,9 +57,9 @@ class SegmentClient:
             header["expected_offset"] = expected_offset
         if attributes:
             header["attributes"] = [u.to_wire() for u in attributes]
-        outer: Future = Future()
+        outer: Future[int] = Future()
 
-        def done(f: Future) -> None:
+        def done(f: Future[Reply]) -> None:
             exc = f.exception()
             if exc is not None:
                 outer.set_exception(exc)

@@ -6,4 +6,95 @@ and ``millrace.client`` (see ``setup.py``), so installing Millrace never adds ge
 such as ``store`` or ``client`` that would clash with a user's own modules.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+# The public client API, loaded on first use (PEP 562): ``from millrace import StreamManager`` works,
+# while the server, which imports ``millrace.store`` and ``millrace.gateway``, never loads the client.
+_EXPORTS: dict[str, str] = {
+    "StreamManager": "millrace.client.manager",
+    "StreamConfiguration": "millrace.client.streams",
+    "ScalingPolicy": "millrace.client.streams",
+    "ScalingType": "millrace.client.streams",
+    "RetentionPolicy": "millrace.client.streams",
+    "RetentionType": "millrace.client.streams",
+    "StreamCut": "millrace.client.streams",
+    "StreamDescription": "millrace.client.streams",
+    "Segment": "millrace.client.streams",
+    "StoreError": "millrace.protocol.errors",
+    "ConnectionLostError": "millrace.protocol.errors",
+    "ScopeNotFoundError": "millrace.protocol.errors",
+    "ScopeNotEmptyError": "millrace.protocol.errors",
+    "StreamNotFoundError": "millrace.protocol.errors",
+    "StreamExistsError": "millrace.protocol.errors",
+    "StreamSealedError": "millrace.protocol.errors",
+    "StreamNotSealedError": "millrace.protocol.errors",
+    "InvalidStreamCutError": "millrace.protocol.errors",
+    "InvalidScaleError": "millrace.protocol.errors",
+    "ScaleConflictError": "millrace.protocol.errors",
+}
+__all__ = [
+    "ConnectionLostError",
+    "InvalidScaleError",
+    "InvalidStreamCutError",
+    "RetentionPolicy",
+    "RetentionType",
+    "ScaleConflictError",
+    "ScalingPolicy",
+    "ScalingType",
+    "ScopeNotEmptyError",
+    "ScopeNotFoundError",
+    "Segment",
+    "StoreError",
+    "StreamConfiguration",
+    "StreamCut",
+    "StreamDescription",
+    "StreamExistsError",
+    "StreamManager",
+    "StreamNotFoundError",
+    "StreamNotSealedError",
+    "StreamSealedError",
+]
+
+if TYPE_CHECKING:
+    from millrace.client.manager import StreamManager
+    from millrace.client.streams import (
+        RetentionPolicy,
+        RetentionType,
+        ScalingPolicy,
+        ScalingType,
+        Segment,
+        StreamConfiguration,
+        StreamCut,
+        StreamDescription,
+    )
+    from millrace.protocol.errors import (
+        ConnectionLostError,
+        InvalidScaleError,
+        InvalidStreamCutError,
+        ScaleConflictError,
+        ScopeNotEmptyError,
+        ScopeNotFoundError,
+        StoreError,
+        StreamExistsError,
+        StreamNotFoundError,
+        StreamNotSealedError,
+        StreamSealedError,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'millrace' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -46,6 +46,7 @@ class Command(enum.IntEnum):
     TRUNCATE_STREAM = 29
     SPLIT_SEGMENT = 30
     MERGE_SEGMENTS = 31
+    UPDATE_STREAM = 32
 
 
 class Status(enum.IntEnum):

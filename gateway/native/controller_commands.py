@@ -198,6 +198,10 @@ def controller_handlers(
             lambda h: (c.create_stream(h["scope"], h["stream"], stream_configuration(h)),
                        describe(h))[1]
         ),
+        Command.UPDATE_STREAM: blocking(
+            lambda h: {"version": c.update_stream(h["scope"], h["stream"], stream_configuration(h),
+                                                  h.get("expected_version"))}
+        ),
         Command.DESCRIBE_STREAM: blocking(lambda h: describe(h)),
         Command.LIST_STREAMS: blocking(lambda h: {"streams": c.list_streams(h["scope"])}),
         Command.GET_SEGMENT_FOR_KEY: blocking(lambda h: _segment(c.get_segment_for_key(h["scope"], h["stream"],

@@ -1,0 +1,83 @@
+"""The controller's commands as typed, blocking calls over a connection pool.
+
+Every call goes to the controller endpoint (one node today). A call whose connection drops is retried
+once on a fresh connection when it is idempotent or answers the same either way (reads, and creates
+that report "already there"); others raise ``ConnectionLostError`` and leave the decision to the caller.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from millrace.client.connection import ConnectionPool, Endpoint, Reply
+from millrace.client.streams import Segment, StreamConfiguration, StreamCut, StreamDescription
+from millrace.protocol.errors import ConnectionLostError
+from millrace.protocol.wire import Command
+
+
+class ControllerClient:
+    def __init__(self, endpoint: Endpoint, pool: ConnectionPool, timeout: float = 30.0) -> None:
+        self.endpoint = endpoint
+        self.pool = pool
+        self.timeout = timeout
+
+    def call(self, command: Command, header: dict[str, Any] | None = None, *, retry: bool = False) -> Reply:
+        """One request, waited for. ``retry``: resend once on a new connection if the first was lost."""
+        try:
+            return self.pool.request(self.endpoint, command, header).result(self.timeout)
+        except ConnectionLostError:
+            if not retry:
+                raise
+            return self.pool.request(self.endpoint, command, header).result(self.timeout)
+
+    # -- scopes ---------------------------------------------------------------------------------------
+    def create_scope(self, scope: str) -> bool:
+        return bool(self.call(Command.CREATE_SCOPE, {"scope": scope}, retry=True)[0]["created"])
+
+    def delete_scope(self, scope: str) -> None:
+        self.call(Command.DELETE_SCOPE, {"scope": scope})
+
+    def list_scopes(self) -> list[str]:
+        return list(self.call(Command.LIST_SCOPES, retry=True)[0]["scopes"])
+
+    # -- streams --------------------------------------------------------------------------------------
+    def create_stream(self, scope: str, stream: str, config: StreamConfiguration) -> StreamDescription:
+        header = {"scope": scope, "stream": stream, **config.to_wire()}
+        return StreamDescription.from_wire(self.call(Command.CREATE_STREAM, header)[0])
+
+    def update_stream(self, scope: str, stream: str, config: StreamConfiguration) -> None:
+        self.call(Command.UPDATE_STREAM, {"scope": scope, "stream": stream, **config.to_wire()}, retry=True)
+
+    def describe_stream(self, scope: str, stream: str) -> StreamDescription:
+        reply = self.call(Command.DESCRIBE_STREAM, {"scope": scope, "stream": stream}, retry=True)
+        return StreamDescription.from_wire(reply[0])
+
+    def list_streams(self, scope: str) -> list[str]:
+        return list(self.call(Command.LIST_STREAMS, {"scope": scope}, retry=True)[0]["streams"])
+
+    def segment_for_key(self, scope: str, stream: str, routing_key: str) -> Segment:
+        reply = self.call(Command.GET_SEGMENT_FOR_KEY, {"scope": scope, "stream": stream, "key": routing_key},
+                          retry=True)
+        return Segment.from_wire(reply[0])
+
+    def seal_stream(self, scope: str, stream: str) -> None:
+        self.call(Command.SEAL_STREAM, {"scope": scope, "stream": stream}, retry=True)
+
+    def delete_stream(self, scope: str, stream: str) -> None:
+        self.call(Command.DELETE_STREAM, {"scope": scope, "stream": stream})
+
+    def truncate_stream(self, cut: StreamCut) -> None:
+        # Truncating at the same cut twice is the same as once, so a lost answer may be resent.
+        self.call(Command.TRUNCATE_STREAM, {"scope": cut.scope, "stream": cut.stream, "cut": cut.to_wire()},
+                  retry=True)
+
+    def split_segment(self, scope: str, stream: str, segment: Segment, pieces: int = 2) -> StreamDescription:
+        # By name: a bare number could be an id or a number in the current epoch.
+        reply = self.call(Command.SPLIT_SEGMENT,
+                          {"scope": scope, "stream": stream, "segment": segment.name, "pieces": pieces})
+        return StreamDescription.from_wire(reply[0])
+
+    def merge_segments(self, scope: str, stream: str, segments: list[Segment]) -> StreamDescription:
+        reply = self.call(Command.MERGE_SEGMENTS,
+                          {"scope": scope, "stream": stream, "segments": [s.name for s in segments]})
+        return StreamDescription.from_wire(reply[0])

@@ -1,0 +1,136 @@
+"""``StreamManager``: scopes, streams and stream cuts, the entry point of the native client.
+
+    from millrace import StreamManager
+    with StreamManager("tcp://127.0.0.1:9090") as sm:
+        sm.create_scope("iot")
+        sm.create_stream("iot", "readings", initial_segments=2)
+
+Calls block until the controller has answered (its metadata is durable by then). One manager holds
+one connection pool; it reconnects by itself after a lost connection.
+"""
+
+from __future__ import annotations
+
+from millrace.client.connection import ConnectionPool, Endpoint
+from millrace.client.controller import ControllerClient
+from millrace.client.streams import (
+    RetentionPolicy,
+    ScalingPolicy,
+    Segment,
+    StreamConfiguration,
+    StreamCut,
+    StreamDescription,
+)
+from millrace.protocol.errors import StreamExistsError
+
+
+class StreamManager:
+    def __init__(self, controller_uri: str, timeout: float = 30.0, reconnect_timeout: float = 30.0) -> None:
+        self.endpoint = Endpoint.parse(controller_uri)
+        self.pool = ConnectionPool(reconnect_timeout=reconnect_timeout)
+        self.controller = ControllerClient(self.endpoint, self.pool, timeout)
+        self.pool.get(self.endpoint)  # fail here, not on the first call, when nothing listens
+
+    # -- scopes -----------------------------------------------------------------------------------
+    def create_scope(self, scope: str) -> bool:
+        """Create ``scope``; False if it already existed."""
+        return self.controller.create_scope(scope)
+
+    def delete_scope(self, scope: str) -> None:
+        """Delete an empty scope (ScopeNotEmptyError while it holds streams)."""
+        self.controller.delete_scope(scope)
+
+    def list_scopes(self) -> list[str]:
+        return self.controller.list_scopes()
+
+    # -- streams ----------------------------------------------------------------------------------
+    def create_stream(self, scope: str, stream: str, config: StreamConfiguration | None = None, *,
+                      initial_segments: int | None = None, scaling: ScalingPolicy | None = None,
+                      retention: RetentionPolicy | None = None) -> bool:
+        """Create a stream; False if it already existed. Keyword arguments override ``config``'s
+        fields; a rate scaling policy starts at ``min_segments`` segments unless told otherwise."""
+        base = config or StreamConfiguration()
+        if scaling is not None and initial_segments is None and config is None:
+            initial_segments = scaling.min_segments
+        resolved = StreamConfiguration(
+            initial_segments if initial_segments is not None else base.initial_segments,
+            scaling if scaling is not None else base.scaling,
+            retention if retention is not None else base.retention,
+        )
+        try:
+            self.controller.create_stream(scope, stream, resolved)
+        except StreamExistsError:
+            return False
+        return True
+
+    def update_stream(self, scope: str, stream: str, config: StreamConfiguration) -> None:
+        """Replace the scaling and retention policies (the segment count changes only by scaling)."""
+        self.controller.update_stream(scope, stream, config)
+
+    def describe_stream(self, scope: str, stream: str) -> StreamDescription:
+        return self.controller.describe_stream(scope, stream)
+
+    def list_streams(self, scope: str) -> list[str]:
+        return self.controller.list_streams(scope)
+
+    def seal_stream(self, scope: str, stream: str) -> None:
+        """No more writes: every segment is sealed; readers reach the end."""
+        self.controller.seal_stream(scope, stream)
+
+    def delete_stream(self, scope: str, stream: str) -> None:
+        """Delete a sealed stream and its data (StreamNotSealedError otherwise)."""
+        self.controller.delete_stream(scope, stream)
+
+    def truncate_stream(self, cut: StreamCut) -> None:
+        """Drop everything before ``cut``; the stream's head becomes ``cut``."""
+        self.controller.truncate_stream(cut)
+
+    def split_segment(self, scope: str, stream: str, segment: Segment, pieces: int = 2) -> StreamDescription:
+        """Scale up by hand: seal ``segment`` and create ``pieces`` successors over its key range."""
+        return self.controller.split_segment(scope, stream, segment, pieces)
+
+    def merge_segments(self, scope: str, stream: str, segments: list[Segment]) -> StreamDescription:
+        """Scale down by hand: seal adjacent open ``segments`` and create one successor over their union."""
+        return self.controller.merge_segments(scope, stream, segments)
+
+    # -- stream cuts --------------------------------------------------------------------------------
+    def head_cut(self, scope: str, stream: str) -> StreamCut:
+        """Where the stream's data begins now: its truncation cut, or its first segments at offset 0."""
+        described = self.describe_stream(scope, stream)
+        if described.truncation:
+            return StreamCut(scope, stream, dict(described.truncation))
+        return StreamCut(scope, stream, {s.segment_id: 0 for s in described.history[0].created})
+
+    def tail_cut(self, scope: str, stream: str) -> StreamCut:
+        """Where the stream ends now: the current segments at their durable lengths. Everything
+        acknowledged before this call lies before the cut."""
+        described = self.describe_stream(scope, stream)
+        return StreamCut(scope, stream, {s.segment.segment_id: s.length or 0 for s in described.segments})
+
+    def cut_at_time(self, scope: str, stream: str, timestamp_ms: int) -> StreamCut:
+        """A cut at or before ``timestamp_ms``: the start of the epoch in effect then (segments carry
+        no per-event times, so the cut is as precise as the stream's scaling history), never before
+        the stream's head."""
+        described = self.describe_stream(scope, stream)
+        open_ids: set[int] = set()
+        chosen_epoch = 0
+        for epoch in described.history:
+            if epoch.created_ms > timestamp_ms and open_ids:
+                break
+            open_ids.difference_update(s.segment_id for s in epoch.sealed)
+            open_ids.update(s.segment_id for s in epoch.created)
+            chosen_epoch = epoch.epoch
+        head = described.truncation
+        if any(sid >> 32 > chosen_epoch for sid in head):
+            return StreamCut(scope, stream, dict(head))  # the epoch in effect then was truncated away
+        return StreamCut(scope, stream, {sid: head.get(sid, 0) for sid in open_ids})
+
+    # -- lifetime -------------------------------------------------------------------------------------
+    def close(self) -> None:
+        self.pool.close()
+
+    def __enter__(self) -> StreamManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,201 @@
+"""Stream-level value types of the client: configurations, descriptions and stream cuts.
+
+They mirror the controller's records as the native protocol carries them (JSON headers) without
+importing the server's classes: the client is a peer of the server, not a user of its modules.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from millrace.protocol.names import segment_name
+
+
+class ScalingType(enum.Enum):
+    FIXED_NUM_SEGMENTS = "fixed_num_segments"
+    BY_RATE_IN_EVENTS_PER_SEC = "by_rate_in_events_per_sec"
+    BY_RATE_IN_KBYTES_PER_SEC = "by_rate_in_kbytes_per_sec"
+
+
+class RetentionType(enum.Enum):
+    NONE = "none"
+    TIME = "time"  # value: milliseconds
+    SIZE = "size"  # value: bytes
+
+
+@dataclass(frozen=True)
+class ScalingPolicy:
+    """How a stream's segment count follows its load (as Pravega's ``ScalingPolicy``).
+
+    With a rate policy a segment splits into ``scale_factor`` pieces when hotter than ``target_rate``
+    (events/s or KiB/s per segment) and cold neighbours merge, never below ``min_segments``."""
+
+    type: ScalingType = ScalingType.FIXED_NUM_SEGMENTS
+    target_rate: int = 0
+    scale_factor: int = 0
+    min_segments: int = 1
+
+    @classmethod
+    def fixed(cls, segments: int) -> ScalingPolicy:
+        return cls(ScalingType.FIXED_NUM_SEGMENTS, 0, 0, segments)
+
+    @classmethod
+    def by_event_rate(cls, events_per_second: int, scale_factor: int = 2, min_segments: int = 1) -> ScalingPolicy:
+        return cls(ScalingType.BY_RATE_IN_EVENTS_PER_SEC, events_per_second, scale_factor, min_segments)
+
+    @classmethod
+    def by_data_rate(cls, kib_per_second: int, scale_factor: int = 2, min_segments: int = 1) -> ScalingPolicy:
+        return cls(ScalingType.BY_RATE_IN_KBYTES_PER_SEC, kib_per_second, scale_factor, min_segments)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"type": self.type.value, "target_rate": self.target_rate, "scale_factor": self.scale_factor,
+                "min_segments": self.min_segments}
+
+    @classmethod
+    def from_wire(cls, raw: Mapping[str, Any]) -> ScalingPolicy:
+        return cls(ScalingType(raw["type"]), int(raw["target_rate"]), int(raw["scale_factor"]),
+                   int(raw["min_segments"]))
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    """What the server may drop from a stream's head: nothing, data older than a time, or data
+    beyond a size."""
+
+    type: RetentionType = RetentionType.NONE
+    value: int = 0
+
+    @classmethod
+    def by_time(cls, milliseconds: int) -> RetentionPolicy:
+        return cls(RetentionType.TIME, milliseconds)
+
+    @classmethod
+    def by_size(cls, size_bytes: int) -> RetentionPolicy:
+        return cls(RetentionType.SIZE, size_bytes)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"type": self.type.value, "value": self.value}
+
+    @classmethod
+    def from_wire(cls, raw: Mapping[str, Any]) -> RetentionPolicy:
+        return cls(RetentionType(raw["type"]), int(raw["value"]))
+
+
+@dataclass(frozen=True)
+class StreamConfiguration:
+    initial_segments: int = 1
+    scaling: ScalingPolicy = field(default_factory=ScalingPolicy)
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"initial_segments": self.initial_segments, "scaling": self.scaling.to_wire(),
+                "retention": self.retention.to_wire()}
+
+    @classmethod
+    def from_wire(cls, raw: Mapping[str, Any]) -> StreamConfiguration:
+        return cls(int(raw["initial_segments"]), ScalingPolicy.from_wire(raw["scaling"]),
+                   RetentionPolicy.from_wire(raw["retention"]))
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One segment of a stream and the slice [key_start, key_end) of the routing-key space it owns."""
+
+    segment_id: int
+    name: str
+    key_start: float
+    key_end: float
+
+    @property
+    def epoch(self) -> int:
+        """The epoch that created it (the high half of its id)."""
+        return self.segment_id >> 32
+
+    @property
+    def number(self) -> int:
+        return self.segment_id & 0xFFFFFFFF
+
+    def holds(self, key_hash: float) -> bool:
+        return self.key_start <= key_hash < self.key_end or (key_hash == 1.0 and self.key_end == 1.0)
+
+    @classmethod
+    def from_wire(cls, raw: Mapping[str, Any]) -> Segment:
+        return cls(int(raw["segment_id"]), str(raw["name"]), float(raw["key_start"]), float(raw["key_end"]))
+
+
+@dataclass(frozen=True)
+class SegmentState:
+    """A current segment with what the store knows of it (None where the store does not know it)."""
+
+    segment: Segment
+    start_offset: int | None
+    length: int | None
+    sealed: bool | None
+
+
+@dataclass(frozen=True)
+class Epoch:
+    """One step of a stream's history: the scale that made it and the segments it sealed and created."""
+
+    epoch: int
+    created_ms: int
+    reason: str
+    sealed: tuple[Segment, ...]
+    created: tuple[Segment, ...]
+
+
+@dataclass(frozen=True)
+class StreamDescription:
+    """A stream as the controller describes it now."""
+
+    scope: str
+    stream: str
+    state: str  # "active", "scaling", "sealing", "sealed", ...
+    epoch: int
+    created_ms: int
+    config: StreamConfiguration
+    segments: tuple[SegmentState, ...]  # the current epoch's, by key range
+    history: tuple[Epoch, ...]  # oldest first
+    truncation: dict[int, int]  # the stream's head as a cut (segment id -> offset); empty: never truncated
+    partition_count: int | None  # a Kafka topic's partitions; None for other streams
+
+    @property
+    def sealed(self) -> bool:
+        return self.state in ("sealing", "sealed")
+
+    @classmethod
+    def from_wire(cls, raw: Mapping[str, Any]) -> StreamDescription:
+        segments = tuple(
+            SegmentState(Segment.from_wire(s), s.get("start_offset"), s.get("length"), s.get("sealed"))
+            for s in raw["segments"]
+        )
+        history = tuple(
+            Epoch(int(e["epoch"]), int(e["created_ms"]), str(e["reason"]),
+                  tuple(Segment.from_wire(s) for s in e["sealed"] if s.get("key_start") is not None),
+                  tuple(Segment.from_wire(s) for s in e["created"]))
+            for e in raw["history"]
+        )
+        return cls(str(raw["scope"]), str(raw["stream"]), str(raw["state"]), int(raw["epoch"]),
+                   int(raw["created_ms"]), StreamConfiguration.from_wire(raw["config"]), segments, history,
+                   {int(k): int(v) for k, v in raw.get("truncation", {}).items()}, raw.get("partition_count"))
+
+
+@dataclass(frozen=True)
+class StreamCut:
+    """A position in a stream: an offset in each of a set of segments that together cover the
+    routing-key space exactly once. Reading from a cut gives everything after it, in every key."""
+
+    scope: str
+    stream: str
+    positions: Mapping[int, int]  # segment id -> offset
+
+    def to_wire(self) -> dict[str, int]:
+        # By name: JSON keys are strings, and the controller reads a string key as a segment name.
+        return {segment_name(self.scope, self.stream, sid): offset for sid, offset in sorted(self.positions.items())}
+
+    def __str__(self) -> str:
+        inside = ", ".join(f"{sid >> 32}.{sid & 0xFFFFFFFF}@{off}" for sid, off in sorted(self.positions.items()))
+        return f"{self.scope}/{self.stream}[{inside}]"

@@ -1,0 +1,171 @@
+"""StreamManager against a real server: scopes, streams and their configuration, stream cuts, errors,
+reconnection."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from millrace import (
+    InvalidStreamCutError,
+    RetentionPolicy,
+    ScalingPolicy,
+    ScopeNotEmptyError,
+    StreamConfiguration,
+    StreamCut,
+    StreamManager,
+    StreamNotFoundError,
+    StreamNotSealedError,
+    StreamSealedError,
+)
+from millrace.client.segments import SegmentClient
+from millrace.protocol.errors import InvalidRequestError, SegmentNotFoundError
+from millrace.protocol.wire import Command
+from tests.server_process import ServerProcess
+
+
+def test_first_calls_prefix(uri: str) -> None:
+    """The issue's "first calls" as far as the client has them (StreamManager, scopes, streams)."""
+    sm = StreamManager(uri)
+    sm.create_scope("iot")
+    sm.create_stream("iot", "readings", initial_segments=2)
+    described = sm.describe_stream("iot", "readings")
+    assert [(s.segment.key_start, s.segment.key_end) for s in described.segments] == [(0.0, 0.5), (0.5, 1.0)]
+    sm.close()
+
+
+def test_scopes_and_streams(uri: str) -> None:
+    with StreamManager(uri) as sm:
+        assert sm.create_scope("shop")
+        assert not sm.create_scope("shop")
+        assert "shop" in sm.list_scopes()
+        config = StreamConfiguration(3, ScalingPolicy.by_event_rate(500, scale_factor=3, min_segments=2),
+                                     RetentionPolicy.by_time(60_000))
+        assert sm.create_stream("shop", "orders", config)
+        assert not sm.create_stream("shop", "orders")
+        assert sm.create_stream("shop", "clicks", scaling=ScalingPolicy.by_data_rate(64, min_segments=2))
+        assert sm.list_streams("shop") == ["clicks", "orders"]
+
+        orders = sm.describe_stream("shop", "orders")
+        assert orders.config == config
+        assert len(orders.segments) == 3 and orders.state == "active" and orders.partition_count is None
+        assert [e.reason for e in orders.history] == ["create"]
+        # A rate policy without an explicit count starts at its minimum.
+        assert len(sm.describe_stream("shop", "clicks").segments) == 2
+
+        updated = StreamConfiguration(3, ScalingPolicy.fixed(3), RetentionPolicy.by_size(1 << 20))
+        sm.update_stream("shop", "orders", updated)
+        assert sm.describe_stream("shop", "orders").config == updated
+
+        with pytest.raises(ScopeNotEmptyError):
+            sm.delete_scope("shop")
+        with pytest.raises(StreamNotSealedError):
+            sm.delete_stream("shop", "orders")
+        for stream in ("orders", "clicks"):
+            sm.seal_stream("shop", stream)
+            described = sm.describe_stream("shop", stream)
+            assert described.sealed and all(s.sealed for s in described.segments)
+            with pytest.raises(StreamSealedError):
+                sm.update_stream("shop", stream, updated)
+            sm.delete_stream("shop", stream)
+        with pytest.raises(StreamNotFoundError):
+            sm.describe_stream("shop", "orders")
+        sm.delete_scope("shop")
+        assert "shop" not in sm.list_scopes()
+
+
+def test_stream_cuts_through_scaling_and_truncation(uri: str, server: ServerProcess) -> None:
+    with StreamManager(uri) as sm, SegmentClient("127.0.0.1", server.native_port) as segments:
+        sm.create_scope("cuts")
+        sm.create_stream("cuts", "s", initial_segments=2)
+        first = sm.describe_stream("cuts", "s")
+        low, high = (s.segment for s in first.segments)
+        head = sm.head_cut("cuts", "s")
+        assert head == StreamCut("cuts", "s", {low.segment_id: 0, high.segment_id: 0})
+        assert sm.tail_cut("cuts", "s") == head
+
+        segments.append(low.name, b"a" * 10)
+        segments.append(high.name, b"b" * 7)
+        assert sm.tail_cut("cuts", "s").positions == {low.segment_id: 10, high.segment_id: 7}
+        before_split_ms = int(time.time() * 1000)
+        time.sleep(0.01)  # the split's epoch must be created strictly after before_split_ms
+
+        split = sm.split_segment("cuts", "s", low)
+        pieces = [s.segment for s in split.segments if s.segment.segment_id != high.segment_id]
+        assert len(pieces) == 2 and {p.epoch for p in pieces} == {1}
+        assert split.history[-1].sealed == (low,)
+        segments.append(pieces[0].name, b"c" * 3)
+        tail = sm.tail_cut("cuts", "s")
+        assert tail.positions == {pieces[0].segment_id: 3, pieces[1].segment_id: 0, high.segment_id: 7}
+
+        # At a time before the split: epoch 0's start; now: epoch 1's start.
+        assert sm.cut_at_time("cuts", "s", before_split_ms) == head
+        now = sm.cut_at_time("cuts", "s", int(time.time() * 1000))
+        assert now.positions == {pieces[0].segment_id: 0, pieces[1].segment_id: 0, high.segment_id: 0}
+
+        sm.truncate_stream(tail)
+        assert sm.head_cut("cuts", "s") == tail
+        with pytest.raises(SegmentNotFoundError):  # wholly before the cut: deleted
+            segments.get_info(low.name)
+        assert segments.get_info(high.name).start_offset == 7
+        # The time before the split now lies before the head: the head answers.
+        assert sm.cut_at_time("cuts", "s", before_split_ms) == tail
+        with pytest.raises(InvalidStreamCutError):
+            sm.truncate_stream(head)  # the head never moves back
+
+
+def test_malformed_requests_get_an_error_status_and_the_server_lives(uri: str, server: ServerProcess) -> None:
+    with SegmentClient("127.0.0.1", server.native_port) as raw:
+        with pytest.raises(InvalidRequestError):
+            raw.call(Command.CREATE_STREAM, {"stream": "no-scope"})
+        with pytest.raises(InvalidRequestError):
+            raw.call(Command.CREATE_STREAM, {"scope": "x", "stream": "y", "initial_segments": "many"})
+        with pytest.raises(InvalidRequestError):
+            raw.call(Command.READ, {"segment": "x/y/0.#epoch.0", "offset": "zero"})
+        assert raw.list_scopes()  # the same connection still works
+    with StreamManager(uri) as sm:
+        assert "kafka" in sm.list_scopes()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_manager_reconnects_after_a_server_crash(tmp_path) -> None:
+    port = _free_port()
+    data = str(tmp_path / "data")
+    server = ServerProcess(data, "--native-port", str(port)).start()
+    try:
+        sm = StreamManager(f"tcp://127.0.0.1:{port}", reconnect_timeout=60.0)
+        sm.create_scope("crash")
+        sm.create_stream("crash", "s", initial_segments=4)
+        server.kill()
+        server = ServerProcess(data, "--native-port", str(port)).start()
+        # The pool's connection died with the server; the next call reconnects by itself.
+        assert len(sm.describe_stream("crash", "s").segments) == 4
+        assert sm.list_streams("crash") == ["s"]
+        sm.close()
+    finally:
+        server.kill()
+
+
+def test_importing_the_server_does_not_load_the_client() -> None:
+    code = ("import sys, millrace.gateway.server, millrace.store.segment_store; "
+            "loaded = [m for m in sys.modules if m.startswith('millrace.client')]; "
+            "assert not loaded, loaded; "
+            "from millrace import StreamManager; assert 'millrace.client.manager' in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_the_client_imports_no_server_module() -> None:
+    code = ("import sys, millrace; from millrace import StreamManager; "
+            "import millrace.client.segments, millrace.client.controller; "
+            "bad = [m for m in sys.modules if m.startswith(('millrace.store', 'millrace.gateway', 'twisted'))]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
