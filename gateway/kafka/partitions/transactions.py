@@ -40,8 +40,11 @@ class PartitionTransactions:
 
     def marker(self, producer_id: int, offset: int, commit: bool) -> None:
         """``producer_id``'s marker at ``offset`` is durable: its transaction here is over."""
-        first = self.open.pop(producer_id, None)
-        if first is not None and not commit:
+        first = self.open.get(producer_id)
+        if first is None or first > offset:
+            return  # nothing of this producer before the marker is open (a transaction that wrote elsewhere)
+        del self.open[producer_id]
+        if not commit:
             self.aborted.append(AbortedTxn(producer_id, first, offset))
             self._aborted_last.append(offset)
 

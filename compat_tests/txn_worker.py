@@ -1,0 +1,55 @@
+"""A consume-transform-produce worker with exactly-once (confluent-kafka): reads an input topic
+read_committed, writes each record upper-cased to an output topic, and commits its input offsets in
+the same transaction (sendOffsetsToTransaction). Any error ends the process (exit 3): the test runs it
+again, and the new instance's init_transactions fences the old one and aborts its open transaction,
+so every restart resumes from the last committed transaction.
+
+    python -m compat_tests.txn_worker BOOTSTRAP INPUT OUTPUT TRANSACTIONAL_ID GROUP PARTITIONS
+"""
+
+from __future__ import annotations
+
+import sys
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+BATCH = 50  # input records per transaction
+
+
+def run(bootstrap: str, source: str, sink: str, transactional_id: str, group: str, partitions: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
+                         "transaction.timeout.ms": 10000, "linger.ms": 5,
+                         "reconnect.backoff.max.ms": 500, "socket.connection.setup.timeout.ms": 5000})
+    producer.init_transactions(60)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": "read_committed",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest", "fetch.wait.max.ms": 100,
+                         "reconnect.backoff.max.ms": 500})
+    # Assigned (not subscribed) partitions start at the group's committed offsets: the last transaction
+    # that committed, since the one the previous instance left open was aborted by init_transactions.
+    consumer.assign([TopicPartition(source, p) for p in range(partitions)])
+    print("worker ready", flush=True)
+    while True:
+        msgs = [m for m in consumer.consume(BATCH, timeout=0.5) if m.error() is None]
+        if not msgs:
+            continue
+        producer.begin_transaction()
+        for m in msgs:
+            producer.produce(sink, key=m.key(), value=(m.value() or b"").upper())
+            producer.poll(0)
+        positions = [tp for tp in consumer.position(consumer.assignment()) if tp.offset >= 0]
+        producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 30)
+        producer.commit_transaction(30)
+
+
+def main() -> int:
+    bootstrap, source, sink, transactional_id, group, partitions = sys.argv[1:7]
+    try:
+        run(bootstrap, source, sink, transactional_id, group, int(partitions))
+    except KafkaException as exc:
+        print(f"worker failed: {exc}", flush=True)
+        return 3
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
