@@ -44,6 +44,19 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
                    help="how long a segment made by a scale is left alone")
     p.add_argument("--retention-check-seconds", type=float, default=d.retention_check_seconds,
                    help="how often topic retention (retention.ms, retention.bytes) is enforced")
+    p.add_argument("--log-replicas", default=None, metavar="HOST:PORT,...",
+                   help="keep the containers' durable logs on these `millrace logd` replicas instead of local files")
+    p.add_argument("--write-quorum", type=int, default=d.write_quorum, help="replicas each log entry is written to")
+    p.add_argument("--ack-quorum", type=int, default=d.ack_quorum,
+                   help="replicas that must have fsync'd an entry before it is acknowledged")
+    p.add_argument("--log-level", default="INFO")
+
+
+def _logd_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("logd", help="run a log replica (tier 1 of replicated durable logs)")
+    p.add_argument("--data-dir", default="./millrace-logd", help="where the replica's journal lives")
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind")
+    p.add_argument("--port", type=int, default=9190, help="ZeroMQ port (0 = any free)")
     p.add_argument("--log-level", default="INFO")
 
 
@@ -219,10 +232,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="millrace", description="Millrace stream storage")
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
+    _logd_parser(sub)
     _admin_parsers(sub)
     args = parser.parse_args(argv)
     if args.command in ("scopes", "streams"):
         return _admin(args)
+    if args.command == "logd":
+        from millrace.store.logd.server import run_logd
+
+        logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        return run_logd(args.data_dir, args.host, args.port)
     if args.command == "serve":
         logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         options = ServerOptions(
@@ -244,6 +263,9 @@ def main(argv: list[str] | None = None) -> int:
             scale_windows=tuple(float(w) for w in args.scale_windows.split(",")),
             scale_interval_seconds=args.scale_interval_seconds,
             scale_cooldown_seconds=args.scale_cooldown_seconds,
+            log_replicas=args.log_replicas,
+            write_quorum=args.write_quorum,
+            ack_quorum=args.ack_quorum,
         )
         return serve(options)
     return 2

@@ -22,7 +22,10 @@ from millrace.store.containers.config import ContainerConfig
 from millrace.store.containers.rates import RateConfig
 from millrace.store.controller import Controller
 from millrace.store.controller.autoscaler import AutoScaler, AutoScalerConfig
+from millrace.store.durablelog.interface import DurableDataLog
 from millrace.store.durablelog.local import FileDurableDataLog
+from millrace.store.durablelog.metadata import FileLogMetadataStore
+from millrace.store.durablelog.replicated import ReplicatedDurableDataLog, ReplicationConfig
 from millrace.store.lts.factory import chunk_storage_from_url
 from millrace.store.segment_store import SegmentStore
 from millrace.store.tables import TableStore
@@ -54,6 +57,21 @@ class ServerOptions:
     # container may hold before they are durable, before the connections feeding them stop reading.
     connection_budget_mb: int = 32
     container_budget_mb: int = 64
+    # Replicated durable logs: "host:port,..." of `millrace logd` replicas (None: the local file log),
+    # with the write and ack quorums; the logs' metadata stays in <data_dir>/logmeta for now.
+    log_replicas: str | None = None
+    write_quorum: int = 3
+    ack_quorum: int = 2
+
+
+def log_factory(options: ServerOptions, data_dir: str) -> Callable[[int], DurableDataLog]:
+    """The durable log of each container: local files, or replicated on the named log replicas."""
+    if not options.log_replicas:
+        return lambda cid: FileDurableDataLog(os.path.join(data_dir, "logs", f"container-{cid}"))
+    replicas = tuple(a.strip() for a in options.log_replicas.split(",") if a.strip())
+    config = ReplicationConfig(replicas, options.write_quorum, options.ack_quorum)
+    metadata = FileLogMetadataStore(os.path.join(data_dir, "logmeta"))
+    return lambda cid: ReplicatedDurableDataLog(f"container-{cid}", metadata, config)
 
 
 def build_store(options: ServerOptions) -> SegmentStore:
@@ -63,7 +81,7 @@ def build_store(options: ServerOptions) -> SegmentStore:
     config = replace(ContainerConfig(), cache_max_bytes=options.cache_mb * 1024 * 1024 // options.containers)
     return SegmentStore(
         options.containers,
-        lambda cid: FileDurableDataLog(os.path.join(data_dir, "logs", f"container-{cid}")),
+        log_factory(options, data_dir),
         storage,
         config,
         rates=RateConfig(windows=tuple(options.scale_windows)),

@@ -1,0 +1,139 @@
+"""Replicated log metadata: who owns a log (epoch), where its entries live (fragments), what is truncated.
+
+A log is a run of *fragments*. A fragment is written by one owner (its ``epoch``) to one ensemble of
+replicas, starting at sequence ``first``; it ends where the next fragment begins, and the last one is
+open. An owner starts a fragment when it opens the log (after recovering the previous owner's tail)
+and whenever it replaces a replica (an ensemble change). An entry read from a replica counts only if
+its entry epoch is the epoch of the fragment its sequence falls in, so entries a recovery dropped
+(an older owner's unacknowledged tail) are never read, whatever a replica still holds.
+
+Every change is a compare-and-set on the record's version, so an owner whose epoch was superseded
+learns it at its next change. ``FileLogMetadataStore`` keeps one JSON file per log under a directory
+(flock + temp file + rename); a ZooKeeper store keeps the same record in a znode and uses the znode
+version for the compare-and-set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+from millrace.store.errors import DataCorruptionError, StoreError
+from millrace.store.fsutil import fsync_dir
+
+
+class MetadataVersionError(StoreError):
+    """A compare-and-set found a different version: someone else changed the log's metadata."""
+
+
+@dataclass(frozen=True)
+class Fragment:
+    epoch: int
+    first: int
+    ensemble: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class LogRecord:
+    epoch: int = 0
+    truncated: int = 0
+    fragments: tuple[Fragment, ...] = ()
+    version: int = 0  # 0: the record does not exist yet
+
+    def fragment_end(self, index: int, last_open: int) -> int:
+        """Last sequence of fragment ``index`` (``last_open`` for the open last one)."""
+        if index + 1 < len(self.fragments):
+            return self.fragments[index + 1].first - 1
+        return last_open
+
+    def with_fragment(self, fragment: Fragment) -> LogRecord:
+        """Add ``fragment``, dropping earlier ones it makes empty (they start at or after it)."""
+        kept = tuple(f for f in self.fragments if f.first < fragment.first)
+        return replace(self, fragments=(*kept, fragment))
+
+    def truncated_to(self, upto: int) -> LogRecord:
+        """Record truncation at ``upto`` and drop fragments wholly below it."""
+        fragments = self.fragments
+        while len(fragments) > 1 and fragments[1].first <= upto + 1:
+            fragments = fragments[1:]
+        return replace(self, truncated=max(self.truncated, upto), fragments=fragments)
+
+    def to_json(self) -> dict[str, object]:
+        return {"epoch": self.epoch, "truncated": self.truncated,
+                "fragments": [[f.epoch, f.first, list(f.ensemble)] for f in self.fragments]}
+
+    @staticmethod
+    def from_json(value: dict[str, object], version: int) -> LogRecord:
+        raw = value["fragments"]
+        if not isinstance(raw, list):
+            raise ValueError("fragments must be a list")
+        fragments = tuple(Fragment(int(e), int(f), tuple(str(r) for r in ens)) for e, f, ens in raw)
+        return LogRecord(int(str(value["epoch"])), int(str(value["truncated"])), fragments, version)
+
+
+class LogMetadataStore(ABC):
+    """Where replicated logs keep their records (a directory now, ZooKeeper later)."""
+
+    @abstractmethod
+    def read(self, log_name: str) -> LogRecord:
+        """The current record; version 0 when the log has none yet."""
+
+    @abstractmethod
+    def compare_and_set(self, log_name: str, record: LogRecord, expected_version: int) -> LogRecord:
+        """Store ``record`` if the stored version is ``expected_version``; return it with its new
+        version, or raise MetadataVersionError."""
+
+
+class FileLogMetadataStore(LogMetadataStore):
+    """One ``<log>.json`` per log (``{"version": n, "record": {...}}``), changed under a flock."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = os.path.abspath(directory)
+        os.makedirs(self.directory, exist_ok=True)
+
+    def _path(self, log_name: str) -> str:
+        if "/" in log_name or log_name.startswith("."):
+            raise ValueError(f"bad log name {log_name!r}")
+        return os.path.join(self.directory, f"{log_name}.json")
+
+    @contextlib.contextmanager
+    def _locked(self, log_name: str) -> Iterator[None]:
+        fd = os.open(self._path(log_name) + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def read(self, log_name: str) -> LogRecord:
+        path = self._path(log_name)
+        try:
+            with open(path, "rb") as f:
+                raw = json.loads(f.read())
+            return LogRecord.from_json(raw["record"], int(raw["version"]))
+        except FileNotFoundError:
+            return LogRecord()
+        except (ValueError, KeyError, TypeError) as exc:
+            raise DataCorruptionError(f"{path}: unreadable log metadata") from exc
+
+    def compare_and_set(self, log_name: str, record: LogRecord, expected_version: int) -> LogRecord:
+        with self._locked(log_name):
+            current = self.read(log_name)
+            if current.version != expected_version:
+                raise MetadataVersionError(
+                    f"log {log_name}: metadata is at version {current.version}, expected {expected_version}")
+            stored = replace(record, version=expected_version + 1)
+            path = self._path(log_name)
+            tmp = path + ".tmp"
+            with open(tmp, "wb") as f:
+                f.write(json.dumps({"version": stored.version, "record": stored.to_json()}).encode())
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            fsync_dir(self.directory)
+            return stored
