@@ -21,14 +21,15 @@ class ControllerClient:
         self.pool = pool
         self.timeout = timeout
 
-    def call(self, command: Command, header: dict[str, Any] | None = None, *, retry: bool = False) -> Reply:
+    def call(self, command: Command, header: dict[str, Any] | None = None, payload: bytes = b"", *,
+             retry: bool = False) -> Reply:
         """One request, waited for. ``retry``: resend once on a new connection if the first was lost."""
         try:
-            return self.pool.request(self.endpoint, command, header).result(self.timeout)
+            return self.pool.request(self.endpoint, command, header, payload).result(self.timeout)
         except ConnectionLostError:
             if not retry:
                 raise
-            return self.pool.request(self.endpoint, command, header).result(self.timeout)
+            return self.pool.request(self.endpoint, command, header, payload).result(self.timeout)
 
     # -- scopes ---------------------------------------------------------------------------------------
     def create_scope(self, scope: str) -> bool:
@@ -39,6 +40,22 @@ class ControllerClient:
 
     def list_scopes(self) -> list[str]:
         return list(self.call(Command.LIST_SCOPES, retry=True)[0]["scopes"])
+
+    # -- key-value tables -------------------------------------------------------------------------------
+    def create_kv_table(self, scope: str, table: str, partitions: int) -> tuple[bool, int]:
+        """(created, the table's partition count)."""
+        reply = self.call(Command.CREATE_KV_TABLE, {"scope": scope, "table": table, "partitions": partitions},
+                          retry=True)[0]
+        return bool(reply["created"]), int(reply["partitions"])
+
+    def kv_table_partitions(self, scope: str, table: str) -> int:
+        return int(self.call(Command.GET_KV_TABLE, {"scope": scope, "table": table}, retry=True)[0]["partitions"])
+
+    def delete_kv_table(self, scope: str, table: str) -> None:
+        self.call(Command.DELETE_KV_TABLE, {"scope": scope, "table": table}, retry=True)
+
+    def list_kv_tables(self, scope: str) -> list[str]:
+        return list(self.call(Command.LIST_KV_TABLES, {"scope": scope}, retry=True)[0]["tables"])
 
     # -- streams --------------------------------------------------------------------------------------
     def create_stream(self, scope: str, stream: str, config: StreamConfiguration) -> StreamDescription:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from millrace.client.connection import ConnectionPool, Endpoint
 from millrace.client.controller import ControllerClient
+from millrace.client.kvtable import KeyValueTable
 from millrace.client.streams import (
     RetentionPolicy,
     ScalingPolicy,
@@ -124,6 +125,23 @@ class StreamManager:
         if any(sid >> 32 > chosen_epoch for sid in head):
             return StreamCut(scope, stream, dict(head))  # the epoch in effect then was truncated away
         return StreamCut(scope, stream, {sid: head.get(sid, 0) for sid in open_ids})
+
+    # -- key-value tables ------------------------------------------------------------------------------
+    def create_key_value_table(self, scope: str, table: str, partitions: int = 1) -> KeyValueTable:
+        """Create (or open, if it exists) the key-value table ``scope/table`` with ``partitions``
+        table segments; key families spread over them."""
+        _, actual = self.controller.create_kv_table(scope, table, partitions)
+        return KeyValueTable(self.controller, scope, table, actual)
+
+    def key_value_table(self, scope: str, table: str) -> KeyValueTable:
+        """An existing table (KeyValueTableNotFoundError otherwise)."""
+        return KeyValueTable(self.controller, scope, table, self.controller.kv_table_partitions(scope, table))
+
+    def delete_key_value_table(self, scope: str, table: str) -> None:
+        self.controller.delete_kv_table(scope, table)
+
+    def list_key_value_tables(self, scope: str) -> list[str]:
+        return self.controller.list_kv_tables(scope)
 
     # -- lifetime -------------------------------------------------------------------------------------
     def close(self) -> None:

@@ -25,7 +25,12 @@ _EXPORTS: dict[str, str] = {
     "StreamCut": "millrace.client.streams",
     "StreamDescription": "millrace.client.streams",
     "Segment": "millrace.client.streams",
+    "KeyValueTable": "millrace.client.kvtable",
+    "TableEntry": "millrace.client.kvtable",
     "StoreError": "millrace.protocol.errors",
+    "KeyValueTableNotFoundError": "millrace.protocol.errors",
+    "TableKeyNotFoundError": "millrace.protocol.errors",
+    "TableKeyVersionMismatchError": "millrace.protocol.errors",
     "ConnectionLostError": "millrace.protocol.errors",
     "ScopeNotFoundError": "millrace.protocol.errors",
     "ScopeNotEmptyError": "millrace.protocol.errors",
@@ -41,6 +46,8 @@ __all__ = [
     "ConnectionLostError",
     "InvalidScaleError",
     "InvalidStreamCutError",
+    "KeyValueTable",
+    "KeyValueTableNotFoundError",
     "RetentionPolicy",
     "RetentionType",
     "ScaleConflictError",
@@ -58,9 +65,13 @@ __all__ = [
     "StreamNotFoundError",
     "StreamNotSealedError",
     "StreamSealedError",
+    "TableEntry",
+    "TableKeyNotFoundError",
+    "TableKeyVersionMismatchError",
 ]
 
 if TYPE_CHECKING:
+    from millrace.client.kvtable import KeyValueTable, TableEntry
     from millrace.client.manager import StreamManager
     from millrace.client.streams import (
         RetentionPolicy,
@@ -76,6 +87,7 @@ if TYPE_CHECKING:
         ConnectionLostError,
         InvalidScaleError,
         InvalidStreamCutError,
+        KeyValueTableNotFoundError,
         ScaleConflictError,
         ScopeNotEmptyError,
         ScopeNotFoundError,
@@ -84,6 +96,8 @@ if TYPE_CHECKING:
         StreamNotFoundError,
         StreamNotSealedError,
         StreamSealedError,
+        TableKeyNotFoundError,
+        TableKeyVersionMismatchError,
     )
 
 

@@ -60,6 +60,10 @@ class TableKeyVersionMismatchError(StoreError):
     """A conditional table update named a version that is not the key's current one."""
 
 
+class KeyValueTableNotFoundError(StoreError):
+    """The controller knows no such scope/key-value table."""
+
+
 class StreamNotFoundError(StoreError):
     """The controller knows no such scope/stream."""
 
@@ -140,6 +144,7 @@ _STATUSES: tuple[tuple[type[StoreError], Status], ...] = (
     (ScaleConflictError, Status.SCALE_CONFLICT),
     (TableKeyNotFoundError, Status.TABLE_KEY_NOT_FOUND),
     (TableKeyVersionMismatchError, Status.TABLE_KEY_VERSION_MISMATCH),
+    (KeyValueTableNotFoundError, Status.KV_TABLE_NOT_FOUND),
 )
 _ERROR_OF: dict[int, type[StoreError]] = {int(status): cls for cls, status in _STATUSES}
 

@@ -47,6 +47,15 @@ class Command(enum.IntEnum):
     SPLIT_SEGMENT = 30
     MERGE_SEGMENTS = 31
     UPDATE_STREAM = 32
+    # key-value tables (protocol/tables.py encodes their payloads)
+    CREATE_KV_TABLE = 40
+    DELETE_KV_TABLE = 41
+    LIST_KV_TABLES = 42
+    GET_KV_TABLE = 43
+    KV_PUT = 44
+    KV_REMOVE = 45
+    KV_GET = 46
+    KV_ITERATE = 47
 
 
 class Status(enum.IntEnum):
@@ -73,6 +82,7 @@ class Status(enum.IntEnum):
     SCALE_CONFLICT = 28
     TABLE_KEY_NOT_FOUND = 40
     TABLE_KEY_VERSION_MISMATCH = 41
+    KV_TABLE_NOT_FOUND = 42
 
 
 class WireError(ValueError):

@@ -164,6 +164,25 @@ def stream_configuration(header: dict[str, Any]) -> StreamConfiguration:
     return config
 
 
+def on_pool(pool: ThreadPoolExecutor,
+            fn: Callable[[dict[str, Any], bytes], Any]) -> Callable[[dict[str, Any], bytes], StoreFuture]:
+    """A command handler that runs ``fn(header, payload)`` (blocking) on ``pool``; its result or
+    exception completes the returned future."""
+    def run(header: dict[str, Any], payload: bytes) -> StoreFuture:
+        result: StoreFuture = StoreFuture()
+
+        def call() -> None:
+            try:
+                result.set_result(fn(header, payload))
+            except Exception as exc:  # noqa: BLE001 - becomes an error status for the caller
+                result.set_exception(exc)
+
+        pool.submit(call)
+        return result
+
+    return run
+
+
 def controller_handlers(
     controller: Controller, pool: ThreadPoolExecutor, scaler: Any, partitions_of: PartitionsOf | None = None
 ) -> dict[int, Callable[[dict[str, Any], bytes], StoreFuture]]:
@@ -171,19 +190,7 @@ def controller_handlers(
     writers, so it is the gateway's, not the bare controller's). ``partitions_of(scope, stream)``
     gives a Kafka topic's partition slices (None for other streams), for descriptions."""
     def blocking(fn: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any], bytes], StoreFuture]:
-        def run(header: dict[str, Any], _payload: bytes) -> StoreFuture:
-            result: StoreFuture = StoreFuture()
-
-            def call() -> None:
-                try:
-                    result.set_result(fn(header))
-                except Exception as exc:  # noqa: BLE001 - becomes an error status for the caller
-                    result.set_exception(exc)
-
-            pool.submit(call)
-            return result
-
-        return run
+        return on_pool(pool, lambda header, _payload: fn(header))
 
     c = controller
 

@@ -15,6 +15,7 @@ from twisted.internet import protocol
 from millrace.gateway.framing import DEFAULT_CONNECTION_BUDGET_BYTES, BudgetedReceiver
 from millrace.gateway.futures import on_reactor
 from millrace.gateway.native.controller_commands import PartitionsOf, controller_handlers
+from millrace.gateway.native.table_commands import Answer, table_handlers
 from millrace.protocol.contracts import AttributeUpdate, ReadResult, SegmentInfo
 from millrace.protocol.errors import error_details, status_of
 from millrace.protocol.wire import (
@@ -27,6 +28,7 @@ from millrace.protocol.wire import (
     encode_frame,
 )
 from millrace.store.controller import Controller
+from millrace.store.controller.kvtables import KeyValueTables
 from millrace.store.futures import StoreFuture
 from millrace.store.segment_store import SegmentStore
 
@@ -116,6 +118,8 @@ class NativeProtocol(BudgetedReceiver):
             frame = encode_frame(
                 Status.OK, request_id, {"offset": value.offset, "end_of_segment": value.end_of_segment}, value.data
             )
+        elif isinstance(value, Answer):
+            frame = encode_frame(Status.OK, request_id, value.header, value.payload)
         elif isinstance(value, SegmentInfo):
             frame = encode_frame(Status.OK, request_id, value.to_wire())
         elif isinstance(value, dict):
@@ -140,7 +144,10 @@ class NativeFactory(protocol.ServerFactory):
                  partitions_of: PartitionsOf | None = None,
                  connection_budget_bytes: int = DEFAULT_CONNECTION_BUDGET_BYTES) -> None:
         self.store = store
-        self.controller_commands = controller_handlers(controller, pool, scaler, partitions_of)
+        self.controller_commands = {
+            **controller_handlers(controller, pool, scaler, partitions_of),
+            **table_handlers(KeyValueTables(controller), controller.tables, pool),
+        }
         self.connection_budget_bytes = connection_budget_bytes
 
     def buildProtocol(self, addr: Any) -> NativeProtocol:  # noqa: N802 - Twisted's name
