@@ -244,7 +244,9 @@ class ReplicatedDurableDataLog(DurableDataLog):
                                           "truncated": record.truncated}, [])
                 else:
                     requests[address] = ({"op": "last_confirmed", "log": self.log_name}, [])
-            replies = rpc.call(requests, config.request_timeout)
+            # Once enough have answered, a replica that is down costs a short grace, not the timeout.
+            enough = fence_quorum(len(members), config.ack_quorum) if members else config.ack_quorum
+            replies = rpc.call(requests, config.request_timeout, enough=enough, grace=0.5)
             for address, (header, _) in replies.items():
                 if header.get("status") == wire.FENCED:
                     raise DataLogWriterFencedError(f"log {self.log_name}: replica {address} is fenced at epoch "

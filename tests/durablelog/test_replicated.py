@@ -1,0 +1,232 @@
+"""The replicated durable log against real ``millrace logd`` processes on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future
+from pathlib import Path
+
+import pytest
+
+from millrace.store.durablelog.interface import LogAddress
+from millrace.store.durablelog.replica_rpc import ReplicaRpc
+from millrace.store.durablelog.replicated import ReplicatedDurableDataLog
+from millrace.store.errors import DataLogWriterFencedError
+from tests.durablelog.helpers import payload_for
+from tests.durablelog.logd_process import Replicas
+
+
+@pytest.fixture
+def replicas(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Replicas]:
+    count = getattr(request, "param", 3)
+    group = Replicas(tmp_path, count).start()
+    try:
+        yield group
+    finally:
+        group.close()
+
+
+def read_back(group: Replicas, name: str = "log", **kwargs: float) -> list[tuple[int, bytes]]:
+    """Open the log as a new owner, read everything, close."""
+    log = group.opened(name, **kwargs)
+    try:
+        return [(e.address.sequence, e.payload) for e in log.read_all()]
+    finally:
+        log.close()
+
+
+def wait_until(condition: object, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.05)
+
+
+def test_entries_are_acknowledged_by_an_ack_quorum(replicas: Replicas) -> None:
+    log = replicas.opened()
+    first = [log.append(f"a{i}".encode()) for i in range(100)]
+    assert [f.result(30).sequence for f in first] == list(range(1, 101))
+    ensemble = log.record.fragments[-1].ensemble
+    stopped = [replicas.by_address(a) for a in ensemble[:1]]
+    stopped[0].pause()  # one of three silent: two acks still make the quorum
+    one_down = [log.append(f"b{i}".encode()) for i in range(100)]
+    assert [f.result(30).sequence for f in one_down] == list(range(101, 201))
+    replicas.by_address(ensemble[1]).pause()  # two silent: one ack is not a quorum
+    blocked = log.append(b"needs-two")
+    time.sleep(1.0)
+    assert not blocked.done()
+    replicas.by_address(ensemble[1]).resume()
+    assert blocked.result(30) == LogAddress(201)
+    stopped[0].resume()
+    log.close()
+    got = read_back(replicas)
+    assert [p for _, p in got] == [f"a{i}".encode() for i in range(100)] + [
+        f"b{i}".encode() for i in range(100)] + [b"needs-two"]
+
+
+@pytest.mark.parametrize("replicas", [4], indirect=True)
+def test_sigkill_of_a_replica_under_load_loses_nothing_and_replaces_it(replicas: Replicas) -> None:
+    log = replicas.opened(request_timeout=1.0)
+    acked: dict[int, bytes] = {}
+    errors: list[BaseException] = []
+    stop = threading.Event()
+    lock = threading.Lock()
+
+    def writer(worker: int) -> None:
+        index = 0
+        while not stop.is_set():
+            batch: list[tuple[bytes, Future[LogAddress]]] = []
+            for _ in range(8):
+                payload = payload_for(worker, index)
+                batch.append((payload, log.append(payload)))
+                index += 1
+            for payload, future in batch:
+                try:
+                    address = future.result(60)
+                except BaseException as exc:  # noqa: BLE001 - the test counts every failure
+                    errors.append(exc)
+                    return
+                with lock:
+                    acked[address.sequence] = payload
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    wait_until(lambda: len(acked) > 2000)
+    ensemble = log.record.fragments[-1].ensemble
+    victim_address = ensemble[0]
+    (spare,) = (a for a in replicas.addresses if a not in ensemble)
+    replicas.by_address(victim_address).kill()
+    count_at_kill = len(acked)
+    # Appends go on while the dead replica is detected and replaced, and after.
+    wait_until(lambda: log.replacements >= 1 and len(acked) > count_at_kill + 3000)
+    stop.set()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    # The failed replica leaves every fragment: the open one at once, closed ones once re-replicated.
+    wait_until(lambda: all(victim_address not in f.ensemble for f in log.record.fragments))
+    assert all(spare in f.ensemble for f in log.record.fragments)
+    log.close()
+    got = dict(read_back(replicas))
+    assert all(got.get(sequence) == payload for sequence, payload in acked.items())
+    assert sorted(got) == list(range(1, len(got) + 1))
+
+
+def test_a_fenced_owner_cannot_append_and_its_entry_is_never_read(replicas: Replicas) -> None:
+    old = replicas.opened()
+    assert old.append(b"before").result(30) == LogAddress(1)
+    new = replicas.opened()
+    assert [e.payload for e in new.read_all()] == [b"before"]
+    late = old.append(b"zombie")
+    with pytest.raises(DataLogWriterFencedError):
+        late.result(30)
+    with pytest.raises(DataLogWriterFencedError):
+        old.append(b"again").result(30)
+    assert new.append(b"after").result(30) == LogAddress(2)
+    new.close()
+    old.close()
+    assert read_back(replicas) == [(1, b"before"), (2, b"after")]
+
+
+def _raw_append(address: str, sequence: int, epoch: int, first: int, payload: bytes) -> None:
+    """What a dying owner's last message does: one entry reaches one replica."""
+    from crc32c import crc32c
+
+    rpc = ReplicaRpc()
+    try:
+        reply = rpc.call_one(address, {"op": "append", "log": "log", "epoch": epoch, "entry_epoch": epoch,
+                                       "first": first, "entries": [[sequence, crc32c(payload)]]}, [payload], 30)
+        assert reply is not None and reply[0]["status"] == "ok", reply
+    finally:
+        rpc.close()
+
+
+def _owner_dies_with_a_tail_on_one_replica(replicas: Replicas) -> tuple[ReplicatedDurableDataLog, str]:
+    owner = replicas.opened()
+    for i in range(5):
+        owner.append(f"acked{i}".encode()).result(30)
+    fragment = owner.record.fragments[-1]
+    holder = fragment.ensemble[0]
+    _raw_append(holder, 6, owner.epoch, fragment.first, b"unacked")  # the owner dies here, never closes
+    return owner, holder
+
+
+def test_recovery_drops_a_tail_the_fenced_quorum_lacks_and_never_shows_it_later(replicas: Replicas) -> None:
+    owner, holder = _owner_dies_with_a_tail_on_one_replica(replicas)
+    replicas.by_address(holder).kill()
+    recovered = replicas.opened()
+    seen = [e.payload for e in recovered.read_all()]
+    assert seen == [f"acked{i}".encode() for i in range(5)]
+    assert recovered.append(b"new6").result(30) == LogAddress(6)
+    recovered.close()
+    replicas.by_address(holder).start()  # comes back still holding the dropped entry
+    again = read_back(replicas)
+    assert again == [(i + 1, f"acked{i}".encode()) for i in range(5)] + [(6, b"new6")]
+    del owner
+
+
+def test_recovery_keeps_a_tail_it_finds_and_replicates_it_to_a_quorum(replicas: Replicas) -> None:
+    owner, holder = _owner_dies_with_a_tail_on_one_replica(replicas)
+    recovered = replicas.opened()
+    seen = [e.payload for e in recovered.read_all()]
+    assert seen == [f"acked{i}".encode() for i in range(5)] + [b"unacked"]
+    recovered.close()
+    replicas.by_address(holder).kill()  # the only original holder: the copy made at recovery must serve
+    assert [p for _, p in read_back(replicas)] == seen
+    del owner
+
+
+def test_truncation_deletes_entries_on_the_replicas(replicas: Replicas) -> None:
+    log = replicas.opened()
+    futures = [log.append(f"t{i}".encode()) for i in range(100)]
+    log.truncate(futures[49].result(30))
+    assert log.record.truncated == 50
+    rpc = ReplicaRpc()
+    try:
+        def low_entries(address: str) -> list[int]:
+            reply = rpc.call_one(address, {"op": "read", "log": "log", "from": 1, "to": 100, "max_bytes": 1 << 20},
+                                 [], 30)
+            assert reply is not None
+            return [s for s, _, _ in reply[0]["entries"] if s <= 50]
+
+        wait_until(lambda: all(low_entries(a) == [] for a in replicas.addresses))
+    finally:
+        rpc.close()
+    log.close()
+    got = read_back(replicas)
+    assert got[0] == (51, b"t50") and len(got) == 50
+
+
+def test_reads_skip_a_replica_whose_copy_fails_its_crc(replicas: Replicas) -> None:
+    log = replicas.opened()
+    payload = b"precious-" * 100
+    log.append(payload).result(30)
+    log.close()
+    victim = replicas.logds[0]
+    journal = sorted(Path(victim.data_dir).glob("*.journal"))
+    for path in journal:
+        data = path.read_bytes()
+        at = data.find(payload)
+        if at >= 0:
+            with open(path, "r+b") as f:  # bit rot under a running replica
+                f.seek(at + 10)
+                f.write(b"X")
+                f.flush()
+                os.fsync(f.fileno())
+            break
+    else:
+        raise AssertionError("payload not in the journal")
+    rpc = ReplicaRpc()
+    try:
+        reply = rpc.call_one(victim.address, {"op": "read", "log": "log", "from": 1, "to": 1, "max_bytes": 1 << 20},
+                             [], 30)
+        assert reply is not None and reply[1][0] != payload  # the replica does serve the damaged copy
+    finally:
+        rpc.close()
+    # Every replica is asked first in turn by some read; the damaged copy is never returned.
+    for _ in range(3):
+        assert read_back(replicas) == [(1, payload)]
