@@ -157,6 +157,7 @@ class ReplicatedDurableDataLog(DurableDataLog):
         self._retained: collections.deque[_Pending] = collections.deque()
         self._retained_bytes = 0
         self._failed: set[str] = set()
+        self._reachable: set[str] = set()  # replicas that answered while opening: asked first by reads
         self._request_ids = 0
         self._sizes: collections.deque[tuple[int, int]] = collections.deque()
         self._size_total = 0
@@ -210,6 +211,12 @@ class ReplicatedDurableDataLog(DurableDataLog):
         self._failure = None
         self._appended = False
         self._queue.clear()
+        self._awaiting.clear()
+        self._retained.clear()
+        self._retained_bytes = 0
+        self._failed = set()
+        self._sizes.clear()
+        self._size_total = 0
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         for address in ensemble:
             self._connect(address, next_sequence)
@@ -263,6 +270,7 @@ class ReplicatedDurableDataLog(DurableDataLog):
                 raise ContainerOfflineError(
                     f"log {self.log_name}: {len(fenced)} of {len(members)} replicas answered the fence, "
                     f"{len(alive)} of {len(config.replicas)} are reachable")
+        self._reachable = alive
         truncated = record.truncated
         if last is None:
             end = truncated
@@ -329,7 +337,8 @@ class ReplicatedDurableDataLog(DurableDataLog):
             for index, fragment in enumerate(record.fragments):
                 start = max(fragment.first, record.truncated + 1)
                 stop = record.fragment_end(index, end)
-                for sequence, payload, _ in read_range(rpc, self.log_name, fragment, fragment.ensemble, start,
+                members = sorted(fragment.ensemble, key=lambda a: a not in self._reachable)
+                for sequence, payload, _ in read_range(rpc, self.log_name, fragment, members, start,
                                                        stop, self.config.request_timeout):
                     self._note_size(sequence, len(payload))
                     yield LogEntry(LogAddress(sequence), payload)

@@ -46,7 +46,7 @@ def wait_until(condition: object, timeout: float = 60.0) -> None:
 
 
 def test_entries_are_acknowledged_by_an_ack_quorum(replicas: Replicas) -> None:
-    log = replicas.opened()
+    log = replicas.opened(request_timeout=60.0)  # paused replicas stay members: no replacement here
     first = [log.append(f"a{i}".encode()) for i in range(100)]
     assert [f.result(30).sequence for f in first] == list(range(1, 101))
     ensemble = log.record.fragments[-1].ensemble
@@ -69,7 +69,7 @@ def test_entries_are_acknowledged_by_an_ack_quorum(replicas: Replicas) -> None:
 
 @pytest.mark.parametrize("replicas", [4], indirect=True)
 def test_sigkill_of_a_replica_under_load_loses_nothing_and_replaces_it(replicas: Replicas) -> None:
-    log = replicas.opened(request_timeout=1.0)
+    log = replicas.opened(request_timeout=2.0)
     acked: dict[int, bytes] = {}
     errors: list[BaseException] = []
     stop = threading.Event()
