@@ -182,6 +182,16 @@ class ConnectionPool:
                 payload: bytes = b"") -> Future[Reply]:
         return self.get(endpoint).request(command, header, payload)
 
+    def request_if_connected(self, endpoint: Endpoint, command: int, header: dict[str, Any] | None = None,
+                             payload: bytes = b"") -> Future[Reply]:
+        """Like ``request``, but never waits for a connect: ConnectionLostError at once when there is no
+        live connection (for callers that must not block, and reconnect elsewhere)."""
+        with self._lock:
+            conn = self._connections.get(endpoint)
+        if conn is None or conn.closed:
+            raise ConnectionLostError(f"not connected to {endpoint}")
+        return conn.request(command, header, payload)
+
     def close(self) -> None:
         with self._lock:
             self._closed = True

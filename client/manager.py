@@ -11,9 +11,12 @@ one connection pool; it reconnects by itself after a lost connection.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from millrace.client.connection import ConnectionPool, Endpoint
 from millrace.client.controller import ControllerClient
 from millrace.client.kvtable import KeyValueTable
+from millrace.client.serializers import Serializer
 from millrace.client.streams import (
     RetentionPolicy,
     ScalingPolicy,
@@ -22,7 +25,10 @@ from millrace.client.streams import (
     StreamCut,
     StreamDescription,
 )
+from millrace.client.writer import EventStreamWriter
 from millrace.protocol.errors import StreamExistsError
+
+T = TypeVar("T")
 
 
 class StreamManager:
@@ -125,6 +131,13 @@ class StreamManager:
         if any(sid >> 32 > chosen_epoch for sid in head):
             return StreamCut(scope, stream, dict(head))  # the epoch in effect then was truncated away
         return StreamCut(scope, stream, {sid: head.get(sid, 0) for sid in open_ids})
+
+    # -- writers ----------------------------------------------------------------------------------------
+    def create_writer(self, scope: str, stream: str, serializer: Serializer[T] | None = None,
+                      writer_id: str | None = None) -> EventStreamWriter[T]:
+        """A writer of events with routing keys. Give a stable ``writer_id`` to fence an earlier
+        instance of the same writer (after a crash); by default each writer gets a fresh id."""
+        return EventStreamWriter(self.controller, scope, stream, serializer, writer_id)
 
     # -- key-value tables ------------------------------------------------------------------------------
     def create_key_value_table(self, scope: str, table: str, partitions: int = 1) -> KeyValueTable:

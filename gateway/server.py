@@ -142,7 +142,8 @@ def serve(options: ServerOptions) -> int:
         kafka_config.advertised_port = bound_address(kafka).port
         partitions_of = topic_partitions(broker)
         native_factory = NativeFactory(store, controller, controller_pool, broker.scaling, partitions_of,
-                                       connection_budget_bytes=options.connection_budget_mb * MIB)
+                                       connection_budget_bytes=options.connection_budget_mb * MIB,
+                                       broker=broker)
         native = reactor.listenTCP(options.native_port, native_factory, interface=options.host)
         views = StreamViews(controller, controller_pool, broker.scaling, partitions_of)
         # Twisted declares listenTCP's factory as an invariant ServerFactory[_ProtoWithFactory], which its

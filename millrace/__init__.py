@@ -27,7 +27,15 @@ _EXPORTS: dict[str, str] = {
     "Segment": "millrace.client.streams",
     "KeyValueTable": "millrace.client.kvtable",
     "TableEntry": "millrace.client.kvtable",
+    "EventStreamWriter": "millrace.client.writer",
+    "EventPosition": "millrace.client.writer",
+    "Serializer": "millrace.client.serializers",
+    "BytesSerializer": "millrace.client.serializers",
+    "StringSerializer": "millrace.client.serializers",
+    "JsonSerializer": "millrace.client.serializers",
     "StoreError": "millrace.protocol.errors",
+    "WriterFencedError": "millrace.protocol.errors",
+    "EventsRefusedError": "millrace.protocol.errors",
     "KeyValueTableNotFoundError": "millrace.protocol.errors",
     "TableKeyNotFoundError": "millrace.protocol.errors",
     "TableKeyVersionMismatchError": "millrace.protocol.errors",
@@ -43,9 +51,14 @@ _EXPORTS: dict[str, str] = {
     "ScaleConflictError": "millrace.protocol.errors",
 }
 __all__ = [
+    "BytesSerializer",
     "ConnectionLostError",
+    "EventPosition",
+    "EventStreamWriter",
+    "EventsRefusedError",
     "InvalidScaleError",
     "InvalidStreamCutError",
+    "JsonSerializer",
     "KeyValueTable",
     "KeyValueTableNotFoundError",
     "RetentionPolicy",
@@ -56,6 +69,7 @@ __all__ = [
     "ScopeNotEmptyError",
     "ScopeNotFoundError",
     "Segment",
+    "Serializer",
     "StoreError",
     "StreamConfiguration",
     "StreamCut",
@@ -65,14 +79,17 @@ __all__ = [
     "StreamNotFoundError",
     "StreamNotSealedError",
     "StreamSealedError",
+    "StringSerializer",
     "TableEntry",
     "TableKeyNotFoundError",
     "TableKeyVersionMismatchError",
+    "WriterFencedError",
 ]
 
 if TYPE_CHECKING:
     from millrace.client.kvtable import KeyValueTable, TableEntry
     from millrace.client.manager import StreamManager
+    from millrace.client.serializers import BytesSerializer, JsonSerializer, Serializer, StringSerializer
     from millrace.client.streams import (
         RetentionPolicy,
         RetentionType,
@@ -83,8 +100,10 @@ if TYPE_CHECKING:
         StreamCut,
         StreamDescription,
     )
+    from millrace.client.writer import EventPosition, EventStreamWriter
     from millrace.protocol.errors import (
         ConnectionLostError,
+        EventsRefusedError,
         InvalidScaleError,
         InvalidStreamCutError,
         KeyValueTableNotFoundError,
@@ -98,6 +117,7 @@ if TYPE_CHECKING:
         StreamSealedError,
         TableKeyNotFoundError,
         TableKeyVersionMismatchError,
+        WriterFencedError,
     )
 
 

@@ -116,6 +116,24 @@ class ServerError(StoreError):
     """The server failed unexpectedly while handling the request; its log says why."""
 
 
+class RetriableError(StoreError):
+    """The server cannot take the request right now (e.g. a partition reloading after a failure);
+    the same request may be sent again."""
+
+
+class WriterFencedError(StoreError):
+    """A newer instance of the same writer id opened since this one: this one must stop."""
+
+
+class EventsRefusedError(StoreError):
+    """The partition refused an event batch for good (too large, out of sequence, ...); ``kafka_error``
+    is the Kafka error code the partition storage gave."""
+
+    def __init__(self, message: str, kafka_error: int = -1) -> None:
+        super().__init__(message)
+        self.kafka_error = kafka_error
+
+
 class ConnectionLostError(StoreError):
     """The connection closed with requests outstanding; their outcome is unknown."""
 
@@ -145,6 +163,9 @@ _STATUSES: tuple[tuple[type[StoreError], Status], ...] = (
     (TableKeyNotFoundError, Status.TABLE_KEY_NOT_FOUND),
     (TableKeyVersionMismatchError, Status.TABLE_KEY_VERSION_MISMATCH),
     (KeyValueTableNotFoundError, Status.KV_TABLE_NOT_FOUND),
+    (RetriableError, Status.RETRIABLE),
+    (WriterFencedError, Status.WRITER_FENCED),
+    (EventsRefusedError, Status.EVENTS_REFUSED),
 )
 _ERROR_OF: dict[int, type[StoreError]] = {int(status): cls for cls, status in _STATUSES}
 
@@ -164,6 +185,8 @@ def error_details(exc: BaseException) -> dict[str, Any]:
     """Header fields beyond the message that let the other side rebuild ``exc`` faithfully."""
     if isinstance(exc, BadOffsetError):
         return {"expected": exc.expected, "actual": exc.actual}
+    if isinstance(exc, EventsRefusedError):
+        return {"kafka_error": exc.kafka_error}
     return {}
 
 
@@ -172,4 +195,6 @@ def error_from_status(status: int, header: dict[str, Any]) -> StoreError:
     message = str(header.get("error", f"status {status}"))
     if status == Status.BAD_OFFSET:
         return BadOffsetError(message, int(header.get("expected", -1)), int(header.get("actual", -1)))
+    if status == Status.EVENTS_REFUSED:
+        return EventsRefusedError(message, int(header.get("kafka_error", -1)))
     return _ERROR_OF.get(status, StoreError)(message)

@@ -56,6 +56,9 @@ class Command(enum.IntEnum):
     KV_REMOVE = 45
     KV_GET = 46
     KV_ITERATE = 47
+    # event writers (protocol/events.py encodes the batches)
+    OPEN_WRITER = 50
+    APPEND_EVENTS = 51
 
 
 class Status(enum.IntEnum):
@@ -71,6 +74,9 @@ class Status(enum.IntEnum):
     INVALID_REQUEST = 9
     UNKNOWN_COMMAND = 10
     INTERNAL_ERROR = 11
+    RETRIABLE = 12
+    WRITER_FENCED = 13
+    EVENTS_REFUSED = 14
     SCOPE_NOT_FOUND = 20
     SCOPE_NOT_EMPTY = 21
     STREAM_NOT_FOUND = 22

@@ -10,11 +10,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from twisted.internet import protocol
+from twisted.internet import defer, protocol
+from twisted.python.failure import Failure
 
 from millrace.gateway.framing import DEFAULT_CONNECTION_BUDGET_BYTES, BudgetedReceiver
 from millrace.gateway.futures import on_reactor
+from millrace.gateway.kafka.broker import Broker
 from millrace.gateway.native.controller_commands import PartitionsOf, controller_handlers
+from millrace.gateway.native.event_commands import event_handlers
 from millrace.gateway.native.table_commands import Answer, table_handlers
 from millrace.protocol.contracts import AttributeUpdate, ReadResult, SegmentInfo
 from millrace.protocol.errors import error_details, status_of
@@ -89,7 +92,10 @@ class NativeProtocol(BudgetedReceiver):
         except Exception as exc:  # noqa: BLE001 - every failure becomes an error status
             self._reply_exception(request_id, size, exc)
             return
-        if isinstance(outcome, StoreFuture):
+        if isinstance(outcome, defer.Deferred):  # reactor-side work (event appends): fires on the reactor
+            outcome.addCallbacks(lambda value: self._reply_value(request_id, size, value),
+                                 lambda failure: self._reply_failure(request_id, size, failure))
+        elif isinstance(outcome, StoreFuture):
             if outcome.done():  # e.g. a read served from the cache: answer in this reactor turn
                 self._reply_future(request_id, size, outcome)
             else:
@@ -107,6 +113,10 @@ class NativeProtocol(BudgetedReceiver):
             self._reply_exception(request_id, size, exc)
         else:
             self._reply_value(request_id, size, fut.result())
+
+    def _reply_failure(self, request_id: int, size: int, failure: Failure) -> None:
+        exc = failure.value
+        self._reply_exception(request_id, size, exc if exc is not None else RuntimeError(failure.getErrorMessage()))
 
     def _reply(self, frame: bytes, size: int) -> None:
         """Write a reply; the request's ``size`` bytes stop holding the budget."""
@@ -142,11 +152,15 @@ class NativeProtocol(BudgetedReceiver):
 class NativeFactory(protocol.ServerFactory):
     def __init__(self, store: SegmentStore, controller: Controller, pool: ThreadPoolExecutor, scaler: Any,
                  partitions_of: PartitionsOf | None = None,
-                 connection_budget_bytes: int = DEFAULT_CONNECTION_BUDGET_BYTES) -> None:
+                 connection_budget_bytes: int = DEFAULT_CONNECTION_BUDGET_BYTES,
+                 broker: Broker | None = None) -> None:
+        """``broker``: the Kafka gateway whose partition storage takes native event appends (None: the
+        listener serves no event writers)."""
         self.store = store
         self.controller_commands = {
             **controller_handlers(controller, pool, scaler, partitions_of),
             **table_handlers(KeyValueTables(controller), controller.tables, pool),
+            **(event_handlers(broker) if broker is not None else {}),
         }
         self.connection_budget_bytes = connection_budget_bytes
 

@@ -1,0 +1,236 @@
+"""``EventStreamWriter``: events with routing keys, in order per key, exactly once.
+
+Each event becomes a Kafka record (key = routing key) in the partition whose slice holds the key's
+hash (``millrace.protocol.events``; docs/architecture.md, "Native client"). Per partition the writer
+sends batches in sequence order, each stamped with the writer's producer id, epoch and base sequence,
+and keeps at most ``MAX_IN_FLIGHT`` batches unacknowledged: when a connection drops or the partition
+asks for a retry, every unacknowledged batch of the partition is sent again, in order, with the same
+sequences, and the partition's duplicate window (the last five batches of each producer, durable with
+the data) answers a batch that had landed with its original offset. So an event is stored once,
+whatever was lost on the way, and events of one key keep their order: one key, one partition, one
+sequence. Opening a writer with a writer id bumps that id's epoch on the server, fencing any older
+instance of it.
+
+Threads: ``write_event`` may be called from any thread; completions arrive on connection threads and
+retries run on a timer thread; one lock guards the partition states, and futures complete outside it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from concurrent.futures import Future
+from concurrent.futures import wait as wait_futures
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from millrace.client.connection import Reply
+from millrace.client.controller import ControllerClient
+from millrace.client.serializers import BytesSerializer, Serializer
+from millrace.protocol.errors import ConnectionLostError, EventsRefusedError, RetriableError
+from millrace.protocol.events import OUT_OF_ORDER_SEQUENCE, encode_batch
+from millrace.protocol.keys import key_hash
+from millrace.protocol.wire import Command
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+MAX_IN_FLIGHT = 5  # the server remembers a producer's last five batches per partition
+MAX_BATCH_BYTES = 1024 * 1024
+RETRY_DELAYS = (0.05, 0.1, 0.2, 0.5, 1.0)
+
+
+@dataclass(frozen=True)
+class EventPosition:
+    """Where an event landed: its partition and its offset there (the Kafka offset)."""
+
+    partition: int
+    offset: int
+
+
+@dataclass
+class _Batch:
+    base_sequence: int
+    payload: bytes
+    futures: list[Future[EventPosition]]
+    outcome: Future[Reply] | None = None  # of the current attempt
+
+
+@dataclass
+class _Partition:
+    number: int
+    next_sequence: int = 0
+    pending: deque[tuple[bytes | None, bytes, Future[EventPosition]]] = field(default_factory=deque)
+    in_flight: deque[_Batch] = field(default_factory=deque)
+    retrying: bool = False  # a batch failed retriably: send nothing new until the resend
+    retry_scheduled: bool = False
+    attempts: int = 0
+    failed: BaseException | None = None  # a refusal that ends the partition for this writer
+
+
+class EventStreamWriter(Generic[T]):
+    def __init__(self, controller: ControllerClient, scope: str, stream: str,
+                 serializer: Serializer[T] | None = None, writer_id: str | None = None) -> None:
+        self.controller = controller
+        self.scope = scope
+        self.stream = stream
+        self.serializer: Serializer[Any] = serializer if serializer is not None else BytesSerializer()
+        self.writer_id = writer_id or uuid.uuid4().hex
+        opened = controller.call(Command.OPEN_WRITER,
+                                 {"scope": scope, "stream": stream, "writer_id": self.writer_id}, retry=True)[0]
+        self.producer_id = int(opened["producer_id"])
+        self.epoch = int(opened["epoch"])
+        self.slices = [(float(lo), float(hi)) for lo, hi in opened["slices"]]
+        self._partitions = [_Partition(p) for p in range(len(self.slices))]
+        self._unkeyed = itertools.cycle(range(len(self.slices)))
+        # Reentrant: a request that fails (or is answered) at once runs its completion in the sending
+        # thread, which holds the lock.
+        self._lock = threading.RLock()
+        self._closed = False
+        self.resent_batches = 0  # batches sent again after a lost connection or a retriable refusal
+
+    # -- writing ----------------------------------------------------------------------------------
+    def write_event(self, event: T, routing_key: str | None = None) -> Future[EventPosition]:
+        """Queue ``event``; the future completes with its position once it is durable (or fails)."""
+        data = self.serializer.serialize(event)
+        key = routing_key.encode() if routing_key is not None else None
+        fut: Future[EventPosition] = Future()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the writer is closed")
+            p = self._partitions[self._partition_of(routing_key)]
+            if p.failed is not None:
+                fut.set_exception(p.failed)
+                return fut
+            p.pending.append((key, data, fut))
+            self._pump(p)
+        return fut
+
+    def flush(self) -> None:
+        """Wait until every event written so far is durable; raise the first failure among them."""
+        with self._lock:
+            outstanding = [f for p in self._partitions for f in itertools.chain(
+                (e[2] for e in p.pending), (f for b in p.in_flight for f in b.futures))]
+        wait_futures(outstanding)
+        for f in outstanding:
+            exc = f.exception()
+            if exc is not None:
+                raise exc
+
+    def close(self) -> None:
+        """Flush, then refuse further events."""
+        try:
+            self.flush()
+        finally:
+            with self._lock:
+                self._closed = True
+
+    def __enter__(self) -> EventStreamWriter[T]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- routing --------------------------------------------------------------------------------------
+    def _partition_of(self, routing_key: str | None) -> int:
+        if routing_key is None:
+            return next(self._unkeyed)  # no order to keep: spread
+        h = key_hash(routing_key)
+        for number, (lo, hi) in enumerate(self.slices):
+            if lo <= h < hi:
+                return number
+        raise AssertionError(f"the stream's slices do not cover {h}")
+
+    # -- sending (under the lock) ---------------------------------------------------------------------
+    def _pump(self, p: _Partition) -> None:
+        while p.pending and not p.retrying and p.failed is None and len(p.in_flight) < MAX_IN_FLIGHT:
+            events: list[tuple[bytes | None, bytes]] = []
+            futures: list[Future[EventPosition]] = []
+            size = 0
+            while p.pending and (not events or size + len(p.pending[0][1]) <= MAX_BATCH_BYTES):
+                key, data, fut = p.pending.popleft()
+                events.append((key, data))
+                futures.append(fut)
+                size += len(data) + (len(key) if key else 0)
+            payload = encode_batch(events, int(time.time() * 1000), self.producer_id, self.epoch, p.next_sequence)
+            batch = _Batch(p.next_sequence, payload, futures)
+            p.next_sequence += len(events)
+            p.in_flight.append(batch)
+            self._send(p, batch)
+
+    def _send(self, p: _Partition, batch: _Batch) -> None:
+        header = {"scope": self.scope, "stream": self.stream, "partition": p.number}
+        try:
+            # Never connect here: this runs under the lock, and the retry reconnects off it.
+            outcome = self.controller.pool.request_if_connected(self.controller.endpoint, Command.APPEND_EVENTS,
+                                                                header, batch.payload)
+        except ConnectionLostError as exc:
+            outcome = Future()
+            outcome.set_exception(exc)
+        batch.outcome = outcome
+        outcome.add_done_callback(lambda f: self._completed(p, batch, f))
+
+    # -- completions (connection threads) ----------------------------------------------------------------
+    def _completed(self, p: _Partition, batch: _Batch, outcome: Future[Reply]) -> None:
+        done: list[tuple[Future[EventPosition], EventPosition | BaseException]] = []
+        with self._lock:
+            if batch.outcome is not outcome or batch not in p.in_flight:
+                return  # an earlier attempt's answer; the current attempt decides
+            exc = outcome.exception()
+            if exc is None:
+                base = int(outcome.result()[0]["offset"])
+                p.in_flight.remove(batch)
+                p.attempts = 0
+                done += [(f, EventPosition(p.number, base + i)) for i, f in enumerate(batch.futures)]
+                self._pump(p)
+            elif isinstance(exc, (ConnectionLostError, RetriableError)) or (
+                    # A batch behind one that failed finds a gap in the sequence: ours, not a refusal.
+                    isinstance(exc, EventsRefusedError) and exc.kafka_error == OUT_OF_ORDER_SEQUENCE
+                    and p.in_flight[0] is not batch):
+                p.retrying = True
+            else:
+                # Refused for good: later batches of this partition would break the sequence, so they
+                # and every later event fail too.
+                p.failed = exc
+                for b in p.in_flight:
+                    done += [(f, exc) for f in b.futures]
+                done += [(e[2], exc) for e in p.pending]
+                p.in_flight.clear()
+                p.pending.clear()
+            # Every unacknowledged batch is sent again, in order, once none is outstanding.
+            if p.retrying and not p.retry_scheduled and all(
+                    b.outcome is not None and b.outcome.done() for b in p.in_flight):
+                self._schedule_retry(p)
+        for fut, result in done:
+            if isinstance(result, BaseException):
+                fut.set_exception(result)
+            else:
+                fut.set_result(result)
+
+    def _schedule_retry(self, p: _Partition) -> None:
+        delay = RETRY_DELAYS[min(p.attempts, len(RETRY_DELAYS) - 1)]
+        p.attempts += 1
+        p.retry_scheduled = True
+        timer = threading.Timer(delay, self._retry, (p,))
+        timer.daemon = True
+        timer.start()
+
+    def _retry(self, p: _Partition) -> None:
+        # Connect first, outside the lock: a server restarting may take a while.
+        try:
+            self.controller.pool.get(self.controller.endpoint)
+        except ConnectionLostError as exc:
+            log.warning("writer %s: cannot reconnect yet: %s", self.writer_id, exc)
+        with self._lock:
+            p.retrying = p.retry_scheduled = False
+            for batch in list(p.in_flight):
+                if p.retrying:
+                    break  # this resend failed already: the next one sends from the first batch again
+                self.resent_batches += 1
+                self._send(p, batch)
+            self._pump(p)

@@ -1,0 +1,121 @@
+"""Events as Kafka records (pure, no I/O): the one event format of every stream.
+
+A native writer sends its events as one Kafka RecordBatch v2 per request (magic 2, uncompressed,
+CRC-32C), each event a record with key = the routing key's UTF-8 (or null) and value = the event's
+bytes, stamped with the writer's producer id, epoch and base sequence. The gateway stores it exactly
+as it stores a Kafka producer's batch, so Kafka consumers read native events and native readers read
+Kafka records. ``decode_records`` reads back uncompressed batches.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import crc32c
+
+MAGIC = 2
+# baseOffset i64, batchLength i32, partitionLeaderEpoch i32, magic i8, crc u32
+_PREFIX = struct.Struct(">qiibI")
+# attributes i16, lastOffsetDelta i32, baseTimestamp i64, maxTimestamp i64, producerId i64,
+# producerEpoch i16, baseSequence i32, recordCount i32
+_REST = struct.Struct(">hiqqqhii")
+_CRC_FROM = _PREFIX.size  # the CRC covers everything after itself
+_COMPRESSION_MASK = 0x07
+NO_PRODUCER_ID = -1
+OUT_OF_ORDER_SEQUENCE = 45  # Kafka's OUT_OF_ORDER_SEQUENCE_NUMBER: a batch does not continue its sequence
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    """One record of a batch: key (None: no routing key), value, absolute offset and timestamp."""
+
+    key: bytes | None
+    value: bytes
+    offset: int
+    timestamp_ms: int
+
+
+def _varint(value: int, out: bytearray) -> None:
+    zigzag = (value << 1) ^ (value >> 63)
+    while zigzag & ~0x7F:
+        out.append((zigzag & 0x7F) | 0x80)
+        zigzag >>= 7
+    out.append(zigzag)
+
+
+def _read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        if pos >= len(buf):
+            raise ValueError("varint runs past the batch")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint longer than 10 bytes")
+
+
+def encode_batch(events: Sequence[tuple[bytes | None, bytes]], timestamp_ms: int, producer_id: int = NO_PRODUCER_ID,
+                 producer_epoch: int = -1, base_sequence: int = -1) -> bytes:
+    """One RecordBatch v2 holding ``events`` ((key, value) pairs) in order, all at ``timestamp_ms``."""
+    if not events:
+        raise ValueError("a batch holds at least one event")
+    records = bytearray()
+    body = bytearray()
+    for delta, (key, value) in enumerate(events):
+        body.clear()
+        body.append(0)  # record attributes
+        _varint(0, body)  # timestamp delta
+        _varint(delta, body)  # offset delta
+        if key is None:
+            _varint(-1, body)
+        else:
+            _varint(len(key), body)
+            body += key
+        _varint(len(value), body)
+        body += value
+        _varint(0, body)  # headers
+        _varint(len(body), records)
+        records += body
+    rest = _REST.pack(0, len(events) - 1, timestamp_ms, timestamp_ms, producer_id, producer_epoch, base_sequence,
+                      len(events))
+    crc = crc32c.crc32c(records, crc32c.crc32c(rest))
+    length = _PREFIX.size - 12 + len(rest) + len(records)
+    return _PREFIX.pack(0, length, -1, MAGIC, crc) + rest + bytes(records)
+
+
+def decode_records(data: bytes | memoryview) -> Iterator[EventRecord]:
+    """The records of the uncompressed batches in ``data``, in order (ValueError for anything else,
+    a compressed batch included: the reader that needs those decompresses first)."""
+    view = memoryview(data)
+    pos = 0
+    while pos + _PREFIX.size + _REST.size <= len(view):
+        base_offset, length, _, magic, crc = _PREFIX.unpack_from(view, pos)
+        end = pos + 12 + length
+        if magic != MAGIC or end > len(view):
+            raise ValueError(f"not a whole v2 batch at {pos}")
+        if crc32c.crc32c(view[pos + _CRC_FROM : end]) != crc:
+            raise ValueError(f"batch at {pos} fails its CRC")
+        attributes, _, base_ts, _, _, _, _, count = _REST.unpack_from(view, pos + _CRC_FROM)
+        if attributes & _COMPRESSION_MASK:
+            raise ValueError("compressed batch")
+        at = pos + _CRC_FROM + _REST.size
+        for _ in range(count):
+            size, at = _read_varint(view, at)
+            record_end = at + size
+            at += 1  # record attributes
+            ts_delta, at = _read_varint(view, at)
+            offset_delta, at = _read_varint(view, at)
+            key_len, at = _read_varint(view, at)
+            key = None if key_len < 0 else bytes(view[at : at + key_len])
+            at += max(key_len, 0)
+            value_len, at = _read_varint(view, at)
+            value = bytes(view[at : at + max(value_len, 0)])
+            yield EventRecord(key, value, base_offset + offset_delta, base_ts + ts_delta)
+            at = record_end  # headers are skipped
+        pos = end

@@ -1,0 +1,190 @@
+"""EventStreamWriter against a real server: native events are Kafka records (read back by kafka-python
+and confluent-kafka), order per routing key across scaling, exactly once across a server SIGKILL,
+fencing of an older instance of a writer id."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections import defaultdict
+from concurrent.futures import Future
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaConsumer
+
+from millrace import (
+    EventPosition,
+    JsonSerializer,
+    StreamManager,
+    StringSerializer,
+    WriterFencedError,
+)
+from millrace.protocol.errors import InvalidRequestError
+from tests.server_process import ServerProcess
+
+
+def create_topic(server: ServerProcess, name: str, partitions: int, **config: str) -> None:
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1, config=config)])[name].result(30)
+
+
+def confluent_read(server: ServerProcess, topic: str, partitions: int, count: int) -> list:
+    """(partition, offset, key, value) of ``count`` records, read by confluent-kafka from offset 0."""
+    consumer = Consumer({"bootstrap.servers": server.bootstrap, "group.id": f"check-{topic}",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got = []
+    deadline = time.monotonic() + 60
+    while len(got) < count and time.monotonic() < deadline:
+        for m in consumer.consume(1000, 0.5):
+            assert m.error() is None, m.error()
+            got.append((m.partition(), m.offset(), m.key(), m.value()))
+    # Nothing beyond: a duplicate would show up here.
+    got += [(m.partition(), m.offset(), m.key(), m.value()) for m in consumer.consume(1000, 1.0)]
+    consumer.close()
+    return got
+
+
+def test_native_events_are_kafka_records(server: ServerProcess, uri: str) -> None:
+    create_topic(server, "readings", 4)
+    with StreamManager(uri) as sm:
+        writer = sm.create_writer("kafka", "readings", StringSerializer())
+        positions = [writer.write_event(f"{key}:{i}", routing_key=key) for i in range(50)
+                     for key in ("sensor-1", "sensor-2", "sensor-3")]
+        unkeyed = writer.write_event("no key")
+        writer.flush()
+        writer.close()
+    by_key: dict[str, list[EventPosition]] = defaultdict(list)
+    for i, fut in enumerate(positions):
+        by_key[("sensor-1", "sensor-2", "sensor-3")[i % 3]].append(fut.result())
+    for key, landed in by_key.items():
+        assert len({p.partition for p in landed}) == 1, key  # one key, one partition
+        assert [p.offset for p in landed] == sorted(p.offset for p in landed)
+
+    records = confluent_read(server, "readings", 4, 151)
+    assert len(records) == 151
+    assert len({(p, o) for p, o, _, _ in records}) == 151
+    for key, landed in by_key.items():
+        mine = [(p, o, v) for p, o, k, v in records if k == key.encode()]
+        assert [(p, o) for p, o, _ in mine] == [(x.partition, x.offset) for x in landed]
+        assert [v for _, _, v in mine] == [f"{key}:{i}".encode() for i in range(50)]
+    assert [(k, v) for p, o, k, v in records if k is None] == [(None, b"no key")]
+    assert unkeyed.result().offset >= 0
+
+    # kafka-python sees the same records.
+    consumer = KafkaConsumer("readings", bootstrap_servers=server.bootstrap, auto_offset_reset="earliest",
+                             enable_auto_commit=False, consumer_timeout_ms=3000)
+    seen = sorted((m.partition, m.offset, m.key, m.value) for m in consumer)
+    consumer.close()
+    assert seen == sorted(records)
+
+
+def test_native_and_kafka_producers_share_offsets(server: ServerProcess, uri: str) -> None:
+    create_topic(server, "shared", 1)
+    producer = Producer({"bootstrap.servers": server.bootstrap, "enable.idempotence": True})
+    with StreamManager(uri) as sm, sm.create_writer("kafka", "shared", JsonSerializer()) as writer:
+        for i in range(10):
+            producer.produce("shared", key=b"k", value=f"kafka-{i}".encode())
+            producer.flush(30)
+            assert writer.write_event({"native": i}, routing_key="k").result(30).offset == 2 * i + 1
+    values = [v for _, _, _, v in confluent_read(server, "shared", 1, 20)]
+    assert values == [x for i in range(10) for x in (f"kafka-{i}".encode(), b'{"native":%d}' % i)]
+
+
+def test_order_per_key_holds_across_splits(server: ServerProcess, uri: str) -> None:
+    create_topic(server, "elastic-native", 8, **{"millrace.segments.initial": "1"})
+    keys = [f"device-{n}" for n in range(16)]
+    with StreamManager(uri) as sm:
+        writer = sm.create_writer("kafka", "elastic-native", StringSerializer())
+        futures: list[Future[EventPosition]] = []
+        for round_ in range(3):
+            for i in range(100):
+                futures += [writer.write_event(f"{k}:{round_ * 100 + i}", routing_key=k) for k in keys]
+            segment = sm.describe_stream("kafka", "elastic-native").segments[0].segment
+            sm.split_segment("kafka", "elastic-native", segment)  # while appends are in flight
+        writer.close()
+        assert len(sm.describe_stream("kafka", "elastic-native").segments) == 4
+    assert all(f.result().offset >= 0 for f in futures)
+    records = confluent_read(server, "elastic-native", 8, len(futures))
+    assert len(records) == len(futures)
+    for k in keys:
+        values = [v for _, _, key, v in sorted(records) if key == k.encode()]
+        assert values == [f"{k}:{i}".encode() for i in range(300)]
+
+
+def test_a_second_instance_of_a_writer_id_fences_the_first(server: ServerProcess, uri: str) -> None:
+    create_topic(server, "fenced", 1)
+    with StreamManager(uri) as sm:
+        first = sm.create_writer("kafka", "fenced", writer_id="loader-1")
+        first.write_event(b"a", routing_key="k").result(30)
+        second = sm.create_writer("kafka", "fenced", writer_id="loader-1")
+        assert (second.producer_id, second.epoch) == (first.producer_id, first.epoch + 1)
+        second.write_event(b"b", routing_key="k").result(30)
+        with pytest.raises(WriterFencedError):
+            first.write_event(b"zombie", routing_key="k").result(30)
+        second.close()
+    assert [v for _, _, _, v in confluent_read(server, "fenced", 1, 2)] == [b"a", b"b"]
+
+
+def test_writers_serve_the_kafka_scope_only_so_far(uri: str) -> None:
+    with StreamManager(uri) as sm:
+        sm.create_scope("iot")
+        sm.create_stream("iot", "readings", initial_segments=2)
+        with pytest.raises(InvalidRequestError, match="scope only so far"):
+            sm.create_writer("iot", "readings")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_exactly_once_across_a_server_sigkill(tmp_path) -> None:
+    native, kafka = _free_port(), _free_port()
+    data = str(tmp_path / "data")
+    args = ("--native-port", str(native), "--kafka-port", str(kafka))
+    server = ServerProcess(data, *args).start()
+    try:
+        create_topic(server, "crash", 4)
+        sm = StreamManager(f"tcp://127.0.0.1:{native}", reconnect_timeout=120.0)
+        writer = sm.create_writer("kafka", "crash", StringSerializer(), writer_id="crash-writer")
+        keys = [f"k{n}" for n in range(8)]
+        written: list[tuple[str, str, Future[EventPosition]]] = []
+        stop = threading.Event()
+
+        def write() -> None:
+            i = 0
+            while not stop.is_set():
+                for k in keys:
+                    value = f"{k}:{i}"
+                    written.append((k, value, writer.write_event(value, routing_key=k)))
+                i += 1
+                if i % 50 == 0:
+                    time.sleep(0.01)  # let the server keep up: a bounded backlog at the crash
+
+        thread = threading.Thread(target=write)
+        thread.start()
+        time.sleep(1.5)
+        server.kill()  # SIGKILL with batches in flight
+        server = ServerProcess(data, *args).start()
+        time.sleep(1.5)  # the writer resends and continues on the restarted server
+        stop.set()
+        thread.join(60)
+        writer.flush()
+        writer.close()
+        sm.close()
+        assert all(f.done() and f.exception() is None for _, _, f in written)
+        assert writer.resent_batches > 0  # the crash cost batches, which were sent again
+        records = confluent_read(server, "crash", 4, len(written))
+        values = [v.decode() for _, _, _, v in sorted(records)]
+        assert len(values) == len(written) == len(set(values))  # every event once, none twice
+        for k in keys:
+            mine = [v for v in values if v.startswith(f"{k}:")]
+            assert mine == [v for key, v, _ in written if key == k]  # in write order per key
+    finally:
+        server.kill()
