@@ -1,0 +1,33 @@
+"""The examples docs/client.md walks through run as written against a real server."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from tests.server_process import ServerProcess
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples")
+
+
+def run(*args: str) -> str:
+    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_streams_and_tables_example(server: ServerProcess, uri: str) -> None:
+    out = run(os.path.join(EXAMPLES, "streams_and_tables.py"), uri)
+    assert "epoch 1: 3 segments, last scale: manual" in out
+    assert "a stale version is refused" in out
+    assert "sensor-7 = offline" in out
+    assert "room-1: {'humidity': '40', 'temperature': '21.5'}" in out
+    assert out.rstrip().endswith("streams left: []")
+
+
+def test_kafka_interop_example(server: ServerProcess, uri: str) -> None:
+    out = run(os.path.join(EXAMPLES, "kafka_interop.py"), uri, server.bootstrap)
+    readings = [line for line in out.splitlines() if line.startswith("sensor-7 ")]
+    expected = [f"sensor-7 {{\"sensor\":\"sensor-7\",\"reading\":{20 + i / 10}}}" for i in range(10)]
+    assert readings == [*expected, 'sensor-7 {"sensor":"sensor-7","reading":99.9}']
