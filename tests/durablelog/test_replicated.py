@@ -109,7 +109,21 @@ def test_sigkill_of_a_replica_under_load_loses_nothing_and_replaces_it(replicas:
     assert errors == []
     # The failed replica leaves every fragment: the open one at once, closed ones once re-replicated.
     wait_until(lambda: all(victim_address not in f.ensemble for f in log.record.fragments))
-    assert all(spare in f.ensemble for f in log.record.fragments)
+    record = log.record
+    assert all(spare in f.ensemble for f in record.fragments)
+    # The spare really holds the closed fragment it was swapped into (copied from the survivors).
+    closed_end = record.fragment_end(0, 0)
+    rpc = ReplicaRpc()
+    try:
+        held: list[int] = []
+        while len(held) < closed_end:
+            reply = rpc.call_one(spare, {"op": "read", "log": "log", "from": len(held) + 1, "to": closed_end,
+                                         "max_bytes": 1 << 22}, [], 30)
+            assert reply is not None and reply[0]["entries"], reply
+            held += [s for s, e, _ in reply[0]["entries"] if e == record.fragments[0].epoch]
+        assert held == list(range(1, closed_end + 1))
+    finally:
+        rpc.close()
     log.close()
     got = dict(read_back(replicas))
     assert all(got.get(sequence) == payload for sequence, payload in acked.items())

@@ -3,6 +3,7 @@ SIGKILLed under load; every acknowledged append must survive."""
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from pathlib import Path
@@ -54,6 +55,7 @@ def test_logd_and_server_sigkill_under_load_lose_nothing_acknowledged(tmp_path: 
                     check_segment(read_segment(client, s), acked[s])
                 offset = client.append(segments[0], b"after-recovery")
                 assert client.read(segments[0], offset, 14).data == b"after-recovery"
+            assert server.stop(signal.SIGTERM) == 0  # a clean shutdown closes the replicated logs too
         finally:
             server.kill()
         metadata = FileLogMetadataStore(str(Path(data_dir) / "logmeta"))
