@@ -13,7 +13,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from millrace.store.budget import MIB, Admission, ByteBudget, current_admission
+from millrace.store.budget import MIB, ByteBudget, current_admission
 from millrace.store.containers.config import ContainerConfig
 from millrace.store.containers.container import SegmentContainer
 from millrace.store.containers.rates import RateConfig, RateRegistry, SegmentRates
@@ -74,6 +74,8 @@ class SegmentStore:
                        call_later=self.scheduler.call_later)
             for c in self.containers
         ]
+        for container, budget in zip(self.containers, self.budgets, strict=True):
+            container.attach_budget(budget)
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -112,29 +114,23 @@ class SegmentStore:
         ``events`` is how many events the bytes carry (a Kafka batch: its record count), for the
         segment's rates (``segment_rates``) once the append is durable.
 
-        Until then the bytes count against the container's budget and, when a connection is
-        dispatching the request that appends (``store.budget.charging``), against its budget too."""
+        Until then the bytes count against the container's budget (its operation processor holds
+        them) and, when a connection is dispatching the request that appends
+        (``store.budget.charging``), against that connection's budget too."""
         index = self._index_of(name)
-        budget = self.budgets[index]
-        size = len(data)
         admission = current_admission()
-        budget.acquire(size)
-        if admission is not None:
-            admission.budget.acquire(size)
-            admission.touch(budget)
+        if admission is None:  # the container holds the bytes against its budget until durable
+            return self.containers[index].append(name, data, expected_offset, attributes, events)
+        size = len(data)
+        admission.budget.acquire(size)
+        admission.touch(self.budgets[index])
         try:
             fut = self.containers[index].append(name, data, expected_offset, attributes, events)
         except BaseException:
-            self._release(budget, admission, size)
-            raise
-        fut.add_done_callback(lambda _: self._release(budget, admission, size))
-        return fut
-
-    @staticmethod
-    def _release(budget: ByteBudget, admission: Admission | None, size: int) -> None:
-        budget.release(size)
-        if admission is not None:
             admission.budget.release(size)
+            raise
+        fut.add_done_callback(lambda _: admission.budget.release(size))
+        return fut
 
     def read(self, name: str, offset: int, max_length: int, wait_timeout: float = 0.0) -> StoreFuture[ReadResult]:
         """Read up to ``max_length`` durable bytes from ``offset``. At the tail, wait up to

@@ -46,6 +46,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from millrace.store.budget import ByteBudget
 from millrace.store.containers import operations as ops
 from millrace.store.containers import recovery
 from millrace.store.containers.checkpoints import CheckpointPolicy
@@ -202,9 +203,10 @@ class SegmentContainer:
             self._state = FAILED
             self._failure = exc
             error = ContainerOfflineError(f"container {self.container_id} failed: {exc!r}")
-            abandoned = self._processor.abandon()
+            abandoned, abandoned_bytes = self._processor.abandon()
             self._read_index.tail_reads.fail_all(error)
             parked = self._read_index.tail_reads.take_ready()
+        self._processor.release_budget(abandoned_bytes)
         for fut in abandoned:
             if not fut.done():
                 fut.set_exception(error)
@@ -315,6 +317,10 @@ class SegmentContainer:
 
     def cached_bytes(self) -> int:
         return self._read_index.total_bytes  # one int, read without the lock: a hint for pressure
+
+    def attach_budget(self, budget: ByteBudget) -> None:
+        """Hold every queued operation's bytes against ``budget`` until it is applied."""
+        self._processor.attach_budget(budget)
 
     def unflushed_bytes(self) -> int:
         """Durable data that long-term storage does not hold yet (the cache cannot evict it)."""

@@ -11,6 +11,10 @@ applies every operation at the head of the in-flight queue whose frame is durabl
 order; then, with the lock released, it resumes the tail reads that became answerable, hands released
 chunks to the storage writer, and completes the callers' futures. So nothing is visible or
 acknowledged before it is durable, and no future completes while the lock is held.
+
+Every queued operation's bytes count against the container's byte budget (``store.budget``) from
+acceptance until it is applied: acquired one operation at a time under the lock, released once per
+drained frame outside it, so a connection writing here stops reading while the log falls behind.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+from millrace.store.budget import ByteBudget
 from millrace.store.containers.lock import ContainerLock
 from millrace.store.containers.memory_state import MemoryState
 from millrace.store.containers.operations import Checkpoint, Operation
@@ -35,12 +40,14 @@ MAX_FRAMES_IN_FLIGHT = 2
 class _Pending:
     """An operation handed to the durable log, waiting to be applied in log order."""
 
-    __slots__ = ("op", "result", "released", "opens_entry", "log_future", "value", "followers")
+    __slots__ = ("op", "result", "released", "opens_entry", "size", "log_future", "value", "followers")
 
     def __init__(
-        self, op: Operation, result: StoreFuture[Any] | None, released: tuple[str, ...], opens_entry: bool
+        self, op: Operation, result: StoreFuture[Any] | None, released: tuple[str, ...], opens_entry: bool,
+        size: int,
     ) -> None:
         self.op = op
+        self.size = size  # its bytes in the frame, held against the container's budget until applied
         self.result = result
         self.released = released  # chunks to delete from long-term storage once durable
         self.opens_entry = opens_entry  # first in its frame: a checkpoint here can be truncated to
@@ -68,6 +75,11 @@ class OperationProcessor:
         self._frame_parts: list[bytes] = []  # the next log entry, still accumulating
         self._frame_pending: list[_Pending] = []
         self._frames_in_flight = 0
+        self._budget: ByteBudget | None = None
+
+    def attach_budget(self, budget: ByteBudget) -> None:
+        """Count queued operations against ``budget`` from now on (set before the container serves)."""
+        self._budget = budget
 
     # -- the caller's side (lock held) -----------------------------------------------------------------
     def submit(self, op: Operation, result: StoreFuture[Any] | None) -> None:
@@ -100,8 +112,9 @@ class OperationProcessor:
         """The log writes still outstanding (for a clean shutdown to wait on)."""
         return [p.log_future for p in self._inflight if p.log_future is not None]
 
-    def abandon(self) -> list[StoreFuture[Any]]:
-        """Drop everything not yet applied (the log failed); returns the futures to fail."""
+    def abandon(self) -> tuple[list[StoreFuture[Any]], int]:
+        """Drop everything not yet applied (the log failed); returns the futures to fail and the bytes
+        to give back to the budget (by ``release_budget``, once the lock is released)."""
         pending, self._inflight = self._inflight, collections.deque()
         self._frame_parts, self._frame_pending = [], []
         futures: list[StoreFuture[Any]] = []
@@ -109,18 +122,27 @@ class OperationProcessor:
             if p.result is not None:
                 futures.append(p.result)
             futures.extend(fut for fut, _ in p.followers or ())
-        return futures
+        return futures, sum(p.size for p in pending)
+
+    def release_budget(self, size: int) -> None:
+        """Give ``size`` bytes back to the budget. Never under the container lock: a release may read
+        the container's unflushed bytes (which takes the lock) and wake connections."""
+        if self._budget is not None and size:
+            self._budget.release(size)
 
     def _enqueue(self, op: Operation, result: StoreFuture[Any] | None) -> int:
         released = op.accept(self._state.metadata)
         part = op.frame_part()
-        pending = _Pending(op, result, released, opens_entry=not self._frame_parts)
+        size = len(part)
+        if self._budget is not None:
+            self._budget.acquire(size)
+        pending = _Pending(op, result, released, opens_entry=not self._frame_parts, size=size)
         self._inflight.append(pending)
         self._frame_parts.append(part)
         self._frame_pending.append(pending)
         if self._frames_in_flight < MAX_FRAMES_IN_FLIGHT:
             self._send_frame()
-        return len(part)
+        return size
 
     def _send_frame(self) -> None:
         """Hand everything queued to the log as one entry."""
@@ -175,6 +197,7 @@ class OperationProcessor:
             resumed: list[tuple[ParkedRead, TailOutcome]] = state.read_index.tail_reads.take_ready()
         if failure is not None:
             self._on_failure(failure)
+        self.release_budget(sum(p.size for p in done))
         for read, outcome in resumed:
             read.resume(outcome)
         for p in done:
