@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -16,7 +19,7 @@ from millrace.store.durablelog.replica_rpc import ReplicaRpc
 from millrace.store.durablelog.replicated import ReplicatedDurableDataLog
 from millrace.store.errors import DataLogWriterFencedError
 from tests.durablelog.helpers import payload_for
-from tests.durablelog.logd_process import Replicas
+from tests.durablelog.logd_process import REPO_ROOT, Replicas
 
 
 @pytest.fixture
@@ -244,3 +247,55 @@ def test_reads_skip_a_replica_whose_copy_fails_its_crc(replicas: Replicas) -> No
     # Every replica is asked first in turn by some read; the damaged copy is never returned.
     for _ in range(3):
         assert read_back(replicas) == [(1, payload)]
+
+
+OWNER = """
+import os, sys, threading
+from millrace.store.durablelog.metadata import FileLogMetadataStore
+from millrace.store.durablelog.replicated import ReplicatedDurableDataLog, ReplicationConfig
+from tests.durablelog.helpers import payload_for
+log = ReplicatedDurableDataLog("log", FileLogMetadataStore(sys.argv[1]),
+                               ReplicationConfig(tuple(sys.argv[2].split(",")), 3, 2))
+log.open()
+def ack(worker, index):
+    def done(future):
+        os.write(1, f"{future.result().sequence} {worker} {index}\\n".encode())
+    return done
+def run(worker):
+    index = 0
+    while True:
+        futures = []
+        for _ in range(16):
+            f = log.append(payload_for(worker, index))
+            f.add_done_callback(ack(worker, index))
+            futures.append(f)
+            index += 1
+        for f in futures:
+            f.result()
+os.write(1, b"ready\\n")
+for w in range(3):
+    threading.Thread(target=run, args=(w,), daemon=True).start()
+threading.Event().wait()
+"""
+
+
+def test_an_owner_process_killed_mid_append_loses_no_ack_and_recoveries_agree(replicas: Replicas) -> None:
+    child = subprocess.Popen([sys.executable, "-c", OWNER, replicas.metadata.directory, ",".join(replicas.addresses)],
+                             cwd=REPO_ROOT, env=dict(os.environ, PYTHONPATH=REPO_ROOT), stdout=subprocess.PIPE)
+    assert child.stdout is not None
+    lines: list[bytes] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(child.stdout.readline, b"")), daemon=True)  # type: ignore[union-attr]
+    reader.start()
+    wait_until(lambda: len(lines) > 3000)
+    child.send_signal(signal.SIGKILL)  # mid-append: the last entries reached some replicas, not others
+    child.wait(30)
+    reader.join(30)
+    acked = {}
+    for line in lines[1:]:
+        if line.endswith(b"\n"):
+            sequence, worker, index = map(int, line.split())
+            acked[sequence] = payload_for(worker, index)
+    first = read_back(replicas)
+    assert all(dict(first).get(s) == p for s, p in acked.items())
+    assert [s for s, _ in first] == list(range(1, len(first) + 1))
+    assert read_back(replicas) == first  # a second recovery finds exactly what the first one did
