@@ -126,6 +126,19 @@ def test_malformed_requests_get_an_error_status_and_the_server_lives(uri: str, s
             raw.call(Command.CREATE_STREAM, {"scope": "x", "stream": "y", "initial_segments": "many"})
         with pytest.raises(InvalidRequestError):
             raw.call(Command.READ, {"segment": "x/y/0.#epoch.0", "offset": "zero"})
+        # Key-value and event commands refuse what does not add up, without harm.
+        raw.create_scope("malformed")
+        raw.call(Command.CREATE_KV_TABLE, {"scope": "malformed", "table": "t"})
+        with pytest.raises(InvalidRequestError):
+            raw.call(Command.KV_PUT, {"scope": "malformed", "table": "t", "partition": 0, "keys": [3],
+                                      "values": [5], "expected": [None]}, b"abc")  # 3 bytes short
+        with pytest.raises(InvalidRequestError):
+            raw.call(Command.KV_GET, {"scope": "malformed", "table": "t", "partition": 7, "keys": []})
+        with pytest.raises(StreamNotFoundError):
+            raw.call(Command.OPEN_WRITER, {"scope": "kafka", "stream": "no-such-topic", "writer_id": "w"})
+        raw.call(Command.CREATE_STREAM, {"scope": "kafka", "stream": "not-a-topic"})
+        with pytest.raises(StreamNotFoundError):  # a stream in the Kafka scope, but no topic record
+            raw.call(Command.APPEND_EVENTS, {"scope": "kafka", "stream": "not-a-topic", "partition": 0}, b"x")
         assert raw.list_scopes()  # the same connection still works
     with StreamManager(uri) as sm:
         assert "kafka" in sm.list_scopes()

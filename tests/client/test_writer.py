@@ -22,7 +22,8 @@ from millrace import (
     StringSerializer,
     WriterFencedError,
 )
-from millrace.protocol.errors import InvalidRequestError
+from millrace.protocol.errors import EventsRefusedError, InvalidRequestError
+from millrace.protocol.wire import Command
 from tests.server_process import ServerProcess
 
 
@@ -188,3 +189,15 @@ def test_exactly_once_across_a_server_sigkill(tmp_path) -> None:
             assert mine == [v for key, v, _ in written if key == k]  # in write order per key
     finally:
         server.kill()
+
+
+def test_a_batch_that_does_not_parse_is_refused_and_the_server_lives(server: ServerProcess, uri: str) -> None:
+    create_topic(server, "garbage", 1)
+    with StreamManager(uri) as sm:
+        for payload in (b"", b"not a record batch", b"\x00" * 80):
+            with pytest.raises(EventsRefusedError):
+                sm.controller.call(Command.APPEND_EVENTS, {"scope": "kafka", "stream": "garbage", "partition": 0},
+                                   payload)
+        writer = sm.create_writer("kafka", "garbage")
+        assert writer.write_event(b"fine", routing_key="k").result(30).offset == 0
+        writer.close()
