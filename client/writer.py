@@ -43,6 +43,7 @@ T = TypeVar("T")
 MAX_IN_FLIGHT = 5  # the server remembers a producer's last five batches per partition
 MAX_BATCH_BYTES = 1024 * 1024
 RETRY_DELAYS = (0.05, 0.1, 0.2, 0.5, 1.0)
+PARTITION_CACHE_KEYS = 100_000
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,7 @@ class EventStreamWriter(Generic[T]):
         self.slices = [(float(lo), float(hi)) for lo, hi in opened["slices"]]
         self._partitions = [_Partition(p) for p in range(len(self.slices))]
         self._unkeyed = itertools.cycle(range(len(self.slices)))
+        self._partition_of_key: dict[str, int] = {}
         # Reentrant: a request that fails (or is answered) at once runs its completion in the sending
         # thread, which holds the lock.
         self._lock = threading.RLock()
@@ -140,11 +142,17 @@ class EventStreamWriter(Generic[T]):
     def _partition_of(self, routing_key: str | None) -> int:
         if routing_key is None:
             return next(self._unkeyed)  # no order to keep: spread
-        h = key_hash(routing_key)
-        for number, (lo, hi) in enumerate(self.slices):
-            if lo <= h < hi:
-                return number
-        raise AssertionError(f"the stream's slices do not cover {h}")
+        number = self._partition_of_key.get(routing_key)
+        if number is None:
+            # Keys repeat (sensors, users, devices): hash each once while the cache is bounded.
+            if len(self._partition_of_key) >= PARTITION_CACHE_KEYS:
+                self._partition_of_key.clear()
+            h = key_hash(routing_key)
+            number = next((n for n, (lo, hi) in enumerate(self.slices) if lo <= h < hi), None)
+            if number is None:
+                raise AssertionError(f"the stream's slices do not cover {h}")
+            self._partition_of_key[routing_key] = number
+        return number
 
     # -- sending (under the lock) ---------------------------------------------------------------------
     def _pump(self, p: _Partition) -> None:
