@@ -186,8 +186,8 @@ class ConnectionPool:
                              payload: bytes = b"") -> Future[Reply]:
         """Like ``request``, but never waits for a connect: ConnectionLostError at once when there is no
         live connection (for callers that must not block, and reconnect elsewhere)."""
-        with self._lock:
-            conn = self._connections.get(endpoint)
+        # No lock: a connect in progress holds it, and a dict read is atomic.
+        conn = self._connections.get(endpoint)
         if conn is None or conn.closed:
             raise ConnectionLostError(f"not connected to {endpoint}")
         return conn.request(command, header, payload)
