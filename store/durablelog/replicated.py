@@ -652,12 +652,17 @@ class ReplicatedDurableDataLog(DurableDataLog):
                 targets = {spare: start - 1}
                 batch: list[tuple[int, bytes, int]] = []
                 copy_fragment = replace(fragment, first=start)
-                for item in read_range(rpc, self.log_name, fragment, sources, start, end,
-                                       self.config.request_timeout):
-                    batch.append(item)
-                    if item[0] == end or sum(len(p) for _, p, _ in batch) >= self.config.max_batch_bytes:
-                        self._write_copies(rpc, copy_fragment, targets, batch)
-                        batch = []
+                try:
+                    for item in read_range(rpc, self.log_name, fragment, sources, start, end,
+                                           self.config.request_timeout):
+                        batch.append(item)
+                        if item[0] == end or sum(len(p) for _, p, _ in batch) >= self.config.max_batch_bytes:
+                            self._write_copies(rpc, copy_fragment, targets, batch)
+                            batch = []
+                except DataCorruptionError:
+                    if self.record.truncated > record.truncated:
+                        continue  # truncated under the copy: the replicas dropped entries; start over
+                    raise
 
                 def swap(r: LogRecord, first: int = fragment.first, spare: str = spare) -> LogRecord:
                     fragments = tuple(
