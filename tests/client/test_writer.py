@@ -4,7 +4,11 @@ fencing of an older instance of a writer id."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections import defaultdict
@@ -25,6 +29,8 @@ from millrace import (
 from millrace.protocol.errors import EventsRefusedError, InvalidRequestError
 from millrace.protocol.wire import Command
 from tests.server_process import ServerProcess
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def create_topic(server: ServerProcess, name: str, partitions: int, **config: str) -> None:
@@ -47,6 +53,16 @@ def confluent_read(server: ServerProcess, topic: str, partitions: int, count: in
     got += [(m.partition(), m.offset(), m.key(), m.value()) for m in consumer.consume(1000, 1.0)]
     consumer.close()
     return got
+
+
+def read_to_end(server: ServerProcess, topic: str, partitions: int) -> list:
+    """Every record of ``topic`` up to each partition's high watermark now, as confluent_read gives them."""
+    probe = Consumer({"bootstrap.servers": server.bootstrap, "group.id": f"probe-{topic}"})
+    total = sum(probe.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(partitions))
+    probe.close()
+    records = confluent_read(server, topic, partitions, total)
+    assert len(records) == total
+    return records
 
 
 def test_native_events_are_kafka_records(server: ServerProcess, uri: str) -> None:
@@ -201,3 +217,31 @@ def test_a_batch_that_does_not_parse_is_refused_and_the_server_lives(server: Ser
         writer = sm.create_writer("kafka", "garbage")
         assert writer.write_event(b"fine", routing_key="k").result(30).offset == 0
         writer.close()
+
+
+def test_exactly_once_when_the_writer_process_is_killed(server: ServerProcess, uri: str) -> None:
+    """SIGKILL a writer mid-stream, restart it under the same writer id: every acknowledged event is
+    stored once, nothing is stored twice, and each key's events are in write order."""
+    create_topic(server, "writer-crash", 4)
+    cmd = [sys.executable, "-m", "tests.client.writer_process", uri, "writer-crash", "crashing-writer"]
+    first = subprocess.Popen([*cmd, "0", "1000000"], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    acked: list[str] = []
+    assert first.stdout is not None
+    for line in first.stdout:
+        if line.startswith("acked "):
+            acked.append(line.split()[1])
+            if len(acked) >= 2000:
+                break
+    first.send_signal(signal.SIGKILL)  # with events written and not yet acknowledged
+    first.wait(30)
+    second = subprocess.run([*cmd, "5000000", "400"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert second.returncode == 0, second.stderr
+    acked += [line.split()[1] for line in second.stdout.splitlines() if line.startswith("acked ")]
+    assert len(acked) >= 2400
+
+    stored = [v.decode() for _, _, _, v in sorted(read_to_end(server, "writer-crash", 4))]
+    assert len(stored) == len(set(stored))  # nothing twice
+    assert set(acked) <= set(stored)  # everything acknowledged, once
+    for key in {v.split(":")[0] for v in stored}:
+        numbers = [int(v.split(":")[1]) for v in stored if v.startswith(f"{key}:")]
+        assert numbers == sorted(numbers)  # in write order per key, across the restart
