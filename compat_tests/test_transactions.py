@@ -276,38 +276,48 @@ def _run_exactly_once_loop(tmp_path: Any, kill_server: bool) -> None:
     data_dir = str(tmp_path / "data")
     srv = start_server(data_dir, "--kafka-port", str(port))
     source, sink, group, transactional_id = _name("in"), _name("out"), _name("eos"), _name("eos-tx")
-    total = 1500
+    total = 5000
     rng = random.Random()
     worker: subprocess.Popen[str] | None = None
+    # The workers' output goes to a file: librdkafka logs every failed reconnect while the server is down,
+    # and an unread pipe would fill up and stall the worker.
+    log = open(tmp_path / "workers.log", "w")  # noqa: SIM115 - closed in the finally below
     try:
         feeder = Producer({"bootstrap.servers": srv.bootstrap, "enable.idempotence": True})
         for i in range(total):
             feeder.produce(source, key=str(i % 17).encode(), value=f"r{i}".encode())
         assert feeder.flush(60) == 0
         kills = 0
+        progress: list[int] = []  # the output's log end (records and markers) after each kill
         deadline = time.monotonic() + 200
-        next_kill = time.monotonic() + rng.uniform(1.0, 3.0)
+        next_kill = time.monotonic() + rng.uniform(0.5, 2.0)
         while time.monotonic() < deadline:
             if worker is None or worker.poll() is not None:
                 worker = subprocess.Popen(
                     [sys.executable, "-m", "compat_tests.txn_worker", srv.bootstrap, source, sink, transactional_id,
-                     group, str(DEFAULT_PARTITIONS)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            if kills < 4 and time.monotonic() >= next_kill:
+                     group, str(DEFAULT_PARTITIONS), "0.05"], stdout=log, stderr=subprocess.STDOUT, text=True)
+            # Each kill waits until the loop has moved on since the last one, so every kill lands mid-work.
+            if kills < 4 and time.monotonic() >= next_kill and (
+                    not progress or _log_end(srv.bootstrap, sink) > progress[-1]):
                 kills += 1
-                next_kill = time.monotonic() + rng.uniform(1.5, 4.0)
                 if kill_server:
                     srv.kill()
                     srv = start_server(data_dir, "--kafka-port", str(port))
                 else:
                     worker.kill()
                     worker.wait()
+                progress.append(_log_end(srv.bootstrap, sink))
+                next_kill = time.monotonic() + rng.uniform(0.5, 2.0)
                 continue
             if kills >= 4:
                 if _committed_count(srv.bootstrap, sink) >= total:
                     break
                 time.sleep(2.0)
             time.sleep(0.5)
-        assert kills >= 4
+        # The kills must land while the loop still had work: otherwise they prove nothing.
+        end = _log_end(srv.bootstrap, sink)
+        assert sum(1 for n in progress if n < end) >= 3, f"kills came after the work was done: {progress} of {end}"
+        print("output log end at each kill:", progress, "finally", end)
         values = read_values(srv.bootstrap, sink, "read_committed")
         counts = Counter(values)
         assert not [v for v, n in counts.items() if n > 1], "records written twice"
@@ -316,7 +326,16 @@ def _run_exactly_once_loop(tmp_path: Any, kill_server: bool) -> None:
         if worker is not None and worker.poll() is None:
             worker.kill()
             worker.wait()
+        log.close()
         srv.stop(timeout=30)
+
+
+def _log_end(bootstrap: str, topic: str) -> int:
+    """The sum of the output partitions' high watermarks: a cheap measure of the loop's progress."""
+    try:
+        return sum(watermarks(bootstrap, topic, p, "read_uncommitted")[1] for p in range(DEFAULT_PARTITIONS))
+    except KafkaException:
+        return 0
 
 
 def _committed_count(bootstrap: str, topic: str) -> int:
