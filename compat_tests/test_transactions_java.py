@@ -1,0 +1,38 @@
+"""Kafka transactions with the Java client (kafka-clients 3.9 and 4.x, compat_tests/java/TxnClient.java):
+commit and abort at both isolation levels, zombie fencing, and consume-transform-produce with
+sendOffsetsToTransaction in a consumer group (the committed group offsets and the output agree)."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+
+import pytest
+
+from compat_tests.java_support import VERSIONS, run_main
+from tests.server_process import ServerProcess
+
+pytestmark = [pytest.mark.timeout(300)]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_java_transactions(server: ServerProcess, version: str) -> None:
+    prefix = f"java{version.replace('.', '')}-{uuid.uuid4().hex[:6]}"
+    run = run_main(version, "TxnClient", [server.bootstrap, prefix, "commit-abort", "fencing", "ctp"], timeout=240)
+
+    committed, uncommitted = run.of("commit-abort", "read")
+    assert committed["isolation"] == "read_committed"
+    assert sorted(committed["values"]) == sorted(f"committed-{i}" for i in range(20))
+    assert Counter(uncommitted["values"]) == Counter(
+        [f"committed-{i}" for i in range(20)] + [f"aborted-{i}" for i in range(20)])
+
+    (zombie,) = run.of("fencing", "zombie")
+    assert zombie["exception"] in ("ProducerFencedException", "InvalidProducerEpochException"), zombie
+    (read,) = run.of("fencing", "read")
+    assert read["values"] == ["successor"]
+
+    (moved,) = run.of("ctp", "moved")
+    assert moved["count"] == 300
+    assert Counter(moved["values"]) == Counter(f"R{i}" for i in range(300))  # each exactly once
+    # The group's offsets committed in the transactions: one past each partition's last input record.
+    assert sum(offset for offset in moved["committed"].values() if offset > 0) == 300
