@@ -6,6 +6,7 @@ it, or the server, is SIGKILLed at random points."""
 
 from __future__ import annotations
 
+import json
 import random
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer, KafkaProducer
 
 from compat_tests.conftest import DEFAULT_PARTITIONS, start_server
@@ -354,3 +356,67 @@ def test_consume_transform_produce_exactly_once_when_the_worker_is_sigkilled(tmp
 @pytest.mark.slow
 def test_consume_transform_produce_exactly_once_when_the_server_is_sigkilled(tmp_path: Any) -> None:
     _run_exactly_once_loop(tmp_path, kill_server=True)
+
+
+# -- elastic topics --------------------------------------------------------------------------------------
+
+def _streams(server: ServerProcess, *args: str) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "millrace", "streams", *args, "--server", f"127.0.0.1:{server.native_port}",
+           "--json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, f"{' '.join(args)} failed: {proc.stderr[-2000:]}"
+    return json.loads(proc.stdout)  # type: ignore[no-any-return]
+
+
+def _open_segments(server: ServerProcess, stream: str) -> list[dict[str, Any]]:
+    desc = _streams(server, "describe", stream)
+    return sorted((s for s in desc["segments"] if not s["sealed"]), key=lambda s: s["key_start"])
+
+
+def test_transactions_across_segment_merges_and_splits(tmp_path: Any) -> None:
+    port = free_port()
+    data_dir = str(tmp_path / "data")
+    srv = start_server(data_dir, "--kafka-port", str(port))
+    topic = _name("elastic")
+    stream = f"kafka/{topic}"
+    partitions = 4
+    try:
+        admin = AdminClient({"bootstrap.servers": srv.bootstrap})
+        admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result(30)
+        p = txn_producer(srv.bootstrap, _name("tx"))
+
+        def batch(tag: str) -> list[bytes]:
+            values = []
+            for part in range(partitions):
+                for i in range(10):
+                    values.append(f"{tag}:{part}:{i}".encode())
+                    p.produce(topic, value=values[-1], partition=part)
+            p.flush(30)
+            return values
+
+        # Committed transaction: its partitions move into a merged segment halfway through.
+        p.begin_transaction()
+        kept = batch("kept-a")
+        first = _open_segments(srv, stream)
+        _streams(srv, "merge", stream, str(first[0]["number"]), str(first[1]["number"]))
+        kept += batch("kept-b")
+        p.commit_transaction(30)
+        # Aborted transaction: the merged segment splits again halfway through.
+        p.begin_transaction()
+        dropped = batch("dropped-a")
+        merged = _open_segments(srv, stream)[0]
+        assert merged["partitions"] == [0, 1], merged
+        _streams(srv, "split", stream, str(merged["number"]), "--pieces", "2")
+        dropped += batch("dropped-b")
+        p.abort_transaction(30)
+        for restarted in (False, True):
+            if restarted:  # the markers and the aborted index come back from the index across segments
+                srv.kill()
+                srv = start_server(data_dir, "--kafka-port", str(port))
+            assert sorted(read_values(srv.bootstrap, topic, "read_committed", partitions)) == sorted(kept)
+            assert sorted(read_values(srv.bootstrap, topic, "read_uncommitted", partitions)) == sorted(kept + dropped)
+            for part in range(partitions):  # nothing open: the last stable offset is the high watermark
+                assert watermarks(srv.bootstrap, topic, part, "read_committed") == \
+                    watermarks(srv.bootstrap, topic, part, "read_uncommitted")
+    finally:
+        srv.stop(timeout=30)
