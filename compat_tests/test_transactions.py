@@ -17,12 +17,23 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_INVALID,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer, KafkaProducer
 
 from compat_tests.conftest import DEFAULT_PARTITIONS, start_server
 from compat_tests.test_crash_kafka import free_port
+from millrace.gateway.kafka.transactions import TRANSACTIONS_TABLE, TransactionMetadata, TxnState
+from millrace.gateway.server import ServerOptions, build_store
+from millrace.store.tables import TableStore
 from tests.kafka.wire import local
 from tests.server_process import ServerProcess
 
@@ -418,5 +429,52 @@ def test_transactions_across_segment_merges_and_splits(tmp_path: Any) -> None:
             for part in range(partitions):  # nothing open: the last stable offset is the high watermark
                 assert watermarks(srv.bootstrap, topic, part, "read_committed") == \
                     watermarks(srv.bootstrap, topic, part, "read_uncommitted")
+    finally:
+        srv.stop(timeout=30)
+
+
+@pytest.mark.parametrize("outcome", [TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT])
+def test_a_crash_after_prepare_completes_the_same_outcome(tmp_path: Any, outcome: TxnState) -> None:
+    """A crash between the durable Prepare record and the markers: the restarted coordinator writes the
+    markers and, for a commit, the transaction's group offsets. (The crash is made by SIGKILLing an
+    Ongoing transaction and setting its record to Prepare* offline, which is exactly what the coordinator
+    writes before its first marker.)"""
+    port = free_port()
+    data_dir = str(tmp_path / "data")
+    srv = start_server(data_dir, "--kafka-port", str(port))
+    topic, group, transactional_id = _name("prep"), _name("prep-group"), _name("tx")
+    try:
+        p = txn_producer(srv.bootstrap, transactional_id)
+        p.begin_transaction()
+        for part in range(DEFAULT_PARTITIONS):
+            p.produce(topic, value=f"v{part}".encode(), partition=part)
+        p.flush(30)
+        meta = Consumer({"bootstrap.servers": srv.bootstrap, "group.id": group})
+        p.send_offsets_to_transaction([TopicPartition(topic, 0, 1)], meta.consumer_group_metadata(), 30)
+        meta.close()
+        srv.kill()
+        store = build_store(ServerOptions(data_dir=data_dir))
+        store.start()
+        try:
+            tables = TableStore(store)
+            (entry,) = tables.get(TRANSACTIONS_TABLE, [transactional_id.encode()])
+            assert entry is not None
+            record = TransactionMetadata.decode(transactional_id, entry.value)
+            assert record.state == TxnState.ONGOING and record.offsets[group][(topic, 0)].offset == 1
+            record.state = outcome
+            tables.put(TRANSACTIONS_TABLE, [(transactional_id.encode(), record.encode())])
+        finally:
+            store.close()
+        srv = start_server(data_dir, "--kafka-port", str(port))
+        committed = outcome == TxnState.PREPARE_COMMIT
+        expected = sorted(f"v{part}".encode() for part in range(DEFAULT_PARTITIONS)) if committed else []
+        assert sorted(read_values(srv.bootstrap, topic, "read_committed")) == expected
+        with local(srv.kafka_port) as wire:
+            (state,) = wire.request(DESCRIBE_TRANSACTIONS, 0, transactional_ids=[transactional_id]).transaction_states
+            assert state.transaction_state == ("CompleteCommit" if committed else "CompleteAbort")
+        reader = Consumer({"bootstrap.servers": srv.bootstrap, "group.id": group})
+        (offset,) = reader.committed([TopicPartition(topic, 0)], timeout=10)
+        reader.close()
+        assert offset.offset == (1 if committed else OFFSET_INVALID)
     finally:
         srv.stop(timeout=30)
