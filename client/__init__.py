@@ -2,5 +2,15 @@
 
 Units: ``connection`` (pipelined connections, reconnecting pool), ``controller`` (the controller's
 commands, typed), ``streams`` (configurations, descriptions, stream cuts), ``manager``
-(``StreamManager``), ``segments`` (raw segment access for tools and tests).
+(``StreamManager``), ``segments`` (raw segment access for tools and tests), ``synchronizer``
+(``StateSynchronizer``, a state shared through conditional appends).
 """
+
+from millrace.client.synchronizer import (
+    StateCorruptError,
+    StateNotInitializedError,
+    StateSynchronizer,
+    Updates,
+)
+
+__all__ = ["StateCorruptError", "StateNotInitializedError", "StateSynchronizer", "Updates"]

@@ -11,12 +11,13 @@ one connection pool; it reconnects by itself after a lost connection.
 
 from __future__ import annotations
 
-from typing import TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from millrace.client.connection import ConnectionPool, Endpoint
 from millrace.client.controller import ControllerClient
 from millrace.client.kvtable import KeyValueTable
-from millrace.client.serializers import Serializer
+from millrace.client.serializers import JsonSerializer, Serializer
 from millrace.client.streams import (
     RetentionPolicy,
     ScalingPolicy,
@@ -25,10 +26,12 @@ from millrace.client.streams import (
     StreamCut,
     StreamDescription,
 )
+from millrace.client.synchronizer import StateSynchronizer
 from millrace.client.writer import EventStreamWriter
-from millrace.protocol.errors import StreamExistsError
+from millrace.protocol.errors import InvalidRequestError, StreamExistsError
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 
 class StreamManager:
@@ -138,6 +141,33 @@ class StreamManager:
         """A writer of events with routing keys. Give a stable ``writer_id`` to fence an earlier
         instance of the same writer (after a crash); by default each writer gets a fresh id."""
         return EventStreamWriter(self.controller, scope, stream, serializer, writer_id)
+
+    # -- state synchronizers ------------------------------------------------------------------------
+    def create_synchronizer(self, scope: str, name: str, initial: T | None = None,
+                            serializer: Serializer[T] | None = None, *,
+                            apply_update: Callable[[T, U], T] | None = None,
+                            update_serializer: Serializer[U] | None = None) -> StateSynchronizer[T, U]:
+        """A member of the shared state ``scope/name``, kept in a stream of that name with one fixed
+        segment (created if missing). With ``initial`` the state is initialized if it holds none yet;
+        either way the member has read the current state when this returns. ``serializer`` turns
+        states into bytes (JSON by default); ``apply_update(state, update) -> state`` and
+        ``update_serializer`` serve update functions that return ``Updates`` instead of a state."""
+        self.create_stream(scope, name, scaling=ScalingPolicy.fixed(1))
+        described = self.describe_stream(scope, name)
+        if len(described.segments) != 1 or described.config.scaling != ScalingPolicy.fixed(1):
+            raise InvalidRequestError(f"{scope}/{name} is not a stream of one fixed segment: it cannot "
+                                      "hold a synchronizer's state")
+        segment = described.segments[0].segment
+        default: Any = JsonSerializer()
+        sync: StateSynchronizer[T, U] = StateSynchronizer(
+            self.controller, scope, name, segment.segment_id, segment.name,
+            serializer if serializer is not None else default, apply_update, update_serializer,
+        )
+        if initial is not None:
+            sync.initialize(initial)
+        else:
+            sync.fetch_updates()
+        return sync
 
     # -- key-value tables ------------------------------------------------------------------------------
     def create_key_value_table(self, scope: str, table: str, partitions: int = 1) -> KeyValueTable:

@@ -29,6 +29,10 @@ _EXPORTS: dict[str, str] = {
     "TableEntry": "millrace.client.kvtable",
     "EventStreamWriter": "millrace.client.writer",
     "EventPosition": "millrace.client.writer",
+    "StateSynchronizer": "millrace.client.synchronizer",
+    "Updates": "millrace.client.synchronizer",
+    "StateNotInitializedError": "millrace.client.synchronizer",
+    "StateCorruptError": "millrace.client.synchronizer",
     "Serializer": "millrace.client.serializers",
     "BytesSerializer": "millrace.client.serializers",
     "StringSerializer": "millrace.client.serializers",
@@ -70,6 +74,9 @@ __all__ = [
     "ScopeNotFoundError",
     "Segment",
     "Serializer",
+    "StateCorruptError",
+    "StateNotInitializedError",
+    "StateSynchronizer",
     "StoreError",
     "StreamConfiguration",
     "StreamCut",
@@ -83,6 +90,7 @@ __all__ = [
     "TableEntry",
     "TableKeyNotFoundError",
     "TableKeyVersionMismatchError",
+    "Updates",
     "WriterFencedError",
 ]
 
@@ -99,6 +107,12 @@ if TYPE_CHECKING:
         StreamConfiguration,
         StreamCut,
         StreamDescription,
+    )
+    from millrace.client.synchronizer import (
+        StateCorruptError,
+        StateNotInitializedError,
+        StateSynchronizer,
+        Updates,
     )
     from millrace.client.writer import EventPosition, EventStreamWriter
     from millrace.protocol.errors import (

@@ -1,0 +1,399 @@
+"""``StateSynchronizer``: a state object shared by several processes, kept in one segment (Pravega's
+revisioned stream client and state synchronizer).
+
+The state lives in the single segment of a stream with a fixed scaling policy of one segment: the
+controller then owns the name, its scope, sealing, deletion and the truncation record (``head_cut``
+stays true), and nothing ever splits the segment under the synchronizer. The segment is a sequence of
+entries; the **revision** of a member is the segment offset just after the last entry it applied,
+which is also where its next entry must land. Every write is an append conditional on that offset
+(``expected_offset``), so it lands only if the writer had seen everything before it: an update
+computed from a stale state is refused (``BadOffsetError``), the member reads what it missed and
+computes again. No update is lost, and every member applies the same entries in the same order.
+
+Entries (one atomic append each, so there are no torn ones to skip; anything that does not parse is
+an error, never skipped)::
+
+    magic:u16  kind:u8  nonce:8 bytes  length:u32  crc32:u32  payload
+
+``STATE`` carries a whole state (the initial one, a compaction snapshot, or an update that returned
+a new state) and replaces the local copy; ``UPDATES`` carries a list of serialized updates applied in
+order with the synchronizer's ``apply_update``. The nonce names the write attempt: after a lost
+connection the outcome of a conditional append is unknown, and the member learns it by reading the
+slot the append aimed at (it holds that nonce or it does not), so an update is applied exactly once.
+
+**Compaction** writes the current state as a ``STATE`` entry at the tail (conditionally, so it is the
+exact state there) and truncates the segment before it. The segment's start offset is therefore
+always the offset of a ``STATE`` entry, and a member that starts, or that finds its revision below the
+start (``SegmentTruncatedError``), reads from the start and begins with that snapshot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import random
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from millrace.client.controller import ControllerClient
+from millrace.client.serializers import JsonSerializer, Serializer
+from millrace.client.streams import StreamCut
+from millrace.protocol.errors import (
+    BadOffsetError,
+    ConnectionLostError,
+    InvalidStreamCutError,
+    SegmentTruncatedError,
+    StoreError,
+)
+from millrace.protocol.wire import MAX_FRAME_BYTES, Command
+
+S = TypeVar("S")
+U = TypeVar("U")
+R = TypeVar("R")
+
+MAGIC = 0x5359  # "SY"
+KIND_STATE = 1
+KIND_UPDATES = 2
+_HEADER = struct.Struct(">HB8sII")
+_COUNT = struct.Struct(">I")
+READ_BYTES = 1 << 20
+# An entry travels in one frame with a small JSON header beside it.
+MAX_ENTRY_BYTES = MAX_FRAME_BYTES - 64 * 1024
+
+
+class StateNotInitializedError(StoreError):
+    """The synchronizer's segment holds no state yet: call ``initialize`` first."""
+
+
+class StateCorruptError(StoreError):
+    """The segment holds bytes that are not a synchronizer entry (or an entry kind this client does
+    not know): the state cannot be rebuilt, so nothing is guessed."""
+
+
+class Updates(Generic[U]):
+    """What an update function returns to append changes instead of a whole new state: the changes
+    are applied, in order, with the synchronizer's ``apply_update`` by every member."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: Iterable[U]) -> None:
+        self.items: tuple[U, ...] = tuple(items)
+
+    def __repr__(self) -> str:
+        return f"Updates({list(self.items)!r})"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One decoded entry and where it lies in the segment."""
+
+    offset: int
+    end: int
+    kind: int
+    nonce: bytes
+    payload: bytes
+
+
+def encode_entry(kind: int, nonce: bytes, payload: bytes) -> bytes:
+    return _HEADER.pack(MAGIC, kind, nonce, len(payload), zlib.crc32(payload)) + payload
+
+
+def decode_entries(data: bytes, offset: int) -> tuple[list[Entry], int]:
+    """The whole entries at the front of ``data`` (which starts at segment ``offset``), and how many
+    bytes they take; a trailing partial entry is left for the next read."""
+    entries: list[Entry] = []
+    pos = 0
+    while len(data) - pos >= _HEADER.size:
+        magic, kind, nonce, length, crc = _HEADER.unpack_from(data, pos)
+        if magic != MAGIC:
+            raise StateCorruptError(f"no synchronizer entry at offset {offset + pos}")
+        end = pos + _HEADER.size + length
+        if end > len(data):
+            break
+        payload = bytes(data[pos + _HEADER.size:end])
+        if zlib.crc32(payload) != crc:
+            raise StateCorruptError(f"entry at offset {offset + pos} fails its CRC")
+        if kind not in (KIND_STATE, KIND_UPDATES):
+            raise StateCorruptError(f"entry at offset {offset + pos} has unknown kind {kind}")
+        entries.append(Entry(offset + pos, offset + end, kind, nonce, payload))
+        pos = end
+    return entries, pos
+
+
+def pack_updates(items: Iterable[bytes]) -> bytes:
+    blobs = list(items)
+    return b"".join([_COUNT.pack(len(blobs)), *(_COUNT.pack(len(b)) + b for b in blobs)])
+
+
+def unpack_updates(payload: bytes) -> list[bytes]:
+    (count,) = _COUNT.unpack_from(payload, 0)
+    pos = _COUNT.size
+    out: list[bytes] = []
+    for _ in range(count):
+        (length,) = _COUNT.unpack_from(payload, pos)
+        pos += _COUNT.size
+        out.append(payload[pos:pos + length])
+        pos += length
+    if pos != len(payload):
+        raise StateCorruptError("an updates entry's lengths do not add up")
+    return out
+
+
+class StateSynchronizer(Generic[S, U]):
+    """A local copy of a shared state, its revision, and conditional updates of it.
+
+    ``state`` is the copy as of ``revision``; treat it as read-only (update functions get their own
+    deep copy, since a refused attempt must leave no trace). Methods may be called from any thread;
+    one lock serialises them, and update functions run under it.
+    """
+
+    def __init__(self, controller: ControllerClient, scope: str, stream: str, segment_id: int, segment: str,
+                 serializer: Serializer[S], apply_update: Callable[[S, U], S] | None = None,
+                 update_serializer: Serializer[U] | None = None) -> None:
+        self.controller = controller
+        self.scope = scope
+        self.stream = stream
+        self.segment_id = segment_id
+        self.segment = segment
+        self.serializer = serializer
+        self.apply_update = apply_update
+        self.update_serializer: Serializer[U] = update_serializer or JsonSerializer()
+        self.conflicts = 0  # conditional appends refused because another member got there first
+        self._revision = 0
+        self._state: S | None = None
+        self._initialized = False
+        self._lock = threading.RLock()
+        self._closed = False
+
+    # -- the local copy ------------------------------------------------------------------------------
+    @property
+    def revision(self) -> int:
+        """The segment offset after the last entry applied: where this member's next write must land."""
+        return self._revision
+
+    @property
+    def initialized(self) -> bool:
+        return self._initialized
+
+    @property
+    def state(self) -> S:
+        """The state as of ``revision`` (StateNotInitializedError before any state was read)."""
+        if not self._initialized:
+            raise StateNotInitializedError(f"{self.scope}/{self.stream} holds no state yet")
+        return self._state  # type: ignore[return-value]  # set together with _initialized
+
+    def fetch_updates(self) -> int:
+        """Read and apply every entry written since ``revision``; the number applied."""
+        with self._lock:
+            self._check_open()
+            return len(self._fetch())
+
+    # -- writes --------------------------------------------------------------------------------------
+    def initialize(self, initial: S) -> bool:
+        """Write ``initial`` as the state if the segment holds none yet. False if some member had
+        already initialized it (then ``state`` is what it wrote, as updated since)."""
+        with self._lock:
+            self._check_open()
+            payload, nonce = self._encode_state(initial), os.urandom(8)
+            for attempt in range(3):
+                try:
+                    landed = self._write_at(0, KIND_STATE, payload, nonce)
+                    break
+                except ConnectionLostError:
+                    # Resend the same entry: only one of the two can land at offset 0, and reading
+                    # offset 0 tells whether one of them did.
+                    if attempt == 2:
+                        raise
+            if landed is not None:
+                self._apply(landed)
+                self._fetch()
+                return True
+            return any(e.offset == 0 and e.nonce == nonce for e in self._fetch())
+
+    def update(self, fn: Callable[[S], S | Updates[U]]) -> None:
+        """Apply ``fn`` to the current state and write what it returns (a new state, or ``Updates``)
+        conditionally; on a conflict fetch what was missed and call ``fn`` again."""
+        self.update_with_result(lambda state: (fn(state), None))
+
+    def update_with_result(self, fn: Callable[[S], tuple[S | Updates[U], R]]) -> R:
+        """Like ``update``; ``fn`` also returns a result, and the result of the attempt that landed is
+        returned (e.g. whether a lease was granted)."""
+        with self._lock:
+            self._check_open()
+            self._fetch()
+            # Attempts whose answer was lost: nonce -> result. At most one of them can have landed
+            # (each aimed at a slot this member had not yet seen filled), and reading shows which.
+            unknown: dict[bytes, R] = {}
+            attempts = 0
+            while True:
+                if not self._initialized:
+                    raise StateNotInitializedError(f"{self.scope}/{self.stream} holds no state yet")
+                outcome, result = fn(copy.deepcopy(self.state))
+                kind, payload = self._encode_outcome(outcome)
+                nonce = os.urandom(8)
+                try:
+                    landed = self._write_at(self._revision, kind, payload, nonce)
+                except ConnectionLostError:
+                    unknown[nonce] = result
+                else:
+                    if landed is not None:
+                        self._apply(landed)  # it is exactly the next entry: no need to read it back
+                        return result
+                    self.conflicts += 1
+                for entry in self._fetch():
+                    if entry.nonce in unknown:
+                        return unknown[entry.nonce]
+                attempts += 1
+                _backoff(attempts)
+
+    def update_unconditionally(self, outcome: S | Updates[U]) -> None:
+        """Write a new state or updates at the tail whatever others wrote meanwhile: for changes that
+        do not depend on the state (commutative updates such as increments, or a plain overwrite)."""
+        with self._lock:
+            self._check_open()
+            kind, payload = self._encode_outcome(outcome)
+            self._append(encode_entry(kind, os.urandom(8), payload), None)
+            self._fetch()
+
+    def compact(self) -> int:
+        """Write the current state as a snapshot at the tail and truncate the segment before it, so a
+        member that starts later begins there. Safe against concurrent compactions and updates (the
+        snapshot is conditional, and truncation never moves back). Returns the snapshot's offset."""
+        with self._lock:
+            self._check_open()
+            self._fetch()
+            while True:
+                if not self._initialized:
+                    raise StateNotInitializedError(f"{self.scope}/{self.stream} holds no state yet")
+                at = self._revision
+                try:
+                    landed = self._write_at(at, KIND_STATE, self._encode_state(self.state))
+                except ConnectionLostError:
+                    # Unknown outcome: a snapshot that lands later anyway is harmless (it is the
+                    # exact state where it lies); only truncate at one known to be there.
+                    landed = None
+                if landed is not None:
+                    self._apply(landed)
+                    break
+                self.conflicts += 1
+                self._fetch()
+            # InvalidStreamCutError: a concurrent compaction truncated further already (the head
+            # never moves back), which is as good.
+            with contextlib.suppress(InvalidStreamCutError):
+                self.controller.truncate_stream(StreamCut(self.scope, self.stream, {self.segment_id: at}))
+            self._fetch()
+            return at
+
+    # -- lifetime ------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop using the synchronizer (the manager's connections stay open for its other users)."""
+        self._closed = True
+
+    def __enter__(self) -> StateSynchronizer[S, U]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"StateSynchronizer({self.scope}/{self.stream}, revision={self._revision})"
+
+    # -- internals -----------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError(f"{self!r} is closed")
+
+    def _encode_state(self, state: S) -> bytes:
+        return self.serializer.serialize(state)
+
+    def _encode_outcome(self, outcome: S | Updates[U]) -> tuple[int, bytes]:
+        if isinstance(outcome, Updates):
+            if self.apply_update is None:
+                raise TypeError("Updates need the synchronizer's apply_update function")
+            return KIND_UPDATES, pack_updates(self.update_serializer.serialize(u) for u in outcome.items)
+        return KIND_STATE, self._encode_state(outcome)
+
+    def _write_at(self, offset: int, kind: int, payload: bytes, nonce: bytes | None = None) -> Entry | None:
+        """Append an entry if the segment's length is ``offset``: the entry if it landed, None if the
+        segment had moved on. ConnectionLostError leaves the outcome to the caller's next read."""
+        nonce = nonce or os.urandom(8)
+        data = encode_entry(kind, nonce, payload)
+        try:
+            self._append(data, offset)
+        except BadOffsetError:
+            return None
+        return Entry(offset, offset + len(data), kind, nonce, payload)
+
+    def _append(self, data: bytes, expected_offset: int | None) -> None:
+        if len(data) > MAX_ENTRY_BYTES:
+            raise ValueError(f"an entry of {len(data)} bytes exceeds the {MAX_ENTRY_BYTES}-byte limit")
+        header: dict[str, Any] = {"segment": self.segment}
+        if expected_offset is not None:
+            header["expected_offset"] = expected_offset
+        # Never resent by the controller client: a lost answer is resolved by reading (see callers).
+        self.controller.call(Command.APPEND, header, data)
+
+    def _fetch(self) -> list[Entry]:
+        """Read from ``revision`` to the tail and apply every whole entry; the entries applied. A
+        revision below the segment's start (truncated away) starts over from the snapshot there."""
+        applied: list[Entry] = []
+        buffer = b""
+        offset = self._revision
+        while True:
+            try:
+                reply, data = self.controller.call(
+                    Command.READ,
+                    {"segment": self.segment, "offset": offset, "max_length": READ_BYTES, "wait_ms": 0},
+                    retry=True,
+                )
+            except SegmentTruncatedError:
+                offset = self._restart_from_start()
+                buffer = b""
+                continue
+            if not data:
+                if buffer:
+                    raise StateCorruptError(f"the segment ends inside an entry at {self._revision}")
+                return applied
+            offset = int(reply["offset"]) + len(data)
+            buffer += data
+            entries, used = decode_entries(buffer, self._revision)
+            buffer = buffer[used:]
+            for entry in entries:
+                self._apply(entry)
+                applied.append(entry)
+
+    def _restart_from_start(self) -> int:
+        """Drop the local copy and point at the segment's start, where a snapshot lies."""
+        reply, _ = self.controller.call(Command.GET_INFO, {"segment": self.segment}, retry=True)
+        start = int(reply["start_offset"])
+        self._revision = start
+        self._state = None
+        self._initialized = False
+        return start
+
+    def _apply(self, entry: Entry) -> None:
+        if entry.kind == KIND_STATE:
+            self._state = self.serializer.deserialize(entry.payload)
+            self._initialized = True
+        else:
+            if not self._initialized:
+                raise StateCorruptError(f"updates at offset {entry.offset} precede any state")
+            if self.apply_update is None:
+                raise StateCorruptError(f"updates at offset {entry.offset}, but this synchronizer has no "
+                                        "apply_update function")
+            state = self._state
+            for blob in unpack_updates(entry.payload):
+                state = self.apply_update(state, self.update_serializer.deserialize(blob))  # type: ignore[arg-type]
+            self._state = state
+        self._revision = entry.end
+
+
+def _backoff(attempts: int) -> None:
+    # Members refused together would collide again together: spread their retries a little.
+    time.sleep(random.uniform(0, 0.002 * min(attempts, 10)))

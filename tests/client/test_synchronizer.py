@@ -1,0 +1,212 @@
+"""StateSynchronizer against a real server: racing processes lose no update, compaction and
+truncation leave every member (new, or behind the truncation) with the same state, conflicts are
+retried, and nothing that is not an entry is ever skipped."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from millrace import (
+    StateCorruptError,
+    StateNotInitializedError,
+    StateSynchronizer,
+    StreamManager,
+    Updates,
+)
+from millrace.client.segments import SegmentClient
+from millrace.protocol.errors import SegmentTruncatedError
+from tests.client.synchronizer_process import add
+from tests.server_process import ServerProcess
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCOPE = "sync"
+
+
+@pytest.fixture
+def sm(uri: str) -> Any:
+    with StreamManager(uri) as manager:
+        manager.create_scope(SCOPE)
+        yield manager
+
+
+def segment_client(server: ServerProcess) -> SegmentClient:
+    return SegmentClient("127.0.0.1", server.native_port)
+
+
+@pytest.mark.parametrize("mode", ["state", "updates"])
+def test_racing_processes_lose_no_update(server: ServerProcess, uri: str, sm: StreamManager, mode: str,
+                                         tmp_path: Any) -> None:
+    name, members, count = f"counters-{mode}", 4, 60
+    go = str(tmp_path / "go")
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "tests.client.synchronizer_process", uri, SCOPE, name, f"m{i}",
+                          str(count), "15", mode, go], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         cwd=ROOT)
+        for i in range(members)
+    ]
+    try:
+        for proc in procs:
+            assert proc.stdout is not None
+            assert proc.stdout.readline().strip() == "ready", proc.stderr.read() if proc.stderr else ""
+        open(go, "w").close()  # noqa: SIM115 - only its existence matters
+        outputs = [proc.communicate(timeout=300) for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    for proc, (out, err) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, err
+        assert out.strip().startswith("done ")
+    conflicts = sum(int(out.split()[-1]) for out, _ in outputs)
+    with sm.create_synchronizer(SCOPE, name, apply_update=add) as fresh:
+        assert fresh.state == {"total": members * count, **{f"m{i}": count for i in range(members)}}
+        # Compactions ran while others updated: the history before the newest snapshot is gone.
+        with segment_client(server) as seg:
+            start = seg.get_info(fresh.segment).start_offset
+            assert start > 0
+            with pytest.raises(SegmentTruncatedError):
+                seg.read(fresh.segment, 0)
+    print(f"{mode}: {conflicts} conflicts retried over {members * count} updates")
+
+
+def test_a_conflict_is_retried_against_the_newer_state(sm: StreamManager) -> None:
+    a = sm.create_synchronizer(SCOPE, "conflict", initial={"items": []})
+    b = sm.create_synchronizer(SCOPE, "conflict")
+    seen: list[list[str]] = []
+
+    def append_a(state: dict[str, list[str]]) -> dict[str, list[str]]:
+        seen.append(list(state["items"]))
+        if len(seen) == 1:
+            b.update(lambda s: {"items": [*s["items"], "b"]})  # b gets in between a's read and write
+        state["items"].append("a")  # mutating its copy must not leak into a's state on a refusal
+        return state
+
+    a.update(append_a)
+    assert seen == [[], ["b"]]
+    assert a.conflicts == 1 and b.conflicts == 0
+    assert a.state == {"items": ["b", "a"]}
+    b.fetch_updates()
+    assert b.state == a.state and b.revision == a.revision
+
+
+def test_update_with_result_grants_a_lease_to_one_member(sm: StreamManager) -> None:
+    members = [sm.create_synchronizer(SCOPE, "lease", initial={"holder": None}) for _ in range(3)]
+
+    def take(me: str) -> Any:
+        def fn(state: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+            if state["holder"] is None:
+                return {"holder": me}, True
+            return state, False
+        return fn
+
+    # Each decides from the state as of its write: the first takes the lease, the others see it taken.
+    granted = [m.update_with_result(take(f"m{i}")) for i, m in enumerate(members)]
+    assert granted == [True, False, False]
+    for m in members:
+        m.fetch_updates()
+        assert m.state == {"holder": "m0"}
+
+
+def test_initialize_only_if_empty(sm: StreamManager) -> None:
+    a = sm.create_synchronizer(SCOPE, "init")
+    assert not a.initialized
+    with pytest.raises(StateNotInitializedError):
+        _ = a.state
+    with pytest.raises(StateNotInitializedError):
+        a.update(lambda s: s)
+    assert a.initialize({"v": 1}) is True
+    b = sm.create_synchronizer(SCOPE, "init", initial={"v": 2})
+    assert b.initialize({"v": 3}) is False
+    assert a.state == b.state == {"v": 1}
+
+
+def test_new_member_after_compaction_starts_from_the_snapshot(server: ServerProcess, sm: StreamManager) -> None:
+    a: StateSynchronizer[dict[str, int], Any] = sm.create_synchronizer(
+        SCOPE, "compacted", initial={}, apply_update=add)
+    for n in range(20):
+        a.update(lambda s, n=n: Updates([[f"k{n % 5}", n]]))
+    snapshot = a.compact()
+    a.update(lambda s: Updates([["after", 1]]))
+    with segment_client(server) as seg:
+        info = seg.get_info(a.segment)
+        assert info.start_offset == snapshot
+        with pytest.raises(SegmentTruncatedError):
+            seg.read(a.segment, snapshot - 1)
+    assert sm.head_cut(SCOPE, "compacted").positions == {a.segment_id: snapshot}
+    c = sm.create_synchronizer(SCOPE, "compacted", apply_update=add)
+    expected = {f"k{k}": sum(n for n in range(20) if n % 5 == k) for k in range(5)} | {"after": 1}
+    assert c.state == a.state == expected
+    assert c.revision == a.revision
+
+
+def test_member_behind_the_truncation_recovers_from_the_snapshot(server: ServerProcess,
+                                                                  sm: StreamManager) -> None:
+    a = sm.create_synchronizer(SCOPE, "behind", initial={"n": 0})
+    b = sm.create_synchronizer(SCOPE, "behind")
+    behind = b.revision
+    for _ in range(10):
+        a.update(lambda s: {"n": s["n"] + 1})
+    first = a.compact()
+    a.update(lambda s: {"n": s["n"] + 1})
+    second = a.compact()  # a second compaction truncates further
+    assert behind < first < second
+    with segment_client(server) as seg:
+        assert seg.get_info(b.segment).start_offset == second
+    # b's revision now lies below the segment's start: it re-reads from the snapshot there.
+    assert b.fetch_updates() == 1
+    assert b.state == {"n": 11} and b.revision == a.revision
+    b.update(lambda s: {"n": s["n"] + 1})
+    a.fetch_updates()
+    assert a.state == {"n": 12}
+    # A compaction behind the head (a stale member's) leaves the head where it is.
+    stale = sm.create_synchronizer(SCOPE, "behind")
+    b.compact()
+    assert stale.compact() > second
+
+
+def test_update_unconditionally_appends_commutative_updates(sm: StreamManager) -> None:
+    a = sm.create_synchronizer(SCOPE, "blind", initial={}, apply_update=add)
+    b = sm.create_synchronizer(SCOPE, "blind", apply_update=add)
+    a.update_unconditionally(Updates([["x", 1]]))
+    b.update_unconditionally(Updates([["x", 2]]))  # b never saw a's: no conflict, both count
+    a.fetch_updates()
+    assert a.state == b.state == {"x": 3}
+    assert a.conflicts == b.conflicts == 0
+
+
+def test_updates_need_an_apply_function(sm: StreamManager) -> None:
+    a = sm.create_synchronizer(SCOPE, "no-apply", initial={})
+    with pytest.raises(TypeError):
+        a.update(lambda s: Updates([["x", 1]]))
+    writer = sm.create_synchronizer(SCOPE, "no-apply", apply_update=add)
+    writer.update(lambda s: Updates([["x", 1]]))
+    with pytest.raises(StateCorruptError):
+        a.fetch_updates()  # a cannot apply what it cannot interpret, and never skips it
+
+
+def test_bytes_that_are_not_an_entry_are_refused_not_skipped(server: ServerProcess, sm: StreamManager) -> None:
+    a = sm.create_synchronizer(SCOPE, "garbage", initial={"v": 1})
+    with segment_client(server) as seg:
+        seg.append(a.segment, b"not an entry at all")
+    with pytest.raises(StateCorruptError):
+        a.fetch_updates()
+    with pytest.raises(StateCorruptError):
+        sm.create_synchronizer(SCOPE, "garbage")
+
+
+def test_a_scaled_stream_is_refused(sm: StreamManager) -> None:
+    sm.create_stream(SCOPE, "two-segments", initial_segments=2)
+    with pytest.raises(ValueError):
+        sm.create_synchronizer(SCOPE, "two-segments")
+
+
+def test_closed_synchronizer_refuses_calls(sm: StreamManager) -> None:
+    with sm.create_synchronizer(SCOPE, "closed", initial={}) as a:
+        a.fetch_updates()
+    with pytest.raises(ValueError):
+        a.fetch_updates()
