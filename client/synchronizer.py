@@ -63,6 +63,7 @@ KIND_UPDATES = 2
 _HEADER = struct.Struct(">HB8sII")
 _COUNT = struct.Struct(">I")
 READ_BYTES = 1 << 20
+ACCEPTED_WAIT_MS = 1000
 # An entry travels in one frame with a small JSON header beside it.
 MAX_ENTRY_BYTES = MAX_FRAME_BYTES - 64 * 1024
 
@@ -166,6 +167,7 @@ class StateSynchronizer(Generic[S, U]):
         self.update_serializer: Serializer[U] = update_serializer or JsonSerializer()
         self.conflicts = 0  # conditional appends refused because another member got there first
         self._revision = 0
+        self._accepted_length = 0  # a refused append's view of the segment's length
         self._state: S | None = None
         self._initialized = False
         self._lock = threading.RLock()
@@ -217,8 +219,9 @@ class StateSynchronizer(Generic[S, U]):
             return any(e.offset == 0 and e.nonce == nonce for e in self._fetch())
 
     def update(self, fn: Callable[[S], S | Updates[U]]) -> None:
-        """Apply ``fn`` to the current state and write what it returns (a new state, or ``Updates``)
-        conditionally; on a conflict fetch what was missed and call ``fn`` again."""
+        """Apply ``fn`` to the local state and write what it returns (a new state, or ``Updates``)
+        conditionally on ``revision``; if another member wrote first, fetch what was missed and call
+        ``fn`` again (so ``fn`` may run more than once and should have no other effects)."""
         self.update_with_result(lambda state: (fn(state), None))
 
     def update_with_result(self, fn: Callable[[S], tuple[S | Updates[U], R]]) -> R:
@@ -226,7 +229,8 @@ class StateSynchronizer(Generic[S, U]):
         returned (e.g. whether a lease was granted)."""
         with self._lock:
             self._check_open()
-            self._fetch()
+            # No read first: the conditional append is the check, so a member that is up to date
+            # (the usual case) pays one round trip, and a stale one learns it from the refusal.
             # Attempts whose answer was lost: nonce -> result. At most one of them can have landed
             # (each aimed at a slot this member had not yet seen filled), and reading shows which.
             unknown: dict[bytes, R] = {}
@@ -254,7 +258,8 @@ class StateSynchronizer(Generic[S, U]):
 
     def update_unconditionally(self, outcome: S | Updates[U]) -> None:
         """Write a new state or updates at the tail whatever others wrote meanwhile: for changes that
-        do not depend on the state (commutative updates such as increments, or a plain overwrite)."""
+        do not depend on the state (commutative updates such as increments, or a plain overwrite).
+        A lost connection raises ConnectionLostError: whether the write landed is then unknown."""
         with self._lock:
             self._check_open()
             kind, payload = self._encode_outcome(outcome)
@@ -267,7 +272,6 @@ class StateSynchronizer(Generic[S, U]):
         snapshot is conditional, and truncation never moves back). Returns the snapshot's offset."""
         with self._lock:
             self._check_open()
-            self._fetch()
             while True:
                 if not self._initialized:
                     raise StateNotInitializedError(f"{self.scope}/{self.stream} holds no state yet")
@@ -326,7 +330,10 @@ class StateSynchronizer(Generic[S, U]):
         data = encode_entry(kind, nonce, payload)
         try:
             self._append(data, offset)
-        except BadOffsetError:
+        except BadOffsetError as exc:
+            # The refusal is decided on the length the store has accepted, reads see only what is
+            # durable: remember how far the next read must reach to see what got in first.
+            self._accepted_length = max(self._accepted_length, exc.actual)
             return None
         return Entry(offset, offset + len(data), kind, nonce, payload)
 
@@ -345,11 +352,13 @@ class StateSynchronizer(Generic[S, U]):
         applied: list[Entry] = []
         buffer = b""
         offset = self._revision
+        wait_ms = 0
+        give_up = time.monotonic() + ACCEPTED_WAIT_MS / 1000 * 5
         while True:
             try:
                 reply, data = self.controller.call(
                     Command.READ,
-                    {"segment": self.segment, "offset": offset, "max_length": READ_BYTES, "wait_ms": 0},
+                    {"segment": self.segment, "offset": offset, "max_length": READ_BYTES, "wait_ms": wait_ms},
                     retry=True,
                 )
             except SegmentTruncatedError:
@@ -359,8 +368,14 @@ class StateSynchronizer(Generic[S, U]):
             if not data:
                 if buffer:
                     raise StateCorruptError(f"the segment ends inside an entry at {self._revision}")
-                return applied
+                if offset >= self._accepted_length or time.monotonic() > give_up:
+                    return applied
+                # An append that refused ours is accepted but not yet durable: wait for it at the
+                # tail (it may yet fail, hence the bound) rather than decide again on a stale state.
+                wait_ms = ACCEPTED_WAIT_MS
+                continue
             offset = int(reply["offset"]) + len(data)
+            wait_ms = 0
             buffer += data
             entries, used = decode_entries(buffer, self._revision)
             buffer = buffer[used:]

@@ -104,9 +104,11 @@ def test_update_with_result_grants_a_lease_to_one_member(sm: StreamManager) -> N
             return state, False
         return fn
 
-    # Each decides from the state as of its write: the first takes the lease, the others see it taken.
+    # All three first decide from the same free lease; the conditional append lets only m0's
+    # decision land, and the others decide again on the state that shows it taken.
     granted = [m.update_with_result(take(f"m{i}")) for i, m in enumerate(members)]
     assert granted == [True, False, False]
+    assert [m.conflicts for m in members] == [0, 1, 1]
     for m in members:
         m.fetch_updates()
         assert m.state == {"holder": "m0"}
@@ -210,3 +212,15 @@ def test_closed_synchronizer_refuses_calls(sm: StreamManager) -> None:
         a.fetch_updates()
     with pytest.raises(ValueError):
         a.fetch_updates()
+
+
+def test_the_example_runs(uri: str) -> None:
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "state_synchronizer.py"), uri],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "b retried 1 time(s)"
+    assert lines[1] == "a leads: True | b leads: False"
+    assert lines[2].startswith("snapshot at ")
+    assert lines[2].endswith("[('leader', 'a'), ('log_level', 'debug'), ('replicas', 20)]")
+    assert lines[3] == "all agree: True"
