@@ -166,6 +166,7 @@ class StateSynchronizer(Generic[S, U]):
         self.apply_update = apply_update
         self.update_serializer: Serializer[U] = update_serializer or JsonSerializer()
         self.conflicts = 0  # conditional appends refused because another member got there first
+        self.lost_answers = 0  # updates whose append lost its answer, settled by reading the slot
         self._revision = 0
         self._accepted_length = 0  # a refused append's view of the segment's length
         self._state: S | None = None
@@ -245,6 +246,7 @@ class StateSynchronizer(Generic[S, U]):
                     landed = self._write_at(self._revision, kind, payload, nonce)
                 except ConnectionLostError:
                     unknown[nonce] = result
+                    self.lost_answers += 1
                 else:
                     if landed is not None:
                         self._apply(landed)  # it is exactly the next entry: no need to read it back

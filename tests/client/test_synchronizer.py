@@ -5,8 +5,11 @@ retried, and nothing that is not an entry is ever skipped."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -224,3 +227,62 @@ def test_the_example_runs(uri: str) -> None:
     assert lines[2].startswith("snapshot at ")
     assert lines[2].endswith("[('leader', 'a'), ('log_level', 'debug'), ('replicas', 20)]")
     assert lines[3] == "all agree: True"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_updates_apply_once_across_server_sigkills(tmp_path: Any) -> None:
+    """SIGKILL the server while two members update: an append whose answer was lost either landed or
+    not, and the member learns which from the slot, so the total is exactly the updates that returned."""
+    native = _free_port()
+    data = str(tmp_path / "data")
+    args = ("--native-port", str(native), "--kafka-port", str(_free_port()))
+    server = ServerProcess(data, *args).start()
+    uri = f"tcp://127.0.0.1:{native}"
+    managers = [StreamManager(uri, reconnect_timeout=120.0) for _ in range(2)]
+    try:
+        managers[0].create_scope(SCOPE)
+        members = [m.create_synchronizer(SCOPE, "crash", initial={"total": 0}) for m in managers]
+        done = [0, 0]
+        failures: list[BaseException] = []
+        stop = threading.Event()
+
+        def run(i: int) -> None:
+            try:
+                while not stop.is_set():
+                    members[i].update(lambda s: {"total": s["total"] + 1})
+                    done[i] += 1
+                    if done[i] % 40 == 0:
+                        members[i].compact()
+            except BaseException as exc:  # noqa: BLE001 - reported by the test thread
+                failures.append(exc)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        # Kill until some append has lost its answer (a kill may land between appends).
+        for _ in range(5):
+            time.sleep(1.0)
+            server.kill()
+            server = ServerProcess(data, *args).start()
+            time.sleep(0.5)
+            if sum(m.lost_answers for m in members) > 0:
+                break
+        time.sleep(0.5)
+        stop.set()
+        for t in threads:
+            t.join(120)
+        assert not failures, failures
+        assert sum(m.lost_answers for m in members) > 0
+        for member in members:
+            member.fetch_updates()
+            assert member.state == {"total": sum(done)}
+    finally:
+        for m in managers:
+            m.close()
+        server.kill()
