@@ -154,9 +154,12 @@ class StreamManager:
         ``update_serializer`` serve update functions that return ``Updates`` instead of a state."""
         self.create_stream(scope, name, scaling=ScalingPolicy.fixed(1))
         described = self.describe_stream(scope, name)
-        if len(described.segments) != 1 or described.config.scaling != ScalingPolicy.fixed(1):
-            raise InvalidRequestError(f"{scope}/{name} is not a stream of one fixed segment: it cannot "
-                                      "hold a synchronizer's state")
+        # Scaling would seal the segment under the members, and retention would truncate it where no
+        # snapshot lies: only compaction may move the head of a synchronizer's stream.
+        if (len(described.segments) != 1 or described.config.scaling != ScalingPolicy.fixed(1)
+                or described.config.retention != RetentionPolicy()):
+            raise InvalidRequestError(f"{scope}/{name} is not a stream of one fixed segment without "
+                                      "retention: it cannot hold a synchronizer's state")
         segment = described.segments[0].segment
         default: Any = JsonSerializer()
         sync: StateSynchronizer[T, U] = StateSynchronizer(

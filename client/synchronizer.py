@@ -222,7 +222,9 @@ class StateSynchronizer(Generic[S, U]):
     def update(self, fn: Callable[[S], S | Updates[U]]) -> None:
         """Apply ``fn`` to the local state and write what it returns (a new state, or ``Updates``)
         conditionally on ``revision``; if another member wrote first, fetch what was missed and call
-        ``fn`` again (so ``fn`` may run more than once and should have no other effects)."""
+        ``fn`` again (so ``fn`` may run more than once and should have no other effects). A lost
+        answer is settled by reading after reconnecting; only if the server stays unreachable does
+        ConnectionLostError escape, and then whether the update landed is unknown."""
         self.update_with_result(lambda state: (fn(state), None))
 
     def update_with_result(self, fn: Callable[[S], tuple[S | Updates[U], R]]) -> R:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from millrace import (
+    RetentionPolicy,
     StateCorruptError,
     StateNotInitializedError,
     StateSynchronizer,
@@ -204,10 +205,12 @@ def test_bytes_that_are_not_an_entry_are_refused_not_skipped(server: ServerProce
         sm.create_synchronizer(SCOPE, "garbage")
 
 
-def test_a_scaled_stream_is_refused(sm: StreamManager) -> None:
+def test_streams_that_could_lose_the_snapshot_are_refused(sm: StreamManager) -> None:
     sm.create_stream(SCOPE, "two-segments", initial_segments=2)
-    with pytest.raises(ValueError):
-        sm.create_synchronizer(SCOPE, "two-segments")
+    sm.create_stream(SCOPE, "retained", retention=RetentionPolicy.by_size(1024))
+    for name in ("two-segments", "retained"):
+        with pytest.raises(ValueError, match="cannot hold a synchronizer's state"):
+            sm.create_synchronizer(SCOPE, name)
 
 
 def test_closed_synchronizer_refuses_calls(sm: StreamManager) -> None:
