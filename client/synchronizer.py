@@ -372,7 +372,11 @@ class StateSynchronizer(Generic[S, U]):
             if not data:
                 if buffer:
                     raise StateCorruptError(f"the segment ends inside an entry at {self._revision}")
-                if offset >= self._accepted_length or time.monotonic() > give_up:
+                if offset >= self._accepted_length:
+                    return applied
+                if time.monotonic() > give_up:
+                    # That append never became durable (its container failed): stop expecting it.
+                    self._accepted_length = offset
                     return applied
                 # An append that refused ours is accepted but not yet durable: wait for it at the
                 # tail (it may yet fail, hence the bound) rather than decide again on a stale state.
