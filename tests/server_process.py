@@ -9,27 +9,38 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Self
 
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _LISTEN = re.compile(r"millrace: (\w+) listening on [\d.]+:(\d+)")
 
 
-class ServerProcess:
-    def __init__(self, data_dir: str, *extra_args: str, env: dict[str, str] | None = None) -> None:
-        self.data_dir = data_dir
-        self.extra_args = list(extra_args)
+class MillraceProcess:
+    """A ``python -m millrace ...`` child process whose output is collected line by line; ``start``
+    returns once it prints ``millrace: ready``."""
+
+    name = "millrace"
+
+    def __init__(self, env: dict[str, str] | None = None) -> None:
         self.env = {**os.environ, **(env or {})}
-        self.ports: dict[str, int] = {}
         self.output: list[str] = []
         self.proc: subprocess.Popen | None = None
 
-    def start(self, timeout: float = 60.0) -> ServerProcess:
-        cmd = [sys.executable, "-m", "millrace", "serve", "--data-dir", self.data_dir,
-               "--kafka-port", "0", "--native-port", "0", "--http-port", "0", "--log-level", "WARNING", *self.extra_args]
-        self.ports = {}
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def on_line(self, line: str) -> None:
+        """Each line of output as it arrives (on the reader thread), e.g. to learn a chosen port."""
+
+    def started(self) -> bool:
+        """Whether the ready process is usable (checked once it printed ``millrace: ready``)."""
+        return True
+
+    def start(self, timeout: float = 60.0) -> Self:
         self.output = []
         self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env,
-            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+            [sys.executable, "-m", "millrace", *self.command()], stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True, env=self.env, cwd=REPO_ROOT,
         )
         ready = threading.Event()
 
@@ -37,9 +48,7 @@ class ServerProcess:
             assert self.proc is not None and self.proc.stdout is not None
             for line in self.proc.stdout:
                 self.output.append(line)
-                m = _LISTEN.search(line)
-                if m:
-                    self.ports[m.group(1)] = int(m.group(2))
+                self.on_line(line)
                 if "millrace: ready" in line:
                     ready.set()
             ready.set()
@@ -49,10 +58,59 @@ class ServerProcess:
         while not ready.wait(0.1):
             if time.monotonic() > deadline:
                 self.kill()
-                raise RuntimeError("server did not start:\n" + "".join(self.output))
-        if self.proc.poll() is not None or "native" not in self.ports:
-            raise RuntimeError("server failed to start:\n" + "".join(self.output))
+                raise RuntimeError(f"{self.name} did not start:\n" + "".join(self.output))
+        if self.proc.poll() is not None or not self.started():
+            raise RuntimeError(f"{self.name} failed to start:\n" + "".join(self.output))
         return self
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown code runs, exactly like a crash."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(30)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout)
+
+    def pause(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+
+
+class ServerProcess(MillraceProcess):
+    name = "server"
+
+    def __init__(self, data_dir: str, *extra_args: str, env: dict[str, str] | None = None) -> None:
+        super().__init__(env)
+        self.data_dir = data_dir
+        self.extra_args = list(extra_args)
+        self.ports: dict[str, int] = {}
+
+    def command(self) -> list[str]:
+        self.ports = {}
+        return ["serve", "--data-dir", self.data_dir, "--kafka-port", "0", "--native-port", "0",
+                "--http-port", "0", "--log-level", "WARNING", *self.extra_args]
+
+    def on_line(self, line: str) -> None:
+        m = _LISTEN.search(line)
+        if m:
+            self.ports[m.group(1)] = int(m.group(2))
+
+    def started(self) -> bool:
+        return "native" in self.ports
 
     @property
     def kafka_port(self) -> int:
@@ -70,21 +128,3 @@ class ServerProcess:
     @property
     def http_port(self) -> int:
         return self.ports["http"]
-
-    def kill(self) -> None:
-        """SIGKILL: no shutdown code runs, exactly like a crash."""
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(30)
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int:
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        return self.proc.wait(timeout)
-
-    def __enter__(self) -> ServerProcess:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.kill()

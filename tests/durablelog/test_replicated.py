@@ -19,7 +19,8 @@ from millrace.store.durablelog.replica_rpc import ReplicaRpc
 from millrace.store.durablelog.replicated import ReplicatedDurableDataLog
 from millrace.store.errors import DataLogWriterFencedError
 from tests.durablelog.helpers import payload_for
-from tests.durablelog.logd_process import REPO_ROOT, Replicas
+from tests.durablelog.logd_process import Replicas
+from tests.server_process import REPO_ROOT
 
 
 @pytest.fixture
