@@ -11,7 +11,10 @@ PAUSE (seconds between transactions) spreads the work out so that kills land in 
 A watchdog ends the process (exit 4) when one transaction takes longer than STUCK_SECONDS: after a server
 restart librdkafka 2.x sometimes never sends the TxnOffsetCommit of send_offsets_to_transaction (the
 AddOffsetsToTxn before it is answered; no group FindCoordinator follows) and the call outlives its own
-timeout. A restart of the worker is the remedy an application would use too.
+timeout. This is librdkafka's coordinator-request state machine: with a cached group coordinator that is
+not up it waits for a broker state change that may never come, and the request's timeout is never
+checked (confluentinc/librdkafka issues 5456 and 5511). A restart of the worker is the remedy an
+application would use too.
 """
 
 from __future__ import annotations

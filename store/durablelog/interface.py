@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+from millrace.store.durablelog import framing
+
 
 @dataclass(frozen=True, order=True)
 class LogAddress:
@@ -29,6 +31,21 @@ class LogAddress:
 class LogEntry:
     address: LogAddress
     payload: bytes
+
+
+def admit_append(payload: bytes | memoryview, refusal: BaseException | None) -> tuple[bytes, Future[LogAddress]]:
+    """The start of every implementation's ``append``: the payload as immutable bytes (copied now, so a
+    caller mutating its buffer later cannot change what gets written) and its future, already failed
+    with ``refusal`` (fenced, closed or failed log) or when the entry exceeds ``framing.MAX_PAYLOAD``
+    (recovery would reject such a frame, so it must never reach a disk)."""
+    if type(payload) is not bytes:
+        payload = bytes(payload)
+    future: Future[LogAddress] = Future()
+    if refusal is not None:
+        future.set_exception(refusal)
+    elif len(payload) > framing.MAX_PAYLOAD:
+        future.set_exception(ValueError(f"entry of {len(payload)} bytes exceeds {framing.MAX_PAYLOAD}"))
+    return payload, future
 
 
 class DurableDataLog(ABC):

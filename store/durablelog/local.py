@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from crc32c import crc32c
 
 from millrace.store.durablelog import framing
-from millrace.store.durablelog.interface import DurableDataLog, LogAddress, LogEntry
+from millrace.store.durablelog.interface import DurableDataLog, LogAddress, LogEntry, admit_append
 from millrace.store.errors import ContainerOfflineError, DataCorruptionError, DataLogWriterFencedError
 from millrace.store.fsutil import fsync_dir
 
@@ -342,16 +342,9 @@ class FileDurableDataLog(DurableDataLog):
 
     def append(self, payload: bytes) -> Future[LogAddress]:
         """Queue ``payload``; the future resolves to its address once it is fdatasync'd."""
-        if type(payload) is not bytes:
-            # Copy now so a caller mutating its buffer later cannot change what gets written.
-            payload = bytes(payload)
-        future: Future[LogAddress] = Future()
-        if not self._accepting or self._failure is not None:
-            future.set_exception(self._refusal())
-            return future
-        if len(payload) > framing.MAX_PAYLOAD:
-            # Recovery would reject such a frame, so it must never reach the disk.
-            future.set_exception(ValueError(f"entry of {len(payload)} bytes exceeds {framing.MAX_PAYLOAD}"))
+        refused = self._refusal() if not self._accepting or self._failure is not None else None
+        payload, future = admit_append(payload, refused)
+        if future.done():
             return future
         self._queue.append((payload, future))
         self._appended = True

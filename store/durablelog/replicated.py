@@ -45,8 +45,7 @@ from typing import Any
 import zmq
 from crc32c import crc32c
 
-from millrace.store.durablelog import framing
-from millrace.store.durablelog.interface import DurableDataLog, LogAddress, LogEntry
+from millrace.store.durablelog.interface import DurableDataLog, LogAddress, LogEntry, admit_append
 from millrace.store.durablelog.metadata import Fragment, LogMetadataStore, LogRecord, MetadataVersionError
 from millrace.store.durablelog.replica_rpc import ReplicaRpc, connect_dealer
 from millrace.store.errors import ContainerOfflineError, DataCorruptionError, DataLogWriterFencedError
@@ -355,14 +354,9 @@ class ReplicatedDurableDataLog(DurableDataLog):
 
     # -- appending -----------------------------------------------------------------------------------------
     def append(self, payload: bytes) -> Future[LogAddress]:
-        if type(payload) is not bytes:
-            payload = bytes(payload)
-        future: Future[LogAddress] = Future()
-        if not self._accepting or self._failure is not None:
-            future.set_exception(self._refusal())
-            return future
-        if len(payload) > framing.MAX_PAYLOAD:
-            future.set_exception(ValueError(f"entry of {len(payload)} bytes exceeds {framing.MAX_PAYLOAD}"))
+        refused = self._refusal() if not self._accepting or self._failure is not None else None
+        payload, future = admit_append(payload, refused)
+        if future.done():
             return future
         self._queue.append((payload, future))
         self._appended = True
