@@ -160,7 +160,7 @@ class StreamDescription:
     segments: tuple[SegmentState, ...]  # the current epoch's, by key range
     history: tuple[Epoch, ...]  # oldest first
     truncation: dict[int, int]  # the stream's head as a cut (segment id -> offset); empty: never truncated
-    partition_count: int | None  # a Kafka topic's partitions; None for other streams
+    partition_count: int | None  # a Kafka topic's or an event-written stream's partitions; None for others
 
     @property
     def sealed(self) -> bool:

@@ -103,11 +103,11 @@ def announce(what: str, port: IListeningPort) -> None:
 
 
 def topic_partitions(broker: Broker) -> Callable[[str, str], tuple[tuple[float, float], ...] | None]:
-    """``partitions_of(scope, stream)``: a Kafka topic's partition slices, None for other streams
-    (an in-memory lookup, safe from any thread)."""
+    """``partitions_of(scope, stream)``: the partition slices of a Kafka topic or of a stream event
+    writers have partitioned, None for other streams (an in-memory lookup, safe from any thread)."""
 
     def partitions_of(scope: str, stream: str) -> tuple[tuple[float, float], ...] | None:
-        topic = broker.topics.get(stream) if scope == broker.config.scope else None
+        topic = broker.topics.of_stream(scope, stream)
         return None if topic is None else topic.slices
 
     return partitions_of

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import Any, cast
 
 from twisted.internet import defer
 
 from millrace.gateway.kafka.broker import Broker
 from millrace.gateway.kafka.partitions import PartitionLog
 from millrace.gateway.kafka.topics import TopicError, TopicInfo
+
+Logs = tuple[TopicInfo, list[PartitionLog]]
 
 
 def _create_or_get(broker: Broker, name: str) -> TopicInfo | None:
@@ -21,26 +23,28 @@ def _create_or_get(broker: Broker, name: str) -> TopicInfo | None:
 
 
 def topic_logs(broker: Broker, name: str,
-               auto_create: bool) -> defer.Deferred[tuple[TopicInfo, list[PartitionLog]] | None]:
+               auto_create: bool) -> defer.Deferred[Logs | None]:
     """Deferred of (TopicInfo, [PartitionLog]) or None for an unknown topic. Creating a topic blocks, so
     it runs on the worker pool; a loaded topic answers at once (in the same reactor turn)."""
     topic = broker.topics.get(name)
     if topic is not None:
-        parts = broker.partitions.loaded(name)
-        if parts is not None and len(parts) >= topic.partition_count:
-            return defer.succeed((topic, parts))
-        found: defer.Deferred[TopicInfo | None] = defer.succeed(topic)
-    elif auto_create and broker.config.auto_create_topics:
-        found = broker.blocking(_create_or_get, broker, name)
-    else:
+        # Deferred is invariant to mypy, though a Deferred of logs is a Deferred of logs-or-None.
+        return cast("defer.Deferred[Logs | None]", record_logs(broker, topic))
+    if not (auto_create and broker.config.auto_create_topics):
         return defer.succeed(None)
 
     def opened(info: TopicInfo | None) -> Any:
-        if info is None:
-            return None
-        return broker.partitions.open_topic(info).addCallback(lambda parts: (info, parts))
+        return None if info is None else record_logs(broker, info)
 
-    return found.addCallback(opened)
+    return broker.blocking(_create_or_get, broker, name).addCallback(opened)
+
+
+def record_logs(broker: Broker, topic: TopicInfo) -> defer.Deferred[Logs]:
+    """Deferred of (TopicInfo, [PartitionLog]) of a topic or partitioned stream, at once when loaded."""
+    parts = broker.partitions.loaded(topic.name)
+    if parts is not None and len(parts) >= topic.partition_count:
+        return defer.succeed((topic, parts))
+    return broker.partitions.open_topic(topic).addCallback(lambda opened: (topic, opened))
 
 
 def partition_or_none(parts: list[PartitionLog], index: int) -> PartitionLog | None:

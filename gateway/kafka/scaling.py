@@ -1,5 +1,5 @@
-"""Scaling Kafka topics: their streams split and merge only at partition-slice boundaries, and the
-partition writers move to the successors between the successors' creation and the predecessors'
+"""Scaling Kafka topics (and the streams of other scopes that native writers have partitioned): their
+streams split and merge only at partition-slice boundaries, and the partition writers move to the successors between the successors' creation and the predecessors'
 seal, so no append is lost, duplicated or reordered per partition across the switch."""
 
 from __future__ import annotations
@@ -35,13 +35,13 @@ class KafkaScaling:
         self.scope: str = broker.config.scope
 
     def is_topic(self, scope: str, stream: str) -> bool:
-        return scope == self.scope and self.broker.topics.get(stream) is not None
+        return self.broker.topics.of_stream(scope, stream) is not None
 
     # -- the auto-scaler's callbacks (worker thread) -----------------------------------------------
     def boundaries(self, scope: str, stream: str, segment: SegmentRange) -> list[float]:
         """Where a segment may split: partition-slice starts strictly inside it (topics); anywhere
         for other streams (equal splits)."""
-        topic = self.broker.topics.get(stream) if scope == self.scope else None
+        topic = self.broker.topics.of_stream(scope, stream)
         if topic is None:
             return [segment.key_start + (segment.key_end - segment.key_start) * i / 8 for i in range(1, 8)]
         return sorted(lo for lo, _ in topic.slices if segment.key_start < lo < segment.key_end)
@@ -50,7 +50,7 @@ class KafkaScaling:
                 reason: str) -> Any:
         """Scale a stream; for a topic, validate the ranges against its partitions and switch its
         partition writers before the predecessors are sealed (blocking; worker thread)."""
-        topic = self.broker.topics.get(stream) if scope == self.scope else None
+        topic = self.broker.topics.of_stream(scope, stream)
         if topic is None:
             return self.controller.scale_stream(scope, stream, seal, new_ranges, reason)
         starts = {lo for lo, _ in topic.slices}
@@ -64,7 +64,7 @@ class KafkaScaling:
 
         def before_seal(successors: list[SegmentRange]) -> None:
             self.broker.partitions.prepare_successors([s.name for s in successors])
-            current = self.broker.topics.get(stream)
+            current = self.broker.topics.of_stream(scope, stream)
             if current is None:
                 return  # deleted meanwhile: no partition writes to it any more
             moved = call_on_reactor(self.broker.partitions.switch_segments, current, successors)

@@ -7,7 +7,10 @@ Segment boundaries always fall on slice boundaries, so at any moment each partit
 to exactly one open segment, which may carry several whole partitions.
 
 The Kafka-only facts (topic id, slices, configs) are kept in a table segment; the stream itself is
-the controller's.
+the controller's. Streams of other scopes that native writers append to have the same record, keyed
+``scope/stream`` (a '/' no Kafka topic name can hold, so the keys never collide and Kafka topics keep
+their bare names, and their stored records, unchanged); ``key`` makes the key of a (scope, stream).
+A native stream's partitions are fixed when its record is made (``adopt_stream``).
 
 Threads: changes (create, delete, grow, configs) and the segment lookups block on table and controller
 I/O, so they run on the worker pool, one writer at a time under the registry's lock; they replace
@@ -74,6 +77,10 @@ SCALING_TYPES = {
     "by_data_rate": ScalingType.BY_RATE_IN_KBYTES_PER_SEC,
 }
 READ_ONLY_CONFIGS = {"millrace.segments.initial"}
+
+# A native stream gets the smallest multiple of its initial segment count that is at least this many
+# partitions: enough slices for its segments to split a few times, each initial segment whole partitions.
+NATIVE_MIN_PARTITIONS = 16
 
 # Kafka's rule (org.apache.kafka.common.internals.Topic): ASCII letters, digits, '.', '_', '-'; at most
 # 249 characters; not "." or "..". str.isalnum() would let non-ASCII letters through, which Kafka
@@ -224,24 +231,48 @@ class TopicRegistry:
             topic = TopicInfo.decode(entry.key.decode(), entry.value)
             self._cache[topic.name] = topic
 
+    # -- keys ------------------------------------------------------------------------------------
+    def key(self, scope: str, stream: str) -> str:
+        """The record key of a stream: a Kafka topic's bare name, ``scope/stream`` in other scopes."""
+        return stream if scope == self.scope else f"{scope}/{stream}"
+
+    def stream_of(self, name: str) -> tuple[str, str]:
+        """The (scope, stream) of a record key."""
+        scope, sep, stream = name.partition("/")
+        return (scope, stream) if sep else (self.scope, name)
+
     # -- reads (in memory) -----------------------------------------------------------------------
     def get(self, name: str) -> TopicInfo | None:
-        return self._cache.get(name)
+        """The Kafka topic ``name``: what Kafka requests may see (never a stream of another scope)."""
+        return None if "/" in name else self._cache.get(name)
+
+    def record(self, key: str) -> TopicInfo | None:
+        """The record under a key: a Kafka topic's name, or ``scope/stream``."""
+        return self._cache.get(key)
+
+    def of_stream(self, scope: str, stream: str) -> TopicInfo | None:
+        return self.record(self.key(scope, stream))
 
     def by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
-        return next((t for t in self._cache.values() if t.topic_id == topic_id), None)
+        return next((t for n, t in self._cache.items() if t.topic_id == topic_id and "/" not in n), None)
 
     def names(self) -> list[str]:
+        """The Kafka topics (native streams of other scopes are not topics)."""
+        return sorted(n for n in self._cache if "/" not in n)
+
+    def record_keys(self) -> list[str]:
+        """Every record's key: the Kafka topics and the partitioned streams of other scopes."""
         return sorted(self._cache)
 
     def current_segments(self, name: str) -> list[SegmentRange]:
-        return self.controller.get_current_segments(self.scope, name)
+        return self.controller.get_current_segments(*self.stream_of(name))
 
     def segment_history(self, name: str) -> list[str]:
         """Every segment the topic's stream ever had, oldest epoch first (blocking)."""
+        scope, stream = self.stream_of(name)
         return [
-            segment_name(self.scope, name, sid)
-            for epoch in self.controller.get_epoch_history(self.scope, name)
+            segment_name(scope, stream, sid)
+            for epoch in self.controller.get_epoch_history(scope, stream)
             for sid in epoch.created_ids
         ]
 
@@ -285,6 +316,33 @@ class TopicRegistry:
         self._notify("created", topic)
         return topic
 
+    def adopt_stream(self, scope: str, stream: str) -> TopicInfo:
+        """Blocking: the record of an existing stream outside the Kafka scope, made on first use with
+        P partitions, P the smallest multiple of its initial segment count that is at least
+        NATIVE_MIN_PARTITIONS, in equal slices. Its segments must lie on slice boundaries (they do
+        unless it was scaled before its first writer); from then on its scaling keeps to them."""
+        from millrace.gateway.kafka_protocol.errors import ErrorCode
+
+        name = self.key(scope, stream)
+        with self._lock:
+            found = self._cache.get(name)
+            if found is not None:
+                return found
+            initial = max(1, self.controller.get_stream(scope, stream).config.initial_segments)
+            partitions = initial * -(-NATIVE_MIN_PARTITIONS // initial)
+            starts = {p / partitions for p in range(partitions)}
+            for seg in self.controller.get_current_segments(scope, stream):
+                if seg.key_start not in starts:
+                    raise TopicError(ErrorCode.INVALID_REQUEST,
+                                     f"{name}: segment {seg.name} does not start on a partition boundary")
+            topic = TopicInfo(name, uuid.uuid4(), tuple((p / partitions, (p + 1) / partitions)
+                                                       for p in range(partitions)), {},
+                              time.time_ns() // 1_000_000)
+            self.tables.put(TOPICS_TABLE, [(name.encode(), topic.encode(), NOT_EXISTS)])
+            self._cache[name] = topic
+        self._notify("created", topic)
+        return topic
+
     def delete(self, name: str) -> TopicInfo:
         from millrace.gateway.kafka_protocol.errors import ErrorCode
 
@@ -297,8 +355,8 @@ class TopicRegistry:
             del self._cache[name]
         self._notify("deleted", topic)
         with contextlib.suppress(StreamNotFoundError):
-            self.controller.seal_stream(self.scope, name)
-            self.controller.delete_stream(self.scope, name)
+            self.controller.seal_stream(*self.stream_of(name))
+            self.controller.delete_stream(*self.stream_of(name))
         return topic
 
     def add_partitions(self, name: str, total: int, validate_only: bool = False,
@@ -348,8 +406,8 @@ class TopicRegistry:
                 return updated
             self.tables.put(TOPICS_TABLE, [(name.encode(), updated.encode())])
             self._cache[name] = updated
-            stream = self.controller.get_stream(self.scope, name)
-            self.controller.update_stream(self.scope, name, replace(
+            stream = self.controller.get_stream(*self.stream_of(name))
+            self.controller.update_stream(*self.stream_of(name), replace(
                 stream.config, scaling=scaling_policy(base), retention=retention_policy(base)))
         self._notify("configs", updated)
         return updated

@@ -7,7 +7,9 @@ appends one RecordBatch v2 (``millrace.protocol.events``) to one partition throu
 ``PartitionStorage.append``, exactly as a Kafka Produce does: same offsets, idempotence (duplicates
 answer the original offset), high watermark and scaling switches. Both run on the reactor.
 
-Only streams the partition storage serves can take events: today the Kafka scope's (its topics).
+Every stream can take events. A Kafka topic is served as is; a stream of another scope gets its
+partitions from the topic registry on its first ``OPEN_WRITER`` (``TopicRegistry.adopt_stream``),
+after which the partition storage serves it under the key ``scope/stream`` exactly like a topic.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ from twisted.internet import defer
 from twisted.python.failure import Failure
 
 from millrace.gateway.kafka.broker import Broker
-from millrace.gateway.kafka.partitions import PartitionError
-from millrace.gateway.kafka.resolve import topic_logs
+from millrace.gateway.kafka.partitions import PartitionError, PartitionLog
+from millrace.gateway.kafka.resolve import record_logs
+from millrace.gateway.kafka.topics import TopicError, TopicInfo
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.protocol.errors import (
     EventsRefusedError,
@@ -52,42 +55,55 @@ def _refusal(code: ErrorCode, message: str) -> Exception:
 
 def event_handlers(broker: Broker) -> dict[int, Callable[[dict[str, Any], bytes], defer.Deferred[Any]]]:
     def topic_of(h: dict[str, Any]) -> str:
-        scope, stream = str(h["scope"]), str(h["stream"])
-        if scope != broker.config.scope:
-            raise InvalidRequestError(f"{scope}/{stream}: event writers serve the '{broker.config.scope}' "
-                                      "scope only so far")
-        return stream
+        """The registry key of the request's stream."""
+        return broker.topics.key(str(h["scope"]), str(h["stream"]))
+
+    def adopt(scope: str, stream: str) -> TopicInfo:
+        """Blocking (worker pool): partition a stream outside the Kafka scope on its first writer (an
+        unknown stream raises the controller's StreamNotFoundError, which the client knows)."""
+        try:
+            return broker.topics.adopt_stream(scope, stream)
+        except TopicError as exc:
+            raise InvalidRequestError(str(exc)) from None
 
     def open_writer(h: dict[str, Any], _payload: bytes) -> defer.Deferred[Any]:
-        name = topic_of(h)
+        scope, stream, name = str(h["scope"]), str(h["stream"]), topic_of(h)
         writer_id = str(h["writer_id"])
         if not writer_id:
             raise InvalidRequestError("a writer id is not empty")
-        topic = broker.topics.get(name)
-        if topic is None:
-            raise StreamNotFoundError(f"{h['scope']}/{name}")
+        topic = broker.topics.record(name)
+        if topic is not None:
+            found: defer.Deferred[TopicInfo] = defer.succeed(topic)
+        elif scope == broker.config.scope:
+            raise StreamNotFoundError(f"{scope}/{stream}")  # topics are made by Kafka's CreateTopics only
+        else:
+            found = broker.blocking(adopt, scope, stream)
 
-        def opened(outcome: tuple[ErrorCode, int, int]) -> dict[str, Any]:
-            error, producer_id, epoch = outcome
-            if error != ErrorCode.NONE:
-                raise _refusal(error, f"opening writer {writer_id}: {error.name}")
-            current = broker.topics.get(name) or topic
-            return {"producer_id": producer_id, "epoch": epoch, "slices": [list(s) for s in current.slices]}
+        def init(topic: TopicInfo) -> defer.Deferred[dict[str, Any]]:
+            def opened(outcome: tuple[ErrorCode, int, int]) -> dict[str, Any]:
+                error, producer_id, epoch = outcome
+                if error != ErrorCode.NONE:
+                    raise _refusal(error, f"opening writer {writer_id}: {error.name}")
+                current = broker.topics.record(name) or topic
+                return {"producer_id": producer_id, "epoch": epoch, "slices": [list(s) for s in current.slices]}
 
-        return broker.transactions.init_producer_id(WRITER_ID_PREFIX + writer_id, WRITER_LEASE_MS, -1,
-                                                    -1).addCallback(opened)
+            return broker.transactions.init_producer_id(WRITER_ID_PREFIX + writer_id, WRITER_LEASE_MS, -1,
+                                                        -1).addCallback(opened)
+
+        return found.addCallback(init)
 
     def append_events(h: dict[str, Any], payload: bytes) -> defer.Deferred[Any]:
-        name = topic_of(h)
+        stream = f"{h['scope']}/{h['stream']}"
         partition = int(h["partition"])
+        topic = broker.topics.record(topic_of(h))
+        if topic is None:  # a stream of another scope gets its record from OPEN_WRITER
+            raise StreamNotFoundError(stream)
 
-        def append(found: Any) -> defer.Deferred[int]:
-            if found is None:
-                raise StreamNotFoundError(f"{h['scope']}/{name}")
-            topic, parts = found
+        def append(found: tuple[TopicInfo, list[PartitionLog]]) -> defer.Deferred[int]:
+            current, parts = found
             if not 0 <= partition < len(parts):
-                raise StreamNotFoundError(f"{h['scope']}/{name} has no partition {partition}")
-            return broker.partitions.append(topic, parts[partition], memoryview(payload))
+                raise StreamNotFoundError(f"{stream} has no partition {partition}")
+            return broker.partitions.append(current, parts[partition], memoryview(payload))
 
         def refused(failure: Failure) -> Failure:
             exc = failure.value
@@ -95,7 +111,6 @@ def event_handlers(broker: Broker) -> dict[int, Callable[[dict[str, Any], bytes]
                 return Failure(_refusal(exc.error_code, str(exc)))
             return failure
 
-        return topic_logs(broker, name, False).addCallback(append).addCallbacks(
-            lambda base: {"offset": base}, refused)
+        return record_logs(broker, topic).addCallback(append).addCallbacks(lambda base: {"offset": base}, refused)
 
     return {Command.OPEN_WRITER: open_writer, Command.APPEND_EVENTS: append_events}

@@ -26,7 +26,7 @@ from millrace import (
     StringSerializer,
     WriterFencedError,
 )
-from millrace.protocol.errors import EventsRefusedError, InvalidRequestError
+from millrace.protocol.errors import EventsRefusedError
 from millrace.protocol.wire import Command
 from tests.server_process import ServerProcess
 
@@ -144,14 +144,6 @@ def test_a_second_instance_of_a_writer_id_fences_the_first(server: ServerProcess
             first.write_event(b"zombie", routing_key="k").result(30)
         second.close()
     assert [v for _, _, _, v in confluent_read(server, "fenced", 1, 2)] == [b"a", b"b"]
-
-
-def test_writers_serve_the_kafka_scope_only_so_far(uri: str) -> None:
-    with StreamManager(uri) as sm:
-        sm.create_scope("iot")
-        sm.create_stream("iot", "readings", initial_segments=2)
-        with pytest.raises(InvalidRequestError, match="scope only so far"):
-            sm.create_writer("iot", "readings")
 
 
 def _free_port() -> int:

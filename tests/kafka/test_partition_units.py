@@ -194,7 +194,7 @@ class _Topics:
     def __init__(self, topic: TopicInfo) -> None:
         self.topic = topic
 
-    def get(self, name: str) -> TopicInfo | None:
+    def record(self, name: str) -> TopicInfo | None:
         return self.topic if name == self.topic.name else None
 
 

@@ -141,9 +141,10 @@ class SegmentPartitionStorage(PartitionStorage):
 
     # -- topics ------------------------------------------------------------------------------------
     def load_all(self) -> None:
-        """Blocking: load every topic before the reactor runs (this thread stands in for it)."""
-        for name in self.topics.names():
-            topic = self.topics.get(name)
+        """Blocking: load every topic (and partitioned stream) before the reactor runs (this thread
+        stands in for it)."""
+        for name in self.topics.record_keys():
+            topic = self.topics.record(name)
             if topic is not None:
                 self._install(load_topic(self.store, self.clock, self.topics, self.tables, topic))
 
@@ -178,7 +179,7 @@ class SegmentPartitionStorage(PartitionStorage):
         """Take over a loaded topic's partitions (reactor; or the main thread before it runs). Partitions
         already installed stay (appends may be in flight on them) unless ``replace`` (a reload)."""
         name = loaded.topic.name
-        current = self.topics.get(name)
+        current = self.topics.record(name)
         if current is None or current.topic_id != loaded.topic.topic_id:
             return loaded.partitions  # deleted (and perhaps created again) while loading: nothing to keep
         installed = self._topics.get(name)
@@ -242,7 +243,7 @@ class SegmentPartitionStorage(PartitionStorage):
         self._reloading.add(topic)
 
         def reload() -> defer.Deferred[Any]:
-            info = self.topics.get(topic)
+            info = self.topics.record(topic)
             if info is None:
                 return defer.succeed(None)
             return self.blocking(load_topic, self.store, self.clock, self.topics, self.tables, info).addCallback(

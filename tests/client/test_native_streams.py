@@ -1,0 +1,163 @@
+"""EventStreamWriter on streams outside the Kafka scope: a stream made by StreamManager gets its
+partitions on its first writer, keeps per-key order and exactly-once across splits and merges, and its
+events are stored as Kafka records in its own segments (read back raw here)."""
+
+from __future__ import annotations
+
+import socket
+from collections import defaultdict
+from concurrent.futures import Future
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from millrace import EventPosition, StreamManager, StringSerializer, WriterFencedError
+from millrace.client.segments import SegmentClient
+from millrace.gateway.kafka.partitions.formats import ENVELOPE, ENVELOPE_MAGIC
+from millrace.gateway.kafka_protocol.records import iter_batches
+from millrace.protocol.errors import StreamNotFoundError
+from tests.server_process import ServerProcess
+
+
+def stored_events(server: ServerProcess, sm: StreamManager, scope: str,
+                  stream: str) -> list[tuple[int, int, bytes | None, bytes | None]]:
+    """(partition, offset, key, value) of every record in every segment the stream ever had, read raw
+    from the segments (each batch behind its partition envelope), sorted by partition and offset."""
+    described = sm.describe_stream(scope, stream)
+    found = []
+    with SegmentClient("127.0.0.1", server.native_port) as segments:
+        for epoch in described.history:
+            for segment in epoch.created:
+                data = b""
+                while True:
+                    got = segments.read(segment.name, len(data))
+                    data += got.data
+                    if not got.data:
+                        break
+                position = 0
+                while position < len(data):
+                    magic, _, partition, size = ENVELOPE.unpack_from(data, position)
+                    assert magic == ENVELOPE_MAGIC
+                    start = position + ENVELOPE.size
+                    for batch in iter_batches(data[start:start + size]):
+                        found += [(partition, r.offset, r.key, r.value) for r in batch.records()]
+                    position = start + size
+    return sorted(found)
+
+
+def test_a_writer_for_a_stream_in_any_scope(server: ServerProcess, uri: str) -> None:
+    sm = StreamManager(uri)
+    sm.create_scope("iot")
+    sm.create_stream("iot", "readings", initial_segments=2)
+    writer = sm.create_writer("iot", "readings")
+    writer.write_event(b"21.5", routing_key="sensor-7").result()
+    writer.flush(); writer.close()  # noqa: E702 (the README-style snippet, kept as written)
+
+    assert len(writer.slices) == 16  # the smallest multiple of 2 segments that is at least 16
+    assert sm.describe_stream("iot", "readings").partition_count == 16
+    assert [(k, v) for _, _, k, v in stored_events(server, sm, "iot", "readings")] == [(b"sensor-7", b"21.5")]
+    again = sm.create_writer("iot", "readings")  # the partitions, once made, stay
+    assert again.slices == writer.slices
+    assert again.write_event(b"22.0", routing_key="sensor-7").result(30).offset == 1
+    again.close()
+    sm.close()
+    # Kafka clients see topics only: a partitioned stream of another scope is not one.
+    listed = AdminClient({"bootstrap.servers": server.bootstrap}).list_topics(timeout=30).topics
+    assert not any("readings" in name for name in listed)
+
+
+def test_partitions_fit_the_initial_segments(uri: str) -> None:
+    with StreamManager(uri) as sm:
+        sm.create_scope("sizes")
+        for segments, partitions in ((1, 16), (3, 18), (5, 20), (16, 16), (20, 20)):
+            sm.create_stream("sizes", f"s{segments}", initial_segments=segments)
+            writer = sm.create_writer("sizes", f"s{segments}")
+            assert len(writer.slices) == partitions
+            writer.close()
+
+
+def test_a_writer_for_an_unknown_stream_is_refused(uri: str) -> None:
+    with StreamManager(uri) as sm:
+        sm.create_scope("nowhere")
+        with pytest.raises(StreamNotFoundError):
+            sm.create_writer("nowhere", "missing")
+
+
+def test_order_and_exactly_once_across_splits_and_a_merge(server: ServerProcess, uri: str) -> None:
+    keys = [f"device-{n}" for n in range(16)]
+    with StreamManager(uri) as sm:
+        sm.create_scope("plant")
+        sm.create_stream("plant", "elastic", initial_segments=1)
+        writer = sm.create_writer("plant", "elastic", StringSerializer(), writer_id="plant-loader")
+        futures: list[tuple[str, Future[EventPosition]]] = []
+        for round_ in range(4):
+            for i in range(100):
+                futures += [(k, writer.write_event(f"{k}:{round_ * 100 + i}", routing_key=k)) for k in keys]
+            if round_ < 3:
+                segment = sm.describe_stream("plant", "elastic").segments[0].segment
+                sm.split_segment("plant", "elastic", segment)  # while appends are in flight
+            else:
+                low, high = (s.segment for s in sm.describe_stream("plant", "elastic").segments[:2])
+                sm.merge_segments("plant", "elastic", [low, high])
+        writer.flush()
+        writer.close()
+        described = sm.describe_stream("plant", "elastic")
+        assert len(described.segments) == 3
+        # Every segment holds whole partitions: its bounds are slice boundaries of the 16.
+        assert all(s.segment.key_start * 16 == int(s.segment.key_start * 16) for s in described.segments)
+        stored = stored_events(server, sm, "plant", "elastic")
+
+    by_key: dict[str, list[EventPosition]] = defaultdict(list)
+    for k, fut in futures:
+        by_key[k].append(fut.result(30))
+    assert len(stored) == len(futures) == len({(p, o) for p, o, _, _ in stored})  # each event once
+    for k in keys:
+        landed = by_key[k]
+        assert len({p.partition for p in landed}) == 1  # one key, one partition, across every switch
+        mine = [(p, o, v) for p, o, key, v in stored if key == k.encode()]
+        assert [(p, o) for p, o, _ in mine] == [(x.partition, x.offset) for x in landed]
+        assert [v for _, _, v in mine] == [f"{k}:{i}".encode() for i in range(400)]
+
+
+def test_a_second_instance_fences_the_first_outside_kafka(server: ServerProcess, uri: str) -> None:
+    with StreamManager(uri) as sm:
+        sm.create_scope("fence")
+        sm.create_stream("fence", "s", initial_segments=2)
+        first = sm.create_writer("fence", "s", writer_id="w")
+        first.write_event(b"a", routing_key="k").result(30)
+        second = sm.create_writer("fence", "s", writer_id="w")
+        second.write_event(b"b", routing_key="k").result(30)
+        with pytest.raises(WriterFencedError):
+            first.write_event(b"zombie", routing_key="k").result(30)
+        second.close()
+        assert [v for _, _, _, v in stored_events(server, sm, "fence", "s")] == [b"a", b"b"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_partitions_and_offsets_survive_a_restart(tmp_path) -> None:
+    data = str(tmp_path / "data")
+    args = ("--native-port", str(_free_port()), "--kafka-port", str(_free_port()))
+    server = ServerProcess(data, *args).start()
+    try:
+        uri = f"tcp://127.0.0.1:{server.native_port}"
+        with StreamManager(uri) as sm:
+            sm.create_scope("lab")
+            sm.create_stream("lab", "s", initial_segments=4)
+            writer = sm.create_writer("lab", "s", writer_id="lab-writer")
+            first = [writer.write_event(b"%d" % i, routing_key="k").result(30) for i in range(5)]
+            writer.close()
+        server.kill()
+        server = ServerProcess(data, *args).start()
+        with StreamManager(uri) as sm:
+            writer = sm.create_writer("lab", "s", writer_id="lab-writer")
+            later = writer.write_event(b"5", routing_key="k").result(30)
+            writer.close()
+            assert (later.partition, later.offset) == (first[0].partition, 5)  # same slices, offsets go on
+            assert [v for _, _, _, v in stored_events(server, sm, "lab", "s")] == [b"%d" % i for i in range(6)]
+    finally:
+        server.kill()
