@@ -59,6 +59,8 @@ class Command(enum.IntEnum):
     # event writers (protocol/events.py encodes the batches)
     OPEN_WRITER = 50
     APPEND_EVENTS = 51
+    READ_EVENTS = 52  # the committed events of one segment from a position (gateway/native/event_commands.py)
+    # transactions of native writers: 60-69 (gateway/native/txn_commands.py)
 
 
 class Status(enum.IntEnum):
