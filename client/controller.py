@@ -22,14 +22,16 @@ class ControllerClient:
         self.timeout = timeout
 
     def call(self, command: Command, header: dict[str, Any] | None = None, payload: bytes = b"", *,
-             retry: bool = False) -> Reply:
-        """One request, waited for. ``retry``: resend once on a new connection if the first was lost."""
+             retry: bool = False, timeout: float | None = None) -> Reply:
+        """One request, waited for (``timeout``: instead of the client's, e.g. for a long poll).
+        ``retry``: resend once on a new connection if the first was lost."""
+        wait = self.timeout if timeout is None else timeout
         try:
-            return self.pool.request(self.endpoint, command, header, payload).result(self.timeout)
+            return self.pool.request(self.endpoint, command, header, payload).result(wait)
         except ConnectionLostError:
             if not retry:
                 raise
-            return self.pool.request(self.endpoint, command, header, payload).result(self.timeout)
+            return self.pool.request(self.endpoint, command, header, payload).result(wait)
 
     # -- scopes ---------------------------------------------------------------------------------------
     def create_scope(self, scope: str) -> bool:
