@@ -134,6 +134,16 @@ class EventsRefusedError(StoreError):
         self.kafka_error = kafka_error
 
 
+# -- transactions of native writers (gateway/native/txn_commands.py) --------------------------------
+class TxnNotFoundError(StoreError):
+    """No such transaction: never begun, or completed so long ago that its record expired."""
+
+
+class TxnFailedError(StoreError):
+    """The transaction is no longer open: it was aborted (its lease ran out, or someone aborted it),
+    it is being completed, or it completed the other way. Its events can no longer change."""
+
+
 class ConnectionLostError(StoreError):
     """The connection closed with requests outstanding; their outcome is unknown."""
 
@@ -166,6 +176,8 @@ _STATUSES: tuple[tuple[type[StoreError], Status], ...] = (
     (RetriableError, Status.RETRIABLE),
     (WriterFencedError, Status.WRITER_FENCED),
     (EventsRefusedError, Status.EVENTS_REFUSED),
+    (TxnNotFoundError, Status.TXN_NOT_FOUND),
+    (TxnFailedError, Status.TXN_FAILED),
 )
 _ERROR_OF: dict[int, type[StoreError]] = {int(status): cls for cls, status in _STATUSES}
 

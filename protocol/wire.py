@@ -61,6 +61,11 @@ class Command(enum.IntEnum):
     APPEND_EVENTS = 51
     READ_EVENTS = 52  # the committed events of one segment from a position (gateway/native/event_commands.py)
     # transactions of native writers: 60-69 (gateway/native/txn_commands.py)
+    BEGIN_TXN = 60
+    APPEND_TXN_EVENTS = 61
+    END_TXN = 62
+    TXN_STATUS = 63
+    PING_TXN = 64
 
 
 class Status(enum.IntEnum):
@@ -91,6 +96,9 @@ class Status(enum.IntEnum):
     TABLE_KEY_NOT_FOUND = 40
     TABLE_KEY_VERSION_MISMATCH = 41
     KV_TABLE_NOT_FOUND = 42
+    # transactions of native writers: 60-69
+    TXN_NOT_FOUND = 60
+    TXN_FAILED = 61
 
 
 class WireError(ValueError):
