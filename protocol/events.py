@@ -4,7 +4,8 @@ A native writer sends its events as one Kafka RecordBatch v2 per request (magic 
 CRC-32C), each event a record with key = the routing key's UTF-8 (or null) and value = the event's
 bytes, stamped with the writer's producer id, epoch and base sequence. The gateway stores it exactly
 as it stores a Kafka producer's batch, so Kafka consumers read native events and native readers read
-Kafka records. ``decode_records`` reads back uncompressed batches.
+Kafka records. ``decode_records`` and ``batch_records`` read batches back, compressed ones (a Kafka
+producer's) included.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from dataclasses import dataclass
 
 import crc32c
 
+from millrace.protocol import compression
+
 MAGIC = 2
 # baseOffset i64, batchLength i32, partitionLeaderEpoch i32, magic i8, crc u32
 _PREFIX = struct.Struct(">qiibI")
@@ -23,6 +26,7 @@ _PREFIX = struct.Struct(">qiibI")
 _REST = struct.Struct(">hiqqqhii")
 _CRC_FROM = _PREFIX.size  # the CRC covers everything after itself
 _COMPRESSION_MASK = 0x07
+TRANSACTIONAL_ATTRIBUTE = 0x10  # Kafka's isTransactional bit of a batch's attributes
 NO_PRODUCER_ID = -1
 OUT_OF_ORDER_SEQUENCE = 45  # Kafka's OUT_OF_ORDER_SEQUENCE_NUMBER: a batch does not continue its sequence
 
@@ -61,8 +65,10 @@ def _read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
 
 
 def encode_batch(events: Sequence[tuple[bytes | None, bytes]], timestamp_ms: int, producer_id: int = NO_PRODUCER_ID,
-                 producer_epoch: int = -1, base_sequence: int = -1) -> bytes:
-    """One RecordBatch v2 holding ``events`` ((key, value) pairs) in order, all at ``timestamp_ms``."""
+                 producer_epoch: int = -1, base_sequence: int = -1, transactional: bool = False) -> bytes:
+    """One RecordBatch v2 holding ``events`` ((key, value) pairs) in order, all at ``timestamp_ms``;
+    ``transactional`` sets the batch's transactional bit (its records count only once a commit marker
+    follows them)."""
     if not events:
         raise ValueError("a batch holds at least one event")
     records = bytearray()
@@ -82,7 +88,8 @@ def encode_batch(events: Sequence[tuple[bytes | None, bytes]], timestamp_ms: int
         _varint(0, body)  # headers
         _varint(len(body), records)
         records += body
-    rest = _REST.pack(0, len(events) - 1, timestamp_ms, timestamp_ms, producer_id, producer_epoch, base_sequence,
+    attributes = TRANSACTIONAL_ATTRIBUTE if transactional else 0
+    rest = _REST.pack(attributes, len(events) - 1, timestamp_ms, timestamp_ms, producer_id, producer_epoch, base_sequence,
                       len(events))
     crc = crc32c.crc32c(records, crc32c.crc32c(rest))
     length = _PREFIX.size - 12 + len(rest) + len(records)
@@ -90,32 +97,43 @@ def encode_batch(events: Sequence[tuple[bytes | None, bytes]], timestamp_ms: int
 
 
 def decode_records(data: bytes | memoryview) -> Iterator[EventRecord]:
-    """The records of the uncompressed batches in ``data``, in order (ValueError for anything else,
-    a compressed batch included: the reader that needs those decompresses first)."""
+    """The records of the whole v2 batches in ``data``, in order, compressed ones decompressed
+    (ValueError for bytes that are not whole batches, fail their CRC or do not decompress)."""
     view = memoryview(data)
     pos = 0
     while pos + _PREFIX.size + _REST.size <= len(view):
-        base_offset, length, _, magic, crc = _PREFIX.unpack_from(view, pos)
+        length = _PREFIX.unpack_from(view, pos)[1]
         end = pos + 12 + length
-        if magic != MAGIC or end > len(view):
-            raise ValueError(f"not a whole v2 batch at {pos}")
-        if crc32c.crc32c(view[pos + _CRC_FROM : end]) != crc:
-            raise ValueError(f"batch at {pos} fails its CRC")
-        attributes, _, base_ts, _, _, _, _, count = _REST.unpack_from(view, pos + _CRC_FROM)
-        if attributes & _COMPRESSION_MASK:
-            raise ValueError("compressed batch")
-        at = pos + _CRC_FROM + _REST.size
-        for _ in range(count):
-            size, at = _read_varint(view, at)
-            record_end = at + size
-            at += 1  # record attributes
-            ts_delta, at = _read_varint(view, at)
-            offset_delta, at = _read_varint(view, at)
-            key_len, at = _read_varint(view, at)
-            key = None if key_len < 0 else bytes(view[at : at + key_len])
-            at += max(key_len, 0)
-            value_len, at = _read_varint(view, at)
-            value = bytes(view[at : at + max(value_len, 0)])
-            yield EventRecord(key, value, base_offset + offset_delta, base_ts + ts_delta)
-            at = record_end  # headers are skipped
+        yield from batch_records(view[pos:end])
         pos = end
+
+
+def batch_records(batch: bytes | memoryview, check_crc: bool = True) -> Iterator[EventRecord]:
+    """The records of one RecordBatch v2 (``batch`` is exactly the batch), in order."""
+    view = memoryview(batch)
+    if len(view) < _PREFIX.size + _REST.size:
+        raise ValueError("not a whole v2 batch: shorter than its header")
+    base_offset, length, _, magic, crc = _PREFIX.unpack_from(view, 0)
+    if magic != MAGIC or 12 + length != len(view):
+        raise ValueError("not a whole v2 batch")
+    if check_crc and crc32c.crc32c(view[_CRC_FROM:]) != crc:
+        raise ValueError(f"batch at offset {base_offset} fails its CRC")
+    attributes, _, base_ts, _, _, _, _, count = _REST.unpack_from(view, _CRC_FROM)
+    records: memoryview = view[_CRC_FROM + _REST.size :]
+    codec = attributes & _COMPRESSION_MASK
+    if codec:
+        records = memoryview(compression.decompress(codec, records))
+    at = 0
+    for _ in range(count):
+        size, at = _read_varint(records, at)
+        record_end = at + size
+        at += 1  # record attributes
+        ts_delta, at = _read_varint(records, at)
+        offset_delta, at = _read_varint(records, at)
+        key_len, at = _read_varint(records, at)
+        key = None if key_len < 0 else bytes(records[at : at + key_len])
+        at += max(key_len, 0)
+        value_len, at = _read_varint(records, at)
+        value = bytes(records[at : at + max(value_len, 0)])
+        yield EventRecord(key, value, base_offset + offset_delta, base_ts + ts_delta)
+        at = record_end  # headers are skipped

@@ -16,21 +16,17 @@ Batch layout (61-byte header, big-endian)::
 
 from __future__ import annotations
 
-import gzip
 import struct
 import time
-import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, NamedTuple
 
-import cramjam
-import lz4.frame
-import zstandard
 from crc32c import crc32c
 
 from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.protocol import compression
 
 __all__ = [
     "BATCH_HEADER_SIZE",
@@ -380,84 +376,22 @@ def _encode_record(out: bytearray, offset_delta: int, ts_delta: int, r: NewRecor
 # ---------------------------------------------------------------------------------------------
 # compression
 
-_XERIAL_MAGIC = b"\x82SNAPPY\x00"
-_XERIAL_HEADER = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)
-_XERIAL_BLOCK = 32 * 1024  # SnappyOutputStream's default block size
-_I32 = struct.Struct(">i")
-
-
-def _snappy_decompress(data: Any) -> bytes:
-    mv = memoryview(data)
-    if bytes(mv[:8]) != _XERIAL_MAGIC:
-        return bytes(cramjam.snappy.decompress_raw(mv))
-    # xerial framing (Java client): 16-byte header then [int32 length][raw snappy block]...
-    pos = 16
-    out = bytearray()
-    end = len(mv)
-    while pos < end:
-        if pos + 4 > end:
-            raise CorruptRecordError("truncated xerial snappy block length")
-        (n,) = _I32.unpack_from(mv, pos)
-        pos += 4
-        if n < 0 or pos + n > end:
-            raise CorruptRecordError("truncated xerial snappy block")
-        out += cramjam.snappy.decompress_raw(mv[pos : pos + n])
-        pos += n
-    return bytes(out)
-
-
-def _snappy_compress(data: Any) -> bytes:
-    mv = memoryview(data)
-    out = bytearray(_XERIAL_HEADER)
-    for i in range(0, len(mv), _XERIAL_BLOCK):
-        block = bytes(cramjam.snappy.compress_raw(mv[i : i + _XERIAL_BLOCK]))
-        out += _I32.pack(len(block))
-        out += block
-    return bytes(out)
-
-
-def _zstd_decompress(data: Any) -> bytes:
-    # Java's zstd-jni streams frames without a content size, so use a streaming reader
-    with zstandard.ZstdDecompressor().stream_reader(bytes(data), read_across_frames=True) as r:
-        return r.read()
-
-
 def decompress(codec: int, data: Any) -> bytes:
     """Decompress a batch's records section (``codec`` is the attributes' compression type)."""
     try:
-        if codec == Compression.GZIP:
-            return gzip.decompress(bytes(data))
-        if codec == Compression.SNAPPY:
-            return _snappy_decompress(data)
-        if codec == Compression.LZ4:
-            return lz4.frame.decompress(bytes(data))
-        if codec == Compression.ZSTD:
-            return _zstd_decompress(data)
-        if codec == Compression.NONE:
-            return bytes(data)
-    except RecordBatchError:
-        raise
-    except (OSError, EOFError, RuntimeError, ValueError, zlib.error, zstandard.ZstdError) as e:
-        raise CorruptRecordError(f"cannot decompress {Compression(codec).name} records: {e}") from None
-    raise InvalidRecordError(f"unknown compression type {codec}")
+        return compression.decompress(codec, data)
+    except compression.UnknownCodecError as e:
+        raise InvalidRecordError(str(e)) from None
+    except compression.CompressionError as e:
+        raise CorruptRecordError(str(e)) from None
 
 
 def compress(codec: int, data: bytes) -> bytes:
     """Compress a records section the way the Java client does for each codec."""
-    if codec == Compression.NONE:
-        return bytes(data)
-    if codec == Compression.GZIP:
-        return gzip.compress(data, compresslevel=6, mtime=0)
-    if codec == Compression.SNAPPY:
-        return _snappy_compress(data)
-    if codec == Compression.LZ4:
-        # Kafka's LZ4 stream: 64 KiB independent blocks, no content size
-        return lz4.frame.compress(
-            data, block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_linked=False, content_checksum=False, store_size=False
-        )
-    if codec == Compression.ZSTD:
-        return zstandard.ZstdCompressor(level=3).compress(data)
-    raise InvalidRecordError(f"unknown compression type {codec}")
+    try:
+        return compression.compress(codec, data)
+    except compression.UnknownCodecError as e:
+        raise InvalidRecordError(str(e)) from None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,7 +5,8 @@ whose per-id state is durable and whose every open bumps the epoch (fencing olde
 id), and answers the stream's partition slices so the writer routes keys itself. ``APPEND_EVENTS``
 appends one RecordBatch v2 (``millrace.protocol.events``) to one partition through
 ``PartitionStorage.append``, exactly as a Kafka Produce does: same offsets, idempotence (duplicates
-answer the original offset), high watermark and scaling switches. Both run on the reactor.
+answer the original offset), high watermark and scaling switches. ``READ_EVENTS`` answers the
+committed events of one segment (``event_reads``). All run on the reactor.
 
 Every stream can take events. A Kafka topic is served as is; a stream of another scope gets its
 partitions from the topic registry on its first ``OPEN_WRITER`` (``TopicRegistry.adopt_stream``),
@@ -25,6 +26,7 @@ from millrace.gateway.kafka.partitions import PartitionError, PartitionLog
 from millrace.gateway.kafka.resolve import record_logs
 from millrace.gateway.kafka.topics import TopicError, TopicInfo
 from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.native.event_reads import read_events
 from millrace.protocol.errors import (
     EventsRefusedError,
     InvalidRequestError,
@@ -113,4 +115,14 @@ def event_handlers(broker: Broker) -> dict[int, Callable[[dict[str, Any], bytes]
 
         return record_logs(broker, topic).addCallback(append).addCallbacks(lambda base: {"offset": base}, refused)
 
-    return {Command.OPEN_WRITER: open_writer, Command.APPEND_EVENTS: append_events}
+    def read_segment_events(h: dict[str, Any], _payload: bytes) -> defer.Deferred[Any]:
+        scope, stream = str(h["scope"]), str(h["stream"])
+        offset, max_bytes, wait_ms = int(h["offset"]), int(h["max_bytes"]), int(h.get("wait_ms", 0))
+        end = h.get("end_offset")
+        if offset < 0 or max_bytes <= 0 or wait_ms < 0:
+            raise InvalidRequestError("offset and wait_ms are not negative, max_bytes is positive")
+        return read_events(broker, broker.topics.record(topic_of(h)), scope, stream, int(h["segment_id"]), offset,
+                           max_bytes, wait_ms, None if end is None else int(end))
+
+    return {Command.OPEN_WRITER: open_writer, Command.APPEND_EVENTS: append_events,
+            Command.READ_EVENTS: read_segment_events}

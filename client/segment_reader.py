@@ -1,0 +1,127 @@
+"""Reading the committed events of one segment: the unit every native reader is built from.
+
+Reader groups and batch reads hand whole segments to readers; each reads its segment in segment
+order through ``READ_EVENTS`` (``gateway/native/event_reads.py``), which answers only what a
+read_committed Kafka consumer of the segment's partitions would see: no transaction markers, no
+aborted transactions, nothing past a partition's last stable offset. So a native reader and a Kafka
+consumer agree on every stream, whichever side wrote it.
+
+A position in a segment is ``(offset, skip)``: ``offset`` is a batch boundary (where a stored batch
+begins) and ``skip`` is how many records of that batch were already delivered. Stream cuts hold
+batch boundaries only (skip 0).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from millrace.client.controller import ControllerClient
+from millrace.protocol.events import batch_records
+from millrace.protocol.wire import Command
+
+READ_BYTES = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentEvent:
+    """One event as read from a segment, with where it is."""
+
+    data: bytes  # the record's value (b"" for a null value)
+    key: bytes | None  # the routing key's bytes (the record's key)
+    partition: int  # the Kafka partition holding the event
+    kafka_offset: int
+    timestamp_ms: int
+    segment_id: int
+    position: int  # segment offset of the envelope of the batch holding the event
+    index: int  # the record's number within that batch
+
+    @property
+    def routing_key(self) -> str | None:
+        return None if self.key is None else self.key.decode("utf-8", "replace")
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentRead:
+    """One answer of ``READ_EVENTS``."""
+
+    events: list[SegmentEvent]  # in segment order; none at or beyond the read's end offset
+    next_offset: int  # where the next read starts (a batch boundary)
+    end_of_segment: bool  # sealed and everything read, or the end offset reached
+
+
+def read_segment_events(controller: ControllerClient, scope: str, stream: str, segment_id: int, offset: int, *,
+                        max_bytes: int = READ_BYTES, wait_ms: int = 0, end_offset: int | None = None) -> SegmentRead:
+    """The committed events of a segment from the batch boundary ``offset`` (waiting up to
+    ``wait_ms`` when there are none yet). Raises SegmentTruncatedError below the segment's start,
+    SegmentNotFoundError for a deleted segment, ConnectionLostError when the connection drops."""
+    header: dict[str, object] = {"scope": scope, "stream": stream, "segment_id": segment_id, "offset": offset,
+                                 "max_bytes": max_bytes, "wait_ms": wait_ms}
+    if end_offset is not None:
+        header["end_offset"] = end_offset
+    answer, payload = controller.call(Command.READ_EVENTS, header, retry=True,
+                                      timeout=controller.timeout + wait_ms / 1000)
+    events: list[SegmentEvent] = []
+    view = memoryview(payload)
+    at = 0
+    for position, partition, first in answer["batches"]:
+        length = 12 + int.from_bytes(view[at + 8 : at + 12], "big")
+        for index, record in enumerate(batch_records(view[at : at + length])):
+            if record.offset >= first:  # a batch straddling its partition's log start
+                events.append(SegmentEvent(record.value, record.key, partition, record.offset, record.timestamp_ms,
+                                           segment_id, position, index))
+        at += length
+    return SegmentRead(events, int(answer["next_offset"]), bool(answer["end_of_segment"]))
+
+
+class SegmentEventReader:
+    """Iterates one segment's committed events from ``(offset, skip)``, up to ``end_offset`` if given.
+
+    Not thread-safe: one reader, one thread. ``offset``/``skip`` are always the resume point after
+    the last event returned, so a caller may record them at any moment."""
+
+    def __init__(self, controller: ControllerClient, scope: str, stream: str, segment_id: int, offset: int = 0,
+                 skip: int = 0, end_offset: int | None = None, read_bytes: int = READ_BYTES) -> None:
+        self.controller = controller
+        self.scope = scope
+        self.stream = stream
+        self.segment_id = segment_id
+        self.offset = offset
+        self.skip = skip
+        self.end_offset = end_offset
+        self.read_bytes = read_bytes
+        self.at_end = end_offset is not None and offset >= end_offset
+        self._buffered: deque[SegmentEvent] = deque()
+        self._read_to = offset  # the next read's offset (past the buffered events)
+        self._ends_after_buffer = False  # the last read reached the end: finished once the buffer is
+
+    def read_next(self, wait_ms: int = 0) -> SegmentEvent | None:
+        """The next event; None when none arrived within ``wait_ms`` or the segment is finished."""
+        while not self._buffered:
+            if self.at_end:
+                return None
+            read_from = self._read_to
+            got = read_segment_events(self.controller, self.scope, self.stream, self.segment_id, read_from,
+                                      max_bytes=self.read_bytes, wait_ms=wait_ms, end_offset=self.end_offset)
+            self._read_to = got.next_offset
+            # Records of the batch at the resume point that were delivered before are dropped.
+            self._buffered.extend(e for e in got.events if not (e.position == self.offset and e.index < self.skip))
+            self._ends_after_buffer = got.end_of_segment
+            if not self._buffered:
+                self.offset, self.skip = got.next_offset, 0  # all before it was delivered or is invisible
+                if got.end_of_segment:
+                    self.at_end = True
+                    return None
+                if got.next_offset == read_from:
+                    return None  # no progress: nothing came within wait_ms
+                # Progress without events (markers or aborted batches skipped): read on.
+        event = self._buffered.popleft()
+        if self._buffered and self._buffered[0].position == event.position:
+            self.offset, self.skip = event.position, event.index + 1
+        else:
+            # The batch is done: resume at the next batch (the next buffered one, or the next read).
+            self.offset = self._buffered[0].position if self._buffered else self._read_to
+            self.skip = 0
+            if not self._buffered and self._ends_after_buffer:
+                self.at_end = True
+        return event
