@@ -44,6 +44,8 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
                    help="how long a segment made by a scale is left alone")
     p.add_argument("--retention-check-seconds", type=float, default=d.retention_check_seconds,
                    help="how often topic retention (retention.ms, retention.bytes) is enforced")
+    p.add_argument("--transaction-check-seconds", type=float, default=d.transaction_check_seconds,
+                   help="how often Kafka transactions past their transaction.timeout.ms are aborted")
     p.add_argument("--log-replicas", default=None, metavar="HOST:PORT,...",
                    help="keep the containers' durable logs on these `millrace logd` replicas instead of local files")
     p.add_argument("--write-quorum", type=int, default=d.write_quorum, help="replicas each log entry is written to")
@@ -260,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
             auto_create_topics=args.auto_create_topics,
             default_partitions=args.default_partitions,
             retention_check_seconds=args.retention_check_seconds,
+            transaction_check_seconds=args.transaction_check_seconds,
             scale_windows=tuple(float(w) for w in args.scale_windows.split(",")),
             scale_interval_seconds=args.scale_interval_seconds,
             scale_cooldown_seconds=args.scale_cooldown_seconds,

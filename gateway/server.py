@@ -44,6 +44,7 @@ class ServerOptions:
     auto_create_topics: bool = True
     default_partitions: int = 1
     retention_check_seconds: float = 30.0
+    transaction_check_seconds: float = 1.0  # how often Kafka transactions past their timeout are aborted
     # Auto-scaling: rate windows (seconds, shortest first), how often policies are evaluated, and how
     # long a segment made by a scale is left alone.
     scale_windows: tuple[float, ...] = (2.0, 10.0, 30.0)
@@ -128,6 +129,7 @@ def serve(options: ServerOptions) -> int:
             auto_create_topics=options.auto_create_topics,
             default_partitions=options.default_partitions,
             retention_check_seconds=options.retention_check_seconds,
+            transaction_check_seconds=options.transaction_check_seconds,
         )
         broker, kafka_factory = build_kafka(store, controller, tables, kafka_config, controller_pool)
         kafka_factory.connection_budget_bytes = options.connection_budget_mb * MIB
