@@ -62,3 +62,9 @@ class ReadResult:
     offset: int
     data: bytes
     end_of_segment: bool = False
+
+
+# Marks the segment of a byte stream (``client/byte_stream.py``); the gateway never gives event writers a
+# stream whose segment carries it (or holds any bytes before its first event writer), so byte data and
+# event data never mix in one segment.
+BYTE_STREAM_ATTRIBUTE = "millrace.byte_stream"
