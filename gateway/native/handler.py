@@ -19,6 +19,7 @@ from millrace.gateway.kafka.broker import Broker
 from millrace.gateway.native.controller_commands import PartitionsOf, controller_handlers
 from millrace.gateway.native.event_commands import event_handlers
 from millrace.gateway.native.table_commands import Answer, table_handlers
+from millrace.gateway.native.txn_commands import txn_handlers
 from millrace.protocol.contracts import AttributeUpdate, ReadResult, SegmentInfo
 from millrace.protocol.errors import error_details, status_of
 from millrace.protocol.wire import (
@@ -161,6 +162,7 @@ class NativeFactory(protocol.ServerFactory):
             **controller_handlers(controller, pool, scaler, partitions_of),
             **table_handlers(KeyValueTables(controller), controller.tables, pool),
             **(event_handlers(broker) if broker is not None else {}),
+            **(txn_handlers(broker) if broker is not None else {}),
         }
         self.connection_budget_bytes = connection_budget_bytes
 

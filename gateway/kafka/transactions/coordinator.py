@@ -62,15 +62,15 @@ def _now_ms() -> int:
 
 class _TableWriter:
     """Writes transaction records one batch at a time, in call order; puts waiting while a batch is
-    written go together in the next one (the latest record of an id wins)."""
+    written go together in the next one (the latest record of an id wins; None removes the record)."""
 
     def __init__(self, tables: TableStore, blocking: Callable[..., defer.Deferred[Any]]) -> None:
         self.tables = tables
         self.blocking = blocking
-        self._queue: list[tuple[bytes, bytes, defer.Deferred[None]]] = []
+        self._queue: list[tuple[bytes, bytes | None, defer.Deferred[None]]] = []
         self._busy = False
 
-    def put(self, key: bytes, value: bytes) -> defer.Deferred[None]:
+    def put(self, key: bytes, value: bytes | None) -> defer.Deferred[None]:
         d: defer.Deferred[None] = defer.Deferred()
         self._queue.append((key, value, d))
         self._pump()
@@ -82,9 +82,18 @@ class _TableWriter:
         batch, self._queue = self._queue, []
         latest = {key: value for key, value, _ in batch}
         self._busy = True
-        self.blocking(self.tables.put, TRANSACTIONS_TABLE, list(latest.items())).addBoth(self._written, batch)
+        self.blocking(self._write, latest).addBoth(self._written, batch)
 
-    def _written(self, outcome: Any, batch: list[tuple[bytes, bytes, defer.Deferred[None]]]) -> None:
+    def _write(self, latest: dict[bytes, bytes | None]) -> None:
+        """Blocking: one put of the records, one removal of the expired ones."""
+        puts = [(key, value) for key, value in latest.items() if value is not None]
+        if puts:
+            self.tables.put(TRANSACTIONS_TABLE, puts)
+        removed = [key for key, value in latest.items() if value is None]
+        if removed:
+            self.tables.remove(TRANSACTIONS_TABLE, removed)
+
+    def _written(self, outcome: Any, batch: list[tuple[bytes, bytes | None, defer.Deferred[None]]]) -> None:
         self._busy = False
         for _, _, d in batch:
             if isinstance(outcome, Failure):
@@ -362,7 +371,8 @@ class TransactionCoordinator:
         storage = self.broker.partitions
 
         def attempt() -> None:
-            info = self.broker.topics.get(topic)
+            # record, not get: native transactions hold partitions of streams outside the Kafka scope too.
+            info = self.broker.topics.record(topic)
             if info is None or partition >= info.partition_count:
                 result.callback(None)
                 return
@@ -419,3 +429,63 @@ class TransactionCoordinator:
 
     def _persist(self, meta: TransactionMetadata) -> defer.Deferred[None]:
         return self._writer.put(meta.transactional_id.encode(), meta.encode())
+
+    # -- native transactions (gateway/native/txn_commands.py): one transactional id per transaction ------
+    def begin_transaction(self, transactional_id: str,
+                          timeout_ms: int) -> defer.Deferred[tuple[ErrorCode, int, int]]:
+        """A fresh producer id for a fresh transactional id, durably Ongoing at once (its timeout, the
+        lease, counts from here) with no partitions yet. A begin resent after a lost answer gets the
+        transaction it began; one whose transaction already ended gets INVALID_TXN_STATE."""
+        if not 0 < timeout_ms <= MAX_TIMEOUT_MS:
+            return defer.succeed((ErrorCode.INVALID_TRANSACTION_TIMEOUT, -1, -1))
+        if transactional_id in self._initializing or transactional_id in self._completing:
+            return defer.succeed((ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1))
+        meta = self.txns.get(transactional_id)
+        if meta is not None:
+            if meta.state == TxnState.ONGOING:
+                return defer.succeed((ErrorCode.NONE, meta.producer_id, meta.producer_epoch))
+            return defer.succeed((ErrorCode.INVALID_TXN_STATE, -1, -1))
+        self._initializing.add(transactional_id)
+
+        def allocated(pid: int) -> defer.Deferred[tuple[ErrorCode, int, int]]:
+            fresh = TransactionMetadata(transactional_id, pid, 0, timeout_ms)
+            self._begin(fresh)
+            self.txns[transactional_id] = fresh
+            self._by_pid[pid] = fresh
+            return self._persist(fresh).addCallback(lambda _: (ErrorCode.NONE, pid, 0))
+
+        d = self.broker.blocking(self.broker.producer_ids.allocate)
+        return d.addCallback(allocated).addErrback(self._unavailable, (-1, -1)).addBoth(
+            self._done_initializing, transactional_id)
+
+    def extend_lease(self, transactional_id: str, producer_id: int, epoch: int) -> defer.Deferred[ErrorCode]:
+        """Restart an Ongoing transaction's timeout from now (Pravega's pingTxn), durably."""
+        meta, error = self._validate(transactional_id, producer_id, epoch, ErrorCode.PRODUCER_FENCED)
+        if meta is None:
+            return defer.succeed(error)
+        if meta.state != TxnState.ONGOING:
+            return defer.succeed(ErrorCode.INVALID_TXN_STATE)
+        meta.start_ms = meta.updated_ms = _now_ms()
+        return self._persist(meta).addCallbacks(lambda _: ErrorCode.NONE, self._unavailable_code)
+
+    def expire_idle(self, prefix: str, retention_ms: int, now_ms: int | None = None) -> list[str]:
+        """Forget the records of transactional ids under ``prefix`` idle (complete, or never begun) for
+        longer than ``retention_ms``: native transactions use one id each, so their records would
+        otherwise pile up forever. Returns the ids removed (their removal is written in order with
+        every other record change)."""
+        now_ms = _now_ms() if now_ms is None else now_ms
+        expired = [meta for tid, meta in self.txns.items()
+                   if tid.startswith(prefix) and meta.state in IDLE and tid not in self._completing
+                   and tid not in self._initializing and now_ms > meta.updated_ms + retention_ms]
+        for meta in expired:
+            del self.txns[meta.transactional_id]
+            if self._by_pid.get(meta.producer_id) is meta:
+                del self._by_pid[meta.producer_id]
+            self._writer.put(meta.transactional_id.encode(), None).addErrback(
+                lambda failure, tid=meta.transactional_id: log.warning("expiring %s failed: %s", tid,
+                                                                        failure.getErrorMessage()))
+        return [meta.transactional_id for meta in expired]
+
+    def is_completing(self, transactional_id: str) -> bool:
+        """Whether markers of the id's transaction are being written now."""
+        return transactional_id in self._completing
