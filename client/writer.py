@@ -69,25 +69,35 @@ class _Partition:
     pending: deque[tuple[bytes | None, bytes, Future[EventPosition]]] = field(default_factory=deque)
     in_flight: deque[_Batch] = field(default_factory=deque)
     retrying: bool = False  # a batch failed retriably: send nothing new until the resend
+    failing_since: float | None = None  # monotonic time of the first failure since the last success
     retry_scheduled: bool = False
     attempts: int = 0
     failed: BaseException | None = None  # a refusal that ends the partition for this writer
 
 
-class EventStreamWriter(Generic[T]):
-    def __init__(self, controller: ControllerClient, scope: str, stream: str,
-                 serializer: Serializer[T] | None = None, writer_id: str | None = None) -> None:
+class EventSender(Generic[T]):
+    """Events of one stream sent as batches per partition with one producer id and epoch: routing,
+    sequences, at most ``MAX_IN_FLIGHT`` batches in flight per partition, resends in order after a lost
+    connection. Shared by ``EventStreamWriter`` and the transactions of ``client/transactions.py``,
+    which differ only in the command and header a batch goes with."""
+
+    command: Command = Command.APPEND_EVENTS
+    transactional = False
+
+    def __init__(self, controller: ControllerClient, scope: str, stream: str, serializer: Serializer[T] | None,
+                 producer_id: int, epoch: int, slices: list[tuple[float, float]], label: str,
+                 sequences: dict[int, int] | None = None) -> None:
+        """``label`` names the sender in logs; ``sequences``: the next sequence of partitions that have
+        some already (a transaction resumed by another process)."""
         self.controller = controller
         self.scope = scope
         self.stream = stream
         self.serializer: Serializer[Any] = serializer if serializer is not None else BytesSerializer()
-        self.writer_id = writer_id or uuid.uuid4().hex
-        opened = controller.call(Command.OPEN_WRITER,
-                                 {"scope": scope, "stream": stream, "writer_id": self.writer_id}, retry=True)[0]
-        self.producer_id = int(opened["producer_id"])
-        self.epoch = int(opened["epoch"])
-        self.slices = [(float(lo), float(hi)) for lo, hi in opened["slices"]]
-        self._partitions = [_Partition(p) for p in range(len(self.slices))]
+        self.producer_id = producer_id
+        self.epoch = epoch
+        self.slices = slices
+        self._label = label
+        self._partitions = [_Partition(p, (sequences or {}).get(p, 0)) for p in range(len(self.slices))]
         self._unkeyed = itertools.cycle(range(len(self.slices)))
         self._partition_of_key: dict[str, int] = {}
         # Reentrant: a request that fails (or is answered) at once runs its completion in the sending
@@ -96,6 +106,14 @@ class EventStreamWriter(Generic[T]):
         self._closed = False
         self.resent_batches = 0  # batches sent again after a lost connection or a retriable refusal
 
+    def _header(self, p: _Partition) -> dict[str, Any]:
+        return {"scope": self.scope, "stream": self.stream, "partition": p.number}
+
+    def _refuse_writes(self) -> None:
+        """Raise if no event may be written now (called under the lock)."""
+        if self._closed:
+            raise RuntimeError("the writer is closed")
+
     # -- writing ----------------------------------------------------------------------------------
     def write_event(self, event: T, routing_key: str | None = None) -> Future[EventPosition]:
         """Queue ``event``; the future completes with its position once it is durable (or fails)."""
@@ -103,8 +121,7 @@ class EventStreamWriter(Generic[T]):
         key = routing_key.encode() if routing_key is not None else None
         fut: Future[EventPosition] = Future()
         with self._lock:
-            if self._closed:
-                raise RuntimeError("the writer is closed")
+            self._refuse_writes()
             p = self._partitions[self._partition_of(routing_key)]
             if p.failed is not None:
                 fut.set_exception(p.failed)
@@ -132,11 +149,6 @@ class EventStreamWriter(Generic[T]):
             with self._lock:
                 self._closed = True
 
-    def __enter__(self) -> EventStreamWriter[T]:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- routing --------------------------------------------------------------------------------------
     def _partition_of(self, routing_key: str | None) -> int:
@@ -165,18 +177,18 @@ class EventStreamWriter(Generic[T]):
                 events.append((key, data))
                 futures.append(fut)
                 size += len(data) + (len(key) if key else 0)
-            payload = encode_batch(events, int(time.time() * 1000), self.producer_id, self.epoch, p.next_sequence)
+            payload = encode_batch(events, int(time.time() * 1000), self.producer_id, self.epoch, p.next_sequence,
+                                   self.transactional)
             batch = _Batch(p.next_sequence, payload, futures)
             p.next_sequence += len(events)
             p.in_flight.append(batch)
             self._send(p, batch)
 
     def _send(self, p: _Partition, batch: _Batch) -> None:
-        header = {"scope": self.scope, "stream": self.stream, "partition": p.number}
         try:
             # Never connect here: this runs under the lock, and the retry reconnects off it.
-            outcome = self.controller.pool.request_if_connected(self.controller.endpoint, Command.APPEND_EVENTS,
-                                                                header, batch.payload)
+            outcome = self.controller.pool.request_if_connected(self.controller.endpoint, self.command,
+                                                                self._header(p), batch.payload)
         except ConnectionLostError as exc:
             outcome = Future()
             outcome.set_exception(exc)
@@ -194,6 +206,7 @@ class EventStreamWriter(Generic[T]):
                 base = int(outcome.result()[0]["offset"])
                 p.in_flight.remove(batch)
                 p.attempts = 0
+                p.failing_since = None
                 done += [(f, EventPosition(p.number, base + i)) for i, f in enumerate(batch.futures)]
                 self._pump(p)
             elif isinstance(exc, (ConnectionLostError, RetriableError)) or (
@@ -201,15 +214,12 @@ class EventStreamWriter(Generic[T]):
                     isinstance(exc, EventsRefusedError) and exc.kafka_error == OUT_OF_ORDER_SEQUENCE
                     and p.in_flight[0] is not batch):
                 p.retrying = True
+                if p.failing_since is None:
+                    p.failing_since = time.monotonic()
             else:
                 # Refused for good: later batches of this partition would break the sequence, so they
                 # and every later event fail too.
-                p.failed = exc
-                for b in p.in_flight:
-                    done += [(f, exc) for f in b.futures]
-                done += [(e[2], exc) for e in p.pending]
-                p.in_flight.clear()
-                p.pending.clear()
+                done += self._fail_partition(p, exc)
             # Every unacknowledged batch is sent again, in order, once none is outstanding.
             if p.retrying and not p.retry_scheduled and all(
                     b.outcome is not None and b.outcome.done() for b in p.in_flight):
@@ -228,17 +238,57 @@ class EventStreamWriter(Generic[T]):
         timer.daemon = True
         timer.start()
 
+    def _fail_partition(self, p: _Partition, exc: BaseException) -> list[tuple[Future[EventPosition], BaseException]]:
+        """End the partition for this sender (under the lock); the futures to fail, outside it."""
+        p.failed = exc
+        doomed: list[tuple[Future[EventPosition], BaseException]] = [
+            (f, exc) for b in p.in_flight for f in b.futures]
+        doomed += [(e[2], exc) for e in p.pending]
+        p.in_flight.clear()
+        p.pending.clear()
+        p.retrying = False
+        return doomed
+
     def _retry(self, p: _Partition) -> None:
         # Connect first, outside the lock: a server restarting may take a while.
+        reconnect_timeout = self.controller.pool.reconnect_timeout
+        lost: ConnectionLostError | None = None
         try:
             self.controller.pool.get(self.controller.endpoint)
         except ConnectionLostError as exc:
-            log.warning("writer %s: cannot reconnect yet: %s", self.writer_id, exc)
+            log.warning("%s: cannot reconnect yet: %s", self._label, exc)
+            lost = exc
+        doomed: list[tuple[Future[EventPosition], BaseException]] = []
         with self._lock:
             p.retrying = p.retry_scheduled = False
-            for batch in list(p.in_flight):
-                if p.retrying:
-                    break  # this resend failed already: the next one sends from the first batch again
-                self.resent_batches += 1
-                self._send(p, batch)
-            self._pump(p)
+            if lost is not None and p.failing_since is not None \
+                    and time.monotonic() - p.failing_since >= reconnect_timeout:
+                # The server stayed away for the whole reconnect timeout: give up rather than retry
+                # forever. Whether these batches landed is unknown; the partition takes no more events.
+                doomed = self._fail_partition(p, ConnectionLostError(
+                    f"{self._label}: no connection for {reconnect_timeout:g} s, giving up: {lost}"))
+            else:
+                for batch in list(p.in_flight):
+                    if p.retrying:
+                        break  # this resend failed already: the next one sends from the first batch again
+                    self.resent_batches += 1
+                    self._send(p, batch)
+                self._pump(p)
+        for fut, exc in doomed:
+            fut.set_exception(exc)
+
+
+class EventStreamWriter(EventSender[T]):
+    def __init__(self, controller: ControllerClient, scope: str, stream: str,
+                 serializer: Serializer[T] | None = None, writer_id: str | None = None) -> None:
+        self.writer_id = writer_id or uuid.uuid4().hex
+        opened = controller.call(Command.OPEN_WRITER,
+                                 {"scope": scope, "stream": stream, "writer_id": self.writer_id}, retry=True)[0]
+        super().__init__(controller, scope, stream, serializer, int(opened["producer_id"]), int(opened["epoch"]),
+                         [(float(lo), float(hi)) for lo, hi in opened["slices"]], f"writer {self.writer_id}")
+
+    def __enter__(self) -> EventStreamWriter[T]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

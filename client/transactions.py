@@ -1,0 +1,203 @@
+"""Transactions, Pravega-shaped: events written in a transaction become visible all at once on commit,
+or never (abort, or a lease that runs out).
+
+    txw = sm.create_transaction_writer("iot", "readings", writer_id="loader-1")
+    with txw.begin_txn() as txn:                   # commits on a clean exit, aborts on an exception
+        txn.write_event(b"22.0", routing_key="sensor-7")
+
+A transaction is a Kafka transaction of its own transactional id on the server
+(``gateway/native/txn_commands.py``; docs/architecture.md, "Native client"): its batches go to the
+stream's partitions with the transactional bit, stamped with the transaction's producer id, epoch and
+per-partition sequences, through the same sequencing and in-order resend as ``EventStreamWriter``
+(``EventSender``), so a batch resent after a lost connection is stored once. ``commit()`` flushes, then
+returns once the commit markers are durable in every partition the transaction wrote: Kafka consumers
+at read_committed and native readers then see all of its events, and before that none. The lease is
+the coordinator's transaction timeout: a transaction left open longer aborts itself, so a crashed
+writer's transaction disappears; ``ping()`` restarts the lease. Several transactions may be open at
+once, and ``get_txn`` finds one again from another process (to inspect, commit, abort or write on).
+
+Threads: as ``EventStreamWriter``; ``commit``/``abort`` block the calling thread.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+from millrace.client.connection import Reply
+from millrace.client.controller import ControllerClient
+from millrace.client.serializers import Serializer
+from millrace.client.writer import EventSender, _Partition
+from millrace.protocol.errors import ConnectionLostError, RetriableError, TxnFailedError, TxnNotFoundError
+from millrace.protocol.wire import Command
+
+T = TypeVar("T")
+
+DEFAULT_LEASE_MS = 120_000
+MAX_LEASE_MS = 900_000  # the coordinator's transaction.max.timeout.ms
+RETRY_DELAYS = (0.02, 0.05, 0.1, 0.2, 0.5)
+
+
+class TxnStatus(enum.Enum):
+    """Where a transaction stands (Pravega's Transaction.Status)."""
+
+    OPEN = "OPEN"
+    COMMITTING = "COMMITTING"
+    COMMITTED = "COMMITTED"
+    ABORTING = "ABORTING"
+    ABORTED = "ABORTED"
+    UNKNOWN = "UNKNOWN"  # never begun, or completed longer ago than the server keeps records
+
+
+class Transaction(EventSender[T]):
+    """One open transaction: ``write_event`` as on a writer, then ``commit()`` or ``abort()``."""
+
+    command = Command.APPEND_TXN_EVENTS
+    transactional = True
+
+    def __init__(self, writer: TransactionalEventStreamWriter[T], txn_id: uuid.UUID, producer_id: int, epoch: int,
+                 slices: list[tuple[float, float]], lease_ms: int, sequences: dict[int, int] | None = None) -> None:
+        super().__init__(writer.controller, writer.scope, writer.stream, writer.serializer, producer_id, epoch,
+                         slices, f"transaction {txn_id}", sequences)
+        self.writer = writer
+        self.txn_id = txn_id
+        self.lease_ms = lease_ms
+        self._ended: TxnStatus | None = None  # set once commit() or abort() has been asked for
+
+    def _header(self, p: _Partition) -> dict[str, Any]:
+        return {**self._ids(), "partition": p.number}
+
+    def _ids(self) -> dict[str, Any]:
+        return {"scope": self.scope, "stream": self.stream, "txn_id": str(self.txn_id),
+                "producer_id": self.producer_id, "epoch": self.epoch}
+
+    def _refuse_writes(self) -> None:
+        if self._ended is not None:
+            raise TxnFailedError(f"transaction {self.txn_id} is {self._ended.value.lower()}: no more events")
+
+    # -- ending -------------------------------------------------------------------------------------
+    def commit(self) -> None:
+        """Flush, then commit; returns once the commit is durable (every event then visible, once).
+        Raises TxnFailedError if the transaction aborted meanwhile (e.g. its lease ran out), and the
+        flush's error if an event could not be written (the transaction then stays open until
+        ``abort()`` or its lease ends it)."""
+        self.flush()
+        self._end(commit=True)
+
+    def abort(self) -> None:
+        """Abort: none of the transaction's events will ever be visible. Returns once that is durable."""
+        self._end(commit=False)
+
+    def _end(self, commit: bool) -> None:
+        with self._lock:
+            self._ended = TxnStatus.COMMITTING if commit else TxnStatus.ABORTING
+            self._closed = True
+        reply = self.writer._call(Command.END_TXN, {**self._ids(), "commit": commit})
+        self._ended = TxnStatus(reply["state"])
+
+    def check_status(self) -> TxnStatus:
+        """The transaction's state on the server now."""
+        return self.writer.txn_status(self.txn_id)
+
+    def ping(self) -> None:
+        """Restart the lease from now (TxnFailedError if the transaction is no longer open)."""
+        self.writer._call(Command.PING_TXN, self._ids())
+
+    def __enter__(self) -> Transaction[T]:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        if exc_type is None:
+            self.commit()
+        elif self._ended is None:
+            self.abort()
+
+    def __repr__(self) -> str:
+        return f"Transaction({self.scope}/{self.stream}, {self.txn_id})"
+
+
+class TransactionalEventStreamWriter(Generic[T]):
+    """Begins transactions on one stream (Pravega's TransactionalEventStreamWriter). ``lease_ms``: how
+    long a transaction may stay open before the server aborts it (at most 15 minutes)."""
+
+    def __init__(self, controller: ControllerClient, scope: str, stream: str, writer_id: str | None = None,
+                 serializer: Serializer[T] | None = None, lease_ms: int = DEFAULT_LEASE_MS) -> None:
+        if not 0 < lease_ms <= MAX_LEASE_MS:
+            raise ValueError(f"lease_ms must be 1 .. {MAX_LEASE_MS}, not {lease_ms}")
+        self.controller = controller
+        self.scope = scope
+        self.stream = stream
+        self.writer_id = writer_id or uuid.uuid4().hex
+        self.serializer = serializer
+        self.lease_ms = lease_ms
+
+    def begin_txn(self) -> Transaction[T]:
+        """A new open transaction; its lease starts now."""
+        txn_id = uuid.uuid4()
+        # The id is ours, so a begin whose answer was lost is resent and answers the same transaction.
+        reply = self._call(Command.BEGIN_TXN, {"scope": self.scope, "stream": self.stream, "txn_id": str(txn_id),
+                                               "lease_ms": self.lease_ms})
+        return Transaction(self, txn_id, int(reply["producer_id"]), int(reply["epoch"]), _slices(reply),
+                           int(reply["lease_ms"]))
+
+    def get_txn(self, txn_id: uuid.UUID | str) -> Transaction[T]:
+        """The transaction ``txn_id``, begun by this or another process, to inspect, write to, commit or
+        abort. Its events from here continue each partition's sequence where the server has it (the
+        process that began it must not write to it any more). TxnNotFoundError if the server does not
+        know it."""
+        txn_id = uuid.UUID(str(txn_id))
+        reply = self._status(txn_id)
+        if reply["state"] == TxnStatus.UNKNOWN.value:
+            raise TxnNotFoundError(f"no transaction {txn_id} on {self.scope}/{self.stream}")
+        txn = Transaction(self, txn_id, int(reply["producer_id"]), int(reply["epoch"]), _slices(reply),
+                          int(reply["lease_ms"]), {int(p): int(s) for p, s in reply["sequences"].items()})
+        state = TxnStatus(reply["state"])
+        if state != TxnStatus.OPEN:
+            txn._ended = state
+            txn._closed = True
+        return txn
+
+    def txn_status(self, txn_id: uuid.UUID | str) -> TxnStatus:
+        return TxnStatus(self._status(uuid.UUID(str(txn_id)))["state"])
+
+    def _status(self, txn_id: uuid.UUID) -> dict[str, Any]:
+        return self._call(Command.TXN_STATUS, {"scope": self.scope, "stream": self.stream, "txn_id": str(txn_id)})
+
+    def _call(self, command: Command, header: dict[str, Any]) -> dict[str, Any]:
+        """A transaction request, resent while the server asks for a retry or the connection is lost (every
+        transaction request answers the same when repeated), for up to the reconnect timeout (or the
+        call timeout, if longer) since the first failure."""
+        return _call_until_answered(self.controller, lambda: self.controller.pool.request(
+            self.controller.endpoint, command, header).result(self.controller.timeout))
+
+    def close(self) -> None:
+        """Nothing to release: each transaction ends by commit, abort or its lease."""
+
+    def __enter__(self) -> TransactionalEventStreamWriter[T]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _slices(reply: dict[str, Any]) -> list[tuple[float, float]]:
+    return [(float(lo), float(hi)) for lo, hi in reply["slices"]]
+
+
+def _call_until_answered(controller: ControllerClient, call: Callable[[], Reply]) -> dict[str, Any]:
+    patience = max(controller.pool.reconnect_timeout, controller.timeout)
+    first_failure: float | None = None
+    attempt = 0
+    while True:
+        try:
+            return call()[0]
+        except (RetriableError, ConnectionLostError):
+            now = time.monotonic()
+            first_failure = now if first_failure is None else first_failure
+            if now - first_failure >= patience:
+                raise
+        time.sleep(RETRY_DELAYS[min(attempt, len(RETRY_DELAYS) - 1)])
+        attempt += 1
