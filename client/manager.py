@@ -27,6 +27,7 @@ from millrace.client.streams import (
     StreamDescription,
 )
 from millrace.client.synchronizer import StateSynchronizer
+from millrace.client.transactions import DEFAULT_LEASE_MS, TransactionalEventStreamWriter
 from millrace.client.writer import EventStreamWriter
 from millrace.protocol.errors import InvalidRequestError, StreamExistsError
 
@@ -141,6 +142,13 @@ class StreamManager:
         """A writer of events with routing keys. Give a stable ``writer_id`` to fence an earlier
         instance of the same writer (after a crash); by default each writer gets a fresh id."""
         return EventStreamWriter(self.controller, scope, stream, serializer, writer_id)
+
+    def create_transaction_writer(self, scope: str, stream: str, writer_id: str | None = None,
+                                  serializer: Serializer[T] | None = None,
+                                  lease_ms: int = DEFAULT_LEASE_MS) -> TransactionalEventStreamWriter[T]:
+        """A writer of transactions (``begin_txn()``): events visible all at once on commit, or never.
+        ``lease_ms``: how long a transaction may stay open before the server aborts it."""
+        return TransactionalEventStreamWriter(self.controller, scope, stream, writer_id, serializer, lease_ms)
 
     # -- state synchronizers ------------------------------------------------------------------------
     def create_synchronizer(self, scope: str, name: str, initial: T | None = None,
