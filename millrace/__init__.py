@@ -29,6 +29,11 @@ _EXPORTS: dict[str, str] = {
     "TableEntry": "millrace.client.kvtable",
     "EventStreamWriter": "millrace.client.writer",
     "EventPosition": "millrace.client.writer",
+    "TransactionalEventStreamWriter": "millrace.client.transactions",
+    "Transaction": "millrace.client.transactions",
+    "TxnStatus": "millrace.client.transactions",
+    "TxnFailedError": "millrace.protocol.errors",
+    "TxnNotFoundError": "millrace.protocol.errors",
     "StateSynchronizer": "millrace.client.synchronizer",
     "Updates": "millrace.client.synchronizer",
     "StateNotInitializedError": "millrace.client.synchronizer",
@@ -90,6 +95,11 @@ __all__ = [
     "TableEntry",
     "TableKeyNotFoundError",
     "TableKeyVersionMismatchError",
+    "Transaction",
+    "TransactionalEventStreamWriter",
+    "TxnFailedError",
+    "TxnNotFoundError",
+    "TxnStatus",
     "Updates",
     "WriterFencedError",
 ]
@@ -114,6 +124,7 @@ if TYPE_CHECKING:
         StateSynchronizer,
         Updates,
     )
+    from millrace.client.transactions import Transaction, TransactionalEventStreamWriter, TxnStatus
     from millrace.client.writer import EventPosition, EventStreamWriter
     from millrace.protocol.errors import (
         ConnectionLostError,
@@ -131,6 +142,8 @@ if TYPE_CHECKING:
         StreamSealedError,
         TableKeyNotFoundError,
         TableKeyVersionMismatchError,
+        TxnFailedError,
+        TxnNotFoundError,
         WriterFencedError,
     )
 
