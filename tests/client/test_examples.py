@@ -31,3 +31,11 @@ def test_kafka_interop_example(server: ServerProcess, uri: str) -> None:
     readings = [line for line in out.splitlines() if line.startswith("sensor-7 ")]
     expected = [f"sensor-7 {{\"sensor\":\"sensor-7\",\"reading\":{20 + i / 10}}}" for i in range(10)]
     assert readings == [*expected, 'sensor-7 {"sensor":"sensor-7","reading":99.9}']
+
+
+def test_transactions_example(server: ServerProcess, uri: str) -> None:
+    out = run(os.path.join(EXAMPLES, "transactions.py"), uri, server.bootstrap)
+    assert "second transaction: ABORTED" in out
+    assert "found again: OPEN" in out
+    read = [line for line in out.splitlines() if line.startswith("read: ")]
+    assert read == ["read: order-1 paid", "read: order-1 placed", "read: order-2 placed", "read: order-4 placed"]
