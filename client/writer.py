@@ -9,7 +9,8 @@ sequences, and the partition's duplicate window (the last five batches of each p
 the data) answers a batch that had landed with its original offset. So an event is stored once,
 whatever was lost on the way, and events of one key keep their order: one key, one partition, one
 sequence. Opening a writer with a writer id bumps that id's epoch on the server, fencing any older
-instance of it.
+instance of it. A writer whose server stays away for the manager's reconnect timeout gives up: its
+unacknowledged events fail with ConnectionLostError and the partitions concerned take no more.
 
 Threads: ``write_event`` may be called from any thread; completions arrive on connection threads and
 retries run on a timer thread; one lock guards the partition states, and futures complete outside it.
