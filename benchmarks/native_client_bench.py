@@ -7,7 +7,13 @@ Each writer runs in its own thread with its own connection and writes as fast as
 events/s and MB/s, and p50/p99 of the time from the write call to durability as the writer sees it
 (under full load, so it includes client-side queueing: a throughput-mode latency, not an idle one).
 
-    .venv/bin/python -m benchmarks.native_client_bench [--events 20000]
+Transactional cases (100 B events, 1 / 16 writers, 10 / 1000 events per transaction): each writer
+begins a transaction, writes its events with routing keys, commits, and starts the next, through
+``TransactionalEventStreamWriter`` and through confluent-kafka transactional producers (one
+transactional id per writer thread). Reports events/s and p50/p99 of the commit call (flush + the
+markers durable in every partition the transaction wrote).
+
+    .venv/bin/python -m benchmarks.native_client_bench [--events 20000] [--cases all|plain|txn]
 """
 
 from __future__ import annotations
@@ -99,6 +105,72 @@ def kafka_case(bootstrap: str, topic: str, events: int, size: int, writers: int,
     return summary(per_writer * writers, size, elapsed, flat)
 
 
+def native_txn_case(uri: str, topic: str, events: int, per_txn: int, writers: int) -> dict[str, float]:
+    txns_per_writer = max(1, events // writers // per_txn)
+    payload = os.urandom(100)
+    commits: list[list[float]] = [[] for _ in range(writers)]
+    managers = [StreamManager(uri) for _ in range(writers)]
+    opened = [m.create_transaction_writer("kafka", topic, writer_id=f"bench-{w}") for w, m in enumerate(managers)]
+    for txw in opened:  # connect and load the topic's partitions before the clock starts
+        with txw.begin_txn() as warm_up:
+            for _ in range(PARTITIONS):
+                warm_up.write_event(b"warm-up")
+
+    def work(w: int) -> None:
+        txw, mine = opened[w], commits[w]
+        for t in range(txns_per_writer):
+            txn = txw.begin_txn()
+            for i in range(per_txn):
+                txn.write_event(payload, routing_key=f"key-{w}-{(t + i) % 64}")
+            started = time.perf_counter()
+            txn.commit()
+            mine.append(time.perf_counter() - started)
+
+    elapsed = run_threads(writers, work)
+    for m in managers:
+        m.close()
+    return txn_summary(txns_per_writer * per_txn * writers, elapsed, [x for c in commits for x in c])
+
+
+def kafka_txn_case(bootstrap: str, topic: str, events: int, per_txn: int, writers: int) -> dict[str, float]:
+    txns_per_writer = max(1, events // writers // per_txn)
+    payload = os.urandom(100)
+    commits: list[list[float]] = [[] for _ in range(writers)]
+    producers = [Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-{w}", "linger.ms": 5})
+                 for w in range(writers)]
+    for p in producers:  # producer ids, metadata and a first transaction before the clock starts
+        p.init_transactions(30)
+        p.begin_transaction()
+        for partition in range(PARTITIONS):
+            p.produce(topic, b"warm-up", partition=partition)
+        p.commit_transaction(60)
+
+    def work(w: int) -> None:
+        producer, mine = producers[w], commits[w]
+        for t in range(txns_per_writer):
+            producer.begin_transaction()
+            for i in range(per_txn):
+                while True:
+                    try:
+                        producer.produce(topic, payload, key=f"key-{w}-{(t + i) % 64}".encode())
+                        break
+                    except BufferError:
+                        producer.poll(0.01)
+                producer.poll(0)
+            started = time.perf_counter()
+            producer.commit_transaction(60)
+            mine.append(time.perf_counter() - started)
+
+    elapsed = run_threads(writers, work)
+    return txn_summary(txns_per_writer * per_txn * writers, elapsed, [x for c in commits for x in c])
+
+
+def txn_summary(count: int, elapsed: float, commits: list[float]) -> dict[str, float]:
+    return {"events_per_s": round(count / elapsed), "txns": len(commits),
+            "commit_p50_ms": round(percentile(commits, 0.5) * 1000, 2),
+            "commit_p99_ms": round(percentile(commits, 0.99) * 1000, 2)}
+
+
 def summary(count: int, size: int, elapsed: float, latencies: list[float]) -> dict[str, float]:
     return {"events_per_s": round(count / elapsed), "mb_per_s": round(count * size / elapsed / 1e6, 2),
             "p50_ms": round(percentile(latencies, 0.5) * 1000, 2),
@@ -108,13 +180,15 @@ def summary(count: int, size: int, elapsed: float, latencies: list[float]) -> di
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=20000, help="events per case and path")
+    parser.add_argument("--cases", choices=("all", "plain", "txn"), default="all",
+                        help="plain writers, transactions, or both")
     args = parser.parse_args()
     results = []
     with tempfile.TemporaryDirectory() as data, ServerProcess(data) as server:
         admin = AdminClient({"bootstrap.servers": server.bootstrap})
         uri = f"tcp://127.0.0.1:{server.native_port}"
         case = 0
-        for size in (100, 1024):
+        for size in ((100, 1024) if args.cases != "txn" else ()):
             for writers in (1, 16):
                 for keyed in (True, False):
                     row: dict[str, object] = {"size": size, "writers": writers, "keyed": keyed}
@@ -126,6 +200,17 @@ def main() -> None:
                     case += 1
                     results.append(row)
                     print(json.dumps(row), flush=True)
+        for per_txn in ((10, 1000) if args.cases != "plain" else ()):
+            for writers in (1, 16):
+                row = {"transactional": True, "size": 100, "events_per_txn": per_txn, "writers": writers}
+                for path, txn_run in (("native", native_txn_case), ("kafka", kafka_txn_case)):
+                    topic = f"bench-txn-{case}-{path}"
+                    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+                    target = uri if path == "native" else server.bootstrap
+                    row[path] = txn_run(target, topic, args.events, per_txn, writers)
+                case += 1
+                results.append(row)
+                print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":
