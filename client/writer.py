@@ -275,8 +275,8 @@ class EventSender(Generic[T]):
                     self.resent_batches += 1
                     self._send(p, batch)
                 self._pump(p)
-        for fut, exc in doomed:
-            fut.set_exception(exc)
+        for fut, error in doomed:
+            fut.set_exception(error)
 
 
 class EventStreamWriter(EventSender[T]):

@@ -481,11 +481,11 @@ class TransactionCoordinator:
             del self.txns[meta.transactional_id]
             if self._by_pid.get(meta.producer_id) is meta:
                 del self._by_pid[meta.producer_id]
-            self._writer.put(meta.transactional_id.encode(), None).addErrback(
-                lambda failure, tid=meta.transactional_id: log.warning("expiring %s failed: %s", tid,
-                                                                        failure.getErrorMessage()))
+            self._writer.put(meta.transactional_id.encode(), None).addErrback(self._expiry_failed,
+                                                                              meta.transactional_id)
         return [meta.transactional_id for meta in expired]
 
-    def is_completing(self, transactional_id: str) -> bool:
-        """Whether markers of the id's transaction are being written now."""
-        return transactional_id in self._completing
+    @staticmethod
+    def _expiry_failed(failure: Failure, transactional_id: str) -> None:
+        # The record stays in the table: the next start loads it and it expires again.
+        log.warning("expiring %s failed: %s", transactional_id, failure.getErrorMessage())
