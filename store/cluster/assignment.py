@@ -1,0 +1,72 @@
+"""Which live node owns which segment container: a pure policy, no ZooKeeper in sight.
+
+Invariants of ``balance`` (checked by tests/cluster/test_assignment_policy.py):
+- with at least one live node, every container has a live owner, and owners' counts differ by at most
+  one (each node gets floor(C/N) or ceil(C/N));
+- a container stays where it is while its owner is live (same node *and* incarnation) and within its
+  share: only containers of dead owners and a node's excess over its share move, so the number moved is
+  the least any balanced result needs;
+- a container's epoch rises by exactly one each time it gets a new owner, and never otherwise, so the
+  pair (container, epoch) names one ownership term and a newer term always has the larger epoch;
+- with no live node, containers are left unowned (node None) and keep their epoch;
+- the result depends only on the inputs (ties broken by node id, then container id): ``balance`` of
+  its own output changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """One container's owner: a node id and the incarnation of that node's registration (the creation
+    zxid of its ephemeral znode, so a restarted node with the same id is a different owner), and the
+    ownership epoch. ``node`` None: nobody owns it."""
+
+    node: str | None = None
+    incarnation: int = 0
+    epoch: int = 0
+
+    def owned_by(self, live: Mapping[str, int]) -> bool:
+        """Whether the owner is one of ``live`` (node id -> incarnation)."""
+        return self.node is not None and live.get(self.node) == self.incarnation
+
+
+def shares(container_count: int, live: Mapping[str, int], held: Mapping[str, int]) -> dict[str, int]:
+    """How many containers each live node should own: floor or ceil of C/N, the ceilings going to the
+    nodes that already hold the most (fewest moves), ties to the smaller node id."""
+    nodes = sorted(live)
+    base, extra = divmod(container_count, len(nodes))
+    by_load = sorted(nodes, key=lambda n: (-held.get(n, 0), n))
+    return {node: base + (1 if i < extra else 0) for i, node in enumerate(by_load)}
+
+
+def balance(current: Mapping[int, Assignment], container_count: int,
+            live: Mapping[str, int]) -> dict[int, Assignment]:
+    """The assignment of containers ``0 .. container_count - 1`` over ``live`` nodes (id -> incarnation),
+    starting from ``current`` (missing containers count as unowned with epoch 0)."""
+    assignments = {cid: current.get(cid, Assignment()) for cid in range(container_count)}
+    if not live:
+        return {cid: Assignment(None, 0, a.epoch) if a.node is not None else a for cid, a in assignments.items()}
+    kept: dict[str, list[int]] = {node: [] for node in live}
+    for cid in sorted(assignments):
+        a = assignments[cid]
+        if a.owned_by(live):
+            assert a.node is not None
+            kept[a.node].append(cid)
+    quota = shares(container_count, live, {node: len(cids) for node, cids in kept.items()})
+    result: dict[int, Assignment] = {}
+    orphans: list[int] = []
+    for node, cids in kept.items():
+        for cid in cids[:quota[node]]:  # the lowest ids stay, the excess moves
+            result[cid] = assignments[cid]
+        orphans.extend(cids[quota[node]:])
+    orphans.extend(cid for cid, a in assignments.items() if not a.owned_by(live))
+    load = {node: min(len(cids), quota[node]) for node, cids in kept.items()}
+    for cid in sorted(orphans):
+        node = min(live, key=lambda n: (load[n] - quota[n], n))  # the most room left
+        load[node] += 1
+        result[cid] = Assignment(node, live[node], assignments[cid].epoch + 1)
+    return dict(sorted(result.items()))

@@ -1,0 +1,370 @@
+"""One segment-store node in a cluster: registers itself, takes part in the assigner election, assigns
+containers while elected, and starts/stops the containers assigned to it.
+
+Everything runs in one thread per node as a level-triggered loop: every ZooKeeper watch and every
+session state change only wakes it, and each pass re-reads what it needs and converges (register if
+the session is new, campaign, assign if elected, follow the assignments). A missed or duplicated event
+therefore costs one pass, never a wrong state.
+
+Invariants:
+- a node owns container c in term e only while ``containers/c`` names this node, this registration's
+  incarnation and epoch e; it is told ``start_container`` once per such term and ``stop_container``
+  when the term ends (reassigned, session lost, or ``close``), stops always before starts;
+- only the elected assigner writes ``containers/``, each write a transaction that also checks its
+  candidate znode, so an assigner whose session expired (its candidate deleted, a successor elected)
+  can change nothing;
+- when the session is lost (expired, or suspended for longer than the session timeout by this node's
+  clock) every container is stopped before anything else happens; the node then registers again
+  under a new incarnation and the assigner gives it containers in new terms. That is the liveness
+  side; safety against a node that does not notice in time is the log's fencing (the new owner's
+  ``open()`` fences the replicas, and ``OwnerGuard`` stops a stale node from taking a log epoch).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.protocol.states import WatchedEvent
+
+from millrace.store.cluster.assignment import Assignment, balance
+from millrace.store.cluster.layout import (
+    ClusterPaths,
+    NodeInfo,
+    candidate_sequence,
+    decode_assignment,
+    encode_assignment,
+)
+from millrace.store.cluster.log_metadata import OwnerGuard
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class OwnershipTerm:
+    """This node owns ``container_id`` at ``epoch``; ``guard`` is its ownership znode at the version of
+    this term (give it to ``ZooKeeperLogMetadataStore.guarded`` for the container's log)."""
+
+    container_id: int
+    epoch: int
+    guard: OwnerGuard
+
+
+class ContainerHost(Protocol):
+    """What the member drives: called from the member's thread, one call at a time."""
+
+    def start_container(self, term: OwnershipTerm) -> None: ...
+
+    def stop_container(self, container_id: int) -> None: ...
+
+
+def connect(hosts: str, session_timeout: float = 10.0, connect_timeout: float = 30.0) -> KazooClient:
+    """A started kazoo client (``hosts`` may end in a chroot, ``host:port,.../path``)."""
+    client = KazooClient(hosts=hosts, timeout=session_timeout)
+    client.start(timeout=connect_timeout)
+    return client
+
+
+def ensure_cluster(client: KazooClient, paths: ClusterPaths, container_count: int) -> None:
+    """Create the cluster's znodes, fixing its container count; a different count is refused (containers
+    are the unit of ownership and of segment placement: their number cannot change under a cluster)."""
+    for path in (paths.nodes, paths.leader, paths.containers, paths.logs):
+        client.ensure_path(path)
+    try:
+        client.create(paths.config, json.dumps({"containers": container_count}).encode())
+    except NodeExistsError:
+        data, _ = client.get(paths.config)
+        existing = int(json.loads(data)["containers"])
+        if existing != container_count:
+            raise ValueError(f"the cluster at {paths.root} has {existing} containers, "
+                             f"this node was configured with {container_count}") from None
+
+
+def live_nodes(client: KazooClient, paths: ClusterPaths,
+               watch: Callable[[WatchedEvent], None] | None = None) -> dict[str, tuple[NodeInfo, int]]:
+    """Registered nodes: node id -> (info, incarnation)."""
+    result = {}
+    for name in client.get_children(paths.nodes, watch=watch):
+        try:
+            data, stat = client.get(paths.node(name))
+        except NoNodeError:
+            continue  # left between the listing and the read
+        result[name] = (NodeInfo.decode(data), stat.czxid)
+    return result
+
+
+def read_assignments(client: KazooClient, paths: ClusterPaths, container_count: int,
+                     watch: Callable[[WatchedEvent], None] | None = None
+                     ) -> dict[int, tuple[Assignment, int | None]]:
+    """Every container's assignment and its znode version (None: not written yet)."""
+    result: dict[int, tuple[Assignment, int | None]] = {}
+    for cid in range(container_count):
+        path = paths.container(cid)
+        try:
+            data, stat = client.get(path, watch=watch)
+        except NoNodeError:
+            if watch is not None and client.exists(path, watch=watch) is not None:
+                data, stat = client.get(path, watch=watch)  # created meanwhile
+            else:
+                result[cid] = (Assignment(), None)
+                continue
+        result[cid] = (decode_assignment(data), stat.version)
+    return result
+
+
+def elected_leader(client: KazooClient, paths: ClusterPaths) -> str | None:
+    """The node id of the current assigner (None while nobody campaigns)."""
+    for name in sorted(client.get_children(paths.leader), key=candidate_sequence):
+        try:
+            return client.get(f"{paths.leader}/{name}")[0].decode()
+        except NoNodeError:
+            continue
+    return None
+
+
+class ClusterMember:
+    """One node's membership; ``start`` registers it, ``close`` leaves (its containers stopped first)."""
+
+    def __init__(self, client: KazooClient, info: NodeInfo, container_count: int, host: ContainerHost,
+                 paths: ClusterPaths | None = None, session_timeout: float = 10.0) -> None:
+        self.client = client
+        self.info = info
+        self.container_count = container_count
+        self.host = host
+        self.paths = paths or ClusterPaths()
+        self.session_timeout = session_timeout
+        self._wake = threading.Event()
+        self._registered = threading.Event()  # set once the first registration and candidacy exist
+        self._closing = False
+        self._thread: threading.Thread | None = None
+        self._session: int | None = None  # the session the registration and candidate belong to
+        self._incarnation: int | None = None
+        self._candidate: str | None = None
+        self._lost = False
+        self._suspended_since: float | None = None
+        self._running: dict[int, OwnershipTerm] = {}
+        self._failed_terms: set[tuple[int, int]] = set()
+        self._state_lock = threading.Lock()  # guards the public views below
+        self._is_leader = False
+        self._owned: dict[int, OwnershipTerm] = {}
+        self.passes = 0
+
+    # -- public views (any thread) -------------------------------------------------------------------
+    @property
+    def is_leader(self) -> bool:
+        with self._state_lock:
+            return self._is_leader
+
+    @property
+    def owned(self) -> dict[int, OwnershipTerm]:
+        """Containers this node runs now (started and not stopped)."""
+        with self._state_lock:
+            return dict(self._owned)
+
+    @property
+    def incarnation(self) -> int | None:
+        return self._incarnation
+
+    # -- life cycle ----------------------------------------------------------------------------------
+    def start(self, timeout: float | None = 60.0) -> ClusterMember:
+        """Start the loop and wait until this node is registered and campaigning (so nodes started one
+        after another stand for election in that order). That can take up to the session timeout when
+        a previous incarnation of this node id is still registered; TimeoutError after ``timeout``."""
+        ensure_cluster(self.client, self.paths, self.container_count)
+        self.client.add_listener(self._on_state)
+        self._thread = threading.Thread(target=self._run, name=f"cluster-member:{self.info.node_id}", daemon=True)
+        self._thread.start()
+        self._wake.set()
+        if not self._registered.wait(timeout):
+            raise TimeoutError(f"cluster member {self.info.node_id}: not registered after {timeout} s")
+        return self
+
+    def close(self) -> None:
+        """Stop the loop and every container, then leave: deleting our znodes lets the assigner move
+        our containers at once instead of after the session timeout."""
+        self._closing = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.client.remove_listener(self._on_state)
+        self._stop_all()
+        if self.client.connected and self._session == self._session_id():
+            for path in (self._candidate, self.paths.node(self.info.node_id)):
+                if path is None:
+                    continue
+                # Gone already, or the connection dropped: the session's expiry removes it then.
+                with contextlib.suppress(NoNodeError, KazooException):
+                    self.client.delete(path)
+        with self._state_lock:
+            self._is_leader = False
+
+    # -- events (kazoo's threads: never block here) -------------------------------------------------
+    def _on_state(self, state: str) -> None:
+        if state == KazooState.LOST:
+            self._lost = True
+        elif state == KazooState.SUSPENDED:
+            self._suspended_since = time.monotonic()
+        else:
+            self._suspended_since = None
+        self._wake.set()
+
+    def _on_watch(self, event: WatchedEvent | Any) -> None:
+        self._wake.set()
+
+    # -- the loop ------------------------------------------------------------------------------------
+    def _run(self) -> None:
+        retry_after: float | None = None
+        while True:
+            # While suspended, wake in time to notice the session timeout passing on our own clock.
+            timeout = retry_after
+            if self._suspended_since is not None:
+                timeout = min(timeout or self.session_timeout, 0.2)
+            self._wake.wait(timeout)
+            self._wake.clear()
+            if self._closing:
+                return
+            try:
+                self._pass()
+                retry_after = None
+            except KazooException as exc:
+                log.info("cluster member %s: %s; retrying", self.info.node_id, exc)
+                retry_after = 0.5
+            except Exception:  # noqa: BLE001 - the loop must outlive any one pass
+                log.exception("cluster member %s: pass failed; retrying", self.info.node_id)
+                retry_after = 1.0
+
+    def _session_id(self) -> int | None:
+        client_id = self.client.client_id
+        return None if client_id is None else int(client_id[0])
+
+    def _pass(self) -> None:
+        self.passes += 1
+        suspended = self._suspended_since
+        if self._lost or (suspended is not None and time.monotonic() - suspended >= self.session_timeout):
+            # Our ephemeral znodes are gone or about to be: someone else may own our containers now.
+            self._lost = False
+            self._stop_all()
+            self._session = None
+            with self._state_lock:
+                self._is_leader = False
+        if not self.client.connected:
+            return
+        session = self._session_id()
+        if session != self._session:
+            self._stop_all()  # a new session is a new incarnation: terms of the old one are over
+            if not self._register(session):
+                return
+            self._campaign(session)
+            self._session = session
+            self._registered.set()
+        leader = self._elected()
+        with self._state_lock:
+            self._is_leader = leader
+        if leader:
+            self._assign()
+        self._follow()
+
+    def _register(self, session: int | None) -> bool:
+        """Create our ephemeral node znode; False while a previous incarnation's znode still exists
+        (a restart faster than the old session's expiry: wait for it to go)."""
+        path = self.paths.node(self.info.node_id)
+        with contextlib.suppress(NodeExistsError):  # ours from a create whose answer was lost, or an old one
+            self.client.create(path, self.info.encode(), ephemeral=True)
+        stat = self.client.exists(path, watch=self._on_watch)
+        if stat is None:
+            self._wake.set()  # vanished between create and exists: try again
+            return False
+        if stat.owner_session_id != session:
+            log.warning("cluster member %s: a previous registration (session %x) still holds %s; waiting "
+                        "for it to expire", self.info.node_id, stat.owner_session_id, path)
+            return False
+        self._incarnation = stat.czxid
+        log.info("cluster member %s: registered, incarnation %x", self.info.node_id, stat.czxid)
+        return True
+
+    def _campaign(self, session: int | None) -> None:
+        """Our candidate znode, named after the session so a create whose answer was lost is found again."""
+        prefix = f"{session:x}-"
+        for name in self.client.get_children(self.paths.leader):
+            if name.startswith(prefix):
+                self._candidate = f"{self.paths.leader}/{name}"
+                return
+        self._candidate = self.client.create(f"{self.paths.leader}/{prefix}", self.info.node_id.encode(),
+                                             ephemeral=True, sequence=True)
+
+    def _elected(self) -> bool:
+        names = sorted(self.client.get_children(self.paths.leader, watch=self._on_watch), key=candidate_sequence)
+        return bool(names) and f"{self.paths.leader}/{names[0]}" == self._candidate
+
+    def _assign(self) -> None:
+        """As the assigner: balance containers over the live nodes, in one guarded transaction."""
+        assert self._candidate is not None
+        live = {name: incarnation
+                for name, (_, incarnation) in live_nodes(self.client, self.paths, self._on_watch).items()}
+        current = read_assignments(self.client, self.paths, self.container_count)
+        target = balance({cid: a for cid, (a, _) in current.items()}, self.container_count, live)
+        changed = [cid for cid in range(self.container_count) if target[cid] != current[cid][0]]
+        if not changed:
+            return
+        transaction = self.client.transaction()
+        transaction.check(self._candidate, 0)
+        for cid in changed:
+            version = current[cid][1]
+            data = encode_assignment(target[cid])
+            if version is None:
+                transaction.create(self.paths.container(cid), data)
+            else:
+                transaction.set_data(self.paths.container(cid), data, version=version)
+        results = transaction.commit()
+        if any(isinstance(r, Exception) for r in results):
+            log.info("cluster member %s: assignment transaction refused (%s); re-reading", self.info.node_id,
+                     results)
+            self._wake.set()
+            return
+        for cid in changed:
+            log.info("cluster: container %d -> %s (epoch %d)", cid, target[cid].node, target[cid].epoch)
+
+    def _follow(self) -> None:
+        """Stop what is no longer ours, then start what newly is."""
+        mine: dict[int, OwnershipTerm] = {}
+        for cid, (a, version) in read_assignments(self.client, self.paths, self.container_count,
+                                                  self._on_watch).items():
+            if version is not None and a.node == self.info.node_id and a.incarnation == self._incarnation:
+                mine[cid] = OwnershipTerm(cid, a.epoch, OwnerGuard(self.paths.container(cid), version))
+        for cid, term in list(self._running.items()):
+            if mine.get(cid) != term:
+                self._stop(cid)
+        for cid, term in sorted(mine.items()):
+            if cid in self._running or (cid, term.epoch) in self._failed_terms:
+                continue
+            try:
+                self.host.start_container(term)
+            except Exception:  # noqa: BLE001 - one container failing must not take the others down
+                log.exception("cluster member %s: container %d (epoch %d) failed to start", self.info.node_id,
+                              cid, term.epoch)
+                self._failed_terms.add((cid, term.epoch))
+                continue
+            self._running[cid] = term
+            with self._state_lock:
+                self._owned[cid] = term
+
+    def _stop(self, container_id: int) -> None:
+        del self._running[container_id]
+        with self._state_lock:
+            self._owned.pop(container_id, None)
+        try:
+            self.host.stop_container(container_id)
+        except Exception:  # noqa: BLE001 - stopping the others matters more
+            log.exception("cluster member %s: container %d failed to stop", self.info.node_id, container_id)
+
+    def _stop_all(self) -> None:
+        for cid in sorted(self._running):
+            self._stop(cid)

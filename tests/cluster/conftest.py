@@ -1,0 +1,51 @@
+"""Fixtures of the cluster tests: one real ZooKeeper per test module, a fresh chroot per test."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+import pytest
+from kazoo.client import KazooClient
+
+from tests.cluster.zookeeper_process import ZooKeeperProcess, zookeeper_available
+
+_chroots = itertools.count(1)
+
+
+@pytest.fixture(scope="module")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperProcess]:
+    """A standalone ZooKeeper shared by one module's tests (a JVM start costs a second or two)."""
+    missing = zookeeper_available()
+    if missing:
+        pytest.skip(missing)
+    server = ZooKeeperProcess(tmp_path_factory.mktemp("zookeeper")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def zk_hosts(zookeeper: ZooKeeperProcess) -> str:
+    """A connect string with a chroot of this test's own, so tests in a module never see each other's znodes."""
+    chroot = f"/test-{next(_chroots)}"
+    client = KazooClient(hosts=zookeeper.hosts)
+    client.start(timeout=30)
+    try:
+        client.ensure_path(chroot)
+    finally:
+        client.stop()
+        client.close()
+    return zookeeper.hosts + chroot
+
+
+@pytest.fixture
+def zk_client(zk_hosts: str) -> Iterator[KazooClient]:
+    client = KazooClient(hosts=zk_hosts)
+    client.start(timeout=30)
+    try:
+        yield client
+    finally:
+        client.stop()
+        client.close()

@@ -1,0 +1,256 @@
+"""Membership, election and container ownership (store/cluster/member.py) on a real ZooKeeper: members
+join and share containers evenly; when a member's session ends (closed client, SIGKILLed process,
+a paused process past its session) its containers move with higher epochs; a new assigner is elected
+when the elected one dies."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import pytest
+from kazoo.client import KazooClient
+
+from millrace.store.cluster.assignment import Assignment
+from millrace.store.cluster.layout import ClusterPaths, NodeInfo
+from millrace.store.cluster.member import (
+    ClusterMember,
+    OwnershipTerm,
+    connect,
+    elected_leader,
+    live_nodes,
+    read_assignments,
+)
+from tests.server_process import REPO_ROOT
+
+CONTAINERS = 8
+
+
+def wait_until(condition: Callable[[], object], what: str, timeout: float = 60.0) -> None:
+    """Wait for a state the system must reach; the bound only keeps a broken build from hanging."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"never reached: {what}"
+        time.sleep(0.05)
+
+
+@dataclass
+class RecordingHost:
+    events: list[tuple[str, int, int]] = field(default_factory=list)
+    running: dict[int, int] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def start_container(self, term: OwnershipTerm) -> None:
+        with self.lock:
+            assert term.container_id not in self.running, "started twice without a stop"
+            self.running[term.container_id] = term.epoch
+            self.events.append(("start", term.container_id, term.epoch))
+
+    def stop_container(self, container_id: int) -> None:
+        with self.lock:
+            epoch = self.running.pop(container_id)
+            self.events.append(("stop", container_id, epoch))
+
+
+@dataclass
+class Node:
+    node_id: str
+    client: KazooClient
+    host: RecordingHost
+    member: ClusterMember
+
+
+class Cluster:
+    """In-process members, each on a session of its own."""
+
+    def __init__(self, hosts: str) -> None:
+        self.hosts = hosts
+        self.nodes: dict[str, Node] = {}
+        self.observer = connect(hosts)
+
+    def join(self, node_id: str, session_timeout: float = 10.0) -> Node:
+        client = connect(self.hosts, session_timeout=session_timeout)
+        host = RecordingHost()
+        info = NodeInfo(node_id, "127.0.0.1", {"kafka": 9092}, {"kafka": f"{node_id}.example:9092"})
+        member = ClusterMember(client, info, CONTAINERS, host, session_timeout=session_timeout).start()
+        node = Node(node_id, client, host, member)
+        self.nodes[node_id] = node
+        return node
+
+    def assignments(self) -> dict[int, Assignment]:
+        return {cid: a for cid, (a, _) in read_assignments(self.observer, ClusterPaths(), CONTAINERS).items()}
+
+    def settled(self, node_ids: list[str]) -> bool:
+        """Every container assigned to one of ``node_ids``, evenly, and running exactly there."""
+        assignments = self.assignments()
+        if any(a.node not in node_ids for a in assignments.values()):
+            return False
+        for node_id in node_ids:
+            node = self.nodes[node_id]
+            wanted = {cid: a.epoch for cid, a in assignments.items() if a.node == node_id}
+            with node.host.lock:
+                if node.host.running != wanted:
+                    return False
+        loads = [sum(1 for a in assignments.values() if a.node == n) for n in node_ids]
+        return max(loads) - min(loads) <= 1
+
+    def close(self) -> None:
+        for node in self.nodes.values():
+            node.member.close()
+            node.client.stop()
+            node.client.close()
+        self.observer.stop()
+        self.observer.close()
+
+
+@pytest.fixture
+def cluster(zk_hosts: str) -> Iterator[Cluster]:
+    group = Cluster(zk_hosts)
+    try:
+        yield group
+    finally:
+        group.close()
+
+
+def test_three_members_share_containers_evenly(cluster: Cluster) -> None:
+    for node_id in ("a", "b", "c"):
+        cluster.join(node_id)
+    wait_until(lambda: cluster.settled(["a", "b", "c"]), "8 containers over a, b, c")
+    loads = sorted(len(node.host.running) for node in cluster.nodes.values())
+    assert loads == [2, 3, 3]
+    leaders = [node.node_id for node in cluster.nodes.values() if node.member.is_leader]
+    assert leaders == ["a"] and elected_leader(cluster.observer, ClusterPaths()) == "a"
+    registered = live_nodes(cluster.observer, ClusterPaths())
+    assert sorted(registered) == ["a", "b", "c"]
+    assert registered["b"][0].advertised == {"kafka": "b.example:9092"}
+    # a joined alone and took everything (epoch 1) and kept what it still runs; every move since (to b when
+    # it joined, to b or c when c did) raised that container's epoch
+    assignments = cluster.assignments()
+    assert {cid for cid, a in assignments.items() if a.epoch == 1} == set(cluster.nodes["a"].host.running)
+    assert all(a.epoch >= 2 for a in assignments.values() if a.node != "a")
+
+
+def test_a_dead_session_moves_its_containers_with_higher_epochs(cluster: Cluster) -> None:
+    for node_id in ("a", "b", "c"):
+        cluster.join(node_id)
+    wait_until(lambda: cluster.settled(["a", "b", "c"]), "8 containers over a, b, c")
+    before = cluster.assignments()
+    victim = cluster.nodes["c"]
+    victim_containers = set(victim.host.running)
+    victim.client.stop()  # its session ends: its ephemeral znodes go at once
+    wait_until(lambda: cluster.settled(["a", "b"]), "c's containers on a and b")
+    after = cluster.assignments()
+    for cid in range(CONTAINERS):
+        if cid in victim_containers:
+            assert after[cid].node in ("a", "b") and after[cid].epoch == before[cid].epoch + 1
+        else:
+            assert after[cid] == before[cid]  # nobody else's container moved
+    # The victim's member saw its session end and stopped everything it ran.
+    wait_until(lambda: not victim.host.running, "c stops its containers")
+    assert sorted(cid for kind, cid, _ in victim.host.events if kind == "stop") == sorted(victim_containers)
+
+
+def test_a_new_leader_is_elected_and_reassigns_the_old_leaders_containers(cluster: Cluster) -> None:
+    for node_id in ("a", "b", "c"):
+        cluster.join(node_id)
+    wait_until(lambda: cluster.settled(["a", "b", "c"]), "8 containers over a, b, c")
+    assert cluster.nodes["a"].member.is_leader
+    cluster.nodes["a"].client.stop()
+    wait_until(lambda: cluster.nodes["b"].member.is_leader, "b elected")
+    assert not cluster.nodes["c"].member.is_leader
+    assert elected_leader(cluster.observer, ClusterPaths()) == "b"
+    wait_until(lambda: cluster.settled(["b", "c"]), "a's containers on b and c")
+    cluster.join("d")  # the new assigner balances a newcomer in too
+    wait_until(lambda: cluster.settled(["b", "c", "d"]), "8 containers over b, c, d")
+
+
+def test_a_clean_leave_hands_containers_over(cluster: Cluster) -> None:
+    for node_id in ("a", "b"):
+        cluster.join(node_id)
+    wait_until(lambda: cluster.settled(["a", "b"]), "8 containers over a and b")
+    leaving = cluster.nodes.pop("b")
+    leaving.member.close()
+    assert not leaving.host.running  # stopped before leaving
+    wait_until(lambda: cluster.settled(["a"]), "all containers on a")
+    leaving.client.stop()
+    leaving.client.close()
+
+
+class ChildMember:
+    """A member in its own process (tests/cluster/member_child.py) whose output is collected."""
+
+    def __init__(self, hosts: str, node_id: str, session_timeout: float) -> None:
+        self.lines: list[str] = []
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.cluster.member_child", hosts, node_id, str(CONTAINERS),
+             str(session_timeout)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)
+        threading.Thread(target=self._pump, daemon=True).start()
+        wait_until(lambda: "ready" in self.lines or self.proc.poll() is not None, f"{node_id} ready")
+        assert self.proc.poll() is None, f"{node_id} exited"
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.strip())
+
+    def running(self) -> set[int]:
+        running: set[int] = set()
+        for line in list(self.lines):
+            kind, _, rest = line.partition(" ")
+            if kind == "start":
+                running.add(int(rest.split()[0]))
+            elif kind == "stop":
+                running.discard(int(rest))
+        return running
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)
+
+
+def test_a_sigkilled_member_loses_its_containers_after_its_session_expires(cluster: Cluster) -> None:
+    cluster.join("a")
+    child = ChildMember(cluster.hosts, "k", session_timeout=2.0)
+    try:
+        wait_until(lambda: len(child.running()) == CONTAINERS // 2, "k runs half the containers")
+        owned_by_child = child.running()
+        before = cluster.assignments()
+        assert {cid for cid, a in before.items() if a.node == "k"} == owned_by_child
+        child.kill()
+        wait_until(lambda: cluster.settled(["a"]), "k's containers on a once its session expired")
+        after = cluster.assignments()
+        assert all(after[cid].epoch == before[cid].epoch + 1 for cid in owned_by_child)
+        assert "k" not in live_nodes(cluster.observer, ClusterPaths())
+    finally:
+        child.kill()
+
+
+def test_a_paused_member_comes_back_as_a_new_incarnation_and_stops_first(cluster: Cluster) -> None:
+    """SIGSTOP past the session timeout, then SIGCONT: the zombie learns its session is gone and stops
+    every container before it registers again and is given containers in new, higher epochs."""
+    cluster.join("a")
+    child = ChildMember(cluster.hosts, "z", session_timeout=2.0)
+    try:
+        wait_until(lambda: len(child.running()) == CONTAINERS // 2, "z runs half the containers")
+        first_term = {cid: a.epoch for cid, a in cluster.assignments().items() if a.node == "z"}
+        child.proc.send_signal(19)  # SIGSTOP
+        wait_until(lambda: cluster.settled(["a"]), "z's containers on a")
+        lines_before_resume = len(child.lines)
+        child.proc.send_signal(18)  # SIGCONT
+        wait_until(lambda: cluster.settled(["a"]) is False and len(child.running()) == CONTAINERS // 2
+                   and len(child.lines) > lines_before_resume + CONTAINERS // 2, "z rejoins with new terms")
+        resumed = child.lines[lines_before_resume:]
+        stops = [i for i, line in enumerate(resumed) if line.startswith("stop")]
+        starts = [i for i, line in enumerate(resumed) if line.startswith("start")]
+        assert len(stops) == len(first_term) and max(stops) < min(starts)  # all stops come first
+        for line in resumed:
+            if line.startswith("start"):
+                _, cid, epoch = line.split()
+                assert int(epoch) > first_term.get(int(cid), 0)
+    finally:
+        child.kill()
