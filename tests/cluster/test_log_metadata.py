@@ -141,3 +141,37 @@ def test_replicated_log_owners_fence_each_other_through_zookeeper(clients: list[
         second.close()
     finally:
         replicas.close()
+
+
+def test_a_stale_owner_cannot_open_the_log_of_a_moved_container(clients: list[KazooClient], tmp_path: Path) -> None:
+    """Ownership terms guard the log: the owner of term 1 opens the container's replicated log; the
+    assigner moves the container; the term-2 owner's open fences term 1 (its appends fail); a late
+    open with the term-1 guard (a node that missed the move) is refused without taking an epoch, so it
+    cannot fence the rightful owner, whose appends carry on."""
+    paths = ClusterPaths()
+    clients[0].ensure_path(paths.containers)
+    owner_path = paths.container(3)
+    clients[0].create(owner_path, b'{"node": "a", "incarnation": 1, "epoch": 1}')
+    term_one = ZooKeeperLogMetadataStore(clients[0], paths).guarded(OwnerGuard(owner_path, 0))
+    term_two = ZooKeeperLogMetadataStore(clients[1], paths).guarded(OwnerGuard(owner_path, 1))
+    replicas = Replicas(tmp_path, 3).start()
+    try:
+        replicas.metadata = term_one  # type: ignore[assignment]
+        old_owner = replicas.opened("container-3")
+        assert old_owner.append(b"one").result(30).sequence == 1
+        clients[2].set(owner_path, b'{"node": "b", "incarnation": 2, "epoch": 2}')  # the assigner moves it
+        replicas.metadata = term_two  # type: ignore[assignment]
+        new_owner = replicas.opened("container-3")
+        assert [e.payload for e in new_owner.read_all()] == [b"one"]
+        with pytest.raises(DataLogWriterFencedError):
+            old_owner.append(b"zombie").result(30)
+        epoch = ZooKeeperLogMetadataStore(clients[3], paths).read("container-3").epoch
+        replicas.metadata = term_one  # type: ignore[assignment]
+        with pytest.raises(DataLogWriterFencedError):
+            replicas.opened("container-3")  # the stale node tries to take the log back
+        assert ZooKeeperLogMetadataStore(clients[3], paths).read("container-3").epoch == epoch
+        assert new_owner.append(b"two").result(30).sequence == 2
+        old_owner.close()
+        new_owner.close()
+    finally:
+        replicas.close()
