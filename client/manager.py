@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from millrace.client.byte_stream import ByteStreamReader, ByteStreamWriter
 from millrace.client.connection import ConnectionPool, Endpoint
 from millrace.client.controller import ControllerClient
 from millrace.client.kvtable import KeyValueTable
@@ -29,7 +30,9 @@ from millrace.client.streams import (
 from millrace.client.synchronizer import StateSynchronizer
 from millrace.client.transactions import DEFAULT_LEASE_MS, TransactionalEventStreamWriter
 from millrace.client.writer import EventStreamWriter
+from millrace.protocol.contracts import BYTE_STREAM_ATTRIBUTE, AttributeUpdate
 from millrace.protocol.errors import InvalidRequestError, StreamExistsError
+from millrace.protocol.wire import Command
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -179,6 +182,48 @@ class StreamManager:
         else:
             sync.fetch_updates()
         return sync
+
+    # -- byte streams ----------------------------------------------------------------------------------
+    def create_byte_stream(self, scope: str, name: str) -> bool:
+        """Make ``scope/name`` a byte stream: a stream of one fixed segment (created if missing; False
+        if it existed) marked so that event writers are refused on it. A stream of several segments,
+        one that ever scaled, or one event writers have partitioned is refused."""
+        created = self.create_stream(scope, name, scaling=ScalingPolicy.fixed(1))
+        self._byte_stream_segment(scope, name, mark=True)
+        return created
+
+    def create_byte_writer(self, scope: str, name: str, writer_id: str | None = None) -> ByteStreamWriter:
+        """A writer appending to the byte stream ``scope/name``. A writer given the ``writer_id`` of an
+        earlier one continues its event numbers (two live writers must not share an id)."""
+        segment_id, segment = self._byte_stream_segment(scope, name, mark=True)
+        return ByteStreamWriter(self.controller, scope, name, segment_id, segment, writer_id)
+
+    def create_byte_reader(self, scope: str, name: str, timeout: float | None = None) -> ByteStreamReader:
+        """A reader of the byte stream ``scope/name`` from its head; ``timeout`` bounds each read's wait
+        (None: wait until a byte arrives or the stream is sealed and read)."""
+        segment_id, segment = self._byte_stream_segment(scope, name, mark=False)
+        return ByteStreamReader(self.controller, scope, name, segment_id, segment, timeout)
+
+    def _byte_stream_segment(self, scope: str, name: str, mark: bool) -> tuple[int, str]:
+        """The (id, name) of a byte stream's segment. ``mark`` sets the byte-stream mark first and then
+        looks again: the gateway looks for the mark after recording event partitions, so whichever of
+        the two comes second sees the other and refuses."""
+        described = self.describe_stream(scope, name)
+        for attempt in range(2 if mark else 1):
+            if (len(described.segments) != 1 or len(described.history) != 1
+                    or described.config.scaling != ScalingPolicy.fixed(1)):
+                raise InvalidRequestError(f"{scope}/{name} is not a stream of one fixed segment: it cannot be "
+                                          "a byte stream")
+            if described.partition_count is not None:
+                raise InvalidRequestError(f"{scope}/{name} holds events (event writers partitioned it): it "
+                                          "cannot be a byte stream")
+            segment = described.segments[0].segment
+            if mark and attempt == 0:
+                self.controller.call(Command.UPDATE_ATTRIBUTES, {
+                    "segment": segment.name, "attributes": [AttributeUpdate(BYTE_STREAM_ATTRIBUTE, 1).to_wire()],
+                }, retry=True)
+                described = self.describe_stream(scope, name)
+        return segment.segment_id, segment.name
 
     # -- key-value tables ------------------------------------------------------------------------------
     def create_key_value_table(self, scope: str, table: str, partitions: int = 1) -> KeyValueTable:

@@ -38,6 +38,11 @@ _EXPORTS: dict[str, str] = {
     "Updates": "millrace.client.synchronizer",
     "StateNotInitializedError": "millrace.client.synchronizer",
     "StateCorruptError": "millrace.client.synchronizer",
+    "BatchClient": "millrace.client.batch",
+    "BatchEvent": "millrace.client.batch",
+    "SegmentRange": "millrace.client.batch",
+    "ByteStreamWriter": "millrace.client.byte_stream",
+    "ByteStreamReader": "millrace.client.byte_stream",
     "Serializer": "millrace.client.serializers",
     "BytesSerializer": "millrace.client.serializers",
     "StringSerializer": "millrace.client.serializers",
@@ -60,6 +65,10 @@ _EXPORTS: dict[str, str] = {
     "ScaleConflictError": "millrace.protocol.errors",
 }
 __all__ = [
+    "BatchClient",
+    "BatchEvent",
+    "ByteStreamReader",
+    "ByteStreamWriter",
     "BytesSerializer",
     "ConnectionLostError",
     "EventPosition",
@@ -78,6 +87,7 @@ __all__ = [
     "ScopeNotEmptyError",
     "ScopeNotFoundError",
     "Segment",
+    "SegmentRange",
     "Serializer",
     "StateCorruptError",
     "StateNotInitializedError",
@@ -105,6 +115,8 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from millrace.client.batch import BatchClient, BatchEvent, SegmentRange
+    from millrace.client.byte_stream import ByteStreamReader, ByteStreamWriter
     from millrace.client.kvtable import KeyValueTable, TableEntry
     from millrace.client.manager import StreamManager
     from millrace.client.serializers import BytesSerializer, JsonSerializer, Serializer, StringSerializer

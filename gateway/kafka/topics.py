@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from millrace.protocol.contracts import BYTE_STREAM_ATTRIBUTE
 from millrace.store.controller import (
     Controller,
     RetentionPolicy,
@@ -320,7 +321,8 @@ class TopicRegistry:
         """Blocking: the record of an existing stream outside the Kafka scope, made on first use with
         P partitions, P the smallest multiple of its initial segment count that is at least
         NATIVE_MIN_PARTITIONS, in equal slices. Its segments must lie on slice boundaries (they do
-        unless it was scaled before its first writer); from then on its scaling keeps to them."""
+        unless it was scaled before its first writer); from then on its scaling keeps to them. A
+        stream whose segments already hold bytes, or carry the byte-stream mark, is refused."""
         from millrace.gateway.kafka_protocol.errors import ErrorCode
 
         name = self.key(scope, stream)
@@ -335,13 +337,39 @@ class TopicRegistry:
                 if seg.key_start not in starts:
                     raise TopicError(ErrorCode.INVALID_REQUEST,
                                      f"{name}: segment {seg.name} does not start on a partition boundary")
+            self._refuse_non_event_data(name)
             topic = TopicInfo(name, uuid.uuid4(), tuple((p / partitions, (p + 1) / partitions)
                                                        for p in range(partitions)), {},
                               time.time_ns() // 1_000_000)
             self.tables.put(TOPICS_TABLE, [(name.encode(), topic.encode(), NOT_EXISTS)])
             self._cache[name] = topic
+            try:
+                # A byte writer marks the segment and then looks for this record; looking again
+                # after making it means one of the two always sees the other.
+                self._refuse_non_event_data(name)
+            except TopicError:
+                self.tables.remove(TOPICS_TABLE, [name.encode()])
+                del self._cache[name]
+                raise
         self._notify("created", topic)
         return topic
+
+    def _refuse_non_event_data(self, name: str) -> None:
+        """Blocking: refuse to partition a stream whose segments hold bytes written before any event
+        writer (a byte stream, or raw appends) or carry the byte-stream mark: event data and other
+        data must never share a segment."""
+        from millrace.gateway.kafka_protocol.errors import ErrorCode
+
+        store = self.controller.store
+        for segment in self.segment_history(name):
+            if not store.exists(segment):
+                continue
+            info = store.get_info(segment)
+            if BYTE_STREAM_ATTRIBUTE in info.attributes:
+                raise TopicError(ErrorCode.INVALID_REQUEST, f"{name} is a byte stream: it cannot take events")
+            if info.length > 0:
+                raise TopicError(ErrorCode.INVALID_REQUEST,
+                                 f"{name}: segment {segment} holds {info.length} bytes not written as events")
 
     def delete(self, name: str) -> TopicInfo:
         from millrace.gateway.kafka_protocol.errors import ErrorCode
