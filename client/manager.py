@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from millrace.client.batch import BatchClient
 from millrace.client.byte_stream import ByteStreamReader, ByteStreamWriter
 from millrace.client.connection import ConnectionPool, Endpoint
 from millrace.client.controller import ControllerClient
@@ -241,6 +242,12 @@ class StreamManager:
 
     def list_key_value_tables(self, scope: str) -> list[str]:
         return self.controller.list_kv_tables(scope)
+
+    # -- batch reads ----------------------------------------------------------------------------------
+    def create_batch_client(self) -> BatchClient:
+        """Pravega's batch API: a stream's history between two cuts as segment ranges that tasks read
+        in parallel (``list_segments``, ``read_segment``). It uses this manager's connections."""
+        return BatchClient(self)
 
     # -- lifetime -------------------------------------------------------------------------------------
     def close(self) -> None:
