@@ -81,9 +81,6 @@ class ZooKeeperProcess:
             "clientPortAddress=127.0.0.1",
             "admin.enableServer=false",
             "4lw.commands.whitelist=ruok",
-            # Tests create and drop many znodes; keep the snapshot/log retention small.
-            "autopurge.snapRetainCount=3",
-            "autopurge.purgeInterval=0",
             "",
         ]))
         return config
