@@ -39,3 +39,12 @@ def test_transactions_example(server: ServerProcess, uri: str) -> None:
     assert "found again: OPEN" in out
     read = [line for line in out.splitlines() if line.startswith("read: ")]
     assert read == ["read: order-1 paid", "read: order-1 placed", "read: order-2 placed", "read: order-4 placed"]
+
+
+def test_byte_streams_example(server: ServerProcess, uri: str) -> None:
+    out = run(os.path.join(EXAMPLES, "byte_streams.py"), uri).splitlines()
+    assert out[:6] == ["tail after 3 entries: 24", "first line: entry 1 | next offset: 8", "last line: entry 3",
+                       "head after truncation: 8", "a new reader starts with: entry 2",
+                       "a read at the tail with a 0.2 s timeout: None"]
+    assert out[6:] == ["the follower woke with: entry 4",
+                       "after sealing, the whole log: ['entry 2', 'entry 3', 'entry 4']"]
