@@ -63,6 +63,7 @@ _EXPORTS: dict[str, str] = {
     "InvalidStreamCutError": "millrace.protocol.errors",
     "InvalidScaleError": "millrace.protocol.errors",
     "ScaleConflictError": "millrace.protocol.errors",
+    "SegmentTruncatedError": "millrace.protocol.errors",
 }
 __all__ = [
     "BatchClient",
@@ -87,6 +88,7 @@ __all__ = [
     "ScopeNotEmptyError",
     "ScopeNotFoundError",
     "Segment",
+    "SegmentTruncatedError",
     "SegmentRange",
     "Serializer",
     "StateCorruptError",
@@ -147,6 +149,7 @@ if TYPE_CHECKING:
         ScaleConflictError,
         ScopeNotEmptyError,
         ScopeNotFoundError,
+        SegmentTruncatedError,
         StoreError,
         StreamExistsError,
         StreamNotFoundError,
