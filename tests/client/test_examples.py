@@ -48,3 +48,13 @@ def test_byte_streams_example(server: ServerProcess, uri: str) -> None:
                        "a read at the tail with a 0.2 s timeout: None"]
     assert out[6:] == ["the follower woke with: entry 4",
                        "after sealing, the whole log: ['entry 2', 'entry 3', 'entry 4']"]
+
+
+def test_batch_reads_example(server: ServerProcess, uri: str) -> None:
+    out = run(os.path.join(EXAMPLES, "batch_reads.py"), uri).splitlines()
+    ranges = [line for line in out if line.startswith("segment ")]
+    assert len(ranges) >= 2 and any(line.startswith("segment 1.") for line in ranges)  # both epochs
+    assert f"{len(ranges)} ranges, 1000 events" in out
+    assert [line for line in out if line.startswith("sensor-")] == [
+        f"sensor-{n}: sum of readings {sum(range(250))}" for n in (1, 2, 3, 4)]
+    assert out[-1] == "after the halfway cut: 500 events"
