@@ -155,7 +155,6 @@ class ClusterMember:
         self._state_lock = threading.Lock()  # guards the public views below
         self._is_leader = False
         self._owned: dict[int, OwnershipTerm] = {}
-        self.passes = 0
 
     # -- public views (any thread) -------------------------------------------------------------------
     @property
@@ -246,7 +245,6 @@ class ClusterMember:
         return None if client_id is None else int(client_id[0])
 
     def _pass(self) -> None:
-        self.passes += 1
         suspended = self._suspended_since
         if self._lost or (suspended is not None and time.monotonic() - suspended >= self.session_timeout):
             # Our ephemeral znodes are gone or about to be: someone else may own our containers now.
