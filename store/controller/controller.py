@@ -77,6 +77,9 @@ from millrace.store.tables import NOT_EXISTS, TableStore
 SCOPES_TABLE = f"{SYSTEM_SCOPE}/_tables/scopes"
 STREAMS_TABLE = f"{SYSTEM_SCOPE}/_tables/streams"
 EPOCHS_TABLE = f"{SYSTEM_SCOPE}/_tables/epochs"
+# Key-value tables' records (``kvtables.py`` keeps them): named here so that a scope holding tables
+# is not empty.
+KV_TABLES_TABLE = f"{SYSTEM_SCOPE}/_tables/kv_tables"
 SYSTEM_TABLES = (SCOPES_TABLE, STREAMS_TABLE, EPOCHS_TABLE)
 
 _CONDITIONAL = (TableKeyVersionMismatchError, TableKeyNotFoundError)
@@ -151,14 +154,14 @@ class Controller:
         ]
 
     def delete_scope(self, scope: str) -> None:
-        """Delete an empty scope (ScopeNotEmptyError while it has streams)."""
+        """Delete an empty scope (ScopeNotEmptyError while it has streams or key-value tables)."""
         key = scope.encode()
         while True:
             found = self._scope(scope)
             if found is None:
                 raise ScopeNotFoundError(scope)
             record, version = found
-            if self._has_streams(scope):
+            if self._holds_anything(scope):
                 raise ScopeNotEmptyError(scope)
             # Mark first, then look again: a create_stream that got its record in before the mark is
             # seen by the second look; one that comes after sees the mark and backs off.
@@ -168,7 +171,7 @@ class Controller:
                 )
             except _CONDITIONAL:
                 continue
-            if self._has_streams(scope):
+            if self._holds_anything(scope):
                 # If someone else moved the record on meanwhile, their outcome stands.
                 with contextlib.suppress(*_CONDITIONAL):
                     self.tables.put(
@@ -626,6 +629,13 @@ class Controller:
 
     def _has_streams(self, scope: str) -> bool:
         return bool(self.tables.iterate_keys(STREAMS_TABLE, limit=1, prefix=f"{scope}/".encode()).items)
+
+    def _holds_anything(self, scope: str) -> bool:
+        """Whether ``scope`` has streams or key-value tables (either keeps it from being deleted)."""
+        if self._has_streams(scope):
+            return True
+        return self.tables.exists(KV_TABLES_TABLE) and bool(
+            self.tables.iterate_keys(KV_TABLES_TABLE, limit=1, prefix=f"{scope}/".encode()).items)
 
     def _record(self, scope: str, stream: str) -> tuple[StreamRecord, int] | None:
         (entry,) = self.tables.get(STREAMS_TABLE, [_stream_key(scope, stream)])

@@ -17,11 +17,15 @@ from dataclasses import dataclass
 from millrace.protocol.errors import KeyValueTableNotFoundError, ScopeNotFoundError
 from millrace.protocol.names import validate_name
 from millrace.protocol.tables import table_segment_name
-from millrace.store.controller.controller import Controller
-from millrace.store.errors import SegmentExistsError, SegmentNotFoundError, TableKeyVersionMismatchError
+from millrace.store.controller.controller import KV_TABLES_TABLE, Controller
+from millrace.store.errors import (
+    SegmentExistsError,
+    SegmentNotFoundError,
+    TableKeyNotFoundError,
+    TableKeyVersionMismatchError,
+)
 from millrace.store.tables import NOT_EXISTS
 
-KV_TABLES_TABLE = "_system/_tables/kv_tables"
 MAX_PARTITIONS = 1024
 
 
@@ -56,10 +60,16 @@ class KeyValueTables:
             raise ScopeNotFoundError(scope)
         record = json.dumps({"partitions": partitions, "created_ms": time.time_ns() // 1_000_000}).encode()
         try:
-            self.tables.put(KV_TABLES_TABLE, [(_key(scope, table), record, NOT_EXISTS)])
+            (version,) = self.tables.put(KV_TABLES_TABLE, [(_key(scope, table), record, NOT_EXISTS)])
             created = True
         except TableKeyVersionMismatchError:
             created = False
+        if created and not self.controller.scope_exists(scope):
+            # delete_scope marked the scope after our first look (it counts tables as content, so it
+            # looks again after marking): withdraw, as create_stream does.
+            with contextlib.suppress(TableKeyVersionMismatchError, TableKeyNotFoundError):
+                self.tables.remove(KV_TABLES_TABLE, [(_key(scope, table), version)])
+            raise ScopeNotFoundError(scope)
         info = self.get(scope, table)
         for p in range(info.partitions):
             with contextlib.suppress(SegmentExistsError):

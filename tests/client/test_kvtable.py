@@ -9,6 +9,7 @@ import pytest
 
 from millrace import (
     KeyValueTableNotFoundError,
+    ScopeNotEmptyError,
     StreamManager,
     TableEntry,
     TableKeyNotFoundError,
@@ -143,3 +144,16 @@ def test_versions_survive_a_server_crash(tmp_path) -> None:
         table = sm.key_value_table("durable", "t")
         assert table.get("k", key_family="f") == (b"v", version)
         assert table.put("k", b"w", key_family="f", if_version=version) > version
+
+
+def test_a_scope_holding_a_table_is_not_empty(uri: str) -> None:
+    with StreamManager(uri) as sm:
+        sm.create_scope("tables-only")
+        sm.create_key_value_table("tables-only", "settings", partitions=2)
+        with pytest.raises(ScopeNotEmptyError):
+            sm.delete_scope("tables-only")
+        assert "tables-only" in sm.list_scopes()
+        assert sm.key_value_table("tables-only", "settings").partitions == 2  # still whole
+        sm.delete_key_value_table("tables-only", "settings")
+        sm.delete_scope("tables-only")
+        assert "tables-only" not in sm.list_scopes()

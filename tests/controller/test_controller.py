@@ -18,6 +18,8 @@ from millrace.store.controller import (
     key_hash,
     segment_id,
 )
+from millrace.store.controller.controller import KV_TABLES_TABLE
+from millrace.store.controller.kvtables import KeyValueTables
 from millrace.store.controller.records import StreamRecord
 from millrace.store.errors import (
     ScopeNotEmptyError,
@@ -239,6 +241,51 @@ def test_delete_scope_racing_create_stream_leaves_no_orphans(controller: Control
         assert controller.scope_exists(scope) == (outcome["create"] == "ok")
         streams = controller.tables.get_all("_system/_tables/streams", prefix=f"{scope}/".encode())
         assert bool(streams) == (outcome["create"] == "ok")
+
+
+def test_delete_scope_racing_create_kv_table_leaves_no_orphans(controller: Controller) -> None:
+    """A scope holding a key-value table is not empty; a table created while its scope is deleted
+    either keeps the scope or withdraws, never outlives it."""
+    tables = KeyValueTables(controller)
+    controller.create_scope("kv")
+    tables.create("kv", "t", 1)
+    with pytest.raises(ScopeNotEmptyError):
+        controller.delete_scope("kv")
+    tables.delete("kv", "t")
+    controller.delete_scope("kv")
+    for round_ in range(15):
+        scope = f"kvrace{round_}"
+        controller.create_scope(scope)
+        barrier = threading.Barrier(2)
+        outcome: dict[str, object] = {}
+
+        def create(scope: str = scope, barrier=barrier, outcome=outcome) -> None:
+            barrier.wait()
+            try:
+                tables.create(scope, "t", 1)
+                outcome["create"] = "ok"
+            except ScopeNotFoundError:
+                outcome["create"] = "no scope"
+
+        def delete(scope: str = scope, barrier=barrier, outcome=outcome) -> None:
+            barrier.wait()
+            try:
+                controller.delete_scope(scope)
+                outcome["delete"] = "ok"
+            except ScopeNotEmptyError:
+                outcome["delete"] = "not empty"
+
+        threads = [threading.Thread(target=create), threading.Thread(target=delete)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        # Both may fail (the create saw the scope marked, the delete saw the record before it was
+        # withdrawn); both can never succeed.
+        assert outcome != {"create": "ok", "delete": "ok"}, outcome
+        records = controller.tables.get_all(KV_TABLES_TABLE, prefix=f"{scope}/".encode())
+        assert bool(records) == (outcome["create"] == "ok")
+        assert controller.scope_exists(scope) == (outcome["delete"] != "ok")
 
 
 def test_metadata_survives_restart(harness: StoreHarness) -> None:
