@@ -1,0 +1,377 @@
+"""A reader group's shared state as plain data, and the pure functions that change it.
+
+This is the model of Pravega's ``ReaderGroupState`` / ``ReaderGroupStateManager``: no I/O here. The
+state lives in a ``StateSynchronizer`` (``client/reader_group.py``); every change is one ``Update``
+(a JSON dict) applied with ``apply``, appended conditionally on the revision it was computed from, so
+every member applies the same updates to the same states in the same order.
+
+Segments are named by their full segment names (``scope/stream/<n>.#epoch.<e>``), which carry the
+stream, so one state serves several streams. A position in a segment is ``(offset, skip)``: the
+batch boundary to read from and how many records of that batch were already delivered.
+
+Invariants (checked by tests/client/test_reader_group_model.py):
+
+* **One owner.** A segment is in at most one place: one reader's assignment, ``unassigned``, or
+  ``future`` (a successor waiting for its predecessors). No segment is read by two readers at once.
+* **The frontier covers each stream's key space exactly once**: the assigned and unassigned segments,
+  plus the completed predecessors a future segment still waits beside (held at their end offsets).
+  So nothing is skipped, and a checkpoint taken from the frontier is a valid stream cut.
+* **Successors after all predecessors.** A successor becomes assignable only when every one of its
+  predecessors is completed (read to its end), so events of one routing key come out in order
+  across splits and merges.
+* **Fair share.** With S assignable segments and R online readers a reader acquires unassigned
+  segments while it holds fewer than ceil(S / R), and releases one while it holds more.
+* **A reader with a checkpoint pending changes nothing it holds** (no acquire, release or
+  completion) until it has recorded its positions for it, and reads nothing new before (it only
+  finishes a batch it is inside of). So the cut (the waiting readers' positions, plus the
+  unassigned and held-completed segments' positions when the checkpoint started) covers the key
+  space exactly once and splits the events exactly where each reader returned its checkpoint. (An
+  acquisition would not be harmless: a successor made unassigned after the start by a reader that
+  had already checkpointed would enter the cut beside its predecessor.)
+* **Stale updates are no-ops.** Every reader update names the reader and the state's generation
+  (bumped by ``reset``); an update from a reader that is offline, of another generation, or about a
+  segment it no longer holds changes nothing. Updates are total functions: applying never fails.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+Update = dict[str, Any]
+SegmentKey = str  # a segment's full name: scope/stream/<number>.#epoch.<epoch>
+
+MAX_PENDING_CHECKPOINTS = 3  # as Pravega's default maxOutstandingCheckpointRequest
+COMPLETED_CHECKPOINTS_KEPT = 10
+
+
+@dataclass(frozen=True, order=True)
+class SegmentPosition:
+    """Where reading a segment resumes: a batch boundary and the records of that batch already
+    delivered."""
+
+    offset: int
+    skip: int = 0
+
+    def to_json(self) -> list[int]:
+        return [self.offset, self.skip]
+
+    @classmethod
+    def from_json(cls, raw: Iterable[int]) -> SegmentPosition:
+        offset, skip = raw
+        return cls(int(offset), int(skip))
+
+
+Positions = dict[SegmentKey, SegmentPosition]
+
+
+@dataclass
+class PendingCheckpoint:
+    name: str
+    waiting: list[str]  # readers that have not recorded their positions yet
+    positions: Positions  # what is recorded so far (starts with the unassigned and held segments)
+
+
+@dataclass
+class ReaderGroupState:
+    """The whole shared state. Treat instances as immutable: transitions return new ones."""
+
+    streams: list[str]  # "scope/stream", in the order the group was configured
+    generation: int = 0  # bumped by reset: updates of an older generation are ignored
+    readers: dict[str, Positions] = field(default_factory=dict)  # reader -> held segments, last recorded
+    unassigned: Positions = field(default_factory=dict)
+    # successor -> {predecessor: its end offset once completed, None while it is still being read}
+    future: dict[SegmentKey, dict[SegmentKey, int | None]] = field(default_factory=dict)
+    checkpoints: list[PendingCheckpoint] = field(default_factory=list)
+    completed_checkpoints: dict[str, Positions] = field(default_factory=dict)  # oldest first
+
+    # -- queries -------------------------------------------------------------------------------------
+    def holder(self, key: SegmentKey) -> str | None:
+        for reader, held in self.readers.items():
+            if key in held:
+                return reader
+        return None
+
+    def assignable_count(self) -> int:
+        return sum(len(held) for held in self.readers.values()) + len(self.unassigned)
+
+    def fair_share(self) -> int:
+        """ceil(assignable segments / online readers): what each reader should hold at most."""
+        if not self.readers:
+            return 0
+        return math.ceil(self.assignable_count() / len(self.readers))
+
+    def checkpoint_for(self, reader: str) -> str | None:
+        """The oldest checkpoint still waiting for ``reader``'s positions."""
+        for pending in self.checkpoints:
+            if reader in pending.waiting:
+                return pending.name
+        return None
+
+    def held_completed(self) -> Positions:
+        """Completed segments kept in the frontier because a successor still waits for a sibling."""
+        held: Positions = {}
+        for preds in self.future.values():
+            for pred, end in preds.items():
+                if end is not None:
+                    held[pred] = SegmentPosition(end)
+        return held
+
+    def frontier(self) -> Positions:
+        """Every segment of the frontier at its last recorded position (covers the key space once)."""
+        out: Positions = dict(self.held_completed())
+        out.update(self.unassigned)
+        for held in self.readers.values():
+            out.update(held)
+        return out
+
+    # -- JSON ----------------------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "streams": list(self.streams),
+            "generation": self.generation,
+            "readers": {r: _positions_to_json(p) for r, p in self.readers.items()},
+            "unassigned": _positions_to_json(self.unassigned),
+            "future": {s: dict(p) for s, p in self.future.items()},
+            "checkpoints": [{"name": c.name, "waiting": list(c.waiting), "positions": _positions_to_json(c.positions)}
+                            for c in self.checkpoints],
+            "completed_checkpoints": {n: _positions_to_json(p) for n, p in self.completed_checkpoints.items()},
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> ReaderGroupState:
+        return cls(
+            streams=[str(s) for s in raw["streams"]],
+            generation=int(raw["generation"]),
+            readers={str(r): _positions_from_json(p) for r, p in raw["readers"].items()},
+            unassigned=_positions_from_json(raw["unassigned"]),
+            future={str(s): {str(k): (None if v is None else int(v)) for k, v in p.items()}
+                    for s, p in raw["future"].items()},
+            checkpoints=[PendingCheckpoint(str(c["name"]), [str(w) for w in c["waiting"]],
+                                           _positions_from_json(c["positions"])) for c in raw["checkpoints"]],
+            completed_checkpoints={str(n): _positions_from_json(p) for n, p in raw["completed_checkpoints"].items()},
+        )
+
+
+def _positions_to_json(positions: Mapping[SegmentKey, SegmentPosition]) -> dict[str, list[int]]:
+    return {k: p.to_json() for k, p in sorted(positions.items())}
+
+
+def _positions_from_json(raw: Mapping[str, Any]) -> Positions:
+    return {str(k): SegmentPosition.from_json(v) for k, v in raw.items()}
+
+
+def initial_state(streams: Iterable[str], start: Mapping[SegmentKey, SegmentPosition]) -> ReaderGroupState:
+    """A group with no readers whose frontier is ``start`` (cuts of every stream, merged)."""
+    return ReaderGroupState(streams=list(streams), unassigned=dict(start))
+
+
+# -- decisions (what a reader asks for; evaluated on the newest state inside a conditional update) -----
+def segments_to_acquire(state: ReaderGroupState, reader: str) -> list[SegmentKey]:
+    """Unassigned segments ``reader`` should take now: up to its fair share, none while a checkpoint
+    waits for it."""
+    held = state.readers.get(reader)
+    if held is None or state.checkpoint_for(reader) is not None:
+        return []
+    wanted = state.fair_share() - len(held)
+    return sorted(state.unassigned)[:max(0, wanted)]
+
+
+def segment_to_release(state: ReaderGroupState, reader: str) -> SegmentKey | None:
+    """One segment ``reader`` should give up (it holds more than its fair share), or None."""
+    held = state.readers.get(reader)
+    if held is None or state.checkpoint_for(reader) is not None or len(held) <= state.fair_share():
+        return None
+    return max(held)  # any would do; the newest id tends to be the least read
+
+
+# -- updates: constructors ------------------------------------------------------------------------------
+def add_reader(reader: str) -> Update:
+    return {"op": "add_reader", "reader": reader}
+
+
+def remove_reader(reader: str, position: Mapping[SegmentKey, SegmentPosition] | None) -> Update:
+    return {"op": "remove_reader", "reader": reader,
+            "position": None if position is None else _positions_to_json(position)}
+
+
+def acquire(reader: str, generation: int, keys: Iterable[SegmentKey]) -> Update:
+    return {"op": "acquire", "reader": reader, "generation": generation, "segments": sorted(keys)}
+
+
+def release(reader: str, generation: int, key: SegmentKey, position: SegmentPosition) -> Update:
+    return {"op": "release", "reader": reader, "generation": generation, "segment": key,
+            "position": position.to_json()}
+
+
+def record_positions(reader: str, generation: int, positions: Mapping[SegmentKey, SegmentPosition]) -> Update:
+    return {"op": "record_positions", "reader": reader, "generation": generation,
+            "positions": _positions_to_json(positions)}
+
+
+def complete_segment(reader: str, generation: int, key: SegmentKey, end_offset: int,
+                     successors: Mapping[SegmentKey, Iterable[SegmentKey]]) -> Update:
+    """``successors``: each successor of ``key`` with all of its predecessors (from the stream's
+    epoch history); empty when the stream is sealed."""
+    return {"op": "complete_segment", "reader": reader, "generation": generation, "segment": key,
+            "end_offset": end_offset, "successors": {s: sorted(p) for s, p in sorted(successors.items())}}
+
+
+def create_checkpoint(name: str) -> Update:
+    return {"op": "create_checkpoint", "name": name}
+
+
+def checkpoint_reader(reader: str, generation: int, name: str,
+                      positions: Mapping[SegmentKey, SegmentPosition]) -> Update:
+    return {"op": "checkpoint_reader", "reader": reader, "generation": generation, "name": name,
+            "positions": _positions_to_json(positions)}
+
+
+def reset(streams: Iterable[str], positions: Mapping[SegmentKey, SegmentPosition]) -> Update:
+    return {"op": "reset", "streams": list(streams), "positions": _positions_to_json(positions)}
+
+
+# -- updates: application (pure, total) ------------------------------------------------------------------
+def apply(state: ReaderGroupState, update: Mapping[str, Any]) -> ReaderGroupState:
+    """The state after ``update``; ``state`` is not modified. Unknown ops raise (a newer writer)."""
+    op = update["op"]
+    handler = _HANDLERS.get(op)
+    if handler is None:
+        raise ValueError(f"unknown reader group update {op!r}")
+    new = copy.deepcopy(state)
+    handler(new, update)
+    return new
+
+
+def _owns(state: ReaderGroupState, update: Mapping[str, Any]) -> Positions | None:
+    """The segments of the update's reader, if the update is current (reader online, same generation)."""
+    if update.get("generation", state.generation) != state.generation:
+        return None
+    return state.readers.get(update["reader"])
+
+
+def _apply_add_reader(state: ReaderGroupState, update: Mapping[str, Any]) -> None:
+    state.readers.setdefault(update["reader"], {})
+
+
+def _apply_remove_reader(state: ReaderGroupState, update: Mapping[str, Any]) -> None:
+    reader = update["reader"]
+    held = state.readers.pop(reader, None)
+    if held is None:
+        return
+    given = None if update["position"] is None else _positions_from_json(update["position"])
+    # Only segments the reader still holds: a position may name segments it has since released or
+    # completed (their newer records win), and may lack segments acquired after it was taken (their
+    # recorded position is where reading them began).
+    final = {key: (given.get(key, pos) if given is not None else pos) for key, pos in held.items()}
+    state.unassigned.update(final)
+    _checkpoint_positions(state, reader, final)
+
+
+def _apply_acquire(state: ReaderGroupState, update: Mapping[str, Any]) -> None:
+    held = _owns(state, update)
+    if held is None or state.checkpoint_for(update["reader"]) is not None:
+        return
+    for key in update["segments"]:
+        if key in state.unassigned:
+            held[key] = state.unassigned.pop(key)
+
+
+def _apply_release(state: ReaderGroupState, update: Mapping[str, Any]) -> None:
+    held = _owns(state, update)
+    key = update["segment"]
+    if held is None or key not in held or state.checkpoint_for(update["reader"]) is not None:
+        return
+    del held[key]
+    state.unassigned[key] = SegmentPosition.from_json(update["position"])
+
+
+def _apply_record_positions(state: ReaderGroupState, update: Mapping[str, Any]) -> None:
+    held = _owns(state, update)
+    if held is None:
+        return
+    for key, pos in _positions_from_json(update["positions"]).items():
+        if key in held:
+            held[key] = pos
+
+
+def _apply_complete_segment(state: ReaderGroupState, update: Mapping[str, Any]) -> None:
+    held = _owns(state, update)
+    key = update["segment"]
+    if held is None or key not in held or state.checkpoint_for(update["reader"]) is not None:
+        return
+    del held[key]
+    end = int(update["end_offset"])
+    for successor, preds in update["successors"].items():
+        if successor in state.unassigned or state.holder(successor) is not None:
+            continue  # already assignable (a repeated completion): nothing waits any more
+        waiting = state.future.setdefault(successor, {p: None for p in preds})
+        waiting[key] = end
+        if all(v is not None for v in waiting.values()):
+            del state.future[successor]
+            state.unassigned[successor] = SegmentPosition(0)
+
+
+def _apply_create_checkpoint(state: ReaderGroupState, update: Mapping[str, Any]) -> None:
+    name = update["name"]
+    if any(c.name == name for c in state.checkpoints) or name in state.completed_checkpoints:
+        return
+    known = dict(state.held_completed())
+    known.update(state.unassigned)
+    state.checkpoints.append(PendingCheckpoint(name, sorted(state.readers), known))
+    _complete_checkpoints(state)
+
+
+def _apply_checkpoint_reader(state: ReaderGroupState, update: Mapping[str, Any]) -> None:
+    held = _owns(state, update)
+    reader = update["reader"]
+    if held is None or state.checkpoint_for(reader) != update["name"]:
+        return
+    positions = {k: p for k, p in _positions_from_json(update["positions"]).items() if k in held}
+    held.update(positions)
+    _checkpoint_positions(state, reader, held)
+
+
+def _checkpoint_positions(state: ReaderGroupState, reader: str, positions: Positions) -> None:
+    """``reader`` records ``positions`` for the oldest checkpoint waiting for it (or, going offline,
+    for every one: it will never record another)."""
+    for pending in state.checkpoints:
+        if reader in pending.waiting:
+            pending.waiting.remove(reader)
+            pending.positions.update(positions)
+            if reader in state.readers:
+                break
+    _complete_checkpoints(state)
+
+
+def _complete_checkpoints(state: ReaderGroupState) -> None:
+    for pending in [c for c in state.checkpoints if not c.waiting]:
+        state.checkpoints.remove(pending)
+        state.completed_checkpoints[pending.name] = pending.positions
+    while len(state.completed_checkpoints) > COMPLETED_CHECKPOINTS_KEPT:
+        del state.completed_checkpoints[next(iter(state.completed_checkpoints))]
+
+
+def _apply_reset(state: ReaderGroupState, update: Mapping[str, Any]) -> None:
+    state.streams = [str(s) for s in update["streams"]]
+    state.generation += 1
+    state.readers = {reader: {} for reader in state.readers}
+    state.unassigned = _positions_from_json(update["positions"])
+    state.future = {}
+    state.checkpoints = []
+
+
+_HANDLERS = {
+    "add_reader": _apply_add_reader,
+    "remove_reader": _apply_remove_reader,
+    "acquire": _apply_acquire,
+    "release": _apply_release,
+    "record_positions": _apply_record_positions,
+    "complete_segment": _apply_complete_segment,
+    "create_checkpoint": _apply_create_checkpoint,
+    "checkpoint_reader": _apply_checkpoint_reader,
+    "reset": _apply_reset,
+}
