@@ -1,8 +1,10 @@
 """Kafka transactions with real clients (confluent-kafka, kafka-python): commit and abort as
 read_committed and read_uncommitted consumers see them, the last stable offset in ListOffsets, zombie
-fencing, the server's timeout of an abandoned transaction, the coordinator's state across a server
-SIGKILL, and a consume-transform-produce loop (sendOffsetsToTransaction) that stays exactly-once while
-it, or the server, is SIGKILLed at random points."""
+fencing, the server's timeout of an abandoned transaction (and `serve --transaction-check-seconds`), the
+coordinator's state across a server SIGKILL, and a consume-transform-produce loop (sendOffsetsToTransaction)
+that stays exactly-once while its worker (txn_worker.py: confluent-kafka, txn_worker_kafka_python.py:
+kafka-python; test_transactions_java.py runs it with the Java client), or the server, is SIGKILLed at
+random points."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -196,6 +198,24 @@ def test_abandoned_transaction_times_out_and_consumers_move_on(server: ServerPro
         abandoned.commit_transaction(15)
 
 
+def test_serve_flag_sets_how_often_timeouts_are_checked(tmp_path: Any) -> None:
+    """`millrace serve --transaction-check-seconds`: with an hour between checks, a transaction well past its
+    timeout is still open (with the default second it is aborted within about two, as the test above shows)."""
+    srv = start_server(str(tmp_path / "data"), "--transaction-check-seconds", "3600")
+    transactional_id = _name("tx")
+    try:
+        p = txn_producer(srv.bootstrap, transactional_id, **{"transaction.timeout.ms": 1000})
+        p.begin_transaction()
+        p.produce(_name("unchecked"), value=b"open", partition=0)
+        p.flush(30)
+        time.sleep(5)
+        with local(srv.kafka_port) as wire:
+            (state,) = wire.request(DESCRIBE_TRANSACTIONS, 0, transactional_ids=[transactional_id]).transaction_states
+            assert (state.transaction_state, state.producer_epoch) == ("Ongoing", 0)
+    finally:
+        srv.stop(timeout=30)
+
+
 # -- kafka-python ----------------------------------------------------------------------------------------
 
 def test_kafka_python_commit_abort_and_read_committed(server: ServerProcess) -> None:
@@ -284,7 +304,23 @@ def test_coordinator_state_survives_a_server_sigkill(tmp_path: Any) -> None:
         srv.stop(timeout=30)
 
 
-def _run_exactly_once_loop(tmp_path: Any, kill_server: bool) -> None:
+Worker = Callable[[str, str, str, str, str], list[str]]
+"""The command that runs a consume-transform-produce worker: (bootstrap, input, output, transactional id,
+group) -> argv. The worker moves every input record upper-cased to the output in transactions that also
+commit its input offsets (sendOffsetsToTransaction), and exits on any error; the loop restarts it."""
+
+
+def python_worker(module: str) -> Worker:
+    """A worker module of compat_tests (txn_worker: confluent-kafka; txn_worker_kafka_python: kafka-python)."""
+    def command(bootstrap: str, source: str, sink: str, transactional_id: str, group: str) -> list[str]:
+        return [sys.executable, "-m", f"compat_tests.{module}", bootstrap, source, sink, transactional_id, group,
+                str(DEFAULT_PARTITIONS), "0.05"]
+    return command
+
+
+def run_exactly_once_loop(tmp_path: Any, kill_server: bool, worker_command: Worker) -> None:
+    """Moves 5000 records through ``worker_command``'s worker while the worker (or the server) is SIGKILLed
+    four times mid-work and restarted; the output must hold every input record exactly once."""
     port = free_port()
     data_dir = str(tmp_path / "data")
     srv = start_server(data_dir, "--kafka-port", str(port))
@@ -306,9 +342,8 @@ def _run_exactly_once_loop(tmp_path: Any, kill_server: bool) -> None:
         next_kill = time.monotonic() + rng.uniform(0.5, 2.0)
         while time.monotonic() < deadline:
             if worker is None or worker.poll() is not None:
-                worker = subprocess.Popen(
-                    [sys.executable, "-m", "compat_tests.txn_worker", srv.bootstrap, source, sink, transactional_id,
-                     group, str(DEFAULT_PARTITIONS), "0.05"], stdout=log, stderr=subprocess.STDOUT, text=True)
+                worker = subprocess.Popen(worker_command(srv.bootstrap, source, sink, transactional_id, group),
+                                          stdout=log, stderr=subprocess.STDOUT, text=True)
             # Each kill waits until the loop has moved on since the last one, so every kill lands mid-work.
             if kills < 4 and time.monotonic() >= next_kill and (
                     not progress or _log_end(srv.bootstrap, sink) > progress[-1]):
@@ -359,14 +394,20 @@ def _committed_count(bootstrap: str, topic: str) -> int:
         return 0
 
 
-@pytest.mark.slow
-def test_consume_transform_produce_exactly_once_when_the_worker_is_sigkilled(tmp_path: Any) -> None:
-    _run_exactly_once_loop(tmp_path, kill_server=False)
+PYTHON_WORKERS = [pytest.param("txn_worker", id="confluent-kafka"),
+                  pytest.param("txn_worker_kafka_python", id="kafka-python")]
 
 
 @pytest.mark.slow
-def test_consume_transform_produce_exactly_once_when_the_server_is_sigkilled(tmp_path: Any) -> None:
-    _run_exactly_once_loop(tmp_path, kill_server=True)
+@pytest.mark.parametrize("module", PYTHON_WORKERS)
+def test_consume_transform_produce_exactly_once_when_the_worker_is_sigkilled(tmp_path: Any, module: str) -> None:
+    run_exactly_once_loop(tmp_path, kill_server=False, worker_command=python_worker(module))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module", PYTHON_WORKERS)
+def test_consume_transform_produce_exactly_once_when_the_server_is_sigkilled(tmp_path: Any, module: str) -> None:
+    run_exactly_once_loop(tmp_path, kill_server=True, worker_command=python_worker(module))
 
 
 # -- elastic topics --------------------------------------------------------------------------------------
