@@ -184,15 +184,19 @@ def on_pool(pool: ThreadPoolExecutor,
 
 
 def controller_handlers(
-    controller: Controller, pool: ThreadPoolExecutor, scaler: Any, partitions_of: PartitionsOf | None = None
+    controller: Controller, pool: ThreadPoolExecutor, scaler: Any, partitions_of: PartitionsOf | None = None,
+    delete_stream: Callable[[str, str], None] | None = None,
 ) -> dict[int, Callable[[dict[str, Any], bytes], StoreFuture]]:
     """``scaler`` performs manual splits and merges (for Kafka topics it also moves the partition
     writers, so it is the gateway's, not the bare controller's). ``partitions_of(scope, stream)``
-    gives a Kafka topic's partition slices (None for other streams), for descriptions."""
+    gives a Kafka topic's partition slices (None for other streams), for descriptions.
+    ``delete_stream(scope, stream)`` deletes a sealed stream (blocking); the gateway's also drops the
+    partitions event writers gave it (default: the controller's alone)."""
     def blocking(fn: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any], bytes], StoreFuture]:
         return on_pool(pool, lambda header, _payload: fn(header))
 
     c = controller
+    delete = delete_stream if delete_stream is not None else c.delete_stream
 
     def describe(h: dict[str, Any]) -> dict[str, Any]:
         return describe_stream(c, h["scope"], h["stream"], partitions_of)
@@ -214,7 +218,7 @@ def controller_handlers(
         Command.GET_SEGMENT_FOR_KEY: blocking(lambda h: _segment(c.get_segment_for_key(h["scope"], h["stream"],
                                                                                         h["key"]))),
         Command.SEAL_STREAM: blocking(lambda h: c.seal_stream(h["scope"], h["stream"])),
-        Command.DELETE_STREAM: blocking(lambda h: c.delete_stream(h["scope"], h["stream"])),
+        Command.DELETE_STREAM: blocking(lambda h: delete(h["scope"], h["stream"])),
         Command.TRUNCATE_STREAM: blocking(lambda h: c.truncate_stream(h["scope"], h["stream"], h["cut"])),
         Command.SPLIT_SEGMENT: blocking(lambda h: (
             scaler.split(h["scope"], h["stream"], h["segment"], int(h.get("pieces", 2)), h.get("at")),

@@ -159,7 +159,8 @@ class NativeFactory(protocol.ServerFactory):
         listener serves no event writers)."""
         self.store = store
         self.controller_commands = {
-            **controller_handlers(controller, pool, scaler, partitions_of),
+            **controller_handlers(controller, pool, scaler, partitions_of,
+                                  broker.topics.delete_stream if broker is not None else None),
             **table_handlers(KeyValueTables(controller), controller.tables, pool),
             **(event_handlers(broker) if broker is not None else {}),
             **(txn_handlers(broker) if broker is not None else {}),

@@ -5,6 +5,7 @@ events are stored as Kafka records in its own segments (read back raw here)."""
 from __future__ import annotations
 
 import socket
+import time
 from collections import defaultdict
 from concurrent.futures import Future
 
@@ -13,7 +14,7 @@ from confluent_kafka.admin import AdminClient
 
 from millrace import EventPosition, StreamManager, StringSerializer, WriterFencedError
 from millrace.client.segments import SegmentClient
-from millrace.gateway.kafka.partitions.formats import ENVELOPE, ENVELOPE_MAGIC
+from millrace.gateway.kafka.partitions.formats import ENVELOPE, ENVELOPE_MAGIC, INDEX_SUFFIX
 from millrace.gateway.kafka_protocol.records import iter_batches
 from millrace.protocol.errors import StreamNotFoundError
 from tests.server_process import ServerProcess
@@ -159,5 +160,60 @@ def test_partitions_and_offsets_survive_a_restart(tmp_path) -> None:
             writer.close()
             assert (later.partition, later.offset) == (first[0].partition, 5)  # same slices, offsets go on
             assert [v for _, _, _, v in stored_events(server, sm, "lab", "s")] == [b"%d" % i for i in range(6)]
+    finally:
+        server.kill()
+
+
+def _offsets_are_dense(events: list[tuple[int, int, bytes | None, bytes | None]]) -> bool:
+    by_partition: dict[int, list[int]] = defaultdict(list)
+    for partition, offset, _, _ in events:
+        by_partition[partition].append(offset)
+    return all(offsets == list(range(len(offsets))) for offsets in by_partition.values())
+
+
+def _wait_for_index(server: ServerProcess, segment: str) -> None:
+    """Until the gateway has written the index entries of ``segment``'s batches (shortly after they
+    are durable)."""
+    with SegmentClient("127.0.0.1", server.native_port) as raw:
+        deadline = time.monotonic() + 30
+        while raw.get_info(segment + INDEX_SUFFIX).length == 0:
+            assert time.monotonic() < deadline, f"{segment} got no index entries"
+            time.sleep(0.02)
+
+
+def test_a_deleted_stream_re_created_under_its_name_starts_fresh(tmp_path) -> None:
+    """Deleting a stream drops its partitions (record, partition state, log starts, index segments):
+    the new stream is partitioned for its own segment count, and its offsets start at 0, also after a
+    restart (an old index segment of the same name would be loaded as the new stream's)."""
+    data = str(tmp_path / "data")
+    args = ("--native-port", str(_free_port()), "--kafka-port", str(_free_port()))
+    server = ServerProcess(data, *args).start()
+    try:
+        uri = f"tcp://127.0.0.1:{server.native_port}"
+        with StreamManager(uri) as sm:
+            sm.create_scope("redo")
+            for round_, (segments, partitions) in enumerate(((1, 16), (3, 18), (1, 16))):
+                if sm.list_streams("redo"):
+                    sm.seal_stream("redo", "s")
+                    sm.delete_stream("redo", "s")
+                sm.create_stream("redo", "s", initial_segments=segments)
+                assert sm.describe_stream("redo", "s").partition_count is None  # no partitions left over
+                with sm.create_writer("redo", "s") as writer:
+                    for i in range(10 * segments):
+                        writer.write_event(b"v%d" % i, routing_key=f"{round_}-{i}").result(30)
+                assert sm.describe_stream("redo", "s").partition_count == partitions
+                events = stored_events(server, sm, "redo", "s")
+                assert sorted(v for _, _, _, v in events) == sorted(b"v%d" % i for i in range(10 * segments))
+                assert _offsets_are_dense(events)
+                _wait_for_index(server, "redo/s/0.#epoch.0")  # so that there is an old index to drop
+        server.kill()
+        server = ServerProcess(data, *args).start()
+        with StreamManager(f"tcp://127.0.0.1:{server.native_port}") as sm:
+            with sm.create_writer("redo", "s") as writer:
+                # Into every partition: one that loaded an old entry would continue after it.
+                written = [writer.write_event(b"w%d" % i, routing_key=f"after-{i}") for i in range(200)]
+                assert len({f.result(30).partition for f in written}) == 16
+            events = stored_events(server, sm, "redo", "s")
+            assert len(events) == 210 and _offsets_are_dense(events)
     finally:
         server.kill()

@@ -69,6 +69,14 @@ class SegmentWriter:
         if self._index_flush is None:
             self._index_flush = self.clock.callLater(INDEX_FLUSH_SECONDS, self.flush_index)
 
+    def discard_index(self) -> None:
+        """The segment's topic is gone: drop index entries not yet written (never write them into an
+        index segment that a stream re-created under the name may make)."""
+        if self._index_flush is not None and self._index_flush.active():
+            self._index_flush.cancel()
+        self._index_flush = None
+        self._index_pending = []
+
     def flush_index(self) -> None:
         self._index_flush = None
         if not self._index_pending:

@@ -30,7 +30,13 @@ from twisted.python.failure import Failure
 from millrace.gateway.futures import on_reactor, to_deferred
 from millrace.gateway.kafka.partitions import reads, retention
 from millrace.gateway.kafka.partitions.errors import PartitionError
-from millrace.gateway.kafka.partitions.formats import ENVELOPE, IndexEntry, envelope, set_leader_epoch
+from millrace.gateway.kafka.partitions.formats import (
+    ENVELOPE,
+    INDEX_SUFFIX,
+    IndexEntry,
+    envelope,
+    set_leader_epoch,
+)
 from millrace.gateway.kafka.partitions.loading import (
     LOG_STARTS_TABLE,
     LoadedTopic,
@@ -40,7 +46,7 @@ from millrace.gateway.kafka.partitions.loading import (
 )
 from millrace.gateway.kafka.partitions.partition import PartitionLog, PartitionOffsets
 from millrace.gateway.kafka.partitions.producers import ProducerState
-from millrace.gateway.kafka.partitions.segments import SegmentWriter, create_index_segment
+from millrace.gateway.kafka.partitions.segments import BLOCKING_TIMEOUT, SegmentWriter, create_index_segment
 from millrace.gateway.kafka.partitions.waiters import wait_for_any
 from millrace.gateway.kafka.partitions.watermark import PendingAppend
 from millrace.gateway.kafka.topics import TopicInfo, TopicRegistry
@@ -55,7 +61,7 @@ from millrace.gateway.kafka_protocol.records import (
     validate_produce_records,
 )
 from millrace.store.controller import SegmentRange
-from millrace.store.errors import SegmentExistsError
+from millrace.store.errors import SegmentExistsError, SegmentNotFoundError
 from millrace.store.segment_store import SegmentStore
 from millrace.store.tables import TableStore
 
@@ -214,6 +220,10 @@ class SegmentPartitionStorage(PartitionStorage):
         the hand-over (``on_reactor``) before the change's own result, which crosses after it."""
         if event == "deleted":
             on_reactor(self._forget, topic.name)
+            try:
+                self._drop_stored_state(topic.name)
+            except Exception:  # the deletion itself stands; what is left is only unused
+                log.exception("dropping the log starts and index segments of deleted %s failed", topic.name)
             return
         if event not in ("created", "grown"):
             return
@@ -232,6 +242,23 @@ class SegmentPartitionStorage(PartitionStorage):
     def _forget(self, name: str) -> None:
         for p in self._topics.pop(name, []):
             p.waiters.wake()
+        # Its segment writers go too: a stream re-created under the name has segments of the same
+        # names, which must start from what the store holds, not from these tails.
+        scope, stream = self.topics.stream_of(name)
+        prefix = f"{scope}/{stream}/"
+        for segment in [n for n in self._writers if n.startswith(prefix)]:
+            self._writers.pop(segment).discard_index()
+
+    def _drop_stored_state(self, name: str) -> None:
+        """Blocking (the deleting worker, before the stream goes): a deleted topic's log starts and
+        index segments, which a topic or stream re-created under the name would otherwise load as its
+        own (its segments have the same names)."""
+        starts = [e.key for e in self.tables.entries(LOG_STARTS_TABLE, name.encode() + b"\0")]
+        if starts:
+            self.tables.remove(LOG_STARTS_TABLE, starts)
+        for segment in self.topics.segment_history(name):
+            with contextlib.suppress(SegmentNotFoundError):
+                self.store.delete(segment + INDEX_SUFFIX).result(BLOCKING_TIMEOUT)
 
     def _reload_after_failure(self, topic: str) -> None:
         """After a failed append the partition's offsets and the segment tails this gateway assumed are
