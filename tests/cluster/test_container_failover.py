@@ -1,0 +1,124 @@
+"""Segment containers that move between nodes (store/cluster/containers.py) with real ZooKeeper and real
+logd replicas: a clean handover when a node joins, and a node whose session dies while its container
+keeps running (a zombie) -- the new owner recovers every acknowledged append and the zombie can append
+nothing more."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+
+from millrace.store.cluster.containers import SegmentContainerHost, replicated_logs
+from millrace.store.cluster.layout import NodeInfo
+from millrace.store.cluster.log_metadata import ZooKeeperLogMetadataStore
+from millrace.store.cluster.member import ClusterMember, connect
+from millrace.store.containers.container import SegmentContainer
+from millrace.store.errors import StoreError
+from millrace.store.lts.filesystem import FileSystemChunkStorage
+from tests.cluster.test_membership import wait_until
+from tests.durablelog.logd_process import Replicas
+
+CONTAINERS = 2
+
+
+class ZombieCapableHost(SegmentContainerHost):
+    """With ``deaf`` set, ``stop_container`` is never heard: the container keeps running, as on a node
+    that is paused or partitioned while its term ends."""
+
+    deaf = False
+
+    def stop_container(self, container_id: int) -> None:
+        if not self.deaf:
+            super().stop_container(container_id)
+
+
+@dataclass
+class Node:
+    client: KazooClient
+    host: ZombieCapableHost
+    member: ClusterMember
+
+    def running(self) -> set[int]:
+        return set(self.host.terms())
+
+
+class Nodes:
+    def __init__(self, hosts: str, replicas: Replicas, lts: Path) -> None:
+        self.hosts = hosts
+        self.replicas = replicas
+        self.lts = lts
+        self.started: list[Node] = []
+
+    def join(self, node_id: str) -> Node:
+        client = connect(self.hosts)
+        logs = replicated_logs(ZooKeeperLogMetadataStore(client), self.replicas.config())
+        host = ZombieCapableHost(FileSystemChunkStorage(str(self.lts)), logs)
+        member = ClusterMember(client, NodeInfo(node_id, "127.0.0.1"), CONTAINERS, host).start()
+        node = Node(client, host, member)
+        self.started.append(node)
+        return node
+
+    def close(self) -> None:
+        for node in self.started:
+            node.member.close()
+            node.host.deaf = False
+            node.host.close()
+            node.client.stop()
+            node.client.close()
+
+
+@pytest.fixture
+def nodes(zk_hosts: str, tmp_path: Path) -> Iterator[Nodes]:
+    replicas = Replicas(tmp_path / "replicas", 3).start()
+    group = Nodes(zk_hosts, replicas, tmp_path / "lts")
+    try:
+        yield group
+    finally:
+        group.close()
+        replicas.close()
+
+
+def read_segment(container: SegmentContainer, name: str) -> bytes:
+    """Everything the segment holds, read in as many calls as the container answers with."""
+    length = container.get_info(name).length
+    data = b""
+    while len(data) < length:
+        data += container.read(name, len(data), length - len(data)).result(30).data
+    return data
+
+
+def test_containers_move_with_their_data_and_a_zombie_owner_is_fenced(nodes: Nodes) -> None:
+    a = nodes.join("a")
+    wait_until(lambda: a.running() == {0, 1}, "a runs both containers")
+    moved = a.host.container(1)
+    moved.create_segment("seg-1", {}).result(30)
+    for i in range(50):
+        moved.append("seg-1", f"one-{i};".encode(), None, []).result(30)
+
+    b = nodes.join("b")  # a keeps container 0 and hands container 1 over cleanly
+    wait_until(lambda: a.running() == {0} and b.running() == {1}, "a runs 0, b runs 1")
+    assert b.host.terms()[1].epoch == 2
+    assert read_segment(b.host.container(1), "seg-1") == b"".join(f"one-{i};".encode() for i in range(50))
+
+    kept = a.host.container(0)
+    kept.create_segment("seg-0", {}).result(30)
+    acknowledged = b"".join(f"zero-{i};".encode() for i in range(50))
+    for i in range(50):
+        kept.append("seg-0", f"zero-{i};".encode(), None, []).result(30)
+    a.host.deaf = True
+    a.client.stop()  # a's session ends; its container 0 never hears it and runs on as a zombie
+    wait_until(lambda: b.running() == {0, 1}, "b runs both containers")
+    assert b.host.terms()[0].epoch == 2
+    taken = b.host.container(0)
+    assert read_segment(taken, "seg-0") == acknowledged  # every acknowledged append, recovered
+    with pytest.raises(StoreError) as refused:
+        kept.append("seg-0", b"zombie;", None, []).result(30)  # fenced on the replicas
+    assert "DataLogWriterFencedError" in str(refused.value)  # the container failed on its fenced log
+    assert taken.epoch > kept.epoch
+    taken.append("seg-0", b"after;", None, []).result(30)
+    assert read_segment(taken, "seg-0") == acknowledged + b"after;"
+    kept.close()
