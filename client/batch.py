@@ -4,9 +4,10 @@ manner of Pravega's batch API.
 ``list_segments`` turns two cuts into ``SegmentRange`` s, one per segment that holds data between them
 (segment id, start and end offset); ``read_segment`` iterates one range's committed events. Ranges do
 not depend on each other, so a job hands them to threads or processes and reads a stream's history in
-parallel; nothing is coordinated and nothing is stored on the server. Only order within a range is
-given: per routing key, a segment's events come before its successors' (``SegmentRange.predecessors``
-says which ranges those are), as a reader group would deliver them.
+parallel; nothing is coordinated and nothing is stored on the server. Events come in segment order
+within a range; between ranges the only order is per routing key: a key's events in a segment come
+before its events in the segment's successors (``SegmentRange.predecessors`` names them), which is the
+order a reader group delivers them in.
 
 Where a segment's range lies, from the stream's epoch history (``StreamDescription.history``): two
 segments whose key ranges overlap are never open at the same time, so the one created in the earlier
@@ -42,6 +43,7 @@ T = TypeVar("T")
 
 READ_WAIT_MS = 500  # a long poll while a range's end is not yet readable (an open Kafka transaction below it)
 SCALE_WAIT_S = 0.05  # between looks at a stream whose scale is under way
+_AFTER_CUT = -1  # _end's answer for a segment that lies wholly after the to-cut
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +124,7 @@ class BatchClient:
         for sid, segment in segments.items():
             start = _start(segment, start_at, segments)
             end = None if end_at is None else _end(segment, end_at, segments)
-            if start is None or end == -1:
+            if start is None or end == _AFTER_CUT:
                 if start is None and end_at is not None and sid in end_at:
                     raise InvalidStreamCutError(f"segment {sid} of the to-cut lies before the from-cut")
                 if start is not None and sid in start_at:
@@ -223,11 +225,11 @@ def _start(segment: Segment, cut: Mapping[int, int], segments: Mapping[int, Segm
 
 def _end(segment: Segment, cut: Mapping[int, int], segments: Mapping[int, Segment]) -> int | None:
     """Where ``segment``'s data before the to-cut ends: the cut's offset, None for its whole length,
-    -1 if it lies wholly after the cut."""
+    ``_AFTER_CUT`` if it lies wholly after the cut."""
     if segment.segment_id in cut:
         return cut[segment.segment_id]
     if any(_overlap(segment, segments[c]) and segment.epoch > segments[c].epoch for c in cut):
-        return -1
+        return _AFTER_CUT
     return None
 
 
