@@ -19,7 +19,16 @@ from millrace.client.byte_stream import ByteStreamReader, ByteStreamWriter
 from millrace.client.connection import ConnectionPool, Endpoint
 from millrace.client.controller import ControllerClient
 from millrace.client.kvtable import KeyValueTable
-from millrace.client.serializers import JsonSerializer, Serializer
+from millrace.client.reader_group import (
+    ReaderGroup,
+    ReaderGroupNotFoundError,
+    cut_positions,
+    open_state,
+    split_stream,
+    state_stream,
+)
+from millrace.client.reader_group_state import SegmentPosition, initial_state
+from millrace.client.serializers import BytesSerializer, JsonSerializer, Serializer
 from millrace.client.streams import (
     RetentionPolicy,
     ScalingPolicy,
@@ -32,7 +41,7 @@ from millrace.client.synchronizer import StateSynchronizer
 from millrace.client.transactions import DEFAULT_LEASE_MS, TransactionalEventStreamWriter
 from millrace.client.writer import EventStreamWriter
 from millrace.protocol.contracts import BYTE_STREAM_ATTRIBUTE, AttributeUpdate
-from millrace.protocol.errors import InvalidRequestError, StreamExistsError
+from millrace.protocol.errors import InvalidRequestError, StreamExistsError, StreamNotFoundError
 from millrace.protocol.wire import Command
 
 T = TypeVar("T")
@@ -248,6 +257,42 @@ class StreamManager:
         """Pravega's batch API: a stream's history between two cuts as segment ranges that tasks read
         in parallel (``list_segments``, ``read_segment``). It uses this manager's connections."""
         return BatchClient(self)
+
+    # -- reader groups ----------------------------------------------------------------------------------
+    def create_reader_group(self, name: str, scope: str, streams: str | list[str],
+                            start: StreamCut | list[StreamCut] | None = None,
+                            serializer: Serializer[T] | None = None) -> ReaderGroup[T]:
+        """A reader group ``name`` in ``scope`` reading ``streams`` (names in ``scope``, or
+        "other-scope/stream") from ``start`` (a cut per stream; by default each stream's head). If the
+        group exists already it is opened as it is. ``serializer`` turns event bytes into events
+        (bytes by default); readers may override it."""
+        wanted = [split_stream(scope, s) for s in ([streams] if isinstance(streams, str) else streams)]
+        cuts = {(c.scope, c.stream): c for c in ([start] if isinstance(start, StreamCut) else start or [])}
+        positions: dict[str, SegmentPosition] = {}
+        for sc, st in wanted:
+            positions.update(cut_positions(cuts.pop((sc, st), None) or self.head_cut(sc, st)))
+        if cuts:
+            raise InvalidRequestError(f"start cuts of streams the group does not read: {sorted(cuts)}")
+        initial = initial_state([f"{sc}/{st}" for sc, st in wanted], positions)
+        chosen: Any = serializer if serializer is not None else BytesSerializer()
+        return ReaderGroup(self, scope, name, open_state(self, scope, name, initial), chosen)
+
+    def reader_group(self, name: str, scope: str, serializer: Serializer[T] | None = None) -> ReaderGroup[T]:
+        """The existing reader group ``name`` of ``scope`` (ReaderGroupNotFoundError otherwise)."""
+        try:
+            self.describe_stream(scope, state_stream(name))
+        except StreamNotFoundError:
+            raise ReaderGroupNotFoundError(f"no reader group {name!r} in scope {scope!r}") from None
+        chosen: Any = serializer if serializer is not None else BytesSerializer()
+        return ReaderGroup(self, scope, name, open_state(self, scope, name, None), chosen)
+
+    def delete_reader_group(self, name: str, scope: str) -> None:
+        """Delete the group and its state (its readers fail at their next state refresh)."""
+        try:
+            self.seal_stream(scope, state_stream(name))
+            self.delete_stream(scope, state_stream(name))
+        except StreamNotFoundError:
+            raise ReaderGroupNotFoundError(f"no reader group {name!r} in scope {scope!r}") from None
 
     # -- lifetime -------------------------------------------------------------------------------------
     def close(self) -> None:
