@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from millrace.client.connection import Reply
-from millrace.client.segment_reader import SegmentEvent, SegmentEventReader
-from millrace.client.serializers import BytesSerializer, Serializer
+from millrace.client.segment_reader import SegmentEventReader
+from millrace.client.serializers import Serializer
 from millrace.client.streams import Segment, StreamCut, StreamDescription
 from millrace.protocol.contracts import SegmentInfo
 from millrace.protocol.errors import ConnectionLostError, InvalidStreamCutError, SegmentNotFoundError
@@ -192,22 +192,21 @@ class BatchClient:
         A read whose connection drops is sent again once on a new connection (reads are safe to
         repeat), so a server restart costs nothing; ConnectionLostError if that fails too,
         SegmentTruncatedError if the range was truncated away since it was listed."""
-        decode: Serializer[Any] = serializer if serializer is not None else BytesSerializer()
+        # Per event, so bound once: the default keeps the bytes as they are without a call.
+        deserialize: Callable[[bytes], Any] | None = None if serializer is None else serializer.deserialize
         r = segment_range
         reader = SegmentEventReader(self.controller, r.scope, r.stream, r.segment_id, offset=r.start_offset,
                                     end_offset=r.end_offset)
+        read_next = reader.read_next
         while True:
-            raw = reader.read_next(wait_ms=READ_WAIT_MS)
+            raw = read_next(READ_WAIT_MS)
             if raw is None:
                 if reader.at_end:
                     return
                 continue  # the range's end is not readable yet: an open transaction below it
-            yield _event(raw, decode.deserialize(raw.data))
-
-
-def _event(raw: SegmentEvent, data: T) -> BatchEvent[T]:
-    return BatchEvent(data, raw.key, raw.segment_id, raw.position, raw.index, raw.partition, raw.kafka_offset,
-                      raw.timestamp_ms)
+            data: Any = raw.data if deserialize is None else deserialize(raw.data)
+            yield BatchEvent(data, raw.key, raw.segment_id, raw.position, raw.index, raw.partition,
+                             raw.kafka_offset, raw.timestamp_ms)
 
 
 def _overlap(a: Segment, b: Segment) -> bool:
