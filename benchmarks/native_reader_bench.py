@@ -228,9 +228,11 @@ class Readers:
         return run
 
     def group(self) -> Callable[[], tuple[int, int]]:
-        """A reader group of one reader from the head of the topic's stream."""
+        """A reader group of one reader from the head of the topic's stream (the group's own state
+        lives in another scope: the Kafka scope holds topics)."""
         sm = StreamManager(self.uri)
-        group = sm.create_reader_group(f"bench-{time.monotonic_ns()}", "kafka", self.topic)  # type: ignore[attr-defined]
+        sm.create_scope("reader-bench")
+        group = sm.create_reader_group(f"g{time.monotonic_ns()}", "reader-bench", f"kafka/{self.topic}")
         reader = group.create_reader("reader-1")
 
         def run() -> tuple[int, int]:
@@ -240,7 +242,7 @@ class Readers:
                 if event is None:
                     break
                 count += 1
-                size += len(event.data)
+                size += len(event.data or b"")
             reader.close()
             sm.close()
             return count, size
