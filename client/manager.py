@@ -61,7 +61,7 @@ class StreamManager:
         return self.controller.create_scope(scope)
 
     def delete_scope(self, scope: str) -> None:
-        """Delete an empty scope (ScopeNotEmptyError while it holds streams)."""
+        """Delete an empty scope (ScopeNotEmptyError while it holds streams or key-value tables)."""
         self.controller.delete_scope(scope)
 
     def list_scopes(self) -> list[str]:

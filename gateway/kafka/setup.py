@@ -9,6 +9,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 from twisted.internet import reactor, task
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
 
@@ -21,7 +22,7 @@ from millrace.gateway.kafka.registry import load_handlers
 from millrace.gateway.kafka.scaling import KafkaScaling
 from millrace.gateway.kafka.topics import TopicRegistry
 from millrace.gateway.kafka.transactions import TransactionCoordinator
-from millrace.store.controller import Controller
+from millrace.store.controller import Controller, RetentionType
 from millrace.store.errors import SegmentExistsError, TableKeyVersionMismatchError
 from millrace.store.segment_store import SegmentStore
 from millrace.store.tables import NOT_EXISTS, TableStore
@@ -70,8 +71,33 @@ def _retention_failed(failure: Failure, topic: str) -> None:
     log.warning("retention of %s failed: %s", topic, failure.getErrorMessage())
 
 
+def _stream_retention(broker: Broker, name: str) -> tuple[int, int]:
+    """Blocking: (retention ms, retention bytes), -1 meaning unlimited, from the retention policy of the
+    native stream recorded under ``name`` (its configuration is the controller's, and may change)."""
+    policy = broker.controller.get_stream(*broker.topics.stream_of(name)).config.retention
+    if policy.type == RetentionType.TIME:
+        return policy.value, -1
+    if policy.type == RetentionType.SIZE:
+        return -1, policy.value
+    return -1, -1
+
+
+def enforce_stream_retention(broker: Broker, name: str) -> Deferred[None]:
+    """Look up a native stream's retention policy (worker pool), then apply it on the reactor."""
+
+    def apply(limits: tuple[int, int]) -> None:
+        topic = broker.topics.record(name)
+        if topic is None or limits == (-1, -1):
+            return
+        for d in broker.partitions.enforce_stream_retention(topic, *limits):
+            d.addErrback(_retention_failed, name)
+
+    return broker.blocking(_stream_retention, broker, name).addCallback(apply)
+
+
 def start_background(broker: Broker) -> task.LoopingCall:
-    """Periodic work on the reactor: retention enforcement for every topic; the transaction coordinator
+    """Periodic work on the reactor: retention enforcement for every topic (its retention configs) and
+    every stream event writers partitioned (its stream retention policy); the transaction coordinator
     finishes transactions a crash left prepared and aborts those past their timeout."""
     broker.transactions.start()
 
@@ -81,6 +107,9 @@ def start_background(broker: Broker) -> task.LoopingCall:
             if topic is not None:
                 for d in broker.partitions.enforce_retention(topic):
                     d.addErrback(_retention_failed, name)
+        for name in broker.topics.record_keys():
+            if broker.topics.get(name) is None:  # not a Kafka topic: a native stream's record
+                enforce_stream_retention(broker, name).addErrback(_retention_failed, name)
 
     loop = task.LoopingCall(enforce)
     loop.start(broker.config.retention_check_seconds, now=False)

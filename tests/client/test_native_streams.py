@@ -7,12 +7,13 @@ from __future__ import annotations
 import socket
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import Future
 
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from millrace import EventPosition, StreamManager, StringSerializer, WriterFencedError
+from millrace import EventPosition, RetentionPolicy, StreamManager, StringSerializer, WriterFencedError
 from millrace.client.segments import SegmentClient
 from millrace.gateway.kafka.partitions.formats import ENVELOPE, ENVELOPE_MAGIC, INDEX_SUFFIX
 from millrace.gateway.kafka_protocol.records import iter_batches
@@ -215,5 +216,75 @@ def test_a_deleted_stream_re_created_under_its_name_starts_fresh(tmp_path) -> No
                 assert len({f.result(30).partition for f in written}) == 16
             events = stored_events(server, sm, "redo", "s")
             assert len(events) == 210 and _offsets_are_dense(events)
+    finally:
+        server.kill()
+
+
+def retained_events(server: ServerProcess, sm: StreamManager, scope: str,
+                    stream: str) -> list[tuple[int, int, bytes | None, bytes | None]]:
+    """Like ``stored_events``, from each current segment's start (after truncation) to its end."""
+    found = []
+    with SegmentClient("127.0.0.1", server.native_port) as segments:
+        for state in sm.describe_stream(scope, stream).segments:
+            name = state.segment.name
+            data = b""
+            start = segments.get_info(name).start_offset
+            while True:
+                got = segments.read(name, start + len(data))
+                data += got.data
+                if not got.data:
+                    break
+            position = 0
+            while position < len(data):
+                magic, _, partition, size = ENVELOPE.unpack_from(data, position)
+                assert magic == ENVELOPE_MAGIC
+                begin = position + ENVELOPE.size
+                for batch in iter_batches(data[begin:begin + size]):
+                    found += [(partition, r.offset, r.key, r.value) for r in batch.records()]
+                position = begin + size
+    return sorted(found)
+
+
+def _wait_until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 60
+    while not condition():
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.1)
+
+
+def test_a_native_stream_s_retention_policy_truncates_it(tmp_path) -> None:
+    """The stream's own retention policy drives the gateway's retention for event-written streams:
+    by size over the whole stream (oldest batches first), by time per batch."""
+    data = str(tmp_path / "data")
+    server = ServerProcess(data, "--retention-check-seconds", "0.2").start()
+    try:
+        with StreamManager(f"tcp://127.0.0.1:{server.native_port}") as sm:
+            sm.create_scope("ret")
+            sm.create_stream("ret", "by-size", initial_segments=2, retention=RetentionPolicy.by_size(4000))
+            payloads = [b"%04d" % i + b"x" * 96 for i in range(300)]
+            with sm.create_writer("ret", "by-size") as writer:
+                for i, payload in enumerate(payloads):
+                    writer.write_event(payload, routing_key=f"k{i}").result(30)
+
+            def segment_starts() -> list[int]:
+                return [s.start_offset or 0 for s in sm.describe_stream("ret", "by-size").segments]
+
+            _wait_until(lambda: all(start > 0 for start in segment_starts()), "both segments truncated")
+            kept = [v for _, _, _, v in retained_events(server, sm, "ret", "by-size")]
+            assert len(kept) < len(payloads) // 2  # 30 KB written, a 4 KB policy
+            assert set(payloads[-20:]) <= set(kept)  # the newest 2 KB are all there
+
+            sm.create_stream("ret", "by-time", initial_segments=1, retention=RetentionPolicy.by_time(500))
+            with sm.create_writer("ret", "by-time") as writer:
+                old = [writer.write_event(b"old", routing_key="k").result(30) for _ in range(20)]
+
+                def all_dropped() -> bool:
+                    (state,) = sm.describe_stream("ret", "by-time").segments
+                    return state.start_offset == state.length
+
+                _wait_until(all_dropped, "every batch older than 500 ms dropped")
+                new = writer.write_event(b"new", routing_key="k").result(30)
+            assert new.offset == old[-1].offset + 1  # offsets go on after the dropped ones
+            assert [v for _, _, _, v in retained_events(server, sm, "ret", "by-time")] == [b"new"]
     finally:
         server.kill()

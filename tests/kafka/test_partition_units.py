@@ -16,7 +16,11 @@ from millrace.gateway.kafka.partitions.loading import LoadedTopic
 from millrace.gateway.kafka.partitions.offset_index import OffsetIndex
 from millrace.gateway.kafka.partitions.partition import PartitionLog
 from millrace.gateway.kafka.partitions.producers import PRODUCER_WINDOW, Producers
-from millrace.gateway.kafka.partitions.retention import retained_start, truncation_points
+from millrace.gateway.kafka.partitions.retention import (
+    retained_start,
+    stream_retained_starts,
+    truncation_points,
+)
 from millrace.gateway.kafka.partitions.segments import SegmentWriter
 from millrace.gateway.kafka.partitions.storage import SegmentPartitionStorage
 from millrace.gateway.kafka.partitions.waiters import Waiters, wait_for_any
@@ -170,6 +174,31 @@ def test_retention_by_time_and_size_moves_whole_durable_batches() -> None:
     assert retained_start(p, -1, 250, now_ms=10_000) == 2  # whole batches: down to 200
     p.watermark = HighWatermark(1)  # only durable batches may go
     assert retained_start(p, 0, -1, now_ms=10_000) == 1
+
+
+def test_stream_size_retention_drops_the_oldest_batches_across_partitions() -> None:
+    """A native stream's size policy covers the whole stream: the oldest durable batches go first,
+    whichever partition holds them, each partition only from its front."""
+
+    def stream() -> tuple[PartitionLog, PartitionLog]:
+        shared = writer("shared", 1000)
+        a, b = PartitionLog("t", 0, shared), PartitionLog("t", 1, shared)
+        for base in range(4):  # timestamps 1000..1003
+            a.recovered(shared, entry(0, base, 1, 10 + base * 110))
+        for base in range(2):  # newer: timestamps 1500, 1501
+            b.recovered(shared, IndexEntry(1, base, 500 + base * 110, 100, 0, 1500 + base, -1, 0, 0, 0))
+        a.open_at(0)
+        b.open_at(0)
+        return a, b
+
+    a, b = stream()
+    assert stream_retained_starts([a, b], -1, -1, now_ms=10_000) == [0, 0]
+    assert stream_retained_starts([a, b], -1, 300, now_ms=10_000) == [3, 0]  # 600 bytes: a's three oldest go
+    assert retained_start(a, -1, 300, now_ms=10_000) == 1  # where a topic's per-partition limit would stop
+    assert stream_retained_starts([a, b], -1, 150, now_ms=10_000) == [4, 1]
+    assert stream_retained_starts([a, b], 8_998, 300, now_ms=10_000) == [3, 0]  # time first, then size
+    a.watermark = HighWatermark(2)  # only durable batches may go: b's older one goes instead
+    assert stream_retained_starts([a, b], -1, 300, now_ms=10_000) == [2, 1]
 
 
 def test_a_segment_is_truncated_below_the_first_batch_any_partition_needs() -> None:

@@ -9,7 +9,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import heapq
+from collections.abc import Iterable, Sequence
 
 from millrace.gateway.kafka.partitions.formats import ENVELOPE
 from millrace.gateway.kafka.partitions.partition import PartitionLog
@@ -33,6 +34,33 @@ def retained_start(p: PartitionLog, retention_ms: int, retention_bytes: int, now
             size -= index.length[i]
             new_start = max(new_start, index.last[i] + 1)
     return new_start
+
+
+def stream_retained_starts(parts: Sequence[PartitionLog], retention_ms: int, retention_bytes: int,
+                           now_ms: int) -> list[int]:
+    """The log start of each of a native stream's partitions under its retention policy (-1 =
+    unlimited): a time limit applies to each batch as ``retention.ms`` does; a size limit applies to
+    the whole stream, as a stream's policy means it, dropping the oldest durable batches (by their
+    timestamps, each partition from its front) until what remains fits."""
+    starts = [retained_start(p, retention_ms, -1, now_ms) for p in parts]
+    if retention_bytes < 0:
+        return starts
+    durable = [p.index.entries_below(p.high_watermark) for p in parts]
+    # Each partition's first batch at or past its (time-retained) start, and the bytes from there on.
+    fronts = [p.index.entry_at(start) for p, start in zip(parts, starts, strict=True)]
+    size = sum(sum(p.index.length[i] for i in range(front, len(p.index)))
+               for p, front in zip(parts, fronts, strict=True))
+    candidates = [(p.index.max_ts[front], k, front) for k, (p, front) in enumerate(zip(parts, fronts, strict=True))
+                  if front < durable[k]]
+    heapq.heapify(candidates)
+    while size > retention_bytes and candidates:
+        _, k, i = heapq.heappop(candidates)
+        index = parts[k].index
+        size -= index.length[i]
+        starts[k] = max(starts[k], index.last[i] + 1)
+        if i + 1 < durable[k]:
+            heapq.heappush(candidates, (index.max_ts[i + 1], k, i + 1))
+    return starts
 
 
 def truncation_points(parts: Iterable[PartitionLog]) -> dict[str, int]:

@@ -519,6 +519,16 @@ class SegmentPartitionStorage(PartitionStorage):
             if offset > 0:
                 to_deferred(self.store.truncate(name, offset)).addErrback(_log_failure, "truncating", name)
 
+    def enforce_stream_retention(self, topic: TopicInfo, retention_ms: int, retention_bytes: int,
+                                 now_ms: int | None = None) -> list[defer.Deferred[int]]:
+        """Apply a native stream's retention policy (-1 = unlimited) to its partitions: time per batch,
+        size over the whole stream (``retention.stream_retained_starts``)."""
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        parts = self._topics.get(topic.name, [])
+        starts = retention.stream_retained_starts(parts, retention_ms, retention_bytes, now_ms)
+        return [self._advance_log_start(p, start) for p, start in zip(parts, starts, strict=True)
+                if start > p.log_start]
+
     def enforce_retention(self, topic: TopicInfo, now_ms: int | None = None) -> list[defer.Deferred[int]]:
         """Apply retention.ms and retention.bytes to every partition of ``topic``."""
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
