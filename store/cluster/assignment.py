@@ -11,12 +11,16 @@ Invariants of ``balance`` (checked by tests/cluster/test_assignment_policy.py):
 - with no live node, containers are left unowned (node None) and keep their epoch;
 - the result depends only on the inputs (ties broken by node id, then container id): ``balance`` of
   its own output changes nothing.
+
+``plan_handovers`` turns a balanced target into what may be written now: a container leaves a *live*
+owner only after that owner released its term (stopped the container cleanly), so two live nodes
+never run one container at once; containers of dead owners move at once (fencing covers a zombie).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -70,3 +74,28 @@ def balance(current: Mapping[int, Assignment], container_count: int,
         load[node] += 1
         result[cid] = Assignment(node, live[node], assignments[cid].epoch + 1)
     return dict(sorted(result.items()))
+
+
+def plan_handovers(current: Mapping[int, Assignment], target: Mapping[int, Assignment], live: Mapping[str, int],
+                   released: Mapping[int, int]) -> tuple[dict[int, Assignment], set[int]]:
+    """Split ``target`` (from ``balance``) into the assignments to write now and the containers whose
+    live owner must first release them. ``released`` maps a container to the epoch its owner released.
+
+    - a move away from a live owner waits until that owner released the current epoch;
+    - a move away from a dead owner (or an unowned container) is written at once;
+    - a container released but meant to stay (its would-be new owner died meanwhile) gets a new term on
+      the same owner, since the owner stopped it for good in the released one.
+    """
+    write: dict[int, Assignment] = {}
+    release: set[int] = set()
+    for cid, wanted in target.items():
+        now = current.get(cid, Assignment())
+        was_released = now.node is not None and released.get(cid) == now.epoch
+        if wanted == now:
+            if was_released:
+                write[cid] = replace(now, epoch=now.epoch + 1)
+        elif now.owned_by(live) and not was_released:
+            release.add(cid)
+        else:
+            write[cid] = wanted
+    return write, release

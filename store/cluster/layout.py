@@ -4,9 +4,11 @@
     <root>/nodes/<node id>         ephemeral: NodeInfo of a live node (its session holds it)
     <root>/leader/candidate-NNNN   ephemeral sequential: the lowest is the elected assigner
     <root>/containers/<id>         ContainerOwner: the node, its incarnation and the ownership epoch
+    <root>/handovers/<id>          Handover: the assigner asks the live owner of epoch e to release the
+                                   container; the owner stops it and marks the request released
     <root>/logs/<log name>         a replicated log's LogRecord (the znode version is its version)
 
-Every write of ``containers/`` is one transaction that also checks the writer's candidate znode, so
+Every write of ``containers/`` (and the assigner's writes of ``handovers/``) is one transaction that also checks the writer's candidate znode, so
 only an elected assigner whose session still lives can change ownership. Node ids are single znode
 names: letters, digits, ``_ . -``.
 """
@@ -64,6 +66,13 @@ class ClusterPaths:
         return f"{self.containers}/{container_id}"
 
     @property
+    def handovers(self) -> str:
+        return f"{self.root}/handovers"
+
+    def handover(self, container_id: int) -> str:
+        return f"{self.handovers}/{container_id}"
+
+    @property
     def logs(self) -> str:
         return f"{self.root}/logs"
 
@@ -105,3 +114,19 @@ def decode_assignment(data: bytes) -> Assignment:
 def candidate_sequence(name: str) -> int:
     """The sequence number ZooKeeper appended to a candidate znode's name."""
     return int(name.rsplit("-", 1)[1])
+
+
+@dataclass(frozen=True)
+class Handover:
+    """A request that the owner of ``epoch`` release the container (``released`` once it has)."""
+
+    epoch: int
+    released: bool = False
+
+    def encode(self) -> bytes:
+        return json.dumps({"epoch": self.epoch, "released": self.released}).encode()
+
+    @staticmethod
+    def decode(data: bytes) -> Handover:
+        raw = json.loads(data)
+        return Handover(int(raw["epoch"]), bool(raw["released"]))

@@ -9,7 +9,10 @@ therefore costs one pass, never a wrong state.
 Invariants:
 - a node owns container c in term e only while ``containers/c`` names this node, this registration's
   incarnation and epoch e; it is told ``start_container`` once per such term and ``stop_container``
-  when the term ends (reassigned, session lost, or ``close``), stops always before starts;
+  when the term ends (reassigned, handed over, session lost, or ``close``), stops always before starts;
+- a container moves away from a live node only through a handover: the assigner asks
+  (``handovers/c`` for epoch e), the owner stops the container and marks the request released, and
+  only then does the assigner give c to the new owner, so two live members never run it at once;
 - only the elected assigner writes ``containers/``, each write a transaction that also checks its
   candidate znode, so an assigner whose session expired (its candidate deleted, a successor elected)
   can change nothing;
@@ -32,12 +35,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 from kazoo.protocol.states import WatchedEvent
 
-from millrace.store.cluster.assignment import Assignment, balance
+from millrace.store.cluster.assignment import Assignment, balance, plan_handovers
 from millrace.store.cluster.layout import (
     ClusterPaths,
+    Handover,
     NodeInfo,
     candidate_sequence,
     decode_assignment,
@@ -76,7 +80,7 @@ def connect(hosts: str, session_timeout: float = 10.0, connect_timeout: float = 
 def ensure_cluster(client: KazooClient, paths: ClusterPaths, container_count: int) -> None:
     """Create the cluster's znodes, fixing its container count; a different count is refused (containers
     are the unit of ownership and of segment placement: their number cannot change under a cluster)."""
-    for path in (paths.nodes, paths.leader, paths.containers, paths.logs):
+    for path in (paths.nodes, paths.leader, paths.containers, paths.handovers, paths.logs):
         client.ensure_path(path)
     try:
         client.create(paths.config, json.dumps({"containers": container_count}).encode())
@@ -117,6 +121,26 @@ def read_assignments(client: KazooClient, paths: ClusterPaths, container_count: 
                 result[cid] = (Assignment(), None)
                 continue
         result[cid] = (decode_assignment(data), stat.version)
+    return result
+
+
+def read_handovers(client: KazooClient, paths: ClusterPaths, container_count: int,
+                   watch: Callable[[WatchedEvent], None] | None = None) -> dict[int, tuple[Handover, int]]:
+    """Pending and released handover requests with their znode versions (with ``watch``, also watch
+    for requests still to be created)."""
+    result: dict[int, tuple[Handover, int]] = {}
+    for cid in range(container_count):
+        path = paths.handover(cid)
+        try:
+            data, stat = client.get(path, watch=watch)
+        except NoNodeError:
+            if watch is None or client.exists(path, watch=watch) is None:
+                continue
+            try:
+                data, stat = client.get(path, watch=watch)  # created meanwhile
+            except NoNodeError:
+                continue
+        result[cid] = (Handover.decode(data), stat.version)
     return result
 
 
@@ -308,38 +332,74 @@ class ClusterMember:
         live = {name: incarnation
                 for name, (_, incarnation) in live_nodes(self.client, self.paths, self._on_watch).items()}
         current = read_assignments(self.client, self.paths, self.container_count)
-        target = balance({cid: a for cid, (a, _) in current.items()}, self.container_count, live)
-        changed = [cid for cid in range(self.container_count) if target[cid] != current[cid][0]]
-        if not changed:
-            return
+        handovers = read_handovers(self.client, self.paths, self.container_count, self._on_watch)
+        assignments = {cid: a for cid, (a, _) in current.items()}
+        released = {cid: h.epoch for cid, (h, _) in handovers.items() if h.released}
+        target = balance(assignments, self.container_count, live)
+        write, release = plan_handovers(assignments, target, live, released)
         transaction = self.client.transaction()
         transaction.check(self._candidate, 0)
-        for cid in changed:
+        changes = 0
+        for cid, assignment in write.items():
             version = current[cid][1]
-            data = encode_assignment(target[cid])
+            data = encode_assignment(assignment)
             if version is None:
                 transaction.create(self.paths.container(cid), data)
             else:
                 transaction.set_data(self.paths.container(cid), data, version=version)
+            changes += 1
+        for cid in release:
+            request = Handover(assignments[cid].epoch).encode()
+            if cid not in handovers:
+                transaction.create(self.paths.handover(cid), request)
+                changes += 1
+            elif handovers[cid][0].epoch != assignments[cid].epoch:
+                transaction.set_data(self.paths.handover(cid), request, version=handovers[cid][1])
+                changes += 1
+        for cid, (_, version) in handovers.items():
+            if cid not in release:  # done (moved or restarted above), cancelled, or of an older term
+                transaction.delete(self.paths.handover(cid), version=version)
+                changes += 1
+        if not changes:
+            return
         results = transaction.commit()
         if any(isinstance(r, Exception) for r in results):
             log.info("cluster member %s: assignment transaction refused (%s); re-reading", self.info.node_id,
                      results)
             self._wake.set()
             return
-        for cid in changed:
-            log.info("cluster: container %d -> %s (epoch %d)", cid, target[cid].node, target[cid].epoch)
+        for cid, assignment in write.items():
+            log.info("cluster: container %d -> %s (epoch %d)", cid, assignment.node, assignment.epoch)
+        for cid in release:
+            log.info("cluster: container %d: asking %s to release epoch %d", cid, assignments[cid].node,
+                     assignments[cid].epoch)
 
     def _follow(self) -> None:
-        """Stop what is no longer ours, then start what newly is."""
+        """Stop what is no longer ours or is to be handed over, mark the handovers released, then start
+        what newly is ours."""
+        handovers = read_handovers(self.client, self.paths, self.container_count, self._on_watch)
         mine: dict[int, OwnershipTerm] = {}
+        releasing: dict[int, tuple[Handover, int]] = {}
         for cid, (a, version) in read_assignments(self.client, self.paths, self.container_count,
                                                   self._on_watch).items():
-            if version is not None and a.node == self.info.node_id and a.incarnation == self._incarnation:
-                mine[cid] = OwnershipTerm(cid, a.epoch, OwnerGuard(self.paths.container(cid), version))
+            if version is None or a.node != self.info.node_id or a.incarnation != self._incarnation:
+                continue
+            pending = handovers.get(cid)
+            if pending is not None and pending[0].epoch == a.epoch:
+                releasing[cid] = pending  # this term is over: stop and say so, never start
+                continue
+            mine[cid] = OwnershipTerm(cid, a.epoch, OwnerGuard(self.paths.container(cid), version))
         for cid, term in list(self._running.items()):
             if mine.get(cid) != term:
                 self._stop(cid)
+        for cid, (request, version) in sorted(releasing.items()):
+            if not request.released:
+                # A cancelled request (gone, or rewritten) is seen on the next pass.
+                with contextlib.suppress(NoNodeError, BadVersionError):
+                    self.client.set(self.paths.handover(cid), Handover(request.epoch, True).encode(),
+                                    version=version)
+                    log.info("cluster member %s: released container %d (epoch %d)", self.info.node_id, cid,
+                             request.epoch)
         for cid, term in sorted(mine.items()):
             if cid in self._running or (cid, term.epoch) in self._failed_terms:
                 continue

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from millrace.store.cluster.assignment import Assignment, balance
+from millrace.store.cluster.assignment import Assignment, balance, plan_handovers
 
 NODES = [f"n{i}" for i in range(6)]
 
@@ -96,3 +96,32 @@ def test_balance_invariants(current: dict[int, Assignment], container_count: int
     moved = sum(1 for cid in result if result[cid] != before[cid])
     assert moved == container_count - most_kept
     assert balance(result, container_count, live) == result
+
+
+def test_a_live_owner_releases_before_its_container_moves() -> None:
+    live = {"a": 1, "b": 2}
+    current = balance({}, 4, {"a": 1})  # a holds all four
+    target = balance(current, 4, live)
+    moving = {cid for cid in current if target[cid] != current[cid]}
+    assert moving == {2, 3}
+    write, release = plan_handovers(current, target, live, {})
+    assert write == {} and release == moving  # ask a first
+    write, release = plan_handovers(current, target, live, {2: current[2].epoch})
+    assert write == {2: target[2]} and release == {3}  # a released 2 only
+    stale = plan_handovers(current, target, live, {3: current[3].epoch - 1})  # an older term's release
+    assert stale == ({}, moving)
+
+
+def test_dead_owners_containers_move_without_a_handover() -> None:
+    current = balance({}, 4, {"a": 1, "b": 2})
+    target = balance(current, 4, {"a": 1})
+    write, release = plan_handovers(current, target, {"a": 1}, {})
+    assert release == set() and write == {cid: a for cid, a in target.items() if current[cid].node == "b"}
+
+
+def test_a_released_container_that_stays_gets_a_new_term() -> None:
+    """b joined, a released container 3 for b, then b died: 3 stays with a, restarted in a new term."""
+    current = balance({}, 4, {"a": 1})
+    target = balance(current, 4, {"a": 1})  # b is gone again
+    write, release = plan_handovers(current, target, {"a": 1}, {3: current[3].epoch})
+    assert release == set() and write == {3: Assignment("a", 1, current[3].epoch + 1)}

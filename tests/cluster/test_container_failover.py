@@ -102,6 +102,7 @@ def test_containers_move_with_their_data_and_a_zombie_owner_is_fenced(nodes: Nod
     b = nodes.join("b")  # a keeps container 0 and hands container 1 over cleanly
     wait_until(lambda: a.running() == {0} and b.running() == {1}, "a runs 0, b runs 1")
     assert b.host.terms()[1].epoch == 2
+    assert moved.state == "closed"  # handed over: closed cleanly before b opened its log
     assert read_segment(b.host.container(1), "seg-1") == b"".join(f"one-{i};".encode() for i in range(50))
 
     kept = a.host.container(0)

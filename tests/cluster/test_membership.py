@@ -39,18 +39,37 @@ def wait_until(condition: Callable[[], object], what: str, timeout: float = 60.0
 
 
 @dataclass
+class Everywhere:
+    """Which node runs each container across the whole in-process cluster, and every time two ran one."""
+
+    running: dict[int, str] = field(default_factory=dict)
+    overlaps: list[tuple[int, str, str]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@dataclass
 class RecordingHost:
+    node_id: str
+    everywhere: Everywhere
     events: list[tuple[str, int, int]] = field(default_factory=list)
     running: dict[int, int] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def start_container(self, term: OwnershipTerm) -> None:
+        with self.everywhere.lock:
+            other = self.everywhere.running.get(term.container_id)
+            if other is not None:
+                self.everywhere.overlaps.append((term.container_id, other, self.node_id))
+            self.everywhere.running[term.container_id] = self.node_id
         with self.lock:
             assert term.container_id not in self.running, "started twice without a stop"
             self.running[term.container_id] = term.epoch
             self.events.append(("start", term.container_id, term.epoch))
 
     def stop_container(self, container_id: int) -> None:
+        with self.everywhere.lock:
+            if self.everywhere.running.get(container_id) == self.node_id:
+                del self.everywhere.running[container_id]
         with self.lock:
             epoch = self.running.pop(container_id)
             self.events.append(("stop", container_id, epoch))
@@ -70,11 +89,12 @@ class Cluster:
     def __init__(self, hosts: str) -> None:
         self.hosts = hosts
         self.nodes: dict[str, Node] = {}
+        self.everywhere = Everywhere()
         self.observer = connect(hosts)
 
     def join(self, node_id: str, session_timeout: float = 10.0) -> Node:
         client = connect(self.hosts, session_timeout=session_timeout)
-        host = RecordingHost()
+        host = RecordingHost(node_id, self.everywhere)
         info = NodeInfo(node_id, "127.0.0.1", {"kafka": 9092}, {"kafka": f"{node_id}.example:9092"})
         member = ClusterMember(client, info, CONTAINERS, host, session_timeout=session_timeout).start()
         node = Node(node_id, client, host, member)
@@ -132,6 +152,8 @@ def test_three_members_share_containers_evenly(cluster: Cluster) -> None:
     assignments = cluster.assignments()
     assert {cid for cid, a in assignments.items() if a.epoch == 1} == set(cluster.nodes["a"].host.running)
     assert all(a.epoch >= 2 for a in assignments.values() if a.node != "a")
+    # Containers left a live node only through handovers: it stopped them before anyone started them.
+    assert cluster.everywhere.overlaps == []
 
 
 def test_a_dead_session_moves_its_containers_with_higher_epochs(cluster: Cluster) -> None:
@@ -176,6 +198,9 @@ def test_a_clean_leave_hands_containers_over(cluster: Cluster) -> None:
     leaving.member.close()
     assert not leaving.host.running  # stopped before leaving
     wait_until(lambda: cluster.settled(["a"]), "all containers on a")
+    cluster.join("c")  # half of a's containers are handed over to the newcomer
+    wait_until(lambda: cluster.settled(["a", "c"]), "8 containers over a and c")
+    assert cluster.everywhere.overlaps == []
     leaving.client.stop()
     leaving.client.close()
 
