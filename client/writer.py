@@ -24,8 +24,9 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future
-from concurrent.futures import wait as wait_futures
+from concurrent.futures._base import FINISHED, PENDING
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -55,11 +56,74 @@ class EventPosition:
     offset: int
 
 
+_CONDITIONS = threading.Lock()  # makes each _EventFuture's Condition at most once
+
+
+class _EventFuture(Future[EventPosition]):
+    """The future of one event: a ``concurrent.futures.Future`` that makes its ``threading.Condition``
+    only once something waits on it or adds a callback. A busy writer's events mostly complete before
+    anyone looks (``flush`` looks at them after), and a Condition per event was the writer's largest
+    cost per event. ``complete`` without a Condition holds ``_CONDITIONS`` instead, the lock the
+    Condition is made under, so a waiter arriving meanwhile either finds the outcome or is notified."""
+
+    def __init__(self) -> None:  # not Future.__init__: that makes the Condition
+        self._lazy_condition: threading.Condition | None = None
+        self._state = PENDING
+        self._result: EventPosition | None = None
+        self._exception: BaseException | None = None
+        self._waiters = []
+        self._done_callbacks: list[Callable[[Future[EventPosition]], object]] = []
+
+    @property
+    def _condition(self) -> threading.Condition:
+        if self._lazy_condition is None:
+            with _CONDITIONS:
+                if self._lazy_condition is None:
+                    self._lazy_condition = threading.Condition()
+        return self._lazy_condition
+
+    @_condition.setter
+    def _condition(self, condition: threading.Condition) -> None:
+        self._lazy_condition = condition
+
+    def complete(self, outcome: EventPosition | BaseException) -> None:
+        """``set_result`` or ``set_exception``; without a Condition while nobody made one."""
+        with _CONDITIONS:
+            if self._lazy_condition is None:
+                if isinstance(outcome, BaseException):
+                    self._exception = outcome
+                else:
+                    self._result = outcome
+                self._state = FINISHED  # after the outcome: a reader without the lock checks the state first
+                return
+        if isinstance(outcome, BaseException):
+            self.set_exception(outcome)
+        else:
+            self.set_result(outcome)
+
+    # FINISHED is final, so a finished future answers without its Condition.
+    def done(self) -> bool:
+        return self._state == FINISHED or super().done()
+
+    def result(self, timeout: float | None = None) -> EventPosition:
+        if self._state == FINISHED:
+            if self._exception is not None:
+                raise self._exception
+            assert self._result is not None
+            return self._result
+        return super().result(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if self._state == FINISHED:
+            return self._exception
+        return super().exception(timeout)
+
+
 @dataclass
 class _Batch:
     base_sequence: int
     payload: bytes
-    futures: list[Future[EventPosition]]
+    futures: list[_EventFuture]
     outcome: Future[Reply] | None = None  # of the current attempt
 
 
@@ -67,7 +131,7 @@ class _Batch:
 class _Partition:
     number: int
     next_sequence: int = 0
-    pending: deque[tuple[bytes | None, bytes, Future[EventPosition]]] = field(default_factory=deque)
+    pending: deque[tuple[bytes | None, bytes, _EventFuture]] = field(default_factory=deque)
     in_flight: deque[_Batch] = field(default_factory=deque)
     retrying: bool = False  # a batch failed retriably: send nothing new until the resend
     failing_since: float | None = None  # monotonic time of the first failure since the last success
@@ -120,12 +184,12 @@ class EventSender(Generic[T]):
         """Queue ``event``; the future completes with its position once it is durable (or fails)."""
         data = self.serializer.serialize(event)
         key = routing_key.encode() if routing_key is not None else None
-        fut: Future[EventPosition] = Future()
+        fut = _EventFuture()
         with self._lock:
             self._refuse_writes()
             p = self._partitions[self._partition_of(routing_key)]
             if p.failed is not None:
-                fut.set_exception(p.failed)
+                fut.complete(p.failed)
                 return fut
             p.pending.append((key, data, fut))
             self._pump(p)
@@ -136,9 +200,8 @@ class EventSender(Generic[T]):
         with self._lock:
             outstanding = [f for p in self._partitions for f in itertools.chain(
                 (e[2] for e in p.pending), (f for b in p.in_flight for f in b.futures))]
-        wait_futures(outstanding)
         for f in outstanding:
-            exc = f.exception()
+            exc = f.exception()  # waits, one future at a time: the finished ones need no Condition
             if exc is not None:
                 raise exc
 
@@ -171,7 +234,7 @@ class EventSender(Generic[T]):
     def _pump(self, p: _Partition) -> None:
         while p.pending and not p.retrying and p.failed is None and len(p.in_flight) < MAX_IN_FLIGHT:
             events: list[tuple[bytes | None, bytes]] = []
-            futures: list[Future[EventPosition]] = []
+            futures: list[_EventFuture] = []
             size = 0
             while p.pending and (not events or size + len(p.pending[0][1]) <= MAX_BATCH_BYTES):
                 key, data, fut = p.pending.popleft()
@@ -198,7 +261,7 @@ class EventSender(Generic[T]):
 
     # -- completions (connection threads) ----------------------------------------------------------------
     def _completed(self, p: _Partition, batch: _Batch, outcome: Future[Reply]) -> None:
-        done: list[tuple[Future[EventPosition], EventPosition | BaseException]] = []
+        done: list[tuple[_EventFuture, EventPosition | BaseException]] = []
         with self._lock:
             if batch.outcome is not outcome or batch not in p.in_flight:
                 return  # an earlier attempt's answer; the current attempt decides
@@ -226,10 +289,7 @@ class EventSender(Generic[T]):
                     b.outcome is not None and b.outcome.done() for b in p.in_flight):
                 self._schedule_retry(p)
         for fut, result in done:
-            if isinstance(result, BaseException):
-                fut.set_exception(result)
-            else:
-                fut.set_result(result)
+            fut.complete(result)
 
     def _schedule_retry(self, p: _Partition) -> None:
         delay = RETRY_DELAYS[min(p.attempts, len(RETRY_DELAYS) - 1)]
@@ -239,10 +299,10 @@ class EventSender(Generic[T]):
         timer.daemon = True
         timer.start()
 
-    def _fail_partition(self, p: _Partition, exc: BaseException) -> list[tuple[Future[EventPosition], BaseException]]:
+    def _fail_partition(self, p: _Partition, exc: BaseException) -> list[tuple[_EventFuture, BaseException]]:
         """End the partition for this sender (under the lock); the futures to fail, outside it."""
         p.failed = exc
-        doomed: list[tuple[Future[EventPosition], BaseException]] = [
+        doomed: list[tuple[_EventFuture, BaseException]] = [
             (f, exc) for b in p.in_flight for f in b.futures]
         doomed += [(e[2], exc) for e in p.pending]
         p.in_flight.clear()
@@ -259,7 +319,7 @@ class EventSender(Generic[T]):
         except ConnectionLostError as exc:
             log.warning("%s: cannot reconnect yet: %s", self._label, exc)
             lost = exc
-        doomed: list[tuple[Future[EventPosition], BaseException]] = []
+        doomed: list[tuple[_EventFuture, BaseException]] = []
         with self._lock:
             p.retrying = p.retry_scheduled = False
             if lost is not None and p.failing_since is not None \
@@ -276,7 +336,7 @@ class EventSender(Generic[T]):
                     self._send(p, batch)
                 self._pump(p)
         for fut, error in doomed:
-            fut.set_exception(error)
+            fut.complete(error)
 
 
 class EventStreamWriter(EventSender[T]):
