@@ -161,6 +161,31 @@ def test_delete_records_moves_the_log_start(server):
         srv.kill()
 
 
+def test_a_topic_re_created_after_delete_records_starts_at_offset_0(server):
+    """Deleting a topic drops its stored log starts and index segments: the new topic of the same
+    name (same segment names) starts at offset 0, also after a restart."""
+    c = local(server.kafka_port)
+    for i in range(10):
+        c.produce("again", 0, batch([f"{i}".encode()]))
+    r = c.send(21, 2, D(timeout_ms=5000, topics=[D.DeleteRecordsTopic(
+        name="again", partitions=[D.DeleteRecordsPartition(partition_index=0, offset=6)])]))
+    assert r.topics[0].partitions[0].low_watermark == 6
+    deleted = c.send(20, 4, request_class(20)(topic_names=["again"], timeout_ms=10000))
+    assert deleted.responses[0].error_code == 0
+    c.create("again", 2)  # asserts success
+    assert c.produce("again", 0, batch([b"new"])).base_offset == 0
+    assert c.list_offset("again", 0, -2).offset == 0
+    assert [r.value for r in records_of(c.fetch("again", 0, 0))] == [b"new"]
+    assert server.stop() == 0
+    srv = ServerProcess(server.data_dir).start()
+    try:
+        after = local(srv.kafka_port)
+        assert after.list_offset("again", 0, -2).offset == 0
+        assert after.produce("again", 0, batch([b"newer"])).base_offset == 1
+    finally:
+        srv.kill()
+
+
 def test_bad_batches_get_kafka_errors(server):
     c = local(server.kafka_port)
     good = bytearray(batch([b"payload"]))
