@@ -87,7 +87,7 @@ class BatchEvent(Generic[T]):
 
     @property
     def routing_key(self) -> str | None:
-        return None if self.key is None else self.key.decode()
+        return None if self.key is None else self.key.decode("utf-8", "replace")  # a Kafka key may be any bytes
 
 
 class BatchClient:
