@@ -1,10 +1,13 @@
 """Segment containers that move between nodes (store/cluster/containers.py) with real ZooKeeper and real
-logd replicas: a clean handover when a node joins, and a node whose session dies while its container
+logd replicas: a clean handover when a node joins; a node whose session dies while its container
 keeps running (a zombie) -- the new owner recovers every acknowledged append and the zombie can append
-nothing more."""
+nothing more; a node process SIGKILLed under load -- no acknowledged append lost or duplicated."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +24,7 @@ from millrace.store.errors import StoreError
 from millrace.store.lts.filesystem import FileSystemChunkStorage
 from tests.cluster.test_membership import wait_until
 from tests.durablelog.logd_process import Replicas
+from tests.server_process import REPO_ROOT
 
 CONTAINERS = 2
 
@@ -123,3 +127,71 @@ def test_containers_move_with_their_data_and_a_zombie_owner_is_fenced(nodes: Nod
     taken.append("seg-0", b"after;", None, []).result(30)
     assert read_segment(taken, "seg-0") == acknowledged + b"after;"
     kept.close()
+
+
+class NodeProcess:
+    """tests/cluster/node_child.py: a node that writes numbered records to every container it runs."""
+
+    def __init__(self, hosts: str, node_id: str, replicas: Replicas, lts: Path) -> None:
+        self.lines: list[str] = []
+        self.acked: dict[int, list[int]] = {}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.cluster.node_child", hosts, node_id, str(CONTAINERS), "2.0",
+             ",".join(replicas.addresses), str(lts)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)
+        threading.Thread(target=self._pump, daemon=True).start()
+        wait_until(lambda: "ready" in self.lines or self.proc.poll() is not None, f"{node_id} ready")
+        assert self.proc.poll() is None, f"{node_id} exited"
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            line = line.strip()
+            if line.startswith("acked "):
+                _, cid, n = line.split()
+                self.acked.setdefault(int(cid), []).append(int(n))
+            else:
+                self.lines.append(line)
+
+    def acked_count(self, container_id: int) -> int:
+        return len(self.acked.get(container_id, []))
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)
+
+
+def records_of(container: SegmentContainer, container_id: int) -> list[int]:
+    """The record numbers of ``seg-<id>`` in segment order."""
+    numbers = []
+    for record in read_segment(container, f"seg-{container_id}").split(b";"):
+        if record:
+            cid, n = record.decode().split(":")
+            assert int(cid) == container_id
+            numbers.append(int(n))
+    return numbers
+
+
+def test_a_sigkilled_node_under_load_loses_no_acknowledged_append(nodes: Nodes, zk_hosts: str) -> None:
+    child = NodeProcess(zk_hosts, "k", nodes.replicas, nodes.lts)
+    try:
+        wait_until(lambda: child.acked_count(0) >= 50 and child.acked_count(1) >= 50, "k writes to both")
+        b = nodes.join("b")  # container 1 is handed over under load
+        wait_until(lambda: b.running() == {1}, "b runs container 1")
+        under_load = child.acked_count(0)
+        wait_until(lambda: child.acked_count(0) >= under_load + 200, "k keeps writing to container 0")
+        child.kill()
+        wait_until(lambda: b.running() == {0, 1}, "b runs container 0 once k's session expired")
+        for cid in (0, 1):
+            acked = child.acked[cid]
+            assert acked == list(range(len(acked)))
+            records = records_of(b.host.container(cid), cid)
+            # In order, each once, none missing; anything past the last acknowledgement is a write that
+            # reached a quorum before the kill but whose acknowledgement was never printed.
+            assert records == list(range(len(records)))
+            assert len(records) >= len(acked)
+            print(f"container {cid}: acknowledged {len(acked)}, read {len(records)}, lost 0, duplicated 0, "
+                  f"unacknowledged but kept {len(records) - len(acked)}")
+    finally:
+        child.kill()
