@@ -13,7 +13,9 @@ carries the writer's next event number as a segment attribute (``byte-writer:<id
 atomically with the append, on the condition that the attribute still holds the number before it
 (``REPLACE_IF_EQUALS``). Appends are pipelined; the condition chains them, so what landed is always a
 prefix of what was sent. After a lost connection the writer reads the attribute (the number of the
-last append that is durable) and resends only the appends after it, with their original numbers.
+last append that is durable) and resends only the appends after it, with their original numbers. A
+writer opened with the id of an earlier one numbers in the next epoch (high bits), so an append of the
+earlier instance that lands late is never mistaken for one of its own.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ CHUNK_BYTES = 1 << 20  # the most one append carries
 READ_BYTES = 1 << 20  # the most one read asks for
 MAX_BUFFERED_BYTES = 16 << 20  # unacknowledged bytes past which ``write`` waits
 WRITER_ATTRIBUTE_PREFIX = "byte-writer:"
+EPOCH_SHIFT = 32  # event numbers are (instance epoch << 32) + sequence within the instance
 WAIT_SLICE_MS = 5000  # one blocking read's wait on the server (the client's call timeout is longer)
 # How long a resend may keep finding an earlier attempt accepted but not yet durable.
 SETTLE_SECONDS = 30.0
@@ -108,9 +111,14 @@ class ByteStreamWriter(io.BufferedIOBase):
         self._in_flight_bytes = 0
         self._error: BaseException | None = None
         self._stopping = False
-        # A writer id used before (a restarted writer) continues its numbers after the last durable one.
+        # A writer id used before (a restarted writer) numbers its appends in the next epoch (the high
+        # bits), so an append of the earlier instance that lands late is never taken for one of this
+        # instance's: the first append expects the value read here, and a late landing refuses it.
         last = self._info()["attributes"].get(self.attribute)
-        self._next_number = int(last) + 1 if last is not None else 1
+        self._base_expected: int | None = None if last is None else int(last)
+        epoch = 0 if last is None else (int(last) >> EPOCH_SHIFT) + 1
+        self._first_number = (epoch << EPOCH_SHIFT) + 1
+        self._next_number = self._first_number
         self._sender = threading.Thread(target=self._run, name=f"millrace-byte-writer-{stream}", daemon=True)
         self._sender.start()
 
@@ -240,7 +248,7 @@ class ByteStreamWriter(io.BufferedIOBase):
             self._cond.notify_all()
 
     def _send(self, append: _Append) -> None:
-        expected = append.number - 1 if append.number > 1 else None
+        expected = append.number - 1 if append.number > self._first_number else self._base_expected
         header: dict[str, Any] = {
             "segment": self.segment,
             "attributes": [AttributeUpdate(self.attribute, append.number, AttributeUpdateType.REPLACE_IF_EQUALS,
@@ -285,7 +293,14 @@ class ByteStreamWriter(io.BufferedIOBase):
             for exc in failures:
                 if not isinstance(exc, (ConnectionLostError, BadAttributeUpdateError)):
                     raise exc  # e.g. the stream was sealed: nothing to repair
-            landed = self._landed_number()
+            value = self._attribute_value()
+            if value is not None and value >= self._first_number:
+                landed = value  # this writer's last durable append
+            else:
+                # None of this writer's appends landed; an earlier instance's may have since it
+                # opened, and the first append must now expect that one.
+                landed = self._first_number - 1
+                self._base_expected = value
             if landed > pending[-1].number:
                 raise WriterFencedError(f"another writer appends to {self.scope}/{self.stream} as "
                                         f"{self.writer_id!r} (its number {landed} is past this writer's)")
@@ -309,10 +324,11 @@ class ByteStreamWriter(io.BufferedIOBase):
                 self.resent += 1
                 self._send(append)
 
-    def _landed_number(self) -> int:
-        """The writer's last durable event number (0: none), reconnecting as long as the pool allows."""
+    def _attribute_value(self) -> int | None:
+        """The writer id's last durable event number (None: none ever), reconnecting as long as the
+        pool allows."""
         value = self._info()["attributes"].get(self.attribute)
-        return int(value) if value is not None else 0
+        return int(value) if value is not None else None
 
     def _info(self) -> dict[str, Any]:
         # retry: the first attempt reconnects through the pool (with its backoff) when needed.

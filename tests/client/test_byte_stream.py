@@ -17,6 +17,7 @@ import pytest
 from millrace import ByteStreamReader, StreamManager
 from millrace.client.byte_stream import writer_attribute
 from millrace.client.segments import SegmentClient
+from millrace.protocol.contracts import AttributeUpdate, AttributeUpdateType
 from millrace.protocol.errors import InvalidRequestError, SegmentTruncatedError
 from tests.server_process import ServerProcess
 
@@ -145,7 +146,7 @@ def test_sealing_lets_readers_reach_the_end(sm: StreamManager) -> None:
     assert reader.read(10) == b""  # EOF, not a wait
 
 
-def test_a_restarted_writer_id_continues_its_numbers(sm: StreamManager, server: ServerProcess) -> None:
+def test_a_restarted_writer_id_numbers_in_a_new_epoch(sm: StreamManager, server: ServerProcess) -> None:
     sm.create_byte_stream(SCOPE, "numbers")
     with sm.create_byte_writer(SCOPE, "numbers", writer_id="w1") as writer:
         writer.write(b"a")
@@ -155,8 +156,28 @@ def test_a_restarted_writer_id_continues_its_numbers(sm: StreamManager, server: 
         again.write(b"c")
     segment = sm.describe_stream(SCOPE, "numbers").segments[0].segment.name
     with SegmentClient("127.0.0.1", server.native_port) as raw:
-        assert raw.get_info(segment).attributes[writer_attribute("w1")] == 3
+        # The second instance numbers in the next epoch: its first append went after the first's two.
+        assert raw.get_info(segment).attributes[writer_attribute("w1")] == (1 << 32) + 1
     assert sm.create_byte_reader(SCOPE, "numbers").read(10) == b"abc"
+
+
+def test_a_late_append_of_an_earlier_instance_is_not_taken_for_the_new_one_s(sm: StreamManager,
+                                                                          server: ServerProcess) -> None:
+    """A restarted writer id opens while an append of its crashed instance is still on its way: that
+    append lands first and refuses the new instance's first append, which is resent after it (not
+    mistaken for having landed)."""
+    sm.create_byte_stream(SCOPE, "late")
+    with sm.create_byte_writer(SCOPE, "late", writer_id="w") as first:
+        first.write(b"1")
+    segment = sm.describe_stream(SCOPE, "late").segments[0].segment.name
+    second = sm.create_byte_writer(SCOPE, "late", writer_id="w")  # reads the attribute: 1
+    with SegmentClient("127.0.0.1", server.native_port) as raw:  # the first instance's append, landing late
+        raw.append(segment, b"2", attributes=[
+            AttributeUpdate(writer_attribute("w"), 2, AttributeUpdateType.REPLACE_IF_EQUALS, 1)])
+    second.write(b"3")
+    second.close()
+    assert second.recoveries == 1 and second.lost_answers == 0
+    assert sm.create_byte_reader(SCOPE, "late").read(10) == b"123"
 
 
 def test_byte_data_and_event_data_never_mix(sm: StreamManager, server: ServerProcess) -> None:
