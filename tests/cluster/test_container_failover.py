@@ -27,6 +27,9 @@ from tests.durablelog.logd_process import Replicas
 from tests.server_process import REPO_ROOT
 
 CONTAINERS = 2
+# The killed node's session: short so the test is quick, long enough that a loaded machine does not
+# expire it before the kill.
+CHILD_SESSION_TIMEOUT = 4.0
 
 
 class ZombieCapableHost(SegmentContainerHost):
@@ -136,7 +139,7 @@ class NodeProcess:
         self.lines: list[str] = []
         self.acked: dict[int, list[int]] = {}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.cluster.node_child", hosts, node_id, str(CONTAINERS), "2.0",
+            [sys.executable, "-m", "tests.cluster.node_child", hosts, node_id, str(CONTAINERS), str(CHILD_SESSION_TIMEOUT),
              ",".join(replicas.addresses), str(lts)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)
         threading.Thread(target=self._pump, daemon=True).start()

@@ -28,6 +28,9 @@ from millrace.store.cluster.member import (
 from tests.server_process import REPO_ROOT
 
 CONTAINERS = 8
+# Sessions of the members SIGKILLed or paused: short so the tests are quick, long enough that a loaded
+# machine does not expire them early.
+CHILD_SESSION_TIMEOUT = 4.0
 
 
 def wait_until(condition: Callable[[], object], what: str, timeout: float = 60.0) -> None:
@@ -240,7 +243,7 @@ class ChildMember:
 
 def test_a_sigkilled_member_loses_its_containers_after_its_session_expires(cluster: Cluster) -> None:
     cluster.join("a")
-    child = ChildMember(cluster.hosts, "k", session_timeout=2.0)
+    child = ChildMember(cluster.hosts, "k", session_timeout=CHILD_SESSION_TIMEOUT)
     try:
         wait_until(lambda: len(child.running()) == CONTAINERS // 2, "k runs half the containers")
         owned_by_child = child.running()
@@ -259,7 +262,7 @@ def test_a_paused_member_comes_back_as_a_new_incarnation_and_stops_first(cluster
     """SIGSTOP past the session timeout, then SIGCONT: the zombie learns its session is gone and stops
     every container before it registers again and is given containers in new, higher epochs."""
     cluster.join("a")
-    child = ChildMember(cluster.hosts, "z", session_timeout=2.0)
+    child = ChildMember(cluster.hosts, "z", session_timeout=CHILD_SESSION_TIMEOUT)
     try:
         wait_until(lambda: len(child.running()) == CONTAINERS // 2, "z runs half the containers")
         first_term = {cid: a.epoch for cid, a in cluster.assignments().items() if a.node == "z"}
