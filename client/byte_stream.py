@@ -14,8 +14,10 @@ atomically with the append, on the condition that the attribute still holds the 
 (``REPLACE_IF_EQUALS``). Appends are pipelined; the condition chains them, so what landed is always a
 prefix of what was sent. After a lost connection the writer reads the attribute (the number of the
 last append that is durable) and resends only the appends after it, with their original numbers. A
-writer opened with the id of an earlier one numbers in the next epoch (high bits), so an append of the
-earlier instance that lands late is never mistaken for one of its own.
+writer first claims an epoch (the high bits of its numbers) by setting the attribute conditionally, so
+an earlier instance of the same id (a crashed process whose appends are still on their way, or one
+still running) can append nothing after that: its condition no longer holds, and a running one is
+fenced.
 """
 
 from __future__ import annotations
@@ -111,13 +113,7 @@ class ByteStreamWriter(io.BufferedIOBase):
         self._in_flight_bytes = 0
         self._error: BaseException | None = None
         self._stopping = False
-        # A writer id used before (a restarted writer) numbers its appends in the next epoch (the high
-        # bits), so an append of the earlier instance that lands late is never taken for one of this
-        # instance's: the first append expects the value read here, and a late landing refuses it.
-        last = self._info()["attributes"].get(self.attribute)
-        self._base_expected: int | None = None if last is None else int(last)
-        epoch = 0 if last is None else (int(last) >> EPOCH_SHIFT) + 1
-        self._first_number = (epoch << EPOCH_SHIFT) + 1
+        self._first_number = self._claim_epoch() + 1
         self._next_number = self._first_number
         self._sender = threading.Thread(target=self._run, name=f"millrace-byte-writer-{stream}", daemon=True)
         self._sender.start()
@@ -248,7 +244,7 @@ class ByteStreamWriter(io.BufferedIOBase):
             self._cond.notify_all()
 
     def _send(self, append: _Append) -> None:
-        expected = append.number - 1 if append.number > self._first_number else self._base_expected
+        expected = append.number - 1
         header: dict[str, Any] = {
             "segment": self.segment,
             "attributes": [AttributeUpdate(self.attribute, append.number, AttributeUpdateType.REPLACE_IF_EQUALS,
@@ -293,14 +289,7 @@ class ByteStreamWriter(io.BufferedIOBase):
             for exc in failures:
                 if not isinstance(exc, (ConnectionLostError, BadAttributeUpdateError)):
                     raise exc  # e.g. the stream was sealed: nothing to repair
-            value = self._attribute_value()
-            if value is not None and value >= self._first_number:
-                landed = value  # this writer's last durable append
-            else:
-                # None of this writer's appends landed; an earlier instance's may have since it
-                # opened, and the first append must now expect that one.
-                landed = self._first_number - 1
-                self._base_expected = value
+            landed = self._attribute_value()  # the claim at least: first number - 1
             if landed > pending[-1].number:
                 raise WriterFencedError(f"another writer appends to {self.scope}/{self.stream} as "
                                         f"{self.writer_id!r} (its number {landed} is past this writer's)")
@@ -324,11 +313,27 @@ class ByteStreamWriter(io.BufferedIOBase):
                 self.resent += 1
                 self._send(append)
 
-    def _attribute_value(self) -> int | None:
-        """The writer id's last durable event number (None: none ever), reconnecting as long as the
-        pool allows."""
-        value = self._info()["attributes"].get(self.attribute)
-        return int(value) if value is not None else None
+    def _attribute_value(self) -> int:
+        """The writer id's last durable event number, reconnecting as long as the pool allows."""
+        return int(self._info()["attributes"][self.attribute])
+
+    def _claim_epoch(self) -> int:
+        """Set the writer id's attribute to the start of a new epoch (high bits) and return it. An
+        earlier instance of the id (a crashed process whose appends may still land, or one still
+        running) expects a value below it, so none of its appends can land after this; a running one
+        learns it is fenced from its next refusal."""
+        while True:
+            last = self._info()["attributes"].get(self.attribute)
+            claim = 0 if last is None else ((int(last) >> EPOCH_SHIFT) + 1) << EPOCH_SHIFT
+            update = AttributeUpdate(self.attribute, claim, AttributeUpdateType.REPLACE_IF_EQUALS,
+                                     None if last is None else int(last))
+            try:
+                # A lost answer is settled by the next look: the attribute then holds the claim.
+                self.controller.call(Command.UPDATE_ATTRIBUTES, {"segment": self.segment,
+                                                                 "attributes": [update.to_wire()]})
+                return claim
+            except (BadAttributeUpdateError, ConnectionLostError):
+                continue
 
     def _info(self) -> dict[str, Any]:
         # retry: the first attempt reconnects through the pool (with its backoff) when needed.

@@ -18,7 +18,12 @@ from millrace import ByteStreamReader, StreamManager
 from millrace.client.byte_stream import writer_attribute
 from millrace.client.segments import SegmentClient
 from millrace.protocol.contracts import AttributeUpdate, AttributeUpdateType
-from millrace.protocol.errors import InvalidRequestError, SegmentTruncatedError
+from millrace.protocol.errors import (
+    BadAttributeUpdateError,
+    InvalidRequestError,
+    SegmentTruncatedError,
+    WriterFencedError,
+)
 from tests.server_process import ServerProcess
 
 SCOPE = "bytes"
@@ -161,23 +166,25 @@ def test_a_restarted_writer_id_numbers_in_a_new_epoch(sm: StreamManager, server:
     assert sm.create_byte_reader(SCOPE, "numbers").read(10) == b"abc"
 
 
-def test_a_late_append_of_an_earlier_instance_is_not_taken_for_the_new_one_s(sm: StreamManager,
-                                                                          server: ServerProcess) -> None:
-    """A restarted writer id opens while an append of its crashed instance is still on its way: that
-    append lands first and refuses the new instance's first append, which is resent after it (not
-    mistaken for having landed)."""
-    sm.create_byte_stream(SCOPE, "late")
-    with sm.create_byte_writer(SCOPE, "late", writer_id="w") as first:
-        first.write(b"1")
-    segment = sm.describe_stream(SCOPE, "late").segments[0].segment.name
-    second = sm.create_byte_writer(SCOPE, "late", writer_id="w")  # reads the attribute: 1
-    with SegmentClient("127.0.0.1", server.native_port) as raw:  # the first instance's append, landing late
+def test_a_new_instance_of_a_writer_id_fences_the_earlier_one(sm: StreamManager, server: ServerProcess) -> None:
+    """Opening a writer id claims a new epoch: an append of the earlier instance still on its way
+    (a crashed process) can no longer land, and a running earlier instance is fenced."""
+    sm.create_byte_stream(SCOPE, "fence")
+    old = sm.create_byte_writer(SCOPE, "fence", writer_id="w")
+    old.write(b"1")
+    old.flush()
+    new = sm.create_byte_writer(SCOPE, "fence", writer_id="w")
+    segment = sm.describe_stream(SCOPE, "fence").segments[0].segment.name
+    with SegmentClient("127.0.0.1", server.native_port) as raw, pytest.raises(BadAttributeUpdateError):
+        # What the old instance's next append carries, arriving late.
         raw.append(segment, b"2", attributes=[
             AttributeUpdate(writer_attribute("w"), 2, AttributeUpdateType.REPLACE_IF_EQUALS, 1)])
-    second.write(b"3")
-    second.close()
-    assert second.recoveries == 1 and second.lost_answers == 0
-    assert sm.create_byte_reader(SCOPE, "late").read(10) == b"123"
+    old.write(b"2")
+    with pytest.raises(WriterFencedError):
+        old.flush()
+    new.write(b"3")
+    new.close()
+    assert sm.create_byte_reader(SCOPE, "fence").read(10) == b"13"
 
 
 def test_byte_data_and_event_data_never_mix(sm: StreamManager, server: ServerProcess) -> None:
