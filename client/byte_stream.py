@@ -293,10 +293,12 @@ class ByteStreamWriter(io.BufferedIOBase):
             if landed > pending[-1].number:
                 raise WriterFencedError(f"another writer appends to {self.scope}/{self.stream} as "
                                         f"{self.writer_id!r} (its number {landed} is past this writer's)")
-            if landed > best:
-                best, progress_at = landed, time.monotonic()
+            refused_only = bool(failures) and all(isinstance(e, BadAttributeUpdateError) for e in failures)
+            if landed > best or not refused_only:
+                # Progress, or a lost connection (how long to wait for the server is the pool's call).
+                best, progress_at = max(best, landed), time.monotonic()
             elif time.monotonic() - progress_at > SETTLE_SECONDS:
-                raise failures[0] if failures else ConnectionLostError(f"{self!r} cannot resend")
+                raise failures[0]  # refused again and again with nothing landing: not a late append
             with self._cond:
                 for a in pending:
                     if a.number <= landed:  # durable: its answer was lost, its bytes were not
@@ -333,7 +335,7 @@ class ByteStreamWriter(io.BufferedIOBase):
                                                                  "attributes": [update.to_wire()]})
                 return claim
             except (BadAttributeUpdateError, ConnectionLostError):
-                continue
+                time.sleep(0.01)  # an append of the earlier instance is accepted, not yet durable
 
     def _info(self) -> dict[str, Any]:
         # retry: the first attempt reconnects through the pool (with its backoff) when needed.
