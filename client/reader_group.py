@@ -396,6 +396,8 @@ class EventStreamReader(Generic[T]):
             now = time.monotonic()
             if not self._held or now - self._refreshed >= REFRESH_S:
                 self._refresh()
+            elif self._state().generation != self._generation:
+                self._reconcile()  # a reset through this process's handle: follow it at once
             checkpoint = self._state().checkpoint_for(self.reader_id)
             if checkpoint is not None:
                 got = self._checkpoint(checkpoint, deadline)
@@ -448,7 +450,14 @@ class EventStreamReader(Generic[T]):
             h.reader = self._open(h.scope, h.stream, h.key, SegmentPosition(int(reply["start_offset"])))
             return None
         except SegmentNotFoundError:
-            h.reader.at_end = True  # deleted: nothing more to read in it; its successors follow
+            # The segment deleted (nothing more to read in it; its successors follow), or a segment
+            # behind it (a partition's index) not there yet: only the first ends it.
+            try:
+                self.controller.call(Command.GET_INFO, {"segment": h.key}, retry=True)
+            except SegmentNotFoundError:
+                h.reader.at_end = True
+            else:
+                time.sleep(SCALE_WAIT_S)
             return None
         except ConnectionLostError:
             time.sleep(SCALE_WAIT_S)  # the pool reconnects at the next request

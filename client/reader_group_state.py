@@ -193,8 +193,11 @@ def add_reader(reader: str) -> Update:
     return {"op": "add_reader", "reader": reader}
 
 
-def remove_reader(reader: str, position: Mapping[SegmentKey, SegmentPosition] | None) -> Update:
-    return {"op": "remove_reader", "reader": reader,
+def remove_reader(reader: str, position: Mapping[SegmentKey, SegmentPosition] | None,
+                  generation: int | None = None) -> Update:
+    """``generation``: the one ``position`` was taken in; a position of an older generation (taken
+    before a reset) is ignored, as if none were given."""
+    return {"op": "remove_reader", "reader": reader, "generation_of_position": generation,
             "position": None if position is None else _positions_to_json(position)}
 
 
@@ -263,6 +266,8 @@ def _apply_remove_reader(state: ReaderGroupState, update: Mapping[str, Any]) -> 
     if held is None:
         return
     given = None if update["position"] is None else _positions_from_json(update["position"])
+    if update.get("generation_of_position") not in (None, state.generation):
+        given = None  # taken before a reset: it says nothing about what the reader holds now
     # Only segments the reader still holds: a position may name segments it has since released or
     # completed (their newer records win), and may lack segments acquired after it was taken (their
     # recorded position is where reading them began).

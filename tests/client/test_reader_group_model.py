@@ -439,3 +439,8 @@ def test_offline_reader_position_and_checkpoint() -> None:
     assert recorded.unassigned == {a: SegmentPosition(5)}
     done = rgs.apply(exact, rgs.checkpoint_reader("r1", 0, "cp", {b: SegmentPosition(3)}))
     assert done.completed_checkpoints["cp"] == {a: SegmentPosition(8, 2), b: SegmentPosition(3)}
+    # A position taken before a reset says nothing about segments held after it.
+    reset = rgs.apply(state, rgs.reset(state.streams, {a: SegmentPosition(2), b: SegmentPosition(0)}))
+    reset = rgs.apply(reset, rgs.acquire("r0", 1, [a]))
+    stale = rgs.apply(reset, rgs.remove_reader("r0", {a: SegmentPosition(8)}, generation=0))
+    assert stale.unassigned[a] == SegmentPosition(2)

@@ -5,11 +5,16 @@ Kafka producer read by a group while the topic scales."""
 
 from __future__ import annotations
 
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from millrace import StreamManager
+from millrace import EventStreamReader, Position, ReaderGroup, StreamManager
 
 
 @pytest.fixture
@@ -33,3 +38,163 @@ def test_first_calls(sm: StreamManager) -> None:
     assert group.online_readers() == ["reader-1"]
     reader.close()
     assert group.online_readers() == []
+
+
+class App:
+    """The application around a group's readers: each reader runs in a thread, and every event it
+    returns is recorded together with its position (as one step, as an application stores a result
+    with the position it came from), checkpoint events as marks."""
+
+    def __init__(self, group: ReaderGroup[Any]) -> None:
+        self.group = group
+        self.lock = threading.Lock()
+        self.records: list[tuple[str, str, int]] = []  # reader, key, sequence number
+        self.marks: dict[str, dict[str, int]] = {}  # checkpoint -> reader -> records before its mark
+        self.last_position: dict[str, Position] = {}
+        self.readers: dict[str, EventStreamReader[Any]] = {}
+        self.threads: dict[str, tuple[threading.Thread, threading.Event]] = {}
+        self.errors: list[BaseException] = []
+
+    def start(self, reader_id: str, reader: EventStreamReader[Any] | None = None) -> None:
+        self.readers[reader_id] = reader or self.group.create_reader(reader_id)
+        stop = threading.Event()
+        thread = threading.Thread(target=self._loop, args=(reader_id, self.readers[reader_id], stop), daemon=True)
+        self.threads[reader_id] = (thread, stop)
+        thread.start()
+
+    def stop(self, reader_id: str) -> EventStreamReader[Any]:
+        thread, stop = self.threads.pop(reader_id)
+        stop.set()
+        thread.join(30)
+        assert not thread.is_alive()
+        return self.readers[reader_id]
+
+    def _loop(self, reader_id: str, reader: EventStreamReader[Any], stop: threading.Event) -> None:
+        try:
+            while not stop.is_set():
+                event = reader.read_next_event(timeout=0.2)
+                if event is None:
+                    continue
+                with self.lock:
+                    if event.is_checkpoint:
+                        assert event.checkpoint_name is not None
+                        self.marks.setdefault(event.checkpoint_name, {})[reader_id] = len(self.records)
+                    else:
+                        body = json.loads(event.data)
+                        assert event.routing_key == body["key"]
+                        self.records.append((reader_id, body["key"], body["seq"]))
+                        self.last_position[reader_id] = event.position
+        except BaseException as exc:  # noqa: BLE001 - surfaced by the test
+            self.errors.append(exc)
+
+    def count(self) -> int:
+        with self.lock:
+            return len(self.records)
+
+    def roll_back_to(self, checkpoint: str) -> None:
+        """What the application had processed when each reader returned the checkpoint (a reader
+        that went offline before it had processed everything it recorded)."""
+        with self.lock:
+            marks = self.marks[checkpoint]
+            self.records = [r for i, r in enumerate(self.records) if r[0] not in marks or i < marks[r[0]]]
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.05)
+
+
+def check_exactly_once_in_key_order(records: list[tuple[str, str, int]], written: Counter[str]) -> None:
+    seen: dict[str, int] = {}
+    for _, key, seq in records:
+        assert seq == seen.get(key, 0) + 1, f"{key}: {seq} after {seen.get(key, 0)}"
+        seen[key] = seq
+    assert seen == dict(written)
+
+
+def scale_once(sm: StreamManager, scope: str, stream: str, step: int) -> None:
+    """Even steps split the widest segment, odd steps merge the two narrowest neighbours."""
+    current = [s.segment for s in sm.describe_stream(scope, stream).segments]
+    if step % 2 == 0 or len(current) < 2:
+        sm.split_segment(scope, stream, max(current, key=lambda s: s.key_end - s.key_start))
+    else:
+        pairs = list(zip(current, current[1:], strict=False))
+        left, right = min(pairs, key=lambda p: p[1].key_end - p[0].key_start)
+        sm.merge_segments(scope, stream, [left, right])
+
+
+def test_group_of_three_through_splits_merges_offline_and_a_reset(sm: StreamManager) -> None:
+    scope, stream, keys, total = "rg", "keyed", 16, 2400
+    sm.create_scope(scope)
+    sm.create_stream(scope, stream, initial_segments=2)
+    # The writer opens first: READ_EVENTS on a stream no writer has opened yet can fail while the
+    # first OPEN_WRITER creates its partitions (reported; not the reader group's to work around).
+    writer_handle = sm.create_writer(scope, stream)
+    group = sm.create_reader_group("app", scope, stream)
+    app = App(group)
+    app.start("r1")
+    app.start("r2")
+
+    written: Counter[str] = Counter()
+    progress = [0]
+
+    def write() -> None:
+        with writer_handle as writer:
+            for i in range(total):
+                key = f"k{i % keys}"
+                written[key] += 1
+                writer.write_event(json.dumps({"key": key, "seq": written[key]}).encode(), routing_key=key)
+                if i % 50 == 49:
+                    writer.flush()
+                    progress[0] = i + 1
+            writer.flush()
+            progress[0] = total
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    scales = 0
+
+    def scale_when_written(count: int) -> None:
+        nonlocal scales
+        wait_for(lambda: progress[0] >= count, f"{count} events written")
+        scale_once(sm, scope, stream, scales)
+        scales += 1
+
+    scale_when_written(200)
+    app.start("r3")
+    scale_when_written(400)
+    wait_for(lambda: app.count() >= 300 and "r2" in app.last_position, "r2 reading")
+    app.stop("r2")  # r2 "crashes"; the application knows the last position it processed
+    group.reader_offline("r2", app.last_position["r2"])
+    assert group.online_readers() == ["r1", "r3"]
+    scale_when_written(600)
+    app.start("r2")  # back under the same id
+    scale_when_written(800)
+    checkpoint = group.initiate_checkpoint("cp1", timeout=60)
+    assert set(app.marks["cp1"]) == {"r1", "r2", "r3"}
+    assert checkpoint.cuts[f"{scope}/{stream}"].positions
+    scale_when_written(1000)
+    scale_when_written(1200)
+    wait_for(lambda: app.count() >= 1300, "reading past the checkpoint")
+    # Restart from the checkpoint: the readers pause, the application goes back to what it had at
+    # the checkpoint, the group goes back to the checkpoint's positions, the same readers go on.
+    paused = {r: app.stop(r) for r in ("r1", "r2", "r3")}
+    app.roll_back_to("cp1")
+    group.reset_to(checkpoint)
+    for reader_id, reader in paused.items():
+        app.start(reader_id, reader)
+    scale_when_written(1600)
+    scale_when_written(2000)
+    writer.join(120)
+    assert not writer.is_alive() and progress[0] == total
+    sm.seal_stream(scope, stream)
+    # Sealed: the group is done when every segment was read to its end and completed.
+    wait_for(lambda: not group.state().frontier(), "the group to finish the sealed stream")
+    for reader_id in list(app.threads):
+        app.stop(reader_id)
+    assert not app.errors, app.errors
+    assert scales == 8
+    check_exactly_once_in_key_order(app.records, written)
+    assert {r for r, _, _ in app.records} == {"r1", "r2", "r3"}
