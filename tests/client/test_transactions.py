@@ -296,8 +296,9 @@ def own_server(tmp_path) -> Iterator[tuple[str, tuple[str, ...]]]:
 
 @pytest.mark.slow
 def test_transactions_across_a_server_sigkill(own_server: tuple[str, tuple[str, ...]]) -> None:
-    """Open transactions abort after their lease; a committed one, and one whose commit was in flight at
-    the kill, are complete exactly once after the restart."""
+    """Open transactions abort after their lease; a committed one, one whose commit was in flight at the
+    kill, and one being written across the kill (its batches resent) are complete exactly once after the
+    restart."""
     data, args = own_server
     server = ServerProcess(data, *args).start()
     try:
@@ -305,25 +306,47 @@ def test_transactions_across_a_server_sigkill(own_server: tuple[str, tuple[str, 
         sm = StreamManager(f"tcp://127.0.0.1:{server.native_port}", reconnect_timeout=120.0)
         txw = sm.create_transaction_writer("kafka", "txn-server-crash", serializer=StringSerializer(),
                                            lease_ms=15000)
-        done, committing, left_open = txw.begin_txn(), txw.begin_txn(), txw.begin_txn()
+        done, committing, left_open, streaming = (txw.begin_txn() for _ in range(4))
         expected = write_all(done, "d", 200)
         done.commit()
         expected += write_all(committing, "c", 200)
         write_all(left_open, "o", 200)
         committing.flush()
         left_open.flush()
+        streamed: list[str] = []
+        restarted = threading.Event()
+
+        def stream() -> None:  # writes on while the server dies and comes back
+            i = 0
+            while not restarted.is_set() or i < 2000:
+                value = f"s:{i}"
+                streaming.write_event(value, routing_key=KEYS[i % len(KEYS)])
+                streamed.append(value)
+                i += 1
+                if i % 50 == 0:
+                    time.sleep(0.005)
+
+        writer = threading.Thread(target=stream)
+        writer.start()
+        while len(streamed) < 1000:
+            time.sleep(0.01)
         # The commit request is on the wire when the server dies: it may or may not have been prepared.
         sm.controller.pool.request(sm.controller.endpoint, Command.END_TXN, {**committing._ids(), "commit": True})
         server.kill()
         server = ServerProcess(data, *args).start()
+        restarted.set()
+        writer.join(60)
         committing.commit()  # resent: completes (or finds completed) the same commit
         assert committing.check_status() == TxnStatus.COMMITTED
+        streaming.commit()
+        assert streaming.resent_batches > 0  # the kill cost batches in flight, which were sent again
+        expected += streamed
         wait_for(lambda: left_open.check_status() == TxnStatus.ABORTED, "the open transaction's lease to end")
         with pytest.raises(TxnFailedError):
             left_open.commit()
         stored = kafka_values(server, "txn-server-crash", 4)
-        assert sorted(stored) == sorted(expected)
-        assert in_key_order(stored, "c")
+        assert sorted(stored) == sorted(expected)  # each once
+        assert in_key_order(stored, "c") and in_key_order(stored, "s")
         sm.close()
     finally:
         server.kill()
