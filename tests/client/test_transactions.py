@@ -191,12 +191,15 @@ def test_ping_keeps_a_transaction_open_past_its_lease(server: ServerProcess, uri
         assert kafka_values(server, "txn-ping", 1) == [f"p:{i}" for i in range(5)]
 
 
-def test_commit_and_abort_under_a_concurrent_scale(server: ServerProcess, uri: str) -> None:
+def test_commit_abort_and_timeout_under_a_concurrent_scale(server: ServerProcess, uri: str) -> None:
     with StreamManager(uri) as sm:
         sm.create_scope("iot")
         sm.create_stream("iot", "txn-scaling", initial_segments=1)
         txw = sm.create_transaction_writer("iot", "txn-scaling", serializer=StringSerializer())
         committed, aborted = txw.begin_txn(), txw.begin_txn()
+        short = sm.create_transaction_writer("iot", "txn-scaling", serializer=StringSerializer(), lease_ms=2000)
+        expiring = short.begin_txn()
+        write_all(expiring, "e", 100)  # then left alone: its lease ends once its partitions moved segments
         written: dict[str, list[str]] = {"c": [], "a": []}
         stop = threading.Event()
 
@@ -223,6 +226,7 @@ def test_commit_and_abort_under_a_concurrent_scale(server: ServerProcess, uri: s
         assert len(sm.describe_stream("iot", "txn-scaling").history) == 3  # two scales while both were open
         committed.commit()
         aborted.abort()
+        wait_for(lambda: expiring.check_status() == TxnStatus.ABORTED, "the short lease to run out")
         values = [e.data.decode() for e in stream_events(sm, "iot", "txn-scaling")]
         assert Counter(values) == Counter(written["c"])  # every committed event once, no aborted one
         assert in_key_order(values, "c")
