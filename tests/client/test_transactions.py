@@ -199,7 +199,7 @@ def test_commit_abort_and_timeout_under_a_concurrent_scale(server: ServerProcess
         committed, aborted = txw.begin_txn(), txw.begin_txn()
         short = sm.create_transaction_writer("iot", "txn-scaling", serializer=StringSerializer(), lease_ms=2000)
         expiring = short.begin_txn()
-        write_all(expiring, "e", 100)  # then left alone: its lease ends once its partitions moved segments
+        write_all(expiring, "e", 100)  # then left alone: its lease ends during or after the scales
         written: dict[str, list[str]] = {"c": [], "a": []}
         stop = threading.Event()
 
