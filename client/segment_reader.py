@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from millrace.client.controller import ControllerClient
 from millrace.protocol.events import batch_records
@@ -23,9 +24,8 @@ from millrace.protocol.wire import Command
 READ_BYTES = 1 << 20
 
 
-@dataclass(frozen=True, slots=True)
-class SegmentEvent:
-    """One event as read from a segment, with where it is."""
+class SegmentEvent(NamedTuple):
+    """One event as read from a segment, with where it is (a tuple: readers make one per event)."""
 
     data: bytes  # the record's value (b"" for a null value)
     key: bytes | None  # the routing key's bytes (the record's key)
@@ -64,12 +64,12 @@ def read_segment_events(controller: ControllerClient, scope: str, stream: str, s
     events: list[SegmentEvent] = []
     view = memoryview(payload)
     at = 0
+    append = events.append
     for position, partition, first in answer["batches"]:
         length = 12 + int.from_bytes(view[at + 8 : at + 12], "big")
-        for index, record in enumerate(batch_records(view[at : at + length])):
-            if record.offset >= first:  # a batch straddling its partition's log start
-                events.append(SegmentEvent(record.value, record.key, partition, record.offset, record.timestamp_ms,
-                                           segment_id, position, index))
+        for index, (key, value, offset, timestamp) in enumerate(batch_records(view[at : at + length])):
+            if offset >= first:  # a batch straddling its partition's log start
+                append(SegmentEvent(value, key, partition, offset, timestamp, segment_id, position, index))
         at += length
     return SegmentRead(events, int(answer["next_offset"]), bool(answer["end_of_segment"]))
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import crc32c
 
@@ -31,9 +31,9 @@ NO_PRODUCER_ID = -1
 OUT_OF_ORDER_SEQUENCE = 45  # Kafka's OUT_OF_ORDER_SEQUENCE_NUMBER: a batch does not continue its sequence
 
 
-@dataclass(frozen=True, slots=True)
-class EventRecord:
-    """One record of a batch: key (None: no routing key), value, absolute offset and timestamp."""
+class EventRecord(NamedTuple):
+    """One record of a batch: key (None: no routing key), value, absolute offset and timestamp. A
+    tuple, since readers make one per event."""
 
     key: bytes | None
     value: bytes
@@ -123,17 +123,47 @@ def batch_records(batch: bytes | memoryview, check_crc: bool = True) -> Iterator
     codec = attributes & _COMPRESSION_MASK
     if codec:
         records = memoryview(compression.decompress(codec, records))
+    # Per record: the hot loop of every native reader. Varints of one byte (sizes below 64, small
+    # deltas) take the inline path; longer ones go through _read_varint.
     at = 0
+    n = len(records)
     for _ in range(count):
-        size, at = _read_varint(records, at)
+        if at >= n:
+            raise ValueError("records run past the batch")
+        b = records[at]
+        if b < 0x80:
+            size, at = (b >> 1) ^ -(b & 1), at + 1
+        else:
+            size, at = _read_varint(records, at)
         record_end = at + size
+        if record_end > n:
+            raise ValueError("a record runs past the batch")
         at += 1  # record attributes
-        ts_delta, at = _read_varint(records, at)
-        offset_delta, at = _read_varint(records, at)
-        key_len, at = _read_varint(records, at)
-        key = None if key_len < 0 else bytes(records[at : at + key_len])
-        at += max(key_len, 0)
-        value_len, at = _read_varint(records, at)
-        value = bytes(records[at : at + max(value_len, 0)])
+        b = records[at]
+        if b < 0x80:
+            ts_delta, at = (b >> 1) ^ -(b & 1), at + 1
+        else:
+            ts_delta, at = _read_varint(records, at)
+        b = records[at]
+        if b < 0x80:
+            offset_delta, at = (b >> 1) ^ -(b & 1), at + 1
+        else:
+            offset_delta, at = _read_varint(records, at)
+        b = records[at]
+        if b < 0x80:
+            key_len, at = (b >> 1) ^ -(b & 1), at + 1
+        else:
+            key_len, at = _read_varint(records, at)
+        if key_len < 0:
+            key = None
+        else:
+            key = bytes(records[at : at + key_len])
+            at += key_len
+        b = records[at]
+        if b < 0x80:
+            value_len, at = (b >> 1) ^ -(b & 1), at + 1
+        else:
+            value_len, at = _read_varint(records, at)
+        value = bytes(records[at : at + value_len]) if value_len > 0 else b""
         yield EventRecord(key, value, base_offset + offset_delta, base_ts + ts_delta)
         at = record_end  # headers are skipped
