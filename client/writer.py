@@ -61,10 +61,11 @@ _CONDITIONS = threading.Lock()  # makes each _EventFuture's Condition at most on
 
 class _EventFuture(Future[EventPosition]):
     """The future of one event: a ``concurrent.futures.Future`` that makes its ``threading.Condition``
-    only once something waits on it or adds a callback. A busy writer's events mostly complete before
-    anyone looks (``flush`` looks at them after), and a Condition per event was the writer's largest
-    cost per event. ``complete`` without a Condition holds ``_CONDITIONS`` instead, the lock the
-    Condition is made under, so a waiter arriving meanwhile either finds the outcome or is notified."""
+    only once something waits on it. A busy writer's events mostly complete before anyone waits (a
+    callback or ``flush`` looks at them), and a Condition per event was the writer's largest cost per
+    event. Without a Condition, completing and adding a callback hold ``_CONDITIONS``, the lock the
+    Condition is made under, so a waiter arriving meanwhile either finds the outcome or is notified and
+    every callback runs once. An event once written cannot be cancelled."""
 
     def __init__(self) -> None:  # not Future.__init__: that makes the Condition
         self._lazy_condition: threading.Condition | None = None
@@ -89,17 +90,34 @@ class _EventFuture(Future[EventPosition]):
     def complete(self, outcome: EventPosition | BaseException) -> None:
         """``set_result`` or ``set_exception``; without a Condition while nobody made one."""
         with _CONDITIONS:
-            if self._lazy_condition is None:
+            quiet = self._lazy_condition is None
+            if quiet:
                 if isinstance(outcome, BaseException):
                     self._exception = outcome
                 else:
                     self._result = outcome
                 self._state = FINISHED  # after the outcome: a reader without the lock checks the state first
-                return
-        if isinstance(outcome, BaseException):
+        if quiet:
+            # Callbacks added from now on run at once (the future is finished), so these run once each.
+            for callback in self._done_callbacks:
+                try:
+                    callback(self)
+                except Exception:
+                    log.exception("exception calling callback for %r", self)
+        elif isinstance(outcome, BaseException):
             self.set_exception(outcome)
         else:
             self.set_result(outcome)
+
+    def add_done_callback(self, fn: Callable[[Future[EventPosition]], object]) -> None:
+        with _CONDITIONS:
+            if self._lazy_condition is None and self._state != FINISHED:
+                self._done_callbacks.append(fn)
+                return
+        super().add_done_callback(fn)
+
+    def cancel(self) -> bool:
+        return False
 
     # FINISHED is final, so a finished future answers without its Condition.
     def done(self) -> bool:

@@ -57,3 +57,17 @@ def test_racing_completion_and_waiting_never_loses_a_wake_up() -> None:
         fut.complete(EventPosition(0, 1))
         waiter.join(30)
         assert got == [EventPosition(0, 1)]
+
+
+def test_a_callback_runs_once_whether_added_before_or_racing_with_completion() -> None:
+    for _ in range(2000):
+        fut = _EventFuture()
+        calls: list[EventPosition] = []
+        fut.add_done_callback(lambda f, into=calls: into.append(f.result()))  # before: nobody waits
+        adder = threading.Thread(target=lambda f=fut, into=calls: f.add_done_callback(
+            lambda g: into.append(g.result())))
+        adder.start()
+        fut.complete(EventPosition(2, 5))
+        adder.join(30)
+        assert calls == [EventPosition(2, 5)] * 2
+    assert not _EventFuture().cancel()  # a written event cannot be taken back
