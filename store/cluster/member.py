@@ -1,15 +1,18 @@
 """One segment-store node in a cluster: registers itself, takes part in the assigner election, assigns
 containers while elected, and starts/stops the containers assigned to it.
 
-Everything runs in one thread per node as a level-triggered loop: every ZooKeeper watch and every
+Coordination runs in one thread per node as a level-triggered loop: every ZooKeeper watch and every
 session state change only wakes it, and each pass re-reads what it needs and converges (register if
 the session is new, campaign, assign if elected, follow the assignments). A missed or duplicated event
-therefore costs one pass, never a wrong state.
+therefore costs one pass, never a wrong state. Starting and stopping containers (log recovery, a
+clean close) can take seconds, so those transitions run on a small pool, at most one per container at
+a time, and wake the loop when done: a slow container holds up neither the others nor the assigner.
 
 Invariants:
 - a node owns container c in term e only while ``containers/c`` names this node, this registration's
   incarnation and epoch e; it is told ``start_container`` once per such term and ``stop_container``
-  when the term ends (reassigned, handed over, session lost, or ``close``), stops always before starts;
+  when the term ends (reassigned, handed over, session lost, or ``close``); one container's
+  transitions never overlap (its stop completes before its next start);
 - a container moves away from a live node only through a handover: the assigner asks
   (``handovers/c`` for epoch e), the owner stops the container and marks the request released, and
   only then does the assigner give c to the new owner, so two live members never run it at once;
@@ -31,6 +34,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -174,11 +178,16 @@ class ClusterMember:
         self._candidate: str | None = None
         self._lost = False
         self._suspended_since: float | None = None
+        # Containers: what runs (started, not yet being stopped), which have a transition in flight, and
+        # terms whose start failed (not retried); all under _containers, whose condition says "one ended".
+        self._containers = threading.Condition()
         self._running: dict[int, OwnershipTerm] = {}
+        self._busy: set[int] = set()
         self._failed_terms: set[tuple[int, int]] = set()
-        self._state_lock = threading.Lock()  # guards the public views below
+        self._transitions = ThreadPoolExecutor(max(1, min(container_count, 8)),
+                                               f"containers:{info.node_id}")
+        self._state_lock = threading.Lock()  # guards is_leader
         self._is_leader = False
-        self._owned: dict[int, OwnershipTerm] = {}
 
     # -- public views (any thread) -------------------------------------------------------------------
     @property
@@ -188,9 +197,9 @@ class ClusterMember:
 
     @property
     def owned(self) -> dict[int, OwnershipTerm]:
-        """Containers this node runs now (started and not stopped)."""
-        with self._state_lock:
-            return dict(self._owned)
+        """Containers this node runs now (started, and not being stopped)."""
+        with self._containers:
+            return dict(self._running)
 
     @property
     def incarnation(self) -> int | None:
@@ -219,6 +228,7 @@ class ClusterMember:
             self._thread.join()
         self.client.remove_listener(self._on_state)
         self._stop_all()
+        self._transitions.shutdown(wait=True)
         if self.client.connected and self._session == self._session_id():
             for path in (self._candidate, self.paths.node(self.info.node_id)):
                 if path is None:
@@ -389,40 +399,64 @@ class ClusterMember:
                 releasing[cid] = pending  # this term is over: stop and say so, never start
                 continue
             mine[cid] = OwnershipTerm(cid, a.epoch, OwnerGuard(self.paths.container(cid), version))
-        for cid, term in list(self._running.items()):
-            if mine.get(cid) != term:
-                self._stop(cid)
+        with self._containers:
+            running, busy = dict(self._running), set(self._busy)
+        for cid, term in sorted(running.items()):
+            if cid not in busy and mine.get(cid) != term:
+                self._begin(cid, self._stop, cid)
         for cid, (request, version) in sorted(releasing.items()):
-            if not request.released:
-                # A cancelled request (gone, or rewritten) is seen on the next pass.
-                with contextlib.suppress(NoNodeError, BadVersionError):
-                    self.client.set(self.paths.handover(cid), Handover(request.epoch, True).encode(),
-                                    version=version)
-                    log.info("cluster member %s: released container %d (epoch %d)", self.info.node_id, cid,
-                             request.epoch)
+            if request.released or cid in running or cid in busy:
+                continue  # answered already, or not stopped yet (the stop wakes us when done)
+            # A cancelled request (gone, or rewritten) is seen on the next pass.
+            with contextlib.suppress(NoNodeError, BadVersionError):
+                self.client.set(self.paths.handover(cid), Handover(request.epoch, True).encode(), version=version)
+                log.info("cluster member %s: released container %d (epoch %d)", self.info.node_id, cid,
+                         request.epoch)
         for cid, term in sorted(mine.items()):
-            if cid in self._running or (cid, term.epoch) in self._failed_terms:
-                continue
-            try:
-                self.host.start_container(term)
-            except Exception:  # noqa: BLE001 - one container failing must not take the others down
-                log.exception("cluster member %s: container %d (epoch %d) failed to start", self.info.node_id,
-                              cid, term.epoch)
-                self._failed_terms.add((cid, term.epoch))
-                continue
-            self._running[cid] = term
-            with self._state_lock:
-                self._owned[cid] = term
+            if cid not in running and cid not in busy and (cid, term.epoch) not in self._failed_terms:
+                self._begin(cid, self._start, term)
+
+    def _begin(self, container_id: int, transition: Callable[[Any], None], argument: object) -> None:
+        """Run one container's start or stop on the pool; marked busy until it ends."""
+        with self._containers:
+            self._busy.add(container_id)
+        self._transitions.submit(self._transition, container_id, transition, argument)
+
+    def _transition(self, container_id: int, transition: Callable[[Any], None], argument: object) -> None:
+        try:
+            transition(argument)
+        finally:
+            with self._containers:
+                self._busy.discard(container_id)
+                self._containers.notify_all()
+            self._wake.set()
+
+    def _start(self, term: OwnershipTerm) -> None:
+        try:
+            self.host.start_container(term)
+        except Exception:  # noqa: BLE001 - one container failing must not take the others down
+            log.exception("cluster member %s: container %d (epoch %d) failed to start", self.info.node_id,
+                          term.container_id, term.epoch)
+            with self._containers:
+                self._failed_terms.add((term.container_id, term.epoch))
+            return
+        with self._containers:
+            self._running[term.container_id] = term
 
     def _stop(self, container_id: int) -> None:
-        del self._running[container_id]
-        with self._state_lock:
-            self._owned.pop(container_id, None)
+        with self._containers:
+            del self._running[container_id]
         try:
             self.host.stop_container(container_id)
         except Exception:  # noqa: BLE001 - stopping the others matters more
             log.exception("cluster member %s: container %d failed to stop", self.info.node_id, container_id)
 
     def _stop_all(self) -> None:
-        for cid in sorted(self._running):
-            self._stop(cid)
+        """Stop every container and wait until all are stopped (starts in flight finish first)."""
+        with self._containers:
+            self._containers.wait_for(lambda: not self._busy)
+            running = sorted(self._running)
+        for cid in running:
+            self._begin(cid, self._stop, cid)
+        with self._containers:
+            self._containers.wait_for(lambda: not self._busy)

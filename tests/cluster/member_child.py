@@ -9,17 +9,27 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 
 from millrace.store.cluster.layout import NodeInfo
 from millrace.store.cluster.member import ClusterMember, OwnershipTerm, connect
 
 
 class PrintingHost:
+    """Containers start and stop on the member's pool threads: one line at a time, never interleaved."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def say(self, line: str) -> None:
+        with self._lock:
+            print(line, flush=True)
+
     def start_container(self, term: OwnershipTerm) -> None:
-        print(f"start {term.container_id} {term.epoch}", flush=True)
+        self.say(f"start {term.container_id} {term.epoch}")
 
     def stop_container(self, container_id: int) -> None:
-        print(f"stop {container_id}", flush=True)
+        self.say(f"stop {container_id}")
 
 
 def main() -> None:

@@ -79,6 +79,19 @@ class RecordingHost:
 
 
 @dataclass
+class SlowHost(RecordingHost):
+    """Starting a container in ``slow`` waits for ``proceed`` (a long log recovery)."""
+
+    slow: set[int] = field(default_factory=set)
+    proceed: threading.Event = field(default_factory=threading.Event)
+
+    def start_container(self, term: OwnershipTerm) -> None:
+        if term.container_id in self.slow:
+            assert self.proceed.wait(120), "the test never let the slow start proceed"
+        super().start_container(term)
+
+
+@dataclass
 class Node:
     node_id: str
     client: KazooClient
@@ -95,9 +108,9 @@ class Cluster:
         self.everywhere = Everywhere()
         self.observer = connect(hosts)
 
-    def join(self, node_id: str, session_timeout: float = 10.0) -> Node:
+    def join(self, node_id: str, session_timeout: float = 10.0, host: RecordingHost | None = None) -> Node:
         client = connect(self.hosts, session_timeout=session_timeout)
-        host = RecordingHost(node_id, self.everywhere)
+        host = host or RecordingHost(node_id, self.everywhere)
         info = NodeInfo(node_id, "127.0.0.1", {"kafka": 9092}, {"kafka": f"{node_id}.example:9092"})
         member = ClusterMember(client, info, CONTAINERS, host, session_timeout=session_timeout).start()
         node = Node(node_id, client, host, member)
@@ -206,6 +219,20 @@ def test_a_clean_leave_hands_containers_over(cluster: Cluster) -> None:
     assert cluster.everywhere.overlaps == []
     leaving.client.stop()
     leaving.client.close()
+
+
+def test_a_slow_container_start_holds_up_neither_other_containers_nor_the_assigner(cluster: Cluster) -> None:
+    slow = SlowHost("a", cluster.everywhere, slow={0})
+    a = cluster.join("a", host=slow)
+    wait_until(lambda: set(slow.running) == set(range(1, CONTAINERS)), "a runs all but the slow container")
+    cluster.join("b")  # a, elected and still starting container 0, hands half over to b
+    half = set(range(CONTAINERS // 2, CONTAINERS))
+    wait_until(lambda: set(cluster.nodes["b"].host.running) == half, "b runs the upper half")
+    assert 0 not in slow.running and not slow.proceed.is_set()
+    assert a.member.is_leader
+    slow.proceed.set()
+    wait_until(lambda: cluster.settled(["a", "b"]), "a runs the lower half, container 0 included")
+    assert cluster.everywhere.overlaps == []
 
 
 class ChildMember:
