@@ -179,11 +179,12 @@ class ClusterMember:
         self._lost = False
         self._suspended_since: float | None = None
         # Containers: what runs (started, not yet being stopped), which have a transition in flight, and
-        # terms whose start failed (not retried); all under _containers, whose condition says "one ended".
+        # terms whose start failed: (container, epoch) -> (failures, when to try again); all under
+        # _containers, whose condition says "a transition ended".
         self._containers = threading.Condition()
         self._running: dict[int, OwnershipTerm] = {}
         self._busy: set[int] = set()
-        self._failed_terms: set[tuple[int, int]] = set()
+        self._failed_terms: dict[tuple[int, int], tuple[int, float]] = {}
         self._transitions = ThreadPoolExecutor(max(1, min(container_count, 8)),
                                                f"containers:{info.node_id}")
         self._state_lock = threading.Lock()  # guards is_leader
@@ -258,6 +259,11 @@ class ClusterMember:
         while True:
             # While suspended, wake in time to notice the session timeout passing on our own clock.
             timeout = retry_after
+            retry_at = self._next_start_retry()
+            if retry_at is not None:
+                # Never a zero wait: a pass that cannot retry yet (disconnected) must not spin.
+                until = max(0.1, retry_at - time.monotonic())
+                timeout = until if timeout is None else min(timeout, until)
             if self._suspended_since is not None:
                 timeout = min(timeout or self.session_timeout, 0.2)
             self._wake.wait(timeout)
@@ -412,9 +418,20 @@ class ClusterMember:
                 self.client.set(self.paths.handover(cid), Handover(request.epoch, True).encode(), version=version)
                 log.info("cluster member %s: released container %d (epoch %d)", self.info.node_id, cid,
                          request.epoch)
+        now = time.monotonic()
+        with self._containers:
+            # Failures of terms that are over no longer matter.
+            for key in [k for k in self._failed_terms if mine.get(k[0]) is None or mine[k[0]].epoch != k[1]]:
+                del self._failed_terms[key]
+            failed = dict(self._failed_terms)
         for cid, term in sorted(mine.items()):
-            if cid not in running and cid not in busy and (cid, term.epoch) not in self._failed_terms:
+            retry = failed.get((cid, term.epoch))
+            if cid not in running and cid not in busy and (retry is None or retry[1] <= now):
                 self._begin(cid, self._start, term)
+
+    def _next_start_retry(self) -> float | None:
+        with self._containers:
+            return min((at for _, at in self._failed_terms.values()), default=None)
 
     def _begin(self, container_id: int, transition: Callable[[Any], None], argument: object) -> None:
         """Run one container's start or stop on the pool; marked busy until it ends."""
@@ -437,8 +454,11 @@ class ClusterMember:
         except Exception:  # noqa: BLE001 - one container failing must not take the others down
             log.exception("cluster member %s: container %d (epoch %d) failed to start", self.info.node_id,
                           term.container_id, term.epoch)
+            key = (term.container_id, term.epoch)
             with self._containers:
-                self._failed_terms.add((term.container_id, term.epoch))
+                # Try again later (e.g. log replicas briefly unreachable), backing off up to 30 s.
+                failures = self._failed_terms.get(key, (0, 0.0))[0] + 1
+                self._failed_terms[key] = (failures, time.monotonic() + min(30.0, 0.5 * 2 ** (failures - 1)))
             return
         with self._containers:
             self._running[term.container_id] = term

@@ -92,6 +92,21 @@ class SlowHost(RecordingHost):
 
 
 @dataclass
+class FlakyHost(RecordingHost):
+    """Starting a container in ``failures`` fails that many times first (replicas briefly unreachable)."""
+
+    failures: dict[int, int] = field(default_factory=dict)
+    failed: list[int] = field(default_factory=list)
+
+    def start_container(self, term: OwnershipTerm) -> None:
+        if self.failures.get(term.container_id, 0) > 0:
+            self.failures[term.container_id] -= 1
+            self.failed.append(term.container_id)
+            raise RuntimeError(f"container {term.container_id}: log replicas unreachable")
+        super().start_container(term)
+
+
+@dataclass
 class Node:
     node_id: str
     client: KazooClient
@@ -233,6 +248,14 @@ def test_a_slow_container_start_holds_up_neither_other_containers_nor_the_assign
     slow.proceed.set()
     wait_until(lambda: cluster.settled(["a", "b"]), "a runs the lower half, container 0 included")
     assert cluster.everywhere.overlaps == []
+
+
+def test_a_failed_container_start_is_tried_again(cluster: Cluster) -> None:
+    flaky = FlakyHost("a", cluster.everywhere, failures={3: 2, 5: 1})
+    cluster.join("a", host=flaky)
+    wait_until(lambda: cluster.settled(["a"]), "a runs every container, 3 and 5 after failed starts")
+    assert sorted(flaky.failed) == [3, 3, 5]
+    assert all(a.epoch == 1 for a in cluster.assignments().values())  # the same terms, tried again
 
 
 class ChildMember:
