@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from millrace.store.cluster.log_metadata import ZooKeeperLogMetadataStore
 from millrace.store.cluster.member import OwnershipTerm
 from millrace.store.containers.config import ContainerConfig
-from millrace.store.containers.container import SegmentContainer
+from millrace.store.containers.container import FAILED, SegmentContainer
 from millrace.store.durablelog.interface import DurableDataLog
 from millrace.store.durablelog.replicated import ReplicatedDurableDataLog, ReplicationConfig
 from millrace.store.errors import ContainerOfflineError
@@ -85,6 +85,10 @@ class SegmentContainerHost:
         if entry is None:
             raise ContainerOfflineError(f"container {container_id} does not run on this node")
         return entry[1]
+
+    def failed_containers(self) -> set[int]:
+        with self._lock:
+            return {cid for cid, (_, container) in self._running.items() if container.state == FAILED}
 
     def terms(self) -> dict[int, OwnershipTerm]:
         with self._lock:

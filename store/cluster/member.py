@@ -67,11 +67,16 @@ class OwnershipTerm:
 
 
 class ContainerHost(Protocol):
-    """What the member drives: called from the member's thread, one call at a time."""
+    """What the member drives. Starts and stops come from the member's pool threads, concurrently for
+    different containers, never two at once for one container."""
 
     def start_container(self, term: OwnershipTerm) -> None: ...
 
     def stop_container(self, container_id: int) -> None: ...
+
+    def failed_containers(self) -> set[int]:
+        """Containers started here that stopped serving on their own (their durable log failed)."""
+        ...
 
 
 def connect(hosts: str, session_timeout: float = 10.0, connect_timeout: float = 30.0) -> KazooClient:
@@ -160,6 +165,9 @@ def elected_leader(client: KazooClient, paths: ClusterPaths) -> str | None:
 
 class ClusterMember:
     """One node's membership; ``start`` registers it, ``close`` leaves (its containers stopped first)."""
+
+    # How often running containers are checked for having failed on their own (a local check).
+    health_check_seconds = 1.0
 
     def __init__(self, client: KazooClient, info: NodeInfo, container_count: int, host: ContainerHost,
                  paths: ClusterPaths | None = None, session_timeout: float = 10.0) -> None:
@@ -266,11 +274,14 @@ class ClusterMember:
                 timeout = until if timeout is None else min(timeout, until)
             if self._suspended_since is not None:
                 timeout = min(timeout or self.session_timeout, 0.2)
+            if self.owned:
+                timeout = self.health_check_seconds if timeout is None else min(timeout, self.health_check_seconds)
             self._wake.wait(timeout)
             self._wake.clear()
             if self._closing:
                 return
             try:
+                self._restart_failed()
                 self._pass()
                 retry_after = None
             except KazooException as exc:
@@ -429,6 +440,28 @@ class ClusterMember:
             if cid not in running and cid not in busy and (retry is None or retry[1] <= now):
                 self._begin(cid, self._start, term)
 
+    def _note_failure(self, term: OwnershipTerm) -> None:
+        """Start the term again later (e.g. log replicas briefly unreachable), backing off up to 30 s."""
+        key = (term.container_id, term.epoch)
+        with self._containers:
+            failures = self._failed_terms.get(key, (0, 0.0))[0] + 1
+            self._failed_terms[key] = (failures, time.monotonic() + min(30.0, 0.5 * 2 ** (failures - 1)))
+
+    def _restart_failed(self) -> None:
+        """Close containers that failed on their own; ``_follow`` starts them again after a back-off.
+        Safe even if the term is over: the guard refuses the new start's log epoch."""
+        failed = self.host.failed_containers()
+        with self._containers:
+            broken = [term for cid, term in self._running.items() if cid in failed and cid not in self._busy]
+        for term in broken:
+            log.warning("cluster member %s: container %d (epoch %d) failed; restarting it", self.info.node_id,
+                        term.container_id, term.epoch)
+            self._begin(term.container_id, self._stop_failed, term)
+
+    def _stop_failed(self, term: OwnershipTerm) -> None:
+        self._stop(term.container_id)
+        self._note_failure(term)
+
     def _next_start_retry(self) -> float | None:
         with self._containers:
             return min((at for _, at in self._failed_terms.values()), default=None)
@@ -454,11 +487,7 @@ class ClusterMember:
         except Exception:  # noqa: BLE001 - one container failing must not take the others down
             log.exception("cluster member %s: container %d (epoch %d) failed to start", self.info.node_id,
                           term.container_id, term.epoch)
-            key = (term.container_id, term.epoch)
-            with self._containers:
-                # Try again later (e.g. log replicas briefly unreachable), backing off up to 30 s.
-                failures = self._failed_terms.get(key, (0, 0.0))[0] + 1
-                self._failed_terms[key] = (failures, time.monotonic() + min(30.0, 0.5 * 2 ** (failures - 1)))
+            self._note_failure(term)
             return
         with self._containers:
             self._running[term.container_id] = term

@@ -31,6 +31,9 @@ class PrintingHost:
     def stop_container(self, container_id: int) -> None:
         self.say(f"stop {container_id}")
 
+    def failed_containers(self) -> set[int]:
+        return set()  # nothing runs here that could fail
+
 
 def main() -> None:
     hosts, node_id, containers, session_timeout = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])

@@ -56,6 +56,7 @@ class RecordingHost:
     everywhere: Everywhere
     events: list[tuple[str, int, int]] = field(default_factory=list)
     running: dict[int, int] = field(default_factory=dict)
+    broken: set[int] = field(default_factory=set)  # running containers that "failed on their own"
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def start_container(self, term: OwnershipTerm) -> None:
@@ -76,6 +77,11 @@ class RecordingHost:
         with self.lock:
             epoch = self.running.pop(container_id)
             self.events.append(("stop", container_id, epoch))
+            self.broken.discard(container_id)
+
+    def failed_containers(self) -> set[int]:
+        with self.lock:
+            return self.broken & set(self.running)
 
 
 @dataclass
@@ -256,6 +262,16 @@ def test_a_failed_container_start_is_tried_again(cluster: Cluster) -> None:
     wait_until(lambda: cluster.settled(["a"]), "a runs every container, 3 and 5 after failed starts")
     assert sorted(flaky.failed) == [3, 3, 5]
     assert all(a.epoch == 1 for a in cluster.assignments().values())  # the same terms, tried again
+
+
+def test_a_container_that_fails_on_its_own_is_restarted_in_its_term(cluster: Cluster) -> None:
+    a = cluster.join("a")
+    wait_until(lambda: cluster.settled(["a"]), "a runs every container")
+    with a.host.lock:
+        a.host.broken.add(2)  # e.g. its log lost its ack quorum
+    wait_until(lambda: a.host.events.count(("start", 2, 1)) == 2 and 2 in a.host.running, "2 restarted")
+    assert ("stop", 2, 1) in a.host.events
+    assert cluster.assignments()[2].epoch == 1 and cluster.settled(["a"])
 
 
 class ChildMember:
