@@ -20,7 +20,12 @@ Invariants (checked by tests/client/test_reader_group_model.py):
   predecessors is completed (read to its end), so events of one routing key come out in order
   across splits and merges.
 * **Fair share.** With S assignable segments and R online readers a reader acquires unassigned
-  segments while it holds fewer than ceil(S / R), and releases one while it holds more.
+  segments while it holds fewer than ceil(S / R) and no more than the least loaded other reader;
+  it releases one while it holds more than ceil(S / R) or more than max(1, unassigned) above the
+  least loaded other reader (Pravega's rule: ceil alone would leave a new reader idle beside two readers holding
+  two segments each). A released segment cannot come back to the reader that released it (it then
+  still holds more than the least loaded), so segments do not ping-pong; once settled nothing is
+  unassigned and holdings differ by at most one.
 * **A reader with a checkpoint pending changes nothing it holds** (no acquire, release or
   completion) until it has recorded its positions for it, and reads nothing new before (it only
   finishes a batch it is inside of). So the cut (the waiting readers' positions, plus the
@@ -170,20 +175,35 @@ def initial_state(streams: Iterable[str], start: Mapping[SegmentKey, SegmentPosi
 
 
 # -- decisions (what a reader asks for; evaluated on the newest state inside a conditional update) -----
+def _least_other(state: ReaderGroupState, reader: str) -> int | None:
+    others = [len(held) for r, held in state.readers.items() if r != reader]
+    return min(others) if others else None
+
+
 def segments_to_acquire(state: ReaderGroupState, reader: str) -> list[SegmentKey]:
-    """Unassigned segments ``reader`` should take now: up to its fair share, none while a checkpoint
-    waits for it."""
+    """Unassigned segments ``reader`` should take now: up to its fair share if no other reader holds
+    fewer; none while a checkpoint waits for it."""
     held = state.readers.get(reader)
     if held is None or state.checkpoint_for(reader) is not None:
         return []
+    least = _least_other(state, reader)
+    if least is not None and len(held) > least:
+        return []  # a reader holding fewer takes it
     wanted = state.fair_share() - len(held)
+    if least is not None:
+        wanted = min(wanted, least + 1 - len(held))
     return sorted(state.unassigned)[:max(0, wanted)]
 
 
 def segment_to_release(state: ReaderGroupState, reader: str) -> SegmentKey | None:
-    """One segment ``reader`` should give up (it holds more than its fair share), or None."""
+    """One segment ``reader`` should give up (it holds more than its fair share, or more than one
+    above the least loaded other reader), or None."""
     held = state.readers.get(reader)
-    if held is None or state.checkpoint_for(reader) is not None or len(held) <= state.fair_share():
+    if held is None or state.checkpoint_for(reader) is not None or not held:
+        return None
+    least = _least_other(state, reader)
+    # Unassigned segments will go to the least loaded first: do not release for them meanwhile.
+    if len(held) <= state.fair_share() and (least is None or len(held) <= least + max(1, len(state.unassigned))):
         return None
     return max(held)  # any would do; the newest id tends to be the least read
 

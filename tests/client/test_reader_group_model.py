@@ -351,6 +351,8 @@ class ReaderGroupMachine(RuleBasedStateMachine):
         if not self.lossy:
             assert read == written, f"read twice: {read - written}"
         assert set(self.state.frontier()) == {s.name for s in self.segs.values() if not s.sealed}
+        holdings = [len(held) for held in self.state.readers.values()]
+        assert not self.state.unassigned and max(holdings) - min(holdings) <= 1, self.state.readers
         assert not self.state.checkpoints, "a checkpoint never completed"
 
 

@@ -6,6 +6,10 @@ Kafka producer read by a group while the topic scales."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -14,7 +18,10 @@ from typing import Any
 
 import pytest
 
-from millrace import EventStreamReader, Position, ReaderGroup, StreamManager
+from millrace import EventStreamReader, JsonSerializer, Position, ReaderGroup, StreamManager
+from tests.server_process import ServerProcess
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture
@@ -80,7 +87,7 @@ class App:
                         assert event.checkpoint_name is not None
                         self.marks.setdefault(event.checkpoint_name, {})[reader_id] = len(self.records)
                     else:
-                        body = json.loads(event.data)
+                        body = event.data if isinstance(event.data, dict) else json.loads(event.data)
                         assert event.routing_key == body["key"]
                         self.records.append((reader_id, body["key"], body["seq"]))
                         self.last_position[reader_id] = event.position
@@ -198,3 +205,132 @@ def test_group_of_three_through_splits_merges_offline_and_a_reset(sm: StreamMana
     assert scales == 8
     check_exactly_once_in_key_order(app.records, written)
     assert {r for r, _, _ in app.records} == {"r1", "r2", "r3"}
+
+
+def read_lines(path: str) -> list[dict[str, Any]]:
+    """The whole lines a reader process wrote (a torn last line never counted)."""
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        data = f.read()
+    return [json.loads(line) for line in data.split("\n")[:-1]]
+
+
+class ReaderProcesses:
+    def __init__(self, uri: str, scope: str, group: str, directory: str) -> None:
+        self.uri, self.scope, self.group, self.directory = uri, scope, group, directory
+        self.procs: dict[str, subprocess.Popen[str]] = {}
+
+    def path(self, reader_id: str) -> str:
+        return os.path.join(self.directory, f"{reader_id}.jsonl")
+
+    def start(self, reader_id: str) -> None:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.client.reader_group_process", self.uri, self.scope, self.group,
+             reader_id, self.path(reader_id)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready", proc.stderr.read() if proc.stderr else ""
+        self.procs[reader_id] = proc
+
+    def kill(self, reader_id: str) -> None:
+        proc = self.procs.pop(reader_id)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+
+    def lines(self) -> int:
+        return sum(len(read_lines(self.path(r))) for r in self.all_ids())
+
+    def all_ids(self) -> list[str]:
+        return sorted(f[:-6] for f in os.listdir(self.directory) if f.endswith(".jsonl"))
+
+    def close(self) -> None:
+        for reader_id in list(self.procs):
+            self.kill(reader_id)
+
+
+def test_readers_in_processes_one_killed(uri: str, sm: StreamManager, tmp_path: Any) -> None:
+    """Three reader processes; the busiest is SIGKILLed mid-stream and declared offline at the last
+    position its file holds, and a fourth takes over: every event exactly once, each process's events in
+    per-key order, while the stream splits and merges."""
+    scope, stream, keys, total = "rgp", "keyed", 12, 1500
+    sm.create_scope(scope)
+    sm.create_stream(scope, stream, initial_segments=3)
+    writer = sm.create_writer(scope, stream)  # opened before any read (see the test above)
+    group = sm.create_reader_group("procs", scope, stream)
+    procs = ReaderProcesses(uri, scope, "procs", str(tmp_path))
+    try:
+        for reader_id in ("p1", "p2", "p3"):
+            procs.start(reader_id)
+        written: Counter[str] = Counter()
+        for i in range(total):
+            key = f"k{i % keys}"
+            written[key] += 1
+            writer.write_event(json.dumps({"key": key, "seq": written[key]}).encode(), routing_key=key)
+            if i in (300, 700, 1100):
+                writer.flush()
+                scale_once(sm, scope, stream, (300, 700, 1100).index(i))
+            if i == 500:
+                writer.flush()
+                # The busiest reader dies (which one holds data depends on how segments fell).
+                wait_for(lambda: procs.lines() > 100, "the readers reading")
+                victim = max(procs.procs, key=lambda r: len(read_lines(procs.path(r))))
+                procs.kill(victim)
+                last = read_lines(procs.path(victim))[-1]
+                group.reader_offline(victim, Position.from_json(last["position"]))
+                procs.start("p4")
+        writer.flush()
+        writer.close()
+        sm.seal_stream(scope, stream)
+        wait_for(lambda: not group.state().frontier(), "the group to finish the sealed stream")
+    finally:
+        procs.close()
+    seen: Counter[tuple[str, int]] = Counter()
+    for reader_id in procs.all_ids():
+        last_seq: dict[str, int] = {}
+        for line in read_lines(procs.path(reader_id)):
+            assert line["seq"] > last_seq.get(line["key"], 0), f"{reader_id}: {line} out of key order"
+            last_seq[line["key"]] = line["seq"]
+            seen[(line["key"], line["seq"])] += 1
+    assert procs.all_ids() == ["p1", "p2", "p3", "p4"]
+    assert seen == Counter({(k, s): 1 for k, n in written.items() for s in range(1, n + 1)})
+
+
+def test_kafka_topic_read_by_a_group_while_it_scales(server: ServerProcess, sm: StreamManager) -> None:
+    """A Kafka producer writes keyed records to a topic; a reader group (kept in another scope) reads
+    the topic's stream while it splits and merges: every record once, per key in order."""
+    from kafka import KafkaProducer
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    topic, keys, total = "scaled-readings", 10, 1200
+    admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
+    admin.create_topics([NewTopic(topic, num_partitions=8, replication_factor=1,
+                                  topic_configs={"millrace.segments.initial": "2"})])
+    admin.close()
+    producer = KafkaProducer(bootstrap_servers=server.bootstrap, acks="all")
+    producer.send(topic, key=b"k0", value=json.dumps({"key": "k0", "seq": 1}).encode()).get(30)
+    written: Counter[str] = Counter({"k0": 1})
+    sm.create_scope("kafka-readers")
+    group = sm.create_reader_group("dashboards", "kafka-readers", f"kafka/{topic}",
+                                   serializer=JsonSerializer())
+    app = App(group)
+    app.start("k1")
+    app.start("k2")
+    try:
+        for i in range(1, total):
+            key = f"k{i % keys}"
+            written[key] += 1
+            producer.send(topic, key=key.encode(), value=json.dumps({"key": key, "seq": written[key]}).encode())
+            if i % 300 == 0:
+                producer.flush()
+                scale_once(sm, "kafka", topic, i // 300 - 1)  # split, merge, split
+        producer.flush()
+        producer.close()
+        sm.seal_stream("kafka", topic)
+        wait_for(lambda: not group.state().frontier(), "the group to finish the sealed topic")
+    finally:
+        for reader_id in list(app.threads):
+            app.stop(reader_id)
+    assert not app.errors, app.errors
+    epochs = sm.describe_stream("kafka", topic).history
+    assert [e.reason for e in epochs].count("manual") == 3
+    check_exactly_once_in_key_order(app.records, written)
