@@ -23,7 +23,7 @@ conditional update, on the newest state):
   a sealed segment only once it returned its last event), so events of one routing key come out in
   the order they were written, across splits and merges.
 * Positions are ``(offset, skip)`` per segment. A reader records its positions in the state when it
-  releases a segment, at checkpoints and every ``RECORD_S``; ``reader_offline(reader, None)``
+  releases a segment, at checkpoints, every ``RECORD_S`` and when it has caught up; ``reader_offline(reader, None)``
   therefore resumes at the last recorded positions (at least once) and ``reader_offline(reader,
   position)`` at exactly ``position`` (exactly once, if the application records each event's
   position with its effect). Calling ``read_next_event`` again means the events it returned before
@@ -286,8 +286,8 @@ class ReaderGroup(Generic[T]):
         self._update(lambda state: (Updates([rgs.reset(streams, positions)]), None))
 
     def unread_bytes(self) -> int:
-        """Bytes of the group's streams not yet read past (from the recorded positions, so up to
-        ``RECORD_S`` of reading behind): the frontier's rest plus everything after it."""
+        """Bytes of the group's streams not yet read past: the frontier's rest plus everything after
+        it, from the recorded positions (readers record them every ``RECORD_S`` and when caught up)."""
         state = self.state()
         frontier = state.frontier()
         total = 0
@@ -414,6 +414,8 @@ class EventStreamReader(Generic[T]):
             got = self._read_some(max(0, remaining_ms))
             if got is not None:
                 return got
+            if self._progressed:
+                self._record()  # caught up: what the state records is where this reader is
             if time.monotonic() >= deadline:
                 return None
             if not self._held:

@@ -18,7 +18,18 @@ from typing import Any
 
 import pytest
 
-from millrace import EventStreamReader, JsonSerializer, Position, ReaderGroup, StreamManager
+from millrace import (
+    CheckpointFailedError,
+    EventRead,
+    EventStreamReader,
+    JsonSerializer,
+    Position,
+    ReaderAlreadyOnlineError,
+    ReaderGroup,
+    ReaderGroupNotFoundError,
+    StreamCut,
+    StreamManager,
+)
 from tests.server_process import ServerProcess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -334,3 +345,84 @@ def test_kafka_topic_read_by_a_group_while_it_scales(server: ServerProcess, sm: 
     epochs = sm.describe_stream("kafka", topic).history
     assert [e.reason for e in epochs].count("manual") == 3
     check_exactly_once_in_key_order(app.records, written)
+
+
+def test_several_streams_restart_cuts_and_housekeeping(uri: str, sm: StreamManager) -> None:
+    """A group over two streams (one in another scope); an application that restarts opens the group
+    by name and goes on where it was; a checkpoint's cuts cover each stream and reset_to(cuts)
+    replays from them; readers joining twice, unknown groups and deletion are refused or done."""
+    sm.create_scope("multi")
+    sm.create_scope("other")
+    sm.create_stream("multi", "temps", initial_segments=2)
+    sm.create_stream("other", "winds", initial_segments=1)
+    temps, winds = sm.create_writer("multi", "temps"), sm.create_writer("other", "winds")
+    for i in range(40):
+        temps.write_event(f"t{i}".encode(), routing_key=f"room-{i % 4}")
+        winds.write_event(f"w{i}".encode(), routing_key="mast")
+    temps.flush()
+    winds.flush()
+    group = sm.create_reader_group("both", "multi", ["temps", "other/winds"])
+    assert group.streams == ["multi/temps", "other/winds"]
+    assert group.unread_bytes() > 0
+    reader = group.create_reader("a")
+    with pytest.raises(ReaderAlreadyOnlineError):
+        group.create_reader("a")
+    first = [reader.read_next_event(timeout=5.0) for _ in range(30)]
+    assert all(e is not None and not e.is_checkpoint for e in first)
+    reader.close()  # offline at the position of the last event returned
+
+    # The application restarts: a new manager opens the group by name and reads the rest once.
+    with StreamManager(uri) as again:
+        reopened = again.reader_group("both", "multi")
+        assert reopened.online_readers() == []
+        reader = reopened.create_reader("a")
+        rest = drain(reader)
+        seen = sorted(e.data for e in first if e is not None) + sorted(e.data for e in rest)
+        assert sorted(seen) == sorted([f"t{i}".encode() for i in range(40)] + [f"w{i}".encode() for i in range(40)])
+        assert {e.stream for e in rest} | {e.stream for e in first if e is not None} == {"temps", "winds"}
+        assert reopened.unread_bytes() == 0
+
+        # A checkpoint taken with a reader running in another thread: its cuts cover each stream.
+        for i in range(40, 50):
+            temps.write_event(f"t{i}".encode(), routing_key=f"room-{i % 4}")
+        temps.flush()
+        got: list[EventRead[Any]] = []
+        stop = threading.Event()
+
+        def run() -> None:
+            while not stop.is_set():
+                event = reader.read_next_event(timeout=0.2)
+                if event is not None:
+                    got.append(event)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        checkpoint = reopened.initiate_checkpoint("after-restart", timeout=30)
+        wait_for(lambda: any(e.is_checkpoint for e in got), "the checkpoint event")
+        stop.set()
+        thread.join(30)
+        assert [e.checkpoint_name for e in got if e.is_checkpoint] == ["after-restart"]
+        assert set(checkpoint.cuts) == {"multi/temps", "other/winds"}
+        temps_cut = checkpoint.cuts["multi/temps"]
+        assert isinstance(temps_cut, StreamCut) and len(temps_cut.positions) == 2
+        with pytest.raises(CheckpointFailedError):
+            reopened.initiate_checkpoint("after-restart", timeout=1)
+        after = [e.data for e in got[[e.is_checkpoint for e in got].index(True) + 1:]]
+
+        # reset_to(cuts): the same reader goes on from the cuts and returns what followed them again.
+        reopened.reset_to(list(checkpoint.cuts.values()))
+        replay = [e.data for e in drain(reader)]
+        assert sorted(replay) == sorted(after)
+        reader.close()
+    sm.delete_reader_group("both", "multi")
+    with pytest.raises(ReaderGroupNotFoundError):
+        sm.reader_group("both", "multi")
+
+
+def drain(reader: EventStreamReader[Any]) -> list[EventRead[Any]]:
+    """Every event the reader has to give now (a short timeout ends it: what was written is durable)."""
+    out: list[EventRead[Any]] = []
+    while (event := reader.read_next_event(timeout=1.0)) is not None:
+        if not event.is_checkpoint:
+            out.append(event)
+    return out
