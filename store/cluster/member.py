@@ -274,14 +274,20 @@ class ClusterMember:
                 timeout = until if timeout is None else min(timeout, until)
             if self._suspended_since is not None:
                 timeout = min(timeout or self.session_timeout, 0.2)
+            # Running containers are checked for failures every second; that alone needs no pass (no
+            # ZooKeeper reads): the restart's transition wakes the loop when it is done.
+            wait = timeout
             if self.owned:
-                timeout = self.health_check_seconds if timeout is None else min(timeout, self.health_check_seconds)
-            self._wake.wait(timeout)
+                wait = self.health_check_seconds if wait is None else min(wait, self.health_check_seconds)
+            began = time.monotonic()
+            woken = self._wake.wait(wait)
             self._wake.clear()
             if self._closing:
                 return
             try:
                 self._restart_failed()
+                if not woken and (timeout is None or time.monotonic() - began < timeout):
+                    continue
                 self._pass()
                 retry_after = None
             except KazooException as exc:
