@@ -9,8 +9,8 @@ its entry epoch is the epoch of the fragment its sequence falls in, so entries a
 
 Every change is a compare-and-set on the record's version, so an owner whose epoch was superseded
 learns it at its next change. ``FileLogMetadataStore`` keeps one JSON file per log under a directory
-(flock + temp file + rename); a ZooKeeper store keeps the same record in a znode and uses the znode
-version for the compare-and-set.
+(flock + temp file + rename); ``ZooKeeperLogMetadataStore`` (``millrace.store.cluster.log_metadata``)
+keeps the same record in a znode and uses the znode version for the compare-and-set.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ class LogRecord:
 
 
 class LogMetadataStore(ABC):
-    """Where replicated logs keep their records (a directory now, ZooKeeper later)."""
+    """Where replicated logs keep their records (a directory on one node, ZooKeeper in a cluster)."""
 
     @abstractmethod
     def read(self, log_name: str) -> LogRecord:
