@@ -13,10 +13,10 @@ import logging
 import sys
 import threading
 
-from millrace.store.cluster.containers import SegmentContainerHost, replicated_logs
+from millrace.store.cluster.containers import SegmentContainerHost
 from millrace.store.cluster.layout import NodeInfo
-from millrace.store.cluster.log_metadata import ZooKeeperLogMetadataStore
-from millrace.store.cluster.member import ClusterMember, OwnershipTerm, connect
+from millrace.store.cluster.member import OwnershipTerm
+from millrace.store.cluster.node import ClusterNode, ClusterNodeConfig
 from millrace.store.containers.container import SegmentContainer
 from millrace.store.durablelog.replicated import ReplicationConfig
 from millrace.store.errors import StoreError
@@ -65,17 +65,12 @@ class WritingHost(SegmentContainerHost):
 def main() -> None:
     hosts, node_id, containers, session_timeout, replicas, lts = sys.argv[1:7]
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    client = connect(hosts, session_timeout=float(session_timeout))
-    config = ReplicationConfig(tuple(replicas.split(",")), 3, 2)
-    host = WritingHost(FileSystemChunkStorage(lts), replicated_logs(ZooKeeperLogMetadataStore(client), config))
-    member = ClusterMember(client, NodeInfo(node_id, "127.0.0.1"), int(containers), host,
-                           session_timeout=float(session_timeout)).start()
+    config = ClusterNodeConfig(hosts, NodeInfo(node_id, "127.0.0.1"), int(containers),
+                               ReplicationConfig(tuple(replicas.split(",")), 3, 2), float(session_timeout))
+    node = ClusterNode(config, FileSystemChunkStorage(lts), host_factory=WritingHost).start()
     say("ready")
     sys.stdin.read()
-    member.close()
-    host.close()
-    client.stop()
-    client.close()
+    node.close()
 
 
 if __name__ == "__main__":

@@ -15,10 +15,9 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from millrace.store.cluster.containers import SegmentContainerHost, replicated_logs
+from millrace.store.cluster.containers import SegmentContainerHost
 from millrace.store.cluster.layout import NodeInfo
-from millrace.store.cluster.log_metadata import ZooKeeperLogMetadataStore
-from millrace.store.cluster.member import ClusterMember, connect
+from millrace.store.cluster.node import ClusterNode, ClusterNodeConfig
 from millrace.store.containers.container import SegmentContainer
 from millrace.store.errors import StoreError
 from millrace.store.lts.filesystem import FileSystemChunkStorage
@@ -45,9 +44,17 @@ class ZombieCapableHost(SegmentContainerHost):
 
 @dataclass
 class Node:
-    client: KazooClient
-    host: ZombieCapableHost
-    member: ClusterMember
+    node: ClusterNode
+
+    @property
+    def host(self) -> ZombieCapableHost:
+        assert isinstance(self.node.containers, ZombieCapableHost)
+        return self.node.containers
+
+    @property
+    def client(self) -> KazooClient:
+        assert self.node.client is not None
+        return self.node.client
 
     def running(self) -> set[int]:
         return set(self.host.terms())
@@ -61,21 +68,16 @@ class Nodes:
         self.started: list[Node] = []
 
     def join(self, node_id: str) -> Node:
-        client = connect(self.hosts)
-        logs = replicated_logs(ZooKeeperLogMetadataStore(client), self.replicas.config())
-        host = ZombieCapableHost(FileSystemChunkStorage(str(self.lts)), logs)
-        member = ClusterMember(client, NodeInfo(node_id, "127.0.0.1"), CONTAINERS, host).start()
-        node = Node(client, host, member)
+        config = ClusterNodeConfig(self.hosts, NodeInfo(node_id, "127.0.0.1"), CONTAINERS, self.replicas.config())
+        node = Node(ClusterNode(config, FileSystemChunkStorage(str(self.lts)), host_factory=ZombieCapableHost).start())
         self.started.append(node)
         return node
 
     def close(self) -> None:
         for node in self.started:
-            node.member.close()
-            node.host.deaf = False
-            node.host.close()
-            node.client.stop()
-            node.client.close()
+            if node.node.containers is not None:
+                node.host.deaf = False  # so closing stops the zombie's container too
+            node.node.close()
 
 
 @pytest.fixture
