@@ -58,3 +58,12 @@ def test_batch_reads_example(server: ServerProcess, uri: str) -> None:
     assert [line for line in out if line.startswith("sensor-")] == [
         f"sensor-{n}: sum of readings {sum(range(250))}" for n in (1, 2, 3, 4)]
     assert out[-1] == "after the halfway cut: 500 events"
+
+
+def test_reader_groups_example(server: ServerProcess, uri: str) -> None:
+    out = run(os.path.join(EXAMPLES, "reader_groups.py"), uri).splitlines()
+    assert out[:3] == ["read 20 orders, each once: True", "online: ['alice', 'bob']",
+                       "after the split: 10 more, per-customer order kept: True"]
+    assert out[3].startswith("checkpoint before-refund-run: shop/orders[0.1@") and out[3].endswith(", 1.2@0, 1.3@0]")
+    assert out[4:] == ["checkpoint event returned: ['before-refund-run']", "after reset_to: [30, 31, 32, 33, 34]",
+                       "group deleted"]
