@@ -270,7 +270,7 @@ class StreamManager:
         cuts = {(c.scope, c.stream): c for c in ([start] if isinstance(start, StreamCut) else start or [])}
         positions: dict[str, SegmentPosition] = {}
         for sc, st in wanted:
-            positions.update(cut_positions(cuts.pop((sc, st), None) or self.head_cut(sc, st)))
+            positions.update(cut_positions(cuts.pop((sc, st)) if (sc, st) in cuts else self.head_cut(sc, st)))
         if cuts:
             raise InvalidRequestError(f"start cuts of streams the group does not read: {sorted(cuts)}")
         initial = initial_state([f"{sc}/{st}" for sc, st in wanted], positions)
