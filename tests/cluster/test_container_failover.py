@@ -137,11 +137,12 @@ def test_containers_move_with_their_data_and_a_zombie_owner_is_fenced(nodes: Nod
 class NodeProcess:
     """tests/cluster/node_child.py: a node that writes numbered records to every container it runs."""
 
-    def __init__(self, hosts: str, node_id: str, replicas: Replicas, lts: Path) -> None:
+    def __init__(self, hosts: str, node_id: str, replicas: Replicas, lts: Path,
+                 session_timeout: float = CHILD_SESSION_TIMEOUT) -> None:
         self.lines: list[str] = []
         self.acked: dict[int, list[int]] = {}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.cluster.node_child", hosts, node_id, str(CONTAINERS), str(CHILD_SESSION_TIMEOUT),
+            [sys.executable, "-m", "tests.cluster.node_child", hosts, node_id, str(CONTAINERS), str(session_timeout),
              ",".join(replicas.addresses), str(lts)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)
         threading.Thread(target=self._pump, daemon=True).start()
