@@ -344,9 +344,10 @@ def run_exactly_once_loop(tmp_path: Any, kill_server: bool, worker_command: Work
             if worker is None or worker.poll() is not None:
                 worker = subprocess.Popen(worker_command(srv.bootstrap, source, sink, transactional_id, group),
                                           stdout=log, stderr=subprocess.STDOUT, text=True)
-            # Each kill waits until the loop has moved on since the last one, so every kill lands mid-work.
-            if kills < 4 and time.monotonic() >= next_kill and (
-                    not progress or _log_end(srv.bootstrap, sink) > progress[-1]):
+            # Each kill waits until the loop has moved on since the last one (the first until it wrote anything:
+            # a JVM worker may still be starting), so every kill lands mid-work.
+            if kills < 4 and time.monotonic() >= next_kill and \
+                    _log_end(srv.bootstrap, sink) > (progress[-1] if progress else 0):
                 kills += 1
                 if kill_server:
                     srv.kill()
