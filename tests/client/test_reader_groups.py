@@ -30,6 +30,7 @@ from millrace import (
     StreamCut,
     StreamManager,
 )
+from millrace.client import reader_group
 from tests.server_process import ServerProcess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -143,7 +144,10 @@ def scale_once(sm: StreamManager, scope: str, stream: str, step: int) -> None:
         sm.merge_segments(scope, stream, [left, right])
 
 
-def test_group_of_three_through_splits_merges_offline_and_a_reset(sm: StreamManager) -> None:
+def test_group_of_three_through_splits_merges_offline_and_a_reset(sm: StreamManager,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # Compact the group's state stream often, so readers also restart from snapshots under way.
+    monkeypatch.setattr(reader_group, "COMPACT_EVERY", 10)
     scope, stream, keys, total = "rg", "keyed", 16, 2400
     sm.create_scope(scope)
     sm.create_stream(scope, stream, initial_segments=2)
@@ -214,6 +218,7 @@ def test_group_of_three_through_splits_merges_offline_and_a_reset(sm: StreamMana
         app.stop(reader_id)
     assert not app.errors, app.errors
     assert scales == 8
+    assert sm.describe_stream(scope, "_RGapp").truncation, "the state stream was never compacted"
     check_exactly_once_in_key_order(app.records, written)
     assert {r for r, _, _ in app.records} == {"r1", "r2", "r3"}
 
