@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from millrace.client.controller import ControllerClient
 from millrace.protocol.events import batch_records
@@ -24,21 +23,34 @@ from millrace.protocol.wire import Command
 READ_BYTES = 1 << 20
 
 
-class SegmentEvent(NamedTuple):
-    """One event as read from a segment, with where it is (a tuple: readers make one per event)."""
+class SegmentEvent:
+    """One event as read from a segment, with where it is. A plain slotted class rather than a
+    frozen dataclass: readers make one per event, and a frozen init costs twice as much."""
 
-    data: bytes  # the record's value (b"" for a null value)
-    key: bytes | None  # the routing key's bytes (the record's key)
-    partition: int  # the Kafka partition holding the event
-    kafka_offset: int
-    timestamp_ms: int
-    segment_id: int
-    position: int  # segment offset of the envelope of the batch holding the event
-    index: int  # the record's number within that batch
+    __slots__ = ("data", "key", "partition", "kafka_offset", "timestamp_ms", "segment_id", "position", "index")
+
+    def __init__(self, data: bytes, key: bytes | None, partition: int, kafka_offset: int, timestamp_ms: int,
+                 segment_id: int, position: int, index: int) -> None:
+        self.data = data  # the record's value (b"" for a null value)
+        self.key = key  # the routing key's bytes (the record's key)
+        self.partition = partition  # the Kafka partition holding the event
+        self.kafka_offset = kafka_offset
+        self.timestamp_ms = timestamp_ms
+        self.segment_id = segment_id
+        self.position = position  # segment offset of the envelope of the batch holding the event
+        self.index = index  # the record's number within that batch
 
     @property
     def routing_key(self) -> str | None:
         return None if self.key is None else self.key.decode("utf-8", "replace")
+
+    def __repr__(self) -> str:
+        return (f"SegmentEvent(segment={self.segment_id}, position={self.position}, index={self.index}, "
+                f"partition={self.partition}, offset={self.kafka_offset}, key={self.key!r}, {len(self.data)} bytes)")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SegmentEvent) and all(
+            getattr(self, name) == getattr(other, name) for name in self.__slots__)
 
 
 @dataclass(frozen=True, slots=True)
