@@ -251,11 +251,16 @@ class ReaderGroup(Generic[T]):
             if name in state.completed_checkpoints:
                 return self._checkpoint(name, state.completed_checkpoints[name])
             if not any(c.name == name for c in state.checkpoints):
-                raise CheckpointFailedError(f"checkpoint {name!r} was dropped (the group was reset)")
+                raise CheckpointFailedError(f"checkpoint {name!r} was dropped (cancelled, or the group was reset)")
             if time.monotonic() >= deadline:
                 waiting = next(c.waiting for c in state.checkpoints if c.name == name)
                 raise TimeoutError(f"checkpoint {name!r}: readers {waiting} have not recorded it")
             time.sleep(0.02)
+
+    def cancel_checkpoints(self) -> None:
+        """Drop every pending checkpoint (one a reader that stopped reading will never record, which
+        also keeps that reader's segments where they are): its waiters raise CheckpointFailedError."""
+        self._update(lambda state: (Updates([rgs.cancel_checkpoints()] if state.checkpoints else []), None))
 
     def _checkpoint(self, name: str, positions: Mapping[str, SegmentPosition]) -> Checkpoint:
         by_stream: dict[tuple[str, str], dict[int, int]] = {}

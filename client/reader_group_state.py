@@ -253,6 +253,10 @@ def checkpoint_reader(reader: str, generation: int, name: str,
             "positions": _positions_to_json(positions)}
 
 
+def cancel_checkpoints() -> Update:
+    return {"op": "cancel_checkpoints"}
+
+
 def reset(streams: Iterable[str], positions: Mapping[SegmentKey, SegmentPosition]) -> Update:
     return {"op": "reset", "streams": list(streams), "positions": _positions_to_json(positions)}
 
@@ -380,6 +384,10 @@ def _complete_checkpoints(state: ReaderGroupState) -> None:
         del state.completed_checkpoints[next(iter(state.completed_checkpoints))]
 
 
+def _apply_cancel_checkpoints(state: ReaderGroupState, update: Mapping[str, Any]) -> None:
+    state.checkpoints = []
+
+
 def _apply_reset(state: ReaderGroupState, update: Mapping[str, Any]) -> None:
     state.streams = [str(s) for s in update["streams"]]
     state.generation += 1
@@ -398,5 +406,6 @@ _HANDLERS = {
     "complete_segment": _apply_complete_segment,
     "create_checkpoint": _apply_create_checkpoint,
     "checkpoint_reader": _apply_checkpoint_reader,
+    "cancel_checkpoints": _apply_cancel_checkpoints,
     "reset": _apply_reset,
 }

@@ -259,6 +259,11 @@ class ReaderGroupMachine(RuleBasedStateMachine):
         self.checkpoints[name] = Checkpoint(len(self.log), set(self.state.readers))
         self._apply(rgs.create_checkpoint(name))
 
+    @rule()
+    def cancel_checkpoints(self) -> None:
+        if self.state.checkpoints:
+            self._apply(rgs.cancel_checkpoints())
+
     def _note_checkpoints(self) -> None:
         """Mark where each waiting reader checkpointed (or left), and check completed checkpoints."""
         pending = {c.name: set(c.waiting) for c in self.state.checkpoints}
@@ -273,7 +278,7 @@ class ReaderGroupMachine(RuleBasedStateMachine):
                 self._check_cut(name, before)
                 event("checkpoint completed")
             elif name not in pending:
-                del self.checkpoints[name]  # dropped by a reset
+                del self.checkpoints[name]  # dropped by a reset or cancelled
 
     def _check_cut(self, name: str, before: list[tuple[Event, str]]) -> None:
         cut = self.state.completed_checkpoints[name]

@@ -27,6 +27,7 @@ from millrace import (
     ReaderAlreadyOnlineError,
     ReaderGroup,
     ReaderGroupNotFoundError,
+    ReaderNotInReaderGroupError,
     StreamCut,
     StreamManager,
 )
@@ -419,6 +420,16 @@ def test_several_streams_restart_cuts_and_housekeeping(uri: str, sm: StreamManag
         reopened.reset_to(list(checkpoint.cuts.values()))
         replay = [e.data for e in drain(reader)]
         assert sorted(replay) == sorted(after)
+        # A reader that never reads holds a checkpoint up; cancelling it frees the group.
+        idle = reopened.create_reader("idle")
+        with pytest.raises(TimeoutError):
+            reopened.initiate_checkpoint("stuck", timeout=0.5)
+        reopened.cancel_checkpoints()
+        assert reopened.state().checkpoints == []
+        # Declared offline by someone else, a reader learns it at its next read.
+        reopened.reader_offline("idle", None)
+        with pytest.raises(ReaderNotInReaderGroupError):
+            idle.read_next_event(timeout=0.5)
         reader.close()
     sm.delete_reader_group("both", "multi")
     with pytest.raises(ReaderGroupNotFoundError):
