@@ -46,6 +46,9 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
                    help="how often topic retention (retention.ms, retention.bytes) is enforced")
     p.add_argument("--transaction-check-seconds", type=float, default=d.transaction_check_seconds,
                    help="how often Kafka transactions past their transaction.timeout.ms are aborted")
+    p.add_argument("--producer-id-expiration-ms", type=int, default=d.producer_id_expiration_ms,
+                   help="forget a producer's idempotence state in a partition after it wrote nothing this long "
+                        "(Kafka's producer.id.expiration.ms; checked every --retention-check-seconds)")
     p.add_argument("--log-replicas", default=None, metavar="HOST:PORT,...",
                    help="keep the containers' durable logs on these `millrace logd` replicas instead of local files")
     p.add_argument("--write-quorum", type=int, default=d.write_quorum, help="replicas each log entry is written to")
@@ -263,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
             default_partitions=args.default_partitions,
             retention_check_seconds=args.retention_check_seconds,
             transaction_check_seconds=args.transaction_check_seconds,
+            producer_id_expiration_ms=args.producer_id_expiration_ms,
             scale_windows=tuple(float(w) for w in args.scale_windows.split(",")),
             scale_interval_seconds=args.scale_interval_seconds,
             scale_cooldown_seconds=args.scale_cooldown_seconds,

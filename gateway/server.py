@@ -45,6 +45,7 @@ class ServerOptions:
     default_partitions: int = 1
     retention_check_seconds: float = 30.0
     transaction_check_seconds: float = 1.0  # how often Kafka transactions past their timeout are aborted
+    producer_id_expiration_ms: int = 86_400_000  # idle producers' idempotence state is forgotten after this
     # Auto-scaling: rate windows (seconds, shortest first), how often policies are evaluated, and how
     # long a segment made by a scale is left alone.
     scale_windows: tuple[float, ...] = (2.0, 10.0, 30.0)
@@ -130,6 +131,7 @@ def serve(options: ServerOptions) -> int:
             default_partitions=options.default_partitions,
             retention_check_seconds=options.retention_check_seconds,
             transaction_check_seconds=options.transaction_check_seconds,
+            producer_id_expiration_ms=options.producer_id_expiration_ms,
         )
         broker, kafka_factory = build_kafka(store, controller, tables, kafka_config, controller_pool)
         kafka_factory.connection_budget_bytes = options.connection_budget_mb * MIB

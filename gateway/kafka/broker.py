@@ -40,6 +40,8 @@ class KafkaConfig:
     group_min_session_timeout_ms: int = 1000
     group_max_session_timeout_ms: int = 300000
     transaction_check_seconds: float = 1.0  # how often transactions past their timeout are looked for
+    # Kafka's producer.id.expiration.ms: a partition forgets a producer idle this long (checked with retention)
+    producer_id_expiration_ms: int = 86_400_000
 
 
 @dataclass

@@ -97,7 +97,8 @@ def enforce_stream_retention(broker: Broker, name: str) -> Deferred[None]:
 
 def start_background(broker: Broker) -> task.LoopingCall:
     """Periodic work on the reactor: retention enforcement for every topic (its retention configs) and
-    every stream event writers partitioned (its stream retention policy); the transaction coordinator
+    every stream event writers partitioned (its stream retention policy), and expiry of idle producers'
+    state in every partition; the transaction coordinator
     finishes transactions a crash left prepared and aborts those past their timeout."""
     broker.transactions.start()
 
@@ -110,6 +111,7 @@ def start_background(broker: Broker) -> task.LoopingCall:
         for name in broker.topics.record_keys():
             if broker.topics.get(name) is None:  # not a Kafka topic: a native stream's record
                 enforce_stream_retention(broker, name).addErrback(_retention_failed, name)
+        broker.partitions.expire_producers(broker.config.producer_id_expiration_ms)
 
     loop = task.LoopingCall(enforce)
     loop.start(broker.config.retention_check_seconds, now=False)

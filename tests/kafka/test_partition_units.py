@@ -88,10 +88,27 @@ def test_a_retry_of_a_batch_in_flight_gets_the_originals_outcome() -> None:
     assert duplicate is not None and not duplicate.called and retries == [duplicate]
 
 
+def test_idle_producers_expire_unless_in_flight_or_in_an_open_transaction() -> None:
+    producers = Producers()
+    for pid in (1, 2, 3):
+        state, _ = producers.check(pid, 0, 0, 0)
+        state.last_ms = 1000
+    producers.recovered(4, 0, 0, 0, 10, timestamp_ms=5000)  # recent: stays
+    producers.get(2).in_flight[7] = []  # type: ignore[union-attr]  # an append in flight: stays
+    assert producers.expire(2000, keep={3}) == 1  # 3 holds an open transaction: stays
+    assert producers.get(1) is None and len(producers) == 3
+    # A forgotten producer starts over: its next batch is accepted as a new producer's.
+    state, duplicate = producers.check(1, 0, 5, 5)
+    assert duplicate is None and not state.batches
+    # A marker refreshes the producer it fences.
+    producers.fence(4, 1, now_ms=9000)
+    assert producers.expire(6000, keep=set()) == 2 and producers.get(4) is not None
+
+
 def test_producer_window_and_sequence_wrap_after_recovery() -> None:
     producers = Producers()
     for i in range(PRODUCER_WINDOW + 2):
-        producers.recovered(3, 0, i, i, 10 + i)
+        producers.recovered(3, 0, i, i, 10 + i, 1000 + i)
     state = producers.get(3)
     assert state is not None and len(state.batches) == PRODUCER_WINDOW
     _, duplicate = producers.check(3, 0, 2, 2)  # the oldest batch still in the window
@@ -100,7 +117,7 @@ def test_producer_window_and_sequence_wrap_after_recovery() -> None:
         producers.check(3, 0, 1, 1)  # out of the window: no longer recognised, and out of sequence
     assert forgotten.value.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
     wrapped = Producers()
-    wrapped.recovered(4, 0, 0x7FFFFFFE, 0x7FFFFFFF, 0)
+    wrapped.recovered(4, 0, 0x7FFFFFFE, 0x7FFFFFFF, 0, 0)
     assert wrapped.check(4, 0, 0, 0)[1] is None  # sequences wrap at 2**31
 
 

@@ -89,14 +89,15 @@ class PartitionLog:
         self.index.append(self.segment_number(writer), entry.base_offset, entry.last_offset, entry.position,
                           entry.length, entry.max_timestamp)
         if entry.attributes & CONTROL_ATTRIBUTE:
-            self.producers.fence(entry.producer_id, entry.producer_epoch)
+            self.producers.fence(entry.producer_id, entry.producer_epoch, entry.max_timestamp)
             self.txns.marker(entry.producer_id, entry.base_offset, bool(commit))
             return
         if entry.attributes & TRANSACTIONAL_ATTRIBUTE:
             self.txns.batch(entry.producer_id, entry.base_offset)
         if entry.producer_id >= 0:
             self.producers.recovered(entry.producer_id, entry.producer_epoch, entry.base_sequence,
-                                     entry.base_sequence + entry.last_offset_delta, entry.base_offset)
+                                     entry.base_sequence + entry.last_offset_delta, entry.base_offset,
+                                     entry.max_timestamp)
 
     def open_at(self, stored_log_start: int) -> None:
         """Finish a load: offsets continue after the last recovered batch, from the stored log start."""

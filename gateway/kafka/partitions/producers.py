@@ -9,12 +9,18 @@ Transaction markers carry the producer's epoch: ``fence`` makes it the partition
 zombie whose transaction the coordinator aborted with a bumped epoch is refused here too. The open
 transactions themselves are ``transactions.PartitionTransactions``'.
 
+Expiry (Kafka's ``producer.id.expiration.ms``): the state of a producer that wrote nothing for that
+long, has no append in flight and no open transaction here is forgotten, so partitions do not keep
+every producer id they ever saw (native transactions take one id each). A producer that comes back
+after that starts over as a new one, as in Kafka.
+
 Owned by the reactor thread once the partition is installed.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Container
 from dataclasses import dataclass, field
 
 from twisted.internet import defer
@@ -33,6 +39,7 @@ class ProducerState:
     batches: deque[tuple[int, int, int]] = field(default_factory=lambda: deque(maxlen=PRODUCER_WINDOW))
     # base offset -> Deferreds of retries of an append still in flight: they get the original's outcome
     in_flight: dict[int, list[defer.Deferred[int]]] = field(default_factory=dict)
+    last_ms: int = 0  # when it last wrote (append time; a recovered batch's max timestamp)
 
 
 class Producers:
@@ -75,20 +82,35 @@ class Producers:
                                      f"producer {producer_id}: sequence {first_sequence}, expected {expected}")
         return state, None
 
-    def recovered(self, producer_id: int, epoch: int, first_sequence: int, last_sequence: int, base: int) -> None:
+    def recovered(self, producer_id: int, epoch: int, first_sequence: int, last_sequence: int, base: int,
+                  timestamp_ms: int) -> None:
         """Replay one stored batch (recovery, oldest first): rebuilds the window of every producer."""
         state = self._states.get(producer_id)
         if state is None or epoch > state.epoch:
             state = self._states[producer_id] = ProducerState(epoch)
         if epoch == state.epoch:
             state.batches.append((first_sequence, last_sequence, base))
+        state.last_ms = max(state.last_ms, timestamp_ms)
 
-    def fence(self, producer_id: int, epoch: int) -> None:
+    def fence(self, producer_id: int, epoch: int, now_ms: int) -> None:
         """A transaction marker of ``epoch`` was written: older epochs of the producer are refused from
         now on (a coordinator that aborts a zombie's transaction writes its marker with a bumped epoch)."""
         state = self._states.get(producer_id)
         if state is None or epoch > state.epoch:
-            self._states[producer_id] = ProducerState(epoch)
+            state = self._states[producer_id] = ProducerState(epoch)
+        state.last_ms = max(state.last_ms, now_ms)
+
+    def expire(self, before_ms: int, keep: Container[int]) -> int:
+        """Forget producers idle since before ``before_ms`` with nothing in flight, except ``keep`` (those
+        with an open transaction); how many were forgotten."""
+        idle = [pid for pid, state in self._states.items()
+                if state.last_ms < before_ms and not state.in_flight and pid not in keep]
+        for pid in idle:
+            del self._states[pid]
+        return len(idle)
+
+    def __len__(self) -> int:
+        return len(self._states)
 
     def get(self, producer_id: int) -> ProducerState | None:
         return self._states.get(producer_id)

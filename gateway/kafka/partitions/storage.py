@@ -311,6 +311,15 @@ class SegmentPartitionStorage(PartitionStorage):
     def offsets(self, p: PartitionLog) -> PartitionOffsets:
         return p.offsets()
 
+    def _now_ms(self) -> int:
+        return int(self.clock.seconds() * 1000)
+
+    def expire_producers(self, expiration_ms: int) -> int:
+        """Forget, in every loaded partition, producers idle for ``expiration_ms`` that hold no open
+        transaction there (``producers.Producers.expire``); how many were forgotten."""
+        before = self._now_ms() - expiration_ms
+        return sum(p.producers.expire(before, p.txns.open) for parts in self._topics.values() for p in parts)
+
     def append(self, topic: TopicInfo, p: PartitionLog, records: Any) -> defer.Deferred[int]:
         try:
             (batch,) = validate_produce_records(records)
@@ -336,6 +345,7 @@ class SegmentPartitionStorage(PartitionStorage):
         if h.producer_id >= 0:
             last_sequence = h.base_sequence + h.last_offset_delta
             producer, duplicate = p.producers.check(h.producer_id, h.producer_epoch, h.base_sequence, last_sequence)
+            producer.last_ms = self._now_ms()
             if duplicate is not None:
                 return duplicate
         base = p.next_offset
@@ -361,7 +371,7 @@ class SegmentPartitionStorage(PartitionStorage):
                                      producer_id=producer_id, producer_epoch=producer_epoch,
                                      coordinator_epoch=coordinator_epoch)
         h = next(iter_batches(marker)).header
-        p.producers.fence(producer_id, producer_epoch)
+        p.producers.fence(producer_id, producer_epoch, self._now_ms())
 
         def closed(offset: int) -> int:
             p.txns.marker(producer_id, offset, commit)
