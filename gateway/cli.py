@@ -49,6 +49,8 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--producer-id-expiration-ms", type=int, default=d.producer_id_expiration_ms,
                    help="forget a producer's idempotence state in a partition after it wrote nothing this long "
                         "(Kafka's producer.id.expiration.ms; checked every --retention-check-seconds)")
+    p.add_argument("--native-txn-retention-ms", type=int, default=d.native_txn_retention_ms,
+                   help="how long the status of a committed or aborted native transaction stays known")
     p.add_argument("--log-replicas", default=None, metavar="HOST:PORT,...",
                    help="keep the containers' durable logs on these `millrace logd` replicas instead of local files")
     p.add_argument("--write-quorum", type=int, default=d.write_quorum, help="replicas each log entry is written to")
@@ -267,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
             retention_check_seconds=args.retention_check_seconds,
             transaction_check_seconds=args.transaction_check_seconds,
             producer_id_expiration_ms=args.producer_id_expiration_ms,
+            native_txn_retention_ms=args.native_txn_retention_ms,
             scale_windows=tuple(float(w) for w in args.scale_windows.split(",")),
             scale_interval_seconds=args.scale_interval_seconds,
             scale_cooldown_seconds=args.scale_cooldown_seconds,

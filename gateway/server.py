@@ -46,6 +46,7 @@ class ServerOptions:
     retention_check_seconds: float = 30.0
     transaction_check_seconds: float = 1.0  # how often Kafka transactions past their timeout are aborted
     producer_id_expiration_ms: int = 86_400_000  # idle producers' idempotence state is forgotten after this
+    native_txn_retention_ms: int = 3_600_000  # how long a finished native transaction's status is kept
     # Auto-scaling: rate windows (seconds, shortest first), how often policies are evaluated, and how
     # long a segment made by a scale is left alone.
     scale_windows: tuple[float, ...] = (2.0, 10.0, 30.0)
@@ -132,6 +133,7 @@ def serve(options: ServerOptions) -> int:
             retention_check_seconds=options.retention_check_seconds,
             transaction_check_seconds=options.transaction_check_seconds,
             producer_id_expiration_ms=options.producer_id_expiration_ms,
+            native_txn_retention_ms=options.native_txn_retention_ms,
         )
         broker, kafka_factory = build_kafka(store, controller, tables, kafka_config, controller_pool)
         kafka_factory.connection_budget_bytes = options.connection_budget_mb * MIB

@@ -42,6 +42,7 @@ class KafkaConfig:
     transaction_check_seconds: float = 1.0  # how often transactions past their timeout are looked for
     # Kafka's producer.id.expiration.ms: a partition forgets a producer idle this long (checked with retention)
     producer_id_expiration_ms: int = 86_400_000
+    native_txn_retention_ms: int = 3_600_000  # a finished native transaction's status is kept this long
 
 
 @dataclass

@@ -22,12 +22,11 @@ one past its timeout (the lease) aborts itself with a bumped epoch.
 - ``PING_TXN``: the lease counts again from now.
 
 Complete (or never begun) records of ``millrace.txn:`` ids are forgotten after a retention
-(``MILLRACE_TXN_RETENTION_MS``, default one hour), after which the status is unknown. Reactor thread.
+(``serve --native-txn-retention-ms``, default one hour), after which the status is unknown. Reactor thread.
 """
 
 from __future__ import annotations
 
-import os
 import struct
 import uuid
 from collections.abc import Callable
@@ -55,8 +54,6 @@ from millrace.protocol.events import TRANSACTIONAL_ATTRIBUTE
 from millrace.protocol.wire import Command
 
 TXN_ID_PREFIX = "millrace.txn:"
-DEFAULT_RETENTION_MS = 60 * 60 * 1000
-RETENTION_ENV = "MILLRACE_TXN_RETENTION_MS"
 
 # attributes (offset 21), producer id (43) and epoch (51) of a RecordBatch v2 header
 _ATTRIBUTES = struct.Struct(">h")
@@ -101,9 +98,8 @@ def _failure(code: ErrorCode, what: str) -> Exception:
     return TxnFailedError(f"{what}: the transaction is not open ({code.name})")
 
 
-def txn_handlers(broker: Broker, retention_ms: int | None = None) -> dict[int, Handler]:
-    if retention_ms is None:
-        retention_ms = int(os.environ.get(RETENTION_ENV, DEFAULT_RETENTION_MS))
+def txn_handlers(broker: Broker) -> dict[int, Handler]:
+    retention_ms = broker.config.native_txn_retention_ms
     # (transactional id, topic, partition) -> appends waiting while the partition joins the transaction
     joining: dict[tuple[str, str, int], list[defer.Deferred[ErrorCode]]] = {}
 

@@ -359,7 +359,7 @@ def test_transactions_across_a_server_sigkill(own_server: tuple[str, tuple[str, 
 def test_a_writer_gives_up_when_its_server_stays_away_and_records_expire(
         own_server: tuple[str, tuple[str, ...]]) -> None:
     data, args = own_server
-    server = ServerProcess(data, *args, env={"MILLRACE_TXN_RETENTION_MS": "1000"}).start()
+    server = ServerProcess(data, *args, "--native-txn-retention-ms", "1000").start()
     try:
         create_topic(server, "txn-expiry", 2)
         sm = StreamManager(f"tcp://127.0.0.1:{server.native_port}", reconnect_timeout=2.0)
