@@ -71,6 +71,7 @@ STATE_STREAM_PREFIX = "_RG"  # the group's state stream: <scope>/_RG<name>, as P
 REFRESH_S = 0.2  # how stale a reader's view of the group may get while it has data to read
 REBALANCE_S = 0.5  # between a reader's fair-share checks (acquire, release)
 RECORD_S = 2.0  # between a reader's records of its positions (what reader_offline(None) resumes from)
+STICKY_EVENTS = 1000  # events in a row from one segment before the others get a turn
 POLL_MS = 100  # a long poll on one segment while the reader holds several (the others wait that long)
 IDLE_POLL_MS = 500  # ... while it holds one
 SCALE_WAIT_S = 0.05  # between looks at a stream whose scale is under way
@@ -383,7 +384,9 @@ class EventStreamReader(Generic[T]):
         self.controller = group.controller
         self._generation = -1
         self._held: dict[str, _Held] = {}
-        self._turn = 0
+        self._turn = 0  # where a pass starts when no segment is current
+        self._current: str | None = None  # the segment that gave the last event
+        self._streak = 0  # events in a row from it
         self._refreshed = 0.0
         self._rebalanced = 0.0
         self._recorded = time.monotonic()
@@ -428,16 +431,26 @@ class EventStreamReader(Generic[T]):
 
     def _read_some(self, wait_ms: int) -> EventRead[T] | None:
         """One pass over the held segments without waiting (completing finished ones), then, if
-        nothing came, one long poll on the next segment in turn."""
-        held = [self._held[k] for k in sorted(self._held)]
-        if not held:
+        nothing came, one long poll on the next segment in turn. The pass starts at the segment
+        that gave the last event, whose next events are usually in hand already (a segment probed
+        first costs a round trip when it has nothing), and moves on after ``STICKY_EVENTS`` of
+        them so every held segment gets its turn."""
+        keys = sorted(self._held)
+        if not keys:
             return None
-        self._turn += 1
-        order = held[self._turn % len(held):] + held[:self._turn % len(held)]
+        start = keys.index(self._current) if self._current in self._held else self._turn
+        if self._streak >= STICKY_EVENTS:
+            start, self._streak = start + 1, 0
+        order = [self._held[k] for k in keys[start % len(keys):] + keys[:start % len(keys)]]
         for h in order:
             event = self._read(h, 0)
             if event is not None:
+                if h.key != self._current:
+                    self._current, self._streak = h.key, 0
+                self._streak += 1
                 return event
+        self._current = None
+        self._turn += 1
         for h in list(order):
             if h.key in self._held and h.reader.at_end:
                 self._complete(h)
