@@ -45,6 +45,16 @@ class KafkaWire:
         self._inflight.append((api_key, version, self._cid))
         return self._cid
 
+    def submit_together(self, requests: list[tuple[int, int, Any]]) -> None:
+        """Send (api key, version, request)s in one write, so the broker reads them all before it
+        answers any: a pipelining client at its most eager."""
+        frames = []
+        for api_key, version, request in requests:
+            self._cid += 1
+            frames.append(encode_request(api_key, version, self._cid, request, client_id=self.client_id))
+            self._inflight.append((api_key, version, self._cid))
+        self.sock.sendall(b"".join(frames))
+
     def receive(self, timeout: float | None = None) -> Any:
         """The response to the oldest submitted request (blocks up to ``timeout``)."""
         api_key, version, cid = self._inflight[0]

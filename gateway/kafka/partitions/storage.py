@@ -87,6 +87,16 @@ class FetchedRecords:
     aborted_transactions: tuple[tuple[int, int], ...] = field(default=())
 
 
+@dataclass(slots=True)
+class _LogStartWrites:
+    """A partition's log-start table writes (reactor thread): the value known durable, whether a
+    write is running, and the moves waiting for a write that covers them (wanted start, Deferred)."""
+
+    durable: int
+    running: bool = False
+    waiting: list[tuple[int, defer.Deferred[int]]] = field(default_factory=list)
+
+
 class PartitionStorage(Protocol):
     """What handlers may do with partitions (reactor thread only)."""
 
@@ -138,6 +148,7 @@ class SegmentPartitionStorage(PartitionStorage):
         self._writers: dict[str, SegmentWriter] = {}  # data segment name -> its writer
         self._loading: dict[str, list[defer.Deferred[None]]] = {}  # topic -> callers waiting for its load
         self._reloading: set[str] = set()
+        self._log_start_writes: dict[PartitionLog, _LogStartWrites] = {}  # partitions whose start moved
         # Raises PartitionError unless (topic, partition) is in the ongoing transaction of the producer
         # id at that epoch; set by the transaction coordinator (None: transactional batches refused).
         self.transaction_check: Callable[[str, int, int, int], None] | None = None
@@ -242,6 +253,7 @@ class SegmentPartitionStorage(PartitionStorage):
     def _forget(self, name: str) -> None:
         for p in self._topics.pop(name, []):
             p.waiters.wake()
+            self._log_start_writes.pop(p, None)
         # Its segment writers go too: a stream re-created under the name has segments of the same
         # names, which must start from what the store holds, not from these tails.
         scope, stream = self.topics.stream_of(name)
@@ -507,22 +519,52 @@ class SegmentPartitionStorage(PartitionStorage):
         return self._advance_log_start(p, target)
 
     def _advance_log_start(self, p: PartitionLog, offset: int) -> defer.Deferred[int]:
-        """Move ``p``'s log start to ``offset`` (durably), then truncate whatever segment prefix no
-        partition needs any more."""
-        if offset <= p.log_start:
-            return defer.succeed(p.log_start)
+        """Move ``p``'s log start to ``offset``: in memory at once, so every request handled after this
+        one sees it (Kafka handles a connection's requests one at a time; a ListOffsets or Fetch
+        pipelined behind a DeleteRecords must not see the old start), and in the log-start table before
+        the returned Deferred fires with the durable log start. The segment prefix no partition needs
+        any more is truncated only once the new start is durable, so a crash never leaves a stored log
+        start in front of truncated data."""
+        writes = self._log_start_writes.get(p)
+        if writes is None:
+            writes = self._log_start_writes[p] = _LogStartWrites(p.log_start)
         offset = min(offset, p.high_watermark)
-        persisted = self.blocking(self.tables.put, LOG_STARTS_TABLE,
-                                  [(log_start_key(p.topic, p.partition), str(offset).encode())])
+        if offset > p.log_start:
+            p.log_start = offset
+            p.index.drop_below(offset)
+            p.txns.drop_below(offset)
+        if writes.durable >= p.log_start:
+            return defer.succeed(writes.durable)
+        done: defer.Deferred[int] = defer.Deferred()
+        writes.waiting.append((p.log_start, done))
+        if not writes.running:
+            self._write_log_start(p, writes)
+        return done
 
-        def applied(_: Any) -> int:
-            p.log_start = max(p.log_start, offset)
-            p.index.drop_below(p.log_start)
-            p.txns.drop_below(p.log_start)
-            self._truncate_segments(p.topic)
-            return p.log_start
+    def _write_log_start(self, p: PartitionLog, writes: _LogStartWrites) -> None:
+        """One table write at a time per partition, each of the newest log start: concurrent moves
+        (DeleteRecords, retention) can then never store an older start over a newer one."""
+        value = p.log_start
+        writes.running = True
 
-        return persisted.addCallback(applied)
+        def written(result: Any) -> None:
+            writes.running = False
+            settled = [d for wanted, d in writes.waiting if wanted <= value]
+            writes.waiting = [(wanted, d) for wanted, d in writes.waiting if wanted > value]
+            if isinstance(result, Failure):
+                _log_failure(result, "storing the log start of", repr(p))
+                for d in settled:
+                    d.errback(result)
+            else:
+                writes.durable = max(writes.durable, value)
+                self._truncate_segments(p.topic)
+                for d in settled:
+                    d.callback(writes.durable)
+            if writes.waiting:
+                self._write_log_start(p, writes)
+
+        self.blocking(self.tables.put, LOG_STARTS_TABLE,
+                      [(log_start_key(p.topic, p.partition), str(value).encode())]).addBoth(written)
 
     def _truncate_segments(self, topic: str) -> None:
         for name, offset in retention.truncation_points(self._topics.get(topic, [])).items():

@@ -1,0 +1,76 @@
+"""DeleteRecords seen at once by the requests after it, and Fetch sizing (KIP-74) across partitions,
+over raw sockets and through librdkafka."""
+
+from __future__ import annotations
+
+import pytest
+
+from millrace.gateway.kafka_protocol.codec import request_class
+from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka_protocol.records import NewRecord, build_record_batch, iter_batches
+from tests.kafka.wire import FETCH, LIST_OFFSETS, local
+from tests.server_process import ServerProcess
+
+F, L, D = (request_class(k) for k in (FETCH, LIST_OFFSETS, 21))
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with ServerProcess(str(tmp_path_factory.mktemp("log-start-fetch")), "--default-partitions", "1") as s:
+        yield s
+
+
+def batch(values: list[bytes]) -> bytes:
+    return build_record_batch([NewRecord(key=b"k", value=v) for v in values])
+
+
+def offsets_of(records: bytes | memoryview | None) -> list[int]:
+    return [r.offset for b in iter_batches(bytes(records or b"")) for r in b.records()]
+
+
+# ------------------------------------------------------------------------------------------ DeleteRecords
+
+def test_requests_pipelined_behind_delete_records_see_the_new_log_start(server):
+    """A client may send ListOffsets and Fetch right behind DeleteRecords without waiting (librdkafka
+    pipelines); Kafka handles a connection's requests one at a time, so they see the new log start."""
+    c = local(server.kafka_port)
+    for i in range(10):
+        c.produce("pipelined-trim", 0, batch([f"{i}".encode()]))
+    requests = [
+        (21, 2, D(timeout_ms=5000, topics=[D.DeleteRecordsTopic(
+            name="pipelined-trim", partitions=[D.DeleteRecordsPartition(partition_index=0, offset=7)])])),
+        (LIST_OFFSETS, 7, L(replica_id=-1, isolation_level=0, topics=[L.ListOffsetsTopic(
+            name="pipelined-trim", partitions=[L.ListOffsetsPartition(partition_index=0, timestamp=-2)])])),
+        (FETCH, 12, F(max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0,
+                      session_epoch=-1, topics=[F.FetchTopic(topic="pipelined-trim", partitions=[
+                          F.FetchPartition(partition=0, fetch_offset=3, partition_max_bytes=1 << 20)])])),
+    ]
+    c.submit_together(requests)
+    deleted = c.receive().topics[0].partitions[0]
+    earliest = c.receive().topics[0].partitions[0]
+    fetched = c.receive().responses[0].partitions[0]
+    assert (deleted.error_code, deleted.low_watermark) == (0, 7)
+    assert (earliest.error_code, earliest.offset) == (0, 7)
+    assert (fetched.error_code, fetched.log_start_offset) == (ErrorCode.OFFSET_OUT_OF_RANGE, 7)
+    assert offsets_of(c.fetch("pipelined-trim", 0, 7).records) == [7, 8, 9]
+    c.close()
+
+
+def test_concurrent_log_start_moves_persist_the_highest(tmp_path):
+    """Several DeleteRecords in flight at once: the stored log start is the highest answered, also
+    after a restart (the table writes of one partition never land out of order)."""
+    server = ServerProcess(str(tmp_path / "data")).start()
+    c = local(server.kafka_port)
+    for i in range(30):
+        c.produce("many-trims", 0, batch([f"{i}".encode()]))
+    c.submit_together([(21, 2, D(timeout_ms=5000, topics=[D.DeleteRecordsTopic(
+        name="many-trims", partitions=[D.DeleteRecordsPartition(partition_index=0, offset=offset)])]))
+        for offset in (5, 20, 10, 25, 15)])
+    lows = [c.receive().topics[0].partitions[0].low_watermark for _ in range(5)]
+    assert lows[-1] == 25 and lows == sorted(lows) and all(low >= offset for low, offset
+                                                           in zip(lows, (5, 20, 10, 25, 15), strict=True))
+    assert c.list_offset("many-trims", 0, -2).offset == 25
+    c.close()
+    assert server.stop() == 0
+    with ServerProcess(server.data_dir) as again:
+        assert local(again.kafka_port).list_offset("many-trims", 0, -2).offset == 25
