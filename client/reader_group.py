@@ -53,7 +53,6 @@ from millrace.client.serializers import Serializer
 from millrace.client.streams import StreamCut, StreamDescription
 from millrace.client.synchronizer import StateSynchronizer, Updates
 from millrace.protocol.errors import (
-    ConnectionLostError,
     SegmentNotFoundError,
     SegmentTruncatedError,
     StoreError,
@@ -396,38 +395,43 @@ class EventStreamReader(Generic[T]):
     # -- reading --------------------------------------------------------------------------------------
     def read_next_event(self, timeout: float = 0.0) -> EventRead[T] | None:
         """The next event (or checkpoint) for this reader; None if there was none within ``timeout``
-        seconds. Calling it again means the events returned before are processed."""
+        seconds. Calling it again means the events returned before are processed.
+
+        A request whose connection dropped is sent again once the pool has reconnected, so a server
+        restart costs a pause; ConnectionLostError escapes when the server stays unreachable for the
+        manager's ``reconnect_timeout``. The reader stays usable after any error: what was under way
+        is settled by the group's state, which the reader follows at its next call."""
         if self._closed:
             raise ValueError(f"reader {self.reader_id!r} is closed")
         deadline = time.monotonic() + timeout
         while True:
-            now = time.monotonic()
-            if not self._held or now - self._refreshed >= REFRESH_S:
-                self._refresh()
-            elif self._state().generation != self._generation:
-                self._reconcile()  # a reset through this process's handle: follow it at once
-            checkpoint = self._state().checkpoint_for(self.reader_id)
-            if checkpoint is not None:
-                got = self._checkpoint(checkpoint, deadline)
-                if got is not None:
-                    return got
-                if time.monotonic() >= deadline:
-                    return None
-                continue
-            if not self._held or now - self._rebalanced >= REBALANCE_S:
-                self._rebalance()
-            if self._progressed and now - self._recorded >= RECORD_S:
-                self._record()
-            remaining_ms = int((deadline - time.monotonic()) * 1000)
-            got = self._read_some(max(0, remaining_ms))
-            if got is not None:
+            got = self._step(deadline)
+            if got is not None or time.monotonic() >= deadline:
                 return got
-            if self._progressed:
-                self._record()  # caught up: what the state records is where this reader is
-            if time.monotonic() >= deadline:
-                return None
-            if not self._held:
-                time.sleep(min(POLL_MS / 1000, max(0.0, deadline - time.monotonic())))
+
+    def _step(self, deadline: float) -> EventRead[T] | None:
+        """One round: follow the state, checkpoint or rebalance if due, read. None: nothing yet."""
+        now = time.monotonic()
+        if not self._held or now - self._refreshed >= REFRESH_S:
+            self._refresh()
+        elif self._state().generation != self._generation:
+            self._reconcile()  # a reset through this process's handle: follow it at once
+        checkpoint = self._state().checkpoint_for(self.reader_id)
+        if checkpoint is not None:
+            return self._checkpoint(checkpoint, deadline)
+        if not self._held or now - self._rebalanced >= REBALANCE_S:
+            self._rebalance()
+        if self._progressed and now - self._recorded >= RECORD_S:
+            self._record()
+        remaining_ms = int((deadline - time.monotonic()) * 1000)
+        got = self._read_some(max(0, remaining_ms))
+        if got is not None:
+            return got
+        if self._progressed:
+            self._record()  # caught up: what the state records is where this reader is
+        if not self._held and time.monotonic() < deadline:
+            time.sleep(min(POLL_MS / 1000, max(0.0, deadline - time.monotonic())))
+        return None
 
     def _read_some(self, wait_ms: int) -> EventRead[T] | None:
         """One pass over the held segments without waiting (completing finished ones), then, if
@@ -478,9 +482,6 @@ class EventStreamReader(Generic[T]):
                 h.reader.at_end = True
             else:
                 time.sleep(SCALE_WAIT_S)
-            return None
-        except ConnectionLostError:
-            time.sleep(SCALE_WAIT_S)  # the pool reconnects at the next request
             return None
         if event is None:
             return None

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -65,8 +66,9 @@ class App:
     returns is recorded together with its position (as one step, as an application stores a result
     with the position it came from), checkpoint events as marks."""
 
-    def __init__(self, group: ReaderGroup[Any]) -> None:
+    def __init__(self, group: ReaderGroup[Any], pace: float = 0.0) -> None:
         self.group = group
+        self.pace = pace  # seconds of "work" per event
         self.lock = threading.Lock()
         self.records: list[tuple[str, str, int]] = []  # reader, key, sequence number
         self.marks: dict[str, dict[str, int]] = {}  # checkpoint -> reader -> records before its mark
@@ -104,6 +106,8 @@ class App:
                         assert event.routing_key == body["key"]
                         self.records.append((reader_id, body["key"], body["seq"]))
                         self.last_position[reader_id] = event.position
+                if self.pace:
+                    time.sleep(self.pace)
         except BaseException as exc:  # noqa: BLE001 - surfaced by the test
             self.errors.append(exc)
 
@@ -443,3 +447,46 @@ def drain(reader: EventStreamReader[Any]) -> list[EventRead[Any]]:
         if not event.is_checkpoint:
             out.append(event)
     return out
+
+
+def test_group_reads_through_a_server_crash(tmp_path: Any) -> None:
+    """The server is SIGKILLed while two readers read; it restarts on the same data and more is
+    written: the readers go on by themselves and every event comes exactly once, per key in order."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    data = str(tmp_path / "data")
+    server = ServerProcess(data, "--native-port", str(port)).start()
+    try:
+        sm = StreamManager(f"tcp://127.0.0.1:{port}", reconnect_timeout=60.0)
+        sm.create_scope("crash")
+        sm.create_stream("crash", "keyed", initial_segments=2)
+        written: Counter[str] = Counter()
+
+        def write(count: int) -> None:
+            with sm.create_writer("crash", "keyed") as writer:
+                for i in range(count):
+                    key = f"k{i % 8}"
+                    written[key] += 1
+                    writer.write_event(json.dumps({"key": key, "seq": written[key]}).encode(), routing_key=key)
+                writer.flush()
+
+        write(2000)
+        group = sm.create_reader_group("survivors", "crash", "keyed")
+        app = App(group, pace=0.002)  # about two seconds of reading: the kill lands mid-stream
+        app.start("a")
+        app.start("b")
+        wait_for(lambda: app.count() >= 200, "reading before the crash")
+        server.kill()
+        assert app.count() < 2000, "the kill should land while the readers read"
+        server = ServerProcess(data, "--native-port", str(port)).start()
+        write(400)
+        sm.seal_stream("crash", "keyed")
+        wait_for(lambda: not group.state().frontier(), "the group to finish after the restart")
+        for reader_id in list(app.threads):
+            app.stop(reader_id)
+        assert not app.errors, app.errors
+        check_exactly_once_in_key_order(app.records, written)
+        sm.close()
+    finally:
+        server.kill()
