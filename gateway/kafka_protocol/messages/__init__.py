@@ -40,6 +40,7 @@ API_KEYS: dict[int, ApiInfo] = {
     60: ApiInfo(60, 'DescribeCluster', 'describe_cluster', 0, 1, 0, 0, False, ('zkBroker', 'broker', 'controller')),
     65: ApiInfo(65, 'DescribeTransactions', 'describe_transactions', 0, 0, 0, 0, False, ('zkBroker', 'broker')),
     66: ApiInfo(66, 'ListTransactions', 'list_transactions', 0, 1, 0, 0, False, ('zkBroker', 'broker')),
+    75: ApiInfo(75, 'DescribeTopicPartitions', 'describe_topic_partitions', 0, 0, 0, 0, False, ('broker',)),
 }
 
 SPEC_MODULES: dict[str, str] = {
@@ -68,6 +69,8 @@ SPEC_MODULES: dict[str, str] = {
     'DescribeConfigsResponse': 'describe_configs',
     'DescribeGroupsRequest': 'describe_groups',
     'DescribeGroupsResponse': 'describe_groups',
+    'DescribeTopicPartitionsRequest': 'describe_topic_partitions',
+    'DescribeTopicPartitionsResponse': 'describe_topic_partitions',
     'DescribeTransactionsRequest': 'describe_transactions',
     'DescribeTransactionsResponse': 'describe_transactions',
     'EndTxnRequest': 'end_txn',
