@@ -71,7 +71,9 @@ REFRESH_S = 0.2  # how stale a reader's view of the group may get while it has d
 REBALANCE_S = 0.5  # between a reader's fair-share checks (acquire, release)
 RECORD_S = 2.0  # between a reader's records of its positions (what reader_offline(None) resumes from)
 STICKY_EVENTS = 1000  # events in a row from one segment before the others get a turn
-POLL_MS = 100  # a long poll on one segment while the reader holds several (the others wait that long)
+# A long poll on one segment while the reader holds several: the others wait that long, so it is
+# short (an idle reader of several segments sends ~50 empty reads a second; p99 latency ~25 ms).
+POLL_MS = 20
 IDLE_POLL_MS = 500  # ... while it holds one
 SCALE_WAIT_S = 0.05  # between looks at a stream whose scale is under way
 COMPACT_EVERY = 500  # updates by one group object between compactions of the state stream
@@ -430,7 +432,8 @@ class EventStreamReader(Generic[T]):
         if self._progressed:
             self._record()  # caught up: what the state records is where this reader is
         if not self._held and time.monotonic() < deadline:
-            time.sleep(min(POLL_MS / 1000, max(0.0, deadline - time.monotonic())))
+            # Nothing to read until the state gives this reader a segment: look again at refresh pace.
+            time.sleep(min(REFRESH_S, max(0.0, deadline - time.monotonic())))
         return None
 
     def _read_some(self, wait_ms: int) -> EventRead[T] | None:
