@@ -134,6 +134,7 @@ def serve(options: ServerOptions) -> int:
             transaction_check_seconds=options.transaction_check_seconds,
             producer_id_expiration_ms=options.producer_id_expiration_ms,
             native_txn_retention_ms=options.native_txn_retention_ms,
+            log_dir=os.path.abspath(options.data_dir),
         )
         broker, kafka_factory = build_kafka(store, controller, tables, kafka_config, controller_pool)
         kafka_factory.connection_budget_bytes = options.connection_budget_mb * MIB

@@ -3,6 +3,7 @@ controller, and the Kafka views built over them (topics, partition logs, consume
 
 from __future__ import annotations
 
+import os
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -43,6 +44,8 @@ class KafkaConfig:
     # Kafka's producer.id.expiration.ms: a partition forgets a producer idle this long (checked with retention)
     producer_id_expiration_ms: int = 86_400_000
     native_txn_retention_ms: int = 3_600_000  # a finished native transaction's status is kept this long
+    # The one Kafka "log directory" (DescribeLogDirs, AlterReplicaLogDirs): the server's data dir, absolute
+    log_dir: str = field(default_factory=lambda: os.path.abspath("millrace-data"))
 
 
 @dataclass

@@ -1,20 +1,24 @@
 """The cluster-admin APIs of a single node, spoken with our own codec against a real server, each checked
-against the answers Kafka 4.0 gives: DescribeTopicPartitions (KIP-966, with its cursor pagination)."""
+against the answers Kafka 4.0 gives: DescribeTopicPartitions (KIP-966, with its cursor pagination),
+DescribeLogDirs and AlterReplicaLogDirs (the data dir as the one log dir)."""
 
 from __future__ import annotations
 
+import os
+import shutil
 from typing import Any
 
 import pytest
 
 from millrace.gateway.kafka_protocol.codec import request_class
 from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka_protocol.records import NewRecord, build_record_batch
 from tests.kafka.test_metadata import ZERO, Wire, only
 from tests.kafka.wire import local
 from tests.server_process import ServerProcess
 
-DESCRIBE_TOPIC_PARTITIONS = 75
-DTP = request_class(DESCRIBE_TOPIC_PARTITIONS)
+DESCRIBE_TOPIC_PARTITIONS, DESCRIBE_LOG_DIRS, ALTER_REPLICA_LOG_DIRS = 75, 35, 34
+DTP, DLD, ARLD = (request_class(k) for k in (DESCRIBE_TOPIC_PARTITIONS, DESCRIBE_LOG_DIRS, ALTER_REPLICA_LOG_DIRS))
 # Every operation a topic supports (READ WRITE CREATE DELETE ALTER DESCRIBE DESCRIBE_CONFIGS ALTER_CONFIGS),
 # as Kafka answers without an authorizer.
 TOPIC_OPS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
@@ -109,3 +113,66 @@ def test_describe_topic_partitions_refusals(wire):
     # Listing every topic with a negative cursor partition: refused, and there is no topic to name.
     r = describe_partitions(wire, [], cursor=("zz-a", -1))
     assert (r.topics, r.next_cursor) == ([], None)
+
+
+# ------------------------------------------------------------------------- DescribeLogDirs, AlterReplicaLogDirs
+
+def batch(*values: bytes) -> bytes:
+    return build_record_batch([NewRecord(key=b"k", value=v) for v in values])
+
+
+def describe_log_dirs(wire: Wire, version: int, topics: dict[str, list[int]] | None) -> Any:
+    request = DLD(topics=[DLD.DescribableLogDirTopic(topic=t, partitions=ps) for t, ps in (topics or {}).items()])
+    if topics is None:
+        request.topics = None  # null = every partition
+    return wire.send(DESCRIBE_LOG_DIRS, version, request)
+
+
+def sizes(result: Any) -> dict[str, dict[int, int]]:
+    return {t.name: {p.partition_index: p.partition_size for p in t.partitions} for t in result.topics}
+
+
+def test_describe_log_dirs_sizes_of_the_data_dir(server, wire):
+    wire.create("ld-sizes", 3)
+    first, second, third = batch(b"a" * 100), batch(b"b" * 10, b"c" * 20), batch(b"d")
+    for partition, data in ((0, first), (0, second), (2, third)):
+        assert wire.produce("ld-sizes", partition, data).error_code == 0
+    expected = {0: len(first) + len(second), 1: 0, 2: len(third)}
+
+    r = describe_log_dirs(wire, 4, {"ld-sizes": [2, 0, 1, 9], "no-such-topic": [0]})
+    assert (r.throttle_time_ms, r.error_code, len(r.results)) == (0, 0, 1)
+    (result,) = r.results
+    assert (result.error_code, result.log_dir) == (0, os.path.abspath(server.data_dir))
+    # Unknown topics and partitions are left out; sizes are the record batches' bytes, as Kafka's log.size.
+    assert sizes(result) == {"ld-sizes": expected}
+    assert all(not p.is_future_key and p.offset_lag == 0 for t in result.topics for p in t.partitions)
+    volume = shutil.disk_usage(server.data_dir)
+    assert result.total_bytes == volume.total and 0 < result.usable_bytes <= volume.total
+
+    # null = every partition of every topic; v1 has neither the top-level error nor the volume's bytes.
+    every = describe_log_dirs(wire, 1, None).results[0]
+    assert sizes(every)["ld-sizes"] == expected and sizes(every)["zz-a"] == {0: 0, 1: 0, 2: 0}
+    assert (every.total_bytes, every.usable_bytes) == (-1, -1)
+    # A topic with none of its partitions asked for is not listed.
+    assert describe_log_dirs(wire, 2, {"ld-sizes": [5]}).results[0].topics == []
+
+
+def test_alter_replica_log_dirs_to_the_same_or_an_unknown_dir(server, wire):
+    wire.create("ld-move", 2)
+    here, elsewhere = os.path.abspath(server.data_dir), os.path.abspath(server.data_dir) + "-other"
+    long_name = "ld-" + "x" * 240  # a legal topic name whose future log's directory name would not fit
+    request = ARLD(dirs=[
+        ARLD.AlterReplicaLogDir(path=elsewhere, topics=[ARLD.AlterReplicaLogDirTopic(name="ld-move", partitions=[0, 1])]),
+        ARLD.AlterReplicaLogDir(path=here, topics=[
+            ARLD.AlterReplicaLogDirTopic(name="ld-move", partitions=[1, 7]),
+            ARLD.AlterReplicaLogDirTopic(name="no-such-topic", partitions=[0]),
+            ARLD.AlterReplicaLogDirTopic(name=long_name, partitions=[0])]),
+    ])
+    for version in (1, 2):
+        r = wire.send(ALTER_REPLICA_LOG_DIRS, version, request)
+        got = {(t.topic_name, p.partition_index): p.error_code for t in r.results for p in t.partitions}
+        # The last directory named for a partition wins: ld-move-1 stays where it is (NONE).
+        assert got == {("ld-move", 0): ErrorCode.LOG_DIR_NOT_FOUND, ("ld-move", 1): 0,
+                       ("ld-move", 7): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                       ("no-such-topic", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                       (long_name, 0): ErrorCode.INVALID_TOPIC_EXCEPTION}
