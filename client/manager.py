@@ -21,6 +21,7 @@ from millrace.client.controller import ControllerClient
 from millrace.client.kvtable import KeyValueTable
 from millrace.client.reader_group import (
     ReaderGroup,
+    ReaderGroupManager,
     ReaderGroupNotFoundError,
     cut_positions,
     open_state,
@@ -285,6 +286,15 @@ class StreamManager:
             raise ReaderGroupNotFoundError(f"no reader group {name!r} in scope {scope!r}") from None
         chosen: Any = serializer if serializer is not None else BytesSerializer()
         return ReaderGroup(self, scope, name, open_state(self, scope, name, None), chosen)
+
+    def list_reader_groups(self, scope: str) -> list[str]:
+        """The names of the reader groups of ``scope``."""
+        prefix = state_stream("")
+        return sorted(s[len(prefix):] for s in self.list_streams(scope) if s.startswith(prefix))
+
+    def reader_group_manager(self, scope: str) -> ReaderGroupManager:
+        """The reader groups of ``scope`` (Pravega's ``ReaderGroupManager``), on this manager's connections."""
+        return ReaderGroupManager(self, scope)
 
     def delete_reader_group(self, name: str, scope: str) -> None:
         """Delete the group and its state (its readers fail at their next state refresh)."""

@@ -352,6 +352,29 @@ class ReaderGroup(Generic[T]):
         return f"ReaderGroup({self.scope}/{self.name})"
 
 
+class ReaderGroupManager:
+    """Pravega's ``ReaderGroupManager``: the reader groups of one scope (the same calls as the
+    ``StreamManager`` methods it forwards to, without repeating the scope)."""
+
+    def __init__(self, manager: StreamManager, scope: str) -> None:
+        self.manager = manager
+        self.scope = scope
+
+    def create_reader_group(self, name: str, streams: str | list[str],
+                            start: StreamCut | list[StreamCut] | None = None,
+                            serializer: Serializer[T] | None = None) -> ReaderGroup[T]:
+        return self.manager.create_reader_group(name, self.scope, streams, start, serializer)
+
+    def reader_group(self, name: str, serializer: Serializer[T] | None = None) -> ReaderGroup[T]:
+        return self.manager.reader_group(name, self.scope, serializer)
+
+    def delete_reader_group(self, name: str) -> None:
+        self.manager.delete_reader_group(name, self.scope)
+
+    def list_reader_groups(self) -> list[str]:
+        return self.manager.list_reader_groups(self.scope)
+
+
 def successor_map(described: StreamDescription) -> dict[int, dict[int, list[int]]]:
     """segment id -> {successor id: all of that successor's predecessors}, from the epoch history."""
     ranges = {s.segment_id: (s.key_start, s.key_end) for e in described.history for s in (*e.created, *e.sealed)}

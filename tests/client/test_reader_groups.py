@@ -435,9 +435,12 @@ def test_several_streams_restart_cuts_and_housekeeping(uri: str, sm: StreamManag
         with pytest.raises(ReaderNotInReaderGroupError):
             idle.read_next_event(timeout=0.5)
         reader.close()
-    sm.delete_reader_group("both", "multi")
+    groups = sm.reader_group_manager("multi")
+    assert groups.list_reader_groups() == ["both"]
+    groups.delete_reader_group("both")
+    assert sm.list_reader_groups("multi") == []
     with pytest.raises(ReaderGroupNotFoundError):
-        sm.reader_group("both", "multi")
+        groups.reader_group("both")
 
 
 def drain(reader: EventStreamReader[Any]) -> list[EventRead[Any]]:
