@@ -37,7 +37,7 @@ APIS = frozenset({
     "Produce", "SyncGroup",
     "AddOffsetsToTxn", "AddPartitionsToTxn", "DescribeTransactions", "EndTxn", "ListTransactions",
     "TxnOffsetCommit",
-    "DescribeTopicPartitions", "DescribeLogDirs", "AlterReplicaLogDirs",
+    "DescribeTopicPartitions", "DescribeLogDirs", "AlterReplicaLogDirs", "DescribeProducers",
 })
 #: Specs generated that are not APIs: the frame headers and the consumer protocol's subscription.
 DATA_SPECS = frozenset({"RequestHeader", "ResponseHeader", "ConsumerProtocolSubscription"})

@@ -1,11 +1,12 @@
 """The cluster-admin APIs of a single node, spoken with our own codec against a real server, each checked
 against the answers Kafka 4.0 gives: DescribeTopicPartitions (KIP-966, with its cursor pagination),
-DescribeLogDirs and AlterReplicaLogDirs (the data dir as the one log dir)."""
+DescribeLogDirs and AlterReplicaLogDirs (the data dir as the one log dir), DescribeProducers."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import time
 from typing import Any
 
 import pytest
@@ -18,7 +19,9 @@ from tests.kafka.wire import local
 from tests.server_process import ServerProcess
 
 DESCRIBE_TOPIC_PARTITIONS, DESCRIBE_LOG_DIRS, ALTER_REPLICA_LOG_DIRS = 75, 35, 34
+DESCRIBE_PRODUCERS, INIT_PRODUCER_ID = 61, 22
 DTP, DLD, ARLD = (request_class(k) for k in (DESCRIBE_TOPIC_PARTITIONS, DESCRIBE_LOG_DIRS, ALTER_REPLICA_LOG_DIRS))
+DP = request_class(DESCRIBE_PRODUCERS)
 # Every operation a topic supports (READ WRITE CREATE DELETE ALTER DESCRIBE DESCRIBE_CONFIGS ALTER_CONFIGS),
 # as Kafka answers without an authorizer.
 TOPIC_OPS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
@@ -176,3 +179,46 @@ def test_alter_replica_log_dirs_to_the_same_or_an_unknown_dir(server, wire):
                        ("ld-move", 7): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                        ("no-such-topic", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                        (long_name, 0): ErrorCode.INVALID_TOPIC_EXCEPTION}
+
+
+# ---------------------------------------------------------------------------------------- DescribeProducers
+
+def describe_producers(wire: Wire, topics: dict[str, list[int]]) -> dict[tuple[str, int], Any]:
+    r = wire.send(DESCRIBE_PRODUCERS, 0, DP(topics=[DP.TopicRequest(name=t, partition_indexes=ps)
+                                                     for t, ps in topics.items()]))
+    assert r.throttle_time_ms == 0
+    return {(t.name, p.partition_index): p for t in r.topics for p in t.partitions}
+
+
+def test_describe_producers_of_idempotent_producers(wire):
+    wire.create("dp-idem", 2)
+    init = wire.request(INIT_PRODUCER_ID, 4, transactional_id=None, transaction_timeout_ms=60000,
+                        producer_id=-1, producer_epoch=-1)
+    pid, epoch = init.producer_id, init.producer_epoch
+    before = int(time.time() * 1000)
+    for sequence, values in ((0, [b"a", b"b"]), (2, [b"c"])):
+        data = build_record_batch([NewRecord(key=b"k", value=v) for v in values], producer_id=pid,
+                                  producer_epoch=epoch, base_sequence=sequence)
+        assert wire.produce("dp-idem", 1, data).error_code == 0
+    assert wire.produce("dp-idem", 0, batch(b"plain")).error_code == 0  # no producer id: no state
+    after = int(time.time() * 1000)
+
+    got = describe_producers(wire, {"dp-idem": [1, 0, 5], "no-such-topic": [0, 1], "bad name": [3]})
+    one = got["dp-idem", 1]
+    assert (one.error_code, one.error_message) == (0, None)
+    (state,) = one.active_producers
+    assert (state.producer_id, state.producer_epoch, state.last_sequence, state.coordinator_epoch,
+            state.current_txn_start_offset) == (pid, epoch, 2, -1, -1)
+    assert before <= state.last_timestamp <= after
+    assert (got["dp-idem", 0].error_code, got["dp-idem", 0].active_producers) == (0, [])
+    # An unknown partition of a known topic: no message; an unknown topic: the error's; an illegal name: Kafka's.
+    assert (got["dp-idem", 5].error_code, got["dp-idem", 5].error_message) == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                                                                 None)
+    for p in (0, 1):
+        missing = got["no-such-topic", p]
+        assert (missing.error_code, missing.error_message) == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                                               ErrorCode.UNKNOWN_TOPIC_OR_PARTITION.description)
+    bad = got["bad name", 3]
+    assert bad.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+    assert bad.error_message == ('Topic name "bad name" is illegal, it contains a character other than ASCII '
+                                 "alphanumerics, '.', '_' and '-'")

@@ -101,7 +101,7 @@ def test_idle_producers_expire_unless_in_flight_or_in_an_open_transaction() -> N
     state, duplicate = producers.check(1, 0, 5, 5)
     assert duplicate is None and not state.batches
     # A marker refreshes the producer it fences.
-    producers.fence(4, 1, now_ms=9000)
+    producers.fence(4, 1, now_ms=9000, coordinator_epoch=0)
     assert producers.expire(6000, keep=set()) == 2 and producers.get(4) is not None
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from millrace.gateway.kafka.partitions.formats import CONTROL_ATTRIBUTE, TRANSACTIONAL_ATTRIBUTE, IndexEntry
 from millrace.gateway.kafka.partitions.offset_index import OffsetIndex
-from millrace.gateway.kafka.partitions.producers import Producers
+from millrace.gateway.kafka.partitions.producers import MARKER_COORDINATOR_EPOCH, Producers
 from millrace.gateway.kafka.partitions.segments import SegmentWriter
 from millrace.gateway.kafka.partitions.transactions import PartitionTransactions
 from millrace.gateway.kafka.partitions.waiters import Waiters
@@ -89,7 +89,10 @@ class PartitionLog:
         self.index.append(self.segment_number(writer), entry.base_offset, entry.last_offset, entry.position,
                           entry.length, entry.max_timestamp)
         if entry.attributes & CONTROL_ATTRIBUTE:
-            self.producers.fence(entry.producer_id, entry.producer_epoch, entry.max_timestamp)
+            # The index entry does not keep the marker's coordinator epoch; Millrace's one coordinator
+            # writes every marker at MARKER_COORDINATOR_EPOCH (it never moves to another node).
+            self.producers.fence(entry.producer_id, entry.producer_epoch, entry.max_timestamp,
+                                 MARKER_COORDINATOR_EPOCH)
             self.txns.marker(entry.producer_id, entry.base_offset, bool(commit))
             return
         if entry.attributes & TRANSACTIONAL_ATTRIBUTE:

@@ -28,6 +28,9 @@ from twisted.internet import defer
 from millrace.gateway.kafka.partitions.errors import PartitionError
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 
+#: The coordinator epoch in every transaction marker: Millrace's one transaction coordinator never moves
+#: to another node, so its epoch never changes.
+MARKER_COORDINATOR_EPOCH = 0
 PRODUCER_WINDOW = 5  # batches remembered per producer for duplicate detection, as Kafka does
 _SEQUENCE_MASK = 0x7FFFFFFF  # sequences wrap at 2**31
 
@@ -40,6 +43,8 @@ class ProducerState:
     # base offset -> Deferreds of retries of an append still in flight: they get the original's outcome
     in_flight: dict[int, list[defer.Deferred[int]]] = field(default_factory=dict)
     last_ms: int = 0  # when it last wrote (append time; a recovered batch's max timestamp)
+    # The coordinator epoch of its last transaction marker here (Kafka's ProducerStateEntry; -1: none yet)
+    coordinator_epoch: int = -1
 
 
 class Producers:
@@ -92,13 +97,14 @@ class Producers:
             state.batches.append((first_sequence, last_sequence, base))
         state.last_ms = max(state.last_ms, timestamp_ms)
 
-    def fence(self, producer_id: int, epoch: int, now_ms: int) -> None:
+    def fence(self, producer_id: int, epoch: int, now_ms: int, coordinator_epoch: int) -> None:
         """A transaction marker of ``epoch`` was written: older epochs of the producer are refused from
         now on (a coordinator that aborts a zombie's transaction writes its marker with a bumped epoch)."""
         state = self._states.get(producer_id)
         if state is None or epoch > state.epoch:
             state = self._states[producer_id] = ProducerState(epoch)
         state.last_ms = max(state.last_ms, now_ms)
+        state.coordinator_epoch = coordinator_epoch
 
     def expire(self, before_ms: int, keep: Container[int]) -> int:
         """Forget producers idle since before ``before_ms`` with nothing in flight, except ``keep`` (those
@@ -114,3 +120,7 @@ class Producers:
 
     def get(self, producer_id: int) -> ProducerState | None:
         return self._states.get(producer_id)
+
+    def states(self) -> list[tuple[int, ProducerState]]:
+        """Every producer this partition keeps, by producer id."""
+        return sorted(self._states.items())

@@ -45,7 +45,7 @@ from millrace.gateway.kafka.partitions.loading import (
     segments_of_partitions,
 )
 from millrace.gateway.kafka.partitions.partition import PartitionLog, PartitionOffsets
-from millrace.gateway.kafka.partitions.producers import ProducerState
+from millrace.gateway.kafka.partitions.producers import MARKER_COORDINATOR_EPOCH, ProducerState
 from millrace.gateway.kafka.partitions.segments import BLOCKING_TIMEOUT, SegmentWriter, create_index_segment
 from millrace.gateway.kafka.partitions.waiters import wait_for_any
 from millrace.gateway.kafka.partitions.watermark import PendingAppend
@@ -374,7 +374,7 @@ class SegmentPartitionStorage(PartitionStorage):
         return writer
 
     def write_marker(self, p: PartitionLog, producer_id: int, producer_epoch: int, commit: bool,
-                     coordinator_epoch: int = 0) -> defer.Deferred[int]:
+                     coordinator_epoch: int = MARKER_COORDINATOR_EPOCH) -> defer.Deferred[int]:
         """Append a transaction marker (the coordinator's control batch) for ``producer_id``; fires with
         its offset once durable, when the partition has closed the transaction (the last stable offset
         has moved past it and an abort is in the aborted index)."""
@@ -383,7 +383,7 @@ class SegmentPartitionStorage(PartitionStorage):
                                      producer_id=producer_id, producer_epoch=producer_epoch,
                                      coordinator_epoch=coordinator_epoch)
         h = next(iter_batches(marker)).header
-        p.producers.fence(producer_id, producer_epoch, self._now_ms())
+        p.producers.fence(producer_id, producer_epoch, self._now_ms(), coordinator_epoch)
 
         def closed(offset: int) -> int:
             p.txns.marker(producer_id, offset, commit)

@@ -1,0 +1,76 @@
+"""The cluster-admin APIs through unmodified clients against a real server: kafka-python's KafkaAdminClient
+(describe_log_dirs, alter_replica_log_dirs, describe_producers, ...) beside a confluent-kafka
+transactional producer, each client negotiating its own versions from ApiVersions."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from confluent_kafka import Producer
+from kafka import TopicPartition
+from kafka import errors as kerrors
+from kafka.admin import KafkaAdminClient
+
+from tests.server_process import ServerProcess
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):
+    with ServerProcess(str(tmp_path_factory.mktemp("cluster-admin-clients"))) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def kadmin(server: ServerProcess):
+    client = KafkaAdminClient(bootstrap_servers=server.bootstrap, request_timeout_ms=30000)
+    yield client
+    client.close()
+
+
+def test_kafka_python_log_dirs(kadmin: KafkaAdminClient, server: ServerProcess) -> None:
+    kadmin.create_topics({"kp-dirs": {"num_partitions": 2, "replication_factor": 1}})
+    producer = Producer({"bootstrap.servers": server.bootstrap})
+    producer.produce("kp-dirs", b"x" * 1000, partition=1)
+    assert producer.flush(30) == 0
+
+    (broker,) = kadmin.describe_log_dirs({"kp-dirs": [0, 1]})
+    assert broker["broker"] == 0
+    (log_dir,) = broker["log_dirs"]
+    assert (log_dir["error_code"], log_dir["log_dir"]) == (0, os.path.abspath(server.data_dir))
+    assert log_dir["total_bytes"] >= log_dir["usable_bytes"] > 0
+    (topic,) = log_dir["topics"]
+    sizes = {p["partition_index"]: p["partition_size"] for p in topic["partitions"]}
+    assert sizes[0] == 0 and sizes[1] > 1000  # one batch: its record and the batch's own headers
+
+    here, other = os.path.abspath(server.data_dir), "/nonexistent/kafka-logs"
+    assert kadmin.alter_replica_log_dirs({("kp-dirs", 0, 0): here, ("kp-dirs", 1, 0): other}) == {
+        ("kp-dirs", 0, 0): kerrors.NoError, ("kp-dirs", 1, 0): kerrors.LogDirNotFoundError}
+
+
+def test_kafka_python_describe_producers_of_a_transaction(kadmin: KafkaAdminClient, server: ServerProcess) -> None:
+    kadmin.create_topics({"kp-producers": {"num_partitions": 2, "replication_factor": 1}})
+    producer = Producer({"bootstrap.servers": server.bootstrap, "transactional.id": "kp-producers-txn"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for _ in range(3):
+        producer.produce("kp-producers", b"v", partition=1)
+    assert producer.flush(30) == 0
+    p0, p1 = TopicPartition("kp-producers", 0), TopicPartition("kp-producers", 1)
+
+    ongoing = kadmin.describe_producers([p0, p1])
+    assert ongoing[p0].active_producers == []
+    (state,) = ongoing[p1].active_producers
+    # Open transaction from offset 0, no marker yet (coordinator epoch -1), three records: sequences 0..2.
+    assert (state.producer_epoch, state.last_sequence, state.coordinator_epoch,
+            state.current_transaction_start_offset) == (0, 2, -1, 0)
+
+    producer.commit_transaction(30)
+    (committed,) = kadmin.describe_producers([p1])[p1].active_producers
+    # The marker closed the transaction and carries the coordinator's epoch (0: it never moves).
+    assert (committed.producer_id, committed.last_sequence, committed.coordinator_epoch,
+            committed.current_transaction_start_offset) == (state.producer_id, 2, 0, -1)
+    assert committed.last_timestamp >= state.last_timestamp
+
+    with pytest.raises(kerrors.UnknownTopicOrPartitionError):
+        kadmin.describe_producers([TopicPartition("no-such-topic", 0)])
