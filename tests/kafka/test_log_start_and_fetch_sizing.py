@@ -74,3 +74,76 @@ def test_concurrent_log_start_moves_persist_the_highest(tmp_path):
     assert server.stop() == 0
     with ServerProcess(server.data_dir) as again:
         assert local(again.kafka_port).list_offset("many-trims", 0, -2).offset == 25
+
+
+# ------------------------------------------------------------------------------------ Fetch sizing (KIP-74)
+
+def fetch_partitions(c, topic: str, partitions: list[int], max_bytes: int, partition_max_bytes: int) -> list:
+    r = c.send(FETCH, 12, F(max_wait_ms=0, min_bytes=1, max_bytes=max_bytes, isolation_level=0, session_id=0,
+                            session_epoch=-1, topics=[F.FetchTopic(topic=topic, partitions=[
+                                F.FetchPartition(partition=p, fetch_offset=0, partition_max_bytes=partition_max_bytes)
+                                for p in partitions])]))
+    return r.responses[0].partitions
+
+
+def test_fetch_limits_hold_across_partitions_with_one_batch_of_progress(server):
+    c = local(server.kafka_port)
+    c.create("sized", 4)
+    sizes = set()
+    for p in range(3):  # partition 3 stays empty
+        for i in range(4):
+            sizes.add(len(one := batch([f"{p}-{i}".encode() * 100])))
+            c.produce("sized", p, one)
+    (size,) = sizes  # every batch has the same size
+    # Two batches fit the response, one a partition: partitions 0 and 1 get one each, 2 nothing.
+    got = fetch_partitions(c, "sized", [0, 1, 2, 3], 2 * size + 10, size + 10)
+    assert [offsets_of(pd.records) for pd in got] == [[0], [0], [], []]
+    assert [pd.error_code for pd in got] == [0, 0, 0, 0] and got[2].high_watermark == 4
+    # The request's order decides: the first partition with data goes first.
+    got = fetch_partitions(c, "sized", [3, 2, 0], 3 * size, 2 * size)
+    assert [offsets_of(pd.records) for pd in got] == [[], [0, 1], [0]]
+    # Limits below one batch: only the first partition with data makes progress, with one batch.
+    got = fetch_partitions(c, "sized", [3, 1, 0, 2], 10, 10)
+    assert [offsets_of(pd.records) for pd in got] == [[], [0], [], []]
+    got = fetch_partitions(c, "sized", [0, 1], size // 2, 4 * size)
+    assert [offsets_of(pd.records) for pd in got] == [[0], []]
+    c.close()
+
+
+def test_librdkafka_consumer_with_small_fetch_limits_reads_every_partition(server):
+    """A librdkafka consumer with small fetch.max.bytes and max.partition.fetch.bytes reads all of
+    several partitions: it drops the connection on a response larger than receive.message.max.bytes
+    (fetch.max.bytes + 512 at least), so a broker that returned a batch from every partition whatever
+    the limits kept it from ever reading; Kafka's rule allows only the first batch past them."""
+    from confluent_kafka import Consumer, Producer
+
+    topic, partitions, per_partition = "small-fetches", 4, 25
+    c = local(server.kafka_port)
+    c.create(topic, partitions)
+    c.close()
+    producer = Producer({"bootstrap.servers": server.bootstrap, "linger.ms": 20, "batch.num.messages": 1})
+    expected = set()
+    for p in range(partitions):
+        for i in range(per_partition):
+            value = f"{p}:{i}:".encode() + b"v" * 600
+            producer.produce(topic, value, partition=p)
+            expected.add(value)
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "small-fetches",
+                         "auto.offset.reset": "earliest", "fetch.max.bytes": 1000, "message.max.bytes": 1000,
+                         "max.partition.fetch.bytes": 700, "receive.message.max.bytes": 1512,
+                         "fetch.wait.max.ms": 100})
+    consumer.subscribe([topic])
+    seen: set[bytes] = set()
+    try:
+        for _ in range(600):  # polls of up to a second; all the data is there from the start
+            message = consumer.poll(1.0)
+            if message is None:
+                continue
+            assert message.error() is None, message.error()
+            seen.add(message.value())
+            if seen == expected:
+                break
+    finally:
+        consumer.close()
+    assert seen == expected

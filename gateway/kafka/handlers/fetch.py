@@ -19,7 +19,6 @@ from millrace.gateway.kafka.partitions import (
     PartitionError,
     PartitionLog,
     PartitionOffsets,
-    PartitionStorage,
 )
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.resolve import topic_logs
@@ -80,15 +79,36 @@ class _FetchPlan:
         return [p for _, entries in self.topics for _, p, _ in entries if p is not None]
 
     def fetch_once(self) -> defer.Deferred:
-        """Deferred of (response topics, bytes returned, any error)."""
+        """Deferred of (response topics, bytes returned, any error).
+
+        KIP-74: the response's ``max_bytes`` and each partition's ``partition_max_bytes`` bound whole
+        batches, shared out in request order; the first partition with data returns at least its first
+        batch whatever the limits (as Kafka's ``minOneMessage``), so a consumer never stalls on a batch
+        larger than its limits, and the others return only what still fits. Sizes come from the offset
+        index, so every partition's share is fixed before any store read starts (the reads then run
+        concurrently) and the response never exceeds the limits by more than that first batch."""
         partitions = self.ctx.broker.partitions
         budget = self.request.max_bytes if self.ctx.api_version >= 3 else 0x7FFFFFFF
-        reads: list[defer.Deferred] = []
-        layout = self.topics
-        state: dict[str, Any] = {"budget": budget, "errors": False}
-        for _, entries in layout:
+        min_one = True
+        errors = False
+        reads: list[defer.Deferred[FetchResponse.PartitionData]] = []
+        for _, entries in self.topics:
             for fp, p, error in entries:
-                reads.append(self._read_partition(partitions, fp, p, error, state))
+                if p is None:
+                    errors = True
+                    reads.append(defer.succeed(_empty(fp.partition, error)))
+                    continue
+                try:
+                    planned = partitions.fetch(p, fp.fetch_offset, max(0, min(fp.partition_max_bytes, budget)),
+                                               self.request.isolation_level, min_one)
+                except PartitionError as exc:
+                    errors = True
+                    reads.append(defer.succeed(_empty(fp.partition, exc.error_code, partitions.offsets(p))))
+                    continue
+                budget = max(0, budget - planned.size)
+                min_one = min_one and planned.size == 0
+                reads.append(planned.result.addCallback(self._partition_data, fp.partition))
+        layout = self.topics
 
         def assemble(results: list[FetchResponse.PartitionData]) -> tuple[list[_Topic], int, bool]:
             it = iter(results)
@@ -101,36 +121,18 @@ class _FetchPlan:
                     total += len(data.records or b"")
                     parts.append(data)
                 out.append(Response.FetchableTopicResponse(topic=ft.topic, topic_id=ft.topic_id, partitions=parts))
-            return out, total, state["errors"]
+            return out, total, errors
 
         return defer.gatherResults(reads, consumeErrors=True).addCallback(assemble)
 
-    def _read_partition(self, partitions: PartitionStorage, fp: FetchRequest.FetchPartition, p: PartitionLog | None, error: int,
-                        state: dict) -> defer.Deferred:
-        if p is None:
-            state["errors"] = True
-            return defer.succeed(_empty(fp.partition, error))
-        # The response-wide max_bytes is shared out in request order; the first non-empty partition
-        # always gets at least one batch (as Kafka does), so a consumer never stalls on a large batch.
-        limit = min(fp.partition_max_bytes, state["budget"])
-        isolation = self.request.isolation_level
-        try:
-            d = partitions.fetch(p, fp.fetch_offset, max(limit, 0), isolation)
-        except PartitionError as exc:
-            state["errors"] = True
-            return defer.succeed(_empty(fp.partition, exc.error_code, partitions.offsets(p)))
-
-        def done(fetched: FetchedRecords) -> FetchResponse.PartitionData:
-            state["budget"] = max(0, state["budget"] - len(fetched.records))
-            data = _empty(fp.partition, ErrorCode.NONE, fetched.offsets)
-            data.records = fetched.records
-            if isolation == READ_COMMITTED:
-                data.aborted_transactions = [
-                    Response.AbortedTransaction(producer_id=pid, first_offset=first)
-                    for pid, first in fetched.aborted_transactions]
-            return data
-
-        return d.addCallback(done)
+    def _partition_data(self, fetched: FetchedRecords, partition: int) -> FetchResponse.PartitionData:
+        data = _empty(partition, ErrorCode.NONE, fetched.offsets)
+        data.records = fetched.records
+        if self.request.isolation_level == READ_COMMITTED:
+            data.aborted_transactions = [
+                Response.AbortedTransaction(producer_id=pid, first_offset=first)
+                for pid, first in fetched.aborted_transactions]
+        return data
 
 
 def _respond(ctx: RequestContext, topics: list[_Topic], error: int = ErrorCode.NONE) -> FetchResponse:

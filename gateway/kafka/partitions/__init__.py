@@ -19,6 +19,7 @@ from millrace.gateway.kafka.partitions.storage import (
     READ_UNCOMMITTED,
     FetchedRecords,
     PartitionStorage,
+    PlannedFetch,
     SegmentPartitionStorage,
 )
 
@@ -34,5 +35,6 @@ __all__ = [
     "PartitionLog",
     "PartitionOffsets",
     "PartitionStorage",
+    "PlannedFetch",
     "SegmentPartitionStorage",
 ]

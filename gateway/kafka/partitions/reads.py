@@ -43,16 +43,18 @@ class _Run:
         return True
 
 
-def read_batches(store: SegmentStore, p: PartitionLog, offset: int, max_bytes: int, end: int) -> defer.Deferred[bytes]:
-    """Whole batches of ``p`` from the one holding ``offset``, at least one even if larger than
-    ``max_bytes`` (as Kafka does), none starting at or past ``end``."""
+def plan_batches(p: PartitionLog, offset: int, max_bytes: int, end: int, min_one: bool) -> list[_Run]:
+    """The store reads for whole batches of ``p`` from the one holding ``offset``, none starting at
+    or past ``end``, at most ``max_bytes`` together; with ``min_one`` at least the first batch even if
+    larger (KIP-74: the first partition with data always makes progress). Pure index work, so a
+    fetch knows at once how much of its response budget a partition takes."""
     index = p.index
     i = index.entry_at(offset)
     runs: list[_Run] = []
     total = 0
     while i < len(index) and index.base[i] < end:
         length = index.length[i]
-        if total and total + length > max_bytes:
+        if total + length > max_bytes and (total or not min_one):
             break
         segment = p.segments[index.seg[i]].name
         position = index.pos[i]
@@ -60,6 +62,16 @@ def read_batches(store: SegmentStore, p: PartitionLog, offset: int, max_bytes: i
             runs.append(_Run(segment, position, length))
         total += length
         i += 1
+    return runs
+
+
+def planned_size(runs: list[_Run]) -> int:
+    """The bytes ``read_runs`` will return for ``runs`` (envelopes stripped)."""
+    return sum(length for run in runs for _, length in run.batches)
+
+
+def read_runs(store: SegmentStore, runs: list[_Run]) -> defer.Deferred[bytes]:
+    """The batches of planned ``runs``, envelopes stripped."""
     if not runs:
         return defer.succeed(b"")
     if len(runs) == 1 and len(runs[0].batches) == 1:

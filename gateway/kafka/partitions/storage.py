@@ -45,7 +45,7 @@ from millrace.gateway.kafka.partitions.loading import (
     segments_of_partitions,
 )
 from millrace.gateway.kafka.partitions.partition import PartitionLog, PartitionOffsets
-from millrace.gateway.kafka.partitions.producers import MARKER_COORDINATOR_EPOCH, ProducerState
+from millrace.gateway.kafka.partitions.producers import ProducerState
 from millrace.gateway.kafka.partitions.segments import BLOCKING_TIMEOUT, SegmentWriter, create_index_segment
 from millrace.gateway.kafka.partitions.waiters import wait_for_any
 from millrace.gateway.kafka.partitions.watermark import PendingAppend
@@ -87,6 +87,14 @@ class FetchedRecords:
     aborted_transactions: tuple[tuple[int, int], ...] = field(default=())
 
 
+@dataclass(frozen=True, slots=True)
+class PlannedFetch:
+    """A partition's fetch: how many bytes it returns (known when asked), and the records."""
+
+    size: int
+    result: defer.Deferred[FetchedRecords]
+
+
 @dataclass(slots=True)
 class _LogStartWrites:
     """A partition's log-start table writes (reactor thread): the value known durable, whether a
@@ -112,9 +120,10 @@ class PartitionStorage(Protocol):
         """Append one produce request's batch; its base offset once the high watermark passes it."""
         ...
 
-    def fetch(self, p: PartitionLog, offset: int, max_bytes: int,
-              isolation: int = READ_UNCOMMITTED) -> defer.Deferred[FetchedRecords]:
-        """Whole durable batches from the one holding ``offset`` (at least one, even past ``max_bytes``)."""
+    def fetch(self, p: PartitionLog, offset: int, max_bytes: int, isolation: int = READ_UNCOMMITTED,
+              min_one: bool = True) -> PlannedFetch:
+        """Whole durable batches from the one holding ``offset``, at most ``max_bytes`` of them but with
+        ``min_one`` at least one even if larger; their size is known at once, the bytes later."""
         ...
 
     def wait_for_data(self, parts: Sequence[PartitionLog], timeout: float) -> defer.Deferred[None]:
@@ -374,7 +383,7 @@ class SegmentPartitionStorage(PartitionStorage):
         return writer
 
     def write_marker(self, p: PartitionLog, producer_id: int, producer_epoch: int, commit: bool,
-                     coordinator_epoch: int = MARKER_COORDINATOR_EPOCH) -> defer.Deferred[int]:
+                     coordinator_epoch: int = 0) -> defer.Deferred[int]:
         """Append a transaction marker (the coordinator's control batch) for ``producer_id``; fires with
         its offset once durable, when the partition has closed the transaction (the last stable offset
         has moved past it and an abort is in the aborted index)."""
@@ -383,7 +392,7 @@ class SegmentPartitionStorage(PartitionStorage):
                                      producer_id=producer_id, producer_epoch=producer_epoch,
                                      coordinator_epoch=coordinator_epoch)
         h = next(iter_batches(marker)).header
-        p.producers.fence(producer_id, producer_epoch, self._now_ms(), coordinator_epoch)
+        p.producers.fence(producer_id, producer_epoch, self._now_ms())
 
         def closed(offset: int) -> int:
             p.txns.marker(producer_id, offset, commit)
@@ -450,25 +459,23 @@ class SegmentPartitionStorage(PartitionStorage):
         return result if isinstance(result, Failure) else base
 
     # -- fetch ---------------------------------------------------------------------------------------
-    def fetch(self, p: PartitionLog, offset: int, max_bytes: int,
-              isolation: int = READ_UNCOMMITTED) -> defer.Deferred[FetchedRecords]:
+    def fetch(self, p: PartitionLog, offset: int, max_bytes: int, isolation: int = READ_UNCOMMITTED,
+              min_one: bool = True) -> PlannedFetch:
         offsets = p.offsets()
         if offset < offsets.log_start or offset > offsets.high_watermark:
             raise PartitionError(ErrorCode.OFFSET_OUT_OF_RANGE,
                                  f"offset {offset} outside [{offsets.log_start}, {offsets.high_watermark}] of "
                                  f"{p.topic}-{p.partition}")
         # read_committed stops at the last stable offset and is told the aborted transactions in its range.
-        if isolation == READ_COMMITTED:
-            end = offsets.last_stable
-            if offset >= end:
-                return defer.succeed(FetchedRecords(b"", offsets))
-            aborted = tuple((a.producer_id, a.first_offset) for a in p.txns.aborted_between(offset, end))
-            return reads.read_batches(self.store, p, offset, max_bytes, end).addCallback(
-                FetchedRecords, offsets, aborted)
-        end = offsets.high_watermark
+        end = offsets.last_stable if isolation == READ_COMMITTED else offsets.high_watermark
         if offset >= end:
-            return defer.succeed(FetchedRecords(b"", offsets))
-        return reads.read_batches(self.store, p, offset, max_bytes, end).addCallback(FetchedRecords, offsets)
+            return PlannedFetch(0, defer.succeed(FetchedRecords(b"", offsets)))
+        runs = reads.plan_batches(p, offset, max_bytes, end, min_one)
+        aborted: tuple[tuple[int, int], ...] = ()
+        if isolation == READ_COMMITTED:
+            aborted = tuple((a.producer_id, a.first_offset) for a in p.txns.aborted_between(offset, end))
+        return PlannedFetch(reads.planned_size(runs),
+                            reads.read_runs(self.store, runs).addCallback(FetchedRecords, offsets, aborted))
 
     def wait_for_data(self, parts: Sequence[PartitionLog], timeout: float) -> defer.Deferred[None]:
         return wait_for_any(self.clock, [p.waiters for p in parts], timeout)
