@@ -205,7 +205,7 @@ def segment_to_release(state: ReaderGroupState, reader: str) -> SegmentKey | Non
     # Unassigned segments will go to the least loaded first: do not release for them meanwhile.
     if len(held) <= state.fair_share() and (least is None or len(held) <= least + max(1, len(state.unassigned))):
         return None
-    return max(held)  # any would do; the last by name, so every member decides alike
+    return max(held)  # any would do; the last by name keeps the choice reproducible (tests, replays)
 
 
 # -- updates: constructors ------------------------------------------------------------------------------
