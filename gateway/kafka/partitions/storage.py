@@ -45,11 +45,11 @@ from millrace.gateway.kafka.partitions.loading import (
     segments_of_partitions,
 )
 from millrace.gateway.kafka.partitions.partition import PartitionLog, PartitionOffsets
-from millrace.gateway.kafka.partitions.producers import ProducerState
+from millrace.gateway.kafka.partitions.producers import MARKER_COORDINATOR_EPOCH, ProducerState
 from millrace.gateway.kafka.partitions.segments import BLOCKING_TIMEOUT, SegmentWriter, create_index_segment
 from millrace.gateway.kafka.partitions.waiters import wait_for_any
 from millrace.gateway.kafka.partitions.watermark import PendingAppend
-from millrace.gateway.kafka.topics import TopicInfo, TopicRegistry
+from millrace.gateway.kafka.topics import TopicInfo, TopicRegistry, deletes_old_data
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.records import (
     BatchHeader,
@@ -383,7 +383,7 @@ class SegmentPartitionStorage(PartitionStorage):
         return writer
 
     def write_marker(self, p: PartitionLog, producer_id: int, producer_epoch: int, commit: bool,
-                     coordinator_epoch: int = 0) -> defer.Deferred[int]:
+                     coordinator_epoch: int = MARKER_COORDINATOR_EPOCH) -> defer.Deferred[int]:
         """Append a transaction marker (the coordinator's control batch) for ``producer_id``; fires with
         its offset once durable, when the partition has closed the transaction (the last stable offset
         has moved past it and an abort is in the aborted index)."""
@@ -392,7 +392,7 @@ class SegmentPartitionStorage(PartitionStorage):
                                      producer_id=producer_id, producer_epoch=producer_epoch,
                                      coordinator_epoch=coordinator_epoch)
         h = next(iter_batches(marker)).header
-        p.producers.fence(producer_id, producer_epoch, self._now_ms())
+        p.producers.fence(producer_id, producer_epoch, self._now_ms(), coordinator_epoch)
 
         def closed(offset: int) -> int:
             p.txns.marker(producer_id, offset, commit)
@@ -589,7 +589,10 @@ class SegmentPartitionStorage(PartitionStorage):
                 if start > p.log_start]
 
     def enforce_retention(self, topic: TopicInfo, now_ms: int | None = None) -> list[defer.Deferred[int]]:
-        """Apply retention.ms and retention.bytes to every partition of ``topic``."""
+        """Apply retention.ms and retention.bytes to every partition of ``topic`` (unless its
+        cleanup.policy leaves out "delete")."""
+        if not deletes_old_data(topic.configs):
+            return []
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         retention_ms = int(topic.config("retention.ms"))
         retention_bytes = int(topic.config("retention.bytes"))
