@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from millrace.gateway.kafka import topic_configs
 from millrace.protocol.contracts import BYTE_STREAM_ATTRIBUTE
 from millrace.store.controller import (
     Controller,
@@ -50,36 +51,15 @@ from millrace.store.tables import NOT_EXISTS, TableStore
 
 TOPICS_TABLE = "_system/_tables/kafka_topics"
 
-# Topic configs Millrace understands, with Kafka's names and Millrace's defaults. Retention is
-# unlimited unless a topic says otherwise: old data tiers to long-term storage instead of expiring.
-DEFAULT_CONFIGS: dict[str, str] = {
-    "cleanup.policy": "delete",
-    "retention.ms": "-1",
-    "retention.bytes": "-1",
-    "max.message.bytes": str(8 * 1024 * 1024),
-    "message.timestamp.type": "CreateTime",
-    "min.insync.replicas": "1",
-    "compression.type": "producer",
-    "segment.bytes": str(1024 * 1024 * 1024),
-    # How many segments carry the topic at creation; must divide the partition count.
-    # 0 = one segment per partition, or with an automatic scaling policy, as few as min.segments allows.
-    "millrace.segments.initial": "0",
-    # Automatic scaling of the topic's stream (Pravega's policies): fixed, by_event_rate (target in
-    # events/s per segment) or by_data_rate (target in KiB/s per segment).
-    "millrace.scaling.type": "fixed",
-    "millrace.scaling.target": "0",
-    "millrace.scaling.factor": "2",
-    "millrace.scaling.min.segments": "1",
-    # When a single-partition segment stays too hot, add partitions (Kafka clients see them on
-    # their next metadata refresh).
-    "millrace.scaling.grow.partitions": "false",
-}
+# Every topic config (Kafka 4.0's and Millrace's own) with its default: ``topic_configs`` has the
+# types, valid values and broker synonyms.
+DEFAULT_CONFIGS: dict[str, str] = topic_configs.DEFAULTS
 SCALING_TYPES = {
     "fixed": ScalingType.FIXED_NUM_SEGMENTS,
     "by_event_rate": ScalingType.BY_RATE_IN_EVENTS_PER_SEC,
     "by_data_rate": ScalingType.BY_RATE_IN_KBYTES_PER_SEC,
 }
-READ_ONLY_CONFIGS = {"millrace.segments.initial"}
+READ_ONLY_CONFIGS = topic_configs.READ_ONLY
 
 # A native stream gets the smallest multiple of its initial segment count that is at least this many
 # partitions: enough slices for its segments to split a few times, each initial segment whole partitions.
@@ -158,30 +138,28 @@ def split_slices(slices: tuple[tuple[float, float], ...], total: int,
 
 
 def _validate_configs(configs: Mapping[str, str | None]) -> None:
+    """Refuse, with INVALID_CONFIG and Kafka's message, an unknown config or a value of the wrong type
+    or out of range (None, a deletion, is always valid)."""
     from millrace.gateway.kafka_protocol.errors import ErrorCode
 
     for key, value in configs.items():
-        if key not in DEFAULT_CONFIGS:
-            raise TopicError(ErrorCode.INVALID_CONFIG, f"unknown or unsupported topic config {key!r}")
-        if value is None:
-            continue
-        if key == "cleanup.policy" and value != "delete":
-            raise TopicError(ErrorCode.INVALID_CONFIG, "only cleanup.policy=delete is supported")
-        if key == "millrace.scaling.type" and value not in SCALING_TYPES:
-            raise TopicError(ErrorCode.INVALID_CONFIG, f"{key} must be one of {sorted(SCALING_TYPES)}")
-        if key == "millrace.scaling.grow.partitions" and value not in ("true", "false"):
-            raise TopicError(ErrorCode.INVALID_CONFIG, f"{key} must be true or false")
-        if key in ("retention.ms", "retention.bytes", "max.message.bytes", "segment.bytes", "min.insync.replicas",
-                   "millrace.segments.initial", "millrace.scaling.target", "millrace.scaling.factor",
-                   "millrace.scaling.min.segments"):
-            try:
-                number = int(value)
-            except ValueError:
-                raise TopicError(ErrorCode.INVALID_CONFIG, f"{key} must be an integer, not {value!r}") from None
-            if key.startswith("retention") and number < -1:
-                raise TopicError(ErrorCode.INVALID_CONFIG, f"{key} must be -1 or more")
-            if key.startswith("millrace.") and number < (1 if key.endswith("min.segments") else 0):
-                raise TopicError(ErrorCode.INVALID_CONFIG, f"{key}={number} is out of range")
+        try:
+            if value is None:
+                if key not in DEFAULT_CONFIGS:
+                    raise topic_configs.ConfigValueError(topic_configs.unknown_config_message(key))
+            else:
+                topic_configs.validate(key, value)
+        except topic_configs.ConfigValueError as exc:
+            raise TopicError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+
+
+def _validate_effective(configs: Mapping[str, str]) -> None:
+    from millrace.gateway.kafka_protocol.errors import ErrorCode
+
+    try:
+        topic_configs.validate_together(dict(configs))
+    except topic_configs.ConfigValueError as exc:
+        raise TopicError(ErrorCode.INVALID_CONFIG, str(exc)) from None
 
 
 def _initial_segments(partitions: int, configs: dict[str, str]) -> int:
@@ -204,9 +182,17 @@ def scaling_policy(configs: dict[str, str]) -> ScalingPolicy:
                          int(get("millrace.scaling.factor")), int(get("millrace.scaling.min.segments")))
 
 
+def deletes_old_data(configs: Mapping[str, str]) -> bool:
+    """Whether retention.ms / retention.bytes apply: cleanup.policy holds "delete"."""
+    return "delete" in topic_configs.parse_list(configs.get("cleanup.policy", DEFAULT_CONFIGS["cleanup.policy"]))
+
+
 def retention_policy(configs: dict[str, str]) -> RetentionPolicy:
     """The stream retention policy equivalent to a topic's retention configs (time wins over size,
-    as the stream policy has one dimension; the Kafka layer enforces both per partition)."""
+    as the stream policy has one dimension; the Kafka layer enforces both per partition). A
+    cleanup.policy without "delete" keeps everything, as in Kafka."""
+    if not deletes_old_data(configs):
+        return RetentionPolicy()
     ms = int(configs.get("retention.ms", "-1"))
     if ms >= 0:
         return RetentionPolicy(RetentionType.TIME, ms)
@@ -298,6 +284,7 @@ class TopicRegistry:
         if partitions < 1 or partitions > 1 << 16:
             raise TopicError(ErrorCode.INVALID_PARTITIONS, f"partition count {partitions} must be 1..65536")
         _validate_configs(configs)
+        _validate_effective(configs)
         segments = int(configs.get("millrace.segments.initial", "0")) or _initial_segments(partitions, configs)
         if segments < 1 or partitions % segments:
             raise TopicError(ErrorCode.INVALID_CONFIG,
@@ -448,6 +435,7 @@ class TopicRegistry:
                     base.pop(key, None)
                 else:
                     base[key] = value
+            _validate_effective(base)
             updated = replace(topic, configs=base)
             if validate_only:
                 return updated

@@ -297,8 +297,11 @@ def test_incremental_alter_configs(wire, server):
     assert explicit(wire, "cfg-i")["cleanup.policy"] == "delete"
     assert incremental(wire, 1, TOPIC, "cfg-i", [("cleanup.policy", APPEND, "compact")]).error_code == (
         ErrorCode.INVALID_CONFIG)
-    assert incremental(wire, 1, TOPIC, "cfg-i", [("cleanup.policy", SUBTRACT, "delete")]).error_code == (
-        ErrorCode.INVALID_CONFIG)
+    # An empty cleanup.policy is valid in Kafka 4.0 and keeps everything: no stream retention.
+    assert incremental(wire, 1, TOPIC, "cfg-i", [("cleanup.policy", SUBTRACT, "delete")]).error_code == 0
+    assert explicit(wire, "cfg-i")["cleanup.policy"] == ""
+    assert stream_description(server.native_port, "kafka/cfg-i")["config"]["retention"]["type"] == "none"
+    assert incremental(wire, 1, TOPIC, "cfg-i", [("cleanup.policy", APPEND, "delete")]).error_code == 0
     assert incremental(wire, 1, TOPIC, "cfg-i", [("retention.ms", APPEND, "5")]).error_code == ErrorCode.INVALID_CONFIG
     assert incremental(wire, 1, TOPIC, "cfg-i", [("retention.ms", 9, "5")]).error_code == ErrorCode.INVALID_REQUEST
     assert incremental(wire, 1, TOPIC, "cfg-i", [("retention.ms", SET, "1"), ("retention.ms", DELETE, None)]

@@ -1,7 +1,8 @@
 """DescribeConfigs (32), AlterConfigs (33) and IncrementalAlterConfigs (44).
 
-Topic configs are the topic registry's: every key of ``DEFAULT_CONFIGS``, set explicitly (source
-TOPIC_CONFIG) or not (DEFAULT_CONFIG). Changing retention.ms / retention.bytes updates the stream's
+Topic configs are the topic registry's: every Kafka 4.0 topic config and Millrace's own
+(``topic_configs``), set explicitly (source DYNAMIC_TOPIC_CONFIG) or not (DEFAULT_CONFIG), with the
+broker synonym that supplies the default. Changing retention.ms / retention.bytes updates the stream's
 retention policy through the registry. Broker configs describe this node's static settings (command
 line options) and are read-only: altering one is refused with INVALID_REQUEST, as Kafka refuses a
 config that cannot be updated dynamically.
@@ -16,6 +17,7 @@ from typing import Any
 
 from twisted.internet.defer import Deferred
 
+from millrace.gateway.kafka import topic_configs
 from millrace.gateway.kafka.broker import KafkaConfig, RequestContext
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.topics import (
@@ -52,47 +54,13 @@ STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 
 # DescribeConfigsResponse.ConfigType
-BOOLEAN, STRING, INT, LONG, LIST = 1, 2, 3, 5, 7
+BOOLEAN, STRING, INT, LONG, LIST = topic_configs.BOOLEAN, topic_configs.STRING, topic_configs.INT, \
+    topic_configs.LONG, topic_configs.LIST
 
 # AlterConfigOp.OpType
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
-
-@dataclass(frozen=True)
-class ConfigDef:
-    type: int
-    doc: str
-    broker_synonym: str | None = None  # the broker setting that supplies the topic's default
-
-
-TOPIC_CONFIG_DEFS: dict[str, ConfigDef] = {
-    "cleanup.policy": ConfigDef(LIST, "Retention policy for old data; Millrace supports \"delete\" only.",
-                                "log.cleanup.policy"),
-    "retention.ms": ConfigDef(LONG, "How long a partition keeps data before deleting it, in ms; -1 keeps it "
-                              "forever (old data tiers to long-term storage).", "log.retention.ms"),
-    "retention.bytes": ConfigDef(LONG, "Size a partition may grow to before old data is deleted; -1 for no limit.",
-                                 "log.retention.bytes"),
-    "max.message.bytes": ConfigDef(INT, "Largest record batch size accepted.", "message.max.bytes"),
-    "message.timestamp.type": ConfigDef(STRING, "CreateTime or LogAppendTime.", "log.message.timestamp.type"),
-    "min.insync.replicas": ConfigDef(INT, "Minimum in-sync replicas for acks=all; a Millrace write is durable "
-                                     "once its segment container's log has acknowledged it.", "min.insync.replicas"),
-    "compression.type": ConfigDef(STRING, "Final compression type; \"producer\" keeps the producer's codec.",
-                                  "compression.type"),
-    "segment.bytes": ConfigDef(INT, "Kafka log segment size (informational: Millrace stores chunks in tiers).",
-                               "log.segment.bytes"),
-    "millrace.segments.initial": ConfigDef(INT, "How many stream segments carry the topic at creation; 0 means one "
-                                           "per partition. Set at creation only."),
-    "millrace.scaling.type": ConfigDef(STRING, "Automatic scaling of the topic's stream: fixed, by_event_rate or "
-                                       "by_data_rate."),
-    "millrace.scaling.target": ConfigDef(INT, "Scaling target per segment: events/s (by_event_rate) or KiB/s "
-                                         "(by_data_rate)."),
-    "millrace.scaling.factor": ConfigDef(INT, "How many segments a hot segment splits into."),
-    "millrace.scaling.min.segments": ConfigDef(INT, "Scaling down never goes below this many segments."),
-    "millrace.scaling.grow.partitions": ConfigDef(BOOLEAN, "Add partitions when a single-partition segment stays "
-                                                  "too hot (Kafka clients see them on metadata refresh)."),
-}
-assert set(TOPIC_CONFIG_DEFS) == set(DEFAULT_CONFIGS), "every topic config needs a definition"
-LIST_CONFIGS = {name for name, d in TOPIC_CONFIG_DEFS.items() if d.type == LIST}
+LIST_CONFIGS = topic_configs.LIST_CONFIGS
 
 
 @dataclass(frozen=True)
@@ -107,19 +75,19 @@ class ConfigValue:
 
 
 def topic_config_values(topic: TopicInfo) -> list[ConfigValue]:
-    """Every config of ``topic`` with where its value comes from, sorted by name."""
+    """Every config of ``topic`` with where its value comes from, sorted by name: DYNAMIC_TOPIC_CONFIG
+    when the topic sets it, else DEFAULT_CONFIG; the synonyms (Kafka's order, highest precedence
+    first) are the topic's own value and the broker config that supplies the default."""
     out = []
-    for name in sorted(DEFAULT_CONFIGS):
-        d = TOPIC_CONFIG_DEFS[name]
-        default = DEFAULT_CONFIGS[name]
+    for name in sorted(topic_configs.TOPIC_CONFIGS):
+        d = topic_configs.TOPIC_CONFIGS[name]
         synonyms: list[tuple[str, str | None, int]] = []
         if name in topic.configs:
             synonyms.append((name, topic.configs[name], TOPIC_CONFIG))
-        if d.broker_synonym:
-            synonyms.append((d.broker_synonym, default, DEFAULT_CONFIG))
+        if d.synonyms:
+            synonyms.append((d.synonyms[0], d.default, DEFAULT_CONFIG))
         source = TOPIC_CONFIG if name in topic.configs else DEFAULT_CONFIG
-        out.append(ConfigValue(name, topic.config(name), source, name in READ_ONLY_CONFIGS, d.type, d.doc,
-                               tuple(synonyms)))
+        out.append(ConfigValue(name, topic.config(name), source, d.read_only, d.type, d.doc, tuple(synonyms)))
     return out
 
 
@@ -154,9 +122,9 @@ def broker_config_values(config: KafkaConfig) -> list[ConfigValue]:
               "Largest session timeout a consumer may ask for."),
     ]
     # Defaults of topic configs, under their broker names.
-    for name, d in TOPIC_CONFIG_DEFS.items():
-        if d.broker_synonym and d.broker_synonym not in {e.name for e in entries}:
-            entries.append(entry(d.broker_synonym, DEFAULT_CONFIGS[name], d.type, d.doc))
+    for d in topic_configs.TOPIC_CONFIGS.values():
+        if d.synonyms and d.synonyms[0] not in {e.name for e in entries}:
+            entries.append(entry(d.synonyms[0], d.default, d.type, d.doc))
     return sorted(entries, key=lambda e: e.name)
 
 
@@ -357,11 +325,11 @@ class _Incremental:
             if c.config_operation != DELETE and c.value is None:
                 return _Outcome(ErrorCode.INVALID_REQUEST, f"null value not supported for: {c.name}")
             if c.name not in DEFAULT_CONFIGS:
-                return _Outcome(ErrorCode.INVALID_CONFIG, f"unknown or unsupported topic config {c.name!r}")
+                return _Outcome(ErrorCode.INVALID_CONFIG, topic_configs.unknown_config_message(c.name))
             if c.config_operation in (APPEND, SUBTRACT) and c.name not in LIST_CONFIGS:
-                verb = "append" if c.config_operation == APPEND else "subtract"
+                verb = "APPEND" if c.config_operation == APPEND else "SUBTRACT"
                 return _Outcome(ErrorCode.INVALID_CONFIG,
-                                f"config value {verb} is not allowed for config key {c.name} (not a list)")
+                                f"Can't {verb} to key {c.name} because its type is not LIST.")
         return None
 
     @staticmethod
@@ -377,8 +345,8 @@ class _Incremental:
                     changes[name] = None
                 else:
                     # Lists start from the current value, the default included (as Kafka does).
-                    current = [x for x in topic.config(name).split(",") if x]
-                    items = [x.strip() for x in value.split(",") if x.strip()]
+                    current = topic_configs.parse_list(topic.config(name))
+                    items = topic_configs.parse_list(value)
                     if op == APPEND:
                         current += [x for x in items if x not in current]
                     else:
