@@ -38,6 +38,7 @@ APIS = frozenset({
     "AddOffsetsToTxn", "AddPartitionsToTxn", "DescribeTransactions", "EndTxn", "ListTransactions",
     "TxnOffsetCommit",
     "DescribeTopicPartitions", "DescribeLogDirs", "AlterReplicaLogDirs", "DescribeProducers",
+    "ElectLeaders", "AlterPartitionReassignments", "ListPartitionReassignments", "DescribeQuorum",
 })
 #: Specs generated that are not APIs: the frame headers and the consumer protocol's subscription.
 DATA_SPECS = frozenset({"RequestHeader", "ResponseHeader", "ConsumerProtocolSubscription"})

@@ -74,3 +74,30 @@ def test_kafka_python_describe_producers_of_a_transaction(kadmin: KafkaAdminClie
 
     with pytest.raises(kerrors.UnknownTopicOrPartitionError):
         kadmin.describe_producers([TopicPartition("no-such-topic", 0)])
+
+
+def test_kafka_python_elections_reassignments_and_quorum(kadmin: KafkaAdminClient, server: ServerProcess) -> None:
+    kadmin.create_topics({"kp-elect": {"num_partitions": 2, "replication_factor": 1}})
+    preferred, unclean = 0, 1
+    for election_type in (preferred, unclean):
+        r = kadmin.elect_leaders(election_type, {"kp-elect": [0, 1]}, raise_errors=False)
+        assert [(t.topic, [(p.partition_id, p.error_code) for p in t.partition_result])
+                for t in r.replica_election_results] == [("kp-elect", [(0, 84), (1, 84)])]  # ELECTION_NOT_NEEDED
+    # ELECTION_NOT_NEEDED is what kafka-python expects of a leader already preferred: not raised.
+    kadmin.elect_leaders(preferred, {"kp-elect": [0]})
+
+    p0, p1 = TopicPartition("kp-elect", 0), TopicPartition("kp-elect", 1)
+    assert kadmin.alter_partition_reassignments({p0: [0]}) == {p0: None}
+    assert kadmin.alter_partition_reassignments({p1: [1]}) == {p1: kerrors.InvalidReplicationAssignmentError}
+    assert kadmin.alter_partition_reassignments({p1: None}) == {p1: kerrors.NoReassignmentInProgressError}
+    assert kadmin.list_partition_reassignments() == {}
+
+    quorum = kadmin.describe_metadata_quorum()
+    (topic,) = quorum["topics"]
+    (partition,) = topic["partitions"]
+    assert (topic["topic_name"], partition["leader_id"], partition["error"], partition["observers"]) == (
+        "__cluster_metadata", 0, None, [])
+    (voter,) = partition["current_voters"]
+    assert (voter["replica_id"], voter["log_end_offset"]) == (0, partition["high_watermark"])
+    assert quorum["nodes"] == [{"node_id": 0, "listeners": [{"name": "PLAINTEXT", "host": "127.0.0.1",
+                                                             "port": server.kafka_port}]}]

@@ -1,6 +1,7 @@
 """The cluster-admin APIs of a single node, spoken with our own codec against a real server, each checked
 against the answers Kafka 4.0 gives: DescribeTopicPartitions (KIP-966, with its cursor pagination),
-DescribeLogDirs and AlterReplicaLogDirs (the data dir as the one log dir), DescribeProducers."""
+DescribeLogDirs and AlterReplicaLogDirs (the data dir as the one log dir), DescribeProducers, ElectLeaders,
+AlterPartitionReassignments and ListPartitionReassignments (one broker), DescribeQuorum (one voter)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,10 @@ DESCRIBE_TOPIC_PARTITIONS, DESCRIBE_LOG_DIRS, ALTER_REPLICA_LOG_DIRS = 75, 35, 3
 DESCRIBE_PRODUCERS, INIT_PRODUCER_ID = 61, 22
 DTP, DLD, ARLD = (request_class(k) for k in (DESCRIBE_TOPIC_PARTITIONS, DESCRIBE_LOG_DIRS, ALTER_REPLICA_LOG_DIRS))
 DP = request_class(DESCRIBE_PRODUCERS)
+ELECT_LEADERS, ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS, DESCRIBE_QUORUM = 43, 45, 46, 55
+EL, APR, LPR, DQ = (request_class(k) for k in (ELECT_LEADERS, ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS,
+                                               DESCRIBE_QUORUM))
+PREFERRED, UNCLEAN = 0, 1
 # Every operation a topic supports (READ WRITE CREATE DELETE ALTER DESCRIBE DESCRIBE_CONFIGS ALTER_CONFIGS),
 # as Kafka answers without an authorizer.
 TOPIC_OPS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
@@ -222,3 +227,118 @@ def test_describe_producers_of_idempotent_producers(wire):
     assert bad.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
     assert bad.error_message == ('Topic name "bad name" is illegal, it contains a character other than ASCII '
                                  "alphanumerics, '.', '_' and '-'")
+
+
+# --------------------------------------------------------------------------------------------- ElectLeaders
+
+def elect(wire: Wire, version: int, election_type: int, topics: dict[str, list[int]] | None) -> Any:
+    request = EL(election_type=election_type, timeout_ms=10000,
+                 topic_partitions=[EL.TopicPartitions(topic=t, partitions=ps) for t, ps in (topics or {}).items()])
+    if topics is None:
+        request.topic_partitions = None  # null = every partition
+    return wire.send(ELECT_LEADERS, version, request)
+
+
+def election_results(r: Any) -> dict[tuple[str, int], tuple[int, str | None]]:
+    return {(t.topic, p.partition_id): (p.error_code, p.error_message)
+            for t in r.replica_election_results for p in t.partition_result}
+
+
+def test_elect_leaders_is_never_needed_with_one_replica(wire):
+    not_needed = (ErrorCode.ELECTION_NOT_NEEDED, "Leader election not needed for topic partition.")
+    for version, election_type in ((0, PREFERRED), (1, PREFERRED), (2, PREFERRED), (2, UNCLEAN)):
+        r = elect(wire, version, election_type, {"zz-a": [0, 2, 3], "no-such-topic": [1]})
+        assert r.throttle_time_ms == 0 and (version == 0 or r.error_code == 0)
+        assert election_results(r) == {
+            ("zz-a", 0): not_needed, ("zz-a", 2): not_needed,
+            ("zz-a", 3): (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "No such partition as zz-a-3"),
+            ("no-such-topic", 1): (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "No such topic as no-such-topic")}
+    # Every partition: every topic listed, none of its partitions (their election is not needed).
+    every = elect(wire, 2, PREFERRED, None)
+    assert every.error_code == 0
+    assert {"zz-a", "zz-b", "zz-c"} <= {t.topic for t in every.replica_election_results}
+    assert all(t.partition_result == [] for t in every.replica_election_results)
+    # An election type Kafka's controller does not know fails the whole request.
+    bad = elect(wire, 2, 7, {"zz-a": [0]})
+    assert (bad.error_code, election_results(bad)) == (ErrorCode.UNKNOWN_SERVER_ERROR, {
+        ("zz-a", 0): (ErrorCode.UNKNOWN_SERVER_ERROR, ErrorCode.UNKNOWN_SERVER_ERROR.description)})
+
+
+# ------------------------------------------------------------------------------- Partition reassignments
+
+def test_partition_reassignments_on_one_broker(wire):
+    request = APR(timeout_ms=10000, topics=[
+        APR.ReassignableTopic(name="zz-b", partitions=[
+            APR.ReassignablePartition(partition_index=0, replicas=[0]),
+            APR.ReassignablePartition(partition_index=1, replicas=[1]),
+            APR.ReassignablePartition(partition_index=2, replicas=[0])]),
+        APR.ReassignableTopic(name="no-such-topic", partitions=[APR.ReassignablePartition(partition_index=0,
+                                                                                          replicas=[0])]),
+        APR.ReassignableTopic(name="zz-c", partitions=[
+            APR.ReassignablePartition(partition_index=0, replicas=None),
+            APR.ReassignablePartition(partition_index=0, replicas=[]),
+            APR.ReassignablePartition(partition_index=0, replicas=[0, 0]),
+            APR.ReassignablePartition(partition_index=0, replicas=[2, 0, 1])]),
+    ])
+    r = wire.send(ALTER_REASSIGNMENTS, 0, request)
+    assert (r.throttle_time_ms, r.error_code, r.error_message) == (0, 0, None)
+    assert [(t.name, [(p.partition_index, p.error_code, p.error_message) for p in t.partitions])
+            for t in r.responses] == [
+        ("zz-b", [(0, 0, None),  # the partition's own replica: a no-op
+                  (1, ErrorCode.INVALID_REPLICA_ASSIGNMENT, "The manual partition assignment includes broker 1, "
+                                                            "but no such broker is registered."),
+                  (2, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "Unable to find partition zz-b:2.")]),
+        ("no-such-topic", [(0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "Unable to find a topic named no-such-topic.")]),
+        ("zz-c", [(0, ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, "No partition reassignment is in progress."),
+                  (0, ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                   "The manual partition assignment includes an empty replica list."),
+                  (0, ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                   "The manual partition assignment includes the broker 0 more than once."),
+                  # Checked in ascending order: broker 1 is the first unknown one.
+                  (0, ErrorCode.INVALID_REPLICA_ASSIGNMENT, "The manual partition assignment includes broker 1, "
+                                                            "but no such broker is registered.")]),
+    ]
+    assert only(wire.metadata(12, ["zz-b"]), "zz-b").partitions[0].replica_nodes == [0]
+
+    for topics in (None, [LPR.ListPartitionReassignmentsTopics(name="zz-b", partition_indexes=[0, 1])]):
+        listed = wire.send(LIST_REASSIGNMENTS, 0, LPR(timeout_ms=10000, topics=topics))
+        assert (listed.error_code, listed.error_message, listed.topics) == (0, None, [])
+
+
+# ------------------------------------------------------------------------------------------- DescribeQuorum
+
+def describe_quorum(wire: Wire, version: int, topics: dict[str, list[int]]) -> Any:
+    return wire.send(DESCRIBE_QUORUM, version, DQ(topics=[
+        DQ.TopicData(topic_name=t, partitions=[DQ.PartitionData(partition_index=p) for p in ps])
+        for t, ps in topics.items()]))
+
+
+def test_describe_quorum_one_voter_leads(server, wire):
+    for version in (0, 1, 2):
+        before = int(time.time() * 1000)
+        r = describe_quorum(wire, version, {"__cluster_metadata": [0]})
+        assert r.error_code == 0
+        (topic,) = r.topics
+        (p,) = topic.partitions
+        assert (topic.topic_name, p.partition_index, p.error_code, p.leader_id, p.leader_epoch) == (
+            "__cluster_metadata", 0, 0, 0, 1)
+        assert p.high_watermark > 0 and p.observers == []
+        (voter,) = p.current_voters
+        assert (voter.replica_id, voter.log_end_offset) == (0, p.high_watermark)
+        if version >= 1:
+            assert before <= voter.last_fetch_timestamp == voter.last_caught_up_timestamp
+        if version >= 2:
+            assert voter.replica_directory_id == ZERO and r.error_message is None
+            assert [(n.node_id, [(li.name, li.host, li.port) for li in n.listeners]) for n in r.nodes] == [
+                (0, [("PLAINTEXT", "127.0.0.1", server.kafka_port)])]
+    # The metadata log grows with every controller change: a new topic is a new stream.
+    end = describe_quorum(wire, 2, {"__cluster_metadata": [0]}).topics[0].partitions[0].high_watermark
+    wire.create("dq-grows")
+    assert describe_quorum(wire, 2, {"__cluster_metadata": [0]}).topics[0].partitions[0].high_watermark > end
+
+    # Anything but exactly __cluster_metadata-0: each requested partition UNKNOWN_TOPIC_OR_PARTITION.
+    for topics in ({"__cluster_metadata": [1]}, {"__cluster_metadata": [0, 1]}, {"zz-a": [0]}):
+        r = describe_quorum(wire, 2, topics)
+        assert r.error_code == 0
+        assert [(t.topic_name, [(p.partition_index, p.error_code) for p in t.partitions]) for t in r.topics] == [
+            (t, [(p, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for p in ps]) for t, ps in topics.items()]
