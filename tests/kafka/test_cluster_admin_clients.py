@@ -101,3 +101,8 @@ def test_kafka_python_elections_reassignments_and_quorum(kadmin: KafkaAdminClien
     assert (voter["replica_id"], voter["log_end_offset"]) == (0, partition["high_watermark"])
     assert quorum["nodes"] == [{"node_id": 0, "listeners": [{"name": "PLAINTEXT", "host": "127.0.0.1",
                                                              "port": server.kafka_port}]}]
+
+
+def test_kafka_python_infers_a_kafka_4_0_broker(kadmin: KafkaAdminClient) -> None:
+    # kafka-python infers the version from the API set: ListOffsets v10 marks 4.0 (Produce v13 would be 4.1).
+    assert kadmin._client.check_version() == (4, 0)

@@ -1,7 +1,8 @@
 """The cluster-admin APIs of a single node, spoken with our own codec against a real server, each checked
 against the answers Kafka 4.0 gives: DescribeTopicPartitions (KIP-966, with its cursor pagination),
 DescribeLogDirs and AlterReplicaLogDirs (the data dir as the one log dir), DescribeProducers, ElectLeaders,
-AlterPartitionReassignments and ListPartitionReassignments (one broker), DescribeQuorum (one voter)."""
+AlterPartitionReassignments and ListPartitionReassignments (one broker), DescribeQuorum (one voter), and
+ListOffsets v9-10 (Kafka 4.0's last version, which clients read as "a 4.0 broker")."""
 
 from __future__ import annotations
 
@@ -342,3 +343,18 @@ def test_describe_quorum_one_voter_leads(server, wire):
         assert r.error_code == 0
         assert [(t.topic_name, [(p.partition_index, p.error_code) for p in t.partitions]) for t in r.topics] == [
             (t, [(p, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for p in ps]) for t, ps in topics.items()]
+
+
+# ------------------------------------------------------------------------------------------ ListOffsets v9+
+
+def test_list_offsets_latest_tiered_without_kafka_tiered_storage(wire):
+    wire.create("lo-tiered")
+    for _ in range(3):
+        assert wire.produce("lo-tiered", 0, batch(b"v")).error_code == 0
+    for version in (9, 10):
+        tiered = wire.list_offset("lo-tiered", 0, -5, version=version)  # LATEST_TIERED_TIMESTAMP
+        assert (tiered.error_code, tiered.offset, tiered.timestamp, tiered.leader_epoch) == (0, -1, -1, -1)
+        local_start = wire.list_offset("lo-tiered", 0, -4, version=version)  # EARLIEST_LOCAL_TIMESTAMP
+        assert (local_start.error_code, local_start.offset, local_start.leader_epoch) == (0, 0, 0)
+        latest = wire.list_offset("lo-tiered", 0, -1, version=version)
+        assert (latest.error_code, latest.offset, latest.leader_epoch) == (0, 3, 0)

@@ -1,4 +1,10 @@
-"""ListOffsets (key 2): earliest, latest, max timestamp, or the first offset at a timestamp."""
+"""ListOffsets (key 2): earliest, latest, max timestamp, or the first offset at a timestamp.
+
+v9 adds LATEST_TIERED (-5, KIP-1005) and v10 a timeout for remote reads (KIP-1075), Kafka 4.0's last
+version. No topic has Kafka's tiered storage (``remote.storage.enable``; long-term storage here is
+below the log, not a second log), so latest-tiered answers as a 4.0 broker does for such a topic:
+offset -1, timestamp -1, leader epoch -1; and nothing ever waits on remote reads.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.list_offsets import ListOffsetsRequest, ListOffsetsResponse
 
 LIST_OFFSETS = ListOffsetsRequest.API_KEY
+LATEST_TIERED = -5  # ListOffsetsRequest.LATEST_TIERED_TIMESTAMP
 Response = ListOffsetsResponse
 
 
@@ -29,6 +36,9 @@ def _lookup(ctx: RequestContext, parts: list, lp: ListOffsetsRequest.ListOffsets
         return defer.succeed(_result(lp.partition_index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
     if lp.current_leader_epoch > 0:
         return defer.succeed(_result(lp.partition_index, ErrorCode.UNKNOWN_LEADER_EPOCH))
+    if lp.timestamp == LATEST_TIERED:
+        # Nothing is in Kafka's remote storage: no offset, no timestamp, no epoch (left -1 by answer()).
+        return defer.succeed(_result(lp.partition_index, ErrorCode.NONE))
     try:
         d = ctx.broker.partitions.list_offset(parts[lp.partition_index], lp.timestamp, isolation)
     except PartitionError as exc:
@@ -36,7 +46,7 @@ def _lookup(ctx: RequestContext, parts: list, lp: ListOffsetsRequest.ListOffsets
     return d.addCallback(lambda found: _result(lp.partition_index, ErrorCode.NONE, found[0], found[1]))
 
 
-@api(ListOffsetsRequest, 1, 8)
+@api(ListOffsetsRequest, 1, 10)
 def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> defer.Deferred[ListOffsetsResponse]:
     per_topic = []
     for t in request.topics:
@@ -50,9 +60,10 @@ def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> def
         per_topic.append(topic_logs(ctx.broker, t.name, auto_create=False).addCallback(with_logs))
     def answer(results: list[list[ListOffsetsResponse.ListOffsetsPartitionResponse]]) -> ListOffsetsResponse:
         if ctx.api_version >= 4:  # every partition has had leader epoch 0; the field exists from v4
-            for parts in results:
-                for part in parts:
-                    part.leader_epoch = 0
+            for t, parts in zip(request.topics, results, strict=True):
+                for lp, part in zip(t.partitions, parts, strict=True):
+                    if not (lp.timestamp == LATEST_TIERED and part.error_code == ErrorCode.NONE):
+                        part.leader_epoch = 0
         return Response(topics=[Response.ListOffsetsTopicResponse(name=t.name, partitions=parts)
                                 for t, parts in zip(request.topics, results, strict=True)])
 
