@@ -1,13 +1,17 @@
 """The cluster-admin APIs through unmodified clients against a real server: kafka-python's KafkaAdminClient
-(describe_log_dirs, alter_replica_log_dirs, describe_producers, ...) beside a confluent-kafka
-transactional producer, each client negotiating its own versions from ApiVersions."""
+(describe_log_dirs, alter_replica_log_dirs, describe_producers, elect_leaders, partition reassignments,
+describe_metadata_quorum, and its broker-version inference) beside a confluent-kafka transactional producer,
+and confluent-kafka's elect_leaders (librdkafka has no DescribeTopicPartitions: its describe_topics uses
+Metadata), each client negotiating its own versions from ApiVersions."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import ElectionType, Producer
+from confluent_kafka import TopicPartition as CTopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import TopicPartition
 from kafka import errors as kerrors
 from kafka.admin import KafkaAdminClient
@@ -106,3 +110,15 @@ def test_kafka_python_elections_reassignments_and_quorum(kadmin: KafkaAdminClien
 def test_kafka_python_infers_a_kafka_4_0_broker(kadmin: KafkaAdminClient) -> None:
     # kafka-python infers the version from the API set: ListOffsets v10 marks 4.0 (Produce v13 would be 4.1).
     assert kadmin._client.check_version() == (4, 0)
+
+
+def test_confluent_kafka_elect_leaders(server: ServerProcess) -> None:
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    admin.create_topics([NewTopic("ck-elect", 2, 1)])["ck-elect"].result(30)
+    wanted = [CTopicPartition("ck-elect", 0), CTopicPartition("ck-elect", 1), CTopicPartition("no-such-topic", 0)]
+    for election_type in (ElectionType.PREFERRED, ElectionType.UNCLEAN):
+        results = admin.elect_leaders(election_type, wanted).result(30)
+        assert {(tp.topic, tp.partition): error.code() for tp, error in results.items()} == {
+            ("ck-elect", 0): 84, ("ck-elect", 1): 84, ("no-such-topic", 0): 3}  # ELECTION_NOT_NEEDED, UNKNOWN
+    # Every partition: none whose election is needed, so none listed.
+    assert admin.elect_leaders(ElectionType.PREFERRED, None).result(30) == {}
