@@ -20,14 +20,17 @@ Response = ProduceResponse
 
 
 def _partition_result(index: int, error: int, base_offset: int = -1, log_start: int = -1,
-                      message: str | None = None) -> ProduceResponse.PartitionProduceResponse:
+                      message: str | None = None, log_append_time: int = -1,
+                      record_errors: tuple[tuple[int, str], ...] = ()) -> ProduceResponse.PartitionProduceResponse:
     return Response.PartitionProduceResponse(
-        index=index, error_code=int(error), base_offset=base_offset, log_append_time_ms=-1,
+        index=index, error_code=int(error), base_offset=base_offset, log_append_time_ms=log_append_time,
         log_start_offset=log_start, error_message=message,
+        record_errors=[Response.BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=why)
+                       for i, why in record_errors],
     )
 
 
-def _produce_topic(ctx: RequestContext, topic_data: ProduceRequest.TopicProduceData) -> defer.Deferred:
+def _produce_topic(ctx: RequestContext, topic_data: ProduceRequest.TopicProduceData, acks: int) -> defer.Deferred:
     broker = ctx.broker
 
     def with_logs(found: tuple[TopicInfo, list[PartitionLog]] | None) -> defer.Deferred:
@@ -38,25 +41,36 @@ def _produce_topic(ctx: RequestContext, topic_data: ProduceRequest.TopicProduceD
         topic, parts = found
         results: list[defer.Deferred] = []
         for pd in topic_data.partition_data:
-            results.append(_produce_partition(broker, topic, parts, pd))
+            results.append(_produce_partition(broker, topic, parts, pd, acks))
         return defer.gatherResults(results)
 
     return topic_logs(broker, topic_data.name, auto_create=True).addCallback(with_logs)
 
 
 def _produce_partition(broker: Broker, topic: TopicInfo, parts: list[PartitionLog],
-                       pd: ProduceRequest.PartitionProduceData) -> defer.Deferred:
+                       pd: ProduceRequest.PartitionProduceData, acks: int) -> defer.Deferred:
     if not 0 <= pd.index < len(parts) or pd.records is None:
         return defer.succeed(_partition_result(pd.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
     p = parts[pd.index]
+    min_insync = int(topic.config("min.insync.replicas"))
+    if acks == -1 and min_insync > 1:
+        # A partition has one replica, so its ISR is this node alone: Kafka's answer on one broker.
+        return defer.succeed(_partition_result(
+            pd.index, ErrorCode.NOT_ENOUGH_REPLICAS,
+            message=f"The size of the current ISR Set({broker.config.node_id}) is insufficient to satisfy the "
+                    f"min.isr requirement of {min_insync} for partition {topic.name}-{pd.index}"))
     storage = broker.partitions
+    now_ms = storage.now_ms()
+    append_time = now_ms if topic.config("message.timestamp.type") == "LogAppendTime" else -1
     try:
-        d = storage.append(topic, p, pd.records)
+        d = storage.append(topic, p, pd.records, now_ms)
     except PartitionError as exc:
-        return defer.succeed(_partition_result(pd.index, exc.error_code, message=str(exc)))
+        return defer.succeed(_partition_result(pd.index, exc.error_code, message=str(exc),
+                                               record_errors=exc.record_errors))
 
     def ok(base: int) -> ProduceResponse.PartitionProduceResponse:
-        return _partition_result(pd.index, ErrorCode.NONE, base, storage.offsets(p).log_start)
+        return _partition_result(pd.index, ErrorCode.NONE, base, storage.offsets(p).log_start,
+                                 log_append_time=append_time)
 
     def failed(failure: Failure) -> ProduceResponse.PartitionProduceResponse:
         # The store refused or failed the append: nothing was acknowledged; the client retries.
@@ -70,7 +84,7 @@ def handle_produce(ctx: RequestContext,
                    request: ProduceRequest) -> defer.Deferred[ProduceResponse] | NoResponse:
     # A transactional batch is admitted by its partition only inside its producer's ongoing transaction
     # (the partition storage asks the transaction coordinator), whatever transactional id is named here.
-    per_topic = [_produce_topic(ctx, td) for td in request.topic_data]
+    per_topic = [_produce_topic(ctx, td, request.acks) for td in request.topic_data]
     gathered = defer.gatherResults(per_topic, consumeErrors=True)
     if request.acks == 0:
         gathered.addErrback(lambda f: None)  # no one to tell; errors are logged where they happen

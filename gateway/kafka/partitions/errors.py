@@ -8,6 +8,9 @@ from millrace.gateway.kafka_protocol.errors import ErrorCode
 class PartitionError(Exception):
     """A Kafka error for one partition of a request."""
 
-    def __init__(self, error_code: ErrorCode, message: str = "") -> None:
+    def __init__(self, error_code: ErrorCode, message: str = "",
+                 record_errors: tuple[tuple[int, str], ...] = ()) -> None:
         super().__init__(message or error_code.name)
         self.error_code = error_code
+        # (index of the record in its batch, why): ProduceResponse v8+'s record_errors
+        self.record_errors = record_errors

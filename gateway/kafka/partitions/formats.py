@@ -10,7 +10,9 @@ batch, in the data segment's order.
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+from crc32c import crc32c
 
 from millrace.gateway.kafka_protocol.records import BatchHeader
 
@@ -30,6 +32,26 @@ _LEADER_EPOCH = struct.Struct(">i")
 # Batch attribute bits an index entry keeps: a transactional batch, a control batch (a marker)
 TRANSACTIONAL_ATTRIBUTE = 0x10
 CONTROL_ATTRIBUTE = 0x20
+
+
+LOG_APPEND_TIME_ATTRIBUTE = 0x08  # the timestamp-type bit
+_ATTRIBUTES = struct.Struct(">h")
+_MAX_TIMESTAMP = struct.Struct(">q")
+_CRC = struct.Struct(">I")
+_CRC_AT, _ATTRIBUTES_AT, _MAX_TIMESTAMP_AT = 17, 21, 35
+
+
+def stamp_log_append_time(batch: Any, now_ms: int) -> bytearray:
+    """A copy of ``batch`` as a LogAppendTime topic stores it: the timestamp-type attribute set and
+    maxTimestamp the broker's clock, the CRC (which covers both) recomputed, as Kafka's
+    ``DefaultRecordBatch.setMaxTimestamp`` does. Records keep their own timestamps; consumers read the
+    batch's maxTimestamp for every record of a LogAppendTime batch."""
+    out = bytearray(batch)
+    (attributes,) = _ATTRIBUTES.unpack_from(out, _ATTRIBUTES_AT)
+    _ATTRIBUTES.pack_into(out, _ATTRIBUTES_AT, attributes | LOG_APPEND_TIME_ATTRIBUTE)
+    _MAX_TIMESTAMP.pack_into(out, _MAX_TIMESTAMP_AT, now_ms)
+    _CRC.pack_into(out, _CRC_AT, crc32c(memoryview(out)[_ATTRIBUTES_AT:]))
+    return out
 
 
 def envelope(partition: int, batch_size: int) -> bytes:

@@ -36,6 +36,7 @@ from millrace.gateway.kafka.partitions.formats import (
     IndexEntry,
     envelope,
     set_leader_epoch,
+    stamp_log_append_time,
 )
 from millrace.gateway.kafka.partitions.loading import (
     LOG_STARTS_TABLE,
@@ -53,8 +54,10 @@ from millrace.gateway.kafka.topics import TopicInfo, TopicRegistry, deletes_old_
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.records import (
     BatchHeader,
+    BatchView,
     ControlRecordType,
     RecordBatchError,
+    TimestampType,
     build_control_batch,
     iter_batches,
     set_base_offset,
@@ -87,6 +90,37 @@ class FetchedRecords:
     aborted_transactions: tuple[tuple[int, int], ...] = field(default=())
 
 
+def _check_timestamps(topic: TopicInfo, batch: BatchView, now_ms: int) -> None:
+    """Kafka's LogValidator timestamp rules: a producer may not send LogAppendTime batches, and on a
+    CreateTime topic every record's timestamp (but -1, none) lies within message.timestamp.before.max.ms
+    before and message.timestamp.after.max.ms after ``now_ms``. Records are decoded only when the
+    header cannot settle it (its maxTimestamp is too late, or before.max.ms is set below the epoch's
+    age), so the common batch costs no decoding."""
+    h = batch.header
+    if h.timestamp_type is TimestampType.LOG_APPEND_TIME:
+        reason = "Invalid timestamp type in message: producer should not set timestamp type to LogAppendTime."
+        raise PartitionError(ErrorCode.INVALID_TIMESTAMP, "One or more records have been rejected due to invalid "
+                             "timestamp", tuple((i, reason) for i in range(h.record_count)))
+    if topic.config("message.timestamp.type") != "CreateTime":
+        return
+    before = int(topic.config("message.timestamp.before.max.ms"))
+    after = int(topic.config("message.timestamp.after.max.ms"))
+    if h.max_timestamp <= now_ms + after and before >= now_ms:
+        return
+    try:
+        records = list(batch.records())
+    except RecordBatchError as exc:
+        raise PartitionError(exc.error_code, str(exc)) from exc
+    errors = tuple(
+        (i, f"Timestamp {r.timestamp} of message with offset {r.offset} is out of range. The timestamp should be "
+            f"within [{now_ms - before}, {now_ms + after}]")
+        for i, r in enumerate(records)
+        if r.timestamp != -1 and (now_ms - r.timestamp > before or r.timestamp - now_ms > after))
+    if errors:
+        raise PartitionError(ErrorCode.INVALID_TIMESTAMP,
+                             "One or more records have been rejected due to invalid timestamp", errors)
+
+
 @dataclass(frozen=True, slots=True)
 class PlannedFetch:
     """A partition's fetch: how many bytes it returns (known when asked), and the records."""
@@ -116,8 +150,14 @@ class PartitionStorage(Protocol):
         """Log start, high watermark and last stable offset now."""
         ...
 
-    def append(self, topic: TopicInfo, p: PartitionLog, records: Any) -> defer.Deferred[int]:
-        """Append one produce request's batch; its base offset once the high watermark passes it."""
+    def append(self, topic: TopicInfo, p: PartitionLog, records: Any, now_ms: int | None = None) -> defer.Deferred[int]:
+        """Append one produce request's batch; its base offset once the high watermark passes it.
+        ``now_ms`` is the broker time its timestamps are checked against (and a LogAppendTime topic
+        stamps), by default the storage's clock."""
+        ...
+
+    def now_ms(self) -> int:
+        """The storage's clock, in ms (what LogAppendTime stamps)."""
         ...
 
     def fetch(self, p: PartitionLog, offset: int, max_bytes: int, isolation: int = READ_UNCOMMITTED,
@@ -335,17 +375,25 @@ class SegmentPartitionStorage(PartitionStorage):
     def _now_ms(self) -> int:
         return int(self.clock.seconds() * 1000)
 
+    def now_ms(self) -> int:
+        return self._now_ms()
+
     def expire_producers(self, expiration_ms: int) -> int:
         """Forget, in every loaded partition, producers idle for ``expiration_ms`` that hold no open
         transaction there (``producers.Producers.expire``); how many were forgotten."""
         before = self._now_ms() - expiration_ms
         return sum(p.producers.expire(before, p.txns.open) for parts in self._topics.values() for p in parts)
 
-    def append(self, topic: TopicInfo, p: PartitionLog, records: Any) -> defer.Deferred[int]:
+    def append(self, topic: TopicInfo, p: PartitionLog, records: Any, now_ms: int | None = None) -> defer.Deferred[int]:
         try:
             (batch,) = validate_produce_records(records)
         except RecordBatchError as exc:
             raise PartitionError(exc.error_code, str(exc)) from exc
+        now_ms = self._now_ms() if now_ms is None else now_ms
+        _check_timestamps(topic, batch, now_ms)
+        if topic.config("message.timestamp.type") == "LogAppendTime":
+            # Rewritten, CRC and all, only for such topics: CreateTime batches stay zero-copy.
+            batch = next(iter_batches(stamp_log_append_time(batch.data, now_ms)))
         h = batch.header
         limit = min(int(topic.config("max.message.bytes")), self.max_message_bytes)
         if h.size > limit:
