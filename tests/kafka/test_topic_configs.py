@@ -310,3 +310,46 @@ def test_created_config_kept_across_restart(tmp_path):
         assert explicit(wire, "kept-configs") == {"segment.jitter.ms": "77", "preallocate": "true"}
         wire.close()
 
+
+
+# ------------------------------------------------------------------------------------------ invalid records
+
+def test_a_corrupt_batch_fails_alone(wire):
+    create(wire, 7, creatable("corrupt-one", 2))
+    now = int(time.time() * 1000)
+    broken = bytearray(batch_at(now))
+    broken[-1] ^= 0xFF  # the CRC no longer matches
+    bad, good = produce(wire, "corrupt-one", {0: bytes(broken), 1: batch_at(now)})
+    assert (bad.error_code, bad.record_errors) == (ErrorCode.CORRUPT_MESSAGE, [])
+    assert (good.error_code, good.base_offset) == (0, 0)
+    assert wire.list_offset("corrupt-one", 0, -1).offset == 0
+
+
+def test_idempotent_librdkafka_producer_keeps_going_after_a_refused_batch(server):
+    """A batch refused for its timestamp fails alone: the idempotent producer's later batches land,
+    in order, with no gap in offsets."""
+    wire = local(server.kafka_port)
+    create(wire, 7, creatable("idempotent-refusal", 1))
+    wire.close()
+    producer = Producer({"bootstrap.servers": server.bootstrap, "enable.idempotence": True, "linger.ms": 0})
+    outcomes: list[tuple[bytes, int | None]] = []
+    now = int(time.time() * 1000)
+    for i, stamp in enumerate([now, now + 2 * 3_600_000, now, now]):
+        producer.produce("idempotent-refusal", f"m{i}".encode(), timestamp=stamp,
+                         on_delivery=lambda err, msg: outcomes.append((msg.value(), err and err.code())))
+        assert producer.flush(30) == 0
+    assert outcomes == [(b"m0", None), (b"m1", 32), (b"m2", None), (b"m3", None)]  # 32: INVALID_TIMESTAMP
+    consumer = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "idempotent-refusal",
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe(["idempotent-refusal"])
+    got: list[tuple[int, bytes]] = []
+    try:
+        for _ in range(60):
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None:
+                got.append((message.offset(), message.value()))
+            if len(got) == 3:
+                break
+    finally:
+        consumer.close()
+    assert got == [(0, b"m0"), (1, b"m2"), (2, b"m3")]
