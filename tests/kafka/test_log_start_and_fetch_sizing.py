@@ -1,7 +1,10 @@
 """DeleteRecords seen at once by the requests after it, and Fetch sizing (KIP-74) across partitions,
-over raw sockets and through librdkafka."""
+over raw sockets and through librdkafka (confluent-kafka and kcat)."""
 
 from __future__ import annotations
+
+import shutil
+import subprocess
 
 import pytest
 
@@ -147,3 +150,20 @@ def test_librdkafka_consumer_with_small_fetch_limits_reads_every_partition(serve
     finally:
         consumer.close()
     assert seen == expected
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
+def test_kcat_with_small_fetch_limits_reads_every_partition_to_the_end(server):
+    topic, partitions = "kcat-small-fetches", 3
+    c = local(server.kafka_port)
+    c.create(topic, partitions)
+    for p in range(partitions):
+        for i in range(8):
+            c.produce(topic, p, batch([f"{p}:{i}:".encode() + b"x" * 500]))
+    c.close()
+    out = subprocess.run(
+        ["kcat", "-C", "-b", server.bootstrap, "-t", topic, "-o", "beginning", "-e", "-q", "-f", "%p:%o\\n",
+         "-X", "fetch.max.bytes=1000", "-X", "message.max.bytes=1000", "-X", "max.partition.fetch.bytes=700",
+         "-X", "receive.message.max.bytes=1512"],
+        capture_output=True, text=True, timeout=120, check=True)
+    assert sorted(out.stdout.split()) == sorted(f"{p}:{o}" for p in range(partitions) for o in range(8))
