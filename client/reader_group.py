@@ -17,24 +17,28 @@ conditional update, on the newest state):
 
 * A segment is read by at most one reader: the one the state says holds it. A reader opens a
   segment only after its acquisition landed, and stops reading one before its release is sent.
-* Segments are shared fairly: a reader acquires unassigned segments while it holds fewer than
-  ceil(segments / readers) and releases one while it holds more (at most every ``REBALANCE_S``).
+* Segments are shared fairly (at most one change per reader every ``REBALANCE_S``): a reader
+  acquires unassigned segments while it holds fewer than ceil(segments / readers) and no other
+  reader holds fewer, and releases one while it holds more than that, or more than max(1,
+  unassigned) above the least loaded reader.
 * A successor is read only after all its predecessors were read to their ends (a reader completes
   a sealed segment only once it returned its last event), so events of one routing key come out in
   the order they were written, across splits and merges.
 * Positions are ``(offset, skip)`` per segment. A reader records its positions in the state when it
-  releases a segment, at checkpoints, every ``RECORD_S`` and when it has caught up; ``reader_offline(reader, None)``
-  therefore resumes at the last recorded positions (at least once) and ``reader_offline(reader,
-  position)`` at exactly ``position`` (exactly once, if the application records each event's
-  position with its effect). Calling ``read_next_event`` again means the events it returned before
+  releases a segment, at checkpoints, every ``RECORD_S`` and when it has caught up;
+  ``reader_offline(reader, None)`` therefore resumes at the last recorded positions (at least once)
+  and ``reader_offline(reader, position)`` at exactly ``position`` (exactly once, if the
+  application records each event's position with its effect; a position taken before a reset is
+  ignored). Calling ``read_next_event`` again means the events it returned before
   are processed: only then may the reader give up segments or record positions past them.
 * A checkpoint freezes each reader's segments until the reader records it; a reader records it at
   its next read, at a batch boundary in every segment it holds (it first finishes a batch it is
   inside of), and returns a checkpoint event. The checkpoint's cut splits the events exactly where
   each reader returned its checkpoint event.
 * After ``reset_to`` every reader drops its segments at its next state refresh (at most
-  ``REFRESH_S`` later) and goes on from the new positions; events it returns before that come from
-  the old ones, so stop reading around a reset when that matters.
+  ``REFRESH_S`` later; at once for readers of the handle that reset) and goes on from the new
+  positions; events it returns before that come from the old ones, so stop reading around a reset
+  when that matters.
 """
 
 from __future__ import annotations
