@@ -121,7 +121,8 @@ def event_handlers(broker: Broker) -> dict[int, Callable[[dict[str, Any], bytes]
         end = h.get("end_offset")
         if offset < 0 or max_bytes <= 0 or wait_ms < 0:
             raise InvalidRequestError("offset and wait_ms are not negative, max_bytes is positive")
-        return read_events(broker, broker.topics.record(topic_of(h)), scope, stream, int(h["segment_id"]), offset,
+        name = topic_of(h)
+        return read_events(broker, lambda: broker.topics.record(name), scope, stream, int(h["segment_id"]), offset,
                            max_bytes, wait_ms, None if end is None else int(end))
 
     return {Command.OPEN_WRITER: open_writer, Command.APPEND_EVENTS: append_events,

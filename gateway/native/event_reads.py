@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,9 +125,10 @@ def _scan(data: bytes, start: int, segment: str, parts: list[PartitionLog], end_
     return scan
 
 
-def read_events(broker: Broker, topic: TopicInfo | None, scope: str, stream: str, segment_id: int, offset: int,
-                max_bytes: int, wait_ms: int, end_offset: int | None) -> defer.Deferred[Answer]:
-    """The READ_EVENTS answer (reactor thread); see the module docstring."""
+def read_events(broker: Broker, record: Callable[[], TopicInfo | None], scope: str, stream: str, segment_id: int,
+                offset: int, max_bytes: int, wait_ms: int, end_offset: int | None) -> defer.Deferred[Answer]:
+    """The READ_EVENTS answer (reactor thread); see the module docstring. ``record`` looks up the
+    stream's partition record (None until its first event writer opens)."""
     segment = segment_name(scope, stream, segment_id)
     max_bytes = max(ENVELOPE.size + _BATCH_HEADER_SIZE, min(max_bytes, MAX_READ_BYTES))
     deadline = time.monotonic() + wait_ms / 1000
@@ -149,7 +151,11 @@ def read_events(broker: Broker, topic: TopicInfo | None, scope: str, stream: str
             if not raw:
                 return answer(_Scan(next_offset=offset), result.end_of_segment)
             if not parts:
-                raise InvalidRequestError(f"{scope}/{stream} holds data that was not written as events")
+                # The first event writer may have partitioned the stream while this read waited.
+                found = record()
+                if found is None:
+                    raise InvalidRequestError(f"{scope}/{stream} holds data that was not written as events")
+                return record_logs(broker, found).addCallback(lambda logs: attempt(logs[1]))
             scan = _scan(raw, offset, segment, parts, end_offset)
             if scan.short and data is None:  # the first batch is larger than one read: read it whole
                 return read_range(broker.store, segment, offset, scan.short).addCallback(
@@ -168,6 +174,7 @@ def read_events(broker: Broker, topic: TopicInfo | None, scope: str, stream: str
 
         return read.addCallback(scanned)
 
+    topic = record()
     if topic is None:
         return attempt([])
     return record_logs(broker, topic).addCallback(lambda found: attempt(found[1]))

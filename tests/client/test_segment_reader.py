@@ -171,3 +171,21 @@ def test_bad_positions_get_clear_errors(uri: str) -> None:
             read_segment_events(sm.controller, "reads", "errors", segment, events[0].position)
         with pytest.raises(InvalidRequestError):
             read_segment_events(sm.controller, "reads", "errors", segment, -1)
+
+
+def test_a_read_waiting_before_the_first_writer_gets_its_events(uri: str) -> None:
+    with StreamManager(uri) as sm:
+        sm.create_scope("reads")
+        sm.create_stream("reads", "early", initial_segments=1)
+        segment = sm.describe_stream("reads", "early").segments[0].segment.segment_id
+        # The stream has no partitions yet: the read waits at the empty segment's tail while the first
+        # writer partitions the stream and writes, and must then read those bytes as events.
+        def write() -> None:
+            with sm.create_writer("reads", "early") as writer:
+                writer.write_event(b"first")
+
+        later = threading.Timer(0.3, write)
+        later.start()
+        got = read_segment_events(sm.controller, "reads", "early", segment, 0, wait_ms=10_000)
+        later.join()
+        assert [e.data for e in got.events] == [b"first"]
