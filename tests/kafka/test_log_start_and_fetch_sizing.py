@@ -167,3 +167,29 @@ def test_kcat_with_small_fetch_limits_reads_every_partition_to_the_end(server):
          "-X", "receive.message.max.bytes=1512"],
         capture_output=True, text=True, timeout=120, check=True)
     assert sorted(out.stdout.split()) == sorted(f"{p}:{o}" for p in range(partitions) for o in range(8))
+
+
+def test_kafka_python_consumer_with_fetch_limits_below_one_batch(server):
+    from kafka import KafkaConsumer, TopicPartition
+
+    topic, partitions = "kp-small-fetches", 3
+    c = local(server.kafka_port)
+    c.create(topic, partitions)
+    for p in range(partitions):
+        for i in range(10):
+            c.produce(topic, p, batch([f"{p}:{i}:".encode() + b"x" * 600]))
+    c.close()
+    consumer = KafkaConsumer(bootstrap_servers=server.bootstrap, fetch_max_bytes=500, max_partition_fetch_bytes=300,
+                             auto_offset_reset="earliest", consumer_timeout_ms=30000)
+    assigned = [TopicPartition(topic, p) for p in range(partitions)]
+    consumer.assign(assigned)
+    consumer.seek_to_beginning(*assigned)
+    seen: list[tuple[int, int]] = []
+    try:
+        for message in consumer:  # stops after 30 s without a record
+            seen.append((message.partition, message.offset))
+            if len(seen) == partitions * 10:
+                break
+    finally:
+        consumer.close()
+    assert sorted(seen) == [(p, o) for p in range(partitions) for o in range(10)]
