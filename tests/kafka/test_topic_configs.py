@@ -185,6 +185,10 @@ def test_log_append_time_stamps_the_batch_and_keeps_its_crc_valid(wire):
     assert stored.header.timestamp_type is TimestampType.LOG_APPEND_TIME
     assert stored.header.max_timestamp == pr.log_append_time_ms
     assert stored.crc_valid()
+    # Offsets by time follow the append time, not the producer's timestamps.
+    found = wire.list_offset("append-time", 0, pr.log_append_time_ms)
+    assert (found.offset, found.timestamp) == (0, pr.log_append_time_ms)
+    assert wire.list_offset("append-time", 0, pr.log_append_time_ms + 1).offset == -1
     # A CreateTime topic keeps the producer's timestamps and reports no append time.
     create(wire, 7, creatable("create-time", 1))
     (pr,) = produce(wire, "create-time", {0: batch_at(old)})
