@@ -45,7 +45,7 @@ _RETRIABLE = {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.CONCURRENT_TRANSACTION
 _FENCED = {ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH}
 
 
-def _refusal(code: ErrorCode, message: str) -> Exception:
+def refusal(code: ErrorCode, message: str) -> Exception:
     if code in _RETRIABLE:
         return RetriableError(message)
     if code in _FENCED:
@@ -55,37 +55,47 @@ def _refusal(code: ErrorCode, message: str) -> Exception:
     return EventsRefusedError(message, int(code))
 
 
+def stream_key(broker: Broker, h: dict[str, Any]) -> str:
+    """The registry key of the request's stream."""
+    return broker.topics.key(str(h["scope"]), str(h["stream"]))
+
+
+def _adopt(broker: Broker, scope: str, stream: str) -> TopicInfo:
+    """Blocking (worker pool): partition a stream outside the Kafka scope on its first writer (an
+    unknown stream raises the controller's StreamNotFoundError, which the client knows)."""
+    try:
+        return broker.topics.adopt_stream(scope, stream)
+    except TopicError as exc:
+        raise InvalidRequestError(str(exc)) from None
+
+
+def partitioned_stream(broker: Broker, scope: str, stream: str) -> defer.Deferred[TopicInfo]:
+    """The stream's partition record, made on first use for a stream outside the Kafka scope (topics
+    are made by Kafka's CreateTopics only: an unknown one raises StreamNotFoundError)."""
+    topic = broker.topics.record(broker.topics.key(scope, stream))
+    if topic is not None:
+        return defer.succeed(topic)
+    if scope == broker.config.scope:
+        raise StreamNotFoundError(f"{scope}/{stream}")
+    return broker.blocking(_adopt, broker, scope, stream)
+
+
 def event_handlers(broker: Broker) -> dict[int, Callable[[dict[str, Any], bytes], defer.Deferred[Any]]]:
     def topic_of(h: dict[str, Any]) -> str:
-        """The registry key of the request's stream."""
-        return broker.topics.key(str(h["scope"]), str(h["stream"]))
-
-    def adopt(scope: str, stream: str) -> TopicInfo:
-        """Blocking (worker pool): partition a stream outside the Kafka scope on its first writer (an
-        unknown stream raises the controller's StreamNotFoundError, which the client knows)."""
-        try:
-            return broker.topics.adopt_stream(scope, stream)
-        except TopicError as exc:
-            raise InvalidRequestError(str(exc)) from None
+        return stream_key(broker, h)
 
     def open_writer(h: dict[str, Any], _payload: bytes) -> defer.Deferred[Any]:
         scope, stream, name = str(h["scope"]), str(h["stream"]), topic_of(h)
         writer_id = str(h["writer_id"])
         if not writer_id:
             raise InvalidRequestError("a writer id is not empty")
-        topic = broker.topics.record(name)
-        if topic is not None:
-            found: defer.Deferred[TopicInfo] = defer.succeed(topic)
-        elif scope == broker.config.scope:
-            raise StreamNotFoundError(f"{scope}/{stream}")  # topics are made by Kafka's CreateTopics only
-        else:
-            found = broker.blocking(adopt, scope, stream)
+        found = partitioned_stream(broker, scope, stream)
 
         def init(topic: TopicInfo) -> defer.Deferred[dict[str, Any]]:
             def opened(outcome: tuple[ErrorCode, int, int]) -> dict[str, Any]:
                 error, producer_id, epoch = outcome
                 if error != ErrorCode.NONE:
-                    raise _refusal(error, f"opening writer {writer_id}: {error.name}")
+                    raise refusal(error, f"opening writer {writer_id}: {error.name}")
                 current = broker.topics.record(name) or topic
                 return {"producer_id": producer_id, "epoch": epoch, "slices": [list(s) for s in current.slices]}
 
@@ -110,7 +120,7 @@ def event_handlers(broker: Broker) -> dict[int, Callable[[dict[str, Any], bytes]
         def refused(failure: Failure) -> Failure:
             exc = failure.value
             if isinstance(exc, PartitionError):
-                return Failure(_refusal(exc.error_code, str(exc)))
+                return Failure(refusal(exc.error_code, str(exc)))
             return failure
 
         return record_logs(broker, topic).addCallback(append).addCallbacks(lambda base: {"offset": base}, refused)

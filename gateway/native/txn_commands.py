@@ -38,10 +38,10 @@ from twisted.python.failure import Failure
 from millrace.gateway.kafka.broker import Broker
 from millrace.gateway.kafka.partitions import PartitionError, PartitionLog
 from millrace.gateway.kafka.resolve import record_logs
-from millrace.gateway.kafka.topics import TopicError, TopicInfo
+from millrace.gateway.kafka.topics import TopicInfo
 from millrace.gateway.kafka.transactions import TransactionMetadata, TxnState
 from millrace.gateway.kafka_protocol.errors import ErrorCode
-from millrace.gateway.native.event_commands import _refusal
+from millrace.gateway.native.event_commands import partitioned_stream, refusal, stream_key
 from millrace.protocol.errors import (
     EventsRefusedError,
     InvalidRequestError,
@@ -110,30 +110,17 @@ def txn_handlers(broker: Broker) -> dict[int, Handler]:
     expiry.start(min(60.0, max(retention_ms / 4000, 0.5)), now=False)
 
     def topic_of(h: dict[str, Any]) -> str:
-        return broker.topics.key(str(h["scope"]), str(h["stream"]))
+        return stream_key(broker, h)
 
     def current(h: dict[str, Any]) -> tuple[str, TransactionMetadata | None]:
         tid = transactional_id(str(h["scope"]), str(h["stream"]), _txn_id(h))
         return tid, broker.transactions.txns.get(tid)
 
-    def adopt(scope: str, stream: str) -> TopicInfo:
-        """Blocking (worker pool): partition a stream outside the Kafka scope, as OPEN_WRITER does."""
-        try:
-            return broker.topics.adopt_stream(scope, stream)
-        except TopicError as exc:
-            raise InvalidRequestError(str(exc)) from None
-
     def begin(h: dict[str, Any], _payload: bytes) -> defer.Deferred[Any]:
         scope, stream, name = str(h["scope"]), str(h["stream"]), topic_of(h)
         tid = transactional_id(scope, stream, _txn_id(h))
         lease_ms = int(h["lease_ms"])
-        topic = broker.topics.record(name)
-        if topic is not None:
-            found: defer.Deferred[TopicInfo] = defer.succeed(topic)
-        elif scope == broker.config.scope:
-            raise StreamNotFoundError(f"{scope}/{stream}")
-        else:
-            found = broker.blocking(adopt, scope, stream)
+        found = partitioned_stream(broker, scope, stream)
 
         def start(topic: TopicInfo) -> defer.Deferred[dict[str, Any]]:
             def begun(outcome: tuple[ErrorCode, int, int]) -> dict[str, Any]:
@@ -208,7 +195,7 @@ def txn_handlers(broker: Broker) -> dict[int, Handler]:
                 if code in (ErrorCode.INVALID_TXN_STATE, ErrorCode.INVALID_PRODUCER_EPOCH,
                             ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_ID_MAPPING):
                     return Failure(_failure(code, f"writing to {tid}"))
-                return Failure(_refusal(code, str(exc)))
+                return Failure(refusal(code, str(exc)))
             return failure
 
         return join(tid, producer_id, epoch, name, partition).addCallback(store).addCallbacks(
