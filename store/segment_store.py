@@ -12,6 +12,7 @@ import time
 import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
 
 from millrace.store.budget import MIB, ByteBudget, current_admission
 from millrace.store.containers.config import ContainerConfig
@@ -34,6 +35,41 @@ def container_key(segment_name: str) -> str:
     so that merging a transaction into its parent is a local, atomic operation."""
     cut = segment_name.find(TRANSACTION_DELIMITER)
     return segment_name if cut < 0 else segment_name[:cut]
+
+
+def container_index(segment_name: str, container_count: int) -> int:
+    """The container a segment lives in: the same on every node of a cluster, for every process."""
+    return zlib.crc32(container_key(segment_name).encode()) % container_count
+
+
+class SegmentService(Protocol):
+    """The segment operations the controller, table segments and the gateways call: what ``SegmentStore``
+    offers one process and ``store.cluster.routing.ClusterSegmentStore`` a cluster node (routing each
+    call to the node that owns the segment's container). Same arguments, results and exceptions."""
+
+    def create_segment(self, name: str, attributes: dict[str, int] | None = None) -> StoreFuture[None]: ...
+
+    def append(self, name: str, data: bytes, expected_offset: int | None = None,
+               attributes: Sequence[AttributeUpdate] = (), events: int = 1) -> StoreFuture[int]: ...
+
+    def read(self, name: str, offset: int, max_length: int,
+             wait_timeout: float = 0.0) -> StoreFuture[ReadResult]: ...
+
+    def get_info(self, name: str) -> SegmentInfo: ...
+
+    def exists(self, name: str) -> bool: ...
+
+    def seal(self, name: str) -> StoreFuture[int]: ...
+
+    def merge(self, target: str, source: str) -> StoreFuture[int]: ...
+
+    def truncate(self, name: str, offset: int) -> StoreFuture[None]: ...
+
+    def delete(self, name: str) -> StoreFuture[None]: ...
+
+    def update_attributes(self, name: str, updates: Sequence[AttributeUpdate]) -> StoreFuture[None]: ...
+
+    def list_segments(self) -> list[str]: ...
 
 
 class SegmentStore:
@@ -94,7 +130,7 @@ class SegmentStore:
         return self.containers[self._index_of(segment_name)]
 
     def _index_of(self, segment_name: str) -> int:
-        return zlib.crc32(container_key(segment_name).encode()) % len(self.containers)
+        return container_index(segment_name, len(self.containers))
 
     # -- segment operations ------------------------------------------------------------------------
     def create_segment(self, name: str, attributes: dict[str, int] | None = None) -> StoreFuture[None]:
