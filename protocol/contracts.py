@@ -47,12 +47,14 @@ class SegmentInfo:
 
     def to_wire(self) -> dict[str, Any]:
         return {"name": self.name, "start_offset": self.start_offset, "length": self.length,
-                "sealed": self.sealed, "storage_length": self.storage_length, "attributes": self.attributes}
+                "sealed": self.sealed, "storage_length": self.storage_length, "attributes": self.attributes,
+                "created_ms": self.created_ms, "last_modified_ms": self.last_modified_ms}
 
     @classmethod
     def from_wire(cls, raw: dict[str, Any]) -> SegmentInfo:
         return cls(str(raw["name"]), int(raw["start_offset"]), int(raw["length"]), bool(raw["sealed"]),
-                   int(raw["storage_length"]), {str(k): int(v) for k, v in raw.get("attributes", {}).items()})
+                   int(raw["storage_length"]), {str(k): int(v) for k, v in raw.get("attributes", {}).items()},
+                   int(raw.get("created_ms", 0)), int(raw.get("last_modified_ms", 0)))
 
 
 @dataclass(frozen=True)

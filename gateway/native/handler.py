@@ -54,7 +54,8 @@ class NativeProtocol(BudgetedReceiver):
             Command.HELLO: lambda h, p: {"version": PROTOCOL_VERSION},
             Command.CREATE_SEGMENT: lambda h, p: store.create_segment(h["segment"], h.get("attributes")),
             Command.APPEND: lambda h, p: store.append(
-                h["segment"], p, h.get("expected_offset"), _attribute_updates(h.get("attributes", []))
+                h["segment"], p, h.get("expected_offset"), _attribute_updates(h.get("attributes", [])),
+                int(h.get("events", 1)),  # a cluster node forwarding a Kafka batch keeps its rate count
             ),
             Command.READ: lambda h, p: store.read(
                 h["segment"], int(h["offset"]), int(h["max_length"]), float(h.get("wait_ms", 0)) / 1000
