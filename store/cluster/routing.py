@@ -1,0 +1,431 @@
+"""Segment operations on a cluster node: each goes to the node that owns the segment's container.
+
+As Pravega's segment-store clients do, a node never assumes it holds a segment: the segment's
+container (``segment_store.container_index``, the same hash on every node) names an owner in
+ZooKeeper (``containers/<id>``: node and incarnation), the owner's ``nodes/<id>`` znode gives its
+native listener, and the operation runs there. Two views:
+
+- ``LocalSegments``: this node's containers only (``SegmentContainerHost``), ``ContainerOfflineError``
+  for any other. A node's native listener serves this view to its peers, so a forwarded request is
+  never forwarded again (no loops, and a stale owner answers CONTAINER_OFFLINE instead of guessing).
+- ``ClusterSegmentStore``: the ``SegmentService`` the controller, table store and gateways use on a
+  cluster node. Local containers are called directly; others over a ``NodeConnection`` per peer.
+
+Retry rule: an attempt that provably did not run (the owner answered CONTAINER_OFFLINE, the owner's
+node is not live, the connection was refused or closed before the request went out, or the local host
+does not run the container yet) forgets the cached owner, looks it up again and retries, backing off,
+until ``retry_bound`` seconds have passed since the call; then ``ContainerOfflineError``. An attempt
+whose request was sent and whose connection then died may have run: reads and other queries retry,
+mutations fail with ``ConnectionLostError`` (outcome unknown), as a native client's would. Every
+other answer is the owner's, returned as the same typed exception a local call raises.
+
+Threads: the first attempt runs on the caller's thread (an owner lookup is a ZooKeeper read, once per
+container until the owner changes); retries run on this router's retry thread, after their back-off.
+Results are ``StoreFuture``s either way.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NoNodeError
+
+from millrace.protocol.contracts import AttributeUpdate, ReadResult, SegmentInfo
+from millrace.protocol.errors import ConnectionLostError, ContainerOfflineError, SegmentNotFoundError
+from millrace.protocol.wire import Command
+from millrace.store.budget import current_admission
+from millrace.store.cluster.connection import Answer, NodeConnection, NotSentError
+from millrace.store.cluster.containers import SegmentContainerHost
+from millrace.store.cluster.layout import ClusterPaths, NodeInfo, decode_assignment
+from millrace.store.containers.container import SegmentContainer
+from millrace.store.futures import StoreFuture
+from millrace.store.scheduler import Scheduler
+from millrace.store.segment_store import container_index
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+U = TypeVar("U")
+
+DEFAULT_RETRY_BOUND = 30.0  # a SIGKILLed owner's containers move after its session timeout (default 10 s)
+_FIRST_BACKOFF, _MAX_BACKOFF = 0.05, 1.0
+
+
+def _charged(fut: StoreFuture[T], size: int) -> StoreFuture[T]:
+    """Hold ``size`` bytes of the dispatching connection's budget (``store.budget.charging``) until
+    ``fut`` completes, as ``SegmentStore.append`` does, so forwarded appends slow their writer too."""
+    admission = current_admission()
+    if admission is not None:
+        admission.budget.acquire(size)
+        fut.add_done_callback(lambda _: admission.budget.release(size))
+    return fut
+
+
+def _mapped(fut: StoreFuture[T], fn: Callable[[T], U]) -> StoreFuture[U]:
+    out: StoreFuture[U] = StoreFuture()
+
+    def done(f: StoreFuture[T]) -> None:
+        exc = f.exception()
+        if exc is not None:
+            out.set_exception(exc)
+            return
+        try:
+            out.set_result(fn(f.result()))
+        except Exception as error:  # noqa: BLE001 - a malformed answer fails this call only
+            out.set_exception(error)
+
+    fut.add_done_callback(done)
+    return out
+
+
+class LocalSegments:
+    """The segment operations of the containers this node runs; ``ContainerOfflineError`` for others."""
+
+    def __init__(self, host: SegmentContainerHost, container_count: int) -> None:
+        self.host = host
+        self.container_count = container_count
+
+    def container_for(self, name: str) -> SegmentContainer:
+        return self.host.container(container_index(name, self.container_count))
+
+    def create_segment(self, name: str, attributes: dict[str, int] | None = None) -> StoreFuture[None]:
+        return self.container_for(name).create_segment(name, attributes or {})
+
+    def append(self, name: str, data: bytes, expected_offset: int | None = None,
+               attributes: Sequence[AttributeUpdate] = (), events: int = 1) -> StoreFuture[int]:
+        return _charged(self.container_for(name).append(name, data, expected_offset, attributes, events), len(data))
+
+    def read(self, name: str, offset: int, max_length: int, wait_timeout: float = 0.0) -> StoreFuture[ReadResult]:
+        return self.container_for(name).read(name, offset, max_length, wait_timeout)
+
+    def get_info(self, name: str) -> SegmentInfo:
+        return self.container_for(name).get_info(name)
+
+    def exists(self, name: str) -> bool:
+        return self.container_for(name).exists(name)
+
+    def seal(self, name: str) -> StoreFuture[int]:
+        return self.container_for(name).seal(name)
+
+    def merge(self, target: str, source: str) -> StoreFuture[int]:
+        return self.container_for(target).merge(target, source)
+
+    def truncate(self, name: str, offset: int) -> StoreFuture[None]:
+        return self.container_for(name).truncate(name, offset)
+
+    def delete(self, name: str) -> StoreFuture[None]:
+        return self.container_for(name).delete(name)
+
+    def update_attributes(self, name: str, updates: Sequence[AttributeUpdate]) -> StoreFuture[None]:
+        return self.container_for(name).update_attributes(name, updates)
+
+    def list_segments(self) -> list[str]:
+        """The segments of the containers running here (a peer's ``ClusterSegmentStore`` unions them)."""
+        names: list[str] = []
+        for container_id in self.host.terms():
+            try:
+                names.extend(self.host.container(container_id).segment_names())
+            except ContainerOfflineError:
+                continue  # stopped since terms() was read: its next owner lists it
+        return sorted(names)
+
+
+@dataclass(frozen=True)
+class Owner:
+    """A container's live owner: a node id and where its native listener is."""
+
+    node_id: str
+    host: str
+    port: int
+
+
+def native_address(info: NodeInfo) -> tuple[str, int] | None:
+    """Where peers reach a node's native listener: its advertised address, else bind host + port."""
+    advertised = info.advertised.get("native")
+    if advertised:
+        host, _, port = advertised.rpartition(":")
+        return host, int(port)
+    port_number = info.ports.get("native")
+    return None if port_number is None else (info.host, port_number)
+
+
+class _Retry(Exception):
+    """An attempt that did not run: look the owner up again and retry."""
+
+
+class _Call:
+    """One routed operation: its attempts until an answer or ``deadline``."""
+
+    def __init__(self, router: ClusterSegmentStore, container_id: int,
+                 local: Callable[[LocalSegments], StoreFuture[Any]],
+                 remote: Callable[[NodeConnection], StoreFuture[Any]], idempotent: bool) -> None:
+        self.router = router
+        self.container_id = container_id
+        self.local = local
+        self.remote = remote
+        self.idempotent = idempotent
+        self.deadline = time.monotonic() + router.retry_bound
+        self.backoff = _FIRST_BACKOFF
+        self.result: StoreFuture[Any] = StoreFuture()
+        self.last_reason = "no attempt"
+
+    def attempt(self) -> None:
+        try:
+            fut = self._start()
+        except _Retry as why:
+            self._again(str(why))
+            return
+        except BaseException as exc:  # noqa: BLE001 - the operation's own failure is the caller's answer
+            self.result.set_exception(exc)
+            return
+        fut.add_done_callback(self._answered)
+
+    def _start(self) -> StoreFuture[Any]:
+        owner = self.router.owner_of(self.container_id)
+        if owner is None:
+            raise _Retry(f"container {self.container_id} has no live owner")
+        if owner.node_id == self.router.node_id:
+            try:
+                return self.local(self.router.local)
+            except ContainerOfflineError as exc:  # assigned here but not started yet, or just stopped
+                raise _Retry(str(exc)) from exc
+        try:
+            return self.remote(self.router.connection_to(owner))
+        except NotSentError as exc:
+            self.router.drop_connection(owner, exc)
+            raise _Retry(str(exc)) from exc
+
+    def _answered(self, fut: StoreFuture[Any]) -> None:
+        exc = fut.exception()
+        if exc is None:
+            self.result.set_result(fut.result())
+        elif isinstance(exc, ContainerOfflineError) or (isinstance(exc, ConnectionLostError) and self.idempotent):
+            self._again(str(exc))  # did not run (or, a query, may run again harmlessly)
+        else:
+            self.result.set_exception(exc)
+
+    def _again(self, reason: str) -> None:
+        self.last_reason = reason
+        self.router.forget_owner(self.container_id)
+        delay = min(self.backoff, self.deadline - time.monotonic())
+        if delay <= 0:
+            self.result.set_exception(ContainerOfflineError(
+                f"container {self.container_id}: no owner answered within {self.router.retry_bound:g} s "
+                f"({reason})"))
+            return
+        self.backoff = min(self.backoff * 2, _MAX_BACKOFF)
+        self.router.later(delay, self.attempt)
+
+
+class ClusterSegmentStore:
+    """The ``SegmentService`` of a cluster node: each operation runs on its container's owner.
+
+    ``client`` is the node's ZooKeeper session, ``node_id`` this node's id (its own containers are
+    served from ``local`` without a network hop). ``retry_bound``: how long an operation may wait for
+    its container to get a live owner (see the module docstring)."""
+
+    def __init__(self, client: KazooClient, paths: ClusterPaths, node_id: str, local: LocalSegments,
+                 retry_bound: float = DEFAULT_RETRY_BOUND) -> None:
+        self.client = client
+        self.paths = paths
+        self.node_id = node_id
+        self.local = local
+        self.container_count = local.container_count
+        self.retry_bound = retry_bound
+        self._lock = threading.Lock()
+        self._owners: dict[int, Owner] = {}
+        self._connections: dict[str, NodeConnection] = {}
+        self._scheduler = Scheduler("cluster-routing-timer")
+        # Retries look owners up in ZooKeeper and connect: blocking work kept off the timer thread.
+        self._retries = ThreadPoolExecutor(2, "cluster-routing-retry")
+
+    # -- owners and connections -------------------------------------------------------------------
+    def owner_of(self, container_id: int) -> Owner | None:
+        """The container's live owner (cached until an attempt at it fails), or None."""
+        with self._lock:
+            cached = self._owners.get(container_id)
+        if cached is not None:
+            return cached
+        owner = self._look_up(container_id)
+        if owner is not None:
+            with self._lock:
+                self._owners[container_id] = owner
+        return owner
+
+    def _look_up(self, container_id: int) -> Owner | None:
+        try:
+            data, _ = self.client.get(self.paths.container(container_id))
+            assignment = decode_assignment(data)
+            if assignment.node is None:
+                return None
+            node_data, stat = self.client.get(self.paths.node(assignment.node))
+        except NoNodeError:
+            return None  # never assigned, or its owner's session has ended
+        except KazooException as exc:
+            log.info("owner of container %d: ZooKeeper lookup failed: %s", container_id, exc)
+            return None
+        if stat.czxid != assignment.incarnation:
+            return None  # the node restarted since: the owner named is dead, a new term is coming
+        info = NodeInfo.decode(node_data)
+        address = native_address(info)
+        if address is None and info.node_id != self.node_id:
+            return None  # a node with no native listener cannot serve peers
+        host, port = address if address is not None else ("", 0)
+        return Owner(info.node_id, host, port)
+
+    def forget_owner(self, container_id: int) -> None:
+        with self._lock:
+            self._owners.pop(container_id, None)
+
+    def connection_to(self, owner: Owner) -> NodeConnection:
+        key = f"{owner.node_id}@{owner.host}:{owner.port}"
+        with self._lock:
+            conn = self._connections.get(key)
+            if conn is not None and not conn.closed:
+                return conn
+        fresh = NodeConnection(owner.host, owner.port)  # NotSentError if refused
+        with self._lock:
+            conn = self._connections.get(key)
+            if conn is not None and not conn.closed:
+                spare = fresh
+            else:
+                self._connections[key], conn, spare = fresh, fresh, None
+        if spare is not None:
+            spare.close()
+        return conn
+
+    def drop_connection(self, owner: Owner, reason: BaseException) -> None:
+        key = f"{owner.node_id}@{owner.host}:{owner.port}"
+        with self._lock:
+            conn = self._connections.pop(key, None)
+        if conn is not None:
+            log.info("dropping connection to node %s: %s", owner.node_id, reason)
+            conn.close()
+
+    def later(self, delay: float, fn: Callable[[], None]) -> None:
+        self._scheduler.call_later(delay, lambda: self._retries.submit(fn))
+
+    def close(self) -> None:
+        """Close connections and threads (not the local containers: the ``ClusterNode`` owns them)."""
+        self._scheduler.stop()
+        self._retries.shutdown(wait=True)
+        with self._lock:
+            connections, self._connections = list(self._connections.values()), {}
+        for conn in connections:
+            conn.close()
+
+    # -- routing ----------------------------------------------------------------------------------
+    def _route(self, name: str, local: Callable[[LocalSegments], StoreFuture[T]],
+               remote: Callable[[NodeConnection], StoreFuture[T]], idempotent: bool) -> StoreFuture[T]:
+        call = _Call(self, container_index(name, self.container_count), local, remote, idempotent)
+        call.attempt()
+        return call.result
+
+    # -- the SegmentService operations --------------------------------------------------------------
+    def create_segment(self, name: str, attributes: dict[str, int] | None = None) -> StoreFuture[None]:
+        header = {"segment": name, "attributes": attributes or {}}
+        return self._route(name, lambda s: s.create_segment(name, attributes),
+                           lambda c: _mapped(c.request(Command.CREATE_SEGMENT, header), _nothing), False)
+
+    def append(self, name: str, data: bytes, expected_offset: int | None = None,
+               attributes: Sequence[AttributeUpdate] = (), events: int = 1) -> StoreFuture[int]:
+        header = {"segment": name, "expected_offset": expected_offset,
+                  "attributes": [a.to_wire() for a in attributes], "events": events}
+        return self._route(
+            name, lambda s: s.append(name, data, expected_offset, attributes, events),
+            lambda c: _charged(_mapped(c.request(Command.APPEND, header, data), _value_int), len(data)), False)
+
+    def read(self, name: str, offset: int, max_length: int, wait_timeout: float = 0.0) -> StoreFuture[ReadResult]:
+        header = {"segment": name, "offset": offset, "max_length": max_length, "wait_ms": wait_timeout * 1000}
+        return self._route(name, lambda s: s.read(name, offset, max_length, wait_timeout),
+                           lambda c: _mapped(c.request(Command.READ, header), _read_result), True)
+
+    def get_info(self, name: str) -> SegmentInfo:
+        """Blocks (up to the retry bound plus the owner's answer): call it off the reactor."""
+        return self._route(name, lambda s: _now(lambda: s.get_info(name)),
+                           lambda c: _mapped(c.request(Command.GET_INFO, {"segment": name}), _segment_info),
+                           True).result()
+
+    def exists(self, name: str) -> bool:
+        try:
+            self.get_info(name)
+        except SegmentNotFoundError:
+            return False
+        return True
+
+    def seal(self, name: str) -> StoreFuture[int]:
+        return self._route(name, lambda s: s.seal(name),
+                           lambda c: _mapped(c.request(Command.SEAL, {"segment": name}), _value_int), False)
+
+    def merge(self, target: str, source: str) -> StoreFuture[int]:
+        header = {"target": target, "source": source}
+        return self._route(target, lambda s: s.merge(target, source),
+                           lambda c: _mapped(c.request(Command.MERGE, header), _value_int), False)
+
+    def truncate(self, name: str, offset: int) -> StoreFuture[None]:
+        header = {"segment": name, "offset": offset}
+        return self._route(name, lambda s: s.truncate(name, offset),
+                           lambda c: _mapped(c.request(Command.TRUNCATE, header), _nothing), False)
+
+    def delete(self, name: str) -> StoreFuture[None]:
+        return self._route(name, lambda s: s.delete(name),
+                           lambda c: _mapped(c.request(Command.DELETE, {"segment": name}), _nothing), False)
+
+    def update_attributes(self, name: str, updates: Sequence[AttributeUpdate]) -> StoreFuture[None]:
+        header = {"segment": name, "attributes": [u.to_wire() for u in updates]}
+        return self._route(name, lambda s: s.update_attributes(name, updates),
+                           lambda c: _mapped(c.request(Command.UPDATE_ATTRIBUTES, header), _nothing), False)
+
+    def list_segments(self) -> list[str]:
+        """Every segment in the cluster: each container's owner asked once (a container with no live
+        owner within the bound: ContainerOfflineError). A snapshot: containers may move meanwhile."""
+        asked: dict[str, StoreFuture[list[str]]] = {}
+        for container_id in range(self.container_count):
+            call = _Call(self, container_id, lambda s: _now(s.list_segments),
+                         lambda c: _mapped(c.request(Command.LIST_SEGMENTS), _segment_names), True)
+            owner = self.owner_of(container_id)
+            key = owner.node_id if owner is not None else f"unowned-{container_id}"
+            if key not in asked:
+                call.attempt()
+                asked[key] = call.result
+        return sorted({name for fut in asked.values() for name in fut.result()})
+
+
+def _now(fn: Callable[[], T]) -> StoreFuture[T]:
+    """A synchronous local call as a future (its exceptions become the future's)."""
+    fut: StoreFuture[T] = StoreFuture()
+    try:
+        fut.set_result(fn())
+    except ContainerOfflineError:
+        raise  # the router retries this one
+    except Exception as exc:  # noqa: BLE001 - the operation's own failure is the caller's answer
+        fut.set_exception(exc)
+    return fut
+
+
+def _nothing(_: Answer) -> None:
+    return None
+
+
+def _value_int(answer: Answer) -> int:
+    return int(answer[0]["value"])
+
+
+def _read_result(answer: Answer) -> ReadResult:
+    header, payload = answer
+    return ReadResult(int(header["offset"]), payload, bool(header.get("end_of_segment", False)))
+
+
+def _segment_info(answer: Answer) -> SegmentInfo:
+    return SegmentInfo.from_wire(answer[0])
+
+
+def _segment_names(answer: Answer) -> list[str]:
+    return [str(n) for n in answer[0]["segments"]]
