@@ -310,7 +310,10 @@ class ClusterSegmentStore:
             conn.close()
 
     def later(self, delay: float, fn: Callable[[], None]) -> None:
-        self._scheduler.call_later(delay, lambda: self._retries.submit(fn))
+        def hand_over() -> None:
+            self._retries.submit(fn)
+
+        self._scheduler.call_later(delay, hand_over)
 
     def close(self) -> None:
         """Close connections and threads (not the local containers: the ``ClusterNode`` owns them)."""

@@ -31,7 +31,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Generic, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Generic, NamedTuple, TypeVar
 
 from millrace.store.errors import (
     BadOffsetError,
@@ -54,6 +54,9 @@ from millrace.store.tables.encoding import (
     decode_batch,
     encode_batch,
 )
+
+if TYPE_CHECKING:
+    from millrace.store.segment_store import SegmentService
 
 MiB = 1024 * 1024
 # Segment attribute marking a segment as a table (value: the encoding format).
@@ -209,7 +212,7 @@ def _untoken(token: bytes) -> bytes:
 class TableStore:
     """Tables over a SegmentStore. Thread-safe; see the module docstring for the concurrency model."""
 
-    def __init__(self, segment_store, config: TableConfig | None = None) -> None:
+    def __init__(self, segment_store: SegmentService, config: TableConfig | None = None) -> None:
         self.store = segment_store
         self.config = config or TableConfig()
         self._lock = threading.Lock()
