@@ -31,6 +31,8 @@ from millrace.protocol.errors import (
     StoreError,
     TableKeyVersionMismatchError,
 )
+from millrace.protocol.wire import Command
+from millrace.store.cluster.connection import NodeConnection
 from millrace.store.cluster.containers import SegmentContainerHost
 from millrace.store.cluster.layout import ClusterPaths, NodeInfo
 from millrace.store.cluster.node import ClusterNode, ClusterNodeConfig
@@ -238,6 +240,26 @@ def test_table_segments_through_a_peer(cluster: Cluster) -> None:
     # another TableStore (as another node would have) rebuilds the index from the remote segment
     again = TableStore(cluster.router).get(name, [b"k1", b"k2"])
     assert again[0] is not None and again[0].version == second[0] and again[1] is None
+
+
+def test_a_stale_owner_answers_offline_and_the_router_looks_again(cluster: Cluster) -> None:
+    name = segment_in(A_CONTAINERS, "stale")
+    container_id = container_index(name, CONTAINERS)
+    b_owner = cluster.router.owner_of(min(B_CONTAINERS))
+    assert b_owner is not None and b_owner.node_id == "b"
+    # b's listener serves only its own containers: it refuses a's (no forwarding loop, no guessing) ...
+    conn = NodeConnection(b_owner.host, b_owner.port)
+    try:
+        with pytest.raises(ContainerOfflineError):
+            conn.request(Command.CREATE_SEGMENT, {"segment": name}).result(30)
+    finally:
+        conn.close()
+    # ... so a router that still believes b owns a's container (as after a move it has not seen yet)
+    # is refused, looks the owner up again and runs the call where the container is.
+    cluster.router._owners[container_id] = b_owner  # noqa: SLF001 - planting the stale belief
+    cluster.router.create_segment(name).result(30)
+    assert cluster.owner_now(container_id) == "a"
+    assert cluster.a.containers is not None and cluster.a.containers.container(container_id).exists(name)
 
 
 def test_calls_survive_the_owners_sigkill(cluster: Cluster) -> None:
