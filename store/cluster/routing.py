@@ -221,7 +221,7 @@ class _Call:
                 f"({reason})"))
             return
         self.backoff = min(self.backoff * 2, _MAX_BACKOFF)
-        self.router.later(delay, self.attempt)
+        self.router.later(delay, self)
 
 
 class ClusterSegmentStore:
@@ -242,6 +242,8 @@ class ClusterSegmentStore:
         self._lock = threading.Lock()
         self._owners: dict[int, Owner] = {}
         self._connections: dict[str, NodeConnection] = {}
+        self._closed = False
+        self._waiting: set[_Call] = set()  # calls between a failed attempt and their retry
         self._scheduler = Scheduler("cluster-routing-timer")
         # Retries look owners up in ZooKeeper and connect: blocking work kept off the timer thread.
         self._retries = ThreadPoolExecutor(2, "cluster-routing-retry")
@@ -309,14 +311,30 @@ class ClusterSegmentStore:
             log.info("dropping connection to node %s: %s", owner.node_id, reason)
             conn.close()
 
-    def later(self, delay: float, fn: Callable[[], None]) -> None:
-        def hand_over() -> None:
-            self._retries.submit(fn)
+    def later(self, delay: float, call: _Call) -> None:
+        """Attempt ``call`` again after ``delay`` on the retry pool (refused once the router closed)."""
+        with self._lock:
+            if not self._closed:
+                self._waiting.add(call)
+                self._scheduler.call_later(delay, lambda: self._retry(call))
+                return
+        call.result.set_exception(ContainerOfflineError("the cluster router is closed"))
 
-        self._scheduler.call_later(delay, hand_over)
+    def _retry(self, call: _Call) -> None:
+        with self._lock:
+            if call not in self._waiting:
+                return  # failed by close() meanwhile
+            self._waiting.discard(call)
+            self._retries.submit(call.attempt)
 
     def close(self) -> None:
-        """Close connections and threads (not the local containers: the ``ClusterNode`` owns them)."""
+        """Close connections and threads (not the local containers: the ``ClusterNode`` owns them).
+        Calls waiting for a retry fail with ContainerOfflineError instead of never completing."""
+        with self._lock:
+            self._closed = True
+            waiting, self._waiting = self._waiting, set()
+        for call in waiting:
+            call.result.set_exception(ContainerOfflineError("the cluster router closed before the container had an owner"))
         self._scheduler.stop()
         self._retries.shutdown(wait=True)
         with self._lock:

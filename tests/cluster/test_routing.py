@@ -306,3 +306,17 @@ def test_a_container_with_no_owner_is_offline_within_the_bound(zk_client: KazooC
     finally:
         router.close()
         host.close()
+
+
+def test_closing_the_router_fails_calls_still_waiting_for_an_owner(zk_client: KazooClient, tmp_path: Path) -> None:
+    host = SegmentContainerHost(FileSystemChunkStorage(str(tmp_path / "lts")), lambda term: None)  # type: ignore[arg-type,return-value]
+    router = ClusterSegmentStore(zk_client, ClusterPaths(), "lonely", LocalSegments(host, CONTAINERS),
+                                 retry_bound=600.0)
+    try:
+        waiting = router.append("orphan", b"data")  # no owner: waits for one, retrying
+        assert not waiting.done()
+    finally:
+        router.close()
+        host.close()
+    with pytest.raises(ContainerOfflineError, match="closed"):
+        waiting.result(30)
