@@ -13,7 +13,11 @@ begins a transaction, writes its events with routing keys, commits, and starts t
 transactional id per writer thread). Reports events/s and p50/p99 of the commit call (flush + the
 markers durable in every partition the transaction wrote).
 
-    .venv/bin/python -m benchmarks.native_client_bench [--events 20000] [--cases all|plain|txn]
+    .venv/bin/python -m benchmarks.native_client_bench [--events 20000] [--runs 3] [--cases all|plain|txn]
+
+With ``--runs N`` each case runs N times per path (a fresh topic each time) and the medians are
+reported; the disk's sequential write rate and fsync rate, measured first in the same run, bound
+what any durable write path can reach here.
 """
 
 from __future__ import annotations
@@ -21,14 +25,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from benchmarks.disk_limits import fsync_rate, sequential_write_mb_s
 from millrace import StreamManager
 from tests.server_process import ServerProcess
 
@@ -177,39 +184,54 @@ def summary(count: int, size: int, elapsed: float, latencies: list[float]) -> di
             "p99_ms": round(percentile(latencies, 0.99) * 1000, 2)}
 
 
+def median_of(runs: list[dict[str, object]]) -> dict[str, object]:
+    """Each figure's median over the runs of one case and path."""
+    return {key: statistics.median(float(r[key]) for r in runs) for key in runs[0]}  # type: ignore[arg-type]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=20000, help="events per case and path")
+    parser.add_argument("--runs", type=int, default=1, help="runs per case and path; medians are reported")
     parser.add_argument("--cases", choices=("all", "plain", "txn"), default="all",
                         help="plain writers, transactions, or both")
     args = parser.parse_args()
-    results = []
     with tempfile.TemporaryDirectory() as data, ServerProcess(data) as server:
+        # What bounds a durable write here, measured beside the server in the same run.
+        limits = {"disk_sequential_write_mb_s": round(sequential_write_mb_s(data), 1),
+                  "disk_fsyncs_per_s": round(fsync_rate(data))}
+        print(json.dumps({"machine_limits": limits}), flush=True)
         admin = AdminClient({"bootstrap.servers": server.bootstrap})
         uri = f"tcp://127.0.0.1:{server.native_port}"
         case = 0
+
+        def measured(path: str, run: Callable[..., dict[str, object]], *params: object) -> dict[str, object]:
+            """``run`` --runs times on fresh topics; the medians."""
+            nonlocal case
+            target = uri if path == "native" else server.bootstrap
+            runs = []
+            for _ in range(args.runs):
+                runs.append(run(target, fresh_topic(path), args.events, *params))
+                case += 1
+            return median_of(runs)
+
+        def fresh_topic(path: str) -> str:
+            topic = f"bench-{case}-{path}"
+            admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+            return topic
+
         for size in ((100, 1024) if args.cases != "txn" else ()):
             for writers in (1, 16):
                 for keyed in (True, False):
                     row: dict[str, object] = {"size": size, "writers": writers, "keyed": keyed}
-                    for path, run in (("native", native_case), ("kafka", kafka_case)):
-                        topic = f"bench-{case}-{path}"
-                        admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
-                        target = uri if path == "native" else server.bootstrap
-                        row[path] = run(target, topic, args.events, size, writers, keyed)
-                    case += 1
-                    results.append(row)
+                    for path, plain in (("native", native_case), ("kafka", kafka_case)):
+                        row[path] = measured(path, plain, size, writers, keyed)
                     print(json.dumps(row), flush=True)
         for per_txn in ((10, 1000) if args.cases != "plain" else ()):
             for writers in (1, 16):
                 row = {"transactional": True, "size": 100, "events_per_txn": per_txn, "writers": writers}
                 for path, txn_run in (("native", native_txn_case), ("kafka", kafka_txn_case)):
-                    topic = f"bench-txn-{case}-{path}"
-                    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
-                    target = uri if path == "native" else server.bootstrap
-                    row[path] = txn_run(target, topic, args.events, per_txn, writers)
-                case += 1
-                results.append(row)
+                    row[path] = measured(path, txn_run, per_txn, writers)
                 print(json.dumps(row), flush=True)
 
 
