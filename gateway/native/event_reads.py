@@ -82,10 +82,6 @@ def _held_range(p: PartitionLog, base: int, position: int, segment: str) -> tupl
     return max(base, p.log_start), index.last[i]
 
 
-def _aborted(p: PartitionLog, producer_id: int, base: int) -> bool:
-    return any(a.producer_id == producer_id for a in p.txns.aborted_between(base, base + 1))
-
-
 def _scan(data: bytes, start: int, segment: str, parts: list[PartitionLog], end_offset: int | None) -> _Scan:
     view = memoryview(data)
     scan = _Scan(next_offset=start)
@@ -116,7 +112,7 @@ def _scan(data: bytes, start: int, segment: str, parts: list[PartitionLog], end_
             (attributes,) = _ATTRIBUTES.unpack_from(view, batch_at + _ATTRIBUTES_AT)
             skip = bool(attributes & CONTROL_ATTRIBUTE) or (
                 bool(attributes & TRANSACTIONAL_ATTRIBUTE)
-                and _aborted(p, _PRODUCER_ID.unpack_from(view, batch_at + _PRODUCER_ID_AT)[0], base))
+                and p.txns.in_aborted(_PRODUCER_ID.unpack_from(view, batch_at + _PRODUCER_ID_AT)[0], base))
             if not skip and first <= last:
                 scan.batches.append([position, partition, first])
                 scan.views.append(view[batch_at : batch_at + length])

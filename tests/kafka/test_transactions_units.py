@@ -64,6 +64,13 @@ def test_last_stable_offset_and_aborted_index_match_the_log(operations: list[tup
         start = data.draw(st.integers(0, max(lso, 0)))
         assert txns.aborted_between(start, lso) == [
             a for a in expected_aborted if a.last_offset >= start and a.first_offset < lso]
+        # Each offset a producer wrote is in one of its aborted transactions exactly when the model says so.
+        for _kind, pid, base, _last in log:
+            assert txns.in_aborted(pid, base) == any(
+                a.producer_id == pid and a.first_offset <= base <= a.last_offset for a in expected_aborted)
     cut = data.draw(st.integers(0, next_offset))
     txns.drop_below(cut)
     assert txns.aborted == [a for a in _model(log, hw)[1] if a.last_offset >= cut]
+    for _kind, pid, base, _last in log:
+        assert txns.in_aborted(pid, base) == any(a.producer_id == pid and a.first_offset <= base <= a.last_offset
+                                                 for a in txns.aborted)

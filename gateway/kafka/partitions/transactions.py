@@ -27,12 +27,14 @@ class AbortedTxn(NamedTuple):
 
 
 class PartitionTransactions:
-    __slots__ = ("open", "aborted", "_aborted_last")
+    __slots__ = ("open", "aborted", "_aborted_last", "_by_producer")
 
     def __init__(self) -> None:
         self.open: dict[int, int] = {}  # producer id -> first offset of its open transaction
         self.aborted: list[AbortedTxn] = []
         self._aborted_last: list[int] = []  # marker offsets of ``aborted`` (for bisect)
+        # producer id -> (marker offsets, first offsets) of its aborted transactions, for ``in_aborted``
+        self._by_producer: dict[int, tuple[list[int], list[int]]] = {}
 
     def batch(self, producer_id: int, base_offset: int) -> None:
         """A transactional data batch of ``producer_id`` got ``base_offset``."""
@@ -45,8 +47,14 @@ class PartitionTransactions:
             return  # nothing of this producer before the marker is open (a transaction that wrote elsewhere)
         del self.open[producer_id]
         if not commit:
-            self.aborted.append(AbortedTxn(producer_id, first, offset))
-            self._aborted_last.append(offset)
+            self._add_aborted(AbortedTxn(producer_id, first, offset))
+
+    def _add_aborted(self, txn: AbortedTxn) -> None:
+        self.aborted.append(txn)
+        self._aborted_last.append(txn.last_offset)
+        markers, firsts = self._by_producer.setdefault(txn.producer_id, ([], []))
+        markers.append(txn.last_offset)
+        firsts.append(txn.first_offset)
 
     def last_stable(self, high_watermark: int) -> int:
         if not self.open:
@@ -59,9 +67,22 @@ class PartitionTransactions:
         i = bisect.bisect_left(self._aborted_last, start)
         return [a for a in self.aborted[i:] if a.first_offset < end]
 
+    def in_aborted(self, producer_id: int, offset: int) -> bool:
+        """Whether ``offset``, written by ``producer_id``, lies in one of its aborted transactions: a
+        bisect per question (native readers ask per transactional batch). A producer's transactions in
+        a partition never overlap, so only its first abort marker at or after ``offset`` can hold it."""
+        found = self._by_producer.get(producer_id)
+        if found is None:
+            return False
+        markers, firsts = found
+        i = bisect.bisect_left(markers, offset)
+        return i < len(markers) and firsts[i] <= offset
+
     def drop_below(self, log_start: int) -> None:
         """Forget aborted transactions whose marker is below the log start (retention)."""
         cut = bisect.bisect_left(self._aborted_last, log_start)
         if cut:
-            del self.aborted[:cut]
-            del self._aborted_last[:cut]
+            kept = self.aborted[cut:]
+            self.aborted, self._aborted_last, self._by_producer = [], [], {}
+            for txn in kept:
+                self._add_aborted(txn)
