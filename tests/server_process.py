@@ -128,3 +128,12 @@ class ServerProcess(MillraceProcess):
     @property
     def http_port(self) -> int:
         return self.ports["http"]
+
+
+def create_topic(server: ServerProcess, name: str, partitions: int, **config: str) -> None:
+    """Create a Kafka topic on ``server`` through confluent-kafka's admin client (configs as keywords,
+    dots spelled out: ``create_topic(s, "t", 4, **{"retention.ms": "1000"})``)."""
+    from confluent_kafka.admin import AdminClient, NewTopic  # only the tests that make topics need it
+
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1, config=config)])[name].result(30)

@@ -9,12 +9,11 @@ from collections import defaultdict
 
 import pytest
 from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from millrace import StreamManager
 from millrace.client.segment_reader import SegmentEvent, SegmentEventReader, read_segment_events
 from millrace.protocol.errors import InvalidRequestError, SegmentNotFoundError, SegmentTruncatedError
-from tests.server_process import ServerProcess
+from tests.server_process import ServerProcess, create_topic
 
 
 def all_segment_events(sm: StreamManager, scope: str, stream: str) -> list[SegmentEvent]:
@@ -26,11 +25,6 @@ def all_segment_events(sm: StreamManager, scope: str, stream: str) -> list[Segme
             while (event := reader.read_next()) is not None:
                 found.append(event)
     return found
-
-
-def create_topic(server: ServerProcess, name: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": server.bootstrap})
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
 
 
 def test_native_events_read_back_per_segment_in_key_order(uri: str) -> None:

@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from millrace import (
     ConnectionLostError,
@@ -34,15 +33,10 @@ from millrace.client.segment_reader import SegmentEvent, read_segment_events
 from millrace.protocol.errors import InvalidRequestError
 from millrace.protocol.events import encode_batch
 from millrace.protocol.wire import Command
-from tests.server_process import ServerProcess
+from tests.server_process import ServerProcess, create_topic
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KEYS = [f"k{n}" for n in range(8)]
-
-
-def create_topic(server: ServerProcess, name: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": server.bootstrap})
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
 
 
 def kafka_values(server: ServerProcess, topic: str, partitions: int, isolation: str = "read_committed") -> list[str]:

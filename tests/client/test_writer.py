@@ -16,7 +16,6 @@ from concurrent.futures import Future
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer
 
 from millrace import (
@@ -28,14 +27,9 @@ from millrace import (
 )
 from millrace.protocol.errors import EventsRefusedError
 from millrace.protocol.wire import Command
-from tests.server_process import ServerProcess
+from tests.server_process import ServerProcess, create_topic
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def create_topic(server: ServerProcess, name: str, partitions: int, **config: str) -> None:
-    admin = AdminClient({"bootstrap.servers": server.bootstrap})
-    admin.create_topics([NewTopic(name, partitions, 1, config=config)])[name].result(30)
 
 
 def confluent_read(server: ServerProcess, topic: str, partitions: int, count: int) -> list:

@@ -8,11 +8,10 @@ import time
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from millrace.client.segments import SegmentClient
 from millrace.store.controller import InvalidScaleError
-from tests.server_process import ServerProcess
+from tests.server_process import ServerProcess, create_topic
 
 
 @pytest.fixture
@@ -20,11 +19,6 @@ def server(tmp_path):
     srv = ServerProcess(str(tmp_path / "data")).start()
     yield srv
     srv.kill()
-
-
-def create_topic(server: ServerProcess, name: str, partitions: int, **config: str) -> None:
-    admin = AdminClient({"bootstrap.servers": server.bootstrap})
-    admin.create_topics([NewTopic(name, partitions, 1, config=config)])[name].result(30)
 
 
 class Load:
