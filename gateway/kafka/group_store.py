@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 
 GROUPS_TABLE = "_system/_tables/kafka_groups"
 OFFSETS_TABLE = "_system/_tables/kafka_offsets"
+# One record per consumer-protocol (KIP-848) group: gateway/kafka/consumer_groups/group.py
+CONSUMER_GROUPS_TABLE = "_system/_tables/kafka_consumer_groups"
 RECORD_VERSION = 1
 
 
@@ -111,6 +113,7 @@ def decode_offset_key(key: bytes) -> tuple[str, str, int]:
 class LoadedState:
     groups: list[GroupRecord]
     offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]]
+    consumer_groups: list[tuple[str, bytes]] = field(default_factory=list)  # (group id, record)
 
 
 @dataclass
@@ -133,7 +136,7 @@ class GroupStore:
     # -- loading (blocking) ------------------------------------------------------------------------
     def load(self) -> LoadedState:
         """Create the tables if missing and read every record. Blocking: not on the reactor."""
-        for name in (GROUPS_TABLE, OFFSETS_TABLE):
+        for name in (GROUPS_TABLE, OFFSETS_TABLE, CONSUMER_GROUPS_TABLE):
             if not self.tables.exists(name):
                 with contextlib.suppress(SegmentExistsError):
                     self.tables.create_table(name)
@@ -142,7 +145,8 @@ class GroupStore:
         for e in self.tables.entries(OFFSETS_TABLE):
             group_id, topic, partition = decode_offset_key(e.key)
             offsets.setdefault(group_id, {})[(topic, partition)] = OffsetAndMetadata.decode(e.value)
-        return LoadedState(groups, offsets)
+        consumer_groups = [(e.key.decode(), e.value) for e in self.tables.entries(CONSUMER_GROUPS_TABLE)]
+        return LoadedState(groups, offsets, consumer_groups)
 
     # -- writes (reactor thread) -------------------------------------------------------------------
     def store_group(self, record: GroupRecord) -> Deferred:

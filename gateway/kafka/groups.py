@@ -27,6 +27,7 @@ from typing import Any, TypeVar, overload
 from twisted.internet.defer import Deferred, gatherResults, succeed
 from twisted.python.failure import Failure
 
+from millrace.gateway.kafka.consumer_groups.group import ConsumerGroup
 from millrace.gateway.kafka.group_store import (
     GroupRecord,
     GroupStore,
@@ -213,6 +214,8 @@ class Group:
         self.join_timer: Any = None
         self.join_initial = False  # the join timer is the initial delay, which never completes early
         self.sync_timer: Any = None
+        # A consumer-protocol (KIP-848) group: its state; the offsets above stay here (consumer_groups/).
+        self.consumer: ConsumerGroup | None = None
 
     # -- predicates --------------------------------------------------------------------------------
     def is_(self, state: GroupState) -> bool:
@@ -399,6 +402,9 @@ class GroupCoordinator:
         self._cleanup_timer: Any = None
         if broker.topics is not None:
             broker.topics.listeners.append(self._on_topic_event)
+        from millrace.gateway.kafka.consumer_groups.coordinator import ConsumerGroupCoordinator
+
+        self.consumer = ConsumerGroupCoordinator(self)
 
     # -- loading -----------------------------------------------------------------------------------
     def load(self) -> None:
@@ -468,6 +474,7 @@ class GroupCoordinator:
                 # Offsets without a group record: a simple (standalone) consumer's group.
                 known = self.groups[group_id] = Group(group_id)
             known.offsets.update(offsets)
+        self.consumer.install(state.consumer_groups)
         # Restored members keep their session: they are expected to keep heartbeating.
         for group in self.groups.values():
             for member in group.members.values():
@@ -496,6 +503,7 @@ class GroupCoordinator:
         _cancel(self._cleanup_timer)
         for group in self.groups.values():
             self._cancel_group_timers(group)
+        self.consumer.shutdown()
 
     # -- shared validation -------------------------------------------------------------------------
     def _validate_status(self, group_id: str | None, api: _Api) -> ErrorCode | None:
@@ -534,6 +542,10 @@ class GroupCoordinator:
             return succeed(JoinResult(member_id, ErrorCode.INVALID_SESSION_TIMEOUT))
         unknown = member_id == ""
         group = self.groups.get(group_id)
+        if group is not None and not self.consumer.downgrade_if_empty(group):
+            # A consumer-protocol group with members: classic members cannot join it here (Kafka 4.0's
+            # online migration of a group back and forth is not supported).
+            return succeed(JoinResult(member_id, ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
         if group is None:
             if not unknown:
                 return succeed(JoinResult(member_id, ErrorCode.UNKNOWN_MEMBER_ID))
@@ -1052,7 +1064,10 @@ class GroupCoordinator:
                 error = ErrorCode.GROUP_ID_NOT_FOUND if api_version >= 9 else ErrorCode.ILLEGAL_GENERATION
                 return succeed(dict.fromkeys(offsets, error))
             group = self.groups[group_id] = Group(group_id)
-        error = self._validate_offset_commit(group, member_id, instance_id, generation_id)
+        if group.consumer is not None:
+            error = self.consumer.validate_commit(group.consumer, member_id, generation_id, api_version)
+        else:
+            error = self._validate_offset_commit(group, member_id, instance_id, generation_id)
         if error is not None:
             return succeed(dict.fromkeys(offsets, error))
         member = group.members.get(member_id)
@@ -1094,6 +1109,8 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.ILLEGAL_GENERATION if generation_id >= 0 else None
+        if group.consumer is not None:
+            return self.consumer.validate_commit(group.consumer, member_id, generation_id, 9, transactional=True)
         return self._validate_offset_commit(group, member_id, instance_id, generation_id)
 
     def commit_transactional_offsets(self, group_id: str, offsets: dict[TopicPartition, OffsetAndMetadata]
@@ -1143,14 +1160,19 @@ class GroupCoordinator:
 
         return self.store.store_offsets(group.group_id, accepted).addCallbacks(stored, failed)
 
-    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None
-                      ) -> tuple[ErrorCode, dict[TopicPartition, OffsetAndMetadata]]:
+    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None, member_id: str | None = None,
+                      member_epoch: int = -1) -> tuple[ErrorCode, dict[TopicPartition, OffsetAndMetadata]]:
         """Committed offsets, whatever the group's state (simple consumers have no membership).
-        ``partitions`` None: all of the group's. Unknown partitions answer offset -1."""
+        ``partitions`` None: all of the group's. Unknown partitions answer offset -1. A member id and
+        epoch (OffsetFetch v9) are checked against a consumer-protocol group's member."""
         error = self._validate_status(group_id, _Api.OFFSET_FETCH)
         if error is not None:
             return error, {}
         group = self.groups.get(group_id)
+        if group is not None and group.consumer is not None:
+            error = self.consumer.validate_fetch(group.consumer, member_id, member_epoch)
+            if error is not None:
+                return error, {}
         known = group.offsets if group is not None and not group.is_(GroupState.DEAD) else {}
         if partitions is None:
             return ErrorCode.NONE, dict(known)
@@ -1165,7 +1187,11 @@ class GroupCoordinator:
         if group is None or group.is_(GroupState.DEAD):
             return succeed((ErrorCode.GROUP_ID_NOT_FOUND, {}))
         errors: dict[TopicPartition, ErrorCode] = {}
-        if group.is_(GroupState.EMPTY):
+        if group.consumer is not None and group.consumer.members:
+            subscribed = self.consumer.subscribed_topics(group.consumer)
+            eligible = [tp for tp in partitions if tp[0] not in subscribed]
+            errors.update({tp: ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC for tp in partitions if tp not in eligible})
+        elif group.is_(GroupState.EMPTY):
             eligible = list(partitions)
         elif group.is_consumer_group():
             eligible = [tp for tp in partitions if not group.is_subscribed_to(tp[0])]
@@ -1183,7 +1209,8 @@ class GroupCoordinator:
         removed = [tp for tp in partitions if group.offsets.pop(tp, None) is not None or tp in group.pending_commits]
         for tp in removed:
             group.pending_commits.pop(tp, None)
-        if group.is_(GroupState.EMPTY) and not group.offsets and not group.pending_commits:
+        if group.is_(GroupState.EMPTY) and not group.offsets and not group.pending_commits and (
+                group.consumer is None or not group.consumer.members):
             log.info("group %s transitions to Dead in generation %d", group.group_id, group.generation_id)
             self._make_dead(group)
             return self.store.remove_group(group.group_id, removed)
@@ -1192,6 +1219,10 @@ class GroupCoordinator:
     def _make_dead(self, group: Group) -> None:
         group.state = GroupState.DEAD
         self._cancel_group_timers(group)
+        if group.consumer is not None:
+            # Queued before the caller's removals, so durable once they are.
+            self.consumer.forget(group.group_id).addErrback(
+                lambda f: log.warning("cannot remove consumer group %s: %s", group.group_id, f.getErrorMessage()))
         if self.groups.get(group.group_id) is group:
             del self.groups[group.group_id]
 
@@ -1228,7 +1259,14 @@ class GroupCoordinator:
         for group in list(self.groups.values()):
             keep: set[str] = set()
             since_empty: int | None = None
-            if group.is_(GroupState.EMPTY):
+            if group.consumer is not None:
+                # Kafka's rule for consumer groups: by commit time for topics no member subscribes to,
+                # all of them from when the group became empty.
+                if group.consumer.members:
+                    keep = self.consumer.subscribed_topics(group.consumer)
+                else:
+                    since_empty = group.consumer.empty_since
+            elif group.is_(GroupState.EMPTY):
                 # A group that had members counts from when it became empty.
                 since_empty = group.state_timestamp if group.protocol_type is not None else None
             elif group.is_consumer_group() and group.subscribed_topics is not None and group.is_(GroupState.STABLE):
@@ -1261,11 +1299,17 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.NONE, GroupSummary(group_id, GroupState.DEAD.value, "", "", [])
+        if group.consumer is not None:
+            # Kafka 4.0: "Group <id> is not a classic group." (ConsumerGroupDescribe describes it).
+            return ErrorCode.GROUP_ID_NOT_FOUND, GroupSummary(group_id, GroupState.DEAD.value, "", "", [])
         return ErrorCode.NONE, group.summary()
 
     def list_groups(self, states: Iterable[str] = (), types: Iterable[str] = ()) -> tuple[ErrorCode,
                                                                                           list[GroupOverview]]:
         """Groups filtered by state and type names (case-insensitive; empty: no filter)."""
+        elsewhere = self.coordinator_check() if self.coordinator_check is not None else None
+        if elsewhere is not None:
+            return elsewhere, []
         if not self.loaded:
             return (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if self.loading
                     else ErrorCode.COORDINATOR_NOT_AVAILABLE), []
@@ -1273,11 +1317,16 @@ class GroupCoordinator:
         types = {t.lower() for t in types}
         out = []
         for group in self.groups.values():
-            if states and group.state.value.lower() not in states:
+            if group.consumer is not None:
+                overview = GroupOverview(group.group_id, CONSUMER_PROTOCOL_TYPE, group.consumer.state().value,
+                                         "consumer")
+            else:
+                overview = GroupOverview(group.group_id, group.protocol_type or "", group.state.value)
+            if states and overview.state.lower() not in states:
                 continue
-            if types and "classic" not in types:
+            if types and overview.group_type not in types:
                 continue
-            out.append(GroupOverview(group.group_id, group.protocol_type or "", group.state.value))
+            out.append(overview)
         return ErrorCode.NONE, out
 
     def delete_groups(self, group_ids: list[str]) -> Deferred:
@@ -1292,7 +1341,7 @@ class GroupCoordinator:
             group = self.groups.get(group_id)
             if group is None or group.is_(GroupState.DEAD):
                 result[group_id] = ErrorCode.GROUP_ID_NOT_FOUND
-            elif not group.is_(GroupState.EMPTY):
+            elif not group.is_(GroupState.EMPTY) or (group.consumer is not None and group.consumer.members):
                 result[group_id] = ErrorCode.NON_EMPTY_GROUP
             else:
                 offsets = list(group.offsets) + [tp for tp in group.pending_commits if tp not in group.offsets]
