@@ -108,6 +108,7 @@ def start_background(broker: Broker) -> task.LoopingCall:
             if topic is not None:
                 for d in broker.partitions.enforce_retention(topic):
                     d.addErrback(_retention_failed, name)
+                broker.partitions.cleaner.clean_topic(topic)  # compacted topics (rounds run off the reactor)
         for name in broker.topics.record_keys():
             if broker.topics.get(name) is None:  # not a Kafka topic: a native stream's record
                 enforce_stream_retention(broker, name).addErrback(_retention_failed, name)

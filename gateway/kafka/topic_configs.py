@@ -9,7 +9,8 @@ gateway's batch cap. Configs about Kafka's local log files (segment.*, flush.*, 
 preallocate, file.delete.delay.ms) and replication (throttled replicas, unclean leader election)
 are validated and stored for tools that set them but change nothing: a partition is a slice of a
 stream whose storage is the segment store's. ``compression.type`` is stored but batches are kept as
-the producer compressed them. ``cleanup.policy=compact`` is refused until log compaction exists.
+the producer compressed them. ``cleanup.policy=compact`` is served by the log cleaner
+(``partitions/cleaner.py``), with the compaction tunables.
 
 Pure: no I/O, safe from any thread.
 """
@@ -141,8 +142,8 @@ _NOT_APPLICABLE = ("Validated and stored for tools that set it; Millrace keeps p
 
 TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
     "cleanup.policy": TopicConfigDef(
-        LIST, "delete", "\"delete\" discards old data by retention.ms / retention.bytes; an empty list keeps "
-        "everything. \"compact\" is refused: Millrace does not compact logs yet.",
+        LIST, "delete", "\"delete\" discards old data by retention.ms / retention.bytes; \"compact\" keeps the "
+        "latest record per key (the log cleaner); both may be set; an empty list keeps everything.",
         ("log.cleanup.policy",), one_of(*CLEANUP_POLICIES)),
     "compression.gzip.level": TopicConfigDef(INT, "-1", "Stored only: batches keep the producer's compression.",
                                              ("compression.gzip.level",), _gzip_level),
@@ -153,8 +154,8 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
         ("compression.type",), one_of(*COMPRESSION_TYPES)),
     "compression.zstd.level": TopicConfigDef(INT, "3", "Stored only: batches keep the producer's compression.",
                                              ("compression.zstd.level",), between(-131072, 22)),
-    "delete.retention.ms": TopicConfigDef(LONG, str(_DAY_MS), "How long tombstones are kept on compacted topics "
-                                          "(stored; compaction is not implemented).",
+    "delete.retention.ms": TopicConfigDef(LONG, str(_DAY_MS), "How long tombstones (and emptied transaction "
+                                          "markers) are kept on compacted topics, by their timestamps.",
                                           ("log.cleaner.delete.retention.ms",), at_least(0)),
     "file.delete.delay.ms": TopicConfigDef(LONG, "60000", _NOT_APPLICABLE, ("log.segment.delete.delay.ms",),
                                            at_least(0)),
@@ -170,7 +171,8 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
                                             ("log.local.retention.bytes",), at_least(-2)),
     "local.retention.ms": TopicConfigDef(LONG, "-2", "Tiering is the segment store's; " + _NOT_APPLICABLE,
                                          ("log.local.retention.ms",), at_least(-2)),
-    "max.compaction.lag.ms": TopicConfigDef(LONG, str(LONG_MAX), "Stored; compaction is not implemented.",
+    "max.compaction.lag.ms": TopicConfigDef(LONG, str(LONG_MAX), "A compacted partition holding a record older "
+                                            "than this is cleaned whatever its dirty ratio.",
                                             ("log.cleaner.max.compaction.lag.ms",), at_least(1)),
     "max.message.bytes": TopicConfigDef(INT, str(8 * 1024 * 1024), "Largest record batch accepted (the gateway's "
                                         "own cap applies too).", ("message.max.bytes",), at_least(0)),
@@ -183,9 +185,10 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
     "message.timestamp.type": TopicConfigDef(
         STRING, "CreateTime", "CreateTime keeps the producer's timestamps; LogAppendTime stamps each batch "
         "with the broker's clock when it is appended.", ("log.message.timestamp.type",), one_of(*TIMESTAMP_TYPES)),
-    "min.cleanable.dirty.ratio": TopicConfigDef(DOUBLE, "0.5", "Stored; compaction is not implemented.",
+    "min.cleanable.dirty.ratio": TopicConfigDef(DOUBLE, "0.5", "A compacted partition is cleaned once its "
+                                                "uncleaned bytes are at least this share of it.",
                                                 ("log.cleaner.min.cleanable.ratio",), between(0, 1)),
-    "min.compaction.lag.ms": TopicConfigDef(LONG, "0", "Stored; compaction is not implemented.",
+    "min.compaction.lag.ms": TopicConfigDef(LONG, "0", "Records younger than this are never compacted.",
                                             ("log.cleaner.min.compaction.lag.ms",), at_least(0)),
     "min.insync.replicas": TopicConfigDef(
         INT, "1", "Each partition has one replica (its durability is the segment store's log): with more "
@@ -242,15 +245,11 @@ def unknown_config_message(name: str) -> str:
 
 def validate(name: str, raw: str) -> object:
     """The parsed value of topic config ``name``, or ConfigValueError with Kafka's message; Millrace's
-    own refusals (compaction) come after Kafka's checks pass."""
+    own refusals would come after Kafka's checks pass."""
     definition = TOPIC_CONFIGS.get(name)
     if definition is None:
         raise ConfigValueError(unknown_config_message(name))
-    value = definition.parse(name, raw)
-    if name == "cleanup.policy" and "compact" in value:  # type: ignore[operator]
-        raise ConfigValueError(f"Invalid value {raw} for configuration cleanup.policy: Millrace does not compact "
-                               "logs yet; only \"delete\" (or an empty list, keeping everything) is supported")
-    return value
+    return definition.parse(name, raw)
 
 
 def validate_together(configs: dict[str, str]) -> None:

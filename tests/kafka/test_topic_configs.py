@@ -135,11 +135,11 @@ def test_invalid_values_get_kafkas_message(wire, configs, message):
     assert refusal(wire, "refused-config", **configs) == (ErrorCode.INVALID_CONFIG, message)
 
 
-def test_throttled_replicas_and_compaction_refusal(wire):
+def test_throttled_replicas_refused_and_compaction_accepted(wire):
     code, message = refusal(wire, "refused-throttle", leader_replication_throttled_replicas="0:1,x:2")
     assert code == ErrorCode.INVALID_CONFIG and "must be the literal '*' or a list of replicas" in message
-    code, message = refusal(wire, "refused-compact", cleanup_policy="compact,delete")
-    assert code == ErrorCode.INVALID_CONFIG and "does not compact" in message
+    create(wire, 7, creatable("compacted-topic", 1, cleanup_policy="compact,delete"))
+    assert explicit(wire, "compacted-topic")["cleanup.policy"] == "compact,delete"
 
 
 def test_incremental_alter_configs_on_lists_and_scalars(wire):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from twisted.internet.interfaces import IReactorTime
 
+from millrace.gateway.kafka.partitions.compaction import load_compacted
 from millrace.gateway.kafka.partitions.formats import CONTROL_ATTRIBUTE, IndexEntry
 from millrace.gateway.kafka.partitions.partition import PartitionLog
 from millrace.gateway.kafka.partitions.segments import SegmentWriter, read_fully, recover_segment
@@ -44,6 +45,8 @@ def load_topic(store: SegmentStore, clock: IReactorTime, topics: TopicRegistry, 
         for e in tables.entries(LOG_STARTS_TABLE, topic.name.encode() + b"\0")
     }
     writers: dict[str, SegmentWriter] = {}
+    # A compacted partition's cleaned prefix comes first (``compaction``), then its data segments past it.
+    load_compacted(store, clock, tables, topic.name, *topics.stream_of(topic.name), parts, marker_is_commit)
     for name in topics.segment_history(topic.name):
         if not store.exists(name):
             continue

@@ -5,7 +5,9 @@ Invariants:
 - ``log_start <= high_watermark <= next_offset``; offsets in ``[log_start, high_watermark)`` are
   durable and fetchable, ``[high_watermark, next_offset)`` are assigned to appends still in flight.
 - The offset index covers exactly ``[first live batch, next_offset)`` and only moves forward through
-  ``segments`` (a partition's data runs from sealed predecessors into their successors).
+  ``segments`` (a partition's data runs from sealed predecessors into their successors). On a compacted
+  partition ``segments[0]`` is its compacted segment, which holds ``[log_start, compaction.end)`` with
+  gaps where the cleaner removed whole batches; from ``compaction.end`` on the index is dense again.
 
 A partition is built either on the reactor or, during a load, on a worker thread before anything
 else can see it; from its installation on it is owned by the reactor thread.
@@ -14,6 +16,7 @@ else can see it; from its installation on it is owned by the reactor thread.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from millrace.gateway.kafka.partitions.formats import CONTROL_ATTRIBUTE, TRANSACTIONAL_ATTRIBUTE, IndexEntry
 from millrace.gateway.kafka.partitions.offset_index import OffsetIndex
@@ -22,6 +25,9 @@ from millrace.gateway.kafka.partitions.segments import SegmentWriter
 from millrace.gateway.kafka.partitions.transactions import PartitionTransactions
 from millrace.gateway.kafka.partitions.waiters import Waiters
 from millrace.gateway.kafka.partitions.watermark import HighWatermark
+
+if TYPE_CHECKING:
+    from millrace.gateway.kafka.partitions.compaction import CompactionRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +56,9 @@ class PartitionLog:
         self.producers = Producers()
         self.txns = PartitionTransactions()
         self.waiters = Waiters()
+        # The compactions table's record of this partition and its table version (None: never compacted)
+        self.compaction: CompactionRecord | None = None
+        self.compaction_version: int | None = None
         if writer is not None:
             self.write_to(writer)
 
@@ -80,12 +89,25 @@ class PartitionLog:
         """Add a stored batch during a load (segments oldest first, each in order); ``commit`` tells a
         transaction marker's kind (None for data batches)."""
         last = self.index.next_offset
+        if self.compaction is not None:
+            last = max(last or 0, self.compaction.end)  # the cleaned range may end in removed batches
         if last is not None and entry.base_offset != last:
             # base < next: already indexed (an entry repeated by a crash between index appends).
             # base > next: a batch made durable in a successor while an earlier one in the predecessor
             # was not; it was never acknowledged (acks wait for the high watermark), so it is not part
             # of the partition and its offsets are assigned again.
             return
+        self._add(writer, entry, commit)
+
+    def recovered_compacted(self, writer: SegmentWriter, entries: list[IndexEntry], commits: list[bool | None],
+                            record: CompactionRecord, version: int) -> None:
+        """Add the batches of the partition's compacted segment (first, before any data segment's):
+        they may have gaps, and the data segments' batches below ``record.end`` are already in them."""
+        self.compaction, self.compaction_version = record, version
+        for entry, commit in zip(entries, commits, strict=True):
+            self._add(writer, entry, commit)
+
+    def _add(self, writer: SegmentWriter, entry: IndexEntry, commit: bool | None) -> None:
         self.index.append(self.segment_number(writer), entry.base_offset, entry.last_offset, entry.position,
                           entry.length, entry.max_timestamp)
         if entry.attributes & CONTROL_ATTRIBUTE:
@@ -105,10 +127,37 @@ class PartitionLog:
     def open_at(self, stored_log_start: int) -> None:
         """Finish a load: offsets continue after the last recovered batch, from the stored log start."""
         end = self.index.next_offset
+        if self.compaction is not None:
+            end = max(end or 0, self.compaction.end)
         self.next_offset = end if end is not None else stored_log_start
         first = self.index.base[0] if len(self.index) else self.next_offset
+        if self.compaction is not None:
+            # Compaction never moves the log start (Kafka's neither): removed batches leave a gap.
+            first = min(first, self.compaction.log_start)
         self.log_start = max(stored_log_start, first)
         self.next_offset = max(self.next_offset, self.log_start)
         self.watermark = HighWatermark(self.next_offset)
         self.index.drop_below(self.log_start)
         self.txns.drop_below(self.log_start)
+
+    def install_compaction(self, writer: SegmentWriter, entries: list[IndexEntry], record: CompactionRecord,
+                           version: int, removed_markers: set[int]) -> SegmentWriter | None:
+        """Switch ``[log_start, record.end)`` to a new compacted segment (reactor thread, once its table
+        record is durable). Batches at or past ``record.end`` stay where they are; so do the data segments
+        in ``segments`` (their tails bound what this partition needs of them, nothing). Returns the previous
+        compacted segment's writer, which nothing of this partition references any more."""
+        previous = self.segments[0] if self.compaction is not None else None
+        old_index, old_segments = self.index, self.segments
+        self.index = OffsetIndex()
+        self.segments, self._segment_numbers = [], {}
+        number = self.segment_number(writer)
+        for e in entries:
+            if e.last_offset >= self.log_start:
+                self.index.append(number, e.base_offset, e.last_offset, e.position, e.length, e.max_timestamp)
+        renumber = [-1 if s is previous else self.segment_number(s) for s in old_segments]
+        for i in range(old_index.entry_at(record.end), len(old_index)):
+            self.index.append(renumber[old_index.seg[i]], old_index.base[i], old_index.last[i], old_index.pos[i],
+                              old_index.length[i], old_index.max_ts[i])
+        self.compaction, self.compaction_version = record, version
+        self.txns.forget_aborted(removed_markers)
+        return previous

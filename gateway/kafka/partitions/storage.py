@@ -29,6 +29,8 @@ from twisted.python.failure import Failure
 
 from millrace.gateway.futures import on_reactor, to_deferred
 from millrace.gateway.kafka.partitions import reads, retention
+from millrace.gateway.kafka.partitions.cleaner import LogCleaner
+from millrace.gateway.kafka.partitions.compaction import COMPACTIONS_TABLE, compacts, forget_topic
 from millrace.gateway.kafka.partitions.errors import PartitionError
 from millrace.gateway.kafka.partitions.formats import (
     ENVELOPE,
@@ -121,6 +123,21 @@ def _check_timestamps(topic: TopicInfo, batch: BatchView, now_ms: int) -> None:
                              "One or more records have been rejected due to invalid timestamp", errors)
 
 
+def _check_keys(topic: TopicInfo, p: PartitionLog, batch: BatchView) -> None:
+    """Kafka's LogValidator on a compacted topic: every record needs a key (compaction keeps the latest
+    record per key), else the batch fails with INVALID_RECORD and a record error per keyless record."""
+    if batch.header.is_control or not compacts({"cleanup.policy": topic.config("cleanup.policy")}):
+        return
+    try:
+        keys = [r.key for r in batch.records()]
+    except RecordBatchError as exc:
+        raise PartitionError(exc.error_code, str(exc)) from exc
+    reason = f"Compacted topic cannot accept message without key in topic partition {p.topic}-{p.partition}."
+    errors = tuple((i, reason) for i, key in enumerate(keys) if key is None)
+    if errors:
+        raise PartitionError(ErrorCode.INVALID_RECORD, reason, errors)
+
+
 @dataclass(frozen=True, slots=True)
 class PlannedFetch:
     """A partition's fetch: how many bytes it returns (known when asked), and the records."""
@@ -204,6 +221,10 @@ class SegmentPartitionStorage(PartitionStorage):
         if not tables.exists(LOG_STARTS_TABLE):
             with contextlib.suppress(SegmentExistsError):
                 tables.create_table(LOG_STARTS_TABLE)
+        if not tables.exists(COMPACTIONS_TABLE):
+            with contextlib.suppress(SegmentExistsError):
+                tables.create_table(COMPACTIONS_TABLE)
+        self.cleaner = LogCleaner(self)  # compaction rounds of compacted topics (``cleaner``)
 
     # -- topics ------------------------------------------------------------------------------------
     def load_all(self) -> None:
@@ -317,6 +338,7 @@ class SegmentPartitionStorage(PartitionStorage):
         starts = [e.key for e in self.tables.entries(LOG_STARTS_TABLE, name.encode() + b"\0")]
         if starts:
             self.tables.remove(LOG_STARTS_TABLE, starts)
+        forget_topic(self.store, self.tables, name)  # compacted segments live outside the stream's history
         for segment in self.topics.segment_history(name):
             with contextlib.suppress(SegmentNotFoundError):
                 self.store.delete(segment + INDEX_SUFFIX).result(BLOCKING_TIMEOUT)
@@ -391,6 +413,7 @@ class SegmentPartitionStorage(PartitionStorage):
             raise PartitionError(exc.error_code, str(exc)) from exc
         now_ms = self._now_ms() if now_ms is None else now_ms
         _check_timestamps(topic, batch, now_ms)
+        _check_keys(topic, p, batch)
         if topic.config("message.timestamp.type") == "LogAppendTime":
             # Rewritten, CRC and all, only for such topics: CreateTime batches stay zero-copy.
             batch = next(iter_batches(stamp_log_append_time(batch.data, now_ms)))

@@ -78,6 +78,17 @@ class PartitionTransactions:
         i = bisect.bisect_left(markers, offset)
         return i < len(markers) and firsts[i] <= offset
 
+    def forget_aborted(self, marker_offsets: set[int]) -> None:
+        """Forget the aborted transactions whose markers compaction removed (with all their data), as
+        Kafka's cleaner drops them from the transaction index: a read_committed consumer told of one
+        would wait for a marker that is gone and skip that producer's later batches."""
+        if not marker_offsets or not any(a.last_offset in marker_offsets for a in self.aborted):
+            return
+        kept = [a for a in self.aborted if a.last_offset not in marker_offsets]
+        self.aborted, self._aborted_last, self._by_producer = [], [], {}
+        for txn in kept:
+            self._add_aborted(txn)
+
     def drop_below(self, log_start: int) -> None:
         """Forget aborted transactions whose marker is below the log start (retention)."""
         cut = bisect.bisect_left(self._aborted_last, log_start)

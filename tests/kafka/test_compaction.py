@@ -1,0 +1,214 @@
+"""Log compaction on a real server: keyless records refused on a compacted topic, the cleaner keeping
+the latest record per key with stable offsets (tombstones and min.compaction.lag.ms honoured), through
+DeleteRecords and restarts, read from the start by kafka-python and confluent-kafka, and no
+acknowledged record lost when the server is SIGKILLed while it compacts."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka_protocol.records import Compression, NewRecord, build_record_batch, iter_batches
+from tests.kafka.wire import local
+from tests.server_process import ServerProcess
+
+COMPACTED = {"cleanup_policy": "compact", "min_cleanable_dirty_ratio": "0.01", "file_delete_delay_ms": "200",
+             "delete_retention_ms": "60000"}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with ServerProcess(str(tmp_path_factory.mktemp("compaction")), "--retention-check-seconds", "0.2") as s:
+        yield s
+
+
+def records_of(w: Any, topic: str, start: int = 0) -> list[tuple[int, bytes | None, bytes | None]]:
+    """Every record from ``start`` to the high watermark: (offset, key, value)."""
+    out: list[tuple[int, bytes | None, bytes | None]] = []
+    offset = start
+    while True:
+        f = w.fetch(topic, 0, offset)
+        assert f.error_code == 0, f
+        batches = list(iter_batches(bytes(f.records or b"")))
+        if not batches:
+            return out
+        for b in batches:
+            assert b.crc_valid()
+            out += [(r.offset, r.key, r.value) for r in b.records() if r.offset >= start]  # as clients skip
+            offset = b.header.last_offset + 1
+        if offset >= f.high_watermark:
+            return out
+
+
+def eventually(check: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.1)
+
+
+def test_keyless_records_are_refused_with_record_errors(server):
+    w = local(server.kafka_port)
+    w.create("compact-keys", 1, **COMPACTED)
+    r = w.produce("compact-keys", 0, build_record_batch([NewRecord(b"k", b"1"), NewRecord(None, b"2"),
+                                                          NewRecord(None, b"3")]))
+    assert r.error_code == ErrorCode.INVALID_RECORD
+    reason = "Compacted topic cannot accept message without key in topic partition compact-keys-0."
+    assert [(e.batch_index, e.batch_index_error_message) for e in r.record_errors] == [(1, reason), (2, reason)]
+    assert w.produce("compact-keys", 0, build_record_batch([NewRecord(b"k", b"4")])).error_code == 0
+    assert records_of(w, "compact-keys") == [(0, b"k", b"4")]  # the refused batch took no offsets
+    w.close()
+
+
+def test_latest_per_key_kept_offsets_stable_across_delete_records_and_restart(server):
+    w = local(server.kafka_port)
+    now = int(time.time() * 1000)
+    old, young = now - 10 * 60_000, now
+    w.create("compact-model", 1, **{**COMPACTED, "min_compaction_lag_ms": "120000"})
+    sent: list[tuple[int, bytes, bytes | None, int]] = []
+    rng = random.Random(7)
+    for i in range(60):  # old records: cleanable; "tomb" keys end in tombstones older than delete.retention.ms
+        batch = [(f"k{rng.randrange(8)}".encode(), f"v{i}-{j}".encode(), old) for j in range(rng.randrange(1, 4))]
+        if i % 10 == 9:
+            batch.append((b"tomb", None, old - 120_000))
+        elif i % 10 == 0:
+            batch.append((b"tomb", b"alive", old))
+        codec = Compression.GZIP if i % 3 == 0 else Compression.NONE
+        r = w.produce("compact-model", 0, build_record_batch([NewRecord(k, v, (), ts) for k, v, ts in batch],
+                                                             compression=codec))
+        assert r.error_code == 0
+        sent += [(r.base_offset + n, k, v, ts) for n, (k, v, ts) in enumerate(batch)]
+    for i in range(5):  # young records (within min.compaction.lag.ms): never cleaned, duplicates and all
+        r = w.produce("compact-model", 0, build_record_batch([NewRecord(b"k0", f"young{i}".encode(), (), young)]))
+        sent.append((r.base_offset, b"k0", f"young{i}".encode(), young))
+    hw = sent[-1][0] + 1
+    young_from = hw - 5
+    last_old = {k: o for o, k, _, _ in sent if o < young_from}
+    expected = [(o, k, v) for o, k, v, ts in sent
+                if o >= young_from or (last_old[k] == o and not (v is None and ts < now - 60_000))]
+    assert len(expected) < len(sent) / 3
+    eventually(lambda: records_of(w, "compact-model") == expected)
+    assert w.list_offset("compact-model", 0, -2).offset == 0  # compaction never moves the log start
+    assert w.list_offset("compact-model", 0, -1).offset == hw
+    # A fetch from an offset the cleaner removed starts at the next record kept.
+    middle = expected[len(expected) // 2][0]
+    assert records_of(w, "compact-model", middle - 1)[0][0] in (middle - 1, middle)
+
+    # The cleaned layout survives a crash; then DeleteRecords moves the log start through it.
+    server.kill()
+    server.start()
+    w = local(server.kafka_port)
+    assert records_of(w, "compact-model") == expected
+    cut = expected[3][0]
+    from tests.kafka.test_log_start_and_fetch_sizing import D  # DeleteRecords' request class
+
+    deleted = w.send(21, 2, D(timeout_ms=5000, topics=[D.DeleteRecordsTopic(
+        name="compact-model", partitions=[D.DeleteRecordsPartition(partition_index=0, offset=cut)])]))
+    assert deleted.topics[0].partitions[0].low_watermark == cut
+    assert records_of(w, "compact-model", cut) == expected[3:]
+    r = w.produce("compact-model", 0, build_record_batch([NewRecord(b"k1", b"after", (), now)]))
+    assert r.base_offset == hw  # offsets continue where they were
+    eventually(lambda: records_of(w, "compact-model", cut)[-1] == (hw, b"k1", b"after"))
+    w.close()
+
+
+def test_kafka_python_and_confluent_kafka_read_a_compacted_topic_from_the_start(server):
+    from confluent_kafka import Consumer
+    from kafka import KafkaConsumer, KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=server.bootstrap)
+    for i in range(300):
+        producer.send("compact-clients", key=f"key{i % 20}".encode(), value=f"value{i}".encode())
+        if i % 10 == 9:
+            producer.flush()  # many batches: the cleaner never cleans the last one
+    producer.close()
+    w = local(server.kafka_port)
+    eventually(lambda: len(records_of(w, "compact-clients")) < 60)
+    w.close()
+    latest = {f"key{i % 20}".encode(): f"value{i}".encode() for i in range(300)}
+
+    kp = KafkaConsumer("compact-clients", bootstrap_servers=server.bootstrap, auto_offset_reset="earliest",
+                       enable_auto_commit=False, consumer_timeout_ms=5000)
+    seen = {m.key: m.value for m in kp}
+    kp.close()
+    assert seen == latest
+
+    cc = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "compact-readers",
+                   "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    cc.subscribe(["compact-clients"])
+    got: dict[bytes, bytes] = {}
+    offsets: list[int] = []
+    deadline = time.monotonic() + 30
+    while len(offsets) == 0 or offsets[-1] < 299:
+        assert time.monotonic() < deadline, offsets
+        m = cc.poll(0.5)
+        if m is not None and m.error() is None:
+            got[m.key()] = m.value()
+            offsets.append(m.offset())
+    cc.close()
+    assert got == latest and offsets == sorted(offsets) and len(offsets) < 300
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _compacted_default_topic(server):
+    """``compact-clients`` is made by the test through auto-creation's defaults plus these configs."""
+    w = local(server.kafka_port)
+    w.create("compact-clients", 1, **COMPACTED)
+    w.close()
+
+
+def test_sigkill_while_compacting_loses_no_acknowledged_record(tmp_path):
+    """A producer keeps overwriting keys while the cleaner runs every 0.2 s; the server is SIGKILLed
+    three times at random moments. Afterwards every key reads its latest acknowledged value (or a
+    later one), and every record read before a crash is still at its offset or cleaned away by a
+    newer record of its key."""
+    s = ServerProcess(str(tmp_path), "--retention-check-seconds", "0.1")
+    s.start()
+    try:
+        w = local(s.kafka_port)
+        w.create("compact-crash", 1, **{**COMPACTED, "file_delete_delay_ms": "0"})
+        acked: dict[bytes, tuple[int, bytes]] = {}  # key -> (offset, value) of its latest acknowledged record
+        counter = 0
+        rng = random.Random(3)
+        for _ in range(3):
+            stop = threading.Event()
+
+            def produce(port: int = s.kafka_port, stop: threading.Event = stop) -> None:
+                nonlocal counter
+                pw = local(port)
+                try:
+                    while not stop.is_set():
+                        counter += 1
+                        key, value = f"k{counter % 13}".encode(), f"v{counter}".encode()
+                        r = pw.produce("compact-crash", 0, build_record_batch([NewRecord(key, value)]))
+                        if r.error_code == 0:
+                            acked[key] = (r.base_offset, value)
+                except (OSError, ConnectionError, AssertionError):
+                    return  # the server died under us: this one was never acknowledged
+
+            t = threading.Thread(target=produce)
+            t.start()
+            time.sleep(rng.uniform(1.0, 2.5))
+            s.kill()
+            stop.set()
+            t.join(10)
+            s.start()
+            w = local(s.kafka_port)
+            stored = records_of(w, "compact-crash")
+            latest = {k: (o, v) for o, k, v in stored}
+            for key, (offset, value) in acked.items():
+                assert latest[key][0] >= offset, (key, offset, value, latest[key])
+                if latest[key][0] == offset:
+                    assert latest[key][1] == value
+            offsets = [o for o, _, _ in stored]
+            assert offsets == sorted(set(offsets))
+        assert len(stored) < counter  # the cleaner did run
+        w.close()
+    finally:
+        s.kill()

@@ -1,0 +1,97 @@
+"""Log compaction's cleaning rules against a model (Hypothesis): the latest record per key is kept,
+tombstones expire after delete.retention.ms, records newer than min.compaction.lag.ms are never
+cleaned, offsets never change, cleaned batches keep their base and last offsets and stay CRC-valid."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from millrace.gateway.kafka.partitions.compaction import (
+    CleaningPlan,
+    CleaningResult,
+    clean_batches,
+    cleaning_point,
+    latest_offsets,
+)
+from millrace.gateway.kafka.partitions.partition import PartitionLog
+from millrace.gateway.kafka.partitions.segments import SegmentWriter
+from millrace.gateway.kafka.partitions.watermark import HighWatermark
+from millrace.gateway.kafka_protocol.records import Compression, NewRecord, build_record_batch, iter_batches
+
+NOW = 10_000_000
+RETENTION = 1_000
+
+record = st.tuples(st.sampled_from([b"a", b"b", b"c", b"d"]), st.one_of(st.none(), st.binary(max_size=3)),
+                   st.integers(NOW - 3 * RETENTION, NOW))
+batches = st.lists(st.tuples(st.lists(record, min_size=1, max_size=4), st.sampled_from([0, Compression.GZIP])),
+                   min_size=1, max_size=12)
+
+
+def build(spec: list) -> tuple[list[bytes], list[tuple[int, bytes, bytes | None, int]]]:
+    """Stored batches (consecutive offsets) and every record as (offset, key, value, timestamp)."""
+    out, records, offset = [], [], 0
+    for recs, codec in spec:
+        out.append(build_record_batch([NewRecord(k, v, (), ts) for k, v, ts in recs], base_offset=offset,
+                                      compression=codec))
+        records += [(offset + i, k, v, ts) for i, (k, v, ts) in enumerate(recs)]
+        offset += len(recs)
+    return out, records
+
+
+def partition_of(stored: list[bytes]) -> PartitionLog:
+    p = PartitionLog("t", 0, SegmentWriter(None, None, "seg", 0, 0))  # type: ignore[arg-type]
+    for data in stored:
+        h = next(iter_batches(data)).header
+        p.index.append(0, h.base_offset, h.last_offset, 0, h.size, h.max_timestamp)
+    p.next_offset = p.index.next_offset or 0
+    p.watermark = HighWatermark(p.next_offset)
+    return p
+
+
+@settings(max_examples=150, deadline=None)
+@given(batches, st.integers(0, 3 * RETENTION))
+def test_cleaning_keeps_the_latest_per_key_and_never_moves_offsets(spec, min_lag) -> None:
+    stored, records = build(spec)
+    p = partition_of(stored)
+    end = cleaning_point(p, NOW, min_lag)
+    plan = CleaningPlan("t", 0, 1, "seg", end, [], [], frozenset(), NOW, RETENTION)
+    views = [next(iter_batches(b)) for b in stored]
+    cleaned_views = [v for v in views if v.header.base_offset < end]
+    result = CleaningResult(plan)
+    latest = latest_offsets(cleaned_views, plan)
+    out = [next(iter_batches(c.data)) for c in clean_batches(cleaned_views, latest, plan, result)]
+    out += [v for v in views if v.header.base_offset >= end]
+
+    # Model: below the cleaning point, exactly the latest record of each key in that range, unless a
+    # tombstone older than delete.retention.ms; from it on, everything.
+    last_of = {k: o for o, k, _, _ in records if o < end}
+    expected = [(o, k, v, ts) for o, k, v, ts in records
+                if o >= end or (last_of[k] == o and not (v is None and ts < NOW - RETENTION))]
+    got = [(r.offset, r.key, r.value, r.timestamp) for b in out for r in b.records()]
+    assert got == expected
+    # The end is never cleaned past the last batch, nor past a batch younger than the lag.
+    assert end <= views[-1].header.base_offset
+    assert all(o >= end for o, _, _, ts in records if ts > NOW - min_lag) or min_lag == 0
+    by_base = {v.header.base_offset: v.header for v in views}
+    for b in out:
+        assert b.crc_valid()
+        original = by_base[b.header.base_offset]  # batches keep their base and last offsets
+        assert b.header.last_offset_delta == original.last_offset_delta
+        assert b.header.compression == original.compression or b.header.record_count == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([b"a", b"b"]), st.binary(max_size=2)), min_size=2, max_size=8))
+def test_a_producers_last_batch_stays_even_when_emptied(recs) -> None:
+    """Idempotence survives compaction: the last batch of a producer the partition still knows stays,
+    with no records, its offsets and sequence intact (Kafka's writeEmptyHeader)."""
+    stored = [build_record_batch([NewRecord(k, v, (), NOW)], base_offset=i, producer_id=7, producer_epoch=0,
+                                 base_sequence=i) for i, (k, v) in enumerate(recs)]
+    stored.append(build_record_batch([NewRecord(recs[0][0], b"newest", (), NOW)], base_offset=len(recs)))
+    plan = CleaningPlan("t", 0, 1, "seg", len(recs) + 1, [], [], frozenset({7}), NOW, RETENTION)
+    views = [next(iter_batches(b)) for b in stored]
+    out = [next(iter_batches(c.data)).header
+           for c in clean_batches(views, latest_offsets(views, plan), plan, CleaningResult(plan))]
+    mine = [h for h in out if h.producer_id == 7]
+    assert mine and mine[-1].base_offset == len(recs) - 1 and mine[-1].base_sequence == len(recs) - 1
