@@ -400,6 +400,9 @@ class GroupCoordinator:
         self.loading = False
         self._waiting: list[Deferred] = []
         self._cleanup_timer: Any = None
+        # On a cluster node: None when this node coordinates the groups now with current state, else
+        # the error to answer (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS); None in one process.
+        self.coordinator_check: Callable[[], ErrorCode | None] | None = None
         if broker.topics is not None:
             broker.topics.listeners.append(self._on_topic_event)
         from millrace.gateway.kafka.consumer_groups.coordinator import ConsumerGroupCoordinator
@@ -509,6 +512,10 @@ class GroupCoordinator:
     def _validate_status(self, group_id: str | None, api: _Api) -> ErrorCode | None:
         if group_id is None or (group_id == "" and api not in _EMPTY_ID_OK):
             return ErrorCode.INVALID_GROUP_ID
+        if self.coordinator_check is not None:
+            elsewhere = self.coordinator_check()
+            if elsewhere is not None:
+                return elsewhere
         if not self.loaded:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if self.loading else ErrorCode.COORDINATOR_NOT_AVAILABLE
         return None
