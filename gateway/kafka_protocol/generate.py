@@ -39,6 +39,7 @@ APIS = frozenset({
     "TxnOffsetCommit",
     "DescribeTopicPartitions", "DescribeLogDirs", "AlterReplicaLogDirs", "DescribeProducers",
     "ElectLeaders", "AlterPartitionReassignments", "ListPartitionReassignments", "DescribeQuorum",
+    "ConsumerGroupHeartbeat", "ConsumerGroupDescribe",
 })
 #: Specs generated that are not APIs: the frame headers and the consumer protocol's subscription.
 DATA_SPECS = frozenset({"RequestHeader", "ResponseHeader", "ConsumerProtocolSubscription"})

@@ -103,7 +103,8 @@ def handle_offset_fetch(ctx: RequestContext,
             groups = []
             for g in request.groups:
                 wanted = None if g.topics is None else [(t.name, p) for t in g.topics for p in t.partition_indexes]
-                error, found = coordinator.fetch_offsets(g.group_id, wanted)
+                error, found = coordinator.fetch_offsets(g.group_id, wanted, g.member_id if version >= 9 else None,
+                                                         g.member_epoch if version >= 9 else -1)
                 pending = unstable(g.group_id, request.require_stable)
                 groups.append(cls.OffsetFetchResponseGroup(
                     group_id=g.group_id, error_code=int(error),

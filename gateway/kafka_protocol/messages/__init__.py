@@ -47,6 +47,8 @@ API_KEYS: dict[int, ApiInfo] = {
     61: ApiInfo(61, 'DescribeProducers', 'describe_producers', 0, 0, 0, 0, False, ('zkBroker', 'broker')),
     65: ApiInfo(65, 'DescribeTransactions', 'describe_transactions', 0, 0, 0, 0, False, ('zkBroker', 'broker')),
     66: ApiInfo(66, 'ListTransactions', 'list_transactions', 0, 1, 0, 0, False, ('zkBroker', 'broker')),
+    68: ApiInfo(68, 'ConsumerGroupHeartbeat', 'consumer_group_heartbeat', 0, 1, 0, 0, True, ('zkBroker', 'broker')),
+    69: ApiInfo(69, 'ConsumerGroupDescribe', 'consumer_group_describe', 0, 0, 0, 0, False, ('zkBroker', 'broker')),
     75: ApiInfo(75, 'DescribeTopicPartitions', 'describe_topic_partitions', 0, 0, 0, 0, False, ('broker',)),
 }
 
@@ -63,6 +65,10 @@ SPEC_MODULES: dict[str, str] = {
     'AlterReplicaLogDirsResponse': 'alter_replica_log_dirs',
     'ApiVersionsRequest': 'api_versions',
     'ApiVersionsResponse': 'api_versions',
+    'ConsumerGroupDescribeRequest': 'consumer_group_describe',
+    'ConsumerGroupDescribeResponse': 'consumer_group_describe',
+    'ConsumerGroupHeartbeatRequest': 'consumer_group_heartbeat',
+    'ConsumerGroupHeartbeatResponse': 'consumer_group_heartbeat',
     'ConsumerProtocolSubscription': 'consumer_protocol_subscription',
     'CreatePartitionsRequest': 'create_partitions',
     'CreatePartitionsResponse': 'create_partitions',
