@@ -56,6 +56,24 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--write-quorum", type=int, default=d.write_quorum, help="replicas each log entry is written to")
     p.add_argument("--ack-quorum", type=int, default=d.ack_quorum,
                    help="replicas that must have fsync'd an entry before it is acknowledged")
+    cluster = p.add_argument_group("cluster node", "with --zookeeper this server is one node of a cluster "
+                                   "(needs --log-replicas and a shared --lts)")
+    cluster.add_argument("--zookeeper", default=None, metavar="HOST:PORT[,...][/chroot]",
+                         help="ZooKeeper connect string: join that cluster instead of running alone")
+    cluster.add_argument("--node-id", default=None, metavar="N", help="this node's id (a number; its Kafka node id)")
+    cluster.add_argument("--peer-port", type=int, default=d.peer_port,
+                         help="port other nodes reach this node's containers on (0 = any free)")
+    cluster.add_argument("--advertised-kafka", default=None, metavar="HOST:PORT",
+                         help="the Kafka address clients are told (default: the bind address, or the host name "
+                              "when bound to 0.0.0.0)")
+    cluster.add_argument("--advertised-native", default=None, metavar="HOST:PORT",
+                         help="the native address given to clients")
+    cluster.add_argument("--advertised-peer", default=None, metavar="HOST:PORT",
+                         help="the peer address given to other nodes")
+    cluster.add_argument("--session-timeout", type=float, default=d.session_timeout_seconds,
+                         help="ZooKeeper session timeout in seconds: a dead node's containers move after it")
+    cluster.add_argument("--retry-bound", type=float, default=d.retry_bound_seconds,
+                         help="seconds a segment operation waits for its container to get a live owner")
     p.add_argument("--log-level", default="INFO")
 
 
@@ -276,6 +294,14 @@ def main(argv: list[str] | None = None) -> int:
             log_replicas=args.log_replicas,
             write_quorum=args.write_quorum,
             ack_quorum=args.ack_quorum,
+            zookeeper=args.zookeeper,
+            node_id=args.node_id,
+            peer_port=args.peer_port,
+            advertised_kafka=args.advertised_kafka,
+            advertised_native=args.advertised_native,
+            advertised_peer=args.advertised_peer,
+            session_timeout_seconds=args.session_timeout,
+            retry_bound_seconds=args.retry_bound,
         )
         return serve(options)
     return 2

@@ -65,6 +65,17 @@ class ServerOptions:
     log_replicas: str | None = None
     write_quorum: int = 3
     ack_quorum: int = 2
+    # A cluster node (gateway/cluster_server.py) when ``zookeeper`` is set: its id (a number, the Kafka
+    # node id too), the peer listener's port, what each listener is advertised as (HOST:PORT; None: the
+    # bind address), the ZooKeeper session timeout and how long a segment operation waits for an owner.
+    zookeeper: str | None = None
+    node_id: str | None = None
+    peer_port: int = 9093
+    advertised_kafka: str | None = None
+    advertised_native: str | None = None
+    advertised_peer: str | None = None
+    session_timeout_seconds: float = 10.0
+    retry_bound_seconds: float = 30.0
 
 
 def log_factory(options: ServerOptions, data_dir: str) -> Callable[[int], DurableDataLog]:
@@ -118,6 +129,10 @@ def topic_partitions(broker: Broker) -> Callable[[str, str], tuple[tuple[float, 
 
 def serve(options: ServerOptions) -> int:
     """Run until SIGINT/SIGTERM; returns the process exit status."""
+    if options.zookeeper:
+        from millrace.gateway.cluster_server import serve_cluster
+
+        return serve_cluster(options)
     store = build_store(options)
     # Controller and Kafka metadata calls block on table-segment I/O; they run here, never on the reactor.
     controller_pool = ThreadPoolExecutor(8, "controller")

@@ -17,6 +17,7 @@ from millrace.store.segment_store import SegmentStore
 from millrace.store.tables import TableStore
 
 if TYPE_CHECKING:
+    from millrace.gateway.kafka.cluster import KafkaCluster
     from millrace.gateway.kafka.groups import GroupCoordinator
     from millrace.gateway.kafka.partitions import SegmentPartitionStorage
     from millrace.gateway.kafka.producer_ids import ProducerIdAllocator
@@ -67,6 +68,8 @@ class Broker:
     producer_ids: ProducerIdAllocator
     scaling: KafkaScaling
     transactions: TransactionCoordinator
+    # On a cluster node: live brokers, partition leaders and coordinators (None: this node is all of them)
+    cluster: KafkaCluster | None = None
 
     def __init__(
         self, store: SegmentStore, controller: Controller, tables: TableStore, config: KafkaConfig,

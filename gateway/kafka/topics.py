@@ -46,7 +46,12 @@ from millrace.store.controller import (
     key_hash,
     segment_name,
 )
-from millrace.store.errors import SegmentExistsError, StreamExistsError, StreamNotFoundError
+from millrace.store.errors import (
+    SegmentExistsError,
+    StreamExistsError,
+    StreamNotFoundError,
+    TableKeyVersionMismatchError,
+)
 from millrace.store.tables import NOT_EXISTS, TableStore
 
 TOPICS_TABLE = "_system/_tables/kafka_topics"
@@ -301,8 +306,16 @@ class TopicRegistry:
             with contextlib.suppress(StreamExistsError):
                 self.controller.create_stream(self.scope, name, StreamConfiguration(
                     initial_segments=segments, scaling=scaling_policy(configs), retention=retention_policy(configs)))
-            self.tables.put(TOPICS_TABLE, [(name.encode(), topic.encode(), NOT_EXISTS)])
-            self._cache[name] = topic
+            try:
+                self.tables.put(TOPICS_TABLE, [(name.encode(), topic.encode(), NOT_EXISTS)])
+                made_here = True
+            except TableKeyVersionMismatchError:
+                made_here = False  # another cluster node made the record first: the topic exists, as it made it
+            if made_here:
+                self._cache[name] = topic
+        if not made_here:
+            self.refresh()
+            raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
         self._notify("created", topic)
         return topic
 
@@ -446,6 +459,27 @@ class TopicRegistry:
                 stream.config, scaling=scaling_policy(base), retention=retention_policy(base)))
         self._notify("configs", updated)
         return updated
+
+    def refresh(self) -> None:
+        """Blocking: take the records other cluster nodes wrote (new topics are announced "created",
+        ones with more partitions "grown"; other changes replace the record). A record gone from the
+        table is forgotten without an event: the node that deleted it dropped the stored state."""
+        stored = {e.key.decode(): TopicInfo.decode(e.key.decode(), e.value) for e in self.tables.entries(TOPICS_TABLE)}
+        events: list[tuple[str, TopicInfo]] = []
+        with self._lock:
+            for name in [n for n in self._cache if n not in stored]:
+                del self._cache[name]
+            for name, topic in stored.items():
+                known = self._cache.get(name)
+                if known == topic:
+                    continue
+                self._cache[name] = topic
+                if known is None or known.topic_id != topic.topic_id:
+                    events.append(("created", topic))
+                elif topic.partition_count > known.partition_count:
+                    events.append(("grown", topic))
+        for event, topic in events:
+            self._notify(event, topic)
 
     def _notify(self, event: str, topic: TopicInfo) -> None:
         for listener in self.listeners:

@@ -147,13 +147,18 @@ class Owner:
 
 
 def native_address(info: NodeInfo) -> tuple[str, int] | None:
-    """Where peers reach a node's native listener: its advertised address, else bind host + port."""
-    advertised = info.advertised.get("native")
-    if advertised:
-        host, _, port = advertised.rpartition(":")
-        return host, int(port)
-    port_number = info.ports.get("native")
-    return None if port_number is None else (info.host, port_number)
+    """Where peers reach a node's ``LocalSegments``: its ``peer`` listener (``millrace serve
+    --zookeeper`` has one apart from the clients' native listener, whose segment commands route), else
+    a ``native`` listener serving only local segments; the advertised address, else bind host + port."""
+    for listener in ("peer", "native"):
+        advertised = info.advertised.get(listener)
+        if advertised:
+            host, _, port = advertised.rpartition(":")
+            return host, int(port)
+        port_number = info.ports.get(listener)
+        if port_number is not None:
+            return info.host, port_number
+    return None
 
 
 class _Retry(Exception):

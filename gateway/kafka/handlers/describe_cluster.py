@@ -32,7 +32,9 @@ def handle_describe_cluster(ctx: RequestContext, request: DescribeClusterRequest
     return _R(
         throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=BROKER_ENDPOINT,
         cluster_id=config.cluster_id, controller_id=config.node_id,
-        brokers=[_R.DescribeClusterBroker(broker_id=config.node_id, host=config.advertised_host,
+        brokers=[_R.DescribeClusterBroker(broker_id=n.node_id, host=n.host, port=n.port, rack=None)
+                 for n in ctx.broker.cluster.brokers()] if ctx.broker.cluster is not None else
+                [_R.DescribeClusterBroker(broker_id=config.node_id, host=config.advertised_host,
                                           port=config.advertised_port, rack=None)],
         cluster_authorized_operations=CLUSTER_OPERATIONS if request.include_cluster_authorized_operations
         else OPERATIONS_NOT_REQUESTED,

@@ -76,9 +76,14 @@ def handle_describe_topic_partitions(
             continue
         start = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
         end = min(topic.partition_count, start + remaining)
+        # On a cluster node each partition's leader is its open segment's container owner (-1: none yet).
+        leaders = (ctx.broker.cluster.partition_leaders(ctx.broker.partitions, topic)
+                   if ctx.broker.cluster is not None else [node] * topic.partition_count)
         partitions = [
-            _Partition(error_code=0, partition_index=p, leader_id=node, leader_epoch=0, replica_nodes=[node],
-                       isr_nodes=[node], eligible_leader_replicas=[], last_known_elr=[], offline_replicas=[])
+            _Partition(error_code=0, partition_index=p, leader_id=leaders[p], leader_epoch=0,
+                       replica_nodes=[leaders[p]] if leaders[p] >= 0 else [],
+                       isr_nodes=[leaders[p]] if leaders[p] >= 0 else [], eligible_leader_replicas=[],
+                       last_known_elr=[], offline_replicas=[])
             for p in range(start, end)
         ]
         topics.append(_Topic(error_code=0, name=name, topic_id=topic.topic_id, is_internal=False,

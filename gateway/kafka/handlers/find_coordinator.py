@@ -21,6 +21,12 @@ KEY_TYPE_SHARE = 2
 
 
 def _lookup(ctx: RequestContext, key_type: int, key: str) -> tuple[ErrorCode, str | None]:
+    cluster = ctx.broker.cluster
+    if cluster is not None and key_type == KEY_TYPE_TRANSACTION:
+        # The transaction coordinator writes markers to partitions led by other nodes: not built yet.
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not supported on a multi-node cluster yet"
+    if cluster is not None and key_type == KEY_TYPE_GROUP and cluster.group_coordinator() is None:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the groups table's container has no live owner"
     if key_type in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
         return ErrorCode.NONE, None
     if key_type == KEY_TYPE_SHARE and ctx.api_version >= 6:
@@ -28,10 +34,21 @@ def _lookup(ctx: RequestContext, key_type: int, key: str) -> tuple[ErrorCode, st
     return ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
 
 
+def _coordinator(ctx: RequestContext) -> tuple[int, str, int]:
+    """(node id, host, port) of the group coordinator: this node, or on a cluster the owner of the
+    groups table's container (``_lookup`` has checked there is one)."""
+    config = ctx.broker.config
+    cluster = ctx.broker.cluster
+    node = cluster.group_coordinator() if cluster is not None else None
+    if node is not None:
+        return node.node_id, node.host, node.port
+    return config.node_id, config.advertised_host, config.advertised_port
+
+
 @api(FindCoordinatorRequest, 0, 6)
 def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
     cls = FindCoordinatorResponse
-    config = ctx.broker.config
+    node_id, host, port = _coordinator(ctx)
     key_type = request.key_type if ctx.api_version >= 1 else KEY_TYPE_GROUP
     if ctx.api_version >= 4:
         coordinators = []
@@ -39,11 +56,10 @@ def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest
             error, message = _lookup(ctx, key_type, key)
             ok = error is ErrorCode.NONE
             coordinators.append(cls.Coordinator(
-                key=key, node_id=config.node_id if ok else -1, host=config.advertised_host if ok else "",
-                port=config.advertised_port if ok else -1, error_code=int(error), error_message=message))
+                key=key, node_id=node_id if ok else -1, host=host if ok else "",
+                port=port if ok else -1, error_code=int(error), error_message=message))
         return cls(throttle_time_ms=0, coordinators=coordinators)
     error, message = _lookup(ctx, key_type, request.key)
     if error is not ErrorCode.NONE:
         return cls(throttle_time_ms=0, error_code=int(error), error_message=message, node_id=-1, host="", port=-1)
-    return cls(throttle_time_ms=0, error_code=0, error_message=None, node_id=config.node_id,
-               host=config.advertised_host, port=config.advertised_port)
+    return cls(throttle_time_ms=0, error_code=0, error_message=None, node_id=node_id, host=host, port=port)

@@ -41,6 +41,8 @@ _Topic = MetadataResponse.MetadataResponseTopic
 
 def topic_metadata(ctx: RequestContext, topic: TopicInfo, include_operations: bool) -> _Topic:
     """One topic's entry: every partition led by this node, which is also the only replica."""
+    if ctx.broker.cluster is not None:
+        return _cluster_topic_metadata(ctx, topic, include_operations)
     node = ctx.broker.config.node_id
     return _R.MetadataResponseTopic(
         error_code=0, name=topic.name, topic_id=topic.topic_id, is_internal=False,
@@ -53,6 +55,27 @@ def topic_metadata(ctx: RequestContext, topic: TopicInfo, include_operations: bo
     )
 
 
+def _cluster_topic_metadata(ctx: RequestContext, topic: TopicInfo, include_operations: bool) -> _Topic:
+    """On a cluster node: each partition's leader (its only replica) is the live owner of the container
+    of its open segment; LEADER_NOT_AVAILABLE while that has none, or while this node has not loaded
+    the topic yet (the load starts here, so the client's next refresh finds it)."""
+    broker = ctx.broker
+    assert broker.cluster is not None
+    partitions = []
+    for p, leader in enumerate(broker.cluster.partition_leaders(broker.partitions, topic)):
+        if leader < 0:
+            partitions.append(_R.MetadataResponsePartition(
+                error_code=int(ErrorCode.LEADER_NOT_AVAILABLE), partition_index=p, leader_id=-1, leader_epoch=-1,
+                replica_nodes=[], isr_nodes=[], offline_replicas=[]))
+        else:
+            partitions.append(_R.MetadataResponsePartition(
+                error_code=0, partition_index=p, leader_id=leader, leader_epoch=0,
+                replica_nodes=[leader], isr_nodes=[leader], offline_replicas=[]))
+    return _R.MetadataResponseTopic(
+        error_code=0, name=topic.name, topic_id=topic.topic_id, is_internal=False, partitions=partitions,
+        topic_authorized_operations=TOPIC_OPERATIONS if include_operations else OPERATIONS_NOT_REQUESTED)
+
+
 def _error_topic(error: ErrorCode, name: str | None, topic_id: uuid.UUID = ZERO_UUID) -> _Topic:
     return _R.MetadataResponseTopic(error_code=int(error), name=name, topic_id=topic_id, is_internal=False,
                                     partitions=[], topic_authorized_operations=OPERATIONS_NOT_REQUESTED)
@@ -63,10 +86,16 @@ def _response(ctx: RequestContext, request: MetadataRequest, topics: list[_Topic
     version = ctx.api_version
     # Cluster operations live in Metadata only in v8..v10 (DescribeCluster carries them since).
     include_cluster_ops = 8 <= version <= 10 and request.include_cluster_authorized_operations
+    brokers = [_R.MetadataResponseBroker(node_id=config.node_id, host=config.advertised_host,
+                                         port=config.advertised_port, rack=None)]
+    cluster = ctx.broker.cluster
+    if cluster is not None:  # every live node, this one included even before its znode is seen
+        live = cluster.brokers()
+        brokers = [_R.MetadataResponseBroker(node_id=n.node_id, host=n.host, port=n.port, rack=None)
+                   for n in live] + ([] if any(n.node_id == config.node_id for n in live) else brokers)
     return _R(
         throttle_time_ms=0,
-        brokers=[_R.MetadataResponseBroker(node_id=config.node_id, host=config.advertised_host,
-                                           port=config.advertised_port, rack=None)],
+        brokers=brokers,
         cluster_id=config.cluster_id,
         controller_id=config.node_id,
         topics=topics,

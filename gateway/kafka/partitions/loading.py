@@ -8,7 +8,7 @@ segments are recovered oldest epoch first and each partition keeps only contiguo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from twisted.internet.interfaces import IReactorTime
 
@@ -29,6 +29,8 @@ class LoadedTopic:
     topic: TopicInfo
     partitions: list[PartitionLog]
     writers: dict[str, SegmentWriter]  # every segment of the topic's history that still exists
+    # On a cluster node: container -> ownership epoch of this node's containers before the load read
+    terms: dict[int, int] = field(default_factory=dict)
 
 
 def log_start_key(topic: str, partition: int) -> bytes:

@@ -197,6 +197,19 @@ class PartitionStorage(Protocol):
         ...
 
 
+class Leadership(Protocol):
+    """On a cluster node: which containers this node runs, in which ownership term. A partition is
+    served only by the node running its open segment's container, and only from state loaded during
+    the current term (another node may have appended in between)."""
+
+    def terms(self) -> dict[int, int]:
+        """Container id -> ownership epoch, for the containers running here now (any thread)."""
+        ...
+
+    def container_of(self, segment: str) -> int:
+        ...
+
+
 class SegmentPartitionStorage(PartitionStorage):
     """Kafka partitions over stream segments: the one owner of all partition state (reactor thread)."""
 
@@ -218,6 +231,10 @@ class SegmentPartitionStorage(PartitionStorage):
         # Raises PartitionError unless (topic, partition) is in the ongoing transaction of the producer
         # id at that epoch; set by the transaction coordinator (None: transactional batches refused).
         self.transaction_check: Callable[[str, int, int, int], None] | None = None
+        # A cluster node's leadership (None in one process: every partition is served here), and the
+        # terms each topic's installed partitions were loaded under.
+        self.leadership: Leadership | None = None
+        self._loaded_terms: dict[str, dict[int, int]] = {}
         if not tables.exists(LOG_STARTS_TABLE):
             with contextlib.suppress(SegmentExistsError):
                 tables.create_table(LOG_STARTS_TABLE)
@@ -233,7 +250,40 @@ class SegmentPartitionStorage(PartitionStorage):
         for name in self.topics.record_keys():
             topic = self.topics.record(name)
             if topic is not None:
-                self._install(load_topic(self.store, self.clock, self.topics, self.tables, topic))
+                self._install(self._load(topic))
+
+    def _load(self, topic: TopicInfo) -> LoadedTopic:
+        """Blocking: ``load_topic``, remembering the ownership terms that held before it read anything."""
+        terms = self.leadership.terms() if self.leadership is not None else {}
+        loaded = load_topic(self.store, self.clock, self.topics, self.tables, topic)
+        loaded.terms = terms
+        return loaded
+
+    def check_leader(self, p: PartitionLog) -> None:
+        """On a cluster node, refuse (NOT_LEADER_OR_FOLLOWER, retriable) a partition whose open
+        segment's container runs elsewhere, and one whose state was loaded before this node's current
+        term of that container (another node may have appended meanwhile): that one is reloaded."""
+        leadership, writer = self.leadership, p.writer
+        if leadership is None or writer is None:
+            return
+        container = leadership.container_of(writer.name)
+        term = leadership.terms().get(container)
+        if term is None:
+            raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                 f"{p.topic}-{p.partition}: container {container} runs on another node")
+        if self._loaded_terms.get(p.topic, {}).get(container) != term:
+            self._reload_after_failure(p.topic)
+            raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                 f"{p.topic}-{p.partition}: taking over container {container}, loading")
+
+    def leads(self, p: PartitionLog) -> bool:
+        """Whether this node serves ``p`` now (``check_leader`` passes): the periodic work (retention)
+        touches only those, so a partition's log start moves on one node."""
+        try:
+            self.check_leader(p)
+        except PartitionError:
+            return False
+        return True
 
     def loaded(self, name: str) -> list[PartitionLog] | None:
         return self._topics.get(name)
@@ -250,7 +300,7 @@ class SegmentPartitionStorage(PartitionStorage):
             return after.addCallback(lambda _: self.open_topic(topic))
         self._loading[topic.name] = []
         if parts is None:
-            d = self.blocking(load_topic, self.store, self.clock, self.topics, self.tables, topic).addCallback(
+            d = self.blocking(self._load, topic).addCallback(
                 self._install)
         else:
             d = self.blocking(segments_of_partitions, self.topics, topic).addCallback(self._install_grown, topic)
@@ -279,6 +329,7 @@ class SegmentPartitionStorage(PartitionStorage):
             return self._install_grown(names, loaded.topic)
         self._writers.update(loaded.writers)
         self._topics[name] = loaded.partitions
+        self._loaded_terms[name] = loaded.terms
         return loaded.partitions
 
     def _install_grown(self, segment_names: list[str], topic: TopicInfo) -> list[PartitionLog]:
@@ -310,7 +361,7 @@ class SegmentPartitionStorage(PartitionStorage):
             return
         try:
             if event == "created":
-                on_reactor(self._install, load_topic(self.store, self.clock, self.topics, self.tables, topic))
+                on_reactor(self._install, self._load(topic))
             else:
                 on_reactor(self._grown, segments_of_partitions(self.topics, topic), topic)
         except Exception:  # the change itself stands; the partitions load on first use instead
@@ -356,7 +407,7 @@ class SegmentPartitionStorage(PartitionStorage):
             info = self.topics.record(topic)
             if info is None:
                 return defer.succeed(None)
-            return self.blocking(load_topic, self.store, self.clock, self.topics, self.tables, info).addCallback(
+            return self.blocking(self._load, info).addCallback(
                 self._install, True)
 
         def finished(result: Any) -> None:
@@ -446,6 +497,7 @@ class SegmentPartitionStorage(PartitionStorage):
         return self._store(p, writer, batch.data, h, producer)
 
     def _writable(self, p: PartitionLog) -> SegmentWriter:
+        self.check_leader(p)
         writer = p.writer
         if writer is None or writer.failed is not None or p.topic in self._reloading:
             if writer is not None and writer.failed is not None:
@@ -532,6 +584,7 @@ class SegmentPartitionStorage(PartitionStorage):
     # -- fetch ---------------------------------------------------------------------------------------
     def fetch(self, p: PartitionLog, offset: int, max_bytes: int, isolation: int = READ_UNCOMMITTED,
               min_one: bool = True) -> PlannedFetch:
+        self.check_leader(p)
         offsets = p.offsets()
         if offset < offsets.log_start or offset > offsets.high_watermark:
             raise PartitionError(ErrorCode.OFFSET_OUT_OF_RANGE,
@@ -554,6 +607,7 @@ class SegmentPartitionStorage(PartitionStorage):
     # -- offsets -------------------------------------------------------------------------------------
     def list_offset(self, p: PartitionLog, timestamp: int,
                     isolation: int = READ_UNCOMMITTED) -> defer.Deferred[tuple[int, int]]:
+        self.check_leader(p)
         offsets = p.offsets()
         if timestamp == LATEST:
             return defer.succeed((offsets.last_stable if isolation == READ_COMMITTED else offsets.high_watermark, -1))
@@ -589,6 +643,7 @@ class SegmentPartitionStorage(PartitionStorage):
 
     # -- log start: DeleteRecords and retention --------------------------------------------------------
     def delete_records(self, p: PartitionLog, offset: int) -> defer.Deferred[int]:
+        self.check_leader(p)
         hw = p.high_watermark
         target = hw if offset == -1 else offset
         if target < 0 or target > hw:
@@ -657,7 +712,7 @@ class SegmentPartitionStorage(PartitionStorage):
         parts = self._topics.get(topic.name, [])
         starts = retention.stream_retained_starts(parts, retention_ms, retention_bytes, now_ms)
         return [self._advance_log_start(p, start) for p, start in zip(parts, starts, strict=True)
-                if start > p.log_start]
+                if start > p.log_start and self.leads(p)]
 
     def enforce_retention(self, topic: TopicInfo, now_ms: int | None = None) -> list[defer.Deferred[int]]:
         """Apply retention.ms and retention.bytes to every partition of ``topic`` (unless its
@@ -669,6 +724,8 @@ class SegmentPartitionStorage(PartitionStorage):
         retention_bytes = int(topic.config("retention.bytes"))
         moves = []
         for p in self._topics.get(topic.name, []):
+            if not self.leads(p):
+                continue
             start = retention.retained_start(p, retention_ms, retention_bytes, now_ms)
             if start > p.log_start:
                 moves.append(self._advance_log_start(p, start))

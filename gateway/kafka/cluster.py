@@ -1,0 +1,189 @@
+"""What the Kafka gateway of a cluster node knows about the cluster: the live brokers, each
+partition's leader, the group coordinator, and which containers this node runs in which term.
+
+Kafka keeps a partition's offset index, producer states and high watermark in its leader only, and so
+does Millrace: they live in one gateway's reactor (``SegmentPartitionStorage``). The leader of a
+partition is the node that owns the container of the partition's open segment (``containers/<id>`` in
+ZooKeeper, the same hash on every node), as a Pravega segment is served by its container's owner; the
+group coordinator is the owner of the groups table's container. Every other node answers
+NOT_LEADER_OR_FOLLOWER / NOT_COORDINATOR, which clients retry after a metadata refresh.
+
+A node serves a partition (or the groups) only from state it loaded during its *current* term of the
+container: another node may have appended in an earlier term, so a new term means a reload first
+(``SegmentPartitionStorage.check_leader``, ``GroupCoordination``).
+
+Threads: ZooKeeper watches update the broker list and the assignments on kazoo's threads; the reactor
+reads them (whole-value replacements of plain dicts, so a reader sees one version or the next).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.protocol.states import ZnodeStat
+
+from millrace.gateway.kafka.group_store import GROUPS_TABLE
+from millrace.gateway.kafka.topics import TopicInfo
+from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.store.cluster.assignment import Assignment
+from millrace.store.cluster.containers import SegmentContainerHost
+from millrace.store.cluster.layout import ClusterPaths, NodeInfo, decode_assignment
+from millrace.store.segment_store import container_index
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class KafkaNode:
+    """A live node as Kafka clients see it: its numeric id and advertised Kafka listener."""
+
+    node_id: int
+    host: str
+    port: int
+
+
+def kafka_node_id(node_id: str) -> int | None:
+    """A cluster node's Kafka id: its node id, which a node serving Kafka must spell as a number."""
+    return int(node_id) if node_id.isdigit() else None
+
+
+def kafka_address(info: NodeInfo) -> tuple[str, int] | None:
+    """Where Kafka clients reach a node: its advertised ``kafka`` listener, else bind host + port."""
+    advertised = info.advertised.get("kafka")
+    if advertised:
+        host, _, port = advertised.rpartition(":")
+        return host, int(port)
+    port_number = info.ports.get("kafka")
+    return None if port_number is None else (info.host, port_number)
+
+
+class KafkaCluster:
+    """The cluster as one node's Kafka gateway sees it (also its ``Leadership``)."""
+
+    def __init__(self, client: KazooClient, paths: ClusterPaths, node_id: str, host: SegmentContainerHost,
+                 container_count: int) -> None:
+        self.client = client
+        self.paths = paths
+        self.node_id = node_id
+        self.host = host
+        self.container_count = container_count
+        self._lock = threading.Lock()
+        self._nodes: dict[str, tuple[int, KafkaNode]] = {}  # node id -> (incarnation, Kafka address)
+        self._assignments: dict[int, Assignment] = {}
+
+    def start(self) -> KafkaCluster:
+        """Watch ``nodes/`` and every ``containers/<id>`` (the first answers arrive before this returns)."""
+        self.client.ensure_path(self.paths.nodes)
+        self.client.ensure_path(self.paths.containers)
+        self.client.ChildrenWatch(self.paths.nodes, self._nodes_changed)
+        for container_id in range(self.container_count):
+            self.client.DataWatch(self.paths.container(container_id), self._assignment_watcher(container_id))
+        return self
+
+    # -- watches (kazoo threads) --------------------------------------------------------------------
+    def _nodes_changed(self, children: list[str]) -> None:
+        nodes: dict[str, tuple[int, KafkaNode]] = {}
+        for name in children:
+            try:
+                data, stat = self.client.get(f"{self.paths.nodes}/{name}")
+            except NoNodeError:
+                continue
+            except KazooException as exc:
+                log.warning("reading node %s failed: %s", name, exc)
+                continue
+            info = NodeInfo.decode(data)
+            number, address = kafka_node_id(info.node_id), kafka_address(info)
+            if number is not None and address is not None:
+                nodes[info.node_id] = (stat.czxid, KafkaNode(number, *address))
+        self._nodes = nodes
+
+    def _assignment_watcher(self, container_id: int) -> Any:
+        def changed(data: bytes | None, stat: ZnodeStat | None) -> None:
+            assignments = dict(self._assignments)
+            if data:
+                assignments[container_id] = decode_assignment(data)
+            else:
+                assignments.pop(container_id, None)
+            self._assignments = assignments
+        return changed
+
+    # -- reads (any thread) -------------------------------------------------------------------------
+    def brokers(self) -> list[KafkaNode]:
+        """Every live node with a Kafka listener, by id."""
+        return sorted((node for _, node in self._nodes.values()), key=lambda n: n.node_id)
+
+    def owner(self, container_id: int) -> KafkaNode | None:
+        """The live node owning the container, None while it has none (or its owner died)."""
+        assignment = self._assignments.get(container_id)
+        if assignment is None or assignment.node is None:
+            return None
+        entry = self._nodes.get(assignment.node)
+        if entry is None or entry[0] != assignment.incarnation:
+            return None
+        return entry[1]
+
+    def leader(self, segment: str) -> KafkaNode | None:
+        """The node serving the partitions whose open segment is ``segment``."""
+        return self.owner(self.container_of(segment))
+
+    def partition_leaders(self, partitions: Any, topic: TopicInfo) -> list[int]:
+        """Reactor: each partition's leader id (-1: none yet). The open segments are the ones this node
+        loaded; a topic not loaded here yet starts loading and has no leaders this time."""
+        loaded = partitions.loaded(topic.name)
+        if loaded is None or len(loaded) < topic.partition_count:
+            partitions.open_topic(topic).addErrback(
+                lambda f: log.warning("loading %s failed: %s", topic.name, f.getErrorMessage()))
+        leaders = []
+        for p in range(topic.partition_count):
+            writer = loaded[p].writer if loaded is not None and p < len(loaded) else None
+            leader = self.leader(writer.name) if writer is not None else None
+            leaders.append(-1 if leader is None else leader.node_id)
+        return leaders
+
+    def group_coordinator(self) -> KafkaNode | None:
+        return self.leader(GROUPS_TABLE)
+
+    # -- Leadership ----------------------------------------------------------------------------------
+    def terms(self) -> dict[int, int]:
+        return {cid: term.epoch for cid, term in self.host.terms().items()}
+
+    def container_of(self, segment: str) -> int:
+        return container_index(segment, self.container_count)
+
+
+class GroupCoordination:
+    """Keeps the group coordinator's state for the current term of the groups table's container only:
+    dropped (timers and all) when the container runs elsewhere, so a former coordinator never expires
+    members or writes records over its successor's, and reloaded when a new term starts here."""
+
+    def __init__(self, cluster: KafkaCluster, groups: Any) -> None:
+        self.cluster = cluster
+        self.groups = groups
+        self.loaded_term: int | None = None  # None: loaded in no term of ours (at start-up, or dropped)
+
+    def check(self) -> ErrorCode | None:
+        """Reactor: None when this node coordinates with current state, else the error to answer."""
+        term = self.cluster.terms().get(self.cluster.container_of(GROUPS_TABLE))
+        if term is None:
+            if self.loaded_term is not None or self.groups.groups:
+                self._drop()
+            return ErrorCode.NOT_COORDINATOR
+        if term != self.loaded_term and not self.groups.loading:
+            self._drop()
+            self.loaded_term = term  # before the load reads: state of this term (or a later one)
+            self.groups.loaded = False
+            self.groups.start_loading().addErrback(lambda f: log.warning("loading groups failed: %s",
+                                                                        f.getErrorMessage()))
+        if self.groups.loading or not self.groups.loaded:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        return None
+
+    def _drop(self) -> None:
+        self.groups.shutdown()
+        self.groups.groups = {}
+        self.loaded_term = None

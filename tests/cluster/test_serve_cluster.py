@@ -1,0 +1,254 @@
+"""``millrace serve --zookeeper``: three real node processes over a real ZooKeeper, three logd replicas
+and one shared long-term storage directory (tests/cluster/serve_cluster.py).
+
+- Native clients reach every segment through any node (the router), and a node's peer listener serves
+  only its own containers (CONTAINER_OFFLINE for the others: a forwarded request is never forwarded).
+- Kafka: every node's Metadata lists the three nodes and the same leader for each partition (the owner
+  of its open segment's container); the leader takes produce and fetch, the others answer
+  NOT_LEADER_OR_FOLLOWER; FindCoordinator names the groups table's owner on every node and the others
+  answer NOT_COORDINATOR; kafka-python produces through one node and a consumer group reads through
+  another.
+- A SIGKILLed node under an idempotent acks=all confluent-kafka producer: its partitions move to the
+  others, the producer carries on, and every acknowledged record is read back exactly once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from millrace.client.segments import SegmentClient
+from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka_protocol.messages.find_coordinator import FindCoordinatorRequest
+from millrace.gateway.kafka_protocol.messages.join_group import JoinGroupRequest
+from millrace.gateway.kafka_protocol.records import NewRecord, build_record_batch
+from millrace.protocol.errors import ContainerOfflineError
+from millrace.protocol.wire import Command
+from millrace.store.cluster.connection import NodeConnection
+from millrace.store.segment_store import container_index
+from tests.cluster.serve_cluster import CONTAINERS, Cluster, NodeProcess, wait_for
+from tests.kafka.wire import KafkaWire
+
+FIND_COORDINATOR, JOIN_GROUP = FindCoordinatorRequest.API_KEY, JoinGroupRequest.API_KEY
+NOT_LEADER = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+
+
+@pytest.fixture
+def cluster(zk_hosts: str, tmp_path: Path) -> Iterator[Cluster]:
+    with Cluster(tmp_path, zk_hosts) as c:
+        yield c
+
+
+def wire(node: NodeProcess) -> KafkaWire:
+    return KafkaWire.connect(node.bootstrap)
+
+
+def leaders(node: NodeProcess, topic: str) -> dict[int, int]:
+    """partition -> leader id in ``node``'s Metadata (-1 while it has none)."""
+    with wire(node) as c:
+        answer = c.metadata(12, [topic])
+    return {p.partition_index: p.leader_id for p in answer.topics[0].partitions}
+
+
+def agreed_leaders(cluster: Cluster, topic: str, partitions: int) -> dict[int, int]:
+    """Wait until every node names a live leader for every partition, the same one."""
+    seen: list[dict[int, int]] = []
+
+    def agreed() -> bool:
+        seen[:] = [leaders(n, topic) for n in cluster.nodes if n.proc is not None and n.proc.poll() is None]
+        first = seen[0]
+        return (len(first) == partitions and all(v >= 0 for v in first.values())
+                and all(s == first for s in seen))
+
+    wait_for(agreed, f"agreed leaders of {topic}: {seen}")
+    return seen[0]
+
+
+def batch(values: list[bytes], **kw: Any) -> bytes:
+    return build_record_batch([NewRecord(key=b"k", value=v) for v in values], **kw)
+
+
+def test_native_segments_through_any_node_and_peers_serve_only_their_own(cluster: Cluster) -> None:
+    first, second, third = cluster.nodes
+    names = [f"scope/s/{i}" for i in range(8)]  # spread over the four containers
+    assert len({container_index(n, CONTAINERS) for n in names}) > 1
+    with SegmentClient("127.0.0.1", second.native_port) as writer:
+        for i, name in enumerate(names):
+            writer.create_segment(name)
+            assert writer.append(name, f"event {i}".encode()) == 0
+    with SegmentClient("127.0.0.1", third.native_port) as reader:
+        for i, name in enumerate(names):
+            assert reader.read(name, 0).data == f"event {i}".encode()
+        assert set(names) <= set(reader.list_segments())
+    # Each segment is served by exactly one peer listener: its container's owner.
+    served: Counter[str] = Counter()
+    for node in cluster.nodes:
+        conn = NodeConnection("127.0.0.1", node.ports["peer"])
+        try:
+            for name in names:
+                try:
+                    conn.request(Command.GET_INFO, {"segment": name}).result(10)
+                    served[name] += 1
+                except ContainerOfflineError:
+                    pass
+        finally:
+            conn.close()
+    assert served == Counter({name: 1 for name in names})
+
+
+def test_kafka_leaders_not_leader_and_coordinator_across_nodes(cluster: Cluster) -> None:
+    topic, partitions = "spread", 8
+    with wire(cluster.nodes[0]) as c:
+        c.create(topic, partitions)
+        brokers = c.metadata(12, None).brokers
+    assert sorted(b.node_id for b in brokers) == [1, 2, 3]
+    assert {(b.host, b.port) for b in brokers} == {("127.0.0.1", n.kafka_port) for n in cluster.nodes}
+    leader_of = agreed_leaders(cluster, topic, partitions)
+    assert len(set(leader_of.values())) > 1, leader_of  # four containers over three nodes
+    by_id = {n.node_id: n for n in cluster.nodes}
+    for p, leader in leader_of.items():
+        with wire(by_id[leader]) as c:
+            answer = c.produce(topic, p, batch([f"p{p}".encode()]))
+            assert answer.error_code == 0 and answer.base_offset == 0, answer
+            assert c.fetch(topic, p, 0).high_watermark == 1
+        for other in cluster.nodes:
+            if other.node_id != leader:
+                with wire(other) as c:
+                    assert c.produce(topic, p, batch([b"no"])).error_code == NOT_LEADER
+                    assert c.fetch(topic, p, 0).error_code == NOT_LEADER
+    # One group coordinator, named alike by every node; the others refuse group requests.
+    named = set()
+    for node in cluster.nodes:
+        with wire(node) as c:
+            answer = c.send(FIND_COORDINATOR, 3, FindCoordinatorRequest(key="g", key_type=0))
+        assert answer.error_code == 0, answer
+        named.add(answer.node_id)
+    (coordinator,) = named
+    for node in cluster.nodes:
+        with wire(node) as c:
+            answer = c.send(JOIN_GROUP, 5, JoinGroupRequest(
+                group_id="g", session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="",
+                protocol_type="consumer", protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]))
+        expected = ErrorCode.MEMBER_ID_REQUIRED if node.node_id == coordinator else ErrorCode.NOT_COORDINATOR
+        assert answer.error_code == int(expected), (node.node_id, answer)
+
+
+def test_kafka_python_produces_through_one_node_and_a_group_consumes_through_another(cluster: Cluster) -> None:
+    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer  # type: ignore[import-untyped]
+
+    first, second, third = cluster.nodes
+    with wire(first) as c:
+        c.create("clients", 6)
+    agreed_leaders(cluster, "clients", 6)
+    admin = KafkaAdminClient(bootstrap_servers=third.bootstrap)
+    assert sorted(b["broker_id"] for b in admin.describe_cluster()["brokers"]) == [1, 2, 3]
+    admin.close()
+    producer = KafkaProducer(bootstrap_servers=second.bootstrap, acks="all")
+    for i in range(300):
+        producer.send("clients", key=str(i).encode(), value=str(i).encode())
+    producer.flush(60)
+    producer.close()
+    consumer = KafkaConsumer("clients", bootstrap_servers=third.bootstrap, group_id="readers",
+                             auto_offset_reset="earliest", consumer_timeout_ms=15000)
+    values = [m.value for m in consumer]
+    consumer.commit()
+    consumer.close()
+    assert sorted(values, key=int) == [str(i).encode() for i in range(300)]
+
+
+def test_a_new_leader_serves_what_the_dead_one_acknowledged(cluster: Cluster) -> None:
+    """The node taking over a partition loaded it before (at the topic's creation, with nothing in it):
+    it must serve the partition from state read in its own term, not from that."""
+    topic, partitions = "takeover", 8
+    with wire(cluster.nodes[0]) as c:
+        c.create(topic, partitions)
+    leader_of = agreed_leaders(cluster, topic, partitions)
+    by_id = {n.node_id: n for n in cluster.nodes}
+    for p, leader in leader_of.items():
+        with wire(by_id[leader]) as c:
+            assert c.produce(topic, p, batch([f"{p}-{i}".encode() for i in range(5)])).error_code == 0
+    victim = next(n for n in cluster.nodes[1:] if n.node_id in leader_of.values())
+    victim.kill()
+    moved = [p for p, leader in leader_of.items() if leader == victim.node_id]
+    wait_for(lambda: all(leaders(cluster.nodes[0], topic)[p] not in (-1, victim.node_id) for p in moved),
+             "new leaders for the dead node's partitions")
+    after = agreed_leaders(cluster, topic, partitions)
+    for p in moved:
+        with wire(by_id[after[p]]) as c:
+            wait_for(lambda c=c, p=p: c.list_offset(topic, p, -1).error_code != NOT_LEADER,
+                     f"partition {p} served by its new leader")
+            assert c.list_offset(topic, p, -1).offset == 5
+            fetched = c.fetch(topic, p, 0)
+            assert fetched.error_code == 0 and fetched.high_watermark == 5
+            assert c.produce(topic, p, batch([b"next"])).base_offset == 5
+
+
+@pytest.mark.slow
+def test_sigkill_a_node_under_an_idempotent_producer_loses_and_duplicates_nothing(cluster: Cluster) -> None:
+    from confluent_kafka import Consumer, Producer
+
+    topic, partitions = "survive", 8
+    with wire(cluster.nodes[0]) as c:
+        c.create(topic, partitions)
+    leader_of = agreed_leaders(cluster, topic, partitions)
+    # The victim leads some partitions and is not the one node the consumer below reads through.
+    victim = next(n for n in cluster.nodes[1:] if n.node_id in leader_of.values())
+    acked: list[bytes] = []
+    acked_partitions: list[int] = []
+    errors: list[str] = []
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True, "acks": "all",
+                         "linger.ms": 5, "message.timeout.ms": 120000, "metadata.max.age.ms": 1000})
+
+    def delivered(err, msg) -> None:  # noqa: ANN001 - confluent-kafka's callback
+        if err is None:
+            acked.append(msg.value())
+            acked_partitions.append(msg.partition())
+        else:
+            errors.append(str(err))
+
+    stop = threading.Event()
+
+    def produce() -> None:
+        i = 0
+        while not stop.is_set():
+            producer.produce(topic, key=str(i).encode(), value=str(i).encode(), on_delivery=delivered)
+            producer.poll(0)
+            i += 1
+            time.sleep(0.002)
+
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+    wait_for(lambda: len(acked) > 300, "acknowledged records before the kill")
+    victim.kill()
+    killed_at = len(acked)
+    wait_for(lambda: len(acked) > killed_at + 1000, "the producer carrying on after the kill", timeout=90)
+    stop.set()
+    thread.join(10)
+    assert producer.flush(120) == 0
+    moved = {p for p, leader in leader_of.items() if leader == victim.node_id}
+    assert any(p in moved for p in acked_partitions[killed_at:]), "no record acknowledged by a new leader"
+    consumer = Consumer({"bootstrap.servers": cluster.nodes[0].bootstrap, "group.id": "check",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    read: list[bytes] = []
+    wanted = set(acked)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not wanted <= set(read):
+        msg = consumer.poll(1.0)
+        value = msg.value() if msg is not None and msg.error() is None else None
+        if value is not None:
+            read.append(value)
+    consumer.close()
+    counts = Counter(read)
+    lost = len(wanted - set(read))
+    duplicated = sum(1 for v in wanted if counts[v] > 1)
+    print(f"acknowledged {len(acked)}, read {len(read)}, lost {lost}, duplicated {duplicated}, "
+          f"delivery errors {len(errors)}")
+    assert errors == []
+    assert lost == 0 and duplicated == 0
