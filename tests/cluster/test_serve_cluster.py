@@ -189,6 +189,43 @@ def test_a_new_leader_serves_what_the_dead_one_acknowledged(cluster: Cluster) ->
             assert c.produce(topic, p, batch([b"next"])).base_offset == 5
 
 
+def test_a_group_resumes_at_its_commits_after_its_coordinator_dies(cluster: Cluster) -> None:
+    """The node that takes over the groups table's container loaded the groups at its start (before
+    these commits): it must serve them from state read in its own term."""
+    from kafka import KafkaConsumer, KafkaProducer  # type: ignore[import-untyped]
+
+    with wire(cluster.nodes[0]) as c:
+        c.create("resume", 3)
+    agreed_leaders(cluster, "resume", 3)
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all")
+    for i in range(60):
+        producer.send("resume", value=str(i).encode())
+    producer.flush(60)
+    producer.close()
+    consumer = KafkaConsumer("resume", bootstrap_servers=cluster.bootstrap, group_id="resumers",
+                             auto_offset_reset="earliest", enable_auto_commit=False, max_poll_records=10)
+    first: list[bytes] = []
+    while len(first) < 30:
+        for records in consumer.poll(1000).values():
+            first.extend(r.value for r in records)
+    consumer.commit()
+    consumer.close()
+    with wire(cluster.nodes[0]) as c:
+        coordinator = c.send(FIND_COORDINATOR, 3, FindCoordinatorRequest(key="resumers", key_type=0)).node_id
+    victim = next(n for n in cluster.nodes if n.node_id == coordinator)
+    victim.kill()
+    second = KafkaConsumer("resume", bootstrap_servers=cluster.bootstrap, group_id="resumers",
+                           auto_offset_reset="earliest", enable_auto_commit=False)
+    rest: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(first) + len(rest) < 60 and time.monotonic() < deadline:
+        for records in second.poll(1000).values():
+            rest.extend(r.value for r in records)
+    rest.extend(r.value for records in second.poll(2000).values() for r in records)  # nothing more comes
+    second.close()
+    assert sorted(first + rest, key=int) == [str(i).encode() for i in range(60)]
+
+
 @pytest.mark.slow
 def test_sigkill_a_node_under_an_idempotent_producer_loses_and_duplicates_nothing(cluster: Cluster) -> None:
     from confluent_kafka import Consumer, Producer
