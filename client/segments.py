@@ -97,6 +97,12 @@ class SegmentClient:
     def list_segments(self) -> list[str]:
         return self.call(Command.LIST_SEGMENTS)[0]["segments"]
 
+    def segment_owner(self, name: str) -> dict[str, Any]:
+        """Where ``name`` is served: ``container``, and on a cluster the owning ``node`` and its
+        ``native`` HOST:PORT (both None from a single server, which serves it itself, and while the
+        container has no live owner)."""
+        return self.call(Command.GET_SEGMENT_OWNER, {"segment": name})[0]
+
     # -- controller -------------------------------------------------------------------------------------
     def create_scope(self, scope: str) -> bool:
         return self.call(Command.CREATE_SCOPE, {"scope": scope})[0]["created"]

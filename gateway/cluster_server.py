@@ -38,6 +38,7 @@ from millrace.gateway.kafka.cluster import GroupCoordination, KafkaCluster
 from millrace.gateway.kafka.setup import build_kafka, start_background
 from millrace.gateway.native.handler import NativeFactory, NativeProtocol
 from millrace.gateway.server import topic_partitions
+from millrace.protocol.wire import Command
 from millrace.store.budget import MIB
 from millrace.store.cluster.layout import NodeInfo, check_node_id
 from millrace.store.cluster.node import ClusterNode, ClusterNodeConfig
@@ -165,8 +166,11 @@ def serve_cluster(options: ServerOptions) -> int:
     broker.groups.coordinator_check = groups.check
     kafka_factory.connection_budget_bytes = options.connection_budget_mb * MIB
     kafka_front.inner = kafka_factory
-    native_front.inner = NativeFactory(store, controller, pool, broker.scaling, topic_partitions(broker),
-                                       connection_budget_bytes=options.connection_budget_mb * MIB, broker=broker)
+    native_factory = NativeFactory(store, controller, pool, broker.scaling, topic_partitions(broker),
+                                   connection_budget_bytes=options.connection_budget_mb * MIB, broker=broker)
+    # Pravega's getURI: which node serves a segment (from the watched assignments: no I/O on the reactor).
+    native_factory.controller_commands[Command.GET_SEGMENT_OWNER] = lambda h, p: cluster.segment_owner(h["segment"])
+    native_front.inner = native_factory
     retention = start_background(broker)
     # Topics created through other nodes: their records are in the topics table, read here each second.
     topics = task.LoopingCall(lambda: broker.blocking(broker.topics.refresh).addErrback(

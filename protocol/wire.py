@@ -33,6 +33,9 @@ class Command(enum.IntEnum):
     MERGE = 9
     UPDATE_ATTRIBUTES = 10
     LIST_SEGMENTS = 11
+    # Where a segment is served (Pravega's getURI): {"container", "node", "native"}; node and native are
+    # null from a single server (this server) and while a cluster container has no live owner.
+    GET_SEGMENT_OWNER = 12
     # controller
     CREATE_SCOPE = 20
     DELETE_SCOPE = 21

@@ -73,7 +73,7 @@ class KafkaCluster:
         self.host = host
         self.container_count = container_count
         self._lock = threading.Lock()
-        self._nodes: dict[str, tuple[int, KafkaNode]] = {}  # node id -> (incarnation, Kafka address)
+        self._nodes: dict[str, tuple[int, NodeInfo]] = {}  # live node id -> (incarnation, what it registered)
         self._assignments: dict[int, Assignment] = {}
 
     def start(self) -> KafkaCluster:
@@ -87,7 +87,7 @@ class KafkaCluster:
 
     # -- watches (kazoo threads) --------------------------------------------------------------------
     def _nodes_changed(self, children: list[str]) -> None:
-        nodes: dict[str, tuple[int, KafkaNode]] = {}
+        nodes: dict[str, tuple[int, NodeInfo]] = {}
         for name in children:
             try:
                 data, stat = self.client.get(f"{self.paths.nodes}/{name}")
@@ -97,9 +97,7 @@ class KafkaCluster:
                 log.warning("reading node %s failed: %s", name, exc)
                 continue
             info = NodeInfo.decode(data)
-            number, address = kafka_node_id(info.node_id), kafka_address(info)
-            if number is not None and address is not None:
-                nodes[info.node_id] = (stat.czxid, KafkaNode(number, *address))
+            nodes[info.node_id] = (stat.czxid, info)
         self._nodes = nodes
 
     def _assignment_watcher(self, container_id: int) -> Any:
@@ -115,10 +113,11 @@ class KafkaCluster:
     # -- reads (any thread) -------------------------------------------------------------------------
     def brokers(self) -> list[KafkaNode]:
         """Every live node with a Kafka listener, by id."""
-        return sorted((node for _, node in self._nodes.values()), key=lambda n: n.node_id)
+        nodes = (_kafka_node(info) for _, info in self._nodes.values())
+        return sorted((n for n in nodes if n is not None), key=lambda n: n.node_id)
 
-    def owner(self, container_id: int) -> KafkaNode | None:
-        """The live node owning the container, None while it has none (or its owner died)."""
+    def owner_info(self, container_id: int) -> NodeInfo | None:
+        """What the container's live owner registered, None while it has none (or its owner died)."""
         assignment = self._assignments.get(container_id)
         if assignment is None or assignment.node is None:
             return None
@@ -126,6 +125,20 @@ class KafkaCluster:
         if entry is None or entry[0] != assignment.incarnation:
             return None
         return entry[1]
+
+    def owner(self, container_id: int) -> KafkaNode | None:
+        """The container's live owner as a Kafka broker."""
+        info = self.owner_info(container_id)
+        return None if info is None else _kafka_node(info)
+
+    def segment_owner(self, segment: str) -> dict[str, Any]:
+        """The GET_SEGMENT_OWNER answer: the segment's container, its live owner and that owner's
+        advertised native listener (clients' segment commands are served there without a hop)."""
+        container = self.container_of(segment)
+        info = self.owner_info(container)
+        native = None if info is None else (info.advertised.get("native") or
+                                            (f"{info.host}:{info.ports['native']}" if "native" in info.ports else None))
+        return {"container": container, "node": None if info is None else info.node_id, "native": native}
 
     def leader(self, segment: str) -> KafkaNode | None:
         """The node serving the partitions whose open segment is ``segment``."""
@@ -154,6 +167,11 @@ class KafkaCluster:
 
     def container_of(self, segment: str) -> int:
         return container_index(segment, self.container_count)
+
+
+def _kafka_node(info: NodeInfo) -> KafkaNode | None:
+    number, address = kafka_node_id(info.node_id), kafka_address(info)
+    return None if number is None or address is None else KafkaNode(number, *address)
 
 
 class GroupCoordination:

@@ -50,6 +50,9 @@ class NativeProtocol(BudgetedReceiver):
         super().__init__(budget_bytes, "native-connection")
         self.store = store
         self._handlers: dict[int, Callable[[dict[str, Any], bytes], StoreFuture | Any]] = {
+            # One server serves every segment; a cluster node's controller_commands answer with the owner.
+            Command.GET_SEGMENT_OWNER: lambda h, p: {"container": store.container_for(h["segment"]).container_id,
+                                                     "node": None, "native": None},
             **controller_commands,
             Command.HELLO: lambda h, p: {"version": PROTOCOL_VERSION},
             Command.CREATE_SEGMENT: lambda h, p: store.create_segment(h["segment"], h.get("attributes")),

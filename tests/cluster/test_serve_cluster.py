@@ -34,6 +34,7 @@ from millrace.store.cluster.connection import NodeConnection
 from millrace.store.segment_store import container_index
 from tests.cluster.serve_cluster import CONTAINERS, Cluster, NodeProcess, wait_for
 from tests.kafka.wire import KafkaWire
+from tests.server_process import ServerProcess
 
 FIND_COORDINATOR, JOIN_GROUP = FindCoordinatorRequest.API_KEY, JoinGroupRequest.API_KEY
 NOT_LEADER = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
@@ -100,6 +101,34 @@ def test_native_segments_through_any_node_and_peers_serve_only_their_own(cluster
         finally:
             conn.close()
     assert served == Counter({name: 1 for name in names})
+    # GET_SEGMENT_OWNER (Pravega's getURI), asked of any node, names the node whose peer listener
+    # served the segment above, with that node's native listener.
+    for name in names:
+        server_of = next(n for n in cluster.nodes if _serves(n, name))
+        for node in cluster.nodes:
+            with SegmentClient("127.0.0.1", node.native_port) as client:
+                owner = client.segment_owner(name)
+            assert owner == {"container": container_index(name, CONTAINERS), "node": str(server_of.node_id),
+                             "native": f"127.0.0.1:{server_of.native_port}"}, (name, node.node_id, owner)
+
+
+def _serves(node: NodeProcess, name: str) -> bool:
+    conn = NodeConnection("127.0.0.1", node.ports["peer"])
+    try:
+        conn.request(Command.GET_INFO, {"segment": name}).result(10)
+        return True
+    except ContainerOfflineError:
+        return False
+    finally:
+        conn.close()
+
+
+def test_a_single_server_names_itself_as_every_segments_owner(tmp_path: Path) -> None:
+    with ServerProcess(str(tmp_path / "data"), "--containers", "4") as server, \
+            SegmentClient("127.0.0.1", server.native_port) as client:
+        for name in ("a/b/0", "a/b/1", "x/y/2"):
+            assert client.segment_owner(name) == {"container": container_index(name, 4), "node": None,
+                                                  "native": None}
 
 
 def test_kafka_leaders_not_leader_and_coordinator_across_nodes(cluster: Cluster) -> None:
