@@ -154,7 +154,9 @@ class StreamManager:
     def create_writer(self, scope: str, stream: str, serializer: Serializer[T] | None = None,
                       writer_id: str | None = None) -> EventStreamWriter[T]:
         """A writer of events with routing keys. Give a stable ``writer_id`` to fence an earlier
-        instance of the same writer (after a crash); by default each writer gets a fresh id."""
+        instance of the same writer (after a crash) and to write exactly once across restarts: the
+        stream records the id's event numbers, and events numbered at or below them are not written
+        again (``EventStreamWriter``); by default each writer gets a fresh id."""
         return EventStreamWriter(self.controller, scope, stream, serializer, writer_id)
 
     def create_transaction_writer(self, scope: str, stream: str, writer_id: str | None = None,

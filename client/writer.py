@@ -48,12 +48,23 @@ RETRY_DELAYS = (0.05, 0.1, 0.2, 0.5, 1.0)
 PARTITION_CACHE_KEYS = 100_000
 
 
+#: The offset of an event that an earlier instance of the writer id had written already (its event number
+#: is at or below the one the partition's segment records): it is not written again, and where it landed
+#: is not kept.
+ALREADY_WRITTEN = -1
+
+
 @dataclass(frozen=True)
 class EventPosition:
-    """Where an event landed: its partition and its offset there (the Kafka offset)."""
+    """Where an event landed: its partition and its offset there (the Kafka offset), or
+    ``ALREADY_WRITTEN`` for an event a restarted writer skipped because it was written before."""
 
     partition: int
     offset: int
+
+    @property
+    def already_written(self) -> bool:
+        return self.offset == ALREADY_WRITTEN
 
 
 _CONDITIONS = threading.Lock()  # makes each _EventFuture's Condition at most once
@@ -142,6 +153,8 @@ class _Batch:
     base_sequence: int
     payload: bytes
     futures: list[_EventFuture]
+    first_event: int  # event numbers (-1: the sender does not number its events)
+    last_event: int
     outcome: Future[Reply] | None = None  # of the current attempt
 
 
@@ -149,7 +162,8 @@ class _Batch:
 class _Partition:
     number: int
     next_sequence: int = 0
-    pending: deque[tuple[bytes | None, bytes, _EventFuture]] = field(default_factory=deque)
+    # (routing key, data, future, event number or -1)
+    pending: deque[tuple[bytes | None, bytes, _EventFuture, int]] = field(default_factory=deque)
     in_flight: deque[_Batch] = field(default_factory=deque)
     retrying: bool = False  # a batch failed retriably: send nothing new until the resend
     failing_since: float | None = None  # monotonic time of the first failure since the last success
@@ -166,6 +180,7 @@ class EventSender(Generic[T]):
 
     command: Command = Command.APPEND_EVENTS
     transactional = False
+    writer_id = ""  # named in the batches of senders that number their events
 
     def __init__(self, controller: ControllerClient, scope: str, stream: str, serializer: Serializer[T] | None,
                  producer_id: int, epoch: int, slices: list[tuple[float, float]], label: str,
@@ -201,17 +216,19 @@ class EventSender(Generic[T]):
     def write_event(self, event: T, routing_key: str | None = None) -> Future[EventPosition]:
         """Queue ``event``; the future completes with its position once it is durable (or fails)."""
         data = self.serializer.serialize(event)
-        key = routing_key.encode() if routing_key is not None else None
         fut = _EventFuture()
         with self._lock:
             self._refuse_writes()
-            p = self._partitions[self._partition_of(routing_key)]
-            if p.failed is not None:
-                fut.complete(p.failed)
-                return fut
-            p.pending.append((key, data, fut))
-            self._pump(p)
+            self._enqueue(self._partitions[self._partition_of(routing_key)], routing_key, data, fut, -1)
         return fut
+
+    def _enqueue(self, p: _Partition, routing_key: str | None, data: bytes, fut: _EventFuture, number: int) -> None:
+        """Queue one event on its partition (under the lock)."""
+        if p.failed is not None:
+            fut.complete(p.failed)
+            return
+        p.pending.append((routing_key.encode() if routing_key is not None else None, data, fut, number))
+        self._pump(p)
 
     def flush(self) -> None:
         """Wait until every event written so far is durable; raise the first failure among them."""
@@ -236,6 +253,9 @@ class EventSender(Generic[T]):
     def _partition_of(self, routing_key: str | None) -> int:
         if routing_key is None:
             return next(self._unkeyed)  # no order to keep: spread
+        return self._partition_of_routing_key(routing_key)
+
+    def _partition_of_routing_key(self, routing_key: str) -> int:
         number = self._partition_of_key.get(routing_key)
         if number is None:
             # Keys repeat (sensors, users, devices): hash each once while the cache is bounded.
@@ -254,14 +274,16 @@ class EventSender(Generic[T]):
             events: list[tuple[bytes | None, bytes]] = []
             futures: list[_EventFuture] = []
             size = 0
+            first_event = p.pending[0][3]
+            last_event = first_event
             while p.pending and (not events or size + len(p.pending[0][1]) <= MAX_BATCH_BYTES):
-                key, data, fut = p.pending.popleft()
+                key, data, fut, last_event = p.pending.popleft()
                 events.append((key, data))
                 futures.append(fut)
                 size += len(data) + (len(key) if key else 0)
             payload = encode_batch(events, int(time.time() * 1000), self.producer_id, self.epoch, p.next_sequence,
                                    self.transactional)
-            batch = _Batch(p.next_sequence, payload, futures)
+            batch = _Batch(p.next_sequence, payload, futures, first_event, last_event)
             p.next_sequence += len(events)
             p.in_flight.append(batch)
             self._send(p, batch)
@@ -269,8 +291,11 @@ class EventSender(Generic[T]):
     def _send(self, p: _Partition, batch: _Batch) -> None:
         try:
             # Never connect here: this runs under the lock, and the retry reconnects off it.
+            header = self._header(p)
+            if batch.first_event >= 0:
+                header.update(writer_id=self.writer_id, first_event=batch.first_event, last_event=batch.last_event)
             outcome = self.controller.pool.request_if_connected(self.controller.endpoint, self.command,
-                                                                self._header(p), batch.payload)
+                                                                header, batch.payload)
         except ConnectionLostError as exc:
             outcome = Future()
             outcome.set_exception(exc)
@@ -289,7 +314,10 @@ class EventSender(Generic[T]):
                 p.in_flight.remove(batch)
                 p.attempts = 0
                 p.failing_since = None
-                done += [(f, EventPosition(p.number, base + i)) for i, f in enumerate(batch.futures)]
+                if base == ALREADY_WRITTEN:  # an earlier instance of the writer id wrote these events
+                    done += [(f, EventPosition(p.number, ALREADY_WRITTEN)) for f in batch.futures]
+                else:
+                    done += [(f, EventPosition(p.number, base + i)) for i, f in enumerate(batch.futures)]
                 self._pump(p)
             elif isinstance(exc, (ConnectionLostError, RetriableError)) or (
                     # A batch behind one that failed finds a gap in the sequence: ours, not a refusal.
@@ -358,13 +386,70 @@ class EventSender(Generic[T]):
 
 
 class EventStreamWriter(EventSender[T]):
+    """Events with routing keys, in order per key, exactly once across reconnects and restarts.
+
+    Every event has an event number, increasing per writer id: by default one more than the writer's
+    previous event (a writer opened again under its id starts above every number the stream records
+    for it), or the ``event_number`` the application gives, for example its source position. Each
+    partition's segment records the writer id's last event number with the data (a segment attribute);
+    a writer opened again under the same id learns those numbers and skips any event numbered at or
+    below its partition's (its future gives ``ALREADY_WRITTEN``), so an application that restarts and
+    writes its events again with the same numbers stores each exactly once. Events without a routing key
+    go to a partition chosen by their event number, so they are found again too. Only a writer opened
+    with an explicit ``writer_id`` records its numbers (one opened without gets a random id that nobody
+    can open again, so its segments would keep numbers for nothing; its reconnects are exact anyway,
+    through its producer sequences).
+    """
+
     def __init__(self, controller: ControllerClient, scope: str, stream: str,
                  serializer: Serializer[T] | None = None, writer_id: str | None = None) -> None:
         self.writer_id = writer_id or uuid.uuid4().hex
+        self._numbered = writer_id is not None
         opened = controller.call(Command.OPEN_WRITER,
                                  {"scope": scope, "stream": stream, "writer_id": self.writer_id}, retry=True)[0]
         super().__init__(controller, scope, stream, serializer, int(opened["producer_id"]), int(opened["epoch"]),
                          [(float(lo), float(hi)) for lo, hi in opened["slices"]], f"writer {self.writer_id}")
+        recorded = {int(p): int(n) for p, n in opened.get("event_numbers", {}).items()}
+        # Per partition, the last event number the stream held for this writer id when it opened.
+        self._written_before = [recorded.get(p, -1) for p in range(len(self.slices))]
+        self._recorded_max = max(recorded.values(), default=-1)
+        self._previous = -1  # the number of this instance's previous event
+
+    @property
+    def written_before(self) -> dict[int, int]:
+        """Per partition, the last event number of this writer id the stream held when the writer opened
+        (partitions it never wrote to are missing)."""
+        return {p: n for p, n in enumerate(self._written_before) if n >= 0}
+
+    @property
+    def last_event_number(self) -> int:
+        """The highest event number of this writer id so far: of this instance's events and of those the
+        stream held when it opened (-1 if none); the next event is numbered one more by default."""
+        return max(self._previous, self._recorded_max)
+
+    def write_event(self, event: T, routing_key: str | None = None, *,
+                    event_number: int | None = None) -> Future[EventPosition]:
+        """Queue ``event``; the future completes with its position once it is durable (or fails).
+        ``event_number`` must exceed this instance's previous one (a restarted writer may start again from
+        its first event); by default it is ``last_event_number`` plus one."""
+        data = self.serializer.serialize(event)
+        fut = _EventFuture()
+        with self._lock:
+            self._refuse_writes()
+            if event_number is None:
+                number = self.last_event_number + 1
+            elif event_number > self._previous:
+                number = event_number
+            else:
+                raise ValueError(f"event number {event_number} does not exceed the previous one, {self._previous}")
+            self._previous = number
+            partition = (number % len(self.slices) if routing_key is None
+                         else self._partition_of_routing_key(routing_key))
+            if number <= self._written_before[partition]:
+                fut.complete(EventPosition(partition, ALREADY_WRITTEN))
+                return fut
+            self._enqueue(self._partitions[partition], routing_key, data, fut, number if self._numbered else -1)
+        return fut
 
     def __enter__(self) -> EventStreamWriter[T]:
         return self

@@ -5,8 +5,11 @@ whose per-id state is durable and whose every open bumps the epoch (fencing olde
 id), and answers the stream's partition slices so the writer routes keys itself. ``APPEND_EVENTS``
 appends one RecordBatch v2 (``millrace.protocol.events``) to one partition through
 ``PartitionStorage.append``, exactly as a Kafka Produce does: same offsets, idempotence (duplicates
-answer the original offset), high watermark and scaling switches. ``READ_EVENTS`` answers the
-committed events of one segment (``event_reads``). All run on the reactor.
+answer the original offset), high watermark and scaling switches; a batch of a writer opened with its
+own id also names the writer and its event numbers, which the partition records in its segment's
+attributes (``partitions.writer_events``): ``OPEN_WRITER`` answers the id's last number per partition, and
+a batch written before by an earlier instance answers offset -1 instead of being stored again.
+``READ_EVENTS`` answers the committed events of one segment (``event_reads``). All run on the reactor.
 
 Every stream can take events. A Kafka topic is served as is; a stream of another scope gets its
 partitions from the topic registry on its first ``OPEN_WRITER`` (``TopicRegistry.adopt_stream``),
@@ -23,6 +26,7 @@ from twisted.python.failure import Failure
 
 from millrace.gateway.kafka.broker import Broker
 from millrace.gateway.kafka.partitions import PartitionError, PartitionLog
+from millrace.gateway.kafka.partitions.writer_events import WriterEvents
 from millrace.gateway.kafka.resolve import record_logs
 from millrace.gateway.kafka.topics import TopicError, TopicInfo
 from millrace.gateway.kafka_protocol.errors import ErrorCode
@@ -92,12 +96,21 @@ def event_handlers(broker: Broker) -> dict[int, Callable[[dict[str, Any], bytes]
         found = partitioned_stream(broker, scope, stream)
 
         def init(topic: TopicInfo) -> defer.Deferred[dict[str, Any]]:
-            def opened(outcome: tuple[ErrorCode, int, int]) -> dict[str, Any]:
+            def opened(outcome: tuple[ErrorCode, int, int]) -> defer.Deferred[dict[str, Any]]:
                 error, producer_id, epoch = outcome
                 if error != ErrorCode.NONE:
                     raise refusal(error, f"opening writer {writer_id}: {error.name}")
                 current = broker.topics.record(name) or topic
-                return {"producer_id": producer_id, "epoch": epoch, "slices": [list(s) for s in current.slices]}
+
+                def answer(found: tuple[TopicInfo, list[PartitionLog]]) -> dict[str, Any]:
+                    # After the epoch bump: an older instance can append nothing more, so these numbers
+                    # stay the last ones until this instance writes.
+                    numbers = {str(p.partition): n for p in found[1]
+                               if (n := p.writer_events.last(writer_id)) is not None}
+                    return {"producer_id": producer_id, "epoch": epoch, "slices": [list(s) for s in current.slices],
+                            "event_numbers": numbers}
+
+                return record_logs(broker, current).addCallback(answer)
 
             return broker.transactions.init_producer_id(WRITER_ID_PREFIX + writer_id, WRITER_LEASE_MS, -1,
                                                         -1).addCallback(opened)
@@ -111,11 +124,18 @@ def event_handlers(broker: Broker) -> dict[int, Callable[[dict[str, Any], bytes]
         if topic is None:  # a stream of another scope gets its record from OPEN_WRITER
             raise StreamNotFoundError(stream)
 
+        events = None
+        if h.get("writer_id") is not None:
+            try:
+                events = WriterEvents(str(h["writer_id"]), int(h["first_event"]), int(h["last_event"]))
+            except PartitionError as exc:
+                raise InvalidRequestError(str(exc)) from None
+
         def append(found: tuple[TopicInfo, list[PartitionLog]]) -> defer.Deferred[int]:
             current, parts = found
             if not 0 <= partition < len(parts):
                 raise StreamNotFoundError(f"{stream} has no partition {partition}")
-            return broker.partitions.append(current, parts[partition], memoryview(payload))
+            return broker.partitions.append(current, parts[partition], memoryview(payload), events=events)
 
         def refused(failure: Failure) -> Failure:
             exc = failure.value

@@ -205,29 +205,115 @@ def test_a_batch_that_does_not_parse_is_refused_and_the_server_lives(server: Ser
         writer.close()
 
 
-def test_exactly_once_when_the_writer_process_is_killed(server: ServerProcess, uri: str) -> None:
-    """SIGKILL a writer mid-stream, restart it under the same writer id: every acknowledged event is
-    stored once, nothing is stored twice, and each key's events are in write order."""
-    create_topic(server, "writer-crash", 4)
-    cmd = [sys.executable, "-m", "tests.client.writer_process", uri, "writer-crash", "crashing-writer"]
-    first = subprocess.Popen([*cmd, "0", "1000000"], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+def _run_writer(uri: str, topic: str, writer_id: str, first: int, count: int, *flags: str,
+                until_acked: int | None = None) -> tuple[list[str], list[str]]:
+    """Run ``writer_process``; with ``until_acked`` SIGKILL it once that many events are acknowledged.
+    Returns the values it reported acknowledged and skipped (written before)."""
+    cmd = [sys.executable, "-m", "tests.client.writer_process", uri, topic, writer_id, str(first), str(count),
+           *flags]
     acked: list[str] = []
-    assert first.stdout is not None
-    for line in first.stdout:
-        if line.startswith("acked "):
-            acked.append(line.split()[1])
-            if len(acked) >= 2000:
-                break
-    first.send_signal(signal.SIGKILL)  # with events written and not yet acknowledged
-    first.wait(30)
-    second = subprocess.run([*cmd, "5000000", "400"], capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert second.returncode == 0, second.stderr
-    acked += [line.split()[1] for line in second.stdout.splitlines() if line.startswith("acked ")]
-    assert len(acked) >= 2400
+    skipped: list[str] = []
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        word, _, value = line.strip().partition(" ")
+        (acked if word == "acked" else skipped if word == "skipped" else []).append(value)
+        if until_acked is not None and len(acked) >= until_acked:
+            proc.send_signal(signal.SIGKILL)  # with events written and not yet acknowledged
+            break
+    proc.wait(120)
+    if until_acked is None:
+        assert proc.returncode == 0, proc.stderr.read() if proc.stderr else ""
+    return acked, skipped
 
-    stored = [v.decode() for _, _, _, v in sorted(read_to_end(server, "writer-crash", 4))]
+
+def _highest_number(server: ServerProcess, topic: str, partitions: int) -> int:
+    return max(int(v.split(b":")[1]) for _, _, _, v in read_to_end(server, topic, partitions))
+
+
+def _assert_each_event_once(server: ServerProcess, topic: str, partitions: int, last: int) -> list[str]:
+    """The topic holds the events ``key:0`` .. ``key:last`` exactly once each, in number order per key."""
+    stored = [v.decode() for _, _, _, v in sorted(read_to_end(server, topic, partitions))]
     assert len(stored) == len(set(stored))  # nothing twice
-    assert set(acked) <= set(stored)  # everything acknowledged, once
+    numbers = sorted(int(v.split(":")[1]) for v in stored)
+    assert numbers == list(range(last + 1))  # nothing missing
     for key in {v.split(":")[0] for v in stored}:
-        numbers = [int(v.split(":")[1]) for v in stored if v.startswith(f"{key}:")]
-        assert numbers == sorted(numbers)  # in write order per key, across the restart
+        mine = [int(v.split(":")[1]) for v in stored if v.startswith(f"{key}:")]
+        assert mine == sorted(mine)  # in write order per key (a partition's offsets)
+    return stored
+
+
+def test_a_writer_killed_and_restarted_under_its_id_continues_without_duplicates(server: ServerProcess,
+                                                                                  uri: str) -> None:
+    """SIGKILL a writer mid-stream, restart it under the same writer id writing new events: every
+    acknowledged event is stored once, and the new instance's numbers continue above the old ones."""
+    create_topic(server, "writer-crash", 4)
+    acked, _ = _run_writer(uri, "writer-crash", "crashing-writer", 0, 1_000_000, until_acked=2000)
+    with StreamManager(uri) as sm:
+        probe = sm.create_writer("kafka", "writer-crash", writer_id="crashing-writer")
+        # The stream recorded the killed instance's numbers; a new instance continues above them.
+        assert probe.last_event_number == max(probe.written_before.values()) >= 2000 - 1
+        probe.close()
+    more, skipped = _run_writer(uri, "writer-crash", "crashing-writer", 5_000_000, 400)
+    assert len(more) == 400 and not skipped
+    stored = [v.decode() for _, _, _, v in sorted(read_to_end(server, "writer-crash", 4))]
+    assert len(stored) == len(set(stored))
+    assert set(acked + more) <= set(stored)
+
+
+@pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "unkeyed"])
+def test_a_restarted_writer_that_writes_its_events_again_stores_each_once(server: ServerProcess, uri: str,
+                                                                          keyed: bool) -> None:
+    """Exactly once across a restart (Pravega's writer id + event numbers): SIGKILL a writer mid-stream,
+    then a new instance under the same id writes the same events again from the first, with the same
+    event numbers: those stored already are skipped, the rest written, each event stored once."""
+    topic = f"replay-{'keyed' if keyed else 'unkeyed'}"
+    create_topic(server, topic, 4)
+    flags = ("--numbered",) if keyed else ("--numbered", "--unkeyed")
+    acked, _ = _run_writer(uri, topic, "replaying-writer", 0, 1_000_000, *flags, until_acked=3000)
+    time.sleep(0.5)  # whatever the killed process had sent is appended by now
+    last = _highest_number(server, topic, 4) + 2000  # past everything the killed instance got to write
+    again, skipped = _run_writer(uri, topic, "replaying-writer", 0, last + 1, *flags)
+    assert len(skipped) >= len(acked)  # the acknowledged ones at least were found written
+    assert len(again) + len(skipped) == last + 1
+    stored = _assert_each_event_once(server, topic, 4, last)
+    assert set(acked) <= set(stored)
+
+
+def test_replay_after_a_server_sigkill_and_splits_stores_each_event_once(tmp_path) -> None:
+    """The event numbers are durable with the data and follow a partition into its successors: a
+    numbered writer writes while the topic's segment splits twice, the server is SIGKILLed, the writer
+    too; after the restart a new instance writes every event again and each is stored once."""
+    native, kafka = _free_port(), _free_port()
+    data = str(tmp_path / "data")
+    args = ("--native-port", str(native), "--kafka-port", str(kafka))
+    server = ServerProcess(data, *args).start()
+    uri = f"tcp://127.0.0.1:{native}"
+    try:
+        create_topic(server, "replay-crash", 4, **{"millrace.segments.initial": "1"})
+        cmd = [sys.executable, "-m", "tests.client.writer_process", uri, "replay-crash", "w1", "0", "1000000",
+               "--numbered"]
+        writer = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+        assert writer.stdout is not None
+        acked: list[str] = []
+        with StreamManager(uri) as sm:
+            for line in writer.stdout:
+                if line.startswith("acked "):
+                    acked.append(line.split()[1])
+                if len(acked) in (1000, 2000):
+                    for seg in sm.describe_stream("kafka", "replay-crash").segments:
+                        sm.split_segment("kafka", "replay-crash", seg.segment)  # while appends are in flight
+                if len(acked) >= 3000:
+                    break
+            assert len(sm.describe_stream("kafka", "replay-crash").segments) == 4
+        server.kill()  # SIGKILL with the writer's batches in flight
+        writer.send_signal(signal.SIGKILL)
+        writer.wait(30)
+        server = ServerProcess(data, *args).start()
+        last = _highest_number(server, "replay-crash", 4) + 2000
+        again, skipped = _run_writer(uri, "replay-crash", "w1", 0, last + 1, "--numbered")
+        assert len(skipped) >= len(acked)
+        stored = _assert_each_event_once(server, "replay-crash", 4, last)
+        assert set(acked) <= set(stored)
+    finally:
+        server.kill()

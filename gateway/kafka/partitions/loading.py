@@ -58,6 +58,9 @@ def load_topic(store: SegmentStore, clock: IReactorTime, topics: TopicRegistry, 
             if entry.partition < len(parts):
                 commit = marker_is_commit(store, name, entry) if entry.attributes & CONTROL_ATTRIBUTE else None
                 parts[entry.partition].recovered(writer, entry, commit)
+        if found.attributes:
+            for p in parts:
+                p.recovered_attributes(found.attributes)
     for p in parts:
         p.write_to(writers[topics.segment_of_partition(topic, p.partition, current).name])
         p.open_at(log_starts.get(p.partition, 0))

@@ -25,6 +25,7 @@ from millrace.gateway.kafka.partitions.segments import SegmentWriter
 from millrace.gateway.kafka.partitions.transactions import PartitionTransactions
 from millrace.gateway.kafka.partitions.waiters import Waiters
 from millrace.gateway.kafka.partitions.watermark import HighWatermark
+from millrace.gateway.kafka.partitions.writer_events import WriterEventNumbers
 
 if TYPE_CHECKING:
     from millrace.gateway.kafka.partitions.compaction import CompactionRecord
@@ -55,6 +56,10 @@ class PartitionLog:
         self.watermark = HighWatermark(0)
         self.producers = Producers()
         self.txns = PartitionTransactions()
+        self.writer_events = WriterEventNumbers(partition)
+        # Set during a load once a stored batch was dropped as not contiguous: from that segment on, the
+        # partition's writer attributes are void (``writer_events``).
+        self.dropped_batches = False
         self.waiters = Waiters()
         # The compactions table's record of this partition and its table version (None: never compacted)
         self.compaction: CompactionRecord | None = None
@@ -96,6 +101,8 @@ class PartitionLog:
             # base > next: a batch made durable in a successor while an earlier one in the predecessor
             # was not; it was never acknowledged (acks wait for the high watermark), so it is not part
             # of the partition and its offsets are assigned again.
+            if entry.base_offset > last:
+                self.dropped_batches = True
             return
         self._add(writer, entry, commit)
 
@@ -123,6 +130,11 @@ class PartitionLog:
             self.producers.recovered(entry.producer_id, entry.producer_epoch, entry.base_sequence,
                                      entry.base_sequence + entry.last_offset_delta, entry.base_offset,
                                      entry.max_timestamp)
+
+    def recovered_attributes(self, attributes: dict[str, int]) -> None:
+        """Take a recovered segment's attributes, after its batches (``writer_events``' load rule)."""
+        if not self.dropped_batches:
+            self.writer_events.recovered(attributes)
 
     def open_at(self, stored_log_start: int) -> None:
         """Finish a load: offsets continue after the last recovered batch, from the stored log start."""

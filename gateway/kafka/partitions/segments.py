@@ -98,6 +98,7 @@ class RecoveredSegment:
     tail: int
     index_tail: int
     entries: list[IndexEntry] = field(default_factory=list)  # every batch past the segment's start, in order
+    attributes: dict[str, int] = field(default_factory=dict)  # the data segment's, as durable
 
 
 def create_index_segment(store: SegmentStore, name: str) -> None:
@@ -113,7 +114,7 @@ def recover_segment(store: SegmentStore, name: str) -> RecoveredSegment:
     data_info = store.get_info(name)
     index_info = store.get_info(index_name)
     raw = read_fully(store, index_name, index_info.start_offset, index_info.length)
-    found = RecoveredSegment(name, data_info.length, index_info.length)
+    found = RecoveredSegment(name, data_info.length, index_info.length, attributes=dict(data_info.attributes))
     scan_from = data_info.start_offset
     usable = len(raw) - len(raw) % INDEX_ENTRY_SIZE
     for at in range(0, usable, INDEX_ENTRY_SIZE):

@@ -52,6 +52,7 @@ from millrace.gateway.kafka.partitions.producers import MARKER_COORDINATOR_EPOCH
 from millrace.gateway.kafka.partitions.segments import BLOCKING_TIMEOUT, SegmentWriter, create_index_segment
 from millrace.gateway.kafka.partitions.waiters import wait_for_any
 from millrace.gateway.kafka.partitions.watermark import PendingAppend
+from millrace.gateway.kafka.partitions.writer_events import WriterEvents
 from millrace.gateway.kafka.topics import TopicInfo, TopicRegistry, deletes_old_data
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.records import (
@@ -167,10 +168,12 @@ class PartitionStorage(Protocol):
         """Log start, high watermark and last stable offset now."""
         ...
 
-    def append(self, topic: TopicInfo, p: PartitionLog, records: Any, now_ms: int | None = None) -> defer.Deferred[int]:
+    def append(self, topic: TopicInfo, p: PartitionLog, records: Any, now_ms: int | None = None,
+               events: WriterEvents | None = None) -> defer.Deferred[int]:
         """Append one produce request's batch; its base offset once the high watermark passes it.
         ``now_ms`` is the broker time its timestamps are checked against (and a LogAppendTime topic
-        stamps), by default the storage's clock."""
+        stamps), by default the storage's clock. ``events``: a native writer's event numbers
+        (``writer_events``): a batch written before answers ``ALREADY_WRITTEN`` instead of an offset."""
         ...
 
     def now_ms(self) -> int:
@@ -457,7 +460,8 @@ class SegmentPartitionStorage(PartitionStorage):
         before = self._now_ms() - expiration_ms
         return sum(p.producers.expire(before, p.txns.open) for parts in self._topics.values() for p in parts)
 
-    def append(self, topic: TopicInfo, p: PartitionLog, records: Any, now_ms: int | None = None) -> defer.Deferred[int]:
+    def append(self, topic: TopicInfo, p: PartitionLog, records: Any, now_ms: int | None = None,
+               events: WriterEvents | None = None) -> defer.Deferred[int]:
         try:
             (batch,) = validate_produce_records(records)
         except RecordBatchError as exc:
@@ -491,10 +495,14 @@ class SegmentPartitionStorage(PartitionStorage):
             producer.last_ms = self._now_ms()
             if duplicate is not None:
                 return duplicate
+        if events is not None:
+            written = p.writer_events.check(events)
+            if written is not None:
+                return written
         base = p.next_offset
         if h.is_transactional:
             p.txns.batch(h.producer_id, base)
-        return self._store(p, writer, batch.data, h, producer)
+        return self._store(p, writer, batch.data, h, producer, events)
 
     def _writable(self, p: PartitionLog) -> SegmentWriter:
         self.check_leader(p)
@@ -525,7 +533,7 @@ class SegmentPartitionStorage(PartitionStorage):
         return self._store(p, writer, memoryview(marker), h, None).addCallback(closed)
 
     def _store(self, p: PartitionLog, writer: SegmentWriter, batch_data: Any, h: BatchHeader,
-               producer: ProducerState | None) -> defer.Deferred[int]:
+               producer: ProducerState | None, events: WriterEvents | None = None) -> defer.Deferred[int]:
         """Give the batch the partition's next offsets and append it; fires once acknowledged."""
         base = p.next_offset
         last = base + h.last_offset_delta
@@ -545,7 +553,9 @@ class SegmentPartitionStorage(PartitionStorage):
             producer.in_flight[base] = retries
         pending = p.watermark.track(last)
         acked = pending.acked.addBoth(self._settle, producer, base, retries)
-        stored = self.store.append(writer.name, data, expected_offset=expected, events=h.last_offset_delta + 1)
+        attributes = () if events is None else (p.writer_events.appending(events, acked),)
+        stored = self.store.append(writer.name, data, expected_offset=expected, attributes=attributes,
+                                   events=h.last_offset_delta + 1)
         to_deferred(stored).addCallbacks(self._durable, self._failed, callbackArgs=(p, writer, entry, pending),
                                          errbackArgs=(p, writer, pending))
         return acked
