@@ -283,3 +283,42 @@ def test_compact_delete_applies_retention_and_compaction(server):
     eventually(lambda: records_of(w, "compact-delete", 10) == [(17, b"k1", b"n7"), (18, b"k0", b"n8"),
                                                                (19, b"k1", b"n9")])
     w.close()
+
+
+def test_partitions_sharing_a_segment_compact_apart_and_a_recreated_topic_starts_empty(server):
+    """Two partitions in one data segment: each is cleaned into its own compacted segment and the shared
+    segment is truncated only below what both still need, across a restart; deleting the topic drops its
+    compacted segments and records, so a topic created again under the name starts empty at offset 0."""
+    w = local(server.kafka_port)
+    w.create("compact-shared", 2, **{**COMPACTED, "millrace_segments_initial": "1"})
+    expected: dict[int, list[tuple[int, bytes | None, bytes | None]]] = {0: [], 1: []}
+    for i in range(40):
+        partition = i % 3 % 2  # uneven: partition 0 gets two of every three batches
+        key, value = f"p{partition}k{i % 4}".encode(), f"v{i}".encode()
+        r = w.produce("compact-shared", partition, build_record_batch([NewRecord(key, value)]))
+        expected[partition].append((r.base_offset, key, value))
+
+    def model(records: list[tuple[int, bytes | None, bytes | None]]) -> list[tuple[int, bytes | None, bytes | None]]:
+        last = {k: o for o, k, _ in records[:-1]}  # the last batch is never cleaned
+        return [r for r in records[:-1] if last[r[1]] == r[0]] + records[-1:]
+
+    def partition_records(partition: int) -> list[tuple[int, bytes | None, bytes | None]]:
+        f = w.fetch("compact-shared", partition, 0)
+        return [(r.offset, r.key, r.value) for b in iter_batches(bytes(f.records or b"")) for r in b.records()]
+
+    eventually(lambda: all(partition_records(p) == model(expected[p]) for p in (0, 1)))
+    server.kill()
+    server.start()
+    w = local(server.kafka_port)
+    assert all(partition_records(p) == model(expected[p]) for p in (0, 1))
+
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    admin.delete_topics(["compact-shared"])["compact-shared"].result(30)
+    eventually(lambda: not any(t.name == "compact-shared" for t in w.metadata(9, None).topics))
+    w.create("compact-shared", 2, **COMPACTED)
+    assert w.fetch("compact-shared", 0, 0).high_watermark == 0
+    assert w.produce("compact-shared", 0, build_record_batch([NewRecord(b"k", b"new")])).base_offset == 0
+    assert partition_records(0) == [(0, b"k", b"new")]
+    w.close()
