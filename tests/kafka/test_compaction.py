@@ -322,3 +322,25 @@ def test_partitions_sharing_a_segment_compact_apart_and_a_recreated_topic_starts
     assert w.produce("compact-shared", 0, build_record_batch([NewRecord(b"k", b"new")])).base_offset == 0
     assert partition_records(0) == [(0, b"k", b"new")]
     w.close()
+
+
+def test_list_offsets_by_time_looks_past_a_batch_the_cleaner_emptied(server):
+    """An idempotent producer's last batch stays, emptied, with its maxTimestamp: ListOffsets by time
+    that lands on it answers the next record at or after the time, not -1."""
+    w = local(server.kafka_port)
+    w.create("compact-times", 1, **COMPACTED)
+    now = int(time.time() * 1000)
+    first = w.produce("compact-times", 0, build_record_batch([NewRecord(b"a", b"1", (), now - 5000)],
+                                                             producer_id=4242, producer_epoch=0, base_sequence=0))
+    assert first.error_code == 0, first
+    w.produce("compact-times", 0, build_record_batch([NewRecord(b"a", b"2", (), now - 4000)]))
+    w.produce("compact-times", 0, build_record_batch([NewRecord(b"b", b"3", (), now - 3000)]))
+
+    def emptied() -> bool:
+        f = w.fetch("compact-times", 0, 0)
+        return [b.header.record_count for b in iter_batches(bytes(f.records or b""))] == [0, 1, 1]
+
+    eventually(emptied)
+    found = w.list_offset("compact-times", 0, now - 5000)
+    assert (found.offset, found.timestamp) == (1, now - 4000)
+    w.close()

@@ -629,16 +629,25 @@ class SegmentPartitionStorage(PartitionStorage):
             return self._offset_for_timestamp(p, timestamp)
         raise PartitionError(ErrorCode.INVALID_REQUEST, f"no such ListOffsets timestamp {timestamp}")
 
-    def _offset_for_timestamp(self, p: PartitionLog, timestamp: int) -> defer.Deferred[tuple[int, int]]:
-        """(offset, timestamp) of the first record with timestamp >= ``timestamp``, or (-1, -1)."""
+    def _offset_for_timestamp(self, p: PartitionLog, timestamp: int,
+                              after: int = -1) -> defer.Deferred[tuple[int, int]]:
+        """(offset, timestamp) of the first record past ``after`` with timestamp >= ``timestamp``, or
+        (-1, -1). A batch whose own maxTimestamp is below it is skipped unread; one read without such a
+        record (a batch the cleaner emptied keeps its maxTimestamp) sends the search on to the next."""
         index = p.index
-        i = index.first_reaching_timestamp(timestamp, start=index.entry_at(p.log_start))
+        i = index.first_reaching_timestamp(timestamp, start=index.entry_at(max(p.log_start, after + 1)))
+        while i < len(index) and index.max_ts[i] < timestamp:
+            i += 1
         if i >= len(index) or index.base[i] >= p.high_watermark:
             return defer.succeed((-1, -1))
-        log_start = p.log_start
-        return reads.batch_records(self.store, p, i).addCallback(
-            lambda records: next(((r.offset, r.timestamp) for r in records
-                                  if r.timestamp >= timestamp and r.offset >= log_start), (-1, -1)))
+        log_start, last = p.log_start, index.last[i]
+
+        def pick(records: list[Any]) -> Any:
+            found = next(((r.offset, r.timestamp) for r in records
+                          if r.timestamp >= timestamp and r.offset >= log_start), None)
+            return found if found is not None else self._offset_for_timestamp(p, timestamp, last)
+
+        return reads.batch_records(self.store, p, i).addCallback(pick)
 
     def _offset_of_max_timestamp(self, p: PartitionLog) -> defer.Deferred[tuple[int, int]]:
         """(offset, timestamp) of the record with the largest timestamp (ListOffsets -3)."""
