@@ -344,3 +344,39 @@ def test_list_offsets_by_time_looks_past_a_batch_the_cleaner_emptied(server):
     found = w.list_offset("compact-times", 0, now - 5000)
     assert (found.offset, found.timestamp) == (1, now - 4000)
     w.close()
+
+
+def test_generations_left_by_a_crash_either_side_of_the_switch_are_deleted(server):
+    """A crash after a round wrote its generation but before the table named it leaves the next
+    generation as an orphan; one after the switch but before the delayed deletion leaves the previous
+    one. A restart deletes both and serves the generation the table names; the next round goes on."""
+    from millrace.client.segments import SegmentClient
+
+    w = local(server.kafka_port)
+    w.create("compact-orphans", 1, **COMPACTED)
+    for i in range(20):
+        w.produce("compact-orphans", 0, build_record_batch([NewRecord(f"k{i % 3}".encode(), f"v{i}".encode())]))
+    eventually(lambda: len(records_of(w, "compact-orphans")) == 4)
+    before = records_of(w, "compact-orphans")
+    prefix = "kafka/compact-orphans/kafka-compacted.0."
+    with SegmentClient("127.0.0.1", server.native_port) as raw:
+        assert f"{prefix}1" in raw.list_segments()
+        for orphan in (f"{prefix}0", f"{prefix}2"):
+            raw.create_segment(orphan)
+            raw.append(orphan, b"half-written generation")
+    server.kill()
+    server.start()
+    w = local(server.kafka_port)
+    assert records_of(w, "compact-orphans") == before
+    with SegmentClient("127.0.0.1", server.native_port) as raw:
+        assert sorted(n for n in raw.list_segments() if n.startswith(prefix) and "#" not in n) == [f"{prefix}1"]
+    for i in range(20, 40):
+        w.produce("compact-orphans", 0, build_record_batch([NewRecord(f"k{i % 3}".encode(), f"v{i}".encode())]))
+
+    def next_generation() -> bool:
+        with SegmentClient("127.0.0.1", server.native_port) as raw:
+            names = sorted(n for n in raw.list_segments() if n.startswith(prefix) and "#" not in n)
+        return names == [f"{prefix}2"] and len(records_of(w, "compact-orphans")) == 4
+
+    eventually(next_generation)
+    w.close()
