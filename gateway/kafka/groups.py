@@ -1072,9 +1072,13 @@ class GroupCoordinator:
                 return succeed(dict.fromkeys(offsets, error))
             group = self.groups[group_id] = Group(group_id)
         if group.consumer is not None:
-            error = self.consumer.validate_commit(group.consumer, member_id, generation_id, api_version)
-        else:
-            error = self._validate_offset_commit(group, member_id, instance_id, generation_id)
+            # Checked per partition: a commit at an older member epoch is fine for partitions held since.
+            refused = self.consumer.validate_commit(group.consumer, member_id, generation_id, api_version, offsets)
+            accepted = {tp: om for tp, om in offsets.items() if tp not in refused}
+            if not accepted:
+                return succeed(refused)
+            return self._store_offsets(group, accepted).addCallback(lambda result: {**result, **refused})
+        error = self._validate_offset_commit(group, member_id, instance_id, generation_id)
         if error is not None:
             return succeed(dict.fromkeys(offsets, error))
         member = group.members.get(member_id)
@@ -1117,7 +1121,7 @@ class GroupCoordinator:
         if group is None:
             return ErrorCode.ILLEGAL_GENERATION if generation_id >= 0 else None
         if group.consumer is not None:
-            return self.consumer.validate_commit(group.consumer, member_id, generation_id, 9, transactional=True)
+            return self.consumer.validate_member_epoch(group.consumer, member_id, generation_id)
         return self._validate_offset_commit(group, member_id, instance_id, generation_id)
 
     def commit_transactional_offsets(self, group_id: str, offsets: dict[TopicPartition, OffsetAndMetadata]

@@ -435,6 +435,30 @@ def test_offsets_of_consumer_groups_check_the_member_epoch(tables: TableStore) -
     assert coord.consumer.describe("g")[0] is E.GROUP_ID_NOT_FOUND
 
 
+def test_a_commit_at_an_older_epoch_is_accepted_for_partitions_held_since(tables: TableStore) -> None:
+    topics = Topics(t=2)
+    coord, _ = make(tables, topics)
+    a, b = Client(coord, "g", "a", ["t"]), Client(coord, "g", "b", ["t"])
+    a.heartbeat()
+    b.heartbeat()
+    a.heartbeat()  # told to give one up, still at epoch 1
+    a.heartbeat()  # released it: epoch 2
+    assert a.epoch == 2
+    (kept,) = a.owned[topics.id("t")]
+    lost = 1 - kept
+    both = {("t", kept): OffsetAndMetadata(1), ("t", lost): OffsetAndMetadata(1)}
+    # The answer that moved a to epoch 2 may cross a commit made at epoch 1.
+    assert result_of(coord.commit_offsets("g", "a", None, 1, both, 9)) == {
+        ("t", kept): E.NONE, ("t", lost): E.STALE_MEMBER_EPOCH}
+    b.leave()
+    a.heartbeat()  # gets the other partition back at epoch 3
+    assert a.epoch == 3 and a.owned[topics.id("t")] == frozenset({0, 1})
+    assert result_of(coord.commit_offsets("g", "a", None, 2, both, 9)) == {
+        ("t", kept): E.NONE, ("t", lost): E.STALE_MEMBER_EPOCH}
+    assert result_of(coord.commit_offsets("g", "a", None, 3, both, 9)) == dict.fromkeys(both, E.NONE)
+    assert result_of(coord.commit_offsets("g", "a", None, 4, both, 9)) == dict.fromkeys(both, E.STALE_MEMBER_EPOCH)
+
+
 def test_empty_classic_group_upgrades_and_empty_consumer_group_downgrades(tables: TableStore) -> None:
     coord, _ = make(tables)
     joined: list[JoinResult] = []

@@ -31,7 +31,7 @@ import logging
 import re
 import uuid
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -326,6 +326,7 @@ class ConsumerGroupCoordinator:
                                      previous.subscribed_names, previous.subscribed_regex, previous.server_assignor,
                                      MemberAssignment(a.state, max(epoch, 0), a.previous_epoch, a.assigned,
                                                       a.revoking))
+        replacement.since = dict(previous.since)
         cg.add_member(replacement)
         cg.target[replacement.member_id] = target
         return replacement, True
@@ -493,20 +494,46 @@ class ConsumerGroupCoordinator:
         return shell is not None and shell.consumer is cg
 
     # -- hooks for the classic coordinator ---------------------------------------------------------
-    @staticmethod
-    def validate_commit(cg: ConsumerGroup, member_id: str, member_epoch: int, api_version: int,
-                        transactional: bool = False) -> ErrorCode | None:
-        """OffsetCommit/TxnOffsetCommit on a consumer group (Kafka's ConsumerGroup.validateOffsetCommit)."""
+    def validate_commit(self, cg: ConsumerGroup, member_id: str, member_epoch: int, api_version: int,
+                        partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
+        """OffsetCommit on a consumer group: the refused partitions with their error (Kafka's
+        ConsumerGroup.validateOffsetCommit). A commit at an older member epoch is accepted for a partition
+        the member has held since that epoch or before (KIP-1251's assignment epochs): the epoch moves
+        on in a heartbeat answer that can cross a commit in flight, and Java clients 4.2+ do not retry
+        a commit refused with STALE_MEMBER_EPOCH."""
+        wanted = list(partitions)
         if member_epoch < 0 and not member_id:
             # Admin clients and assign() consumers: only while the group has no members.
-            return None if not cg.members else ErrorCode.UNKNOWN_MEMBER_ID
+            return {} if not cg.members else dict.fromkeys(wanted, ErrorCode.UNKNOWN_MEMBER_ID)
+        member = cg.members.get(member_id)
+        if member is None:
+            return dict.fromkeys(wanted, ErrorCode.UNKNOWN_MEMBER_ID)
+        if api_version < 9:
+            # Members of the consumer protocol must commit with OffsetCommit v9+.
+            return dict.fromkeys(wanted, ErrorCode.UNSUPPORTED_VERSION)
+        if member_epoch == member.epoch:
+            return {}
+        if member_epoch > member.epoch:
+            return dict.fromkeys(wanted, ErrorCode.STALE_MEMBER_EPOCH)
+        topics = self._topics()
+        refused = {}
+        for tp in wanted:
+            info = topics.get(tp[0])
+            since = member.since.get((info.topic_id, tp[1])) if info is not None else None
+            if since is None or since > member_epoch:
+                refused[tp] = ErrorCode.STALE_MEMBER_EPOCH
+        return refused
+
+    @staticmethod
+    def validate_member_epoch(cg: ConsumerGroup, member_id: str, member_epoch: int) -> ErrorCode | None:
+        """TxnOffsetCommit on a consumer group: member id and epoch, when given, must be the member's
+        current epoch or the one before (the answer moving it on may cross the commit)."""
+        if member_epoch < 0 and not member_id:
+            return None
         member = cg.members.get(member_id)
         if member is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
-        if not transactional and api_version < 9:
-            # Members of the consumer protocol must commit with OffsetCommit v9+.
-            return ErrorCode.UNSUPPORTED_VERSION
-        if member_epoch != member.epoch:
+        if member_epoch not in (member.epoch, member.assignment.previous_epoch):
             return ErrorCode.STALE_MEMBER_EPOCH
         return None
 

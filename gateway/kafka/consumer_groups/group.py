@@ -51,6 +51,9 @@ class ConsumerMember:
     subscribed_regex: str | None = None
     server_assignor: str | None = None
     assignment: MemberAssignment = field(default_factory=MemberAssignment)
+    # (topic id, partition) -> the member epoch since which it has held the partition (assigned or
+    # revoking): a commit at an older epoch is accepted for partitions held since then
+    since: dict[tuple[uuid.UUID, int], int] = field(default_factory=dict)
     # transient: timers (session expiry, revocation deadline)
     session_timer: Any = None
     rebalance_timer: Any = None
@@ -58,6 +61,10 @@ class ConsumerMember:
     @property
     def epoch(self) -> int:
         return self.assignment.epoch
+
+
+def _held(a: MemberAssignment) -> list[tuple[uuid.UUID, int]]:
+    return [(t, p) for part in (a.assigned, a.revoking) for t, ps in part.items() for p in ps]
 
 
 def _encode_assignment(a: Assignment) -> dict[str, list[int]]:
@@ -109,10 +116,12 @@ class ConsumerGroup:
         return lookup
 
     def set_assignment(self, member: ConsumerMember, new: MemberAssignment) -> None:
-        """Replace a member's assignment, keeping ``partition_epochs`` in step."""
+        """Replace a member's assignment, keeping ``partition_epochs`` and ``since`` in step."""
         self._release(member.assignment)
         member.assignment = new
         self._hold(new)
+        held = _held(new)
+        member.since = {tp: member.since.get(tp, new.epoch) for tp in held}
 
     def _release(self, a: MemberAssignment) -> None:
         for part in (a.assigned, a.revoking):
@@ -127,6 +136,8 @@ class ConsumerGroup:
                     self.partition_epochs[(t, p)] = a.epoch
 
     def add_member(self, member: ConsumerMember) -> None:
+        for tp in _held(member.assignment):
+            member.since.setdefault(tp, member.assignment.epoch)
         self.members[member.member_id] = member
         if member.instance_id is not None:
             self.static_members[member.instance_id] = member.member_id
@@ -166,6 +177,7 @@ class ConsumerGroup:
                 "assigned": _encode_assignment(m.assignment.assigned),
                 "revoking": _encode_assignment(m.assignment.revoking),
                 "target": _encode_assignment(self.target.get(m.member_id, {})),
+                "since": [[str(t), p, e] for (t, p), e in m.since.items()],
             } for m in self.members.values()],
         }, separators=(",", ":")).encode()
 
@@ -184,6 +196,7 @@ class ConsumerGroup:
                 m["regex"], m["server_assignor"],
                 MemberAssignment(MemberState(m["state"]), m["member_epoch"], m["previous_epoch"],
                                  _decode_assignment(m["assigned"]), _decode_assignment(m["revoking"])))
+            member.since = {(uuid.UUID(t), p): e for t, p, e in m["since"]}
             group.add_member(member)
             group.target[member.member_id] = _decode_assignment(m["target"])
         return group

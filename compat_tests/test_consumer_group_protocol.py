@@ -1,0 +1,245 @@
+"""The consumer group protocol (KIP-848, ``group.protocol=consumer``) with unmodified clients: Java
+kafka-clients 4.x consumers and Admin (compat_tests/java/ConsumerGroupProtocolClient.java) and
+librdkafka (confluent-kafka) consumers, both server-side assignors, members joining and leaving while a
+producer writes, ConsumerGroupDescribe through the Java Admin's describeConsumerGroups, and the upgrade
+of a classic group to the consumer protocol.
+
+Delivery rule checked: every member commits synchronously after each batch it processed, and every
+member change here is graceful (close() leaves the group after its revocation), so a partition's new
+owner starts exactly at the old owner's next record: each produced record is consumed exactly once per
+group, and per partition the records arrive in offset order across owners (an overlap of two owners
+would show as a repeated or backward offset). At-least-once would allow repeats only after a member is
+fenced or crashes, which these tests do not do."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from compat_tests.java_support import run_main
+from tests.server_process import ServerProcess
+
+pytestmark = pytest.mark.timeout(300)
+
+PARTITIONS = 6
+
+
+def create_topic(server: ServerProcess, partitions: int = PARTITIONS) -> str:
+    name = f"kip848-{uuid.uuid4().hex[:10]}"
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    for f in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+        f.result(30)
+    return name
+
+
+class BackgroundProducer:
+    """librdkafka producer writing ``total`` keyed records at ``rate``/s; ``placed`` are the delivery
+    reports' (partition, offset)."""
+
+    def __init__(self, server: ServerProcess, topic: str, total: int, rate: float) -> None:
+        self.topic, self.total, self.rate = topic, total, rate
+        self.producer = Producer({"bootstrap.servers": server.bootstrap, "linger.ms": 5})
+        self.placed: list[tuple[int, int]] = []
+        self.errors: list[str] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _report(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            self.errors.append(str(err))
+        else:
+            self.placed.append((msg.partition(), msg.offset()))
+
+    def _run(self) -> None:
+        start = time.monotonic()
+        for i in range(self.total):
+            delay = start + i / self.rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            self.producer.produce(self.topic, key=f"k{i}".encode(), value=f"v{i}".encode(), on_delivery=self._report)
+            self.producer.poll(0)
+        self.producer.flush(30)
+
+    def __enter__(self) -> BackgroundProducer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.thread.join(120)
+        assert not self.errors, self.errors[:5]
+        assert len(self.placed) == self.total
+
+
+def check_once_in_order(placed: list[tuple[int, int]], consumed: list[tuple[str, int, int]]) -> None:
+    """``consumed``: (member, partition, offset) in the order the consumers reported them."""
+    counts = Counter((p, o) for _, p, o in consumed)
+    missing = sorted(set(placed) - set(counts))
+    assert not missing, f"{len(missing)} records never consumed, e.g. {missing[:10]}"
+    repeated = {k: c for k, c in counts.items() if c > 1}
+    assert not repeated, f"records consumed more than once: {sorted(repeated.items())[:10]}"
+    last: dict[int, tuple[str, int]] = {}
+    for member, p, o in consumed:
+        if p in last:
+            assert o > last[p][1], f"partition {p}: {member} read offset {o} after {last[p]}"
+        last[p] = (member, o)
+
+
+# -- Java kafka-clients 4.x --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("assignor", ["uniform", "range"])
+def test_java_consumers_join_and_leave_under_a_producer(server: ServerProcess, assignor: str) -> None:
+    topic = create_topic(server)
+    group = f"java-{assignor}-{uuid.uuid4().hex[:8]}"
+    total = 2400
+    with BackgroundProducer(server, topic, total, rate=120) as producer:
+        run = run_main("4.x", "ConsumerGroupProtocolClient", [server.bootstrap, "churn", topic, group, assignor,
+                                                              str(total)], timeout=200)
+    events = run.scenario("churn")
+    consumed = [(e["member"], e["partition"], e["offset"]) for e in events if e["event"] == "record"]
+    check_once_in_order(producer.placed, consumed)
+    by_member = Counter(m for m, _, _ in consumed)
+    assert set(by_member) == {"a", "b", "c", "s", "d"}, by_member  # every member got partitions at some point
+    (busy,) = run.of("churn", "describe_busy")
+    assert (busy["type"], busy["assignor"]) == ("Consumer", assignor)
+    assert busy["state"] in ("Stable", "Reconciling")
+    assert len(busy["members"]) == 4
+    assert sum(m["instanceId"] == "static-s" for m in busy["members"]) == 1
+    targets = [p for m in busy["members"] for p in m["targetAssignment"]]
+    assert sorted(targets) == sorted(f"{topic}-{p}" for p in range(PARTITIONS))
+    owned = [p for m in busy["members"] for p in m["assignment"]]
+    assert len(owned) == len(set(owned))
+    assert all(m["memberEpoch"] is not None and m["memberEpoch"] <= busy["groupEpoch"] for m in busy["members"])
+    sizes = sorted((len(m["targetAssignment"]) for m in busy["members"]), reverse=True)
+    # 6 partitions over 4 members: quotas of 2, 2, 1, 1 for both (range: per topic, uniform: overall).
+    assert sizes == [2, 2, 1, 1], busy["members"]
+    (end,) = run.of("churn", "describe_end")
+    assert len(end["members"]) == 3
+    # Dynamic members left for good; the static one left with epoch -2 and keeps its place (and its
+    # partitions) until its session times out or its instance id rejoins, as in Kafka.
+    (after,) = run.of("churn", "describe_empty")
+    assert [(m["instanceId"], m["memberEpoch"]) for m in after["members"]] == [("static-s", -2)]
+
+
+def test_java_classic_group_upgrades_to_the_consumer_protocol(server: ServerProcess) -> None:
+    topic = create_topic(server, partitions=3)
+    group = f"upgrade-{uuid.uuid4().hex[:8]}"
+    total = 900
+    with BackgroundProducer(server, topic, total, rate=2000) as producer:
+        pass
+    run = run_main("4.x", "ConsumerGroupProtocolClient", [server.bootstrap, "upgrade", topic, group, "300",
+                                                          str(total)], timeout=200)
+    events = run.scenario("upgrade")
+    consumed = [(e["member"], e["partition"], e["offset"]) for e in events if e["event"] == "record"]
+    check_once_in_order(producer.placed, consumed)
+    phases = Counter(m for m, _, _ in consumed)
+    assert phases["classic"] >= 300 and phases["consumer"] >= 1, phases
+    (classic,) = run.of("upgrade", "describe_classic")
+    assert (classic["type"], classic["state"], len(classic["members"])) == ("Classic", "Stable", 1)
+    (modern,) = run.of("upgrade", "describe_consumer")
+    assert (modern["type"], modern["state"], modern["assignor"]) == ("Consumer", "Stable", "range")
+    assert modern["members"][0]["assignment"] == [f"{topic}-{p}" for p in range(3)]
+    listed = [{g["group"]: g for g in e["groups"]}[group] for e in run.of("upgrade", "list")]
+    assert [(g["type"], g["protocol"]) for g in listed] == [("Classic", "consumer"), ("Consumer", "consumer")]
+    lists = run.of("upgrade", "list")
+    assert group not in lists[0]["consumerGroups"] and group in lists[1]["consumerGroups"]
+
+
+# -- librdkafka (confluent-kafka) --------------------------------------------------------------------
+
+def librdkafka_supports_consumer_protocol() -> bool:
+    import confluent_kafka
+
+    major, minor = (int(x) for x in confluent_kafka.libversion()[0].split(".")[:2])
+    return (major, minor) >= (2, 6)  # KIP-848 consumer is GA in librdkafka 2.6+ (preview since 2.4)
+
+
+class RdMember:
+    """A librdkafka consumer with group.protocol=consumer in a thread, committing after each message."""
+
+    def __init__(self, server: ServerProcess, name: str, topic: str, group: str, assignor: str,
+                 consumed: list[tuple[str, int, int]], lock: threading.Lock) -> None:
+        self.name = name
+        self.consumer = Consumer({
+            "bootstrap.servers": server.bootstrap, "group.id": group, "group.protocol": "consumer",
+            "group.remote.assignor": assignor, "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+        self.consumer.subscribe([topic])
+        self.consumed, self.lock = consumed, lock
+        self.stop = threading.Event()
+        self.errors: list[str] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                msg = self.consumer.poll(0.2)
+                if msg is None:
+                    continue
+                if msg.error():
+                    self.errors.append(str(msg.error()))
+                    continue
+                with self.lock:
+                    self.consumed.append((self.name, msg.partition(), msg.offset()))
+                self.consumer.commit(offsets=[TopicPartition(msg.topic(), msg.partition(), msg.offset() + 1)],
+                                     asynchronous=False)
+        except Exception as exc:  # noqa: BLE001 - reported by the test
+            self.errors.append(repr(exc))
+        finally:
+            self.consumer.close()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(60)
+        assert not self.thread.is_alive()
+
+
+@pytest.mark.skipif(not librdkafka_supports_consumer_protocol(), reason="librdkafka older than 2.6")
+@pytest.mark.parametrize("assignor", ["uniform", "range"])
+def test_librdkafka_consumers_join_and_leave_under_a_producer(server: ServerProcess, assignor: str) -> None:
+    topic = create_topic(server)
+    group = f"rdk-{assignor}-{uuid.uuid4().hex[:8]}"
+    consumed: list[tuple[str, int, int]] = []
+    lock = threading.Lock()
+    total = 1500
+
+    def wait_for(count: int, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while len({(p, o) for _, p, o in consumed}) < count and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    members: dict[str, RdMember] = {}
+    with BackgroundProducer(server, topic, total, rate=100) as producer:
+        members["a"] = RdMember(server, "a", topic, group, assignor, consumed, lock)
+        wait_for(150)
+        members["b"] = RdMember(server, "b", topic, group, assignor, consumed, lock)
+        members["c"] = RdMember(server, "c", topic, group, assignor, consumed, lock)
+        wait_for(500)
+        members["a"].close()
+        wait_for(800)
+        members["d"] = RdMember(server, "d", topic, group, assignor, consumed, lock)
+        time.sleep(6)
+        members["b"].close()
+    wait_for(total)
+    admin_view = describe_with_rdkafka(server, group)
+    for m in members.values():
+        m.close()
+    errors = {n: m.errors for n, m in members.items() if m.errors}
+    assert not errors, errors
+    check_once_in_order(producer.placed, consumed)
+    assert set(Counter(m for m, _, _ in consumed)) == {"a", "b", "c", "d"}
+    assert admin_view["type"] == "consumer" and admin_view["members"] == 2, admin_view
+
+
+def describe_with_rdkafka(server: ServerProcess, group: str) -> dict[str, Any]:
+    """librdkafka's Admin describe_consumer_groups (ConsumerGroupDescribe for a consumer group)."""
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    desc = admin.describe_consumer_groups([group])[group].result(30)
+    return {"type": str(getattr(desc, "type", "")).rsplit(".", 1)[-1].lower(), "members": len(desc.members),
+            "state": str(desc.state)}
+
