@@ -412,8 +412,9 @@ class EventStreamWriter(EventSender[T]):
         recorded = {int(p): int(n) for p, n in opened.get("event_numbers", {}).items()}
         # Per partition, the last event number the stream held for this writer id when it opened.
         self._written_before = [recorded.get(p, -1) for p in range(len(self.slices))]
-        self._recorded_max = max(recorded.values(), default=-1)
         self._previous = -1  # the number of this instance's previous event
+        # max(_previous, the highest number recorded at open): kept as one field, it is read per event
+        self._highest = max(recorded.values(), default=-1)
 
     @property
     def written_before(self) -> dict[int, int]:
@@ -425,26 +426,33 @@ class EventStreamWriter(EventSender[T]):
     def last_event_number(self) -> int:
         """The highest event number of this writer id so far: of this instance's events and of those the
         stream held when it opened (-1 if none); the next event is numbered one more by default."""
-        return max(self._previous, self._recorded_max)
+        return self._highest
 
     def write_event(self, event: T, routing_key: str | None = None, *,
                     event_number: int | None = None) -> Future[EventPosition]:
         """Queue ``event``; the future completes with its position once it is durable (or fails).
         ``event_number`` must exceed this instance's previous one (a restarted writer may start again from
         its first event); by default it is ``last_event_number`` plus one."""
+        # The per-event path of every native write: kept to plain local operations (no property, no max).
         data = self.serializer.serialize(event)
         fut = _EventFuture()
         with self._lock:
-            self._refuse_writes()
+            if self._closed:
+                self._refuse_writes()
             if event_number is None:
-                number = self.last_event_number + 1
+                number = self._highest = self._highest + 1
             elif event_number > self._previous:
                 number = event_number
+                if number > self._highest:
+                    self._highest = number
             else:
                 raise ValueError(f"event number {event_number} does not exceed the previous one, {self._previous}")
             self._previous = number
-            partition = (number % len(self.slices) if routing_key is None
-                         else self._partition_of_routing_key(routing_key))
+            if routing_key is None:
+                partition = number % len(self._partitions)
+            else:
+                found = self._partition_of_key.get(routing_key)
+                partition = self._partition_of_routing_key(routing_key) if found is None else found
             if number <= self._written_before[partition]:
                 fut.complete(EventPosition(partition, ALREADY_WRITTEN))
                 return fut
