@@ -17,7 +17,14 @@ from millrace.gateway.kafka.partitions.compaction import (
 from millrace.gateway.kafka.partitions.partition import PartitionLog
 from millrace.gateway.kafka.partitions.segments import SegmentWriter
 from millrace.gateway.kafka.partitions.watermark import HighWatermark
-from millrace.gateway.kafka_protocol.records import Compression, NewRecord, build_record_batch, iter_batches
+from millrace.gateway.kafka_protocol.records import (
+    Compression,
+    ControlRecordType,
+    NewRecord,
+    build_control_batch,
+    build_record_batch,
+    iter_batches,
+)
 
 NOW = 10_000_000
 RETENTION = 1_000
@@ -95,3 +102,47 @@ def test_a_producers_last_batch_stays_even_when_emptied(recs) -> None:
            for c in clean_batches(views, latest_offsets(views, plan), plan, CleaningResult(plan))]
     mine = [h for h in out if h.producer_id == 7]
     assert mine and mine[-1].base_offset == len(recs) - 1 and mine[-1].base_sequence == len(recs) - 1
+
+
+# A transaction: its records (key, value), then whether it commits, and its marker's age past the horizon.
+transaction = st.tuples(st.lists(st.tuples(st.sampled_from([b"a", b"b", b"c"]), st.binary(max_size=2)),
+                                 min_size=1, max_size=3),
+                        st.booleans(), st.booleans())
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(transaction, min_size=1, max_size=8))
+def test_aborted_records_go_and_markers_go_with_the_last_of_their_data(txns) -> None:
+    """Aborted transactions' records are removed and never shadow a committed record of their key; a
+    marker stays while a batch of its transaction does or while younger than delete.retention.ms."""
+    stored: list[bytes] = []
+    aborted: list[tuple[int, int, int]] = []
+    records: list[tuple[int, bytes, bytes, bool, int]] = []  # offset, key, value, committed, txn number
+    markers: list[tuple[int, int, bool]] = []  # offset, txn number, old enough to go
+    offset = 0
+    for n, (recs, commit, old) in enumerate(txns):
+        first = offset
+        stored.append(build_record_batch([NewRecord(k, v, (), NOW) for k, v in recs], base_offset=offset,
+                                         producer_id=1, producer_epoch=0, base_sequence=offset, transactional=True))
+        records += [(offset + i, k, v, commit, n) for i, (k, v) in enumerate(recs)]
+        offset += len(recs)
+        kind = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
+        stored.append(build_control_batch(kind, producer_id=1, producer_epoch=0, base_offset=offset,
+                                          timestamp=NOW - 2 * RETENTION if old else NOW))
+        markers.append((offset, n, old))
+        if not commit:
+            aborted.append((1, first, offset))
+        offset += 1
+    plan = CleaningPlan("t", 0, 1, "seg", offset, [], aborted, frozenset(), NOW, RETENTION)
+    views = [next(iter_batches(b)) for b in stored]
+    result = CleaningResult(plan)
+    out = [next(iter_batches(c.data)) for c in clean_batches(views, latest_offsets(views, plan), plan, result)]
+
+    latest = {k: o for o, k, _, committed, _ in records if committed}
+    kept = [(o, k, v) for o, k, v, committed, _ in records if committed and latest[k] == o]
+    assert [(r.offset, r.key, r.value) for b in out if not b.header.is_control for r in b.records()] == kept
+    kept_offsets = {o for o, _, _ in kept}
+    surviving = {n for o, _, _, _, n in records if o in kept_offsets}
+    expected_markers = [o for o, n, old in markers if n in surviving or not old]
+    assert [b.header.base_offset for b in out if b.header.is_control] == expected_markers
+    assert result.removed_markers == {o for o, _, _ in markers} - set(expected_markers)
