@@ -28,23 +28,27 @@ import socket
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from twisted.internet import protocol, reactor, task
 from twisted.internet.interfaces import IListeningPort
 
 from millrace.gateway.kafka.broker import KafkaConfig
-from millrace.gateway.kafka.cluster import GroupCoordination, KafkaCluster
+from millrace.gateway.kafka.cluster import GroupCoordination, KafkaCluster, out_of_date_topics
 from millrace.gateway.kafka.setup import build_kafka, start_background
 from millrace.gateway.native.handler import NativeFactory, NativeProtocol
 from millrace.gateway.server import topic_partitions
 from millrace.protocol.wire import Command
 from millrace.store.budget import MIB
+from millrace.store.cluster.containers import SegmentContainerHost
 from millrace.store.cluster.layout import NodeInfo, check_node_id
 from millrace.store.cluster.node import ClusterNode, ClusterNodeConfig
 from millrace.store.cluster.routing import ClusterSegmentStore, LocalSegments
 from millrace.store.containers.config import ContainerConfig
+from millrace.store.containers.rates import RateConfig
 from millrace.store.controller import Controller
+from millrace.store.controller.autoscaler import AutoScaler, AutoScalerConfig
 from millrace.store.durablelog.replicated import ReplicationConfig
 from millrace.store.lts.factory import chunk_storage_from_url
 from millrace.store.tables import TableStore
@@ -90,6 +94,26 @@ def advertised(bind_host: str, port: IListeningPort, given: str | None) -> str:
     return f"{host}:{port.getHost().port}"  # type: ignore[attr-defined]
 
 
+class ControllerRole:
+    """The controller's timers (the auto-scaler) run on the elected assigner only, so a scale is
+    decided once; they start when this node is elected and stop when it is not any more (reactor)."""
+
+    def __init__(self, node: ClusterNode, autoscaler: AutoScaler) -> None:
+        self.node = node
+        self.autoscaler = autoscaler
+        self.active = False
+
+    def follow(self) -> None:
+        elected = self.node.member is not None and self.node.member.is_leader
+        if elected and not self.active:
+            log.info("elected: this node runs the controller's timers (auto-scaler)")
+            self.autoscaler.start(reactor)
+        elif self.active and not elected:
+            log.info("no longer elected: the auto-scaler stops here")
+            self.autoscaler.stop()
+        self.active = elected
+
+
 def _split(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
     return host, int(port)
@@ -130,7 +154,8 @@ def serve_cluster(options: ServerOptions) -> int:
                                options.session_timeout_seconds)
     container_config = replace(ContainerConfig(), cache_max_bytes=options.cache_mb * MIB // options.containers)
     pool = ThreadPoolExecutor(8, "controller")
-    node = ClusterNode(config, storage, container_config)
+    rates = RateConfig(windows=tuple(options.scale_windows))
+    node = ClusterNode(config, storage, container_config, host_factory=partial(SegmentContainerHost, rates=rates))
     router: ClusterSegmentStore | None = None
     try:
         node.start()
@@ -172,20 +197,41 @@ def serve_cluster(options: ServerOptions) -> int:
     native_factory.controller_commands[Command.GET_SEGMENT_OWNER] = lambda h, p: cluster.segment_owner(h["segment"])
     native_front.inner = native_factory
     retention = start_background(broker)
-    # Topics created through other nodes: their records are in the topics table, read here each second.
-    topics = task.LoopingCall(lambda: broker.blocking(broker.topics.refresh).addErrback(
+    # Each second: topics created through other nodes (their records are in the topics table), and topics
+    # other nodes scaled (their partitions' open segments moved on): those are read again.
+    def refresh() -> list[str]:
+        broker.topics.refresh()
+        return out_of_date_topics(broker)
+
+    def reload(stale: list[str]) -> None:
+        for name in stale:
+            log.info("%s was scaled elsewhere: reloading it", name)
+            broker.partitions.reload(name)
+
+    topics = task.LoopingCall(lambda: broker.blocking(refresh).addCallback(reload).addErrback(
         lambda f: log.warning("refreshing topics failed: %s", f.getErrorMessage())))
     topics.start(1.0, now=False)
     # Drops the groups as soon as their container moves away (not only at the next group request).
     coordination = task.LoopingCall(groups.check)
     coordination.start(0.5, now=False)
+    # The controller's timers run on one node at a time: the auto-scaler follows the assigner election
+    # (rates of other nodes' segments come over the wire: SEGMENT_RATES).
+    autoscaler = AutoScaler(
+        controller, router,
+        config=AutoScalerConfig(interval=options.scale_interval_seconds, cooldown=options.scale_cooldown_seconds),
+        boundaries=broker.scaling.boundaries, executor=broker.scaling.execute,
+        grow_partitions=broker.scaling.grow_partitions)
+    controller_role = ControllerRole(node, autoscaler)
+    election = task.LoopingCall(controller_role.follow)
+    election.start(0.5, now=True)
     for name in ("kafka", "native", "peer"):
         print(f"millrace: {name} listening on {options.host}:{ports[name]} (advertised {addresses[name]})", flush=True)
     print(f"millrace: ready (cluster node {node_id})", flush=True)
     reactor.run()
-    for loop in (coordination, topics, retention):
+    for loop in (election, coordination, topics, retention):
         if loop.running:
             loop.stop()
+    autoscaler.stop()
     broker.transactions.stop()
     pool.shutdown(wait=True)
     router.close()

@@ -36,6 +36,9 @@ class Command(enum.IntEnum):
     # Where a segment is served (Pravega's getURI): {"container", "node", "native"}; node and native are
     # null from a single server (this server) and while a cluster container has no live owner.
     GET_SEGMENT_OWNER = 12
+    # A segment's ingest rates per window (store.containers.rates.SegmentRates as JSON): how a cluster
+    # node's auto-scaler and stream views see segments other nodes' containers hold.
+    SEGMENT_RATES = 13
     # controller
     CREATE_SCOPE = 20
     DELETE_SCOPE = 21

@@ -33,6 +33,7 @@ from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.store.cluster.assignment import Assignment
 from millrace.store.cluster.containers import SegmentContainerHost
 from millrace.store.cluster.layout import ClusterPaths, NodeInfo, decode_assignment
+from millrace.store.errors import SegmentNotFoundError, StreamNotFoundError
 from millrace.store.segment_store import container_index
 
 log = logging.getLogger(__name__)
@@ -167,6 +168,35 @@ class KafkaCluster:
 
     def container_of(self, segment: str) -> int:
         return container_index(segment, self.container_count)
+
+
+def out_of_date_topics(broker: Any) -> list[str]:
+    """Blocking (worker): the topics (and partitioned streams) this node loaded whose partitions' open
+    segments the controller has since moved on from (another node scaled them), counted only once the
+    old segment is sealed, so every append to it has settled and a reload reads all of them."""
+    stale = []
+    for name in broker.topics.record_keys():
+        topic = broker.topics.record(name)
+        parts = broker.partitions.loaded(name)
+        if topic is None or not parts:
+            continue
+        try:
+            current = broker.topics.current_segments(name)
+        except (StreamNotFoundError, SegmentNotFoundError):
+            continue  # deleted meanwhile
+        for p in parts[:topic.partition_count]:
+            if p.writer is None:
+                continue
+            if p.writer.name == broker.topics.segment_of_partition(topic, p.partition, current).name:
+                continue
+            try:
+                sealed = broker.store.get_info(p.writer.name).sealed
+            except SegmentNotFoundError:
+                sealed = True
+            if sealed:
+                stale.append(name)
+                break
+    return stale
 
 
 def _kafka_node(info: NodeInfo) -> KafkaNode | None:

@@ -5,6 +5,7 @@ written; when the budget is full the connection stops reading (``gateway.framing
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -72,6 +73,7 @@ class NativeProtocol(BudgetedReceiver):
                 h["segment"], _attribute_updates(h["attributes"])
             ),
             Command.LIST_SEGMENTS: lambda h, p: {"segments": store.list_segments()},
+            Command.SEGMENT_RATES: lambda h, p: dataclasses.asdict(store.segment_rates(h["segment"])),
         }
 
     def connectionMade(self) -> None:  # noqa: N802 - Twisted's name

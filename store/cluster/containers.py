@@ -25,6 +25,7 @@ from millrace.store.cluster.log_metadata import ZooKeeperLogMetadataStore
 from millrace.store.cluster.member import OwnershipTerm
 from millrace.store.containers.config import ContainerConfig
 from millrace.store.containers.container import FAILED, SegmentContainer
+from millrace.store.containers.rates import RateConfig, RateRegistry
 from millrace.store.durablelog.interface import DurableDataLog
 from millrace.store.durablelog.replicated import ReplicatedDurableDataLog, ReplicationConfig
 from millrace.store.errors import ContainerOfflineError
@@ -50,10 +51,11 @@ class SegmentContainerHost:
     """The containers this node runs (a ``ContainerHost`` for ``ClusterMember``)."""
 
     def __init__(self, storage: ChunkStorage, log_for_term: Callable[[OwnershipTerm], DurableDataLog],
-                 config: ContainerConfig | None = None) -> None:
+                 config: ContainerConfig | None = None, rates: RateConfig | None = None) -> None:
         self.storage = storage
         self.log_for_term = log_for_term
         self.config = config or ContainerConfig()
+        self.rates = rates or RateConfig()  # the rate windows every container of this node measures
         self.scheduler = Scheduler()
         # Long-term storage reads block; one pool serves every container of this node.
         self._read_pool = ThreadPoolExecutor(self.config.storage_read_threads * 2, "lts-read")
@@ -62,7 +64,7 @@ class SegmentContainerHost:
 
     def start_container(self, term: OwnershipTerm) -> None:
         container = SegmentContainer(term.container_id, self.log_for_term(term), self.storage, self.config,
-                                     self.scheduler, self._read_pool)
+                                     self.scheduler, self._read_pool, rates=RateRegistry(self.rates))
         try:
             container.start()  # fences the previous owner's log and recovers
         except BaseException:

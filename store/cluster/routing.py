@@ -45,6 +45,7 @@ from millrace.store.cluster.connection import Answer, NodeConnection, NotSentErr
 from millrace.store.cluster.containers import SegmentContainerHost
 from millrace.store.cluster.layout import ClusterPaths, NodeInfo, decode_assignment
 from millrace.store.containers.container import SegmentContainer
+from millrace.store.containers.rates import RateConfig, SegmentRates
 from millrace.store.futures import StoreFuture
 from millrace.store.scheduler import Scheduler
 from millrace.store.segment_store import container_index
@@ -108,6 +109,13 @@ class LocalSegments:
     def get_info(self, name: str) -> SegmentInfo:
         return self.container_for(name).get_info(name)
 
+    def segment_rates(self, name: str) -> SegmentRates:
+        return self.container_for(name).segment_rates(name)
+
+    @property
+    def rate_config(self) -> RateConfig:
+        return self.host.rates
+
     def exists(self, name: str) -> bool:
         return self.container_for(name).exists(name)
 
@@ -135,6 +143,13 @@ class LocalSegments:
             except ContainerOfflineError:
                 continue  # stopped since terms() was read: its next owner lists it
         return sorted(names)
+
+
+@dataclass(frozen=True)
+class ContainerRef:
+    """Which container a segment hashes to (what the stream views show of ``SegmentStore.container_for``)."""
+
+    container_id: int
 
 
 @dataclass(frozen=True)
@@ -386,6 +401,20 @@ class ClusterSegmentStore:
             return False
         return True
 
+    def segment_rates(self, name: str) -> SegmentRates:
+        """The segment's ingest rates, measured by its container's owner. Blocks, as ``get_info``."""
+        return self._route(name, lambda s: _now(lambda: s.segment_rates(name)),
+                           lambda c: _mapped(c.request(Command.SEGMENT_RATES, {"segment": name}), _segment_rates),
+                           True).result()
+
+    @property
+    def rate_config(self) -> RateConfig:
+        """The rate windows (every node is configured alike)."""
+        return self.local.rate_config
+
+    def container_for(self, name: str) -> ContainerRef:
+        return ContainerRef(container_index(name, self.container_count))
+
     def seal(self, name: str) -> StoreFuture[int]:
         return self._route(name, lambda s: s.seal(name),
                            lambda c: _mapped(c.request(Command.SEAL, {"segment": name}), _value_int), False)
@@ -451,6 +480,12 @@ def _read_result(answer: Answer) -> ReadResult:
 
 def _segment_info(answer: Answer) -> SegmentInfo:
     return SegmentInfo.from_wire(answer[0])
+
+
+def _segment_rates(answer: Answer) -> SegmentRates:
+    raw = answer[0]
+    return SegmentRates(tuple(float(w) for w in raw["windows"]), tuple(float(e) for e in raw["events_per_s"]),
+                        tuple(float(b) for b in raw["bytes_per_s"]), float(raw["age_s"]))
 
 
 def _segment_names(answer: Answer) -> list[str]:

@@ -255,6 +255,123 @@ def test_a_group_resumes_at_its_commits_after_its_coordinator_dies(cluster: Clus
     assert sorted(first + rest, key=int) == [str(i).encode() for i in range(60)]
 
 
+class IdempotentLoad:
+    """A confluent-kafka idempotent acks=all producer writing numbered records in a thread."""
+
+    def __init__(self, cluster: Cluster, topic: str) -> None:
+        from confluent_kafka import Producer
+
+        self.topic = topic
+        self.acked: list[bytes] = []
+        self.acked_partitions: list[int] = []
+        self.errors: list[str] = []
+        self.producer = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True,
+                                  "acks": "all", "linger.ms": 5, "message.timeout.ms": 120000,
+                                  "metadata.max.age.ms": 1000})
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _delivered(self, err: Any, msg: Any) -> None:
+        if err is None:
+            self.acked.append(msg.value())
+            self.acked_partitions.append(msg.partition())
+        else:
+            self.errors.append(str(err))
+
+    def _run(self) -> None:
+        i = 0
+        while not self.stop.is_set():
+            self.producer.produce(self.topic, key=str(i).encode(), value=str(i).encode(), on_delivery=self._delivered)
+            self.producer.poll(0)
+            i += 1
+            time.sleep(0.002)
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.thread.join(10)
+        assert self.producer.flush(120) == 0
+
+    def check_read_back(self, bootstrap: str) -> None:
+        """Every acknowledged record read back exactly once (counts printed)."""
+        from confluent_kafka import Consumer
+
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{self.topic}",
+                             "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        consumer.subscribe([self.topic])
+        read: list[bytes] = []
+        wanted = set(self.acked)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not wanted <= set(read):
+            msg = consumer.poll(1.0)
+            value = msg.value() if msg is not None and msg.error() is None else None
+            if value is not None:
+                read.append(value)
+        for _ in range(3):  # anything more than the acknowledged records (a duplicate) comes now
+            msg = consumer.poll(1.0)
+            value = msg.value() if msg is not None and msg.error() is None else None
+            if value is not None:
+                read.append(value)
+        consumer.close()
+        counts = Counter(read)
+        lost = len(wanted - set(read))
+        duplicated = sum(1 for v in wanted if counts[v] > 1)
+        print(f"{self.topic}: acknowledged {len(self.acked)}, read {len(read)}, lost {lost}, "
+              f"duplicated {duplicated}, delivery errors {len(self.errors)}")
+        assert self.errors == []
+        assert lost == 0 and duplicated == 0
+
+
+def test_a_split_made_through_a_node_that_leads_none_of_its_partitions(cluster: Cluster) -> None:
+    """The splitting node's copy of the partitions is stale: it must not move it onto the successors
+    (and serve them from it); every node reloads the topic once the predecessor is sealed."""
+    topic = "splitme"
+    with wire(cluster.nodes[0]) as c:
+        c.create(topic, 4, millrace_segments_initial="2")  # segment 0: partitions 0 and 1
+    leader_of = agreed_leaders(cluster, topic, 4)
+    assert leader_of[0] == leader_of[1]
+    splitter = next(n for n in cluster.nodes if n.node_id not in (leader_of[0], leader_of[2]))
+    load = IdempotentLoad(cluster, topic)
+    wait_for(lambda: len(load.acked) > 300, "acknowledged records before the split")
+    with SegmentClient("127.0.0.1", splitter.native_port) as client:
+        client.split_segment("kafka", topic, 0, 2)
+    split_at = len(load.acked)
+    wait_for(lambda: sum(1 for p in load.acked_partitions[split_at:] if p in (0, 1)) > 300,
+             "records acknowledged in the split partitions after the split")
+    load.finish()
+    agreed_leaders(cluster, topic, 4)
+    load.check_read_back(cluster.nodes[0].bootstrap)
+    with wire(cluster.nodes[0]) as c:
+        for p in range(4):
+            offsets = c.list_offset(topic, p, -1)
+            if offsets.error_code == 0:
+                assert offsets.offset == load.acked_partitions.count(p)
+
+
+def test_the_elected_node_alone_auto_scales_a_topic_led_by_others(zk_hosts: str, tmp_path: Path) -> None:
+    """The auto-scaler runs on the elected assigner only (so a scale is decided once), measuring the
+    rates of segments other nodes' containers hold over SEGMENT_RATES; the topic's leaders follow its
+    new segments and every acknowledged record is read back once."""
+    topic = "autoscaled"
+    with Cluster(tmp_path, zk_hosts, 3, "--scale-windows", "1,2", "--scale-interval-seconds", "0.5",
+                 "--scale-cooldown-seconds", "2", "--log-level", "INFO") as cluster:
+        with wire(cluster.nodes[0]) as c:
+            c.create(topic, 4, millrace_segments_initial="1", millrace_scaling_type="by_event_rate",
+                     millrace_scaling_target="50", millrace_scaling_factor="2")
+        agreed_leaders(cluster, topic, 4)
+        load = IdempotentLoad(cluster, topic)
+        with SegmentClient("127.0.0.1", cluster.nodes[2].native_port) as native:
+            wait_for(lambda: len(native.describe_stream("kafka", topic)["segments"]) >= 4, "a scale-up to 4 segments")
+            wait_for(lambda: len(load.acked) > 2000, "the producer carrying on after the scales")
+        load.finish()
+        leaders_after = agreed_leaders(cluster, topic, 4)
+        load.check_read_back(cluster.nodes[0].bootstrap)
+        scaling = {n.node_id: [line for line in n.output if f"auto-scaling kafka/{topic}:" in line]
+                   for n in cluster.nodes}
+        print({node: len(lines) for node, lines in scaling.items()}, "leaders after:", leaders_after)
+        assert sum(1 for lines in scaling.values() if lines) == 1, scaling
+
+
 @pytest.mark.slow
 def test_sigkill_a_node_under_an_idempotent_producer_loses_and_duplicates_nothing(cluster: Cluster) -> None:
     from confluent_kafka import Consumer, Producer

@@ -397,6 +397,11 @@ class SegmentPartitionStorage(PartitionStorage):
             with contextlib.suppress(SegmentNotFoundError):
                 self.store.delete(segment + INDEX_SUFFIX).result(BLOCKING_TIMEOUT)
 
+    def reload(self, topic: str) -> None:
+        """Rebuild ``topic``'s partitions from the store (reactor): a cluster node whose copy is out of
+        date (another node scaled the topic) refuses its partitions retriably until then."""
+        self._reload_after_failure(topic)
+
     def _reload_after_failure(self, topic: str) -> None:
         """After a failed append the partition's offsets and the segment tails this gateway assumed are
         unknown: once in-flight appends settle, rebuild the topic from the store (the truth). Produce
@@ -432,16 +437,24 @@ class SegmentPartitionStorage(PartitionStorage):
         predecessor are accepted there before its seal; every later one goes to a successor, so
         per-partition order holds across the switch. Returns how many partitions moved."""
         moved = 0
+        stale = False
         for p in self._topics.get(topic.name, []):
             start = topic.slices[p.partition][0]
             seg = next((s for s in successors if s.contains(start)), None)
             if seg is None or (p.writer is not None and p.writer.name == seg.name):
+                continue
+            if not self.leads(p):
+                # A cluster node's copy of a partition another node leads is not current: moving it on
+                # would serve the successor from it. It is read again once the scale is done.
+                stale = True
                 continue
             writer = self._writers.get(seg.name)
             if writer is None:
                 writer = self._writers[seg.name] = SegmentWriter(self.store, self.clock, seg.name, 0, 0)
             p.write_to(writer)
             moved += 1
+        if stale:
+            self._reload_after_failure(topic.name)
         return moved
 
     # -- produce -------------------------------------------------------------------------------------
