@@ -13,6 +13,7 @@ from millrace.gateway.kafka.partitions.compaction import (
     clean_batches,
     cleaning_point,
     latest_offsets,
+    needs_cleaning,
 )
 from millrace.gateway.kafka.partitions.partition import PartitionLog
 from millrace.gateway.kafka.partitions.segments import SegmentWriter
@@ -146,3 +147,15 @@ def test_aborted_records_go_and_markers_go_with_the_last_of_their_data(txns) -> 
     expected_markers = [o for o, n, old in markers if n in surviving or not old]
     assert [b.header.base_offset for b in out if b.header.is_control] == expected_markers
     assert result.removed_markers == {o for o, _, _ in markers} - set(expected_markers)
+
+
+def test_a_round_starts_on_the_dirty_ratio_or_once_a_record_is_older_than_max_compaction_lag() -> None:
+    stored, _ = build([([(b"a", b"1", NOW - 5000)], 0)] * 9 + [([(b"a", b"2", NOW - 100)], 0)] * 2)
+    p = partition_of(stored)
+    never = 1 << 62
+    # Offsets 0-8 cleaned already; 9 is dirty (1 of 11 batches), 10 is the last batch (never cleaned).
+    assert not needs_cleaning(p, 9, 10, NOW, 0.5, never)
+    assert needs_cleaning(p, 9, 10, NOW, 0.05, never)  # the ratio is reached
+    assert needs_cleaning(p, 9, 10, NOW, 0.5, 50)  # offset 9 is older than max.compaction.lag.ms
+    assert not needs_cleaning(p, 9, 10, NOW, 0.5, 500)
+    assert not needs_cleaning(p, 10, 10, NOW, 0.0, 1)  # nothing dirty below the cleaning point
