@@ -14,6 +14,8 @@ from compat_tests.conftest import start_server
 from compat_tests.connect_support import ConnectWorkerProcess, classpath
 from tests.server_process import ServerProcess, create_topic
 
+pytestmark = pytest.mark.slow  # JVM workers: about a minute for the module
+
 STRINGS = {"key_converter": "org.apache.kafka.connect.storage.StringConverter",
            "value_converter": "org.apache.kafka.connect.storage.StringConverter"}
 

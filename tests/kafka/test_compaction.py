@@ -163,6 +163,7 @@ def _compacted_default_topic(server):
     w.close()
 
 
+@pytest.mark.slow
 def test_sigkill_while_compacting_loses_no_acknowledged_record(tmp_path):
     """A producer keeps overwriting keys while the cleaner runs every 0.2 s; the server is SIGKILLed
     three times at random moments. Afterwards every key reads its latest acknowledged value (or a
