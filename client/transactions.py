@@ -5,16 +5,18 @@ or never (abort, or a lease that runs out).
     with txw.begin_txn() as txn:                   # commits on a clean exit, aborts on an exception
         txn.write_event(b"22.0", routing_key="sensor-7")
 
-A transaction is a Kafka transaction of its own transactional id on the server
-(``gateway/native/txn_commands.py``; docs/architecture.md, "Native client"): its batches go to the
-stream's partitions with the transactional bit, stamped with the transaction's producer id, epoch and
-per-partition sequences, through the same sequencing and in-order resend as ``EventStreamWriter``
-(``EventSender``), so a batch resent after a lost connection is stored once. ``commit()`` flushes, then
-returns once the commit markers are durable in every partition the transaction wrote: Kafka consumers
-at read_committed and native readers then see all of its events, and before that none. The lease is
-the coordinator's transaction timeout: a transaction left open longer aborts itself, so a crashed
-writer's transaction disappears; ``ping()`` restarts the lease. Several transactions may be open at
-once, and ``get_txn`` finds one again from another process (to inspect, commit, abort or write on).
+On the server a transaction is built the Pravega way (``gateway/native/txn_commands.py``;
+docs/architecture.md, "Native client"): its events go to transaction segments beside the stream's, as
+plain batches, and a commit appends them to the partitions, where they get their Kafka offsets; nothing
+of an open or aborted transaction is ever in the stream, so no reader waits for it. The events of each
+partition are numbered from 0 in the transaction, and every batch carries its first and last number,
+so a batch resent after a lost connection (``EventSender``'s in-order resend) is stored once. An
+event's future gives its partition and its number there (its Kafka offset exists only once committed).
+``commit()`` flushes, then returns once COMMITTED is recorded: Kafka consumers and native readers then
+see all of its events. The lease is enforced by the server: a transaction left open longer aborts
+itself, so a crashed writer's transaction disappears; ``ping()`` restarts the lease. Several
+transactions may be open at once, and ``get_txn`` finds one again from another process (to inspect,
+commit, abort or write on).
 
 Threads: as ``EventStreamWriter``; ``commit``/``abort`` block the calling thread.
 """
@@ -25,19 +27,21 @@ import enum
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any, Generic, TypeVar
 
 from millrace.client.connection import Reply
 from millrace.client.controller import ControllerClient
 from millrace.client.serializers import Serializer
-from millrace.client.writer import EventSender, _Partition
+from millrace.client.writer import EventPosition, EventSender, _EventFuture, _Partition
 from millrace.protocol.errors import ConnectionLostError, RetriableError, TxnFailedError, TxnNotFoundError
+from millrace.protocol.events import NO_PRODUCER_ID
 from millrace.protocol.wire import Command
 
 T = TypeVar("T")
 
 DEFAULT_LEASE_MS = 120_000
-MAX_LEASE_MS = 900_000  # the coordinator's transaction.max.timeout.ms
+MAX_LEASE_MS = 900_000  # the server's longest lease
 RETRY_DELAYS = (0.02, 0.05, 0.1, 0.2, 0.5)
 
 
@@ -56,23 +60,39 @@ class Transaction(EventSender[T]):
     """One open transaction: ``write_event`` as on a writer, then ``commit()`` or ``abort()``."""
 
     command = Command.APPEND_TXN_EVENTS
-    transactional = True
 
-    def __init__(self, writer: TransactionalEventStreamWriter[T], txn_id: uuid.UUID, producer_id: int, epoch: int,
-                 slices: list[tuple[float, float]], lease_ms: int, sequences: dict[int, int] | None = None) -> None:
-        super().__init__(writer.controller, writer.scope, writer.stream, writer.serializer, producer_id, epoch,
-                         slices, f"transaction {txn_id}", sequences)
+    def __init__(self, writer: TransactionalEventStreamWriter[T], txn_id: uuid.UUID,
+                 slices: list[tuple[float, float]], lease_ms: int, next_events: dict[int, int] | None = None) -> None:
+        """``next_events``: per partition, the number of the next event (a transaction resumed by
+        another process goes on from the server's)."""
+        # Plain batches (no producer id): the event numbers make resends exact.
+        super().__init__(writer.controller, writer.scope, writer.stream, writer.serializer, NO_PRODUCER_ID, -1,
+                         slices, f"transaction {txn_id}")
         self.writer = writer
+        self.writer_id = writer.writer_id
         self.txn_id = txn_id
         self.lease_ms = lease_ms
+        self._next_event = [(next_events or {}).get(p, 0) for p in range(len(slices))]
         self._ended: TxnStatus | None = None  # set once commit() or abort() has been asked for
+
+    def write_event(self, event: T, routing_key: str | None = None) -> Future[EventPosition]:
+        """Queue ``event``; the future completes with (partition, the event's number in the transaction's
+        part of that partition) once it is durable in the transaction (or fails)."""
+        data = self.serializer.serialize(event)
+        fut = _EventFuture()
+        with self._lock:
+            self._refuse_writes()
+            p = self._partitions[self._partition_of(routing_key)]
+            number = self._next_event[p.number]
+            self._next_event[p.number] = number + 1
+            self._enqueue(p, routing_key, data, fut, number)
+        return fut
 
     def _header(self, p: _Partition) -> dict[str, Any]:
         return {**self._ids(), "partition": p.number}
 
     def _ids(self) -> dict[str, Any]:
-        return {"scope": self.scope, "stream": self.stream, "txn_id": str(self.txn_id),
-                "producer_id": self.producer_id, "epoch": self.epoch}
+        return {"scope": self.scope, "stream": self.stream, "txn_id": str(self.txn_id)}
 
     def _refuse_writes(self) -> None:
         if self._ended is not None:
@@ -80,7 +100,7 @@ class Transaction(EventSender[T]):
 
     # -- ending -------------------------------------------------------------------------------------
     def commit(self) -> None:
-        """Flush, then commit; returns once the commit is durable (every event then visible, once).
+        """Flush, then commit; returns once the commit is complete (every event then visible, once).
         Raises TxnFailedError if the transaction aborted meanwhile (e.g. its lease ran out), and the
         flush's error if an event could not be written (the transaction then stays open until
         ``abort()`` or its lease ends it)."""
@@ -139,21 +159,20 @@ class TransactionalEventStreamWriter(Generic[T]):
         txn_id = uuid.uuid4()
         # The id is ours, so a begin whose answer was lost is resent and answers the same transaction.
         reply = self._call(Command.BEGIN_TXN, {"scope": self.scope, "stream": self.stream, "txn_id": str(txn_id),
-                                               "lease_ms": self.lease_ms})
-        return Transaction(self, txn_id, int(reply["producer_id"]), int(reply["epoch"]), _slices(reply),
-                           int(reply["lease_ms"]))
+                                               "lease_ms": self.lease_ms, "writer_id": self.writer_id})
+        return Transaction(self, txn_id, _slices(reply), int(reply["lease_ms"]))
 
     def get_txn(self, txn_id: uuid.UUID | str) -> Transaction[T]:
         """The transaction ``txn_id``, begun by this or another process, to inspect, write to, commit or
-        abort. Its events from here continue each partition's sequence where the server has it (the
-        process that began it must not write to it any more). TxnNotFoundError if the server does not
-        know it."""
+        abort. Its events from here continue each partition's event numbers where the server has them
+        (the process that began it must not write to it any more). TxnNotFoundError if the server does
+        not know it."""
         txn_id = uuid.UUID(str(txn_id))
         reply = self._status(txn_id)
         if reply["state"] == TxnStatus.UNKNOWN.value:
             raise TxnNotFoundError(f"no transaction {txn_id} on {self.scope}/{self.stream}")
-        txn = Transaction(self, txn_id, int(reply["producer_id"]), int(reply["epoch"]), _slices(reply),
-                          int(reply["lease_ms"]), {int(p): int(s) for p, s in reply["sequences"].items()})
+        txn = Transaction(self, txn_id, _slices(reply), int(reply["lease_ms"]),
+                          {int(p): int(n) for p, n in reply["sequences"].items()})
         state = TxnStatus(reply["state"])
         if state != TxnStatus.OPEN:
             txn._ended = state

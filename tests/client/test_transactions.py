@@ -6,6 +6,7 @@ flight) and a SIGKILL of the writing process (another process resumes its transa
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -15,6 +16,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
@@ -30,7 +32,7 @@ from millrace import (
     TxnStatus,
 )
 from millrace.client.segment_reader import SegmentEvent, read_segment_events
-from millrace.protocol.errors import InvalidRequestError
+from millrace.protocol.errors import InvalidRequestError, StreamNotFoundError
 from millrace.protocol.events import encode_batch
 from millrace.protocol.wire import Command
 from tests.server_process import ServerProcess, create_topic
@@ -125,8 +127,10 @@ def test_commit_is_visible_at_once_and_abort_never_to_kafka_consumers(server: Se
         assert sorted(v for v in stored if v.startswith("c:")) == sorted(mine)  # each once
         assert not [v for v in stored if v.startswith("a:")]
         assert in_key_order(stored, "c")
-        # The aborted events were stored: the markers hide them, not their absence.
-        assert len([v for v in kafka_values(server, "txn-kafka", 4, "read_uncommitted") if v.startswith("a:")]) == 100
+        # Never in the stream at all: a read_uncommitted consumer does not see them either.
+        uncommitted = kafka_values(server, "txn-kafka", 4, "read_uncommitted")
+        assert not [v for v in uncommitted if v.startswith("a:")]
+        assert sorted(v for v in uncommitted if v.startswith("c:")) == sorted(mine)
         with pytest.raises(TxnFailedError):
             committed.write_event("late", routing_key="k0")
         with pytest.raises(TxnFailedError):
@@ -226,6 +230,58 @@ def test_commit_abort_and_timeout_under_a_concurrent_scale(server: ServerProcess
         assert in_key_order(values, "c")
 
 
+def transaction_segments(sm: StreamManager, txn: Transaction[Any]) -> list[str]:
+    """The store's segments of ``txn`` (``<parent>#transaction.<uuid hex>``)."""
+    segments = sm.controller.call(Command.LIST_SEGMENTS, {})[0]["segments"]
+    return [s for s in segments if s.endswith(f"#transaction.{txn.txn_id.hex}")]
+
+
+def test_an_open_transaction_holds_back_no_reader(server: ServerProcess, uri: str) -> None:
+    """Events written after an open transaction's are read at once, by read_committed Kafka consumers and
+    native readers alike: the transaction's events are not in the stream, so nothing waits for them."""
+    create_topic(server, "txn-open", 4)
+    with StreamManager(uri) as sm:
+        txw = sm.create_transaction_writer("kafka", "txn-open", serializer=StringSerializer())
+        txn = txw.begin_txn()
+        held = write_all(txn, "o", 80)  # every partition
+        txn.flush()
+        writer = sm.create_writer("kafka", "txn-open", serializer=StringSerializer())
+        plain = [f"p:{i}" for i in range(40)]
+        for i, value in enumerate(plain):
+            writer.write_event(value, routing_key=KEYS[i % len(KEYS)])
+        writer.flush()
+        assert txn.check_status() == TxnStatus.OPEN
+        assert sorted(kafka_values(server, "txn-open", 4)) == sorted(plain)
+        assert sorted(e.data.decode() for e in stream_events(sm, "kafka", "txn-open")) == sorted(plain)
+        txn.commit()
+        assert sorted(kafka_values(server, "txn-open", 4)) == sorted(plain + held)
+        writer.close()
+
+
+def test_transaction_segments_hold_the_events_until_the_end_and_go(server: ServerProcess, uri: str) -> None:
+    """A transaction's events live in its transaction segments, which commit, abort and a lease that ran
+    out delete."""
+    with StreamManager(uri) as sm:
+        sm.create_scope("iot")
+        sm.create_stream("iot", "txn-segments", initial_segments=3)
+        txw = sm.create_transaction_writer("iot", "txn-segments", serializer=StringSerializer())
+        short = sm.create_transaction_writer("iot", "txn-segments", serializer=StringSerializer(), lease_ms=1500)
+        committed, aborted, expiring = txw.begin_txn(), txw.begin_txn(), short.begin_txn()
+        for txn, tag in ((committed, "c"), (aborted, "a"), (expiring, "e")):
+            write_all(txn, tag, 30)
+            txn.flush()
+            parents = {s.rsplit("#transaction.", 1)[0] for s in transaction_segments(sm, txn)}
+            assert len(parents) == 3  # one per segment of the stream, named after it
+        wait_for(lambda: expiring.check_status() == TxnStatus.ABORTED, "the lease to run out")
+        assert transaction_segments(sm, expiring) == []
+        aborted.abort()
+        assert transaction_segments(sm, aborted) == []
+        committed.commit()
+        wait_for(lambda: transaction_segments(sm, committed) == [], "the committed segments to be deleted")
+        assert sorted(e.data.decode() for e in stream_events(sm, "iot", "txn-segments")) == sorted(
+            f"c:{i}" for i in range(30))
+
+
 def test_malformed_transaction_requests_get_error_statuses(server: ServerProcess, uri: str) -> None:
     create_topic(server, "txn-garbage", 1)
     with StreamManager(uri) as sm:
@@ -239,13 +295,17 @@ def test_malformed_transaction_requests_get_error_statuses(server: ServerProcess
             call(Command.BEGIN_TXN, {**base, "lease_ms": 1000})
         txw = sm.create_transaction_writer("kafka", "txn-garbage")
         txn = txw.begin_txn()
-        ids = {**base, "txn_id": str(txn.txn_id), "producer_id": txn.producer_id, "epoch": txn.epoch, "partition": 0}
+        ids = {**base, "txn_id": str(txn.txn_id), "partition": 0, "first_event": 0, "last_event": 0}
         with pytest.raises(EventsRefusedError):
             call(Command.APPEND_TXN_EVENTS, ids, b"short")
-        with pytest.raises(InvalidRequestError):  # not transactional: it would be visible at once
-            call(Command.APPEND_TXN_EVENTS, ids, encode_batch([(None, b"x")], 0, txn.producer_id, txn.epoch, 0))
-        with pytest.raises(InvalidRequestError):  # another producer's batch
+        with pytest.raises(InvalidRequestError):  # transactional: a transaction's batches are plain
             call(Command.APPEND_TXN_EVENTS, ids, encode_batch([(None, b"x")], 0, 12345, 0, 0, transactional=True))
+        with pytest.raises(InvalidRequestError):  # a producer's batch
+            call(Command.APPEND_TXN_EVENTS, ids, encode_batch([(None, b"x")], 0, 12345, 0, 0))
+        with pytest.raises(InvalidRequestError):  # numbers that do not count the batch's events
+            call(Command.APPEND_TXN_EVENTS, {**ids, "last_event": 3}, encode_batch([(None, b"x")], 0))
+        with pytest.raises(StreamNotFoundError):
+            call(Command.APPEND_TXN_EVENTS, {**ids, "partition": 1}, encode_batch([(None, b"x")], 0))
         with pytest.raises(TxnNotFoundError):
             call(Command.END_TXN, {**ids, "txn_id": str(uuid.uuid4()), "commit": True})
         with pytest.raises(TxnNotFoundError):
@@ -370,6 +430,52 @@ def test_a_writer_gives_up_when_its_server_stays_away_and_records_expire(
         with pytest.raises(ConnectionLostError):
             writer.flush()
         assert isinstance(lost.exception(), ConnectionLostError)
+        sm.close()
+    finally:
+        server.kill()
+
+
+@pytest.mark.slow
+def test_a_server_sigkill_in_the_middle_of_a_commit_lands_every_event_once(
+        own_server: tuple[str, tuple[str, ...]]) -> None:
+    """The server dies while it appends a committing transaction's batches to the partitions (some have
+    landed, some not): at the restart it finishes the commit, and the batches that had landed answer as
+    written instead of landing twice."""
+    data, args = own_server
+    server = ServerProcess(data, *args, "--log-level", "INFO").start()
+    try:
+        create_topic(server, "txn-mid-commit", 16)
+        sm = StreamManager(f"tcp://127.0.0.1:{server.native_port}", reconnect_timeout=120.0)
+        txw = sm.create_transaction_writer("kafka", "txn-mid-commit", serializer=StringSerializer(),
+                                           lease_ms=120_000)
+        txn = txw.begin_txn()
+        keys = [f"key-{n}" for n in range(64)]
+        expected: list[str] = []
+        for r in range(150):  # a flush per round: about one batch per partition per round
+            for n, key in enumerate(keys):
+                value = f"{r}:{n}"
+                txn.write_event(value, routing_key=key)
+                expected.append(value)
+            txn.flush()
+        probe = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "probe"})
+        first = TopicPartition("txn-mid-commit", 0)
+        assert probe.get_watermark_offsets(first, 5, False) == (0, 0)  # connected before the clock matters
+        sm.controller.pool.request(sm.controller.endpoint, Command.END_TXN, {**txn._ids(), "commit": True})
+        deadline = time.monotonic() + 60
+        while probe.get_watermark_offsets(first, 5, False)[1] == 0:  # a commit appends a window at a time
+            assert time.monotonic() < deadline, "the commit never began appending"
+        server.kill()  # the merge is under way
+        probe.close()
+        server = ServerProcess(data, *args, "--log-level", "INFO").start()
+        wait_for(lambda: txn.check_status() == TxnStatus.COMMITTED, "the resumed commit")
+        txn.commit()  # the client's own commit finds it committed
+        for isolation in ("read_committed", "read_uncommitted"):
+            stored = kafka_values(server, "txn-mid-commit", 16, isolation)
+            assert Counter(stored) == Counter(expected)  # each once
+        resumed = [line for line in server.output if f"transaction {txn.txn_id}: commit resumed" in line]
+        assert resumed, "the restarted server had nothing left to append: the kill came after the merge"
+        landed, total = (int(n) for n in re.search(r"(\d+) of its (\d+) batches", resumed[0]).groups())
+        assert 0 < landed < total  # killed mid-merge: some had landed, some not
         sm.close()
     finally:
         server.kill()
