@@ -11,7 +11,7 @@ transactions themselves are ``transactions.PartitionTransactions``'.
 
 Expiry (Kafka's ``producer.id.expiration.ms``): the state of a producer that wrote nothing for that
 long, has no append in flight and no open transaction here is forgotten, so partitions do not keep
-every producer id they ever saw (native transactions take one id each). A producer that comes back
+every producer id they ever saw. A producer that comes back
 after that starts over as a new one, as in Kafka.
 
 Owned by the reactor thread once the partition is installed.

@@ -371,7 +371,7 @@ class TransactionCoordinator:
         storage = self.broker.partitions
 
         def attempt() -> None:
-            # record, not get: native transactions hold partitions of streams outside the Kafka scope too.
+            # record, not get: the partition record whatever the stream's scope (get knows Kafka topics only).
             info = self.broker.topics.record(topic)
             if info is None or partition >= info.partition_count:
                 result.callback(None)
@@ -429,63 +429,3 @@ class TransactionCoordinator:
 
     def _persist(self, meta: TransactionMetadata) -> defer.Deferred[None]:
         return self._writer.put(meta.transactional_id.encode(), meta.encode())
-
-    # -- native transactions (gateway/native/txn_commands.py): one transactional id per transaction ------
-    def begin_transaction(self, transactional_id: str,
-                          timeout_ms: int) -> defer.Deferred[tuple[ErrorCode, int, int]]:
-        """A fresh producer id for a fresh transactional id, durably Ongoing at once (its timeout, the
-        lease, counts from here) with no partitions yet. A begin resent after a lost answer gets the
-        transaction it began; one whose transaction already ended gets INVALID_TXN_STATE."""
-        if not 0 < timeout_ms <= MAX_TIMEOUT_MS:
-            return defer.succeed((ErrorCode.INVALID_TRANSACTION_TIMEOUT, -1, -1))
-        if transactional_id in self._initializing or transactional_id in self._completing:
-            return defer.succeed((ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1))
-        meta = self.txns.get(transactional_id)
-        if meta is not None:
-            if meta.state == TxnState.ONGOING:
-                return defer.succeed((ErrorCode.NONE, meta.producer_id, meta.producer_epoch))
-            return defer.succeed((ErrorCode.INVALID_TXN_STATE, -1, -1))
-        self._initializing.add(transactional_id)
-
-        def allocated(pid: int) -> defer.Deferred[tuple[ErrorCode, int, int]]:
-            fresh = TransactionMetadata(transactional_id, pid, 0, timeout_ms)
-            self._begin(fresh)
-            self.txns[transactional_id] = fresh
-            self._by_pid[pid] = fresh
-            return self._persist(fresh).addCallback(lambda _: (ErrorCode.NONE, pid, 0))
-
-        d = self.broker.blocking(self.broker.producer_ids.allocate)
-        return d.addCallback(allocated).addErrback(self._unavailable, (-1, -1)).addBoth(
-            self._done_initializing, transactional_id)
-
-    def extend_lease(self, transactional_id: str, producer_id: int, epoch: int) -> defer.Deferred[ErrorCode]:
-        """Restart an Ongoing transaction's timeout from now (Pravega's pingTxn), durably."""
-        meta, error = self._validate(transactional_id, producer_id, epoch, ErrorCode.PRODUCER_FENCED)
-        if meta is None:
-            return defer.succeed(error)
-        if meta.state != TxnState.ONGOING:
-            return defer.succeed(ErrorCode.INVALID_TXN_STATE)
-        meta.start_ms = meta.updated_ms = _now_ms()
-        return self._persist(meta).addCallbacks(lambda _: ErrorCode.NONE, self._unavailable_code)
-
-    def expire_idle(self, prefix: str, retention_ms: int, now_ms: int | None = None) -> list[str]:
-        """Forget the records of transactional ids under ``prefix`` idle (complete, or never begun) for
-        longer than ``retention_ms``: native transactions use one id each, so their records would
-        otherwise pile up forever. Returns the ids removed (their removal is written in order with
-        every other record change)."""
-        now_ms = _now_ms() if now_ms is None else now_ms
-        expired = [meta for tid, meta in self.txns.items()
-                   if tid.startswith(prefix) and meta.state in IDLE and tid not in self._completing
-                   and tid not in self._initializing and now_ms > meta.updated_ms + retention_ms]
-        for meta in expired:
-            del self.txns[meta.transactional_id]
-            if self._by_pid.get(meta.producer_id) is meta:
-                del self._by_pid[meta.producer_id]
-            self._writer.put(meta.transactional_id.encode(), None).addErrback(self._expiry_failed,
-                                                                              meta.transactional_id)
-        return [meta.transactional_id for meta in expired]
-
-    @staticmethod
-    def _expiry_failed(failure: Failure, transactional_id: str) -> None:
-        # The record stays in the table: the next start loads it and it expires again.
-        log.warning("expiring %s failed: %s", transactional_id, failure.getErrorMessage())
