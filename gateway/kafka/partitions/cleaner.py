@@ -83,8 +83,8 @@ class LogCleaner:
         ratio = float(topic.config("min.cleanable.dirty.ratio"))
         rounds = []
         for p in parts:
-            if (p.topic, p.partition) in self._running:
-                continue
+            if (p.topic, p.partition) in self._running or not self.storage.leads(p):
+                continue  # on a cluster node, only the node serving a partition cleans it
             end = cleaning_point(p, now_ms, min_lag)
             cleaned = p.compaction.end if p.compaction is not None else p.log_start
             if end <= cleaned:
