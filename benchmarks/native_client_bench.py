@@ -10,8 +10,9 @@ events/s and MB/s, and p50/p99 of the time from the write call to durability as 
 Transactional cases (100 B events, 1 / 16 writers, 10 / 1000 events per transaction): each writer
 begins a transaction, writes its events with routing keys, commits, and starts the next, through
 ``TransactionalEventStreamWriter`` and through confluent-kafka transactional producers (one
-transactional id per writer thread). Reports events/s and p50/p99 of the commit call (flush + the
-markers durable in every partition the transaction wrote).
+transactional id per writer thread). Reports events/s and p50/p99 of the commit call (flush, then for
+Kafka the markers durable in every partition the transaction wrote, for native the transaction
+segments' batches appended to the partitions and COMMITTED recorded).
 
     .venv/bin/python -m benchmarks.native_client_bench [--events 20000] [--runs 3] [--cases all|plain|txn]
 
