@@ -24,6 +24,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests.java_support import run_main
+from tests.kafka.wire import KafkaWire
 from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.timeout(300)
@@ -150,6 +151,38 @@ def test_java_classic_group_upgrades_to_the_consumer_protocol(server: ServerProc
     assert group not in lists[0]["consumerGroups"] and group in lists[1]["consumerGroups"]
 
 
+def make_regex_topics(server: ServerProcess) -> tuple[str, set[tuple[str, int, int]]]:
+    """Topics PREFIX-a (2 partitions) and PREFIX-b (1) with 30 records each, and one that does not match;
+    returns the prefix and the (topic, partition, offset) of the matching records."""
+    prefix = f"rx{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    names = {f"{prefix}-a": 2, f"{prefix}-b": 1, f"other{prefix}-a": 1}
+    for f in admin.create_topics([NewTopic(n, c, 1) for n, c in names.items()]).values():
+        f.result(30)
+    placed: set[tuple[str, int, int]] = set()
+    producer = Producer({"bootstrap.servers": server.bootstrap})
+    for name in names:
+        for i in range(30):
+            producer.produce(name, value=f"{name}-{i}".encode(), partition=i % names[name], on_delivery=lambda err, m: (
+                placed.add((m.topic(), m.partition(), m.offset())) if err is None else None))
+    producer.flush(30)
+    return prefix, {p for p in placed if p[0].startswith(prefix)}
+
+
+def test_java_regex_subscription_is_resolved_by_the_broker(server: ServerProcess) -> None:
+    prefix, placed = make_regex_topics(server)
+    run = run_main("4.x", "ConsumerGroupProtocolClient", [server.bootstrap, "regex", prefix, f"rx-{prefix}",
+                                                          str(len(placed))], timeout=150)
+    records = [(e["topic"], e["partition"], e["offset"]) for e in run.of("regex", "record")]
+    assert len(records) == len(set(records))
+    assert placed <= set(records)
+    late = {r for r in records if r[0] == f"{prefix}-late"}
+    assert len(late) == 20  # a topic created after the join that matches is assigned (a new group epoch)
+    assert set(records) == placed | late  # nothing from the topic that does not match
+    (assignment,) = run.of("regex", "assignment")
+    assert assignment["partitions"] == sorted([f"{prefix}-a-0", f"{prefix}-a-1", f"{prefix}-b-0", f"{prefix}-late-0"])
+
+
 # -- librdkafka (confluent-kafka) --------------------------------------------------------------------
 
 def librdkafka_supports_consumer_protocol() -> bool:
@@ -243,3 +276,25 @@ def describe_with_rdkafka(server: ServerProcess, group: str) -> dict[str, Any]:
     return {"type": str(getattr(desc, "type", "")).rsplit(".", 1)[-1].lower(), "members": len(desc.members),
             "state": str(desc.state)}
 
+
+
+@pytest.mark.skipif(not librdkafka_supports_consumer_protocol(), reason="librdkafka older than 2.6")
+def test_librdkafka_regex_subscription(server: ServerProcess) -> None:
+    prefix, placed = make_regex_topics(server)
+    consumer = Consumer({"bootstrap.servers": server.bootstrap, "group.id": f"rx-{prefix}",
+                         "group.protocol": "consumer", "auto.offset.reset": "earliest"})
+    consumer.subscribe([f"^{prefix}-.*"])  # librdkafka sends the regex to the broker, as "(^...)"
+    seen: set[tuple[str, int, int]] = set()
+    deadline = time.monotonic() + 60
+    try:
+        while not placed <= seen and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None and not msg.error():
+                seen.add((msg.topic(), msg.partition(), msg.offset()))
+        with KafkaWire.connect(server.bootstrap) as wire:
+            described = wire.request(69, 0, group_ids=[f"rx-{prefix}"], include_authorized_operations=False)
+    finally:
+        consumer.close()
+    assert seen == placed
+    (member,) = described.groups[0].members
+    assert (member.subscribed_topic_regex, member.subscribed_topic_names) == (f"(^{prefix}-.*)", [])

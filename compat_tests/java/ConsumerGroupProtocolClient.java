@@ -17,15 +17,21 @@ import org.apache.kafka.clients.admin.ConsumerGroupDescription;
 import org.apache.kafka.clients.admin.GroupListing;
 import org.apache.kafka.clients.admin.ListGroupsOptions;
 import org.apache.kafka.clients.admin.MemberDescription;
+import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.clients.consumer.SubscriptionPattern;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.GroupType;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
 
 /**
  * The unmodified Java kafka-clients 4.x consumer with group.protocol=consumer (KIP-848) and the Admin's
@@ -41,6 +47,9 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  *   upgrade TOPIC GROUP FIRST TOTAL: a classic-protocol consumer reads FIRST records and commits
  *     ("describe" with the classic group), closes, then a consumer-protocol consumer in the same group
  *     reads on from the committed offsets up to TOTAL records ("describe" again).
+ *   regex PREFIX GROUP EXISTING: a consumer subscribed with SubscriptionPattern("PREFIX-.*") (the
+ *     broker resolves it) reads the EXISTING records of the matching topics, then a new matching topic is
+ *     created and written by this JVM and its records must arrive too ("record" {topic, partition, offset}).
  *   describe GROUP / list: the Admin's view.
  * Ends with {"event":"done"} or {"event":"error",..}.
  */
@@ -56,6 +65,7 @@ public class ConsumerGroupProtocolClient {
                 case "churn" -> churn(admin, scenario, args[2], args[3], args[4], Integer.parseInt(args[5]));
                 case "upgrade" -> upgrade(admin, scenario, args[2], args[3], Integer.parseInt(args[4]),
                         Integer.parseInt(args[5]));
+                case "regex" -> regex(admin, scenario, args[2], args[3], Integer.parseInt(args[4]));
                 case "describe" -> describe(admin, scenario, args[2], "describe");
                 case "list" -> list(admin, scenario);
                 default -> throw new IllegalArgumentException("unknown scenario " + scenario);
@@ -242,6 +252,39 @@ public class ConsumerGroupProtocolClient {
             if (m.failure != null) {
                 throw m.failure;
             }
+        }
+    }
+
+    static void regex(Admin admin, String scenario, String prefix, String group, int existing) throws Exception {
+        Set<String> seen = ConcurrentHashMap.newKeySet();
+        long t0 = System.currentTimeMillis();
+        try (KafkaConsumer<byte[], byte[]> c = consumer(group, "consumer", null, null)) {
+            c.subscribe(new SubscriptionPattern(prefix + "-.*"));
+            boolean created = false;
+            int later = 20;
+            while (seen.size() < existing + later && System.currentTimeMillis() < t0 + 90_000) {
+                for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(200))) {
+                    JsonOut.emit(scenario, "record", "topic", r.topic(), "partition", r.partition(), "offset",
+                            r.offset());
+                    seen.add(r.topic() + ":" + r.partition() + ":" + r.offset());
+                }
+                if (!created && seen.size() >= existing) {
+                    created = true;
+                    String topic = prefix + "-late";
+                    admin.createTopics(List.of(new NewTopic(topic, 1, (short) 1))).all().get(30, TimeUnit.SECONDS);
+                    Properties p = new Properties();
+                    p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+                    p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+                    p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+                    try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
+                        for (int i = 0; i < later; i++) {
+                            producer.send(new ProducerRecord<>(topic, ("late-" + i).getBytes())).get();
+                        }
+                    }
+                    JsonOut.emit(scenario, "created", "topic", topic);
+                }
+            }
+            JsonOut.emit(scenario, "assignment", "partitions", names(c.assignment()));
         }
     }
 
