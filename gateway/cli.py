@@ -9,6 +9,7 @@ import sys
 import time
 from typing import Any
 
+from millrace.gateway.cluster_cli import add_cluster_parser, run_cluster
 from millrace.gateway.server import ServerOptions, serve
 
 
@@ -259,7 +260,10 @@ def main(argv: list[str] | None = None) -> int:
     _serve_parser(sub)
     _logd_parser(sub)
     _admin_parsers(sub)
+    add_cluster_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "cluster":
+        return run_cluster(args)
     if args.command in ("scopes", "streams"):
         return _admin(args)
     if args.command == "logd":

@@ -1,0 +1,116 @@
+"""``millrace cluster up|status|start|down --dir DIR``: a whole cluster on this machine, for development and
+tests (ZooKeeper, log replicas and segment-store nodes as background processes on 127.0.0.1; the
+processes are managed by ``store/cluster/local.py``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from millrace.store.cluster.local import ClusterError, ClusterSettings, LocalCluster
+
+
+def add_cluster_parser(sub: argparse._SubParsersAction) -> None:
+    cluster = sub.add_parser("cluster", help="run a local cluster (ZooKeeper, logd replicas, nodes) in the background")
+    actions = cluster.add_subparsers(dest="action", required=True)
+    d = ClusterSettings()
+
+    up = actions.add_parser("up", help="start a cluster (or the stopped processes of an existing one), wait until "
+                            "it serves and print one JSON object: bootstrap, native endpoints, processes")
+    up.add_argument("--dir", required=True, help="the cluster's directory (state, data, logs)")
+    up.add_argument("--nodes", type=int, default=d.nodes, help="segment-store nodes")
+    up.add_argument("--log-replicas", type=int, default=d.log_replicas, help="`millrace logd` processes")
+    up.add_argument("--containers", type=int, default=d.containers, help="segment containers (fixed for the cluster)")
+    up.add_argument("--write-quorum", type=int, default=d.write_quorum, help="replicas each log entry is written to")
+    up.add_argument("--ack-quorum", type=int, default=d.ack_quorum,
+                    help="replicas that must have fsync'd an entry before it is acknowledged")
+    up.add_argument("--session-timeout", type=float, default=d.session_timeout,
+                    help="nodes' ZooKeeper session timeout in seconds (a dead node's containers move after it)")
+    up.add_argument("--lts", default=None, help="shared long-term storage: a path or s3://BUCKET/PREFIX "
+                    "(default: DIR/lts)")
+    up.add_argument("--s3-endpoint", default=None, help="S3 endpoint URL for an S3-compatible server")
+    up.add_argument("--timeout", type=float, default=120.0, help="seconds each process may take to serve")
+    up.add_argument("--node-arg", action="append", default=[], metavar="ARG",
+                    help="one more argument for every node's `millrace serve` (repeat: --node-arg=--cache-mb "
+                    "--node-arg=64)")
+
+    status = actions.add_parser("status", help="nodes, containers, owners, epochs, log ensembles and lag")
+    status.add_argument("--dir", required=True, help="the cluster's directory")
+    status.add_argument("--json", action="store_true", help="print JSON")
+
+    start = actions.add_parser("start", help="start one stopped process again, on its old ports")
+    start.add_argument("--dir", required=True, help="the cluster's directory")
+    start.add_argument("--process", required=True, metavar="ROLE-N", help="e.g. node-2, logd-1, zookeeper-1")
+    start.add_argument("--timeout", type=float, default=120.0, help="seconds it may take to serve")
+
+    down = actions.add_parser("down", help="stop every process (SIGTERM, then SIGKILL after --timeout)")
+    down.add_argument("--dir", required=True, help="the cluster's directory")
+    down.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for a clean stop")
+
+
+def run_cluster(args: argparse.Namespace) -> int:
+    cluster = LocalCluster(args.dir)
+    try:
+        if args.action == "up":
+            settings = ClusterSettings(
+                nodes=args.nodes, log_replicas=args.log_replicas, containers=args.containers,
+                write_quorum=args.write_quorum, ack_quorum=args.ack_quorum, session_timeout=args.session_timeout,
+                lts=args.lts, s3_endpoint=args.s3_endpoint, node_args=list(args.node_arg))
+            print(json.dumps(cluster.up(settings, args.timeout)), flush=True)
+        elif args.action == "status":
+            out = cluster.status()
+            if args.json:
+                print(json.dumps(out, indent=2))
+            else:
+                print_status(out)
+        elif args.action == "start":
+            print(json.dumps(cluster.start_process(args.process, args.timeout)), flush=True)
+        else:
+            report = cluster.down(args.timeout)
+            for entry in report:
+                detail = ""
+                if "seconds" in entry:
+                    detail = f" in {entry['seconds']} s" + ("" if entry.get("clean", True) else " (not cleanly)")
+                print(f"{entry['name']:<12} pid {entry['pid'] or '-':<8} {entry['result']}{detail}")
+            if any(e["result"] == "killed" or e.get("clean") is False for e in report):
+                return 1
+    except ClusterError as exc:
+        print(f"millrace: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _table(header: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        print("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def print_status(out: dict[str, Any]) -> None:
+    """The status for humans: processes, nodes, containers, logs."""
+    print(f"cluster {out['dir']}: zookeeper {out['zookeeper']}, bootstrap {out['bootstrap']}")
+    print("processes:")
+    _table(["name", "pid", "state", "ports"],
+           [[p["name"], str(p["pid"] or "-"), "running" if p["running"] else "stopped",
+             " ".join(f"{k}={v}" for k, v in p["ports"].items())] for p in out["processes"]])
+    if "error" in out:
+        print(out["error"])
+        return
+    print(f"nodes (controller: node {out['controller'] or 'none elected'}):")
+    _table(["node", "process", "registered", "serving", "containers"],
+           [[n["id"], "running" if n["running"] else "stopped", "yes" if n["registered"] else "no",
+             ",".join(k for k, up in n["serving"].items() if up) or "-",
+             ",".join(str(c) for c in n["containers"]) or "-"] for n in out["nodes"]])
+    print("containers:")
+    _table(["container", "owner", "epoch", "state"],
+           [[str(c["id"]), c["owner"] or "-", str(c["epoch"]), "owned" if c["owner_live"] else "NO LIVE OWNER"]
+            for c in out["containers"]])
+    print("logs:")
+    rows = []
+    for log in out["logs"]:
+        replicas = " ".join(f"{r['address']}(last {r['last']}, lag {r['lag']})" if r["answered"] else f"{r['address']}(no answer)"
+                            for r in log["replicas"])
+        rows.append([log["name"], str(log["epoch"]), str(log["truncated"]), replicas or "-"])
+    _table(["log", "epoch", "truncated", "ensemble"], rows)

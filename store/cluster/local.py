@@ -1,0 +1,550 @@
+"""A whole cluster on one machine, as background processes on 127.0.0.1: ``millrace cluster up/status/
+start/down`` (the command is ``gateway/cluster_cli.py``; this module starts, finds and stops processes).
+
+A cluster directory ``DIR`` holds everything:
+
+    DIR/cluster.json        the state: every process's role, name, ports, pid and command line
+    DIR/.lock               flock'd while a command changes the state
+    DIR/lts/                the long-term storage the nodes share (unless ``--lts`` names another)
+    DIR/<name>/             each process's data and its ``out.log`` (stdout and stderr, appended)
+
+Processes are named ``ROLE-N``: ``zookeeper-1`` (the Debian package's server, run from its jars the
+way tests/cluster/zookeeper_process.py does), ``logd-1..R`` (``millrace logd``) and ``node-1..N``
+(``millrace serve --zookeeper``, node id N). Ports are chosen free once, at the first ``up``, and kept:
+a logd's address is in the log ensembles recorded in ZooKeeper and clients keep the bootstrap list, so
+a process started again (``start``, or ``up`` after a crash of everything) must come back where it was.
+
+Each process runs in its own session (``start_new_session``), so it outlives the command that started
+it and a Ctrl-C in that terminal reaches none of them. A pid is trusted only while ``/proc/<pid>/
+cmdline`` still names this cluster's directory (a pid reused by another program is never signalled);
+a zombie counts as stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ZOOKEEPER_JAR = "/usr/share/java/zookeeper.jar"
+SLF4J_SIMPLE_JAR = "/usr/share/java/slf4j-simple.jar"  # without a binding ZooKeeper logs nothing
+ZOOKEEPER_TICK_MS = 200  # sessions may then time out in 0.4 .. 20 s
+STATE_FILE = "cluster.json"
+ROLES = ("zookeeper", "logd", "node")
+READY = "millrace: ready"
+
+
+class ClusterError(Exception):
+    """A cluster command that cannot be carried out (the message says why)."""
+
+
+@dataclass
+class Process:
+    """One process of the cluster as the state file keeps it."""
+
+    role: str
+    index: int
+    ports: dict[str, int]
+    command: list[str] = field(default_factory=list)
+    pid: int | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}-{self.index}"
+
+    def summary(self) -> dict[str, Any]:
+        return {"role": self.role, "name": self.name, "pid": self.pid, "ports": dict(self.ports)}
+
+
+@dataclass
+class ClusterSettings:
+    """What ``up`` was asked for, kept so that later starts build the same command lines."""
+
+    nodes: int = 3
+    log_replicas: int = 3
+    containers: int = 4
+    write_quorum: int = 3
+    ack_quorum: int = 2
+    session_timeout: float = 4.0
+    host: str = "127.0.0.1"
+    lts: str | None = None
+    s3_endpoint: str | None = None
+    node_args: list[str] = field(default_factory=list)
+
+
+def zookeeper_missing() -> str | None:
+    """None when a ZooKeeper server can be started here, else what is missing."""
+    if not os.path.exists(ZOOKEEPER_JAR):
+        return f"{ZOOKEEPER_JAR} is missing: install the Debian package zookeeper"
+    if shutil.which("java") is None:
+        return "no java on PATH: install a JRE (openjdk-17-jre-headless)"
+    return None
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct free ports (every socket held open until all are chosen)."""
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((host, 0))
+            socks.append(s)
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def ruok(host: str, port: int, timeout: float = 2.0) -> bool:
+    """ZooKeeper's four-letter health check."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as s:
+            s.sendall(b"ruok")
+            return s.recv(16) == b"imok"
+    except OSError:
+        return False
+
+
+def reachable(host: str, port: int, timeout: float = 1.0) -> bool:
+    """Whether something accepts TCP connections there."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+class LocalCluster:
+    """The processes of the cluster in ``directory``; every method reads the state file afresh."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory).resolve()
+        self.settings = ClusterSettings()
+        self.processes: list[Process] = []
+
+    # -- state ------------------------------------------------------------------------------------
+    @property
+    def state_path(self) -> Path:
+        return self.directory / STATE_FILE
+
+    def exists(self) -> bool:
+        return self.state_path.exists()
+
+    def load(self) -> LocalCluster:
+        try:
+            raw = json.loads(self.state_path.read_text())
+        except FileNotFoundError:
+            raise ClusterError(f"no cluster in {self.directory} (run `millrace cluster up --dir {self.directory}`)") \
+                from None
+        self.settings = ClusterSettings(**raw["settings"])
+        self.processes = [Process(p["role"], int(p["index"]), {k: int(v) for k, v in p["ports"].items()},
+                                  list(p["command"]), p.get("pid")) for p in raw["processes"]]
+        return self
+
+    def save(self) -> None:
+        raw = {"settings": asdict(self.settings), "processes": [asdict(p) for p in self.processes]}
+        temp = self.state_path.with_suffix(".tmp")
+        temp.write_text(json.dumps(raw, indent=2) + "\n")
+        os.replace(temp, self.state_path)
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """One command at a time changes the state of a cluster directory."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with open(self.directory / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+    def process(self, name: str) -> Process:
+        for p in self.processes:
+            if p.name == name:
+                return p
+        raise ClusterError(f"no process {name!r} in {self.directory}: "
+                           f"{', '.join(p.name for p in self.processes)}")
+
+    def by_role(self, role: str) -> list[Process]:
+        return [p for p in self.processes if p.role == role]
+
+    @property
+    def zookeeper(self) -> str:
+        """The connect string of the cluster's ZooKeeper."""
+        return f"{self.settings.host}:{self.by_role('zookeeper')[0].ports['client']}"
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"{self.settings.host}:{p.ports['kafka']}" for p in self.by_role("node"))
+
+    @property
+    def native(self) -> list[str]:
+        return [f"{self.settings.host}:{p.ports['native']}" for p in self.by_role("node")]
+
+    @property
+    def log_replicas(self) -> list[str]:
+        return [f"{self.settings.host}:{p.ports['zmq']}" for p in self.by_role("logd")]
+
+    def summary(self) -> dict[str, Any]:
+        """What ``up`` prints: where clients connect and which processes run."""
+        return {"dir": str(self.directory), "zookeeper": self.zookeeper, "bootstrap": self.bootstrap,
+                "native": self.native, "log_replicas": self.log_replicas,
+                "processes": [p.summary() for p in self.processes]}
+
+    # -- processes --------------------------------------------------------------------------------
+    def alive(self, process: Process) -> bool:
+        """Whether ``process``'s recorded pid is still that process (not a zombie, not a reused pid)."""
+        pid = process.pid
+        if pid is None:
+            return False
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            return False
+        state = stat[stat.rfind(b")") + 2:][:1]
+        if state in (b"Z", b"X"):
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, os.WNOHANG)  # ours (started in this process): reap it
+            return False
+        # An empty cmdline: caught between fork and exec (the child we just started); it is ours.
+        return not cmdline or str(self.directory).encode() in cmdline
+
+    def _command(self, process: Process) -> list[str]:
+        s = self.settings
+        home = self.directory / process.name
+        if process.role == "zookeeper":
+            return self._zookeeper_command(process, home)
+        millrace = [sys.executable, "-m", "millrace"]
+        if process.role == "logd":
+            return [*millrace, "logd", "--data-dir", str(home / "data"), "--host", s.host,
+                    "--port", str(process.ports["zmq"]), "--log-level", "WARNING"]
+        lts = s.lts or str(self.directory / "lts")
+        command = [*millrace, "serve", "--data-dir", str(home / "data"), "--host", s.host,
+                   "--kafka-port", str(process.ports["kafka"]), "--native-port", str(process.ports["native"]),
+                   "--peer-port", str(process.ports["peer"]), "--zookeeper", self.zookeeper,
+                   "--node-id", str(process.index), "--log-replicas", ",".join(self.log_replicas),
+                   "--write-quorum", str(s.write_quorum), "--ack-quorum", str(s.ack_quorum),
+                   "--lts", lts, "--containers", str(s.containers), "--session-timeout", str(s.session_timeout),
+                   "--log-level", "WARNING"]
+        if s.s3_endpoint:
+            command += ["--s3-endpoint", s.s3_endpoint]
+        return [*command, *s.node_args]
+
+    def _zookeeper_command(self, process: Process, home: Path) -> list[str]:
+        data = home / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        config = home / "zoo.cfg"
+        config.write_text("\n".join([
+            f"tickTime={ZOOKEEPER_TICK_MS}",
+            f"minSessionTimeout={2 * ZOOKEEPER_TICK_MS}",
+            f"maxSessionTimeout={100 * ZOOKEEPER_TICK_MS}",
+            f"dataDir={data}",
+            f"clientPort={process.ports['client']}",
+            f"clientPortAddress={self.settings.host}",
+            "admin.enableServer=false",
+            "4lw.commands.whitelist=ruok",
+            "",
+        ]))
+        classpath = ZOOKEEPER_JAR + (f":{SLF4J_SIMPLE_JAR}" if os.path.exists(SLF4J_SIMPLE_JAR) else "")
+        return ["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+                "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-Dzookeeper.admin.enableServer=false",
+                "-cp", classpath, "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(config)]
+
+    def log_path(self, process: Process) -> Path:
+        return self.directory / process.name / "out.log"
+
+    def log_tail(self, process: Process, limit: int = 3000) -> str:
+        try:
+            return self.log_path(process).read_text(errors="replace")[-limit:]
+        except OSError:
+            return "(no log)"
+
+    def _spawn(self, process: Process) -> int:
+        """Start ``process`` in the background; returns where its log stood before (to wait for ready)."""
+        home = self.directory / process.name
+        home.mkdir(parents=True, exist_ok=True)
+        process.command = self._command(process)
+        log_path = self.log_path(process)
+        offset = log_path.stat().st_size if log_path.exists() else 0
+        with open(log_path, "ab") as out:
+            out.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting {process.name}\n".encode())
+            out.flush()
+            offset = out.tell()
+            child = subprocess.Popen(process.command, stdout=out, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, cwd=str(home), start_new_session=True,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        process.pid = child.pid
+        # The child is ours only until this command exits; its exit status is never needed (readiness and
+        # a clean stop are read from its log), and Popen would warn about it being left running.
+        child.returncode = 0
+        return offset
+
+    def _wait_ready(self, process: Process, offset: int, timeout: float) -> None:
+        """Until the process serves: ZooKeeper answers ``imok``, millrace prints ``millrace: ready``."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.alive(process):
+                raise ClusterError(f"{process.name} exited while starting; its log ends:\n{self.log_tail(process)}")
+            if process.role == "zookeeper":
+                if ruok(self.settings.host, process.ports["client"]):
+                    return
+            else:
+                with open(self.log_path(process), "rb") as f:
+                    f.seek(offset)
+                    if READY.encode() in f.read():
+                        return
+            time.sleep(0.1)
+        self.signal(process, signal.SIGKILL)
+        raise ClusterError(f"{process.name} did not serve within {timeout:g} s; its log ends:\n{self.log_tail(process)}")
+
+    def start(self, process: Process, timeout: float = 120.0) -> None:
+        """Start one process (which must not be running) on its recorded ports and wait until it serves."""
+        if self.alive(process):
+            raise ClusterError(f"{process.name} is running already (pid {process.pid})")
+        offset = self._spawn(process)
+        self.save()  # the pid is known now: `down` finds it even if waiting is interrupted
+        self._wait_ready(process, offset, timeout)
+
+    def signal(self, process: Process, sig: int) -> bool:
+        """Send ``sig`` if the process is alive; whether it was."""
+        if not self.alive(process):
+            return False
+        assert process.pid is not None
+        try:
+            os.kill(process.pid, sig)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def stop(self, processes: list[Process], timeout: float) -> list[dict[str, Any]]:
+        """SIGTERM (and SIGCONT, for a paused one) to all of them at once, wait, SIGKILL what is left."""
+        report: dict[str, dict[str, Any]] = {}
+        began = time.monotonic()
+        for p in processes:
+            offset = self.log_path(p).stat().st_size if self.log_path(p).exists() else 0
+            running = self.signal(p, signal.SIGTERM)
+            if running:
+                self.signal(p, signal.SIGCONT)
+            report[p.name] = {"name": p.name, "pid": p.pid, "result": "stopped" if running else "not running",
+                              "_offset": offset}
+        waiting = [p for p in processes if report[p.name]["result"] == "stopped"]
+        deadline = began + timeout
+        while waiting and time.monotonic() < deadline:
+            waiting = [p for p in waiting if self.alive(p)]
+            if waiting:
+                time.sleep(0.05)
+        for p in waiting:
+            self.signal(p, signal.SIGKILL)
+            report[p.name]["result"] = "killed"  # did not stop within the timeout
+        for p in processes:
+            entry = report[p.name]
+            offset = entry.pop("_offset")
+            if entry["result"] == "stopped":
+                entry["seconds"] = round(time.monotonic() - began, 2)
+                if p.role != "zookeeper":  # millrace says so when it closed everything
+                    with open(self.log_path(p), "rb") as f:
+                        f.seek(offset)
+                        entry["clean"] = b"millrace: stopped cleanly" in f.read()
+        kill_deadline = time.monotonic() + 10
+        while any(self.alive(p) for p in waiting) and time.monotonic() < kill_deadline:
+            time.sleep(0.05)
+        return [report[p.name] for p in processes]
+
+    # -- commands -----------------------------------------------------------------------------------
+    def up(self, settings: ClusterSettings, timeout: float = 120.0) -> dict[str, Any]:
+        """Start a new cluster, or every stopped process of an existing one (on its old ports)."""
+        with self.locked():
+            new = not self.exists()
+            if not new:
+                self.load()
+            else:
+                missing = zookeeper_missing()
+                if missing:
+                    raise ClusterError(missing)
+                if settings.nodes < 1 or settings.log_replicas < settings.write_quorum:
+                    raise ClusterError(f"need at least one node and --log-replicas >= --write-quorum "
+                                       f"({settings.log_replicas} < {settings.write_quorum})")
+                self.settings = settings
+                self._plan()
+                self.save()
+            # In dependency order; nodes one at a time (a node's start-up reads tables other nodes may own).
+            for p in self.processes:
+                if self.alive(p):
+                    continue
+                try:
+                    self.start(p, timeout)
+                except ClusterError:
+                    if not new:
+                        raise  # its ports are recorded in ZooKeeper and known to clients: no others will do
+                    # A port taken between choosing it and binding it: nothing knows this one yet.
+                    p.ports = dict(zip(p.ports, free_ports(len(p.ports), self.settings.host), strict=True))
+                    self.start(p, timeout)
+            self.wait_serving(timeout)
+            return self.summary()
+
+    def _plan(self) -> None:
+        s = self.settings
+        ports = iter(free_ports(1 + s.log_replicas + 3 * s.nodes, s.host))
+        self.processes = [Process("zookeeper", 1, {"client": next(ports)})]
+        self.processes += [Process("logd", i, {"zmq": next(ports)}) for i in range(1, s.log_replicas + 1)]
+        self.processes += [Process("node", i, {"kafka": next(ports), "native": next(ports), "peer": next(ports)})
+                           for i in range(1, s.nodes + 1)]
+
+    def wait_serving(self, timeout: float) -> None:
+        """Until every node accepts Kafka and native connections and every container has a live owner."""
+        deadline = time.monotonic() + timeout
+        last = "?"
+        while time.monotonic() < deadline:
+            dead = [p.name for p in self.processes if not self.alive(p)]
+            if dead:
+                raise ClusterError(f"{', '.join(dead)} stopped while the cluster was starting")
+            closed = [p.name for p in self.by_role("node")
+                      if not all(reachable(self.settings.host, p.ports[k]) for k in ("kafka", "native"))]
+            unowned = self.unowned_containers()
+            if not closed and not unowned:
+                return
+            last = f"not accepting connections: {closed}; containers without a live owner: {unowned}"
+            time.sleep(0.2)
+        raise ClusterError(f"the cluster did not serve within {timeout:g} s ({last})")
+
+    def unowned_containers(self) -> list[int]:
+        """Containers whose owner is not a live node (all of them if ZooKeeper cannot be read)."""
+        try:
+            coordination = self.read_coordination(timeout=5.0)
+        except Exception:  # noqa: BLE001 - not up yet, or down: nothing is owned as far as we can tell
+            return list(range(self.settings.containers))
+        live = coordination["live"]
+        return [c["id"] for c in coordination["containers"]
+                if c["owner"] is None or (c["owner"], c["incarnation"]) not in live]
+
+    def read_coordination(self, timeout: float = 5.0) -> dict[str, Any]:
+        """Nodes, containers, the elected assigner and the log records, as ZooKeeper has them."""
+        from millrace.store.cluster.layout import ClusterPaths
+        from millrace.store.cluster.log_metadata import ZooKeeperLogMetadataStore
+        from millrace.store.cluster.member import connect, elected_leader, live_nodes, read_assignments
+
+        paths = ClusterPaths()
+        client = connect(self.zookeeper, session_timeout=10.0, connect_timeout=timeout)
+        try:
+            nodes = live_nodes(client, paths) if client.exists(paths.nodes) else {}
+            assignments = read_assignments(client, paths, self.settings.containers)
+            leader = elected_leader(client, paths) if client.exists(paths.leader) else None
+            logs: dict[str, Any] = {}
+            if client.exists(paths.logs):
+                store = ZooKeeperLogMetadataStore(client, paths)
+                for name in sorted(client.get_children(paths.logs)):
+                    logs[name] = store.read(name)
+        finally:
+            client.stop()
+            client.close()
+        return {
+            "nodes": nodes,
+            "live": {(node_id, incarnation) for node_id, (_, incarnation) in nodes.items()},
+            "leader": leader,
+            "containers": [{"id": cid, "owner": a.node, "incarnation": a.incarnation, "epoch": a.epoch}
+                           for cid, (a, _) in sorted(assignments.items())],
+            "logs": logs,
+        }
+
+    def start_process(self, name: str, timeout: float = 120.0) -> dict[str, Any]:
+        """``cluster start --process ROLE-N``: start one stopped process again, on its old ports."""
+        with self.locked():
+            self.load()
+            process = self.process(name)
+            self.start(process, timeout)
+            return process.summary()
+
+    def down(self, timeout: float = 30.0) -> list[dict[str, Any]]:
+        """Stop every process: nodes first (they close their logs cleanly), then the logds, then ZooKeeper."""
+        with self.locked():
+            self.load()
+            report = []
+            for role in ("node", "logd", "zookeeper"):
+                report += self.stop(self.by_role(role), timeout)
+            for p in self.processes:
+                p.pid = None
+            self.save()
+            return report
+
+    def status(self, timeout: float = 5.0) -> dict[str, Any]:
+        """``cluster status``: processes (from the state file), then nodes, containers with their owners
+        and epochs, and each log's ensemble with every replica's lag (from ZooKeeper and the processes)."""
+        self.load()
+        host = self.settings.host
+        result: dict[str, Any] = {
+            "dir": str(self.directory), "zookeeper": self.zookeeper, "bootstrap": self.bootstrap,
+            "processes": [{**p.summary(), "running": self.alive(p)} for p in self.processes],
+        }
+        if not self.alive(self.by_role("zookeeper")[0]):
+            result["error"] = "zookeeper-1 is not running: nodes, containers and logs are unknown"
+            return result
+        try:
+            coordination = self.read_coordination(timeout)
+        except Exception as exc:  # noqa: BLE001 - report it: status must say something about a sick cluster
+            result["error"] = f"cannot read ZooKeeper at {self.zookeeper}: {exc}"
+            return result
+        live = coordination["live"]
+        containers = []
+        for c in coordination["containers"]:
+            owned = c["owner"] is not None and (c["owner"], c["incarnation"]) in live
+            containers.append({**c, "owner_live": owned})
+        result["controller"] = coordination["leader"]
+        result["containers"] = containers
+        nodes = []
+        registered = coordination["nodes"]
+        for p in self.by_role("node"):
+            node_id = str(p.index)
+            entry: dict[str, Any] = {"id": node_id, "name": p.name, "running": self.alive(p),
+                                     "registered": node_id in registered}
+            if node_id in registered:
+                info, incarnation = registered[node_id]
+                entry["incarnation"] = incarnation
+                entry["advertised"] = info.advertised
+            entry["serving"] = {k: reachable(host, p.ports[k]) for k in ("kafka", "native", "peer")}
+            entry["containers"] = [c["id"] for c in containers if c["owner"] == node_id and c["owner_live"]]
+            nodes.append(entry)
+        result["nodes"] = nodes
+        result["logs"] = self._log_status(coordination["logs"])
+        return result
+
+    def _log_status(self, records: dict[str, Any]) -> list[dict[str, Any]]:
+        """Each log's epoch, truncation point and current ensemble, with what every replica of it holds
+        (``last``: its highest entry, ``lac``: the last confirmed entry it knows of) and its lag behind the
+        replica holding most."""
+        from millrace.store.durablelog.replica_rpc import ReplicaRpc
+
+        running = {f"{self.settings.host}:{p.ports['zmq']}" for p in self.by_role("logd") if self.alive(p)}
+        rpc = ReplicaRpc()
+        logs = []
+        try:
+            for name, record in records.items():
+                ensemble = list(record.fragments[-1].ensemble) if record.fragments else []
+                asked: dict[str, tuple[dict[str, Any], list[bytes]]] = {
+                    a: ({"op": "last_confirmed", "log": name}, []) for a in ensemble if a in running}
+                replies = rpc.call(asked, timeout=1.0) if asked else {}
+                held = {a: int(r[0]["last"]) for a, r in replies.items() if r[0].get("status") == "ok"}
+                top = max(held.values(), default=0)
+                replicas = []
+                for address in ensemble:
+                    reply = replies.get(address)
+                    if address not in held or reply is None:
+                        replicas.append({"address": address, "answered": False})
+                        continue
+                    replicas.append({"address": address, "answered": True, "last": held[address],
+                                     "lac": int(reply[0]["lac"]), "lag": top - held[address]})
+                logs.append({"name": name, "epoch": record.epoch, "truncated": record.truncated,
+                             "fragments": len(record.fragments), "ensemble": ensemble, "replicas": replicas})
+        finally:
+            rpc.close()
+        return logs

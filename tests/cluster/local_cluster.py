@@ -1,0 +1,114 @@
+"""``millrace cluster up/status/start/down`` driven as a user would, through the command, for the tests
+that need a whole cluster of real processes (the local-cluster tests and the fault tests)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Self
+
+from tests.server_process import REPO_ROOT
+
+
+def millrace(*args: str, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "millrace", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO_ROOT, stdin=subprocess.DEVNULL)
+
+
+def pid_alive(pid: int) -> bool:
+    """Alive and not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2:][:1] not in (b"Z", b"X")
+
+
+class LocalClusterCli:
+    """A cluster in ``directory`` run with the ``millrace cluster`` command; ``up`` keeps what it printed."""
+
+    def __init__(self, directory: Path, *up_args: str) -> None:
+        self.directory = directory
+        self.up_args = list(up_args)
+        self.summary: dict[str, Any] = {}
+
+    def up(self, *extra: str) -> dict[str, Any]:
+        done = millrace("cluster", "up", "--dir", str(self.directory), *self.up_args, *extra)
+        assert done.returncode == 0, f"cluster up failed:\n{done.stdout}\n{done.stderr}"
+        lines = [line for line in done.stdout.splitlines() if line.strip()]
+        assert len(lines) == 1, f"cluster up printed more than one JSON object: {done.stdout}"
+        self.summary = json.loads(lines[0])
+        return self.summary
+
+    def status(self) -> dict[str, Any]:
+        done = millrace("cluster", "status", "--dir", str(self.directory), "--json", timeout=60)
+        assert done.returncode == 0, f"cluster status failed:\n{done.stdout}\n{done.stderr}"
+        return dict(json.loads(done.stdout))
+
+    def start(self, name: str) -> dict[str, Any]:
+        done = millrace("cluster", "start", "--dir", str(self.directory), "--process", name)
+        assert done.returncode == 0, f"cluster start {name} failed:\n{done.stdout}\n{done.stderr}"
+        started = dict(json.loads(done.stdout))
+        self._state_changed()
+        return started
+
+    def down(self) -> subprocess.CompletedProcess[str]:
+        return millrace("cluster", "down", "--dir", str(self.directory))
+
+    def _state_changed(self) -> None:
+        state = json.loads((self.directory / "cluster.json").read_text())
+        pids = {f"{p['role']}-{p['index']}": p["pid"] for p in state["processes"]}
+        for p in self.summary.get("processes", []):
+            p["pid"] = pids[p["name"]]
+
+    # -- what the tests do to processes, by pid as a user would -----------------------------------
+    @property
+    def bootstrap(self) -> str:
+        return str(self.summary["bootstrap"])
+
+    def pid(self, name: str) -> int:
+        self._state_changed()
+        return int(next(p["pid"] for p in self.summary["processes"] if p["name"] == name))
+
+    def names(self, role: str) -> list[str]:
+        return [p["name"] for p in self.summary["processes"] if p["role"] == role]
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> int:
+        pid = self.pid(name)
+        os.kill(pid, sig)
+        if sig == signal.SIGKILL:
+            deadline = time.monotonic() + 10
+            while pid_alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.02)
+        return pid
+
+    def all_pids(self) -> list[int]:
+        state = json.loads((self.directory / "cluster.json").read_text())
+        return [int(p["pid"]) for p in state["processes"] if p["pid"] is not None]
+
+    def __enter__(self) -> Self:
+        self.up()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        # Whatever the test did (paused processes included), nothing may outlive it.
+        pids = [p["pid"] for p in self.summary.get("processes", [])]
+        self.down()
+        for pid in pids:
+            if pid is not None and pid_alive(pid) and self.ours(pid):
+                os.kill(pid, signal.SIGCONT)
+                os.kill(pid, signal.SIGKILL)
+
+    def ours(self, pid: int) -> bool:
+        """Whether ``pid`` is still a process of this cluster (not a pid reused by another program)."""
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                return str(self.directory.resolve()).encode() in f.read()
+        except OSError:
+            return False

@@ -1,0 +1,139 @@
+"""``millrace cluster up/status/start/down``: a whole cluster (ZooKeeper, 3 logd, 3 nodes) started in the
+background by one command, used through the bootstrap list it prints, a node SIGKILLed by its pid and
+started again by name, and everything stopped with nothing left behind."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from millrace.store.cluster.local import zookeeper_missing
+from tests.cluster.local_cluster import LocalClusterCli, millrace, pid_alive
+
+pytestmark = pytest.mark.skipif(zookeeper_missing() is not None, reason=str(zookeeper_missing()))
+
+CONTAINERS = 4
+
+
+def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap.split(","), acks="all", retries=10)
+    for v in values:
+        producer.send(topic, key=v, value=v)
+    producer.flush(60)
+    producer.close()
+
+
+def consume(bootstrap: str, topic: str, count: int, group: str) -> list[bytes]:
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap.split(","), group_id=group,
+                             auto_offset_reset="earliest", enable_auto_commit=False, consumer_timeout_ms=30000)
+    got: list[bytes] = []
+    for message in consumer:
+        got.append(message.value)
+        if len(got) >= count:
+            break
+    consumer.close()
+    return got
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap.split(","))
+    admin.create_topics([NewTopic(topic, partitions, 1)])
+    admin.close()
+
+
+def wait_status(cluster: LocalClusterCli, check: Any, what: str, timeout: float = 60.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        status = cluster.status()
+        if check(status):
+            return status
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}; last status:\n{json.dumps(status, indent=1)}")
+        time.sleep(0.5)
+
+
+def all_owned(status: dict[str, Any]) -> bool:
+    return len(status["containers"]) == CONTAINERS and all(c["owner_live"] for c in status["containers"])
+
+
+def test_up_use_kill_a_node_start_it_again_and_down(tmp_path: Path) -> None:
+    cluster = LocalClusterCli(tmp_path / "c", "--nodes", "3", "--log-replicas", "3",
+                              "--containers", str(CONTAINERS), "--session-timeout", "3")
+    with cluster:
+        up = cluster.summary
+        assert sorted(p["role"] for p in up["processes"]) == ["logd"] * 3 + ["node"] * 3 + ["zookeeper"]
+        assert [p["name"] for p in up["processes"] if p["role"] == "node"] == ["node-1", "node-2", "node-3"]
+        assert len(up["bootstrap"].split(",")) == 3 and len(up["native"]) == 3
+        assert all(pid_alive(p["pid"]) for p in up["processes"])
+        assert set(up["processes"][4]["ports"]) == {"kafka", "native", "peer"}
+
+        # Kafka clients through the printed bootstrap list.
+        values = [str(i).encode() for i in range(200)]
+        create_topic(cluster.bootstrap, "local", 6)
+        produce(cluster.bootstrap, "local", values)
+        assert sorted(consume(cluster.bootstrap, "local", 200, "g1"), key=int) == values
+
+        status = wait_status(cluster, all_owned, "every container owned")
+        assert [n["id"] for n in status["nodes"] if n["registered"] and n["running"]] == ["1", "2", "3"]
+        assert all(n["serving"] == {"kafka": True, "native": True, "peer": True} for n in status["nodes"])
+        assert status["controller"] in ("1", "2", "3")
+        assert sorted(len(n["containers"]) for n in status["nodes"]) == [1, 1, 2]  # balanced
+        assert {log["name"] for log in status["logs"]} >= {f"container-{c}" for c in range(CONTAINERS)}
+        for log in status["logs"]:
+            assert sorted(log["ensemble"]) == sorted(up["log_replicas"])
+            assert all(r["answered"] and r["lag"] >= 0 for r in log["replicas"])
+
+        # SIGKILL a node that owns containers: they move to the other two, with a new epoch each.
+        victim = next(n for n in status["nodes"] if n["containers"])
+        moved = {c["id"]: c["epoch"] for c in status["containers"] if c["owner"] == victim["id"]}
+        cluster.kill(victim["name"])
+        after = wait_status(cluster, lambda s: all_owned(s) and not any(
+            c["owner"] == victim["id"] for c in s["containers"]), f"{victim['name']}'s containers to move")
+        node = next(n for n in after["nodes"] if n["id"] == victim["id"])
+        assert not node["running"] and not node["registered"] and node["containers"] == []
+        for c in after["containers"]:
+            if c["id"] in moved:
+                assert c["epoch"] > moved[c["id"]]
+        assert sorted(consume(cluster.bootstrap, "local", 200, "g2"), key=int) == values
+
+        # `cluster start` brings it back on its old ports; it joins and is given containers again.
+        old_pid = cluster.pid(victim["name"])
+        started = cluster.start(victim["name"])
+        assert started["pid"] != old_pid and pid_alive(started["pid"])
+        assert started["ports"] == next(p for p in up["processes"] if p["name"] == victim["name"])["ports"]
+        back = wait_status(cluster, lambda s: all_owned(s) and all(
+            n["registered"] and n["containers"] for n in s["nodes"]), "the node back with containers")
+        assert sorted(len(n["containers"]) for n in back["nodes"]) == [1, 1, 2]
+        produce(cluster.bootstrap, "local", [b"200"])
+        assert sorted(consume(cluster.bootstrap, "local", 201, "g3"), key=int) == [*values, b"200"]
+
+        # A process already running is not started twice.
+        again = millrace("cluster", "start", "--dir", str(cluster.directory), "--process", "logd-1")
+        assert again.returncode == 1 and "running already" in again.stderr
+
+        pids = cluster.all_pids()
+        done = cluster.down()
+        assert done.returncode == 0, done.stdout + done.stderr
+        lines = done.stdout.splitlines()
+        assert len(lines) == 7 and all(" stopped in " in line for line in lines), done.stdout
+        assert not [pid for pid in pids if pid_alive(pid)]
+        stopped = cluster.status()
+        assert not any(p["running"] for p in stopped["processes"])
+        assert "error" in stopped  # no ZooKeeper to ask
+
+
+def test_commands_on_a_directory_without_a_cluster(tmp_path: Path) -> None:
+    done = millrace("cluster", "status", "--dir", str(tmp_path))
+    assert done.returncode == 1 and "no cluster in" in done.stderr
+    done = millrace("cluster", "down", "--dir", str(tmp_path))
+    assert done.returncode == 1 and "no cluster in" in done.stderr
