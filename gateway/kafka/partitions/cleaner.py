@@ -101,8 +101,9 @@ class LogCleaner:
         generation = p.compaction.generation + 1 if p.compaction is not None else 1
         the_plan = plan(p, scope, stream, generation, end, now_ms, int(topic.config("delete.retention.ms")))
         version = p.compaction_version
+        started = time.monotonic()
         d = to_deferred(self._executor.submit(self._clean, the_plan, version))
-        d.addCallback(self._store_record, p)
+        d.addCallback(self._store_record, p, started)
 
         def finished(result: Any) -> Any:
             self._running.discard(key)
@@ -128,7 +129,7 @@ class LogCleaner:
         return (parts is not None and p.partition < len(parts) and parts[p.partition] is p
                 and p.topic not in self.storage._reloading)
 
-    def _store_record(self, result: CleaningResult, p: PartitionLog) -> defer.Deferred[bool]:
+    def _store_record(self, result: CleaningResult, p: PartitionLog, started: float) -> defer.Deferred[bool]:
         """Reactor: make the new generation current in the compactions table, then in memory."""
         the_plan = result.plan
         if not self._installed(p):
@@ -146,8 +147,8 @@ class LogCleaner:
                 return False
             previous = p.install_compaction(writer, result.entries, record, versions[0], result.removed_markers)
             self.rounds += 1
-            log.info("compacted %r below offset %d: %d of %d records kept", p, record.end, result.records_out,
-                     result.records_in)
+            log.info("compacted %r below offset %d: %d of %d records kept in %.2f s", p, record.end,
+                     result.records_out, result.records_in, time.monotonic() - started)
             topic = self.storage.topics.record(p.topic)
             delay = int(topic.config("file.delete.delay.ms")) / 1000 if topic is not None else 0.0
             self.storage.clock.callLater(delay, self._after_delay, p.topic, previous)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -337,9 +338,11 @@ def _read_source(store: SegmentStore, batches: list[SourceBatch]) -> Iterator[Ba
             end = batches[j].position + batches[j].length
             j += 1
         blob = memoryview(read_fully(store, first.segment, first.position, end - first.position))
-        for b in batches[i:j]:
+        for n, b in enumerate(batches[i:j]):
             at = b.position - first.position
             yield next(iter_batches(blob[at : at + b.length]))
+            if n % 16 == 15:
+                time.sleep(0.001)  # let the reactor and the store's threads have the GIL: produce must not stall
         i = j
 
 
