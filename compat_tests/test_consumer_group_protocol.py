@@ -151,6 +151,32 @@ def test_java_classic_group_upgrades_to_the_consumer_protocol(server: ServerProc
     assert group not in lists[0]["consumerGroups"] and group in lists[1]["consumerGroups"]
 
 
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_java_live_classic_group_upgrades_online(server: ServerProcess, strategy: str) -> None:
+    topic = create_topic(server)
+    group = f"online-{strategy}-{uuid.uuid4().hex[:8]}"
+    total = 2000
+    with BackgroundProducer(server, topic, total, rate=100) as producer:
+        run = run_main("4.x", "ConsumerGroupProtocolClient", [server.bootstrap, "online_upgrade", topic, group,
+                                                              str(total), strategy], timeout=220)
+    events = run.scenario("online_upgrade")
+    consumed = [(e["member"], e["partition"], e["offset"]) for e in events if e["event"] == "record"]
+    check_once_in_order(producer.placed, consumed)
+    (before,) = run.of("online_upgrade", "describe_classic")
+    assert (before["type"], before["state"]) == ("Classic", "Stable")
+    (mixed,) = run.of("online_upgrade", "describe_mixed")
+    assert (mixed["type"], len(mixed["members"])) == ("Consumer", 2)
+    # Both members share the partitions once the classic member rejoined.
+    shares = {m["clientId"]: m["assignment"] for m in mixed["members"]}
+    assert all(shares.values()) and sorted(p for a in shares.values() for p in a) == sorted(
+        f"{topic}-{p}" for p in range(PARTITIONS)), mixed
+    # Records after the upgrade came from both members.
+    firsts = {m: min(i for i, c in enumerate(consumed) if c[0] == m) for m in ("classic", "consumer")}
+    assert any(c[0] == "classic" for c in consumed[firsts["consumer"]:]), "the classic member stopped at the upgrade"
+    (after,) = run.of("online_upgrade", "describe_consumer")
+    assert (after["type"], after["state"], len(after["members"])) == ("Consumer", "Stable", 1)
+
+
 def make_regex_topics(server: ServerProcess) -> tuple[str, set[tuple[str, int, int]]]:
     """Topics PREFIX-a (2 partitions) and PREFIX-b (1) with 30 records each, and one that does not match;
     returns the prefix and the (topic, partition, offset) of the matching records."""

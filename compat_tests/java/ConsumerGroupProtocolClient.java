@@ -47,6 +47,10 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  *   upgrade TOPIC GROUP FIRST TOTAL: a classic-protocol consumer reads FIRST records and commits
  *     ("describe" with the classic group), closes, then a consumer-protocol consumer in the same group
  *     reads on from the committed offsets up to TOTAL records ("describe" again).
+ *   online_upgrade TOPIC GROUP TOTAL STRATEGY: a classic-protocol consumer (partition.assignment.strategy
+ *     STRATEGY: range = eager, cooperative-sticky) reads while a consumer-protocol consumer joins the same
+ *     group (the broker converts the live classic group), both read on, then the classic one leaves and
+ *     the other reads up to TOTAL records; "describe" while both are members and at the end.
  *   regex PREFIX GROUP EXISTING: a consumer subscribed with SubscriptionPattern("PREFIX-.*") (the
  *     broker resolves it) reads the EXISTING records of the matching topics, then a new matching topic is
  *     created and written by this JVM and its records must arrive too ("record" {topic, partition, offset}).
@@ -65,6 +69,8 @@ public class ConsumerGroupProtocolClient {
                 case "churn" -> churn(admin, scenario, args[2], args[3], args[4], Integer.parseInt(args[5]));
                 case "upgrade" -> upgrade(admin, scenario, args[2], args[3], Integer.parseInt(args[4]),
                         Integer.parseInt(args[5]));
+                case "online_upgrade" -> onlineUpgrade(admin, scenario, args[2], args[3], Integer.parseInt(args[4]),
+                        args[5]);
                 case "regex" -> regex(admin, scenario, args[2], args[3], Integer.parseInt(args[4]));
                 case "describe" -> describe(admin, scenario, args[2], "describe");
                 case "list" -> list(admin, scenario);
@@ -89,7 +95,15 @@ public class ConsumerGroupProtocolClient {
     }
 
     static KafkaConsumer<byte[], byte[]> consumer(String group, String protocol, String assignor, String instance) {
+        return consumer(group, protocol, assignor, instance, null);
+    }
+
+    static KafkaConsumer<byte[], byte[]> consumer(String group, String protocol, String assignor, String instance,
+                                                  String strategy) {
         Properties p = new Properties();
+        if (strategy != null) {
+            p.put(ConsumerConfig.PARTITION_ASSIGNMENT_STRATEGY_CONFIG, strategy);
+        }
         p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
         p.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, protocol);
@@ -128,6 +142,8 @@ public class ConsumerGroupProtocolClient {
         final Set<String> seen;
         final AtomicBoolean stop = new AtomicBoolean();
         final Thread thread;
+        final Map<TopicPartition, OffsetAndMetadata> pending = new LinkedHashMap<>();  // processed, not committed
+        String strategy;  // classic members: partition.assignment.strategy class, or null for the default
         volatile Exception failure;
         volatile int count;
         int limit = Integer.MAX_VALUE;  // stop polling (but stay a member) after this many records
@@ -146,10 +162,22 @@ public class ConsumerGroupProtocolClient {
         }
 
         public void run() {
-            try (KafkaConsumer<byte[], byte[]> c = consumer(group, protocol, assignor, instance)) {
+            try (KafkaConsumer<byte[], byte[]> c = consumer(group, protocol, assignor, instance, strategy)) {
                 c.subscribe(List.of(topic), new ConsumerRebalanceListener() {
                     public void onPartitionsRevoked(Collection<TopicPartition> partitions) {
                         JsonOut.emit(scenario, "revoked", "member", name, "partitions", names(partitions));
+                        // What was processed but not yet committed (a commit refused during a classic
+                        // rebalance) is committed before the partitions go.
+                        Map<TopicPartition, OffsetAndMetadata> leaving = new LinkedHashMap<>();
+                        for (TopicPartition tp : partitions) {
+                            OffsetAndMetadata o = pending.remove(tp);
+                            if (o != null) {
+                                leaving.put(tp, o);
+                            }
+                        }
+                        if (!leaving.isEmpty()) {
+                            c.commitSync(leaving);
+                        }
                     }
 
                     public void onPartitionsAssigned(Collection<TopicPartition> partitions) {
@@ -163,9 +191,10 @@ public class ConsumerGroupProtocolClient {
                     }
                     ConsumerRecords<byte[], byte[]> records = c.poll(Duration.ofMillis(200));
                     if (records.isEmpty()) {
+                        commitPending(c);
                         continue;
                     }
-                    Map<TopicPartition, OffsetAndMetadata> commit = new LinkedHashMap<>();
+                    Map<TopicPartition, OffsetAndMetadata> commit = pending;
                     for (ConsumerRecord<byte[], byte[]> r : records) {
                         JsonOut.emit(scenario, "record", "member", name, "partition", r.partition(), "offset",
                                 r.offset());
@@ -173,7 +202,7 @@ public class ConsumerGroupProtocolClient {
                         count++;
                         commit.put(new TopicPartition(r.topic(), r.partition()), new OffsetAndMetadata(r.offset() + 1));
                     }
-                    c.commitSync(commit);
+                    commitPending(c);
                 }
                 JsonOut.emit(scenario, "closing", "member", name);
             } catch (Exception e) {
@@ -181,6 +210,20 @@ public class ConsumerGroupProtocolClient {
                 JsonOut.emit(scenario, "member_error", "member", name, "error", e.toString());
             }
             JsonOut.emit(scenario, "closed", "member", name);
+        }
+
+        /** Commits what was processed; a classic consumer refuses while it rejoins (retried after the
+         *  next poll, or committed in onPartitionsRevoked if the partitions go). */
+        void commitPending(KafkaConsumer<byte[], byte[]> c) {
+            if (pending.isEmpty()) {
+                return;
+            }
+            try {
+                c.commitSync(pending);
+                pending.clear();
+            } catch (org.apache.kafka.common.errors.RebalanceInProgressException e) {
+                JsonOut.emit(scenario, "commit_deferred", "member", name);
+            }
         }
 
         void start() {
@@ -285,6 +328,33 @@ public class ConsumerGroupProtocolClient {
                 }
             }
             JsonOut.emit(scenario, "assignment", "partitions", names(c.assignment()));
+        }
+    }
+
+    static void onlineUpgrade(Admin admin, String scenario, String topic, String group, int total, String strategy)
+            throws Exception {
+        Set<String> seen = ConcurrentHashMap.newKeySet();
+        long t0 = System.currentTimeMillis();
+        Member classic = new Member(scenario, "classic", topic, group, "classic", null, null, seen);
+        classic.strategy = strategy.equals("cooperative-sticky")
+                ? "org.apache.kafka.clients.consumer.CooperativeStickyAssignor"
+                : "org.apache.kafka.clients.consumer.RangeAssignor";
+        classic.start();
+        waitFor(seen, total / 5, t0 + 60_000);
+        describe(admin, scenario, group, "describe_classic");
+        Member modern = new Member(scenario, "consumer", topic, group, "consumer", "uniform", null, seen);
+        modern.start();
+        Thread.sleep(10_000);
+        describe(admin, scenario, group, "describe_mixed");
+        waitFor(seen, total * 2 / 3, t0 + 100_000);
+        classic.close();
+        waitFor(seen, total, t0 + 150_000);
+        describe(admin, scenario, group, "describe_consumer");
+        modern.close();
+        for (Member m : List.of(classic, modern)) {
+            if (m.failure != null) {
+                throw m.failure;
+            }
         }
     }
 

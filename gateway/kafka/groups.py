@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from typing import Any, TypeVar, overload
 
-from twisted.internet.defer import Deferred, gatherResults, succeed
+from twisted.internet.defer import Deferred, gatherResults, maybeDeferred, succeed
 from twisted.python.failure import Failure
 
 from millrace.gateway.kafka.consumer_groups.group import ConsumerGroup
@@ -550,9 +550,10 @@ class GroupCoordinator:
         unknown = member_id == ""
         group = self.groups.get(group_id)
         if group is not None and not self.consumer.downgrade_if_empty(group):
-            # A consumer-protocol group with members: classic members cannot join it here (Kafka 4.0's
-            # online migration of a group back and forth is not supported).
-            return succeed(JoinResult(member_id, ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
+            # A consumer-protocol group with members: classic members join it as Kafka 4.0 lets them.
+            return maybeDeferred(self.consumer.classic_members.join, group, member_id, instance_id,
+                                 require_known_member_id, client_id, client_host, rebalance_timeout_ms,
+                                 session_timeout_ms, protocol_type, protocols)
         if group is None:
             if not unknown:
                 return succeed(JoinResult(member_id, ErrorCode.UNKNOWN_MEMBER_ID))
@@ -887,6 +888,9 @@ class GroupCoordinator:
             return succeed(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))
         if group.is_(GroupState.DEAD):
             return succeed(SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE))
+        if group.consumer is not None:  # a classic member of a consumer group (consumer_groups/classic_members.py)
+            return succeed(self.consumer.classic_members.sync(group, generation_id, member_id, instance_id,
+                                                              protocol_type, protocol_name))
         error = self._validate_member(group, member_id, instance_id)
         if error is None and generation_id != group.generation_id:
             error = ErrorCode.ILLEGAL_GENERATION
@@ -953,6 +957,8 @@ class GroupCoordinator:
             return ErrorCode.UNKNOWN_MEMBER_ID
         if group.is_(GroupState.DEAD):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if group.consumer is not None:
+            return self.consumer.classic_members.heartbeat(group, member_id, instance_id, generation_id)
         error = self._validate_member(group, member_id, instance_id)
         if error is not None:
             return error
@@ -1004,6 +1010,8 @@ class GroupCoordinator:
             return ErrorCode.NONE, [ErrorCode.UNKNOWN_MEMBER_ID] * len(leaving)
         if group.is_(GroupState.DEAD):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, []
+        if group.consumer is not None:
+            return self.consumer.classic_members.leave(group, leaving)
         errors: list[ErrorCode] = []
         for member_id, instance_id in leaving:
             if member_id == "":

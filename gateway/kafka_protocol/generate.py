@@ -42,7 +42,7 @@ APIS = frozenset({
     "ConsumerGroupHeartbeat", "ConsumerGroupDescribe",
 })
 #: Specs generated that are not APIs: the frame headers and the consumer protocol's subscription.
-DATA_SPECS = frozenset({"RequestHeader", "ResponseHeader", "ConsumerProtocolSubscription"})
+DATA_SPECS = frozenset({"RequestHeader", "ResponseHeader", "ConsumerProtocolSubscription", "ConsumerProtocolAssignment"})
 
 SPEC_DIR = Path(__file__).with_name("specs")
 MESSAGES_DIR = Path(__file__).with_name("messages")

@@ -6,6 +6,7 @@ table segments."""
 
 from __future__ import annotations
 
+import struct
 import uuid
 from typing import Any
 
@@ -17,10 +18,16 @@ from twisted.internet.task import Clock
 
 from millrace.gateway.kafka.broker import KafkaConfig
 from millrace.gateway.kafka.consumer_groups.assignors import MemberSpec, TopicSpec, range_, uniform
+from millrace.gateway.kafka.consumer_groups.classic_members import decode_assignment
 from millrace.gateway.kafka.consumer_groups.coordinator import HeartbeatRequest, HeartbeatResult
 from millrace.gateway.kafka.consumer_groups.group import ConsumerGroup, ConsumerGroupState
 from millrace.gateway.kafka.groups import GroupCoordinator, JoinResult, OffsetAndMetadata
+from millrace.gateway.kafka_protocol.codec import encode_message
 from millrace.gateway.kafka_protocol.errors import ErrorCode as E
+from millrace.gateway.kafka_protocol.messages.consumer_protocol_assignment import ConsumerProtocolAssignment
+from millrace.gateway.kafka_protocol.messages.consumer_protocol_subscription import (
+    ConsumerProtocolSubscription,
+)
 from millrace.store.tables import TableStore
 from tests.storehelpers import open_store
 
@@ -466,9 +473,6 @@ def test_empty_classic_group_upgrades_and_empty_consumer_group_downgrades(tables
                      [("range", b"")]).addCallback(joined.append)
     coord.clock.advance(0.1)
     assert joined and joined[0].error is E.NONE
-    # A classic member is there: the consumer protocol is refused as Kafka does without online migration.
-    r = beat(coord, "g", "m", 0, names=["t"])
-    assert r.error is E.GROUP_ID_NOT_FOUND and "not a consumer group" in (r.message or "")
     member, generation = joined[0].member_id, joined[0].generation_id
     assert result_of(coord.sync_group("g", generation, member, None, None, None, {member: b""})).error is E.NONE
     assert result_of(coord.commit_offsets("g", member, None, generation, {("t", 1): OffsetAndMetadata(42)}, 8)
@@ -483,6 +487,93 @@ def test_empty_classic_group_upgrades_and_empty_consumer_group_downgrades(tables
                      [("range", b"")]).addCallback(joined.append)
     coord.clock.advance(0.1)
     assert joined[0].error is E.NONE and coord.groups["g"].consumer is None
+
+
+def subscription(topics: list[str], owned: dict[str, list[int]] | None = None) -> bytes:
+    sub = ConsumerProtocolSubscription(topics=topics, owned_partitions=[
+        ConsumerProtocolSubscription.TopicPartition(topic=t, partitions=ps) for t, ps in (owned or {}).items()])
+    return struct.pack(">h", 1) + encode_message(ConsumerProtocolSubscription, 1, sub)
+
+
+def assignment_bytes(partitions: dict[str, list[int]]) -> bytes:
+    a = ConsumerProtocolAssignment(assigned_partitions=[
+        ConsumerProtocolAssignment.TopicPartition(topic=t, partitions=ps) for t, ps in partitions.items()])
+    return struct.pack(">h", 0) + encode_message(ConsumerProtocolAssignment, 0, a)
+
+
+def partitions_of(data: bytes) -> dict[str, set[int]]:
+    a = decode_assignment(data)
+    assert a is not None
+    return {tp.topic: set(tp.partitions) for tp in a.assigned_partitions}
+
+
+def classic_join(coord: GroupCoordinator, member_id: str, sub: bytes, protocol_type: str = "consumer") -> JoinResult:
+    out: list[JoinResult] = []
+    coord.join_group("g", member_id, None, False, True, "classic", "/h", 10_000, 10_000, protocol_type,
+                     [("range", sub)]).addCallback(out.append)
+    coord.clock.advance(0.1)
+    assert out
+    return out[0]
+
+
+def stable_classic_group(coord: GroupCoordinator, protocol_type: str = "consumer") -> tuple[str, int]:
+    j = classic_join(coord, "", subscription(["t"]), protocol_type)
+    assert j.error is E.NONE
+    sync = result_of(coord.sync_group("g", j.generation_id, j.member_id, None, None, None,
+                                      {j.member_id: assignment_bytes({"t": list(range(6))})}))
+    assert sync.error is E.NONE
+    return j.member_id, j.generation_id
+
+
+@pytest.mark.parametrize("cooperative", [False, True])
+def test_online_upgrade_of_a_classic_group_with_members(tables: TableStore, cooperative: bool) -> None:
+    coord, _ = make(tables)
+    tid = Topics(t=6).id("t")
+    classic, generation = stable_classic_group(coord)
+    result_of(coord.commit_offsets("g", classic, None, generation, {("t", 0): OffsetAndMetadata(5)}, 8))
+    m = Client(coord, "g", "m", ["t"])
+    m.heartbeat()  # the group is upgraded; everything is still the classic member's
+    cg = group_of(coord, "g")
+    assert cg.members[classic].epoch == generation and cg.members[classic].classic is not None
+    assert not m.owned and m.epoch == generation + 1
+    assert coord.list_groups()[1][0].group_type == "consumer"
+    assert coord.fetch_offsets("g", [("t", 0)])[1][("t", 0)].offset == 5  # offsets kept
+    # The classic member learns of the new epoch from its heartbeat and rejoins.
+    assert coord.heartbeat("g", classic, None, generation) is E.REBALANCE_IN_PROGRESS
+    owned = {"t": list(range(6))} if cooperative else {}  # eager clients revoke everything first
+    j = classic_join(coord, classic, subscription(["t"], owned))
+    assert (j.error, j.leader_id, j.members, j.protocol_name) == (E.NONE, "", [], "range")
+    if cooperative:
+        assert j.generation_id == generation  # still revoking at its epoch
+        sync = result_of(coord.sync_group("g", j.generation_id, classic, None, "consumer", "range", {}))
+        kept = partitions_of(sync.assignment)["t"]
+        assert len(kept) == 3
+        m.heartbeat()
+        assert not m.owned  # the cooperative member has not released them yet
+        assert coord.heartbeat("g", classic, None, generation) is E.REBALANCE_IN_PROGRESS
+        j = classic_join(coord, classic, subscription(["t"], {"t": sorted(kept)}))
+    assert j.generation_id == generation + 1
+    sync = result_of(coord.sync_group("g", j.generation_id, classic, None, "consumer", "range", {}))
+    assert sync.error is E.NONE
+    mine = partitions_of(sync.assignment)["t"]
+    m.heartbeat()
+    assert len(mine) == 3 and m.owned == {tid: frozenset(range(6)) - mine}
+    assert coord.heartbeat("g", classic, None, j.generation_id) is E.NONE
+    assert coord.heartbeat("g", classic, None, generation) is E.ILLEGAL_GENERATION
+    om = {("t", min(mine)): OffsetAndMetadata(9)}
+    assert result_of(coord.commit_offsets("g", classic, None, j.generation_id, om, 8)) == dict.fromkeys(om, E.NONE)
+    assert result_of(coord.commit_offsets("g", classic, None, generation, om, 8)) == dict.fromkeys(
+        om, E.ILLEGAL_GENERATION)
+    assert coord.leave_group("g", [(classic, None)]) == (E.NONE, [E.NONE])
+    m.heartbeat()
+    assert m.owned == {tid: frozenset(range(6))}
+
+
+def test_classic_groups_of_other_protocols_are_not_upgraded(tables: TableStore) -> None:
+    coord, _ = make(tables)
+    stable_classic_group(coord, protocol_type="connect")
+    r = beat(coord, "g", "m", 0, names=["t"])
+    assert r.error is E.GROUP_ID_NOT_FOUND and r.message == "Group g is not a consumer group."
 
 
 def test_consumer_groups_survive_a_restart(tables: TableStore) -> None:

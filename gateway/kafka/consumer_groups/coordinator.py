@@ -45,6 +45,7 @@ from millrace.gateway.kafka.consumer_groups.assignors import (
     MemberSpec,
     TopicSpec,
 )
+from millrace.gateway.kafka.consumer_groups.classic_members import ClassicMembers
 from millrace.gateway.kafka.consumer_groups.group import (
     LEAVE_EPOCH,
     STATIC_LEAVE_EPOCH,
@@ -54,7 +55,7 @@ from millrace.gateway.kafka.consumer_groups.group import (
 )
 from millrace.gateway.kafka.consumer_groups.reconciliation import MemberAssignment, MemberState, reconcile
 from millrace.gateway.kafka.group_store import CONSUMER_GROUPS_TABLE, GROUPS_TABLE
-from millrace.gateway.kafka.groups import Group, GroupState, _Api
+from millrace.gateway.kafka.groups import CONSUMER_PROTOCOL_TYPE, Group, GroupState, _Api
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -121,6 +122,8 @@ class ConsumerGroupCoordinator:
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.assignors = assignors
         self.max_size = max_size
+        # The classic APIs of classic-protocol members in consumer groups (online upgrade).
+        self.classic_members = ClassicMembers(self)
 
     # -- plumbing ----------------------------------------------------------------------------------
     def _topics(self) -> Any:
@@ -209,8 +212,9 @@ class ConsumerGroupCoordinator:
                               f"expression: {exc}.") from None
 
     def _group_for_join(self, group_id: str, member_epoch: int) -> ConsumerGroup:
-        """The consumer group to join: created on a first join, converted from an empty classic group
-        (Kafka's upgrade of an empty group); a classic group with members is not a consumer group."""
+        """The consumer group to join: created on a first join, converted from a classic group: an empty
+        one simply, one with members of the classic consumer protocol online (``classic_members``); a
+        classic group of another protocol type (Connect, ...) is not a consumer group."""
         shell = self.classic.groups.get(group_id)
         if shell is not None and shell.consumer is not None:
             return shell.consumer
@@ -219,9 +223,14 @@ class ConsumerGroupCoordinator:
             raise _Refused(ErrorCode.UNKNOWN_MEMBER_ID, f"Group {group_id} has no member with this id.")
         if shell is None or shell.is_(GroupState.DEAD):
             shell = self.classic.groups[group_id] = Group(group_id)
-        elif not shell.is_(GroupState.EMPTY) or shell.members or shell.pending_members:
-            raise _Refused(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+        elif shell.members:
+            if shell.protocol_type != CONSUMER_PROTOCOL_TYPE:
+                raise _Refused(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+            return self.classic_members.upgrade(shell)
         else:
+            self.classic._cancel_group_timers(shell)  # members still to send their id (MEMBER_ID_REQUIRED)
+            shell.pending_members.clear()
+            shell.state = GroupState.EMPTY
             log.info("empty classic group %s is upgraded to the consumer protocol", group_id)
             # Its classic record goes (an empty group's is a generation marker only); offsets stay.
             self.classic.store.write(GROUPS_TABLE, removes=[group_id.encode()]).addErrback(
@@ -315,9 +324,7 @@ class ConsumerGroupCoordinator:
                            f"Static member {current_id} with instance id {req.instance_id} is not released yet.")
         log.info("static member %s of consumer group %s rejoins as %s", req.instance_id, cg.group_id, req.member_id)
         target = cg.target.get(current_id, {})
-        cg.remove_member(current_id)
-        _cancel(previous.session_timer)
-        _cancel(previous.rebalance_timer)
+        self._forget_member(cg, previous)
         # Back at the epoch it left with (the previous one), so it reconciles like any member.
         a = previous.assignment
         epoch = a.previous_epoch if a.epoch == STATIC_LEAVE_EPOCH else a.epoch
@@ -441,6 +448,13 @@ class ConsumerGroupCoordinator:
             _cancel(member.rebalance_timer)
             member.rebalance_timer = None
 
+    @staticmethod
+    def _forget_member(cg: ConsumerGroup, member: ConsumerMember) -> None:
+        """Drop a member without a new group epoch (its instance id's next incarnation replaces it)."""
+        cg.remove_member(member.member_id)
+        _cancel(member.session_timer)
+        _cancel(member.rebalance_timer)
+
     def _remove(self, cg: ConsumerGroup, member: ConsumerMember) -> None:
         """Remove a member and give its partitions to the others (a new group epoch)."""
         _cancel(member.session_timer)
@@ -458,8 +472,8 @@ class ConsumerGroupCoordinator:
     # -- timers ------------------------------------------------------------------------------------
     def _touch_session(self, cg: ConsumerGroup, member: ConsumerMember) -> None:
         _cancel(member.session_timer)
-        member.session_timer = self._later(self.session_timeout_ms / 1000, self._session_expired, cg,
-                                           member.member_id)
+        timeout = member.classic.session_timeout_ms if member.classic is not None else self.session_timeout_ms
+        member.session_timer = self._later(timeout / 1000, self._session_expired, cg, member.member_id)
 
     def _schedule_revocation(self, cg: ConsumerGroup, member: ConsumerMember) -> None:
         _cancel(member.rebalance_timer)
@@ -508,6 +522,9 @@ class ConsumerGroupCoordinator:
         member = cg.members.get(member_id)
         if member is None:
             return dict.fromkeys(wanted, ErrorCode.UNKNOWN_MEMBER_ID)
+        if member.classic is not None:
+            # A classic member's generation is its member epoch, which moves only when it rejoins.
+            return {} if member_epoch == member.epoch else dict.fromkeys(wanted, ErrorCode.ILLEGAL_GENERATION)
         if api_version < 9:
             # Members of the consumer protocol must commit with OffsetCommit v9+.
             return dict.fromkeys(wanted, ErrorCode.UNSUPPORTED_VERSION)

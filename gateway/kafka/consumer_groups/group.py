@@ -15,6 +15,7 @@ Threading: reactor thread only.
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 from dataclasses import dataclass, field
@@ -40,6 +41,14 @@ class ConsumerGroupState(StrEnum):
 
 
 @dataclass
+class ClassicInfo:
+    """A member that speaks the classic protocol (JoinGroup/SyncGroup/Heartbeat) inside a consumer group."""
+
+    session_timeout_ms: int
+    protocols: list[tuple[str, bytes]]  # (assignor name, ConsumerProtocolSubscription) as it joined
+
+
+@dataclass
 class ConsumerMember:
     member_id: str
     instance_id: str | None
@@ -54,6 +63,7 @@ class ConsumerMember:
     # (topic id, partition) -> the member epoch since which it has held the partition (assigned or
     # revoking): a commit at an older epoch is accepted for partitions held since then
     since: dict[tuple[uuid.UUID, int], int] = field(default_factory=dict)
+    classic: ClassicInfo | None = None  # set for members of the classic protocol
     # transient: timers (session expiry, revocation deadline)
     session_timer: Any = None
     rebalance_timer: Any = None
@@ -178,6 +188,9 @@ class ConsumerGroup:
                 "revoking": _encode_assignment(m.assignment.revoking),
                 "target": _encode_assignment(self.target.get(m.member_id, {})),
                 "since": [[str(t), p, e] for (t, p), e in m.since.items()],
+                "classic": None if m.classic is None else {
+                    "session": m.classic.session_timeout_ms,
+                    "protocols": [[n, base64.b64encode(b).decode()] for n, b in m.classic.protocols]},
             } for m in self.members.values()],
         }, separators=(",", ":")).encode()
 
@@ -197,6 +210,9 @@ class ConsumerGroup:
                 MemberAssignment(MemberState(m["state"]), m["member_epoch"], m["previous_epoch"],
                                  _decode_assignment(m["assigned"]), _decode_assignment(m["revoking"])))
             member.since = {(uuid.UUID(t), p): e for t, p, e in m["since"]}
+            if m["classic"] is not None:
+                member.classic = ClassicInfo(m["classic"]["session"], [
+                    (n, base64.b64decode(b)) for n, b in m["classic"]["protocols"]])
             group.add_member(member)
             group.target[member.member_id] = _decode_assignment(m["target"])
         return group

@@ -69,6 +69,7 @@ SPEC_MODULES: dict[str, str] = {
     'ConsumerGroupDescribeResponse': 'consumer_group_describe',
     'ConsumerGroupHeartbeatRequest': 'consumer_group_heartbeat',
     'ConsumerGroupHeartbeatResponse': 'consumer_group_heartbeat',
+    'ConsumerProtocolAssignment': 'consumer_protocol_assignment',
     'ConsumerProtocolSubscription': 'consumer_protocol_subscription',
     'CreatePartitionsRequest': 'create_partitions',
     'CreatePartitionsResponse': 'create_partitions',
