@@ -292,6 +292,8 @@ class NativeTransactions:
                 self._finish(txn).join().addErrback(self._log_failure, "finishing", txn)
             elif state in ENDED:
                 self._delete(txn.record)
+                if state == TxnState.COMMITTED:  # a crash may have come before its numbers were dropped
+                    self._forget_merge_writer(txn.record)
         self._loop = task.LoopingCall(self.check)
         self._loop.clock = self.clock
         self._loop.start(self.broker.config.transaction_check_seconds, now=False)
@@ -326,6 +328,8 @@ class NativeTransactions:
         def removed(_: Any) -> None:
             if self.txns.get(record.key) is txn:
                 del self.txns[record.key]
+            if record.state == TxnState.COMMITTED:  # its stream may have loaded after start's forget
+                self._forget_merge_writer(record)
 
         def failed(failure: Failure) -> None:
             txn.removing = False  # the next check tries again
@@ -333,6 +337,12 @@ class NativeTransactions:
 
         d = txn.lock.run(lambda: self.broker.blocking(self.table.remove, record, txn.version))
         d.addCallback(lambda _: self._delete(record)).addCallbacks(removed, failed)
+
+    def _forget_merge_writer(self, record: TxnRecord) -> None:
+        """A committed transaction's merge never appends again: drop its writer id's event numbers from
+        the partitions and their segments' attributes, which would otherwise grow by one per commit."""
+        name = stream_key(self.broker, {"scope": record.scope, "stream": record.stream})
+        self.broker.partitions.forget_writer(name, f"{WRITER_PREFIX}{record.txn_id}")
 
     def _delete(self, record: TxnRecord) -> defer.Deferred[None]:
         names = [name for name, _ in record.segments]
@@ -581,6 +591,7 @@ class NativeTransactions:
         def ended(_: Any) -> dict[str, Any]:
             if commit:
                 self._delete(record)
+                self._forget_merge_writer(record)
             return {"state": final.value}
 
         def stopped(failure: Failure) -> Failure:

@@ -32,6 +32,7 @@ from millrace import (
     TxnStatus,
 )
 from millrace.client.segment_reader import SegmentEvent, read_segment_events
+from millrace.client.segments import SegmentClient
 from millrace.protocol.errors import InvalidRequestError, StreamNotFoundError
 from millrace.protocol.events import encode_batch
 from millrace.protocol.wire import Command
@@ -280,6 +281,16 @@ def test_transaction_segments_hold_the_events_until_the_end_and_go(server: Serve
         wait_for(lambda: transaction_segments(sm, committed) == [], "the committed segments to be deleted")
         assert sorted(e.data.decode() for e in stream_events(sm, "iot", "txn-segments")) == sorted(
             f"c:{i}" for i in range(30))
+        # The merge's writer numbers go too: a commit leaves no attribute behind in the data segments.
+        wait_for(lambda: merge_writer_attributes(sm, "iot", "txn-segments") == [], "the merge's numbers to go")
+
+
+def merge_writer_attributes(sm: StreamManager, scope: str, stream: str) -> list[str]:
+    """The ``writer:txn:...`` attributes of the stream's data segments."""
+    endpoint = sm.controller.endpoint
+    with SegmentClient(endpoint.host, endpoint.port) as segments:
+        return [key for s in sm.describe_stream(scope, stream).segments
+                for key in segments.get_info(s.segment.name).attributes if key.startswith("writer:txn:")]
 
 
 def test_malformed_transaction_requests_get_error_statuses(server: ServerProcess, uri: str) -> None:

@@ -60,7 +60,7 @@ def load_topic(store: SegmentStore, clock: IReactorTime, topics: TopicRegistry, 
                 parts[entry.partition].recovered(writer, entry, commit)
         if found.attributes:
             for p in parts:
-                p.recovered_attributes(found.attributes)
+                p.recovered_attributes(found.attributes, name)
     for p in parts:
         p.write_to(writers[topics.segment_of_partition(topic, p.partition, current).name])
         p.open_at(log_starts.get(p.partition, 0))

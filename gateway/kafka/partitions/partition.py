@@ -131,10 +131,10 @@ class PartitionLog:
                                      entry.base_sequence + entry.last_offset_delta, entry.base_offset,
                                      entry.max_timestamp)
 
-    def recovered_attributes(self, attributes: dict[str, int]) -> None:
+    def recovered_attributes(self, attributes: dict[str, int], segment: str) -> None:
         """Take a recovered segment's attributes, after its batches (``writer_events``' load rule)."""
         if not self.dropped_batches:
-            self.writer_events.recovered(attributes)
+            self.writer_events.recovered(attributes, segment)
 
     def open_at(self, stored_log_start: int) -> None:
         """Finish a load: offsets continue after the last recovered batch, from the stored log start."""

@@ -52,7 +52,7 @@ from millrace.gateway.kafka.partitions.producers import MARKER_COORDINATOR_EPOCH
 from millrace.gateway.kafka.partitions.segments import BLOCKING_TIMEOUT, SegmentWriter, create_index_segment
 from millrace.gateway.kafka.partitions.waiters import wait_for_any
 from millrace.gateway.kafka.partitions.watermark import PendingAppend
-from millrace.gateway.kafka.partitions.writer_events import WriterEvents
+from millrace.gateway.kafka.partitions.writer_events import WriterEvents, attribute_key
 from millrace.gateway.kafka.topics import TopicInfo, TopicRegistry, deletes_old_data
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.records import (
@@ -66,6 +66,7 @@ from millrace.gateway.kafka_protocol.records import (
     set_base_offset,
     validate_produce_records,
 )
+from millrace.store.contracts import AttributeUpdate, AttributeUpdateType
 from millrace.store.controller import SegmentRange
 from millrace.store.errors import SegmentExistsError, SegmentNotFoundError
 from millrace.store.segment_store import SegmentStore
@@ -517,6 +518,18 @@ class SegmentPartitionStorage(PartitionStorage):
             p.txns.batch(h.producer_id, base)
         return self._store(p, writer, batch.data, h, producer, events)
 
+    def forget_writer(self, topic: str, writer_id: str) -> None:
+        """Drop ``writer_id``'s event numbers from every loaded partition of ``topic``: from memory at
+        once, from its data segments' attributes in the background (a failure only leaves an attribute
+        that a later load reads back). For writer ids that never append again: a committed native
+        transaction's merge writer, whose numbers would otherwise stay in the segments forever."""
+        for p in self._topics.get(topic, []):
+            for segment in p.writer_events.forget(writer_id):
+                removal = AttributeUpdate(attribute_key(writer_id, p.partition), type=AttributeUpdateType.REMOVE)
+                with contextlib.suppress(SegmentNotFoundError):
+                    to_deferred(self.store.update_attributes(segment, [removal])).addErrback(
+                        _log_failure, "removing a writer attribute of", segment)
+
     def _writable(self, p: PartitionLog) -> SegmentWriter:
         self.check_leader(p)
         writer = p.writer
@@ -566,7 +579,7 @@ class SegmentPartitionStorage(PartitionStorage):
             producer.in_flight[base] = retries
         pending = p.watermark.track(last)
         acked = pending.acked.addBoth(self._settle, producer, base, retries)
-        attributes = () if events is None else (p.writer_events.appending(events, acked),)
+        attributes = () if events is None else (p.writer_events.appending(events, acked, writer.name),)
         stored = self.store.append(writer.name, data, expected_offset=expected, attributes=attributes,
                                    events=h.last_offset_delta + 1)
         to_deferred(stored).addCallbacks(self._durable, self._failed, callbackArgs=(p, writer, entry, pending),

@@ -71,12 +71,13 @@ class WriterEvents:
 
 
 class _Writer:
-    __slots__ = ("last", "waiters")
+    __slots__ = ("last", "waiters", "segments")
 
     def __init__(self, last: int) -> None:
         self.last = last
         # Duplicates waiting for the writer's newest append in flight (None: nothing in flight)
         self.waiters: list[defer.Deferred[int]] | None = None
+        self.segments: set[str] = set()  # data segments whose attributes hold a number of the writer
 
 
 class WriterEventNumbers:
@@ -108,13 +109,14 @@ class WriterEventNumbers:
         state.waiters.append(duplicate)
         return duplicate
 
-    def appending(self, events: WriterEvents, acked: defer.Deferred[int]) -> AttributeUpdate:
-        """Record the batch as the writer's newest (its append is being handed to the store with the
+    def appending(self, events: WriterEvents, acked: defer.Deferred[int], segment: str) -> AttributeUpdate:
+        """Record the batch as the writer's newest (its append is being handed to ``segment`` with the
         returned attribute update); ``acked`` is the append's acknowledgement."""
         state = self._writers.get(events.writer_id)
         if state is None:
             state = self._writers[events.writer_id] = _Writer(events.last_event)
         state.last = events.last_event
+        state.segments.add(segment)
         waiters: list[defer.Deferred[int]] = []
         state.waiters = waiters
 
@@ -134,13 +136,23 @@ class WriterEventNumbers:
         return AttributeUpdate(attribute_key(events.writer_id, self.partition), events.last_event,
                                AttributeUpdateType.REPLACE_IF_GREATER)
 
-    def recovered(self, attributes: dict[str, int]) -> None:
-        """Take the writer numbers a data segment's attributes record for this partition (load, segments
-        oldest first: a newer segment's number replaces an older one's)."""
+    def recovered(self, attributes: dict[str, int], segment: str) -> None:
+        """Take the writer numbers the attributes of data segment ``segment`` record for this partition
+        (load, segments oldest first: a newer segment's number replaces an older one's)."""
         for key, value in attributes.items():
             parsed = parse_attribute_key(key)
             if parsed is not None and parsed[1] == self.partition:
-                self._writers[parsed[0]] = _Writer(value)
+                state = self._writers.get(parsed[0])
+                if state is None:
+                    state = self._writers[parsed[0]] = _Writer(value)
+                state.last = value
+                state.segments.add(segment)
+
+    def forget(self, writer_id: str) -> list[str]:
+        """Drop a writer id that will never append again (a committed transaction's merge); returns the
+        data segments whose attribute of it the caller removes."""
+        state = self._writers.pop(writer_id, None)
+        return sorted(state.segments) if state is not None else []
 
     def __len__(self) -> int:
         return len(self._writers)
