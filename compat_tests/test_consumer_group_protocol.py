@@ -177,6 +177,24 @@ def test_java_live_classic_group_upgrades_online(server: ServerProcess, strategy
     assert (after["type"], after["state"], len(after["members"])) == ("Consumer", "Stable", 1)
 
 
+def test_java_group_goes_back_to_classic_when_the_consumer_member_leaves(server: ServerProcess) -> None:
+    topic = create_topic(server)
+    group = f"roundtrip-{uuid.uuid4().hex[:8]}"
+    total = 2000
+    with BackgroundProducer(server, topic, total, rate=100) as producer:
+        run = run_main("4.x", "ConsumerGroupProtocolClient", [server.bootstrap, "online_roundtrip", topic, group,
+                                                              str(total)], timeout=220)
+    events = run.scenario("online_roundtrip")
+    consumed = [(e["member"], e["partition"], e["offset"]) for e in events if e["event"] == "record"]
+    check_once_in_order(producer.placed, consumed)
+    assert Counter(m for m, _, _ in consumed).keys() == {"classic", "consumer"}
+    (mixed,) = run.of("online_roundtrip", "describe_mixed")
+    assert (mixed["type"], len(mixed["members"])) == ("Consumer", 2)
+    (after,) = run.of("online_roundtrip", "describe_classic")
+    assert (after["type"], after["state"], len(after["members"])) == ("Classic", "Stable", 1)
+    assert after["members"][0]["assignment"] == sorted(f"{topic}-{p}" for p in range(PARTITIONS))
+
+
 def make_regex_topics(server: ServerProcess) -> tuple[str, set[tuple[str, int, int]]]:
     """Topics PREFIX-a (2 partitions) and PREFIX-b (1) with 30 records each, and one that does not match;
     returns the prefix and the (topic, partition, offset) of the matching records."""

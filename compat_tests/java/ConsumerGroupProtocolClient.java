@@ -51,6 +51,8 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  *     STRATEGY: range = eager, cooperative-sticky) reads while a consumer-protocol consumer joins the same
  *     group (the broker converts the live classic group), both read on, then the classic one leaves and
  *     the other reads up to TOTAL records; "describe" while both are members and at the end.
+ *   online_roundtrip TOPIC GROUP TOTAL: as online_upgrade (eager classic member), but the consumer-protocol
+ *     member leaves instead, so the group goes back to classic while the classic member reads on.
  *   regex PREFIX GROUP EXISTING: a consumer subscribed with SubscriptionPattern("PREFIX-.*") (the
  *     broker resolves it) reads the EXISTING records of the matching topics, then a new matching topic is
  *     created and written by this JVM and its records must arrive too ("record" {topic, partition, offset}).
@@ -71,6 +73,7 @@ public class ConsumerGroupProtocolClient {
                         Integer.parseInt(args[5]));
                 case "online_upgrade" -> onlineUpgrade(admin, scenario, args[2], args[3], Integer.parseInt(args[4]),
                         args[5]);
+                case "online_roundtrip" -> onlineRoundtrip(admin, scenario, args[2], args[3], Integer.parseInt(args[4]));
                 case "regex" -> regex(admin, scenario, args[2], args[3], Integer.parseInt(args[4]));
                 case "describe" -> describe(admin, scenario, args[2], "describe");
                 case "list" -> list(admin, scenario);
@@ -351,6 +354,27 @@ public class ConsumerGroupProtocolClient {
         waitFor(seen, total, t0 + 150_000);
         describe(admin, scenario, group, "describe_consumer");
         modern.close();
+        for (Member m : List.of(classic, modern)) {
+            if (m.failure != null) {
+                throw m.failure;
+            }
+        }
+    }
+
+    static void onlineRoundtrip(Admin admin, String scenario, String topic, String group, int total) throws Exception {
+        Set<String> seen = ConcurrentHashMap.newKeySet();
+        long t0 = System.currentTimeMillis();
+        Member classic = new Member(scenario, "classic", topic, group, "classic", null, null, seen);
+        classic.start();
+        waitFor(seen, total / 5, t0 + 60_000);
+        Member modern = new Member(scenario, "consumer", topic, group, "consumer", "range", null, seen);
+        modern.start();
+        Thread.sleep(10_000);
+        describe(admin, scenario, group, "describe_mixed");
+        modern.close();
+        waitFor(seen, total, t0 + 150_000);
+        describe(admin, scenario, group, "describe_classic");
+        classic.close();
         for (Member m : List.of(classic, modern)) {
             if (m.failure != null) {
                 throw m.failure;

@@ -569,6 +569,32 @@ def test_online_upgrade_of_a_classic_group_with_members(tables: TableStore, coop
     assert m.owned == {tid: frozenset(range(6))}
 
 
+def test_online_downgrade_when_the_last_consumer_protocol_member_leaves(tables: TableStore) -> None:
+    coord, _ = make(tables)
+    classic, generation = stable_classic_group(coord)
+    m = Client(coord, "g", "m", ["t"])
+    m.heartbeat()
+    assert coord.heartbeat("g", classic, None, generation) is E.REBALANCE_IN_PROGRESS
+    j = classic_join(coord, classic, subscription(["t"]))
+    result_of(coord.sync_group("g", j.generation_id, classic, None, "consumer", "range", {}))
+    m.heartbeat()
+    m.leave()
+    # Only the classic member is left: a classic group again, which rebalances.
+    shell = coord.groups["g"]
+    assert shell.consumer is None and shell.state.value == "PreparingRebalance"
+    assert coord.list_groups()[1][0].group_type == "classic"
+    assert coord.heartbeat("g", classic, None, j.generation_id) is E.REBALANCE_IN_PROGRESS
+    j2 = classic_join(coord, classic, subscription(["t"]))
+    assert (j2.error, j2.generation_id, j2.leader_id) == (E.NONE, j.generation_id + 1, classic)
+    sync = result_of(coord.sync_group("g", j2.generation_id, classic, None, "consumer", "range",
+                                      {classic: assignment_bytes({"t": list(range(6))})}))
+    assert sync.error is E.NONE and coord.describe_group("g")[1].state == "Stable"
+    # Restarted, it is still the classic group.
+    coord.shutdown()
+    again, _ = make(tables)
+    assert again.groups["g"].consumer is None and classic in again.groups["g"].members
+
+
 def test_classic_groups_of_other_protocols_are_not_upgraded(tables: TableStore) -> None:
     coord, _ = make(tables)
     stable_classic_group(coord, protocol_type="connect")

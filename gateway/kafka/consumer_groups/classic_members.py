@@ -18,9 +18,10 @@ members:
 - LeaveGroup removes the member (or a static member by instance id); OffsetCommit checks the generation
   against the member epoch (ILLEGAL_GENERATION, as Kafka answers classic members).
 
-New classic members may join a consumer group the same way (mixed groups). Not done: the online
-downgrade (Kafka converts the group back to classic when its last consumer-protocol member leaves);
-here it stays a consumer group served through these APIs until it is empty.
+New classic members may join a consumer group the same way (mixed groups). When the last
+consumer-protocol member leaves and classic members remain (``downgrade``), the group becomes a classic
+group again, as Kafka's default policy does: its members keep their current assignments, the generation is
+their member epoch, and a classic rebalance starts (their heartbeats answer REBALANCE_IN_PROGRESS).
 
 Threading: reactor thread only.
 """
@@ -36,7 +37,14 @@ from millrace.gateway.kafka.consumer_groups.assignors import Assignment
 from millrace.gateway.kafka.consumer_groups.group import ClassicInfo, ConsumerGroup, ConsumerMember
 from millrace.gateway.kafka.consumer_groups.reconciliation import MemberAssignment, MemberState
 from millrace.gateway.kafka.group_store import GROUPS_TABLE
-from millrace.gateway.kafka.groups import CONSUMER_PROTOCOL_TYPE, Group, GroupState, JoinResult, SyncResult
+from millrace.gateway.kafka.groups import (
+    CONSUMER_PROTOCOL_TYPE,
+    Group,
+    GroupState,
+    JoinResult,
+    Member,
+    SyncResult,
+)
 from millrace.gateway.kafka_protocol.codec import KafkaDecodeError, decode_message, encode_message
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.consumer_protocol_assignment import ConsumerProtocolAssignment
@@ -180,6 +188,42 @@ class ClassicMembers:
         self.c.classic.store.write(GROUPS_TABLE, removes=[shell.group_id.encode()]).addErrback(
             lambda f: log.warning("cannot remove the classic record of %s: %s", shell.group_id, f.getErrorMessage()))
         return cg
+
+    def downgrade(self, cg: ConsumerGroup) -> bool:
+        """Make a consumer group whose members all speak the classic protocol a classic group again (Kafka's
+        ConsumerGroup -> ClassicGroup conversion); False (it stays) if they share no protocol."""
+        members = list(cg.members.values())
+        infos = [m.classic for m in members if m.classic is not None]
+        if len(infos) != len(members):
+            return False
+        common = set.intersection(*({n for n, _ in info.protocols} for info in infos))
+        if not common:
+            return False
+        shell = self.c.classic.groups[cg.group_id]
+        for m in members:
+            self.c._forget_member(cg, m)
+        shell.consumer = None
+        shell.protocol_type = CONSUMER_PROTOCOL_TYPE
+        shell.generation_id = max(m.epoch for m in members)
+        for m, info in zip(members, infos, strict=True):
+            classic = Member(m.member_id, m.instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+                             info.session_timeout_ms, CONSUMER_PROTOCOL_TYPE, list(info.protocols))
+            classic.assignment = self.encode_assignment(m.assignment.assigned)
+            shell.add(classic, None)
+        shell.protocol_name = shell.select_protocol()
+        shell.subscribed_topics = shell.compute_subscribed_topics()
+        shell.state = GroupState.STABLE
+        shell.state_timestamp = self.c.classic._now_ms()
+        log.info("consumer group %s has only classic members left: it is a classic group again at generation %d",
+                 cg.group_id, shell.generation_id)
+        self.c.forget(cg.group_id).addErrback(
+            lambda f: log.warning("cannot remove consumer group record %s: %s", cg.group_id, f.getErrorMessage()))
+        self.c.classic.store.store_group(shell.record()).addErrback(
+            lambda f: log.warning("cannot persist classic group %s: %s", cg.group_id, f.getErrorMessage()))
+        for member in shell.members.values():
+            self.c.classic._schedule_heartbeat(shell, member)
+        self.c.classic._prepare_rebalance(shell, "the last consumer-protocol member left")
+        return True
 
     # -- JoinGroup ---------------------------------------------------------------------------------
     def join(self, shell: Group, member_id: str, instance_id: str | None, require_known_member_id: bool,

@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 from twisted.python.failure import Failure
 
 from millrace.gateway.kafka.consumer_groups.assignors import (
@@ -133,6 +133,8 @@ class ConsumerGroupCoordinator:
         return self.classic._later(seconds, fn, *args)
 
     def _persist(self, group: ConsumerGroup) -> Deferred:
+        if not self._is_current(group):
+            return succeed(None)  # converted back to a classic group meanwhile (its record is written)
         return self.classic.store.write(CONSUMER_GROUPS_TABLE, puts=[(group.group_id.encode(), group.encode())])
 
     def install(self, records: list[tuple[str, bytes]]) -> None:
@@ -460,6 +462,9 @@ class ConsumerGroupCoordinator:
         _cancel(member.session_timer)
         _cancel(member.rebalance_timer)
         cg.remove_member(member.member_id)
+        if cg.members and member.classic is None and all(m.classic is not None for m in cg.members.values()) \
+                and self.classic_members.downgrade(cg):
+            return  # the last consumer-protocol member left: a classic group again (online downgrade)
         if cg.members:
             self._new_target(cg, self._subscribed_metadata(cg))
         else:
