@@ -31,6 +31,7 @@ block and run on the compaction thread; the result is installed on the reactor.
 
 from __future__ import annotations
 
+import bisect
 import json
 import struct
 import time
@@ -182,7 +183,7 @@ def plan(p: PartitionLog, scope: str, stream: str, generation: int, end: int, no
     index = p.index
     batches = [
         SourceBatch(p.segments[index.seg[i]].name, index.pos[i], index.length[i], index.base[i], index.last[i])
-        for i in range(index.entry_at(p.log_start), len(index)) if index.base[i] < end
+        for i in range(index.entry_at(p.log_start), index.entries_below(end))
     ]
     aborted = [(a.producer_id, a.first_offset, a.last_offset) for a in p.txns.aborted if a.first_offset < end]
     return CleaningPlan(p.topic, p.partition, generation, compacted_segment_name(scope, stream, p.partition, generation),
@@ -192,34 +193,63 @@ def plan(p: PartitionLog, scope: str, stream: str, generation: int, end: int, no
 
 # -- the cleaning itself (pure over batch bytes) -----------------------------------------------------------
 
-def _aborted(plan: CleaningPlan, producer_id: int, offset: int) -> bool:
-    return any(pid == producer_id and first <= offset <= marker for pid, first, marker in plan.aborted)
+class _AbortedIndex:
+    """Whether a producer's offset lies in one of its aborted transactions: a bisect per question (a
+    producer's transactions in a partition never overlap)."""
+
+    def __init__(self, aborted: list[tuple[int, int, int]]) -> None:
+        self._by_producer: dict[int, tuple[list[int], list[int]]] = {}
+        for pid, first, marker in sorted(aborted, key=lambda a: a[2]):
+            markers, firsts = self._by_producer.setdefault(pid, ([], []))
+            markers.append(marker)
+            firsts.append(first)
+
+    def holds(self, producer_id: int, offset: int) -> bool:
+        found = self._by_producer.get(producer_id)
+        if found is None:
+            return False
+        markers, firsts = found
+        i = bisect.bisect_left(markers, offset)
+        return i < len(markers) and firsts[i] <= offset
 
 
-def latest_offsets(batches: Iterable[BatchView], plan: CleaningPlan) -> dict[bytes, int]:
-    """Pass 1 (Kafka's offset map): the offset of each key's latest record that counts."""
-    latest: dict[bytes, int] = {}
+@dataclass(slots=True)
+class OffsetMap:
+    """What pass 1 learns: each key's latest record that counts, and each producer's last data batch."""
+
+    latest: dict[bytes, int] = field(default_factory=dict)
+    last_batch_of: dict[int, int] = field(default_factory=dict)  # producer id -> base offset
+
+
+def latest_offsets(batches: Iterable[BatchView], plan: CleaningPlan) -> OffsetMap:
+    """Pass 1 (Kafka's offset map): the offset of each key's latest record that counts (not in an
+    aborted transaction), and the base offset of each producer's last data batch."""
+    found = OffsetMap()
+    aborted = _AbortedIndex(plan.aborted)
+    latest = found.latest
     for batch in batches:
         h = batch.header
-        if h.is_control or (h.is_transactional and _aborted(plan, h.producer_id, h.base_offset)):
+        if h.is_control:
+            continue
+        if h.producer_id >= 0:
+            found.last_batch_of[h.producer_id] = h.base_offset
+        if h.is_transactional and aborted.holds(h.producer_id, h.base_offset):
             continue
         for r in batch.records():
             if r.key is not None:
                 latest[r.key] = r.offset
-    return latest
+    return found
 
 
-def clean_batches(batches: Iterable[BatchView], latest: dict[bytes, int], plan: CleaningPlan,
+def clean_batches(batches: Iterable[BatchView], offsets: OffsetMap, plan: CleaningPlan,
                   result: CleaningResult) -> Iterator[CleanedBatch]:
-    """Pass 2: the batches as the compacted segment stores them (see the module's rules)."""
-    views = list(batches)
-    last_of_producer: dict[int, int] = {}
-    for n, batch in enumerate(views):
-        if batch.header.producer_id >= 0 and not batch.header.is_control:
-            last_of_producer[batch.header.producer_id] = n
+    """Pass 2: the batches as the compacted segment stores them (see the module's rules), one at a time
+    (the source is read again, not held: a partition may be far larger than memory)."""
+    latest, last_batch_of = offsets.latest, offsets.last_batch_of
+    aborted = _AbortedIndex(plan.aborted)
     survivors: dict[int, int] = {}  # producer id -> batches of its current transaction kept
     horizon = plan.now_ms - plan.delete_retention_ms
-    for n, batch in enumerate(views):
+    for batch in batches:
         h = batch.header
         if h.is_control:
             kept_txn = survivors.pop(h.producer_id, 0)
@@ -232,7 +262,7 @@ def clean_batches(batches: Iterable[BatchView], latest: dict[bytes, int], plan: 
             continue
         records = list(batch.records())
         result.records_in += len(records)
-        if h.is_transactional and _aborted(plan, h.producer_id, h.base_offset):
+        if h.is_transactional and aborted.holds(h.producer_id, h.base_offset):
             kept: list[Record] = []
         else:
             kept = [r for r in records if r.key is not None and latest.get(r.key) == r.offset
@@ -242,7 +272,7 @@ def clean_batches(batches: Iterable[BatchView], latest: dict[bytes, int], plan: 
             out = bytes(batch.data)
         elif kept:
             out = rebuild(batch, kept)
-        elif (h.producer_id >= 0 and last_of_producer.get(h.producer_id) == n
+        elif (h.producer_id >= 0 and last_batch_of.get(h.producer_id) == h.base_offset
               and h.producer_id in plan.active_producers):
             out = empty_batch(batch)
         else:
