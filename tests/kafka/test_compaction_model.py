@@ -36,11 +36,16 @@ batches = st.lists(st.tuples(st.lists(record, min_size=1, max_size=4), st.sample
                    min_size=1, max_size=12)
 
 
+def headers_of(value: bytes | None) -> list[tuple[str, bytes | None]]:
+    """Some records carry headers (kept byte for byte by a rebuilt batch), derived from the value."""
+    return [("h", value), ("n", None)] if value and len(value) % 2 else []
+
+
 def build(spec: list) -> tuple[list[bytes], list[tuple[int, bytes, bytes | None, int]]]:
     """Stored batches (consecutive offsets) and every record as (offset, key, value, timestamp)."""
     out, records, offset = [], [], 0
     for recs, codec in spec:
-        out.append(build_record_batch([NewRecord(k, v, (), ts) for k, v, ts in recs], base_offset=offset,
+        out.append(build_record_batch([NewRecord(k, v, headers_of(v), ts) for k, v, ts in recs], base_offset=offset,
                                       compression=codec))
         records += [(offset + i, k, v, ts) for i, (k, v, ts) in enumerate(recs)]
         offset += len(recs)
@@ -78,6 +83,7 @@ def test_cleaning_keeps_the_latest_per_key_and_never_moves_offsets(spec, min_lag
                 if o >= end or (last_of[k] == o and not (v is None and ts < NOW - RETENTION))]
     got = [(r.offset, r.key, r.value, r.timestamp) for b in out for r in b.records()]
     assert got == expected
+    assert all(r.headers == headers_of(r.value) for b in out for r in b.records())
     # The end is never cleaned past the last batch, nor past a batch younger than the lag.
     assert end <= views[-1].header.base_offset
     assert all(o >= end for o, _, _, ts in records if ts > NOW - min_lag) or min_lag == 0
