@@ -346,6 +346,27 @@ def test_list_offsets_by_time_looks_past_a_batch_the_cleaner_emptied(server):
     assert (found.offset, found.timestamp) == (1, now - 4000)
     w.close()
 
+    # Clients step over the empty batch (Kafka's cleaner leaves them too).
+    from confluent_kafka import Consumer
+    from kafka import KafkaConsumer
+
+    kp = KafkaConsumer("compact-times", bootstrap_servers=server.bootstrap, auto_offset_reset="earliest",
+                       enable_auto_commit=False, consumer_timeout_ms=3000)
+    assert [(m.offset, m.key, m.value) for m in kp] == [(1, b"a", b"2"), (2, b"b", b"3")]
+    kp.close()
+    cc = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "compact-times-readers",
+                   "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    cc.subscribe(["compact-times"])
+    got: list[tuple[int, bytes | None, bytes | None]] = []
+    deadline = time.monotonic() + 20
+    while len(got) < 2:
+        assert time.monotonic() < deadline, got
+        m = cc.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append((m.offset(), m.key(), m.value()))
+    cc.close()
+    assert got == [(1, b"a", b"2"), (2, b"b", b"3")]
+
 
 def test_generations_left_by_a_crash_either_side_of_the_switch_are_deleted(server):
     """A crash after a round wrote its generation but before the table named it leaves the next
