@@ -390,6 +390,11 @@ def test_static_member_keeps_its_partitions_across_a_temporary_leave(tables: Tab
     a2 = Client(coord, "g", "a2", ["t"], instance="inst-a")
     a2.heartbeat()
     assert a2.owned == mine and group_of(coord, "g").group_epoch == epoch
+    # The same incarnation may also come back after a temporary leave.
+    assert beat(coord, "g", "a2", -2, instance="inst-a").member_epoch == -2
+    a2.epoch, a2.owned = 0, {}  # a rejoining member owns nothing
+    a2.heartbeat()
+    assert a2.owned == mine and a2.epoch == epoch
     # A second live incarnation of the same instance is refused.
     assert beat(coord, "g", "a3", 0, names=["t"], instance="inst-a").error is E.UNRELEASED_INSTANCE_ID
     assert beat(coord, "g", "a1", 3, instance="inst-a").error in (E.UNKNOWN_MEMBER_ID, E.FENCED_INSTANCE_ID)

@@ -31,7 +31,7 @@ import logging
 import re
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -318,7 +318,15 @@ class ConsumerGroupCoordinator:
         previous incarnation left with epoch -2; another live member with the instance id refuses it."""
         assert req.instance_id is not None
         current_id = cg.static_members.get(req.instance_id)
-        if current_id is None or current_id == req.member_id:
+        if current_id is None:
+            return member, False
+        if current_id == req.member_id:
+            if member is not None and member.epoch == STATIC_LEAVE_EPOCH:
+                # The same incarnation back after a temporary leave: at the epoch it left with.
+                a = member.assignment
+                cg.set_assignment(member, MemberAssignment(a.state, max(a.previous_epoch, 0), a.previous_epoch,
+                                                           a.assigned, a.revoking))
+                return member, True
             return member, False
         previous = cg.members[current_id]
         if previous.epoch != STATIC_LEAVE_EPOCH:
@@ -393,14 +401,24 @@ class ConsumerGroupCoordinator:
         return HeartbeatResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, "The coordinator could not store the group.")
 
     # -- epochs, targets, reconciliation -----------------------------------------------------------
-    def resolve_regex(self, regex: str) -> list[str]:
-        pattern = compile_regex(regex)
-        return [n for n in self._topics().names() if pattern.fullmatch(n)]
+    def _resolver(self) -> Callable[[str], list[str]]:
+        """Regex -> matching topic names, over one listing of the topics, each regex matched once (a
+        heartbeat looks at every member's subscription)."""
+        names = self._topics().names()
+        matched: dict[str, list[str]] = {}
+
+        def resolve(regex: str) -> list[str]:
+            if regex not in matched:
+                pattern = compile_regex(regex)
+                matched[regex] = [n for n in names if pattern.fullmatch(n)]
+            return matched[regex]
+
+        return resolve
 
     def _subscribed_metadata(self, cg: ConsumerGroup) -> dict[str, tuple[uuid.UUID, int]]:
         out: dict[str, tuple[uuid.UUID, int]] = {}
         topics = self._topics()
-        for name in cg.subscribed_topic_names(self.resolve_regex):
+        for name in cg.subscribed_topic_names(self._resolver()):
             info = topics.get(name)
             if info is not None:
                 out[name] = (info.topic_id, info.partition_count)
@@ -424,7 +442,9 @@ class ConsumerGroupCoordinator:
         for m in cg.members.values():
             names = set(m.subscribed_names)
             if m.subscribed_regex is not None:
-                names.update(self.resolve_regex(m.subscribed_regex))
+                # ``topics`` already holds every existing topic some member's regex matches.
+                pattern = compile_regex(m.subscribed_regex)
+                names.update(n for n in topics if pattern.fullmatch(n))
             members[m.member_id] = MemberSpec(frozenset(topics[n][0] for n in names if n in topics),
                                               cg.target.get(m.member_id, {}))
         cg.target = ASSIGNORS[cg.assignor](members, by_id)
@@ -572,7 +592,7 @@ class ConsumerGroupCoordinator:
         return None
 
     def subscribed_topics(self, cg: ConsumerGroup) -> set[str]:
-        return cg.subscribed_topic_names(self.resolve_regex)
+        return cg.subscribed_topic_names(self._resolver())
 
     def forget(self, group_id: str) -> Deferred:
         """Remove a consumer group's record (the group is deleted or converted to classic)."""
