@@ -150,7 +150,7 @@ def test_confluent_topic_lifecycle(cadmin, server):
         KafkaError.TOPIC_ALREADY_EXISTS)
     assert kafka_error(cadmin.create_topics([NewTopic("ck-rf", 1, 2)])["ck-rf"]).code() == (
         KafkaError.INVALID_REPLICATION_FACTOR)
-    assert kafka_error(cadmin.create_topics([NewTopic("ck-bad", 1, config={"cleanup.policy": "compact"})])[
+    assert kafka_error(cadmin.create_topics([NewTopic("ck-bad", 1, config={"cleanup.policy": "shred"})])[
         "ck-bad"]).code() == KafkaError.INVALID_CONFIG
     assert kafka_error(cadmin.create_topics([NewTopic("ck-assign", 2, replica_assignment=[[0], [1]])])[
         "ck-assign"]).code() == KafkaError.INVALID_REPLICA_ASSIGNMENT

@@ -84,7 +84,7 @@ def test_create_topics_refusals(wire):
     create(wire, 5, creatable("cw-exists"))
     r = create(wire, 5, creatable("cw-exists"), creatable("bad name"), creatable("cw-zero", 0),
                creatable("cw-rf3", 1, rf=3), creatable("cw-rf0", 1, rf=0), creatable("cw-cfg", 1, **{"no.such": "1"}),
-               creatable("cw-compact", 1, cleanup_policy="compact"), creatable("cw-null", 1, retention_ms=None),
+               creatable("cw-policy", 1, cleanup_policy="shred"), creatable("cw-null", 1, retention_ms=None),
                creatable("cw-both", 2, assignments={0: [0]}), creatable("cw-rf-assign", -1, 1, assignments={0: [0]}),
                creatable("cw-node", -1, assignments={0: [1]}),
                creatable("cw-gap", -1, assignments={0: [0], 2: [0]}), creatable("cw-twice", -1, assignments={0: [0, 0]}),
@@ -93,7 +93,7 @@ def test_create_topics_refusals(wire):
         "cw-exists": ErrorCode.TOPIC_ALREADY_EXISTS, "bad name": ErrorCode.INVALID_TOPIC_EXCEPTION,
         "cw-zero": ErrorCode.INVALID_PARTITIONS, "cw-rf3": ErrorCode.INVALID_REPLICATION_FACTOR,
         "cw-rf0": ErrorCode.INVALID_REPLICATION_FACTOR, "cw-cfg": ErrorCode.INVALID_CONFIG,
-        "cw-compact": ErrorCode.INVALID_CONFIG, "cw-null": ErrorCode.INVALID_CONFIG,
+        "cw-policy": ErrorCode.INVALID_CONFIG, "cw-null": ErrorCode.INVALID_CONFIG,
         "cw-both": ErrorCode.INVALID_REQUEST, "cw-rf-assign": ErrorCode.INVALID_REPLICATION_FACTOR,
         "cw-node": ErrorCode.INVALID_REPLICA_ASSIGNMENT,
         "cw-gap": ErrorCode.INVALID_REPLICA_ASSIGNMENT, "cw-twice": ErrorCode.INVALID_REPLICA_ASSIGNMENT,
@@ -292,11 +292,15 @@ def test_incremental_alter_configs(wire, server):
     assert stream_description(server.native_port, "kafka/cfg-i")["config"]["retention"] == {
         "type": "size", "value": 1000}
 
-    # Lists: appending what is there is a no-op; compaction is not supported; non-lists refuse.
+    # Lists: appending what is there is a no-op; an unknown policy is refused; non-lists refuse.
     assert incremental(wire, 1, TOPIC, "cfg-i", [("cleanup.policy", APPEND, "delete")]).error_code == 0
     assert explicit(wire, "cfg-i")["cleanup.policy"] == "delete"
-    assert incremental(wire, 1, TOPIC, "cfg-i", [("cleanup.policy", APPEND, "compact")]).error_code == (
+    assert incremental(wire, 1, TOPIC, "cfg-i", [("cleanup.policy", APPEND, "shred")]).error_code == (
         ErrorCode.INVALID_CONFIG)
+    assert incremental(wire, 1, TOPIC, "cfg-i", [("cleanup.policy", APPEND, "compact")]).error_code == 0
+    assert explicit(wire, "cfg-i")["cleanup.policy"] == "delete,compact"
+    assert incremental(wire, 1, TOPIC, "cfg-i", [("cleanup.policy", SUBTRACT, "compact")]).error_code == 0
+    assert explicit(wire, "cfg-i")["cleanup.policy"] == "delete"
     # An empty cleanup.policy is valid in Kafka 4.0 and keeps everything: no stream retention.
     assert incremental(wire, 1, TOPIC, "cfg-i", [("cleanup.policy", SUBTRACT, "delete")]).error_code == 0
     assert explicit(wire, "cfg-i")["cleanup.policy"] == ""
