@@ -45,8 +45,9 @@ def handle_consumer_group_heartbeat(
 
     def respond(result: HeartbeatResult) -> ConsumerGroupHeartbeatResponse:
         if result.error is not ErrorCode.NONE:
+            # Kafka answers errors with the other fields at their defaults.
             return cls(throttle_time_ms=0, error_code=int(result.error), error_message=result.message,
-                       member_id=None, member_epoch=result.member_epoch, heartbeat_interval_ms=0)
+                       member_id=None, member_epoch=0, heartbeat_interval_ms=0)
         assignment = None if result.assignment is None else cls.Assignment(topic_partitions=[
             cls.TopicPartitions(topic_id=t, partitions=sorted(ps)) for t, ps in sorted(
                 result.assignment.items(), key=lambda kv: str(kv[0])) if ps])
