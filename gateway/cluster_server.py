@@ -17,25 +17,32 @@ What differs from the embedded server (``server.serve``, which stays as it is):
   as Kafka's advertised.listeners: a node bound to 0.0.0.0 must not send clients to 0.0.0.0.
 
 The listeners are bound first (their ports go into the node's registration), and accept connections
-only once the node and its gateways are built (``LateFactory``).
+only once the node and its gateways are built (``LateFactory``). The reactor runs from the start and the
+node is built on a worker thread, so its peer listener serves as soon as the node has joined: nodes
+started together read the tables on each other's containers while they build.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import socket
 import sys
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from twisted.internet import protocol, reactor, task
+from twisted.internet import protocol, reactor, task, threads
 from twisted.internet.interfaces import IListeningPort
+from twisted.python.failure import Failure
 
-from millrace.gateway.kafka.broker import KafkaConfig
+from millrace.gateway.kafka.broker import Broker, KafkaConfig
 from millrace.gateway.kafka.cluster import GroupCoordination, KafkaCluster, out_of_date_topics
+from millrace.gateway.kafka.connection import KafkaFactory
 from millrace.gateway.kafka.setup import build_kafka, start_background
 from millrace.gateway.native.handler import NativeFactory, NativeProtocol
 from millrace.gateway.server import topic_partitions
@@ -50,7 +57,9 @@ from millrace.store.containers.rates import RateConfig
 from millrace.store.controller import Controller
 from millrace.store.controller.autoscaler import AutoScaler, AutoScalerConfig
 from millrace.store.durablelog.replicated import ReplicationConfig
+from millrace.store.errors import SegmentNotFoundError
 from millrace.store.lts.factory import chunk_storage_from_url
+from millrace.store.lts.interface import ChunkStorage
 from millrace.store.tables import TableStore
 
 if TYPE_CHECKING:
@@ -59,6 +68,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("millrace")
 
 _ANY_ADDRESS = ("0.0.0.0", "::", "")
+_BUILD_ATTEMPTS = 10
 
 
 class LateFactory(protocol.ServerFactory):
@@ -136,40 +146,90 @@ def serve_cluster(options: ServerOptions) -> int:
     except ValueError as exc:
         print(f"millrace: {exc}", file=sys.stderr, flush=True)
         return 2
-
-    kafka_front, native_front, peer_factory = LateFactory(), LateFactory(), PeerFactory()
+    server = ClusterServer(options, node_id, replication, storage)
     try:
-        kafka = reactor.listenTCP(options.kafka_port, kafka_front, interface=options.host)
-        native = reactor.listenTCP(options.native_port, native_front, interface=options.host)
-        peer = reactor.listenTCP(options.peer_port, peer_factory, interface=options.host)
-        addresses = {"kafka": advertised(options.host, kafka, options.advertised_kafka),
-                     "native": advertised(options.host, native, options.advertised_native),
-                     "peer": advertised(options.host, peer, options.advertised_peer)}
+        server.listen()
     except Exception as exc:  # noqa: BLE001 - e.g. a port in use, a malformed address
         print(f"millrace: cannot listen: {exc}", file=sys.stderr, flush=True)
         return 1
-    ports = {name: p.getHost().port for name, p in (("kafka", kafka), ("native", native), ("peer", peer))}  # type: ignore[attr-defined]
-    info = NodeInfo(node_id, options.host, ports, addresses)
-    config = ClusterNodeConfig(options.zookeeper or "", info, options.containers, replication,
-                               options.session_timeout_seconds)
-    container_config = replace(ContainerConfig(), cache_max_bytes=options.cache_mb * MIB // options.containers)
-    pool = ThreadPoolExecutor(8, "controller")
-    rates = RateConfig(windows=tuple(options.scale_windows))
-    node = ClusterNode(config, storage, container_config, host_factory=partial(SegmentContainerHost, rates=rates))
-    router: ClusterSegmentStore | None = None
-    try:
+    # The reactor runs from the start, so this node's peer listener answers while the node is built:
+    # two nodes starting together each read tables held by the other's containers.
+    reactor.callWhenRunning(server.start)
+    reactor.run()
+    server.close()
+    if server.failed:
+        return 1
+    print("millrace: stopped cleanly", flush=True)
+    return 0
+
+
+class ClusterServer:
+    """One node's parts: bound listeners first, then (on a worker thread) the node and its gateways,
+    then (on the reactor) the listeners' factories and the periodic work."""
+
+    def __init__(self, options: ServerOptions, node_id: str, replication: ReplicationConfig,
+                 storage: ChunkStorage) -> None:
+        self.options = options
+        self.node_id = node_id
+        self.replication = replication
+        self.storage = storage
+        self.kafka_front, self.native_front, self.peer_factory = LateFactory(), LateFactory(), PeerFactory()
+        self.addresses: dict[str, str] = {}
+        self.ports: dict[str, int] = {}
+        self.pool = ThreadPoolExecutor(8, "controller")
+        self.node: ClusterNode | None = None
+        self.router: ClusterSegmentStore | None = None
+        self.broker: Broker | None = None
+        self.loops: list[task.LoopingCall] = []
+        self.autoscaler: AutoScaler | None = None
+        self.failed = False
+
+    def listen(self) -> None:
+        options = self.options
+        listeners = {
+            "kafka": (reactor.listenTCP(options.kafka_port, self.kafka_front, interface=options.host),
+                      options.advertised_kafka),
+            "native": (reactor.listenTCP(options.native_port, self.native_front, interface=options.host),
+                       options.advertised_native),
+            "peer": (reactor.listenTCP(options.peer_port, self.peer_factory, interface=options.host),
+                     options.advertised_peer),
+        }
+        for name, (port, given) in listeners.items():
+            self.ports[name] = port.getHost().port  # type: ignore[attr-defined]
+            self.addresses[name] = advertised(options.host, port, given)
+
+    def start(self) -> None:
+        """Reactor: build on a worker thread, then serve; a failure stops the reactor (exit 1)."""
+        threads.deferToThread(self.build).addCallbacks(self.serve, self._build_failed)
+
+    def _build_failed(self, failure: Failure) -> None:
+        log.error("building the cluster node failed:\n%s", failure.getTraceback())
+        print(f"millrace: cannot start the cluster node: {type(failure.value).__name__}: {failure.getErrorMessage()}",
+              file=sys.stderr, flush=True)
+        self.failed = True
+        reactor.stop()
+
+    def build(self) -> tuple[Broker, KafkaFactory, KafkaCluster, Controller]:
+        """Blocking (worker thread): join the cluster, then build the controller and the Kafka views."""
+        options, node_id = self.options, self.node_id
+        info = NodeInfo(node_id, options.host, self.ports, self.addresses)
+        config = ClusterNodeConfig(options.zookeeper or "", info, options.containers, self.replication,
+                                   options.session_timeout_seconds)
+        container_config = replace(ContainerConfig(), cache_max_bytes=options.cache_mb * MIB // options.containers)
+        rates = RateConfig(windows=tuple(options.scale_windows))
+        self.node = node = ClusterNode(config, self.storage, container_config,
+                                       host_factory=partial(SegmentContainerHost, rates=rates))
         node.start()
         assert node.client is not None and node.containers is not None
         local = LocalSegments(node.containers, options.containers)
-        peer_factory.local = local  # peers reach this node's containers from now on
-        router = ClusterSegmentStore(node.client, config.paths, node_id, local, options.retry_bound_seconds)
+        self.peer_factory.local = local  # peers reach this node's containers from now on
+        self.router = router = ClusterSegmentStore(node.client, config.paths, node_id, local,
+                                                   options.retry_bound_seconds)
         cluster = KafkaCluster(node.client, config.paths, node_id, node.containers, options.containers).start()
         # The controller, tables and Kafka views call only SegmentService operations on this store
         # (docs/architecture.md lists the gateway parts that still need a SegmentStore: not started here).
         store: Any = router
-        tables = TableStore(router)
-        controller = Controller(store, tables)
-        kafka_host, kafka_port = _split(addresses["kafka"])
+        kafka_host, kafka_port = _split(self.addresses["kafka"])
         kafka_config = KafkaConfig(
             scope=options.kafka_scope, node_id=int(node_id), advertised_host=kafka_host, advertised_port=kafka_port,
             auto_create_topics=options.auto_create_topics, default_partitions=options.default_partitions,
@@ -177,64 +237,90 @@ def serve_cluster(options: ServerOptions) -> int:
             transaction_check_seconds=options.transaction_check_seconds,
             producer_id_expiration_ms=options.producer_id_expiration_ms,
             native_txn_retention_ms=options.native_txn_retention_ms, log_dir=os.path.abspath(options.data_dir))
-        broker, kafka_factory = build_kafka(store, controller, tables, kafka_config, pool)
-    except Exception as exc:  # noqa: BLE001 - report why the node cannot start, then exit non-zero
-        print(f"millrace: cannot start the cluster node: {exc}", file=sys.stderr, flush=True)
-        pool.shutdown(wait=False)
-        if router is not None:
-            router.close()
-        node.close()
-        return 1
-    broker.cluster = cluster
-    broker.partitions.leadership = cluster
-    groups = GroupCoordination(cluster, broker.groups)
-    broker.groups.coordinator_check = groups.check
-    kafka_factory.connection_budget_bytes = options.connection_budget_mb * MIB
-    kafka_front.inner = kafka_factory
-    native_factory = NativeFactory(store, controller, pool, broker.scaling, topic_partitions(broker),
-                                   connection_budget_bytes=options.connection_budget_mb * MIB, broker=broker)
-    # Pravega's getURI: which node serves a segment (from the watched assignments: no I/O on the reactor).
-    native_factory.controller_commands[Command.GET_SEGMENT_OWNER] = lambda h, p: cluster.segment_owner(h["segment"])
-    native_front.inner = native_factory
-    retention = start_background(broker)
-    # Each second: topics created through other nodes (their records are in the topics table), and topics
-    # other nodes scaled (their partitions' open segments moved on): those are read again.
-    def refresh() -> list[str]:
-        broker.topics.refresh()
-        return out_of_date_topics(broker)
+        for attempt in itertools.count(1):
+            try:
+                tables = TableStore(router)
+                controller = Controller(store, tables)
+                # The groups load on the reactor when first asked for (their timers are the reactor's), and
+                # only on the node coordinating them (GroupCoordination).
+                broker, kafka_factory = build_kafka(store, controller, tables, kafka_config, self.pool,
+                                                    load_groups=False)
+                break
+            except SegmentNotFoundError as exc:
+                # Nodes starting together each make the system tables they find missing: a table
+                # another node is creating right now answers "exists" to our create and "not found" to
+                # our read until its creation is applied. Nothing was written: build again.
+                if attempt >= _BUILD_ATTEMPTS or not str(exc).startswith("_system/"):
+                    raise
+                log.info("system table %s is being created elsewhere: building again", exc)
+                time.sleep(0.2 * attempt)
+        self.broker = broker
+        return broker, kafka_factory, cluster, controller
 
-    def reload(stale: list[str]) -> None:
-        for name in stale:
-            log.info("%s was scaled elsewhere: reloading it", name)
-            broker.partitions.reload(name)
+    def serve(self, built: tuple[Broker, KafkaFactory, KafkaCluster, Controller]) -> None:
+        """Reactor: open the listeners to clients and start the periodic work."""
+        broker, kafka_factory, cluster, controller = built
+        options = self.options
+        assert self.node is not None and self.router is not None
+        broker.cluster = cluster
+        broker.partitions.leadership = cluster
+        groups = GroupCoordination(cluster, broker.groups)
+        broker.groups.coordinator_check = groups.check
+        kafka_factory.connection_budget_bytes = options.connection_budget_mb * MIB
+        self.kafka_front.inner = kafka_factory
+        native_factory = NativeFactory(self.router, controller, self.pool, broker.scaling,  # type: ignore[arg-type]
+                                       topic_partitions(broker),
+                                       connection_budget_bytes=options.connection_budget_mb * MIB, broker=broker)
+        # Pravega's getURI: which node serves a segment (from the watched assignments: no I/O on the reactor).
+        native_factory.controller_commands[Command.GET_SEGMENT_OWNER] = \
+            lambda h, p: cluster.segment_owner(h["segment"])
+        self.native_front.inner = native_factory
+        self.loops.append(start_background(broker))
 
-    topics = task.LoopingCall(lambda: broker.blocking(refresh).addCallback(reload).addErrback(
-        lambda f: log.warning("refreshing topics failed: %s", f.getErrorMessage())))
-    topics.start(1.0, now=False)
-    # Drops the groups as soon as their container moves away (not only at the next group request).
-    coordination = task.LoopingCall(groups.check)
-    coordination.start(0.5, now=False)
-    # The controller's timers run on one node at a time: the auto-scaler follows the assigner election
-    # (rates of other nodes' segments come over the wire: SEGMENT_RATES).
-    autoscaler = AutoScaler(
-        controller, router,
-        config=AutoScalerConfig(interval=options.scale_interval_seconds, cooldown=options.scale_cooldown_seconds),
-        boundaries=broker.scaling.boundaries, executor=broker.scaling.execute,
-        grow_partitions=broker.scaling.grow_partitions)
-    controller_role = ControllerRole(node, autoscaler)
-    election = task.LoopingCall(controller_role.follow)
-    election.start(0.5, now=True)
-    for name in ("kafka", "native", "peer"):
-        print(f"millrace: {name} listening on {options.host}:{ports[name]} (advertised {addresses[name]})", flush=True)
-    print(f"millrace: ready (cluster node {node_id})", flush=True)
-    reactor.run()
-    for loop in (election, coordination, topics, retention):
-        if loop.running:
-            loop.stop()
-    autoscaler.stop()
-    broker.transactions.stop()
-    pool.shutdown(wait=True)
-    router.close()
-    node.close()
-    print("millrace: stopped cleanly", flush=True)
-    return 0
+        # Each second: topics created through other nodes (their records are in the topics table), and
+        # topics other nodes scaled (their partitions' open segments moved on): those are read again.
+        def refresh() -> list[str]:
+            broker.topics.refresh()
+            return out_of_date_topics(broker)
+
+        def reload(stale: list[str]) -> None:
+            for name in stale:
+                log.info("%s was scaled elsewhere: reloading it", name)
+                broker.partitions.reload(name)
+
+        self._every(1.0, lambda: broker.blocking(refresh).addCallback(reload).addErrback(
+            lambda f: log.warning("refreshing topics failed: %s", f.getErrorMessage())))
+        # Drops the groups as soon as their container moves away (not only at the next group request).
+        self._every(0.5, groups.check)
+        # The controller's timers run on one node at a time: the auto-scaler follows the assigner
+        # election (rates of other nodes' segments come over the wire: SEGMENT_RATES).
+        self.autoscaler = AutoScaler(
+            controller, self.router,
+            config=AutoScalerConfig(interval=options.scale_interval_seconds, cooldown=options.scale_cooldown_seconds),
+            boundaries=broker.scaling.boundaries, executor=broker.scaling.execute,
+            grow_partitions=broker.scaling.grow_partitions)
+        self._every(0.5, ControllerRole(self.node, self.autoscaler).follow)
+        for name in ("kafka", "native", "peer"):
+            print(f"millrace: {name} listening on {options.host}:{self.ports[name]} "
+                  f"(advertised {self.addresses[name]})", flush=True)
+        print(f"millrace: ready (cluster node {self.node_id})", flush=True)
+
+    def _every(self, seconds: float, fn: Callable[[], object]) -> None:
+        loop = task.LoopingCall(fn)
+        loop.start(seconds, now=False)
+        self.loops.append(loop)
+
+    def close(self) -> None:
+        """After the reactor stopped: the periodic work, the router, the node (its containers close)."""
+        for loop in self.loops:
+            if loop.running:
+                loop.stop()
+        if self.autoscaler is not None:
+            self.autoscaler.stop()
+        if self.broker is not None:
+            self.broker.transactions.stop()
+        self.pool.shutdown(wait=True)
+        if self.router is not None:
+            self.router.close()
+        if self.node is not None:
+            self.node.close()

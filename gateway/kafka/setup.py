@@ -46,9 +46,12 @@ def persistent_cluster_id(tables: TableStore) -> str:
 
 
 def build_kafka(
-    store: SegmentStore, controller: Controller, tables: TableStore, config: KafkaConfig, pool: ThreadPoolExecutor
+    store: SegmentStore, controller: Controller, tables: TableStore, config: KafkaConfig, pool: ThreadPoolExecutor,
+    load_groups: bool = True,
 ) -> tuple[Broker, KafkaFactory]:
-    """Blocking (recovers Kafka metadata): call before the reactor runs."""
+    """Blocking (recovers Kafka metadata): call before the reactor runs. A cluster node builds on a
+    worker thread while its reactor runs, with ``load_groups`` False: the group coordinator then loads
+    on the reactor when first asked (its timers are the reactor's)."""
     load_handlers()
     config.cluster_id = persistent_cluster_id(tables)
     broker = Broker(store, controller, tables, config, pool)
@@ -60,7 +63,8 @@ def build_kafka(
     broker.producer_ids = ProducerIdAllocator(tables)
     broker.scaling = KafkaScaling(broker)
     broker.groups = GroupCoordinator(broker)
-    broker.groups.load()  # groups and committed offsets come back before the listener opens
+    if load_groups:
+        broker.groups.load()  # groups and committed offsets come back before the listener opens
     broker.transactions = TransactionCoordinator(broker, IReactorTime(reactor), config.transaction_check_seconds)
     broker.transactions.load()
     broker.partitions.transaction_check = broker.transactions.check_produce

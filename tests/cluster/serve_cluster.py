@@ -4,6 +4,7 @@ ZooKeeper server is the test module's fixture)."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Self
@@ -38,13 +39,31 @@ class Cluster:
         self.extra = extra
         self.nodes: list[NodeProcess] = []
 
-    def start(self) -> Self:
+    def start(self, together: bool = False) -> Self:
+        """Start the replicas, then the nodes: one after the other, or ``together`` (all at once, each
+        reading tables on the others' containers while it builds)."""
         self.replicas.start()
-        # One at a time: a node's start-up reads the Kafka tables, which may be on nodes already up.
-        for i in range(self.count):
-            node = NodeProcess(self.root, i + 1, self.zookeeper, self.replicas.addresses, *self.extra)
-            self.nodes.append(node)
-            node.start(timeout=120)
+        self.nodes = [NodeProcess(self.root, i + 1, self.zookeeper, self.replicas.addresses, *self.extra)
+                      for i in range(self.count)]
+        if not together:
+            for node in self.nodes:
+                node.start(timeout=120)
+            return self
+        failures: list[BaseException] = []
+
+        def start(node: NodeProcess) -> None:
+            try:
+                node.start(timeout=120)
+            except BaseException as exc:  # noqa: BLE001 - reported below, after every node tried
+                failures.append(exc)
+
+        starting = [threading.Thread(target=start, args=(node,)) for node in self.nodes]
+        for thread in starting:
+            thread.start()
+        for thread in starting:
+            thread.join()
+        if failures:
+            raise failures[0]
         return self
 
     @property

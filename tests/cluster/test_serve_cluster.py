@@ -131,6 +131,34 @@ def test_a_single_server_names_itself_as_every_segments_owner(tmp_path: Path) ->
                                                   "native": None}
 
 
+def test_nodes_started_together_serve(zk_hosts: str, tmp_path: Path) -> None:
+    """Each node reads the Kafka tables while it builds, some on containers the others own: their peer
+    listeners answer during the build, so three nodes started at once all come up."""
+    from kafka import KafkaConsumer, KafkaProducer  # type: ignore[import-untyped]
+
+    cluster = Cluster(tmp_path, zk_hosts, 3)
+    try:
+        cluster.start(together=True)
+        with wire(cluster.nodes[0]) as c:
+            c.create("together", 3)
+        agreed_leaders(cluster, "together", 3)
+        producer = KafkaProducer(bootstrap_servers=cluster.nodes[1].bootstrap, acks="all")
+        for i in range(30):
+            producer.send("together", value=str(i).encode())
+        producer.flush(60)
+        producer.close()
+        consumer = KafkaConsumer("together", bootstrap_servers=cluster.nodes[2].bootstrap,
+                                 auto_offset_reset="earliest")
+        values: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while len(values) < 30 and time.monotonic() < deadline:
+            values.extend(r.value for records in consumer.poll(1000).values() for r in records)
+        consumer.close()
+        assert sorted(values, key=int) == [str(i).encode() for i in range(30)]
+    finally:
+        cluster.stop()
+
+
 def test_kafka_leaders_not_leader_and_coordinator_across_nodes(cluster: Cluster) -> None:
     topic, partitions = "spread", 8
     with wire(cluster.nodes[0]) as c:
@@ -169,7 +197,7 @@ def test_kafka_leaders_not_leader_and_coordinator_across_nodes(cluster: Cluster)
 
 
 def test_kafka_python_produces_through_one_node_and_a_group_consumes_through_another(cluster: Cluster) -> None:
-    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer  # type: ignore[import-untyped]
+    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 
     first, second, third = cluster.nodes
     with wire(first) as c:
@@ -225,7 +253,7 @@ def test_a_new_leader_serves_what_the_dead_one_acknowledged(cluster: Cluster) ->
 def test_a_group_resumes_at_its_commits_after_its_coordinator_dies(cluster: Cluster) -> None:
     """The node that takes over the groups table's container loaded the groups at its start (before
     these commits): it must serve them from state read in its own term."""
-    from kafka import KafkaConsumer, KafkaProducer  # type: ignore[import-untyped]
+    from kafka import KafkaConsumer, KafkaProducer
 
     with wire(cluster.nodes[0]) as c:
         c.create("resume", 3)
@@ -349,7 +377,7 @@ def test_a_split_made_through_a_node_that_leads_none_of_its_partitions(cluster: 
         for p in range(4):
             offsets = c.list_offset(topic, p, -1)
             if offsets.error_code == 0:
-                assert offsets.offset == load.acked_partitions.count(p)
+                assert offsets.offset == load.acked_partitions.count(p), (p, offsets, leaders(cluster.nodes[0], topic))
 
 
 def test_the_elected_node_alone_auto_scales_a_topic_led_by_others(zk_hosts: str, tmp_path: Path) -> None:
