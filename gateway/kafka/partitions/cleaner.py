@@ -134,7 +134,7 @@ class LogCleaner:
         the_plan = result.plan
         if not self._installed(p):
             return self._discard(the_plan.segment)
-        record = CompactionRecord(the_plan.generation, the_plan.segment, the_plan.end, p.log_start)
+        record = CompactionRecord(the_plan.generation, the_plan.segment, result.end, p.log_start)
         expected: Any = p.compaction_version if p.compaction_version is not None else NOT_EXISTS
         key = log_start_key(p.topic, p.partition)
         d = self.storage.blocking(self.storage.tables.put, COMPACTIONS_TABLE, [(key, record.encode(), expected)])

@@ -69,6 +69,7 @@ from millrace.store.tables import TableStore
 COMPACTIONS_TABLE = "_system/_tables/kafka_compactions"
 COMPACTED_INFIX = "kafka-compacted."
 READ_RUN = 4 << 20
+MAX_MAP_KEYS = 1_000_000  # dirty keys one round maps (a dict entry each), Kafka's dedupe buffer in spirit
 APPEND_CHUNK = 1 << 20
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")  # the RecordBatch v2 header
@@ -129,6 +130,9 @@ class CleaningPlan:
     active_producers: frozenset[int]
     now_ms: int
     delete_retention_ms: int
+    # Where the dirty part starts: below it is the previous generation, where each key is at most once,
+    # so the key map needs only the dirty part's keys (Kafka's cleaner maps only the dirty section).
+    dirty_start: int = 0
 
 
 @dataclass(slots=True)
@@ -143,6 +147,7 @@ class CleaningResult:
     entries: list[IndexEntry] = field(default_factory=list)
     tail: int = 0
     removed_markers: set[int] = field(default_factory=set)  # offsets of markers no longer stored
+    end: int = 0  # what this round cleaned below: the plan's end, or less when the key map filled
     records_in: int = 0
     records_out: int = 0
 
@@ -186,9 +191,10 @@ def plan(p: PartitionLog, scope: str, stream: str, generation: int, end: int, no
         for i in range(index.entry_at(p.log_start), index.entries_below(end))
     ]
     aborted = [(a.producer_id, a.first_offset, a.last_offset) for a in p.txns.aborted if a.first_offset < end]
+    dirty_start = p.compaction.end if p.compaction is not None else p.log_start
     return CleaningPlan(p.topic, p.partition, generation, compacted_segment_name(scope, stream, p.partition, generation),
                         end, batches, aborted, frozenset(pid for pid, _ in p.producers.states()), now_ms,
-                        delete_retention_ms)
+                        delete_retention_ms, dirty_start)
 
 
 # -- the cleaning itself (pure over batch bytes) -----------------------------------------------------------
@@ -219,21 +225,28 @@ class OffsetMap:
 
     latest: dict[bytes, int] = field(default_factory=dict)
     last_batch_of: dict[int, int] = field(default_factory=dict)  # producer id -> base offset
+    end: int | None = None  # where pass 1 stopped because the map was full (None: it did not)
 
 
-def latest_offsets(batches: Iterable[BatchView], plan: CleaningPlan) -> OffsetMap:
-    """Pass 1 (Kafka's offset map): the offset of each key's latest record that counts (not in an
-    aborted transaction), and the base offset of each producer's last data batch."""
+def latest_offsets(batches: Iterable[BatchView], plan: CleaningPlan, max_keys: int = MAX_MAP_KEYS) -> OffsetMap:
+    """Pass 1 (Kafka's offset map): the offset of each dirty key's latest record that counts (not in an
+    aborted transaction), and the base offset of each producer's last data batch. Once the map holds
+    ``max_keys`` keys it stops at the next dirty batch, and the round cleans only below it, as Kafka's
+    cleaner does when its dedupe buffer fills."""
     found = OffsetMap()
     aborted = _AbortedIndex(plan.aborted)
     latest = found.latest
     for batch in batches:
         h = batch.header
+        dirty = h.base_offset >= plan.dirty_start
+        if dirty and len(latest) >= max_keys:
+            found.end = h.base_offset
+            break
         if h.is_control:
             continue
         if h.producer_id >= 0:
             found.last_batch_of[h.producer_id] = h.base_offset
-        if h.is_transactional and aborted.holds(h.producer_id, h.base_offset):
+        if not dirty or (h.is_transactional and aborted.holds(h.producer_id, h.base_offset)):
             continue
         for r in batch.records():
             if r.key is not None:
@@ -265,7 +278,8 @@ def clean_batches(batches: Iterable[BatchView], offsets: OffsetMap, plan: Cleani
         if h.is_transactional and aborted.holds(h.producer_id, h.base_offset):
             kept: list[Record] = []
         else:
-            kept = [r for r in records if r.key is not None and latest.get(r.key) == r.offset
+            # A dirty key's latest record; a clean record unless its key came again in the dirty part.
+            kept = [r for r in records if r.key is not None and latest.get(r.key, r.offset) == r.offset
                     and not (r.value is None and r.timestamp < horizon)]
         result.records_out += len(kept)
         if len(kept) == len(records):
@@ -380,14 +394,16 @@ def clean(store: SegmentStore, plan: CleaningPlan) -> CleaningResult:
     """Blocking: clean the planned range into generation ``plan.generation`` (created here, complete,
     index included, and sealed when this returns; the caller makes it current)."""
     result = CleaningResult(plan)
-    latest = latest_offsets(_read_source(store, plan.batches), plan)
+    offsets = latest_offsets(_read_source(store, plan.batches), plan)
+    result.end = plan.end if offsets.end is None else offsets.end
+    batches = [b for b in plan.batches if b.base < result.end]
     for name in (plan.segment, plan.segment + INDEX_SUFFIX):
         delete_if_exists(store, name)  # an orphan of a round a crash interrupted
         store.create_segment(name).result(BLOCKING_TIMEOUT)
     pending: list[bytes] = []
     pending_size = 0
     position = 0
-    for cleaned in clean_batches(_read_source(store, plan.batches), latest, plan, result):
+    for cleaned in clean_batches(_read_source(store, batches), offsets, plan, result):
         base, last_delta, max_ts, pid, epoch, seq, attrs = cleaned.entry_fields
         position += ENVELOPE.size
         result.entries.append(IndexEntry(plan.partition, base, position, len(cleaned.data), last_delta, max_ts,
