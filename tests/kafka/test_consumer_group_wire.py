@@ -11,7 +11,9 @@ from collections.abc import Iterator
 import pytest
 
 from millrace.gateway.kafka_protocol.errors import ErrorCode as E
-from millrace.gateway.kafka_protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest as Hb
+from millrace.gateway.kafka_protocol.messages.consumer_group_heartbeat import (
+    ConsumerGroupHeartbeatRequest as Hb,
+)
 from millrace.gateway.kafka_protocol.messages.offset_commit import OffsetCommitRequest as Oc
 from millrace.gateway.kafka_protocol.messages.offset_fetch import OffsetFetchRequest as Of
 from tests.kafka.wire import KafkaWire, local
