@@ -90,19 +90,21 @@ def decompress(codec: int, data: Any) -> bytes:
     raise UnknownCodecError(f"unknown compression type {codec}")
 
 
-def compress(codec: int, data: bytes) -> bytes:
-    """Compress a records section the way the Java client does for each codec."""
+def compress(codec: int, data: bytes, level: int | None = None) -> bytes:
+    """Compress a records section the way the Java client does for each codec; ``level`` as Kafka's
+    ``compression.<codec>.level`` (None: Kafka's default, gzip 6, lz4 9, zstd 3; snappy has none)."""
     if codec == NONE:
         return bytes(data)
     if codec == GZIP:
-        return gzip.compress(data, compresslevel=6, mtime=0)
+        return gzip.compress(data, compresslevel=6 if level is None or level == -1 else level, mtime=0)
     if codec == SNAPPY:
         return _snappy_compress(data)
     if codec == LZ4:
         # Kafka's LZ4 stream: 64 KiB independent blocks, no content size
         return lz4.frame.compress(
-            data, block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_linked=False, content_checksum=False, store_size=False
+            data, compression_level=9 if level is None else level, block_size=lz4.frame.BLOCKSIZE_MAX64KB,
+            block_linked=False, content_checksum=False, store_size=False
         )
     if codec == ZSTD:
-        return zstandard.ZstdCompressor(level=3).compress(data)
+        return zstandard.ZstdCompressor(level=3 if level is None else level).compress(data)
     raise UnknownCodecError(f"unknown compression type {codec}")

@@ -8,8 +8,9 @@ retention is unlimited (old data tiers to long-term storage) and ``max.message.b
 gateway's batch cap. Configs about Kafka's local log files (segment.*, flush.*, index.*,
 preallocate, file.delete.delay.ms) and replication (throttled replicas, unclean leader election)
 are validated and stored for tools that set them but change nothing: a partition is a slice of a
-stream whose storage is the segment store's. ``compression.type`` is stored but batches are kept as
-the producer compressed them. ``cleanup.policy=compact`` is served by the log cleaner
+stream whose storage is the segment store's. ``compression.type`` other than ``producer`` makes the
+partition storage recompress each batch of another codec (with ``compression.<codec>.level``), as
+Kafka's broker does. ``cleanup.policy=compact`` is served by the log cleaner
 (``partitions/cleaner.py``), with the compaction tunables.
 
 Pure: no I/O, safe from any thread.
@@ -145,14 +146,18 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
         LIST, "delete", "\"delete\" discards old data by retention.ms / retention.bytes; \"compact\" keeps the "
         "latest record per key (the log cleaner); both may be set; an empty list keeps everything.",
         ("log.cleanup.policy",), one_of(*CLEANUP_POLICIES)),
-    "compression.gzip.level": TopicConfigDef(INT, "-1", "Stored only: batches keep the producer's compression.",
+    "compression.gzip.level": TopicConfigDef(INT, "-1", "The gzip level of batches"
+                                             " recompressed for compression.type=gzip.",
                                              ("compression.gzip.level",), _gzip_level),
-    "compression.lz4.level": TopicConfigDef(INT, "9", "Stored only: batches keep the producer's compression.",
+    "compression.lz4.level": TopicConfigDef(INT, "9", "The lz4 level of batches"
+                                             " recompressed for compression.type=lz4.",
                                             ("compression.lz4.level",), between(1, 17)),
     "compression.type": TopicConfigDef(
-        STRING, "producer", "Stored only: batches are kept as the producer compressed them (\"producer\").",
+        STRING, "producer", "The codec batches are stored with: \"producer\" keeps the producer's, another "
+        "value recompresses batches of other codecs.",
         ("compression.type",), one_of(*COMPRESSION_TYPES)),
-    "compression.zstd.level": TopicConfigDef(INT, "3", "Stored only: batches keep the producer's compression.",
+    "compression.zstd.level": TopicConfigDef(INT, "3", "The zstd level of batches"
+                                             " recompressed for compression.type=zstd.",
                                              ("compression.zstd.level",), between(-131072, 22)),
     "delete.retention.ms": TopicConfigDef(LONG, str(_DAY_MS), "How long tombstones (and emptied transaction "
                                           "markers) are kept on compacted topics, by their timestamps.",

@@ -15,7 +15,13 @@ from kafka.admin import KafkaAdminClient, NewTopic
 
 from millrace.gateway.kafka_protocol.codec import request_class
 from millrace.gateway.kafka_protocol.errors import ErrorCode
-from millrace.gateway.kafka_protocol.records import NewRecord, TimestampType, build_record_batch, iter_batches
+from millrace.gateway.kafka_protocol.records import (
+    Compression,
+    NewRecord,
+    TimestampType,
+    build_record_batch,
+    iter_batches,
+)
 from tests.kafka.test_admin_wire import (
     APPEND,
     DEFAULT_CONFIG,
@@ -195,6 +201,45 @@ def test_log_append_time_stamps_the_batch_and_keeps_its_crc_valid(wire):
     assert (pr.error_code, pr.log_append_time_ms) == (0, -1)
     (stored,) = list(iter_batches(bytes(wire.fetch("create-time", 0, 0).records)))
     assert (stored.header.timestamp_type, stored.header.max_timestamp) == (TimestampType.CREATE_TIME, old)
+
+
+@pytest.mark.parametrize("target", ["gzip", "snappy", "lz4", "zstd", "uncompressed"])
+def test_compression_type_recompresses_batches_of_other_codecs(wire, server, target):
+    """A topic whose compression.type names a codec stores every batch with it, as Kafka's broker does:
+    the same records (keys, values, headers, timestamps, offsets), the producer's fields kept, the CRC
+    valid; a batch already in that codec is stored as sent; real consumers read the records back."""
+    codec = {"uncompressed": Compression.NONE, "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
+             "lz4": Compression.LZ4, "zstd": Compression.ZSTD}[target]
+    name = f"codec-{target}"
+    create(wire, 7, creatable(name, 1, compression_type=target))
+    now = int(time.time() * 1000)
+    records = [NewRecord(key=f"k{i}".encode(), value=b"v" * 200 + bytes([i]), timestamp=now + i,
+                         headers=[("h", f"{i}".encode())]) for i in range(20)]
+    sent = (Compression.NONE, Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD)
+    for i, producer_codec in enumerate(sent):  # one idempotent producer's batches, in every codec
+        batch = build_record_batch(records, compression=producer_codec, producer_id=7, producer_epoch=0,
+                                   base_sequence=20 * i)
+        (pr,) = produce(wire, name, {0: batch})
+        assert (pr.error_code, pr.base_offset) == (0, 20 * i)
+    stored = list(iter_batches(bytes(wire.fetch(name, 0, 0, max_bytes=1 << 20).records)))
+    assert len(stored) == len(sent)
+    for i, batch in enumerate(stored):
+        h = batch.header
+        assert h.compression == codec and batch.crc_valid()
+        assert (h.base_offset, h.producer_id, h.base_sequence, h.record_count) == (20 * i, 7, 20 * i, 20)
+        got = list(batch.records())
+        assert [(r.key, r.value, r.timestamp, r.offset) for r in got] == [
+            (r.key, r.value, r.timestamp, 20 * i + n) for n, r in enumerate(records)]
+        assert [list(r.headers) for r in got] == [[("h", f"{n}".encode())] for n in range(20)]
+    consumer = Consumer({"bootstrap.servers": server.bootstrap, "group.id": f"read-{name}",
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe([name])
+    values: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(values) < 100 and time.monotonic() < deadline:
+        values += [m.value() for m in consumer.consume(100, 0.5) if m.error() is None]
+    consumer.close()
+    assert values == [r.value for _ in sent for r in records]
 
 
 def test_timestamps_out_of_range_fail_their_batch_only_with_record_errors(wire):

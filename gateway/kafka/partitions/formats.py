@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 from crc32c import crc32c
 
 from millrace.gateway.kafka_protocol.records import BatchHeader
+from millrace.protocol import compression
 
 # magic 'K', version, partition, batch length
 ENVELOPE = struct.Struct(">BBiI")
@@ -50,6 +51,27 @@ def stamp_log_append_time(batch: Any, now_ms: int) -> bytearray:
     (attributes,) = _ATTRIBUTES.unpack_from(out, _ATTRIBUTES_AT)
     _ATTRIBUTES.pack_into(out, _ATTRIBUTES_AT, attributes | LOG_APPEND_TIME_ATTRIBUTE)
     _MAX_TIMESTAMP.pack_into(out, _MAX_TIMESTAMP_AT, now_ms)
+    _CRC.pack_into(out, _CRC_AT, crc32c(memoryview(out)[_ATTRIBUTES_AT:]))
+    return out
+
+
+_RECORDS_AT = 61  # the RecordBatch v2 header's size: the records section starts here
+_BATCH_LENGTH = struct.Struct(">i")
+_CODEC_MASK = 0x07
+
+
+def recompress(batch: Any, codec: int, level: int | None) -> bytearray:
+    """A copy of ``batch`` (a RecordBatch v2) with its records section compressed by ``codec`` instead,
+    as a topic whose ``compression.type`` names a codec stores every batch (Kafka's broker-side
+    recompression): the records are the same bytes, decompressed and compressed again; the header keeps
+    every field but the codec bits, batchLength and the CRC (which covers both)."""
+    data = memoryview(batch)
+    (attributes,) = _ATTRIBUTES.unpack_from(data, _ATTRIBUTES_AT)
+    records = compression.decompress(attributes & _CODEC_MASK, data[_RECORDS_AT:])
+    out = bytearray(data[:_RECORDS_AT])
+    out += compression.compress(codec, records, level)
+    _BATCH_LENGTH.pack_into(out, 8, len(out) - 12)  # batchLength counts from partitionLeaderEpoch on
+    _ATTRIBUTES.pack_into(out, _ATTRIBUTES_AT, (attributes & ~_CODEC_MASK) | codec)
     _CRC.pack_into(out, _CRC_AT, crc32c(memoryview(out)[_ATTRIBUTES_AT:]))
     return out
 

@@ -37,6 +37,7 @@ from millrace.gateway.kafka.partitions.formats import (
     INDEX_SUFFIX,
     IndexEntry,
     envelope,
+    recompress,
     set_leader_epoch,
     stamp_log_append_time,
 )
@@ -66,6 +67,8 @@ from millrace.gateway.kafka_protocol.records import (
     set_base_offset,
     validate_produce_records,
 )
+from millrace.protocol import compression
+from millrace.protocol.compression import CompressionError
 from millrace.store.contracts import AttributeUpdate, AttributeUpdateType
 from millrace.store.controller import SegmentRange
 from millrace.store.errors import SegmentExistsError, SegmentNotFoundError
@@ -78,6 +81,17 @@ log = logging.getLogger(__name__)
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 RELOAD_DELAY_SECONDS = 0.5  # lets a failed partition's in-flight appends settle before the reload reads
+
+
+# compression.type -> the codec a topic stores its batches with (``producer``: as the producer sent them)
+TOPIC_CODECS = {"uncompressed": compression.NONE, "gzip": compression.GZIP, "snappy": compression.SNAPPY,
+                "lz4": compression.LZ4, "zstd": compression.ZSTD}
+
+
+def _codec_level(topic: TopicInfo, codec: int) -> int | None:
+    """The topic's ``compression.<codec>.level`` (None for codecs without one)."""
+    name = {compression.GZIP: "gzip", compression.LZ4: "lz4", compression.ZSTD: "zstd"}.get(codec)
+    return None if name is None else int(topic.config(f"compression.{name}.level"))
 
 
 def _log_failure(failure: Failure, doing: str, what: str) -> None:
@@ -483,6 +497,13 @@ class SegmentPartitionStorage(PartitionStorage):
         now_ms = self._now_ms() if now_ms is None else now_ms
         _check_timestamps(topic, batch, now_ms)
         _check_keys(topic, p, batch)
+        codec = TOPIC_CODECS.get(str(topic.config("compression.type")))
+        if codec is not None and batch.header.compression != codec:
+            # Only for topics that name a codec: batches of compression.type=producer stay zero-copy.
+            try:
+                batch = next(iter_batches(recompress(batch.data, codec, _codec_level(topic, codec))))
+            except CompressionError as exc:
+                raise PartitionError(ErrorCode.CORRUPT_MESSAGE, str(exc)) from exc
         if topic.config("message.timestamp.type") == "LogAppendTime":
             # Rewritten, CRC and all, only for such topics: CreateTime batches stay zero-copy.
             batch = next(iter_batches(stamp_log_append_time(batch.data, now_ms)))
