@@ -120,4 +120,6 @@ def start_background(broker: Broker) -> task.LoopingCall:
 
     loop = task.LoopingCall(enforce)
     loop.start(broker.config.retention_check_seconds, now=False)
+    # A compaction round must not write on while the store closes after the reactor stops.
+    reactor.addSystemEventTrigger("before", "shutdown", broker.partitions.cleaner.close)
     return loop

@@ -444,3 +444,32 @@ def test_a_compacted_topic_splits_and_keeps_compacting(server):
     produce(80, 100)
     eventually(lambda: all(partition_records(p) == model(p) for p in (0, 1)))
     w.close()
+
+
+def test_sigterm_during_a_round_stops_cleanly_and_the_next_start_finishes_the_work(tmp_path):
+    """A clean shutdown while the cleaner works: the round gives up at its next batch before the store
+    closes, the server exits 0, and the next start deletes the half-written generation and compacts."""
+    from tests.kafka.test_admin_wire import SET, TOPIC, incremental
+
+    s = ServerProcess(str(tmp_path), "--retention-check-seconds", "0.2")
+    s.start()
+    try:
+        w = local(s.kafka_port)
+        w.create("compact-stop", 1, cleanup_policy="delete", min_cleanable_dirty_ratio="0.01")
+        for i in range(0, 100_000, 100):
+            w.produce("compact-stop", 0, build_record_batch([NewRecord(f"k{(i + j) % 50}".encode(), b"x" * 50)
+                                                             for j in range(100)]))
+        assert incremental(w, 1, TOPIC, "compact-stop", [("cleanup.policy", SET, "compact")]).error_code == 0
+        time.sleep(0.5)  # the first round (100,000 records) is under way
+        started = time.monotonic()
+        assert s.stop(timeout=30) == 0
+        assert time.monotonic() - started < 10
+        assert any("stopped cleanly" in line for line in s.output)
+        assert not [line for line in s.output if "compacting" in line or "Traceback" in line]
+        s.start()
+        w = local(s.kafka_port)
+        eventually(lambda: len(records_of(w, "compact-stop")) <= 150)  # 50 keys + the last batch
+        assert {k for _, k, _ in records_of(w, "compact-stop")} == {f"k{n}".encode() for n in range(50)}
+        w.close()
+    finally:
+        s.kill()

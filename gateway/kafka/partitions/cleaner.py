@@ -21,6 +21,7 @@ after step 4, so what the durable record names is always whole. Owned by the rea
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,7 @@ from millrace.gateway.kafka.partitions.compaction import (
     COMPACTIONS_TABLE,
     CleaningPlan,
     CleaningResult,
+    CleaningStoppedError,
     CompactionRecord,
     clean,
     cleaning_point,
@@ -63,10 +65,13 @@ class LogCleaner:
         self.storage = storage
         self._running: set[tuple[str, int]] = set()
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="kafka-log-cleaner")
+        self._stopping = threading.Event()
         self.rounds = 0  # rounds completed (for tests and metrics)
 
     def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        """Stop: a running round gives up at its next batch (before the store closes under it)."""
+        self._stopping.set()
+        self._executor.shutdown(wait=True, cancel_futures=True)
 
     def clean_topic(self, topic: TopicInfo, now_ms: int | None = None, force: bool = False) -> list[defer.Deferred[bool]]:
         """Start a round for every partition of a compacted ``topic`` that needs one (Kafka's triggers:
@@ -75,7 +80,7 @@ class LogCleaner:
         if not compacts({"cleanup.policy": topic.config("cleanup.policy")}):
             return []
         parts = self.storage.loaded(topic.name) or []
-        if topic.name in self.storage._reloading:
+        if topic.name in self.storage._reloading or self._stopping.is_set():
             return []
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         min_lag = int(topic.config("min.compaction.lag.ms"))
@@ -108,6 +113,9 @@ class LogCleaner:
         def finished(result: Any) -> Any:
             self._running.discard(key)
             if isinstance(result, Failure):
+                if result.check(CleaningStoppedError):
+                    log.info("compacting %r stopped: the server is shutting down", p)
+                    return False
                 if result.check(StaleCompactionError):
                     self.storage._reload_after_failure(p.topic)
                 log.warning("compacting %r failed: %s", p, result.getErrorMessage())
@@ -122,7 +130,7 @@ class LogCleaner:
         (current,) = tables.get(COMPACTIONS_TABLE, [log_start_key(the_plan.topic, the_plan.partition)])
         if (current.version if current is not None else None) != version:
             raise StaleCompactionError(f"{the_plan.topic}-{the_plan.partition}: compactions record moved on")
-        return clean(self.storage.store, the_plan)
+        return clean(self.storage.store, the_plan, self._stopping.is_set)
 
     def _installed(self, p: PartitionLog) -> bool:
         parts = self.storage.loaded(p.topic)

@@ -369,10 +369,17 @@ def empty_batch(batch: BatchView) -> bytes:
 
 # -- blocking: reading the source and writing a generation (compaction thread) -------------------------------
 
-def _read_source(store: SegmentStore, batches: list[SourceBatch]) -> Iterator[BatchView]:
+class CleaningStoppedError(Exception):
+    """The cleaner is shutting down: the round gives up (what it wrote is an orphan the next load deletes)."""
+
+
+def _read_source(store: SegmentStore, batches: list[SourceBatch],
+                 stopping: Callable[[], bool] = lambda: False) -> Iterator[BatchView]:
     """The planned batches in order, read in runs of adjacent batches of one segment."""
     i = 0
     while i < len(batches):
+        if stopping():
+            raise CleaningStoppedError("the log cleaner is stopping")
         first = batches[i]
         j = i + 1
         end = first.position + first.length
@@ -390,11 +397,12 @@ def _read_source(store: SegmentStore, batches: list[SourceBatch]) -> Iterator[Ba
         i = j
 
 
-def clean(store: SegmentStore, plan: CleaningPlan) -> CleaningResult:
+def clean(store: SegmentStore, plan: CleaningPlan, stopping: Callable[[], bool] = lambda: False) -> CleaningResult:
     """Blocking: clean the planned range into generation ``plan.generation`` (created here, complete,
-    index included, and sealed when this returns; the caller makes it current)."""
+    index included, and sealed when this returns; the caller makes it current). Raises
+    CleaningStoppedError soon after ``stopping()`` turns true."""
     result = CleaningResult(plan)
-    offsets = latest_offsets(_read_source(store, plan.batches), plan)
+    offsets = latest_offsets(_read_source(store, plan.batches, stopping), plan)
     result.end = plan.end if offsets.end is None else offsets.end
     batches = [b for b in plan.batches if b.base < result.end]
     for name in (plan.segment, plan.segment + INDEX_SUFFIX):
@@ -403,7 +411,7 @@ def clean(store: SegmentStore, plan: CleaningPlan) -> CleaningResult:
     pending: list[bytes] = []
     pending_size = 0
     position = 0
-    for cleaned in clean_batches(_read_source(store, batches), offsets, plan, result):
+    for cleaned in clean_batches(_read_source(store, batches, stopping), offsets, plan, result):
         base, last_delta, max_ts, pid, epoch, seq, attrs = cleaned.entry_fields
         position += ENVELOPE.size
         result.entries.append(IndexEntry(plan.partition, base, position, len(cleaned.data), last_delta, max_ts,
