@@ -129,3 +129,17 @@ def test_admin_consumer_groups(java: JavaRun) -> None:
     assert group_offsets.get(1) == 6 and all(group_offsets.get(p, 0) == 0 for p in (0, 2, 3, 4)), group_offsets
     (listed,) = java.of("admin_groups", "groups_listed")
     assert listed["contains"] is True
+
+
+def test_consumer_group_reset_and_delete_offsets(java: JavaRun) -> None:
+    """What kafka-consumer-groups --reset-offsets and --delete-offsets call, through the Java Admin."""
+    (refused,) = java.of("admin_groups", "delete_offsets_while_subscribed")
+    assert refused["error"] == "GroupSubscribedToTopicException", refused  # as Kafka: the live group reads it
+    (reset,) = java.of("admin_groups", "reset_offsets")
+    assert reset["state"].lower() == "empty", reset
+    assert (reset["earliest"], reset["after_earliest"]) == (0, 0), reset
+    assert reset["for_future_time"] == -1 and reset["latest"] == 6 and reset["after_shift"] == 4, reset
+    (resumed,) = java.of("admin_groups", "resumed")
+    assert (resumed["first_offset"], resumed["count"]) == (4, 2), resumed
+    (deleted,) = java.of("admin_groups", "offsets_deleted")
+    assert deleted["partition_1_left"] is False

@@ -46,7 +46,9 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * read:TOPIC:COUNT (records shared with other clients), group (subscribe, commitSync, resume in a new consumer),
  * admin (createTopics, describeTopics, listOffsets earliest/latest/forTimestamp/maxTimestamp, the consumer's
  * beginningOffsets/endOffsets/offsetsForTimes, deleteTopics),
- * admin_groups (describeConsumerGroups with a live member, listConsumerGroupOffsets, listConsumerGroups),
+ * admin_groups (describeConsumerGroups with a live member, what kafka-consumer-groups --reset-offsets and
+ * --delete-offsets call (listOffsets, alterConsumerGroupOffsets, deleteConsumerGroupOffsets), listConsumerGroupOffsets,
+ * listConsumerGroups),
  * continuity:TOPIC:SECONDS:RATE:CONSUMERS (an existing topic: CONSUMERS group members subscribe, then the default
  * producer sends RATE keyed records/s for SECONDS while another process scales the topic's stream; prints
  * "producing" when it starts, then every send's partition/offset and every record consumed, in order).
@@ -321,6 +323,7 @@ public class CompatClient {
                             .get(30, TimeUnit.SECONDS);
                 }
             }
+            TopicPartition p1 = new TopicPartition(topic, 1);
             // A live group member: describeConsumerGroups while it is there, then its committed offsets.
             try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(consumerProps(group))) {
                 consumer.subscribe(List.of(topic));
@@ -333,7 +336,48 @@ public class CompatClient {
                 assigned.sort(null);
                 JsonOut.emit(scenario, "group", "id", g.groupId(), "state", String.valueOf(g.state()), "members", g.members().size(),
                         "assigned", assigned, "simple", g.isSimpleConsumerGroup());
+                // kafka-consumer-groups --delete-offsets on a topic the live group subscribes to: refused.
+                String refused = "none";
+                try {
+                    admin.deleteConsumerGroupOffsets(group, Set.of(p1)).all().get(20, TimeUnit.SECONDS);
+                } catch (java.util.concurrent.ExecutionException e) {
+                    refused = e.getCause().getClass().getSimpleName();
+                }
+                JsonOut.emit(scenario, "delete_offsets_while_subscribed", "error", refused);
             }
+            // kafka-consumer-groups --reset-offsets on the now empty group, as the tool does it: the group's
+            // state, the target offsets from listOffsets (--to-earliest; --to-datetime; --shift-by -2 from the
+            // committed offset), alterConsumerGroupOffsets, then listConsumerGroupOffsets to show them.
+            String state = String.valueOf(admin.describeConsumerGroups(List.of(group)).all().get(20, TimeUnit.SECONDS)
+                    .get(group).state());
+            long earliest = admin.listOffsets(Map.of(p1, OffsetSpec.earliest())).partitionResult(p1)
+                    .get(20, TimeUnit.SECONDS).offset();
+            admin.alterConsumerGroupOffsets(group, Map.of(p1, new OffsetAndMetadata(earliest))).all()
+                    .get(20, TimeUnit.SECONDS);
+            long afterEarliest = admin.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata()
+                    .get(20, TimeUnit.SECONDS).get(p1).offset();
+            long future = admin.listOffsets(Map.of(p1, OffsetSpec.forTimestamp(System.currentTimeMillis() + 3_600_000L)))
+                    .partitionResult(p1).get(20, TimeUnit.SECONDS).offset();
+            long latest = admin.listOffsets(Map.of(p1, OffsetSpec.latest())).partitionResult(p1)
+                    .get(20, TimeUnit.SECONDS).offset();
+            admin.alterConsumerGroupOffsets(group, Map.of(p1, new OffsetAndMetadata(latest - 2))).all()
+                    .get(20, TimeUnit.SECONDS);
+            long afterShift = admin.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata()
+                    .get(20, TimeUnit.SECONDS).get(p1).offset();
+            JsonOut.emit(scenario, "reset_offsets", "state", state, "earliest", earliest, "after_earliest", afterEarliest,
+                    "for_future_time", future, "latest", latest, "after_shift", afterShift);
+            // A consumer of the group resumes at the reset offset.
+            try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(consumerProps(group))) {
+                consumer.subscribe(List.of(topic));
+                List<ConsumerRecord<byte[], byte[]>> resumed = pollAtLeast(consumer, 2);
+                JsonOut.emit(scenario, "resumed", "first_offset", resumed.get(0).offset(), "count", resumed.size());
+            }
+            // kafka-consumer-groups --delete-offsets on the empty group: its offsets of the partition go.
+            admin.deleteConsumerGroupOffsets(group, Set.of(p1)).all().get(20, TimeUnit.SECONDS);
+            Map<TopicPartition, OffsetAndMetadata> left = admin.listConsumerGroupOffsets(group)
+                    .partitionsToOffsetAndMetadata().get(20, TimeUnit.SECONDS);
+            JsonOut.emit(scenario, "offsets_deleted", "partition_1_left", left.containsKey(p1) && left.get(p1) != null);
+            admin.alterConsumerGroupOffsets(group, Map.of(p1, new OffsetAndMetadata(6))).all().get(20, TimeUnit.SECONDS);
             Map<TopicPartition, OffsetAndMetadata> offsets = admin.listConsumerGroupOffsets(group)
                     .partitionsToOffsetAndMetadata().get(20, TimeUnit.SECONDS);
             for (Map.Entry<TopicPartition, OffsetAndMetadata> e : byPartition(offsets).entrySet()) {
