@@ -31,7 +31,6 @@ block and run on the compaction thread; the result is installed on the reactor.
 
 from __future__ import annotations
 
-import bisect
 import json
 import struct
 import time
@@ -55,6 +54,7 @@ from millrace.gateway.kafka.partitions.segments import (
     read_fully,
     recover_segment,
 )
+from millrace.gateway.kafka.partitions.transactions import ProducerAborts
 from millrace.gateway.kafka.topic_configs import parse_list
 from millrace.gateway.kafka_protocol.records import (
     BATCH_HEADER_SIZE,
@@ -199,26 +199,6 @@ def plan(p: PartitionLog, scope: str, stream: str, generation: int, end: int, no
 
 # -- the cleaning itself (pure over batch bytes) -----------------------------------------------------------
 
-class _AbortedIndex:
-    """Whether a producer's offset lies in one of its aborted transactions: a bisect per question (a
-    producer's transactions in a partition never overlap)."""
-
-    def __init__(self, aborted: list[tuple[int, int, int]]) -> None:
-        self._by_producer: dict[int, tuple[list[int], list[int]]] = {}
-        for pid, first, marker in sorted(aborted, key=lambda a: a[2]):
-            markers, firsts = self._by_producer.setdefault(pid, ([], []))
-            markers.append(marker)
-            firsts.append(first)
-
-    def holds(self, producer_id: int, offset: int) -> bool:
-        found = self._by_producer.get(producer_id)
-        if found is None:
-            return False
-        markers, firsts = found
-        i = bisect.bisect_left(markers, offset)
-        return i < len(markers) and firsts[i] <= offset
-
-
 @dataclass(slots=True)
 class OffsetMap:
     """What pass 1 learns: each key's latest record that counts, and each producer's last data batch."""
@@ -234,7 +214,7 @@ def latest_offsets(batches: Iterable[BatchView], plan: CleaningPlan, max_keys: i
     ``max_keys`` keys it stops at the next dirty batch, and the round cleans only below it, as Kafka's
     cleaner does when its dedupe buffer fills."""
     found = OffsetMap()
-    aborted = _AbortedIndex(plan.aborted)
+    aborted = ProducerAborts(sorted(plan.aborted, key=lambda a: a[2]))
     latest = found.latest
     for batch in batches:
         h = batch.header
@@ -259,7 +239,7 @@ def clean_batches(batches: Iterable[BatchView], offsets: OffsetMap, plan: Cleani
     """Pass 2: the batches as the compacted segment stores them (see the module's rules), one at a time
     (the source is read again, not held: a partition may be far larger than memory)."""
     latest, last_batch_of = offsets.latest, offsets.last_batch_of
-    aborted = _AbortedIndex(plan.aborted)
+    aborted = ProducerAborts(sorted(plan.aborted, key=lambda a: a[2]))
     survivors: dict[int, int] = {}  # producer id -> batches of its current transaction kept
     horizon = plan.now_ms - plan.delete_retention_ms
     for batch in batches:

@@ -17,6 +17,7 @@ Owned by the reactor thread once the partition is installed (built on a worker d
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable
 from typing import NamedTuple
 
 
@@ -26,15 +27,44 @@ class AbortedTxn(NamedTuple):
     last_offset: int  # the abort marker's offset
 
 
+class ProducerAborts:
+    """Each producer's aborted transactions, to answer "does this offset of this producer lie in one of
+    them" with one bisect: a producer's transactions in a partition never overlap, so only its first
+    abort marker at or after the offset can hold it. Used by partitions (native reads ask per
+    transactional batch) and by the log cleaner."""
+
+    __slots__ = ("_by_producer",)
+
+    def __init__(self, aborted: Iterable[tuple[int, int, int]] = ()) -> None:
+        """``aborted``: (producer id, first offset, marker offset), by marker offset."""
+        # producer id -> (marker offsets, first offsets) of its aborted transactions, ascending
+        self._by_producer: dict[int, tuple[list[int], list[int]]] = {}
+        for producer_id, first_offset, marker_offset in aborted:
+            self.add(producer_id, first_offset, marker_offset)
+
+    def add(self, producer_id: int, first_offset: int, marker_offset: int) -> None:
+        """An aborted transaction whose marker comes after every one added before."""
+        markers, firsts = self._by_producer.setdefault(producer_id, ([], []))
+        markers.append(marker_offset)
+        firsts.append(first_offset)
+
+    def holds(self, producer_id: int, offset: int) -> bool:
+        found = self._by_producer.get(producer_id)
+        if found is None:
+            return False
+        markers, firsts = found
+        i = bisect.bisect_left(markers, offset)
+        return i < len(markers) and firsts[i] <= offset
+
+
 class PartitionTransactions:
-    __slots__ = ("open", "aborted", "_aborted_last", "_by_producer")
+    __slots__ = ("open", "aborted", "_aborted_last", "_aborts")
 
     def __init__(self) -> None:
         self.open: dict[int, int] = {}  # producer id -> first offset of its open transaction
         self.aborted: list[AbortedTxn] = []
         self._aborted_last: list[int] = []  # marker offsets of ``aborted`` (for bisect)
-        # producer id -> (marker offsets, first offsets) of its aborted transactions, for ``in_aborted``
-        self._by_producer: dict[int, tuple[list[int], list[int]]] = {}
+        self._aborts = ProducerAborts()  # ``aborted`` per producer, for ``in_aborted``
 
     def batch(self, producer_id: int, base_offset: int) -> None:
         """A transactional data batch of ``producer_id`` got ``base_offset``."""
@@ -52,9 +82,7 @@ class PartitionTransactions:
     def _add_aborted(self, txn: AbortedTxn) -> None:
         self.aborted.append(txn)
         self._aborted_last.append(txn.last_offset)
-        markers, firsts = self._by_producer.setdefault(txn.producer_id, ([], []))
-        markers.append(txn.last_offset)
-        firsts.append(txn.first_offset)
+        self._aborts.add(*txn)
 
     def last_stable(self, high_watermark: int) -> int:
         if not self.open:
@@ -68,15 +96,8 @@ class PartitionTransactions:
         return [a for a in self.aborted[i:] if a.first_offset < end]
 
     def in_aborted(self, producer_id: int, offset: int) -> bool:
-        """Whether ``offset``, written by ``producer_id``, lies in one of its aborted transactions: a
-        bisect per question (native readers ask per transactional batch). A producer's transactions in
-        a partition never overlap, so only its first abort marker at or after ``offset`` can hold it."""
-        found = self._by_producer.get(producer_id)
-        if found is None:
-            return False
-        markers, firsts = found
-        i = bisect.bisect_left(markers, offset)
-        return i < len(markers) and firsts[i] <= offset
+        """Whether ``offset``, written by ``producer_id``, lies in one of its aborted transactions."""
+        return self._aborts.holds(producer_id, offset)
 
     def forget_aborted(self, marker_offsets: set[int]) -> None:
         """Forget the aborted transactions whose markers compaction removed (with all their data), as
@@ -85,7 +106,7 @@ class PartitionTransactions:
         if not marker_offsets or not any(a.last_offset in marker_offsets for a in self.aborted):
             return
         kept = [a for a in self.aborted if a.last_offset not in marker_offsets]
-        self.aborted, self._aborted_last, self._by_producer = [], [], {}
+        self.aborted, self._aborted_last, self._aborts = [], [], ProducerAborts()
         for txn in kept:
             self._add_aborted(txn)
 
@@ -94,6 +115,6 @@ class PartitionTransactions:
         cut = bisect.bisect_left(self._aborted_last, log_start)
         if cut:
             kept = self.aborted[cut:]
-            self.aborted, self._aborted_last, self._by_producer = [], [], {}
+            self.aborted, self._aborted_last, self._aborts = [], [], ProducerAborts()
             for txn in kept:
                 self._add_aborted(txn)
