@@ -99,17 +99,44 @@ class KafkaCluster:
                 continue
             info = NodeInfo.decode(data)
             nodes[info.node_id] = (stat.czxid, info)
-        self._nodes = nodes
+        with self._lock:
+            self._nodes = nodes
 
     def _assignment_watcher(self, container_id: int) -> Any:
         def changed(data: bytes | None, stat: ZnodeStat | None) -> None:
-            assignments = dict(self._assignments)
-            if data:
-                assignments[container_id] = decode_assignment(data)
-            else:
-                assignments.pop(container_id, None)
-            self._assignments = assignments
+            assignment = decode_assignment(data) if data else None
+            if assignment is not None:
+                self._know_owner(assignment)
+            with self._lock:
+                assignments = dict(self._assignments)
+                if assignment is not None:
+                    assignments[container_id] = assignment
+                else:
+                    assignments.pop(container_id, None)
+                self._assignments = assignments
         return changed
+
+    def _know_owner(self, assignment: Assignment) -> None:
+        """Read the owner's registration if ours is of another incarnation. ``nodes/`` children alone
+        do not show a node that registered again under its id (a zombie back from a pause, a quick
+        restart) when its old and new znodes fall between two reads of the children."""
+        node = assignment.node
+        if node is None:
+            return
+        known = self._nodes.get(node)
+        if known is not None and known[0] == assignment.incarnation:
+            return
+        try:
+            data, stat = self.client.get(self.paths.node(node))
+        except NoNodeError:
+            return  # gone already: the assigner moves its containers
+        except KazooException as exc:
+            log.warning("reading node %s failed: %s", node, exc)
+            return
+        with self._lock:
+            nodes = dict(self._nodes)
+            nodes[node] = (stat.czxid, NodeInfo.decode(data))
+            self._nodes = nodes
 
     # -- reads (any thread) -------------------------------------------------------------------------
     def brokers(self) -> list[KafkaNode]:

@@ -267,6 +267,26 @@ class ClusterSegmentStore:
         self._scheduler = Scheduler("cluster-routing-timer")
         # Retries look owners up in ZooKeeper and connect: blocking work kept off the timer thread.
         self._retries = ThreadPoolExecutor(2, "cluster-routing-retry")
+        client.ensure_path(paths.nodes)
+        client.ChildrenWatch(paths.nodes, self._nodes_changed)
+
+    def _nodes_changed(self, children: list[str]) -> bool | None:
+        """ZooKeeper watch (kazoo's thread): a node whose session ended may be paused, not dead, and
+        then its connection keeps every request sent to it waiting forever. So connections to nodes
+        no longer live are closed (their requests fail: queries retry at the container's next owner,
+        mutations report an unknown outcome) and owners on them are forgotten. False stops the watch."""
+        live = set(children)
+        with self._lock:
+            if self._closed:
+                return False
+            gone = [key for key in self._connections if key.split("@", 1)[0] not in live]
+            connections = [self._connections.pop(key) for key in gone]
+            self._owners = {cid: owner for cid, owner in self._owners.items() if owner.node_id in live}
+            for conn in connections:
+                log.info("node of %s left the cluster: closing the connection to it", conn.address)
+                # close() joins the reader thread: not on kazoo's event thread.
+                self._retries.submit(conn.close)
+        return None
 
     # -- owners and connections -------------------------------------------------------------------
     def owner_of(self, container_id: int) -> Owner | None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twisted.internet.interfaces import IReactorTime
+from twisted.python.failure import Failure
 
 from millrace.gateway.futures import to_deferred
 from millrace.gateway.kafka.partitions.formats import (
@@ -33,7 +34,13 @@ from millrace.gateway.kafka.partitions.formats import (
     IndexEntry,
 )
 from millrace.gateway.kafka_protocol.records import BATCH_HEADER_SIZE
-from millrace.store.errors import SegmentExistsError, StoreError
+from millrace.protocol.errors import ConnectionLostError
+from millrace.store.errors import (
+    BadOffsetError,
+    ContainerOfflineError,
+    SegmentExistsError,
+    StoreError,
+)
 from millrace.store.segment_store import SegmentStore
 
 log = logging.getLogger(__name__)
@@ -52,10 +59,18 @@ class SegmentWriter:
         self.name = name
         self.index_name = name + INDEX_SUFFIX
         self.tail = tail  # accepted length: where the next append must land
-        self.index_tail = index_tail
+        self.index_tail = index_tail  # where the next index append must land
         self.failed: BaseException | None = None  # set once an append failed: the topic reloads
         self._index_pending: list[bytes] = []
         self._index_flush: Any = None
+        # The index is one byte stream with no gaps (recovery trusts a prefix and scans the data past it):
+        # below ``_index_confirmed`` it is known to be in the index segment; ``_index_sent`` holds the
+        # bytes [confirmed, index_tail) sent and not yet acknowledged, to send again after a failure.
+        self._index_confirmed = index_tail
+        self._index_sent = bytearray()
+        self._index_generation = 0  # bumped by a resync: answers to older sends are then ignored
+        self._index_skip = 0  # bytes of coming entries another writer already put in the index
+        self._index_stopped = False  # after an unexpected failure: recovery's data scan indexes the rest
 
     def reserve(self, length: int) -> int:
         """Claim the next ``length`` bytes of the segment; returns where they start."""
@@ -65,7 +80,11 @@ class SegmentWriter:
 
     def index(self, entry: IndexEntry) -> None:
         """Queue the entry of a batch that is now durable; written within INDEX_FLUSH_SECONDS."""
-        self._index_pending.append(entry.pack())
+        packed = entry.pack()
+        if self._index_skip > 0 or self._index_stopped:
+            self._index_skip -= len(packed)
+            return
+        self._index_pending.append(packed)
         if self._index_flush is None:
             self._index_flush = self.clock.callLater(INDEX_FLUSH_SECONDS, self.flush_index)
 
@@ -76,18 +95,63 @@ class SegmentWriter:
             self._index_flush.cancel()
         self._index_flush = None
         self._index_pending = []
+        self._index_stopped = True  # nor send again what failed in flight
 
     def flush_index(self) -> None:
         self._index_flush = None
-        if not self._index_pending:
+        if not self._index_pending or self._index_stopped:
+            self._index_pending = []
             return
         data = b"".join(self._index_pending)
         self._index_pending = []
+        self._send_index(data)
+
+    def _send_index(self, data: bytes) -> None:
         expected = self.index_tail
         self.index_tail += len(data)
-        # A lost index append is repaired by recovery's tail scan; record it and carry on.
-        to_deferred(self.store.append(self.index_name, data, expected_offset=expected)).addErrback(
-            lambda f: log.warning("index append to %s failed: %s", self.index_name, f.getErrorMessage()))
+        self._index_sent += data
+        to_deferred(self.store.append(self.index_name, data, expected_offset=expected)).addCallbacks(
+            self._index_appended, self._index_failed, callbackArgs=(self._index_generation, self.index_tail),
+            errbackArgs=(self._index_generation,))
+
+    def _index_appended(self, _: Any, generation: int, end: int) -> None:
+        if generation != self._index_generation or end <= self._index_confirmed:
+            return
+        del self._index_sent[:end - self._index_confirmed]
+        self._index_confirmed = end
+
+    def _index_failed(self, failure: Failure, generation: int) -> None:
+        """An index append failed (on a cluster, its container moved, or another node's recovery
+        wrote the same entries first): find where the index really ends and go on from there, so the
+        index never gets a gap. A rejected offset says where it ends; an unknown outcome sends again
+        from the last known end, whose answer says. Anything else leaves the rest of the index to
+        recovery's data scan (no more index appends)."""
+        if generation != self._index_generation:
+            return  # a resync since then covers it
+        exc = failure.value
+        log.info("index append to %s failed: %s", self.index_name, failure.getErrorMessage())
+        if isinstance(exc, BadOffsetError) and exc.actual >= self._index_confirmed:
+            landed = exc.actual
+        elif isinstance(exc, ConnectionLostError | ContainerOfflineError):
+            landed = self._index_confirmed
+        else:
+            log.warning("index of %s stops here (recovery indexes the rest from the data): %s", self.name,
+                        failure.getErrorMessage())
+            self._index_generation += 1
+            self._index_stopped = True  # no entry may land past a gap
+            self._index_pending = []
+            return
+        self._index_generation += 1
+        unsent = b"".join(self._index_pending)
+        stream = bytes(self._index_sent) + unsent  # the index from _index_confirmed on, in order
+        skip = landed - self._index_confirmed  # already in the index (another writer put the same entries)
+        self._index_confirmed = self.index_tail = landed
+        self._index_sent = bytearray()
+        self._index_pending = []
+        if skip < len(stream):
+            self._send_index(stream[skip:])
+        else:
+            self._index_skip = skip - len(stream)  # entries of batches we have yet to hear are durable
 
 
 @dataclass
@@ -131,7 +195,12 @@ def recover_segment(store: SegmentStore, name: str) -> RecoveredSegment:
         if usable != len(raw):
             log.warning("index segment %s has a torn tail; rebuilding its end", index_name)
         if missing:
-            store.append(index_name, b"".join(e.pack() for e in missing)).result(BLOCKING_TIMEOUT)
+            # Conditional on the index read: on a cluster the partitions' leader may be appending these
+            # very entries now, and two writers must never interleave (a gap or a duplicate). If it
+            # moved, the leader is writing it (and its SegmentWriter resyncs on a refused offset).
+            with contextlib.suppress(BadOffsetError):
+                store.append(index_name, b"".join(e.pack() for e in missing),
+                             expected_offset=index_info.length).result(BLOCKING_TIMEOUT)
             found.index_tail = store.get_info(index_name).length
     return found
 
