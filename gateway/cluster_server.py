@@ -40,24 +40,27 @@ from twisted.internet import protocol, reactor, task, threads
 from twisted.internet.interfaces import IListeningPort
 from twisted.python.failure import Failure
 
+from millrace.gateway.http import StreamViews, http_site
 from millrace.gateway.kafka.broker import Broker, KafkaConfig
 from millrace.gateway.kafka.cluster import GroupCoordination, KafkaCluster, out_of_date_topics
 from millrace.gateway.kafka.connection import KafkaFactory
 from millrace.gateway.kafka.setup import build_kafka, start_background
 from millrace.gateway.native.handler import NativeFactory, NativeProtocol
 from millrace.gateway.server import topic_partitions
+from millrace.protocol.contracts import SegmentInfo
 from millrace.protocol.wire import Command
 from millrace.store.budget import MIB
 from millrace.store.cluster.containers import SegmentContainerHost
 from millrace.store.cluster.layout import NodeInfo, check_node_id
 from millrace.store.cluster.node import ClusterNode, ClusterNodeConfig
-from millrace.store.cluster.routing import ClusterSegmentStore, LocalSegments
+from millrace.store.cluster.routing import ClusterSegmentStore, ContainerRef, LocalSegments
 from millrace.store.containers.config import ContainerConfig
-from millrace.store.containers.rates import RateConfig
+from millrace.store.containers.container import SegmentContainer
+from millrace.store.containers.rates import RateConfig, SegmentRates
 from millrace.store.controller import Controller
 from millrace.store.controller.autoscaler import AutoScaler, AutoScalerConfig
 from millrace.store.durablelog.replicated import ReplicationConfig
-from millrace.store.errors import SegmentNotFoundError
+from millrace.store.errors import ContainerOfflineError, SegmentNotFoundError
 from millrace.store.lts.factory import chunk_storage_from_url
 from millrace.store.lts.interface import ChunkStorage
 from millrace.store.tables import TableStore
@@ -90,6 +93,41 @@ class PeerFactory(protocol.ServerFactory):
             return None
         # NativeProtocol is typed to SegmentStore; LocalSegments offers the segment commands it calls.
         return NativeProtocol(self.local, {})  # type: ignore[arg-type]
+
+
+class NodeHttpView:
+    """What the HTTP site (gateway/http.py) reads of a store, on a cluster node: its own containers
+    (health, container series, /api/segments: read on the reactor, so local only) and, through the
+    router, any segment's info and rates (the stream series and views, on the worker pool)."""
+
+    def __init__(self, local: LocalSegments, router: ClusterSegmentStore) -> None:
+        self.local = local
+        self.router = router
+
+    @property
+    def containers(self) -> list[SegmentContainer]:
+        running = []
+        for container_id in sorted(self.local.host.terms()):
+            try:
+                running.append(self.local.host.container(container_id))
+            except ContainerOfflineError:
+                continue  # stopped since terms() was read
+        return running
+
+    def list_segments(self) -> list[str]:
+        return self.local.list_segments()
+
+    def get_info(self, name: str) -> SegmentInfo:
+        try:
+            return self.local.get_info(name)
+        except ContainerOfflineError:
+            return self.router.get_info(name)
+
+    def segment_rates(self, name: str) -> SegmentRates:
+        return self.router.segment_rates(name)
+
+    def container_for(self, name: str) -> ContainerRef:
+        return self.router.container_for(name)
 
 
 def advertised(bind_host: str, port: IListeningPort, given: str | None) -> str:
@@ -174,6 +212,7 @@ class ClusterServer:
         self.replication = replication
         self.storage = storage
         self.kafka_front, self.native_front, self.peer_factory = LateFactory(), LateFactory(), PeerFactory()
+        self.http_front = LateFactory()
         self.addresses: dict[str, str] = {}
         self.ports: dict[str, int] = {}
         self.pool = ThreadPoolExecutor(8, "controller")
@@ -193,6 +232,7 @@ class ClusterServer:
                        options.advertised_native),
             "peer": (reactor.listenTCP(options.peer_port, self.peer_factory, interface=options.host),
                      options.advertised_peer),
+            "http": (reactor.listenTCP(options.http_port, self.http_front, interface=options.host), None),
         }
         for name, (port, given) in listeners.items():
             self.ports[name] = port.getHost().port  # type: ignore[attr-defined]
@@ -275,6 +315,10 @@ class ClusterServer:
         native_factory.controller_commands[Command.GET_SEGMENT_OWNER] = \
             lambda h, p: cluster.segment_owner(h["segment"])
         self.native_front.inner = native_factory
+        views = StreamViews(controller, self.pool, broker.scaling, topic_partitions(broker))
+        # http_site is typed to SegmentStore; NodeHttpView offers what it reads. Twisted types a Site as a
+        # ServerFactory[HTTPChannel], not the ServerFactory[_ProtoWithFactory] the attribute is declared as.
+        self.http_front.inner = http_site(NodeHttpView(self.router.local, self.router), views)  # type: ignore[arg-type,assignment]
         self.loops.append(start_background(broker))
 
         # Each second: topics created through other nodes (their records are in the topics table), and
@@ -300,7 +344,7 @@ class ClusterServer:
             boundaries=broker.scaling.boundaries, executor=broker.scaling.execute,
             grow_partitions=broker.scaling.grow_partitions)
         self._every(0.5, ControllerRole(self.node, self.autoscaler).follow)
-        for name in ("kafka", "native", "peer"):
+        for name in ("kafka", "native", "peer", "http"):
             print(f"millrace: {name} listening on {options.host}:{self.ports[name]} "
                   f"(advertised {self.addresses[name]})", flush=True)
         print(f"millrace: ready (cluster node {self.node_id})", flush=True)

@@ -14,8 +14,10 @@ and one shared long-term storage directory (tests/cluster/serve_cluster.py).
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -110,6 +112,18 @@ def test_native_segments_through_any_node_and_peers_serve_only_their_own(cluster
                 owner = client.segment_owner(name)
             assert owner == {"container": container_index(name, CONTAINERS), "node": str(server_of.node_id),
                              "native": f"127.0.0.1:{server_of.native_port}"}, (name, node.node_id, owner)
+    # HTTP on each node: health and /api/segments of its own containers, which together are all of them.
+    containers: list[str] = []
+    listed: list[str] = []
+    for node in cluster.nodes:
+        health = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{node.http_port}/health", timeout=10).read())
+        assert health["healthy"] is True, health
+        containers.extend(health["containers"])
+        segments = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{node.http_port}/api/segments",
+                                                     timeout=10).read())["segments"]
+        listed.extend(s["name"] for s in segments if s["name"] in names)
+    assert sorted(containers, key=int) == [str(c) for c in range(CONTAINERS)]
+    assert sorted(listed) == sorted(names)
 
 
 def _serves(node: NodeProcess, name: str) -> bool:
