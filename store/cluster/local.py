@@ -232,7 +232,8 @@ class LocalCluster:
         lts = s.lts or str(self.directory / "lts")
         command = [*millrace, "serve", "--data-dir", str(home / "data"), "--host", s.host,
                    "--kafka-port", str(process.ports["kafka"]), "--native-port", str(process.ports["native"]),
-                   "--peer-port", str(process.ports["peer"]), "--zookeeper", self.zookeeper,
+                   "--peer-port", str(process.ports["peer"]), "--http-port", str(process.ports["http"]),
+                   "--zookeeper", self.zookeeper,
                    "--node-id", str(process.index), "--log-replicas", ",".join(self.log_replicas),
                    "--write-quorum", str(s.write_quorum), "--ack-quorum", str(s.ack_quorum),
                    "--lts", lts, "--containers", str(s.containers), "--session-timeout", str(s.session_timeout),
@@ -395,11 +396,11 @@ class LocalCluster:
 
     def _plan(self) -> None:
         s = self.settings
-        ports = iter(free_ports(1 + s.log_replicas + 3 * s.nodes, s.host))
+        ports = iter(free_ports(1 + s.log_replicas + 4 * s.nodes, s.host))
         self.processes = [Process("zookeeper", 1, {"client": next(ports)})]
         self.processes += [Process("logd", i, {"zmq": next(ports)}) for i in range(1, s.log_replicas + 1)]
-        self.processes += [Process("node", i, {"kafka": next(ports), "native": next(ports), "peer": next(ports)})
-                           for i in range(1, s.nodes + 1)]
+        self.processes += [Process("node", i, {"kafka": next(ports), "native": next(ports), "peer": next(ports),
+                                               "http": next(ports)}) for i in range(1, s.nodes + 1)]
 
     def wait_serving(self, timeout: float) -> None:
         """Until every node accepts Kafka and native connections and every container has a live owner."""
@@ -411,22 +412,34 @@ class LocalCluster:
                 raise ClusterError(f"{', '.join(dead)} stopped while the cluster was starting")
             closed = [p.name for p in self.by_role("node")
                       if not all(reachable(self.settings.host, p.ports[k]) for k in ("kafka", "native"))]
-            unowned = self.unowned_containers()
-            if not closed and not unowned:
+            unowned, counts = self.ownership()
+            # Settled: every container owned by a live node and the shares balanced (the assigner hands
+            # containers over to nodes that joined; clients started before that see partitions move).
+            settled = not unowned and len(counts) == len(self.by_role("node")) \
+                and max(counts.values()) - min(counts.values()) <= 1
+            if not closed and settled:
                 return
-            last = f"not accepting connections: {closed}; containers without a live owner: {unowned}"
+            last = (f"not accepting connections: {closed}; containers without a live owner: {unowned}; "
+                    f"containers per live node: {counts}")
             time.sleep(0.2)
         raise ClusterError(f"the cluster did not serve within {timeout:g} s ({last})")
 
-    def unowned_containers(self) -> list[int]:
-        """Containers whose owner is not a live node (all of them if ZooKeeper cannot be read)."""
+    def ownership(self) -> tuple[list[int], dict[str, int]]:
+        """Containers without a live owner (all of them if ZooKeeper cannot be read), and how many each
+        live node owns."""
         try:
             coordination = self.read_coordination(timeout=5.0)
         except Exception:  # noqa: BLE001 - not up yet, or down: nothing is owned as far as we can tell
-            return list(range(self.settings.containers))
+            return list(range(self.settings.containers)), {}
         live = coordination["live"]
-        return [c["id"] for c in coordination["containers"]
-                if c["owner"] is None or (c["owner"], c["incarnation"]) not in live]
+        counts = {node_id: 0 for node_id, _ in live}
+        unowned = []
+        for c in coordination["containers"]:
+            if c["owner"] is None or (c["owner"], c["incarnation"]) not in live:
+                unowned.append(c["id"])
+            else:
+                counts[c["owner"]] += 1
+        return unowned, counts
 
     def read_coordination(self, timeout: float = 5.0) -> dict[str, Any]:
         """Nodes, containers, the elected assigner and the log records, as ZooKeeper has them."""
@@ -511,7 +524,7 @@ class LocalCluster:
                 info, incarnation = registered[node_id]
                 entry["incarnation"] = incarnation
                 entry["advertised"] = info.advertised
-            entry["serving"] = {k: reachable(host, p.ports[k]) for k in ("kafka", "native", "peer")}
+            entry["serving"] = {k: reachable(host, port) for k, port in p.ports.items()}
             entry["containers"] = [c["id"] for c in containers if c["owner"] == node_id and c["owner_live"]]
             nodes.append(entry)
         result["nodes"] = nodes

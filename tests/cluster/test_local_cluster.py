@@ -75,7 +75,7 @@ def test_up_use_kill_a_node_start_it_again_and_down(tmp_path: Path) -> None:
         assert [p["name"] for p in up["processes"] if p["role"] == "node"] == ["node-1", "node-2", "node-3"]
         assert len(up["bootstrap"].split(",")) == 3 and len(up["native"]) == 3
         assert all(pid_alive(p["pid"]) for p in up["processes"])
-        assert set(up["processes"][4]["ports"]) == {"kafka", "native", "peer"}
+        assert set(up["processes"][4]["ports"]) == {"kafka", "native", "peer", "http"}
 
         # Kafka clients through the printed bootstrap list.
         values = [str(i).encode() for i in range(200)]
@@ -85,7 +85,7 @@ def test_up_use_kill_a_node_start_it_again_and_down(tmp_path: Path) -> None:
 
         status = wait_status(cluster, all_owned, "every container owned")
         assert [n["id"] for n in status["nodes"] if n["registered"] and n["running"]] == ["1", "2", "3"]
-        assert all(n["serving"] == {"kafka": True, "native": True, "peer": True} for n in status["nodes"])
+        assert all(n["serving"] == {"kafka": True, "native": True, "peer": True, "http": True} for n in status["nodes"])
         assert status["controller"] in ("1", "2", "3")
         assert sorted(len(n["containers"]) for n in status["nodes"]) == [1, 1, 2]  # balanced
         assert {log["name"] for log in status["logs"]} >= {f"container-{c}" for c in range(CONTAINERS)}

@@ -1,0 +1,152 @@
+"""Faults under continuous load, on a cluster started with ``millrace cluster up`` (ZooKeeper, 3 logd with
+write quorum 3 / ack quorum 2, 3 nodes): idempotent acks=all confluent-kafka producers keep writing while
+a logd is SIGKILLed, while a node is SIGKILLed, and across a SIGKILL of every process followed by
+``cluster up``. Each test prints acknowledged / read / lost / duplicated counts; nothing acknowledged
+may be lost, doubled, moved to another offset or reordered.
+
+Native writers (writer ids) are in the same tests' load where they can be: see
+``test_native_writers_through_one_node_survive_a_node_sigkill`` for why that one is expected to fail now.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from millrace.store.cluster.local import zookeeper_missing
+from tests.cluster.faults import KafkaLoad, NativeLoad
+from tests.cluster.local_cluster import LocalClusterCli, pid_alive
+from tests.cluster.test_local_cluster import all_owned, create_topic, wait_status
+
+pytestmark = [pytest.mark.skipif(zookeeper_missing() is not None, reason=str(zookeeper_missing())),
+              pytest.mark.timeout(400)]
+
+PARTITIONS = 6
+SESSION_TIMEOUT = "3"
+
+
+def new_cluster(tmp_path: Path) -> LocalClusterCli:
+    return LocalClusterCli(tmp_path / "cluster", "--nodes", "3", "--log-replicas", "3", "--write-quorum", "3",
+                           "--ack-quorum", "2", "--containers", "4", "--session-timeout", SESSION_TIMEOUT)
+
+
+def test_sigkill_one_logd_under_load_loses_nothing_and_clients_see_no_error(tmp_path: Path) -> None:
+    with new_cluster(tmp_path) as cluster:
+        create_topic(cluster.bootstrap, "logdfault", PARTITIONS)
+        load = KafkaLoad(cluster.bootstrap, "logdfault")
+        try:
+            load.wait_for(500)
+            dead = cluster.summary["log_replicas"][1]
+            cluster.kill("logd-2")
+            at_kill = load.count
+            load.wait_for(1500, timeout=90)  # two replicas still make the ack quorum
+        finally:
+            load.finish()
+        result = load.check(cluster.bootstrap, PARTITIONS)
+        print(f"{result.line()} ({load.count - at_kill} acknowledged after the SIGKILL)")
+        assert result.errors == []
+        assert result.ok and result.read == result.acknowledged
+        # Status shows the dead replica: gone from the ensembles that replaced it (no spare: they shrank
+        # to two), not answering in the others.
+        status = cluster.status()
+        assert not next(p for p in status["processes"] if p["name"] == "logd-2")["running"]
+        for log in status["logs"]:
+            print(f"  {log['name']}: epoch {log['epoch']}, ensemble {log['ensemble']}")
+            assert all(not r["answered"] for r in log["replicas"] if r["address"] == dead)
+            assert sum(r["answered"] for r in log["replicas"]) >= 2
+
+
+def test_sigkill_a_node_under_load_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+    with new_cluster(tmp_path) as cluster:
+        create_topic(cluster.bootstrap, "nodefault", PARTITIONS)
+        load = KafkaLoad(cluster.bootstrap, "nodefault")
+        try:
+            load.wait_for(500)
+            status = wait_status(cluster, all_owned, "every container owned")
+            victim = max(status["nodes"], key=lambda n: len(n["containers"]))
+            killed_at = time.monotonic()
+            cluster.kill(victim["name"])
+            wait_status(cluster, lambda s: all_owned(s) and not any(
+                c["owner"] == victim["id"] for c in s["containers"]), f"{victim['name']}'s containers to move")
+            moved_after = time.monotonic() - killed_at
+            at_move = load.count
+            load.wait_for(1500, timeout=90)
+        finally:
+            load.finish()
+        result = load.check(cluster.bootstrap, PARTITIONS)
+        print(f"{result.line()}; {victim['name']} (containers {victim['containers']}) SIGKILLed, its containers "
+              f"owned elsewhere after {moved_after:.1f} s (session timeout {SESSION_TIMEOUT} s), "
+              f"{load.count - at_move} acknowledged since")
+        assert result.errors == []
+        assert result.ok and result.read == result.acknowledged
+
+
+def test_sigkill_every_process_then_cluster_up_keeps_everything_acknowledged(tmp_path: Path) -> None:
+    with new_cluster(tmp_path) as cluster:
+        create_topic(cluster.bootstrap, "wholefault", PARTITIONS)
+        load = KafkaLoad(cluster.bootstrap, "wholefault")
+        try:
+            load.wait_for(1000)
+            pids = [cluster.kill(name) for name in ("node-1", "node-2", "node-3", "logd-1", "logd-2", "logd-3",
+                                                    "zookeeper-1")]
+            assert not any(pid_alive(pid) for pid in pids)
+            before = load.count
+            time.sleep(1.0)
+            restarted = cluster.up()  # every process again, on the ports the producers know
+            assert restarted["bootstrap"] == cluster.bootstrap
+            load.wait_for(1000, timeout=120)  # the same producers carry on
+        finally:
+            load.finish()
+        result = load.check(cluster.bootstrap, PARTITIONS)
+        print(f"{result.line()} ({before} acknowledged before the SIGKILL of every process)")
+        assert result.ok and result.read >= result.acknowledged
+        assert result.errors == []
+
+
+@pytest.mark.xfail(strict=True, reason="native event writers go through the node they reached: a node that "
+                   "does not lead a partition answers NOT_LEADER (retriable) forever, and the client does not "
+                   "yet use GET_SEGMENT_OWNER to go to the leader (docs/architecture.md, 'Not wired yet: "
+                   "native clients'); remove this mark when it does")
+def test_native_writers_through_one_node_survive_a_node_sigkill(tmp_path: Path) -> None:
+    with new_cluster(tmp_path) as cluster:
+        create_topic(cluster.bootstrap, "nativefault", PARTITIONS)
+        load = NativeLoad(cluster.summary["native"][0], "nativefault")
+        try:
+            load.wait_for(500, timeout=30)
+            cluster.kill("node-2")
+            load.wait_for(1000, timeout=90)
+        finally:
+            load.finish(timeout=60)
+        result = load.check(cluster.bootstrap)
+        print(result.line())
+        for error in result.errors[:5]:
+            print(f"  client error: {error}")
+        assert result.errors == []
+        assert result.ok and result.read == result.acknowledged
+
+
+def test_a_node_joining_under_load_takes_over_containers_without_loss(tmp_path: Path) -> None:
+    """Containers handed over between live nodes (a node stopped cleanly and started again) under load."""
+    with new_cluster(tmp_path) as cluster:
+        create_topic(cluster.bootstrap, "joinfault", PARTITIONS)
+        load = KafkaLoad(cluster.bootstrap, "joinfault")
+        try:
+            load.wait_for(500)
+            cluster.kill("node-3", signal.SIGTERM)  # a clean stop: its containers move to the others
+            wait_status(cluster, lambda s: all_owned(s) and not next(
+                n for n in s["nodes"] if n["id"] == "3")["registered"], "node-3 gone, its containers moved")
+            load.wait_for(500, timeout=90)
+            cluster.start("node-3")  # the assigner hands containers over to it from the live nodes
+            wait_status(cluster, lambda s: all_owned(s) and all(n["containers"] for n in s["nodes"]),
+                        "node-3 given containers again")
+            at_join = load.count
+            load.wait_for(1500, timeout=90)
+        finally:
+            load.finish(timeout=60)
+        result = load.check(cluster.bootstrap, PARTITIONS)
+        print(f"{result.line()} ({load.count - at_join} acknowledged after node-3 had containers again)")
+        assert result.errors == []
+        assert result.ok and result.read == result.acknowledged
