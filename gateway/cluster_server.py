@@ -61,6 +61,7 @@ from millrace.store.controller import Controller
 from millrace.store.controller.autoscaler import AutoScaler, AutoScalerConfig
 from millrace.store.durablelog.replicated import ReplicationConfig
 from millrace.store.errors import ContainerOfflineError, SegmentNotFoundError
+from millrace.store.futures import StoreFuture
 from millrace.store.lts.factory import chunk_storage_from_url
 from millrace.store.lts.interface import ChunkStorage
 from millrace.store.tables import TableStore
@@ -93,6 +94,20 @@ class PeerFactory(protocol.ServerFactory):
             return None
         # NativeProtocol is typed to SegmentStore; LocalSegments offers the segment commands it calls.
         return NativeProtocol(self.local, {})  # type: ignore[arg-type]
+
+
+class ClientSegments:
+    """The router as the clients' native listener uses it: GET_INFO answers when the owner does (a
+    future) instead of blocking the reactor on another node; every other operation is the router's."""
+
+    def __init__(self, router: ClusterSegmentStore) -> None:
+        self.router = router
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.router, name)
+
+    def get_info(self, name: str) -> StoreFuture[SegmentInfo]:
+        return self.router.get_info_future(name)
 
 
 class NodeHttpView:
@@ -308,7 +323,8 @@ class ClusterServer:
         broker.groups.coordinator_check = groups.check
         kafka_factory.connection_budget_bytes = options.connection_budget_mb * MIB
         self.kafka_front.inner = kafka_factory
-        native_factory = NativeFactory(self.router, controller, self.pool, broker.scaling,  # type: ignore[arg-type]
+        native_factory = NativeFactory(ClientSegments(self.router), controller, self.pool,  # type: ignore[arg-type]
+                                       broker.scaling,
                                        topic_partitions(broker),
                                        connection_budget_bytes=options.connection_budget_mb * MIB, broker=broker)
         # Pravega's getURI: which node serves a segment (from the watched assignments: no I/O on the reactor).

@@ -410,9 +410,13 @@ class ClusterSegmentStore:
 
     def get_info(self, name: str) -> SegmentInfo:
         """Blocks (up to the retry bound plus the owner's answer): call it off the reactor."""
+        return self.get_info_future(name).result()
+
+    def get_info_future(self, name: str) -> StoreFuture[SegmentInfo]:
+        """``get_info`` without waiting (what a listener on the reactor calls)."""
         return self._route(name, lambda s: _now(lambda: s.get_info(name)),
                            lambda c: _mapped(c.request(Command.GET_INFO, {"segment": name}), _segment_info),
-                           True).result()
+                           True)
 
     def exists(self, name: str) -> bool:
         try:

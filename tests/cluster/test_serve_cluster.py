@@ -88,6 +88,7 @@ def test_native_segments_through_any_node_and_peers_serve_only_their_own(cluster
     with SegmentClient("127.0.0.1", third.native_port) as reader:
         for i, name in enumerate(names):
             assert reader.read(name, 0).data == f"event {i}".encode()
+            assert reader.get_info(name).length == len(f"event {i}")  # answered from the owner, off the reactor
         assert set(names) <= set(reader.list_segments())
     # Each segment is served by exactly one peer listener: its container's owner.
     served: Counter[str] = Counter()
