@@ -444,6 +444,33 @@ def test_a_node_paused_past_its_session_comes_back_as_a_zombie_and_is_fenced(clu
     load.check_read_back(cluster.nodes[0].bootstrap)
 
 
+def test_a_restarted_node_takes_partitions_back_by_clean_handovers_under_load(cluster: Cluster) -> None:
+    """A node SIGKILLed and started again (same id, new ports) rejoins: the assigner hands containers
+    back to it from live owners (each stops its container cleanly first), so partitions move between
+    live gateways under an idempotent producer; nothing acknowledged is lost or duplicated."""
+    topic = "rejoin"
+    with wire(cluster.nodes[0]) as c:
+        c.create(topic, 8)
+    agreed_leaders(cluster, topic, 8)
+    victim = cluster.nodes[2]
+    load = IdempotentLoad(cluster, topic)
+    wait_for(lambda: len(load.acked) > 300, "acknowledged records before the kill")
+    victim.kill()
+    wait_for(lambda: victim.node_id not in leaders(cluster.nodes[0], topic).values()
+             and -1 not in leaders(cluster.nodes[0], topic).values(), "the dead node's partitions moved")
+    moved_at = len(load.acked)
+    wait_for(lambda: len(load.acked) > moved_at + 500, "the producer carrying on without the node")
+    victim.start(timeout=120)
+    wait_for(lambda: victim.node_id in agreed_leaders(cluster, topic, 8).values(), "partitions handed back")
+    back_at = len(load.acked)
+    wait_for(lambda: len(load.acked) > back_at + 1000, "the producer carrying on after the handovers")
+    load.finish()
+    with wire(cluster.nodes[0]) as c:
+        brokers = {b.node_id: b.port for b in c.metadata(12, None).brokers}
+    assert brokers[victim.node_id] == victim.kafka_port  # its new port is what clients are told
+    load.check_read_back(victim.bootstrap)
+
+
 @pytest.mark.slow
 def test_sigkill_a_node_under_an_idempotent_producer_loses_and_duplicates_nothing(cluster: Cluster) -> None:
     from confluent_kafka import Consumer, Producer
