@@ -170,6 +170,10 @@ def test_nodes_started_together_serve(zk_hosts: str, tmp_path: Path) -> None:
             values.extend(r.value for records in consumer.poll(1000).values() for r in records)
         consumer.close()
         assert sorted(values, key=int) == [str(i).encode() for i in range(30)]
+        # SIGTERM: each node stops its containers cleanly (leaving the cluster) and exits 0.
+        for node in cluster.nodes:
+            assert node.stop(timeout=60) == 0, "".join(node.output[-20:])
+            assert any("millrace: stopped cleanly" in line for line in node.output)
     finally:
         cluster.stop()
 
