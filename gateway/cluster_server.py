@@ -262,7 +262,8 @@ class ClusterServer:
         print(f"millrace: cannot start the cluster node: {type(failure.value).__name__}: {failure.getErrorMessage()}",
               file=sys.stderr, flush=True)
         self.failed = True
-        reactor.stop()
+        if reactor.running:  # not if a signal is stopping it already
+            reactor.stop()
 
     def build(self) -> tuple[Broker, KafkaFactory, KafkaCluster, Controller]:
         """Blocking (worker thread): join the cluster, then build the controller and the Kafka views."""
@@ -281,8 +282,9 @@ class ClusterServer:
         self.router = router = ClusterSegmentStore(node.client, config.paths, node_id, local,
                                                    options.retry_bound_seconds)
         cluster = KafkaCluster(node.client, config.paths, node_id, node.containers, options.containers).start()
-        # The controller, tables and Kafka views call only SegmentService operations on this store
-        # (docs/architecture.md lists the gateway parts that still need a SegmentStore: not started here).
+        # The controller, tables and Kafka views call SegmentService operations (and the stream views the
+        # router's rate_config, container_for, segment_rates); the listeners get adapters (ClientSegments,
+        # NodeHttpView) so the reactor never waits on another node for them.
         store: Any = router
         kafka_host, kafka_port = _split(self.addresses["kafka"])
         kafka_config = KafkaConfig(
@@ -304,7 +306,8 @@ class ClusterServer:
             except SegmentNotFoundError as exc:
                 # Nodes starting together each make the system tables they find missing: a table
                 # another node is creating right now answers "exists" to our create and "not found" to
-                # our read until its creation is applied. Nothing was written: build again.
+                # our read until its creation is applied. What the attempt wrote is idempotent (creates
+                # that tolerate an existing table, puts conditional on absence): build again.
                 if attempt >= _BUILD_ATTEMPTS or not str(exc).startswith("_system/"):
                     raise
                 log.info("system table %s is being created elsewhere: building again", exc)
