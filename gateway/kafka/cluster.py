@@ -100,6 +100,11 @@ class KafkaCluster:
             info = NodeInfo.decode(data)
             nodes[info.node_id] = (stat.czxid, info)
         with self._lock:
+            # A registration read meanwhile by _know_owner may be newer (a later zxid) than ours.
+            for node_id, (czxid, _) in list(nodes.items()):
+                known = self._nodes.get(node_id)
+                if known is not None and known[0] > czxid:
+                    nodes[node_id] = known
             self._nodes = nodes
 
     def _assignment_watcher(self, container_id: int) -> Any:
@@ -134,9 +139,11 @@ class KafkaCluster:
             log.warning("reading node %s failed: %s", node, exc)
             return
         with self._lock:
-            nodes = dict(self._nodes)
-            nodes[node] = (stat.czxid, NodeInfo.decode(data))
-            self._nodes = nodes
+            known = self._nodes.get(node)
+            if known is None or known[0] < stat.czxid:
+                nodes = dict(self._nodes)
+                nodes[node] = (stat.czxid, NodeInfo.decode(data))
+                self._nodes = nodes
 
     # -- reads (any thread) -------------------------------------------------------------------------
     def brokers(self) -> list[KafkaNode]:
