@@ -471,12 +471,18 @@ class LocalCluster:
         }
 
     def start_process(self, name: str, timeout: float = 120.0) -> dict[str, Any]:
-        """``cluster start --process ROLE-N``: start one stopped process again, on its old ports."""
+        """``cluster start --process ROLE-N``: start one stopped process again, on its old ports. The state
+        is locked only while the process is spawned and recorded, not while it comes up: a node may wait
+        for a logd that another ``cluster start`` brings back meanwhile."""
         with self.locked():
             self.load()
             process = self.process(name)
-            self.start(process, timeout)
-            return process.summary()
+            if self.alive(process):
+                raise ClusterError(f"{process.name} is running already (pid {process.pid})")
+            offset = self._spawn(process)
+            self.save()
+        self._wait_ready(process, offset, timeout)
+        return process.summary()
 
     def down(self, timeout: float = 30.0) -> list[dict[str, Any]]:
         """Stop every process: nodes first (they close their logs cleanly), then the logds, then ZooKeeper."""

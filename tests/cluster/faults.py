@@ -65,7 +65,7 @@ class KafkaLoad:
         if err is None:
             self.acked[msg.value()] = (msg.partition(), msg.offset())
         else:
-            self.errors.append(f"{msg.value()!r}: {err}")
+            self.errors.append(f"{msg.value()!r}: {err.str()}")  # KafkaError has no __format__
 
     def _run(self, index: int) -> None:
         producer = self.producers[index]
@@ -102,7 +102,11 @@ class KafkaLoad:
         for t in self.threads:
             t.join(10)
         for producer in self.producers:
-            left = producer.flush(timeout)
+            try:
+                left = producer.flush(timeout)
+            except Exception as exc:  # noqa: BLE001 - a producer dead of a fatal error: the checker still runs
+                self.errors.append(f"flush failed: {exc!r}")
+                continue
             if left:
                 self.errors.append(f"{left} records neither acknowledged nor failed after {timeout} s")
         self.producers.clear()  # destroyed now, not reconnecting to a cluster the test has stopped

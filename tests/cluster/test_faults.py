@@ -10,6 +10,7 @@ Native writers (writer ids) are in the same tests' load where they can be: see
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from pathlib import Path
@@ -149,4 +150,32 @@ def test_a_node_joining_under_load_takes_over_containers_without_loss(tmp_path: 
         result = load.check(cluster.bootstrap, PARTITIONS)
         print(f"{result.line()} ({load.count - at_join} acknowledged after node-3 had containers again)")
         assert result.errors == []
+        assert result.ok and result.read == result.acknowledged
+
+
+def test_a_zombie_node_rejoins_after_its_logs_lost_a_replica(tmp_path: Path) -> None:
+    """A node paused past its session while a logd of its containers' ensembles is paused too (and then
+    dies): when the node resumes, its old containers' logs fail (fenced by the new owners, a replica gone)
+    and it must still register again and take containers in new terms."""
+    with new_cluster(tmp_path) as cluster:
+        create_topic(cluster.bootstrap, "zombiefault", PARTITIONS)
+        load = KafkaLoad(cluster.bootstrap, "zombiefault")
+        try:
+            load.wait_for(500)
+            status = wait_status(cluster, all_owned, "every container owned")
+            victim = max(status["nodes"], key=lambda n: len(n["containers"]))
+            cluster.kill("logd-1", signal.SIGSTOP)
+            cluster.kill(victim["name"], signal.SIGSTOP)
+            wait_status(cluster, lambda s: all_owned(s) and not any(
+                c["owner"] == victim["id"] for c in s["containers"]), f"{victim['name']}'s containers to move")
+            cluster.kill("logd-1", signal.SIGKILL)
+            os.kill(cluster.pid(victim["name"]), signal.SIGCONT)
+            back = wait_status(cluster, lambda s: next(n for n in s["nodes"] if n["id"] == victim["id"])["registered"],
+                               f"{victim['name']} registered again", timeout=60)
+            print(f"{victim['name']} registered again; containers {[n['containers'] for n in back['nodes']]}")
+            load.wait_for(500, timeout=90)
+        finally:
+            load.finish(timeout=60)
+        result = load.check(cluster.bootstrap, PARTITIONS)
+        print(result.line())
         assert result.ok and result.read == result.acknowledged

@@ -1,0 +1,174 @@
+"""A small Jepsen-style nemesis: while idempotent acks=all Kafka producers write, log replicas and nodes of a
+cluster started with ``millrace cluster up`` are SIGKILLed and started again, or paused (SIGSTOP) and
+resumed (SIGCONT) at random for a bounded time; a node paused past its ZooKeeper session comes back as a
+zombie whose containers were given to others. Then everything is healed and a checker reads all
+partitions back: every acknowledged record exactly once, at the offset it was acknowledged at, each
+producer's records in order in each partition.
+
+At most one logd and one node are down at a time (three replicas with ack quorum 2 and three nodes stay
+available through one failure of each; more is unavailability, not a safety question). The history and
+the seed are printed; ``MILLRACE_NEMESIS_SEED`` replays a schedule. The short run takes about a minute
+in CI; the long one (``long_faults`` marker) runs only with ``MILLRACE_LONG_FAULTS=1``::
+
+    MILLRACE_LONG_FAULTS=1 .venv/bin/python -m pytest -q -s -m long_faults tests/cluster/test_nemesis.py
+
+The short run keeps pauses below the session timeout and the logd request timeout; the long one does
+not, and has found two faults left open in the cluster code (3 s sessions; the first in two runs of
+seed 694352182 and one of 345576845, whose replay passed; the second in the second run of 694352182):
+- after a failover involving a zombie, both producers died of librdkafka's *fatal* OUT_OF_ORDER_SEQUENCE
+  from the new leader when retrying a batch that a previous leader had refused with NOT_LEADER
+  (MsgNotPersisted), e.g. "ProduceRequest for nemesis [4] with 230 message(s) failed due to sequence
+  desynchronization with broker 3 (PID{Id:1000,Epoch:0}, base seq 501 ... last partition error
+  NOT_LEADER_FOR_PARTITION (actions Refresh,MsgNotPersisted, base seq 501..730))": the new leader's
+  producer state does not match what the client was told was (not) persisted;
+- a node paused 7.7 s (logd-1 paused, then SIGKILLed, node-2 SIGKILLed meanwhile) resumed, saw its
+  session expired and its two containers' logs fail ("container 0 (epoch 1) failed; restarting it"), and
+  then never registered again (over 120 s; its log stops there), so the healed cluster ran on two nodes.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from millrace.store.cluster.local import zookeeper_missing
+from tests.cluster.faults import KafkaLoad
+from tests.cluster.local_cluster import LocalClusterCli
+from tests.cluster.test_local_cluster import all_owned, create_topic, wait_status
+
+pytestmark = pytest.mark.skipif(zookeeper_missing() is not None, reason=str(zookeeper_missing()))
+
+PARTITIONS = 6
+SESSION_TIMEOUT = 3.0
+
+
+@dataclass
+class Fault:
+    name: str
+    kind: str  # "killed" or "paused"
+    until: float  # monotonic time to heal it
+    starting: threading.Thread | None = None  # a killed process being started again
+    failures: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Nemesis:
+    cluster: LocalClusterCli
+    rng: random.Random
+    began: float = field(default_factory=time.monotonic)
+    faults: dict[str, Fault] = field(default_factory=dict)  # role -> its one current fault
+    history: list[str] = field(default_factory=list)
+    # Longest pause per role: past SESSION_TIMEOUT a node comes back as a zombie; past the replicated log's
+    # 5 s request timeout a logd is replaced in its ensembles.
+    longest_pause: dict[str, float] = field(default_factory=lambda: {"node": 8.0, "logd": 8.0})
+
+    def note(self, what: str) -> None:
+        line = f"{time.monotonic() - self.began:6.1f}s {what}"
+        self.history.append(line)
+        print(f"nemesis {line}", flush=True)
+
+    def step(self) -> None:
+        """Heal what is due, then maybe break one more thing of a role that has nothing broken."""
+        self.heal_due()
+        free = [role for role in ("logd", "node") if role not in self.faults]
+        if free and self.rng.random() < 0.6:
+            role = self.rng.choice(free)
+            name = self.rng.choice(self.cluster.names(role))
+            kind = self.rng.choice(["killed", "paused"])
+            hold = self.rng.uniform(0.5, 8.0 if kind == "killed" else self.longest_pause[role])
+            pid = self.cluster.kill(name, signal.SIGKILL if kind == "killed" else signal.SIGSTOP)
+            self.faults[role] = Fault(name, kind, time.monotonic() + hold)
+            self.note(f"{name} (pid {pid}) {kind} for {hold:.1f} s")
+
+    def heal_due(self, everything: bool = False) -> None:
+        """Resume paused processes whose time is up; start killed ones in the background (a node may not
+        come up while a logd it needs is still paused, so no start may hold up the other heals)."""
+        now = time.monotonic()
+        for role, fault in list(self.faults.items()):
+            if not everything and now < fault.until:
+                continue
+            if fault.kind == "paused":
+                os.kill(self.cluster.pid(fault.name), signal.SIGCONT)
+                del self.faults[role]
+                self.note(f"{fault.name} resumed")
+            elif fault.starting is None:
+                fault.starting = threading.Thread(target=self._start, args=(fault,), daemon=True)
+                fault.starting.start()
+            elif not fault.starting.is_alive():
+                if fault.failures:  # it exited while starting (say, a log it needed had no quorum): again
+                    self.note(f"{fault.name} did not start: {fault.failures[-1].splitlines()[-1][:200]}")
+                    fault.failures.clear()
+                    fault.starting = None
+                else:
+                    del self.faults[role]
+
+    def _start(self, fault: Fault) -> None:
+        try:
+            started = self.cluster.start(fault.name)
+            self.note(f"{fault.name} started again (pid {started['pid']})")
+        except AssertionError as exc:
+            fault.failures.append(str(exc))
+
+    def heal_all(self, timeout: float = 240.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.faults:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"could not heal {self.faults}:\n" + "\n".join(self.history))
+            self.heal_due(everything=True)
+            time.sleep(0.2)
+
+
+def run_nemesis(tmp_path: Path, seconds: float, longest_pause: dict[str, float]) -> None:
+    seed = int(os.environ.get("MILLRACE_NEMESIS_SEED", random.randrange(1 << 30)))
+    print(f"nemesis seed {seed} (MILLRACE_NEMESIS_SEED={seed} replays the schedule), {seconds:g} s of faults")
+    cluster = LocalClusterCli(tmp_path / "cluster", "--nodes", "3", "--log-replicas", "3", "--write-quorum", "3",
+                              "--ack-quorum", "2", "--containers", "4", "--session-timeout", str(SESSION_TIMEOUT))
+    with cluster:
+        create_topic(cluster.bootstrap, "nemesis", PARTITIONS)
+        load = KafkaLoad(cluster.bootstrap, "nemesis")
+        nemesis = Nemesis(cluster, random.Random(seed), longest_pause=longest_pause)
+        try:
+            load.wait_for(300)
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                nemesis.step()
+                time.sleep(nemesis.rng.uniform(0.5, 2.0))
+            nemesis.heal_all()
+            wait_status(cluster, lambda s: all_owned(s) and all(n["registered"] for n in s["nodes"]),
+                        "the healed cluster to own every container", timeout=120)
+            if not load.errors:  # producers dead of a fatal error take no more writes
+                load.wait_for(300, timeout=120)  # the healed cluster takes writes again
+        finally:
+            nemesis.heal_all()
+            load.finish(timeout=120)
+        result = load.check(cluster.bootstrap, PARTITIONS)
+        print(result.line())
+        for error in result.errors[:10]:
+            print(f"  client error: {error}")
+        # Errors are allowed under this nemesis (a record may time out while both a node and a logd are
+        # down); what was acknowledged must be there exactly once, where it was acknowledged, in order.
+        assert result.ok, "\n".join(nemesis.history)
+        assert result.read >= result.acknowledged
+
+
+@pytest.mark.timeout(300)
+def test_nemesis_short(tmp_path: Path) -> None:
+    """CI's run: kills of any length, pauses shorter than a session (no zombies) and than a logd's
+    request timeout (no ensemble change by a pause)."""
+    run_nemesis(tmp_path, float(os.environ.get("MILLRACE_NEMESIS_SECONDS", "30")), {"node": 2.0, "logd": 4.0})
+
+
+@pytest.mark.long_faults
+@pytest.mark.timeout(1800)
+@pytest.mark.skipif(not os.environ.get("MILLRACE_LONG_FAULTS"), reason="the long nemesis run: MILLRACE_LONG_FAULTS=1")
+def test_nemesis_long(tmp_path: Path) -> None:
+    """Ten minutes, pauses up to 8 s: zombie nodes and logds replaced by a pause too (see the module
+    docstring for what this run has found)."""
+    run_nemesis(tmp_path, float(os.environ.get("MILLRACE_NEMESIS_SECONDS", "600")), {"node": 8.0, "logd": 8.0})
