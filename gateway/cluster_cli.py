@@ -99,14 +99,15 @@ def print_status(out: dict[str, Any]) -> None:
         print(out["error"])
         return
     print(f"nodes (controller: node {out['controller'] or 'none elected'}):")
-    _table(["node", "process", "registered", "serving", "containers"],
+    _table(["node", "process", "registered", "serving", "healthy", "containers"],
            [[n["id"], "running" if n["running"] else "stopped", "yes" if n["registered"] else "no",
              ",".join(k for k, up in n["serving"].items() if up) or "-",
+             "-" if not n.get("health") else "yes" if n["health"]["healthy"] else "NO",
              ",".join(str(c) for c in n["containers"]) or "-"] for n in out["nodes"]])
-    print("containers:")
-    _table(["container", "owner", "epoch", "state"],
-           [[str(c["id"]), c["owner"] or "-", str(c["epoch"]), "owned" if c["owner_live"] else "NO LIVE OWNER"]
-            for c in out["containers"]])
+    print("containers (log bytes: the owner's durable log not yet tiered and truncated):")
+    _table(["container", "owner", "epoch", "state", "log bytes"],
+           [[str(c["id"]), c["owner"] or "-", str(c["epoch"]), "owned" if c["owner_live"] else "NO LIVE OWNER",
+             str(c.get("log_bytes", "-"))] for c in out["containers"]])
     print("logs:")
     rows = []
     for log in out["logs"]:

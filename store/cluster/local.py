@@ -26,12 +26,15 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -43,6 +46,7 @@ ZOOKEEPER_TICK_MS = 200  # sessions may then time out in 0.4 .. 20 s
 STATE_FILE = "cluster.json"
 ROLES = ("zookeeper", "logd", "node")
 READY = "millrace: ready"
+_LOG_BYTES = re.compile(r'millrace_container_log_bytes\{container="(\d+)"\} (\S+)')
 
 
 class ClusterError(Exception):
@@ -532,10 +536,39 @@ class LocalCluster:
                 entry["advertised"] = info.advertised
             entry["serving"] = {k: reachable(host, port) for k, port in p.ports.items()}
             entry["containers"] = [c["id"] for c in containers if c["owner"] == node_id and c["owner_live"]]
+            if entry["serving"].get("http"):
+                entry["health"], log_bytes = self._node_http(p)
+                for c in containers:
+                    if c["id"] in entry["containers"] and c["id"] in log_bytes:
+                        # The owner's durable log not yet truncated: appends not yet tiered to long-term
+                        # storage (and the last checkpoint): how far tiering lags behind.
+                        c["log_bytes"] = log_bytes[c["id"]]
             nodes.append(entry)
         result["nodes"] = nodes
         result["logs"] = self._log_status(coordination["logs"])
         return result
+
+    def _node_http(self, process: Process) -> tuple[dict[str, Any] | None, dict[int, int]]:
+        """A node's ``/health`` (its containers' states) and, from ``/metrics``, each of its containers'
+        durable log bytes; (None, {}) if it does not answer."""
+        base = f"http://{self.settings.host}:{process.ports['http']}"
+        try:
+            with urllib.request.urlopen(f"{base}/health", timeout=2) as answer:
+                health = json.loads(answer.read())
+        except urllib.error.HTTPError as exc:  # 503: not every container runs; the body says which
+            health = json.loads(exc.read())
+        except (OSError, ValueError):
+            return None, {}
+        log_bytes: dict[int, int] = {}
+        try:
+            with urllib.request.urlopen(f"{base}/metrics", timeout=2) as answer:
+                for line in answer.read().decode().splitlines():
+                    m = _LOG_BYTES.match(line)
+                    if m:
+                        log_bytes[int(m.group(1))] = int(float(m.group(2)))
+        except (OSError, ValueError):
+            pass
+        return health, log_bytes
 
     def _log_status(self, records: dict[str, Any]) -> list[dict[str, Any]]:
         """Each log's epoch, truncation point and current ensemble, with what every replica of it holds

@@ -87,6 +87,8 @@ def test_up_use_kill_a_node_start_it_again_and_down(tmp_path: Path) -> None:
         assert [n["id"] for n in status["nodes"] if n["registered"] and n["running"]] == ["1", "2", "3"]
         assert all(n["serving"] == {"kafka": True, "native": True, "peer": True, "http": True} for n in status["nodes"])
         assert status["controller"] in ("1", "2", "3")
+        assert all(n["health"]["healthy"] for n in status["nodes"])  # from each node's HTTP /health
+        assert all(c["log_bytes"] >= 0 for c in status["containers"])  # from its owner's /metrics
         assert sorted(len(n["containers"]) for n in status["nodes"]) == [1, 1, 2]  # balanced
         assert {log["name"] for log in status["logs"]} >= {f"container-{c}" for c in range(CONTAINERS)}
         for log in status["logs"]:
