@@ -1,0 +1,25 @@
+"""The fault tests' checker (tests/cluster/faults.py ``tally``) counts what it must: a checker that
+cannot see a lost, doubled, moved or reordered record would let every fault test pass."""
+
+from __future__ import annotations
+
+from tests.cluster.faults import tally
+
+
+def test_a_clean_history_is_ok() -> None:
+    acked = {b"0:0": (0, 0), b"0:1": (0, 1), b"1:0": (1, 0)}
+    read = {0: [(0, b"0:0"), (1, b"0:1")], 1: [(0, b"1:0")]}
+    result = tally("t", acked, read, [])
+    assert result.ok and (result.acknowledged, result.read) == (3, 3)
+
+
+def test_lost_duplicated_misplaced_and_out_of_order_records_are_counted() -> None:
+    acked = {b"0:0": (0, 0), b"0:1": (0, 1), b"0:2": (0, 2), b"1:0": (1, 0), b"1:1": (1, 1)}
+    read = {
+        0: [(0, b"0:0"), (1, b"0:2"), (2, b"0:1"), (3, b"0:2")],  # 0:1 after 0:2 (and moved), 0:2 twice
+        1: [(0, b"1:0")],  # 1:1 lost
+    }
+    result = tally("t", acked, read, ["an error"])
+    assert (result.lost, result.duplicated, result.misplaced, result.out_of_order) == (1, 1, 2, 1)
+    assert not result.ok and result.read == 5 and result.errors == ["an error"]
+    assert "lost 1, duplicated 1, misplaced 2, out of order 1, client errors 1" in result.line()
