@@ -24,6 +24,11 @@ seed 694352182 and one of 345576845, whose replay passed; the second in the seco
 - a node paused 7.7 s (logd-1 paused, then SIGKILLed, node-2 SIGKILLed meanwhile) resumed, saw its
   session expired and its two containers' logs fail ("container 0 (epoch 1) failed; restarting it"), and
   then never registered again (over 120 s; its log stops there), so the healed cluster ran on two nodes.
+  A 90 s long run (MILLRACE_NEMESIS_SECONDS=90, seed 838414416) left two of three nodes so: each time
+  the node's log shows, on resuming, "container N failed: DataLogWriterFencedError(...)", "container N
+  (epoch E) failed; restarting it", then kazoo's "Session has expired", and nothing from the member after
+  (the restart of a container whose term ended seems to hold the member's loop, so it never registers a
+  new session); the same run had both producers die of the fatal OUT_OF_ORDER_SEQUENCE above.
 """
 
 from __future__ import annotations
