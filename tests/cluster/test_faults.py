@@ -120,7 +120,7 @@ def test_native_writers_through_one_node_survive_a_node_sigkill(tmp_path: Path) 
             cluster.kill("node-2")
             load.wait_for(1000, timeout=90)
         finally:
-            load.finish(timeout=60)
+            load.finish(timeout=20)  # every event of a healthy cluster is acknowledged well within this
         result = load.check(cluster.bootstrap)
         print(result.line())
         for error in result.errors[:5]:
