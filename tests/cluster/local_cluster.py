@@ -30,6 +30,25 @@ def pid_alive(pid: int) -> bool:
     return stat[stat.rfind(b")") + 2:][:1] not in (b"Z", b"X")
 
 
+# The cluster's processes run in sessions of their own (they outlive `cluster up`), so a test process
+# killed outright (SIGKILL, a CI timeout) would leave them running: a watchdog outside the test's session
+# stops the cluster when the test process is gone.
+_WATCHDOG = """
+import os, subprocess, sys, time
+parent, directory = int(sys.argv[1]), sys.argv[2]
+while os.path.exists(f"/proc/{parent}"):
+    time.sleep(1)
+subprocess.run([sys.executable, "-m", "millrace", "cluster", "down", "--dir", directory, "--timeout", "10"],
+               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+"""
+
+
+def start_watchdog(directory: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(directory)],
+                            cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+
+
 class LocalClusterCli:
     """A cluster in ``directory`` run with the ``millrace cluster`` command; ``up`` keeps what it printed."""
 
@@ -93,13 +112,23 @@ class LocalClusterCli:
         return [int(p["pid"]) for p in state["processes"] if p["pid"] is not None]
 
     def __enter__(self) -> Self:
-        self.up()
+        self._watchdog = start_watchdog(self.directory)
+        try:
+            self.up()
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
         # Whatever the test did (paused processes included), nothing may outlive it.
         pids = [p["pid"] for p in self.summary.get("processes", [])]
-        self.down()
+        if (self.directory / "cluster.json").exists():
+            self.down()
+        watchdog = getattr(self, "_watchdog", None)
+        if watchdog is not None:
+            watchdog.kill()
+            watchdog.wait(10)
         for pid in pids:
             if pid is not None and pid_alive(pid) and self.ours(pid):
                 os.kill(pid, signal.SIGCONT)
