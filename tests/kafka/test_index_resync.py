@@ -12,6 +12,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
 from millrace.gateway.kafka.partitions import segments
+from millrace.gateway.kafka.partitions.formats import ENVELOPE
 from millrace.gateway.kafka.partitions.segments import INDEX_FLUSH_SECONDS, SegmentWriter
 from millrace.protocol.errors import BadOffsetError, ConnectionLostError, SegmentSealedError
 from millrace.store.futures import StoreFuture
@@ -20,8 +21,13 @@ ENTRY = 8  # bytes per stub entry (the real ones are fixed-size too)
 
 
 class Entry:
+    """Batch n of a data segment whose batches take 100 bytes each (envelope included)."""
+
     def __init__(self, n: int) -> None:
         self.n = n
+        self.position = n * 100 + ENVELOPE.size
+        self.length = 100 - ENVELOPE.size
+        self.end = self.position + self.length
 
     def pack(self) -> bytes:
         return self.n.to_bytes(ENTRY, "big")
@@ -128,3 +134,21 @@ def test_an_unexpected_failure_stops_the_index_rather_than_leave_a_gap(setup: An
     write(writer, clock, range(4, 6))
     assert store.waiting == []  # nothing more is appended: recovery indexes the rest from the data
     assert store.entries() == [0, 1]
+
+
+def test_entries_seen_durable_out_of_order_are_written_in_segment_order(setup: Any) -> None:
+    """An append's completion may reach the reactor after a later one's (to_deferred fires at once for a
+    future already complete): the index must still list the batches in segment order."""
+    writer, store, clock = setup
+    for n in (0, 2, 1, 3, 5, 6, 4, 7):
+        writer.index(Entry(n))  # type: ignore[arg-type]
+    clock.advance(INDEX_FLUSH_SECONDS)
+    store.answer_all()
+    assert store.entries() == list(range(8))
+    writer.index(Entry(9))  # type: ignore[arg-type]  # 8 not durable yet: 9 waits for it
+    clock.advance(INDEX_FLUSH_SECONDS)
+    assert store.waiting == [] and store.entries() == list(range(8))
+    writer.index(Entry(8))  # type: ignore[arg-type]
+    clock.advance(INDEX_FLUSH_SECONDS)
+    store.answer_all()
+    assert store.entries() == list(range(10))
