@@ -204,10 +204,21 @@ def recover_segment(store: SegmentStore, name: str) -> RecoveredSegment:
     found = RecoveredSegment(name, data_info.length, index_info.length, attributes=dict(data_info.attributes))
     scan_from = data_info.start_offset
     usable = len(raw) - len(raw) % INDEX_ENTRY_SIZE
+    previous_end: int | None = None
+    broken = False
     for at in range(0, usable, INDEX_ENTRY_SIZE):
         entry = IndexEntry.unpack_from(raw, at)
         if entry.end > data_info.length:
             break  # an index entry can never run ahead of durable data; stop trusting it here
+        if previous_end is not None and entry.position - ENVELOPE.size != previous_end:
+            # Entries out of segment order or a gap (an index written so by an older gateway): trusting
+            # what follows would hide batches behind it. The data scan below indexes them instead.
+            log.warning("index segment %s is not contiguous at entry %d (position %d after %d); the data "
+                        "past it is scanned at every load", index_name, at // INDEX_ENTRY_SIZE,
+                        entry.position - ENVELOPE.size, previous_end)
+            broken = True
+            break
+        previous_end = entry.end
         if entry.position >= data_info.start_offset:
             found.entries.append(entry)
         scan_from = max(scan_from, entry.end)
@@ -217,7 +228,7 @@ def recover_segment(store: SegmentStore, name: str) -> RecoveredSegment:
         found.entries.extend(missing)
         if usable != len(raw):
             log.warning("index segment %s has a torn tail; rebuilding its end", index_name)
-        if missing:
+        if missing and not broken:  # appended after a broken part, entries would never be trusted
             # Conditional on the index read: on a cluster the partitions' leader may be appending these
             # very entries now, and two writers must never interleave (a gap or a duplicate). If it
             # moved, the leader is writing it (and its SegmentWriter resyncs on a refused offset).
