@@ -25,10 +25,18 @@ died of a fatal OUT_OF_ORDER_SEQUENCE, which such a reload explains (its produce
 disorder too). Six short runs after the fix, that seed among them, passed (a step now also heals a
 pause on time: two back-to-back pauses of one node had added up to a session and made a zombie).
 
-The long run pauses past both timeouts; before the index fix it found two faults (3 s sessions; the
-first in two runs of seed 694352182 and one of 345576845, whose replay passed; the second in the second
-run of 694352182 and in a 90 s run); the first may be the index fault above (not run again since), the
-second is left open in the cluster member code:
+The long run (seed 694352182, 40 s) then found an index with a gap: partition 3's entries went from
+offset 283 (ending at 14650) straight to offset 789 (at 25327), over a whole data segment of offsets
+0..1536, so reloads stopped at 284: 1987 of 8403 acknowledged records unreadable. Segment recovery
+(``recover_segment``) now trusts index entries only while they are contiguous in segment order and scans
+the data past the first one that is not; the same cluster started again with it served all 8403. (Who
+wrote the gap is not traced: a zombie's writer resyncing its index end after its data appends were
+refused is a candidate.)
+
+Before these fixes the long run also found two faults (3 s sessions; the first in two runs of seed
+694352182 and one of 345576845, whose replay passed; the second in the second run of 694352182, in a 90
+s run and in the 40 s runs above); the first is probably the index faults above, the second is left open
+in the cluster member code:
 - after a failover involving a zombie, both producers died of librdkafka's *fatal* OUT_OF_ORDER_SEQUENCE
   from the new leader when retrying a batch that a previous leader had refused with NOT_LEADER
   (MsgNotPersisted), e.g. "ProduceRequest for nemesis [4] with 230 message(s) failed due to sequence
@@ -169,10 +177,15 @@ def run_nemesis(tmp_path: Path, seconds: float, longest_pause: dict[str, float])
                 nemesis.step()
                 time.sleep(nemesis.pause_until_next())
             nemesis.heal_all()
-            wait_status(cluster, lambda s: all_owned(s) and all(n["registered"] for n in s["nodes"]),
-                        "the healed cluster to own every container", timeout=120)
-            if not load.errors:  # producers dead of a fatal error take no more writes
-                load.wait_for(300, timeout=120)  # the healed cluster takes writes again
+            try:
+                wait_status(cluster, lambda s: all_owned(s) and all(n["registered"] for n in s["nodes"]),
+                            "the healed cluster to own every container with every node", timeout=120)
+            except AssertionError as exc:  # a liveness failure: still check what was acknowledged first
+                unhealed = str(exc).splitlines()[0]
+            else:
+                unhealed = ""
+                if not load.errors:  # producers dead of a fatal error take no more writes
+                    load.wait_for(300, timeout=120)  # the healed cluster takes writes again
         finally:
             nemesis.heal_all()
             load.finish(timeout=120)
@@ -184,6 +197,7 @@ def run_nemesis(tmp_path: Path, seconds: float, longest_pause: dict[str, float])
         # down); what was acknowledged must be there exactly once, where it was acknowledged, in order.
         assert result.ok, "\n".join(nemesis.history)
         assert result.read >= result.acknowledged
+        assert not unhealed, unhealed + "\n" + "\n".join(nemesis.history)
 
 
 @pytest.mark.timeout(300)
