@@ -6,9 +6,9 @@ Invariants:
   length this gateway tracks), so a foreign writer fences the gateway instead of interleaving.
 - Index entries are appended to the index segment in the data segment's order and only after their
   batch is durable, so an index entry never points past durable data.
-- Recovery trusts the index segment up to its first entry that runs past the data (or a torn tail),
-  then scans the data segment from there, so a crash loses no entry and a restart does not read the
-  whole topic.
+- Recovery trusts the index segment up to its first entry that runs past the data, does not start
+  where the previous one ended (out of order, or a gap) or is torn, then scans the data segment from
+  there, so a crash loses no entry and a restart does not read the whole topic.
 
 A ``SegmentWriter`` is owned by the reactor thread once installed. The recovery functions block on
 store reads: they run on a worker thread (or before the reactor starts), on nothing the reactor owns.
