@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import logging
+import signal
 import sys
 import time
 from typing import Any
@@ -262,6 +264,10 @@ def main(argv: list[str] | None = None) -> int:
     _admin_parsers(sub)
     add_cluster_parser(sub)
     args = parser.parse_args(argv)
+    if args.command in ("serve", "logd"):
+        # `kill -USR1 PID` prints every thread's stack to stderr, as jstack does for a JVM: the way to see
+        # what a long-running server is stuck on without stopping it.
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     if args.command == "cluster":
         return run_cluster(args)
     if args.command in ("scopes", "streams"):

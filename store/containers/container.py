@@ -145,12 +145,16 @@ class SegmentContainer:
         """Flush everything to long-term storage, checkpoint, truncate the log and stop, so the next
         start recovers from a single checkpoint."""
         with self._lock:
-            if self._state != RUNNING:
-                if self._state in (FAILED, NEW):
-                    self._shutdown_threads()
-                return
-            self._state = CLOSING
-            pending = self._processor.log_futures()
+            state = self._state
+            if state == RUNNING:
+                self._state = CLOSING
+            pending = self._processor.log_futures() if state == RUNNING else []
+        if state != RUNNING:
+            # Outside the lock: the storage writer being joined may be waiting for it (a failed container
+            # closed while its writer reported a flush once held a node's member loop for good).
+            if state in (FAILED, NEW):
+                self._shutdown_threads()
+            return
         for fut in pending:
             # A failed log is reported through _fail already; closing goes on regardless.
             with contextlib.suppress(Exception):

@@ -4,13 +4,19 @@ use the container, even from another thread; parked tail reads end exactly once.
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future
+from dataclasses import replace
 
 import pytest
 
-from millrace.store.errors import SegmentNotFoundError
+from millrace.store.containers.container import FAILED
+from millrace.store.durablelog.interface import LogAddress
+from millrace.store.durablelog.local import FileDurableDataLog
+from millrace.store.errors import DataLogWriterFencedError, SegmentNotFoundError
 from millrace.store.futures import StoreFuture
+from millrace.store.lts.filesystem import FileSystemChunkStorage
 from millrace.store.segment_store import SegmentStore
-from tests.storehelpers import open_store
+from tests.storehelpers import TEST_CONFIG, open_store
 
 
 @pytest.fixture
@@ -73,3 +79,68 @@ def test_a_repeated_seal_answers_once_everything_before_is_durable(store):
     again = store.seal("t/d")  # accepted while the first may still be in flight
     assert again.result(5) == 3 and first.result(5) == 3
     assert store.get_info("t/d").sealed
+
+
+class _GatedStorage(FileSystemChunkStorage):
+    """Chunk writes wait at a gate once it is closed, so a test can hold the storage writer mid-flush."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self.open = threading.Event()
+        self.open.set()
+        self.entered = threading.Event()
+
+    def write(self, name: str, data: bytes) -> None:
+        if not self.open.is_set():
+            self.entered.set()
+            self.open.wait(30)
+        super().write(name, data)
+
+
+class _BreakableLog(FileDurableDataLog):
+    """A file log whose appends fail once ``broken`` is set (a fenced or lost replicated log)."""
+
+    broken = False
+
+    def append(self, payload: bytes) -> Future[LogAddress]:
+        if self.broken:
+            failed: Future[LogAddress] = Future()
+            failed.set_exception(DataLogWriterFencedError("fenced by a newer owner"))
+            return failed
+        return super().append(payload)
+
+
+def test_closing_a_failed_container_while_its_writer_flushes_does_not_deadlock(tmp_path):
+    """A container whose log failed is closed while its storage writer is in the middle of a flush: the
+    writer then reports the flush (which takes the container lock), so close must not hold the lock while
+    it waits for the writer. It once did, and a cluster node whose container logs were fenced hung for
+    good in the close, never registering again."""
+    storage = _GatedStorage(str(tmp_path / "lts"))
+    logs: list[_BreakableLog] = []
+
+    def new_log(cid: int) -> _BreakableLog:
+        logs.append(_BreakableLog(str(tmp_path / f"log-{cid}")))
+        return logs[-1]
+
+    store = SegmentStore(1, new_log, storage, replace(TEST_CONFIG, flush_age_seconds=0.05))
+    store.start()
+    container = store.container_for("s/a")
+    try:
+        store.create_segment("s/a").result(timeout=10)
+        storage.open.clear()
+        store.append("s/a", b"x" * 1000).result(timeout=10)
+        assert storage.entered.wait(10), "the storage writer never flushed"
+        logs[0].broken = True
+        with pytest.raises(Exception):  # noqa: B017 - whichever error the failed log surfaces as
+            store.append("s/a", b"y").result(timeout=10)
+        assert container.state == FAILED
+        closing = threading.Thread(target=container.close, daemon=True)
+        closing.start()
+        closing.join(0.5)  # let close reach the point where it waits for the writer
+        storage.open.set()
+        closing.join(20)
+        # (Deadlocked, the store cannot be closed either: its threads are daemons and die with the run.)
+        assert not closing.is_alive(), "closing the failed container deadlocked with its storage writer"
+        store.close()
+    finally:
+        storage.open.set()
