@@ -144,6 +144,16 @@ class TxnFailedError(StoreError):
     it is being completed, or it completed the other way. Its events can no longer change."""
 
 
+class WrongHostError(StoreError):
+    """This node does not serve ``segment`` now (Pravega's WrongHost): a cluster node whose container
+    of the segment runs elsewhere, or on no node yet. Nothing was done; the client asks any node for the
+    segment's owner (GET_SEGMENT_OWNER) and sends the request there."""
+
+    def __init__(self, message: str, segment: str = "") -> None:
+        super().__init__(message)
+        self.segment = segment
+
+
 class ConnectionLostError(StoreError):
     """The connection closed with requests outstanding; their outcome is unknown."""
 
@@ -176,6 +186,7 @@ _STATUSES: tuple[tuple[type[StoreError], Status], ...] = (
     (RetriableError, Status.RETRIABLE),
     (WriterFencedError, Status.WRITER_FENCED),
     (EventsRefusedError, Status.EVENTS_REFUSED),
+    (WrongHostError, Status.WRONG_HOST),
     (TxnNotFoundError, Status.TXN_NOT_FOUND),
     (TxnFailedError, Status.TXN_FAILED),
 )
@@ -199,6 +210,8 @@ def error_details(exc: BaseException) -> dict[str, Any]:
         return {"expected": exc.expected, "actual": exc.actual}
     if isinstance(exc, EventsRefusedError):
         return {"kafka_error": exc.kafka_error}
+    if isinstance(exc, WrongHostError):
+        return {"segment": exc.segment}
     return {}
 
 
@@ -209,4 +222,6 @@ def error_from_status(status: int, header: dict[str, Any]) -> StoreError:
         return BadOffsetError(message, int(header.get("expected", -1)), int(header.get("actual", -1)))
     if status == Status.EVENTS_REFUSED:
         return EventsRefusedError(message, int(header.get("kafka_error", -1)))
+    if status == Status.WRONG_HOST:
+        return WrongHostError(message, str(header.get("segment", "")))
     return _ERROR_OF.get(status, StoreError)(message)

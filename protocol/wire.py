@@ -90,6 +90,9 @@ class Status(enum.IntEnum):
     RETRIABLE = 12
     WRITER_FENCED = 13
     EVENTS_REFUSED = 14
+    # This node does not serve the segment (a cluster node whose container runs elsewhere, Pravega's
+    # WrongHost): the header names the ``segment``; ask GET_SEGMENT_OWNER and send it there.
+    WRONG_HOST = 15
     SCOPE_NOT_FOUND = 20
     SCOPE_NOT_EMPTY = 21
     STREAM_NOT_FOUND = 22
