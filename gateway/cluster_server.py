@@ -11,8 +11,8 @@ What differs from the embedded server (``server.serve``, which stays as it is):
   a forwarded request is never forwarded again, and a node that no longer runs the container answers
   CONTAINER_OFFLINE. Clients' native segment commands, on the native listener, use the router;
 - Kafka: Metadata lists every live node and each partition's leader (the owner of the container of
-  its open segment); other nodes answer NOT_LEADER_OR_FOLLOWER, and the group coordinator is the owner
-  of the groups table's container (``gateway/kafka/cluster.py``);
+  its open segment); other nodes answer NOT_LEADER_OR_FOLLOWER, and the group (transaction) coordinator
+  is the owner of the groups (transactions) table's container (``gateway/kafka/cluster.py``);
 - each listener is advertised (in ``nodes/<id>`` and to Kafka clients) as ``--advertised-kafka`` etc.,
   as Kafka's advertised.listeners: a node bound to 0.0.0.0 must not send clients to 0.0.0.0.
 
@@ -42,10 +42,16 @@ from twisted.python.failure import Failure
 
 from millrace.gateway.http import StreamViews, http_site
 from millrace.gateway.kafka.broker import Broker, KafkaConfig
-from millrace.gateway.kafka.cluster import GroupCoordination, KafkaCluster, out_of_date_topics
+from millrace.gateway.kafka.cluster import (
+    GroupCoordination,
+    KafkaCluster,
+    TransactionCoordination,
+    out_of_date_topics,
+)
 from millrace.gateway.kafka.connection import KafkaFactory
 from millrace.gateway.kafka.setup import build_kafka, start_background
 from millrace.gateway.native.handler import NativeFactory, NativeProtocol
+from millrace.gateway.native.txn_cluster import NodeLinks, cluster_txn_handlers
 from millrace.gateway.server import topic_partitions
 from millrace.protocol.contracts import SegmentInfo
 from millrace.protocol.wire import Command
@@ -235,6 +241,7 @@ class ClusterServer:
         self.router: ClusterSegmentStore | None = None
         self.broker: Broker | None = None
         self.loops: list[task.LoopingCall] = []
+        self.links: NodeLinks | None = None  # connections to other nodes' native listeners
         self.autoscaler: AutoScaler | None = None
         self.failed = False
 
@@ -324,12 +331,21 @@ class ClusterServer:
         broker.partitions.leadership = cluster
         groups = GroupCoordination(cluster, broker.groups)
         broker.groups.coordinator_check = groups.check
+        # Before start_background: the transactions are served (and prepared ones completed) only in a
+        # term of the transactions table's container here.
+        transactions = TransactionCoordination(cluster, broker.transactions)
+        broker.transactions.coordination = transactions.check
         kafka_factory.connection_budget_bytes = options.connection_budget_mb * MIB
         self.kafka_front.inner = kafka_factory
         native_factory = NativeFactory(ClientSegments(self.router), controller, self.pool,  # type: ignore[arg-type]
                                        broker.scaling,
                                        topic_partitions(broker),
-                                       connection_budget_bytes=options.connection_budget_mb * MIB, broker=broker)
+                                       connection_budget_bytes=options.connection_budget_mb * MIB, broker=broker,
+                                       transactions=False)
+        # Native transactions: served by the owner of their table's container, forwarded there by the others.
+        self.links = NodeLinks(broker)
+        txn_commands, native_txns = cluster_txn_handlers(broker, cluster, self.links)
+        native_factory.controller_commands.update(txn_commands)
         # Pravega's getURI: which node serves a segment (from the watched assignments: no I/O on the reactor).
         native_factory.controller_commands[Command.GET_SEGMENT_OWNER] = \
             lambda h, p: cluster.segment_owner(h["segment"])
@@ -355,6 +371,9 @@ class ClusterServer:
             lambda f: log.warning("refreshing topics failed: %s", f.getErrorMessage())))
         # Drops the groups as soon as their container moves away (not only at the next group request).
         self._every(0.5, groups.check)
+        self._every(0.5, native_txns)
+        # Likewise the transactions; and a new coordinator completes prepared transactions unasked.
+        self._every(0.5, transactions.check)
         # The controller's timers run on one node at a time: the auto-scaler follows the assigner
         # election (rates of other nodes' segments come over the wire: SEGMENT_RATES).
         self.autoscaler = AutoScaler(
@@ -383,6 +402,8 @@ class ClusterServer:
         if self.broker is not None:
             self.broker.transactions.stop()
         self.pool.shutdown(wait=True)
+        if self.links is not None:
+            self.links.close()
         if self.router is not None:
             self.router.close()
         if self.node is not None:

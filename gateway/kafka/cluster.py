@@ -5,12 +5,13 @@ Kafka keeps a partition's offset index, producer states and high watermark in it
 does Millrace: they live in one gateway's reactor (``SegmentPartitionStorage``). The leader of a
 partition is the node that owns the container of the partition's open segment (``containers/<id>`` in
 ZooKeeper, the same hash on every node), as a Pravega segment is served by its container's owner; the
-group coordinator is the owner of the groups table's container. Every other node answers
+group coordinator is the owner of the groups table's container, the transaction coordinator the owner
+of the transactions table's container. Every other node answers
 NOT_LEADER_OR_FOLLOWER / NOT_COORDINATOR, which clients retry after a metadata refresh.
 
 A node serves a partition (or the groups) only from state it loaded during its *current* term of the
 container: another node may have appended in an earlier term, so a new term means a reload first
-(``SegmentPartitionStorage.check_leader``, ``GroupCoordination``).
+(``SegmentPartitionStorage.check_leader``, ``GroupCoordination``, ``TransactionCoordination``).
 
 Threads: ZooKeeper watches update the broker list and the assignments on kazoo's threads; the reactor
 reads them (whole-value replacements of plain dicts, so a reader sees one version or the next).
@@ -26,9 +27,11 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.protocol.states import ZnodeStat
+from twisted.python.failure import Failure
 
 from millrace.gateway.kafka.group_store import GROUPS_TABLE
 from millrace.gateway.kafka.topics import TopicInfo
+from millrace.gateway.kafka.transactions.state import TRANSACTIONS_TABLE
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.store.cluster.assignment import Assignment
 from millrace.store.cluster.containers import SegmentContainerHost
@@ -196,6 +199,9 @@ class KafkaCluster:
     def group_coordinator(self) -> KafkaNode | None:
         return self.leader(GROUPS_TABLE)
 
+    def transaction_coordinator(self) -> KafkaNode | None:
+        return self.leader(TRANSACTIONS_TABLE)
+
     # -- Leadership ----------------------------------------------------------------------------------
     def terms(self) -> dict[int, int]:
         return {cid: term.epoch for cid, term in self.host.terms().items()}
@@ -269,3 +275,46 @@ class GroupCoordination:
         self.groups.shutdown()
         self.groups.groups = {}
         self.loaded_term = None
+
+
+class TransactionCoordination:
+    """Keeps the transaction coordinator's state for the current term of the transactions table's
+    container only, as ``GroupCoordination`` does for the groups: dropped when the container runs
+    elsewhere (its retries stop, so a former coordinator writes no marker or record after its successor
+    started), reloaded when a new term starts here, after which every transaction the table shows
+    prepared is completed again (Kafka's new coordinator does the same). The term is the coordinator
+    epoch in the markers this node writes."""
+
+    def __init__(self, cluster: KafkaCluster, transactions: Any) -> None:
+        self.cluster = cluster
+        self.transactions = transactions
+        self.loaded_term: int | None = None  # the term whose state is held (or loading)
+        self.loading = False
+
+    def check(self) -> ErrorCode | None:
+        """Reactor: None when this node coordinates with state of its current term, else the error."""
+        term = self.cluster.terms().get(self.cluster.container_of(TRANSACTIONS_TABLE))
+        if term is None:
+            if self.loaded_term is not None:
+                log.info("the transactions table's container runs elsewhere: dropping transaction state")
+                self.loaded_term = None
+                self.transactions.reset()
+            return ErrorCode.NOT_COORDINATOR
+        if term != self.loaded_term and not self.loading:
+            log.info("term %d of the transactions table's container: loading transaction state", term)
+            self.loaded_term = term  # before the load reads: state of this term (or a later one)
+            self.loading = True
+            self.transactions.coordinator_epoch = term
+            self.transactions.reload().addBoth(self._loaded, term)
+        if self.loading:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        return None if term == self.loaded_term else ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+
+    def _loaded(self, result: Any, term: int) -> None:
+        self.loading = False
+        if isinstance(result, Failure):
+            log.warning("loading transaction state failed: %s", result.getErrorMessage())
+            self.loaded_term = None  # the next check loads again
+            return
+        if self.loaded_term == term and self.check() is None:
+            self.transactions.resume()

@@ -36,7 +36,7 @@ APIS = frozenset({
     "ListOffsets", "Metadata", "OffsetCommit", "OffsetDelete", "OffsetFetch", "OffsetForLeaderEpoch",
     "Produce", "SyncGroup",
     "AddOffsetsToTxn", "AddPartitionsToTxn", "DescribeTransactions", "EndTxn", "ListTransactions",
-    "TxnOffsetCommit",
+    "TxnOffsetCommit", "WriteTxnMarkers",
     "DescribeTopicPartitions", "DescribeLogDirs", "AlterReplicaLogDirs", "DescribeProducers",
     "ElectLeaders", "AlterPartitionReassignments", "ListPartitionReassignments", "DescribeQuorum",
     "ConsumerGroupHeartbeat", "ConsumerGroupDescribe",

@@ -1,10 +1,14 @@
-"""FindCoordinator (10): this single node coordinates every group.
+"""FindCoordinator (10): in one process this node coordinates every group and transactional id; on a
+cluster the group coordinator is the owner of the groups table's container and the transaction
+coordinator the owner of the transactions table's container (``gateway/kafka/cluster.py``).
 
-Key types: 0 = consumer group and 1 = transactional id (both answered with this node), 2 = share
-group (v6+, not supported: COORDINATOR_NOT_AVAILABLE); any other is an INVALID_REQUEST, as in Kafka.
+Key types: 0 = consumer group and 1 = transactional id, 2 = share group (v6+, not supported:
+COORDINATOR_NOT_AVAILABLE); any other is an INVALID_REQUEST, as in Kafka.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from millrace.gateway.kafka.broker import RequestContext
 from millrace.gateway.kafka.registry import api
@@ -14,6 +18,9 @@ from millrace.gateway.kafka_protocol.messages.find_coordinator import (
     FindCoordinatorResponse,
 )
 
+if TYPE_CHECKING:
+    from millrace.gateway.kafka.cluster import KafkaNode
+
 FIND_COORDINATOR = FindCoordinatorRequest.API_KEY
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
@@ -22,11 +29,10 @@ KEY_TYPE_SHARE = 2
 
 def _lookup(ctx: RequestContext, key_type: int, key: str) -> tuple[ErrorCode, str | None]:
     cluster = ctx.broker.cluster
-    if cluster is not None and key_type == KEY_TYPE_TRANSACTION:
-        # The transaction coordinator writes markers to partitions led by other nodes: not built yet.
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not supported on a multi-node cluster yet"
     if cluster is not None and key_type == KEY_TYPE_GROUP and cluster.group_coordinator() is None:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the groups table's container has no live owner"
+    if cluster is not None and key_type == KEY_TYPE_TRANSACTION and cluster.transaction_coordinator() is None:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the transactions table's container has no live owner"
     if key_type in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
         return ErrorCode.NONE, None
     if key_type == KEY_TYPE_SHARE and ctx.api_version >= 6:
@@ -34,12 +40,14 @@ def _lookup(ctx: RequestContext, key_type: int, key: str) -> tuple[ErrorCode, st
     return ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
 
 
-def _coordinator(ctx: RequestContext) -> tuple[int, str, int]:
-    """(node id, host, port) of the group coordinator: this node, or on a cluster the owner of the
-    groups table's container (``_lookup`` has checked there is one)."""
+def _coordinator(ctx: RequestContext, key_type: int) -> tuple[int, str, int]:
+    """(node id, host, port) of the coordinator for ``key_type``: this node, or on a cluster the owner of
+    the groups (transactions) table's container (``_lookup`` has checked there is one)."""
     config = ctx.broker.config
     cluster = ctx.broker.cluster
-    node = cluster.group_coordinator() if cluster is not None else None
+    node: KafkaNode | None = None
+    if cluster is not None:
+        node = cluster.transaction_coordinator() if key_type == KEY_TYPE_TRANSACTION else cluster.group_coordinator()
     if node is not None:
         return node.node_id, node.host, node.port
     return config.node_id, config.advertised_host, config.advertised_port
@@ -48,8 +56,8 @@ def _coordinator(ctx: RequestContext) -> tuple[int, str, int]:
 @api(FindCoordinatorRequest, 0, 6)
 def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
     cls = FindCoordinatorResponse
-    node_id, host, port = _coordinator(ctx)
     key_type = request.key_type if ctx.api_version >= 1 else KEY_TYPE_GROUP
+    node_id, host, port = _coordinator(ctx, key_type)
     if ctx.api_version >= 4:
         coordinators = []
         for key in request.coordinator_keys:

@@ -25,6 +25,9 @@ def handle_init_producer_id(ctx: RequestContext,
         # v3+ names the producer's current id and epoch (KIP-360); before v4 a fenced producer is told
         # INVALID_PRODUCER_EPOCH, as Kafka tells it.
         named = ctx.api_version >= 3
+        elsewhere = ctx.broker.transactions.check()  # on a cluster: another node coordinates, or loading
+        if elsewhere is not None:
+            return Response(error_code=int(elsewhere), producer_id=-1, producer_epoch=-1)
         d = ctx.broker.transactions.init_producer_id(
             request.transactional_id, request.transaction_timeout_ms,
             request.producer_id if named else -1, request.producer_epoch if named else -1)

@@ -73,6 +73,9 @@ def handle_add_partitions_to_txn(ctx: RequestContext,
         return cls(results_by_topic_v3_and_below=[
             cls.AddPartitionsToTxnTopicResult(name=name, results_by_partition=parts) for name, parts in by_topic.items()])
 
+    elsewhere = _coordinator(ctx).check()
+    if elsewhere is not None:
+        return defer.succeed(respond(dict.fromkeys(wanted, elsewhere)))
     if unknown:
         # As Kafka: nothing is added when any partition is unknown; the others were not attempted.
         return defer.succeed(respond({tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
@@ -85,6 +88,9 @@ def handle_add_partitions_to_txn(ctx: RequestContext,
 @api(AddOffsetsToTxnRequest, 0, 4)
 def handle_add_offsets_to_txn(ctx: RequestContext,
                               request: AddOffsetsToTxnRequest) -> defer.Deferred[AddOffsetsToTxnResponse]:
+    elsewhere = _coordinator(ctx).check()
+    if elsewhere is not None:
+        return defer.succeed(AddOffsetsToTxnResponse(error_code=int(elsewhere)))
     if not request.group_id:
         return defer.succeed(AddOffsetsToTxnResponse(error_code=int(ErrorCode.INVALID_GROUP_ID)))
     d = _coordinator(ctx).add_offsets(request.transactional_id, request.producer_id, request.producer_epoch,
@@ -94,6 +100,9 @@ def handle_add_offsets_to_txn(ctx: RequestContext,
 
 @api(EndTxnRequest, 0, 4)
 def handle_end_txn(ctx: RequestContext, request: EndTxnRequest) -> defer.Deferred[EndTxnResponse]:
+    elsewhere = _coordinator(ctx).check()
+    if elsewhere is not None:
+        return defer.succeed(EndTxnResponse(error_code=int(elsewhere), producer_id=-1, producer_epoch=-1))
     d = _coordinator(ctx).end_txn(request.transactional_id, request.producer_id, request.producer_epoch,
                                   request.committed, _fenced(ctx))
     return d.addCallback(lambda error: EndTxnResponse(error_code=int(error), producer_id=-1, producer_epoch=-1))

@@ -28,8 +28,10 @@ from twisted.internet import defer
 from millrace.gateway.kafka.partitions.errors import PartitionError
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 
-#: The coordinator epoch in every transaction marker: Millrace's one transaction coordinator never moves
-#: to another node, so its epoch never changes.
+#: The coordinator epoch of the markers of a single-process server (its coordinator never moves) and of
+#: markers read back at a load (the index does not keep it). On a cluster, markers carry the coordinator's
+#: term of the transactions table's container, and a partition refuses a marker of an older term than
+#: the last it saw (``transactions.markers``).
 MARKER_COORDINATOR_EPOCH = 0
 PRODUCER_WINDOW = 5  # batches remembered per producer for duplicate detection, as Kafka does
 _SEQUENCE_MASK = 0x7FFFFFFF  # sequences wrap at 2**31

@@ -1,5 +1,11 @@
-"""The transaction coordinator (KIP-98, with KIP-447's group checks and KIP-890's produce verification),
-for the single gateway node that coordinates every transactional id.
+"""The transaction coordinator (KIP-98, with KIP-447's group checks and KIP-890's produce verification).
+
+In one process this node coordinates every transactional id. On a cluster the coordinator is the owner
+of the transactions table's container, and it serves only from state it loaded in its current term of
+that container (``coordination``, ``gateway.kafka.cluster.TransactionCoordination``): a new term drops
+what it held, reloads the table and completes every prepared transaction again (``resume``); other
+nodes answer NOT_COORDINATOR. Markers for partitions led by other nodes go to their leaders as
+WriteTxnMarkers (``markers``), retried against whichever node leads the partition next.
 
 State machine, as Kafka's: Empty -> Ongoing (AddPartitionsToTxn / AddOffsetsToTxn) -> PrepareCommit or
 PrepareAbort (EndTxn, a fencing InitProducerId, the timeout) -> CompleteCommit or CompleteAbort once a
@@ -34,6 +40,8 @@ from twisted.python.failure import Failure
 from millrace.gateway.kafka.group_store import OffsetAndMetadata
 from millrace.gateway.kafka.groups import get_coordinator
 from millrace.gateway.kafka.partitions import PartitionError
+from millrace.gateway.kafka.partitions.producers import MARKER_COORDINATOR_EPOCH
+from millrace.gateway.kafka.transactions.markers import MarkerWriter, send_markers
 from millrace.gateway.kafka.transactions.state import (
     IDLE,
     PREPARING,
@@ -54,6 +62,21 @@ log = logging.getLogger(__name__)
 MAX_TIMEOUT_MS = 900_000  # Kafka's transaction.max.timeout.ms default
 MAX_EPOCH = 32767
 RETRY_SECONDS = 0.2  # a marker or offset write that failed (partition reloading) is tried again after this
+
+
+#: The ids native writers are opened under (``gateway.native.event_commands.WRITER_ID_PREFIX``, checked
+#: equal by a test). On a cluster they stay with the node that has them, as before coordination moved:
+#: the native OPEN_WRITER is served by any node (routing native writers to the coordinator is left).
+NATIVE_WRITER_PREFIX = "millrace.writer:"
+
+
+def coordinated(transactional_id: str) -> bool:
+    """Whether the id is a Kafka transactional id, served by the coordinating node only."""
+    return not transactional_id.startswith(NATIVE_WRITER_PREFIX)
+
+
+class NotCoordinatingError(Exception):
+    """This node no longer coordinates the transaction (its state was dropped: another term or node)."""
 
 
 def _now_ms() -> int:
@@ -116,24 +139,73 @@ class TransactionCoordinator:
         self._initializing: set[str] = set()
         self._writer = _TableWriter(broker.tables, broker.blocking)
         self._loop: task.LoopingCall | None = None
+        self.markers = MarkerWriter(broker.partitions)
+        # On a cluster: None while this node coordinates with state of its current term, else the error
+        # to answer (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS); None in one process.
+        self.coordination: Callable[[], ErrorCode | None] | None = None
+        self.coordinator_epoch = MARKER_COORDINATOR_EPOCH  # on a cluster: the term, in every marker
+        # Bumped whenever the state is dropped: work of an older generation (retries, callbacks) stops.
+        self.generation = 0
 
     # -- start ---------------------------------------------------------------------------------------
     def load(self) -> None:
         """Blocking: read every transaction record (before the reactor runs)."""
+        self._install(self._read())
+
+    def _read(self) -> list[TransactionMetadata]:
+        """Blocking: every transaction record in the table (made if missing)."""
         tables = self.broker.tables
         if not tables.exists(TRANSACTIONS_TABLE):
             with contextlib.suppress(SegmentExistsError):
                 tables.create_table(TRANSACTIONS_TABLE)
-        for entry in tables.entries(TRANSACTIONS_TABLE):
-            meta = TransactionMetadata.decode(entry.key.decode(), entry.value)
+        return [TransactionMetadata.decode(entry.key.decode(), entry.value)
+                for entry in tables.entries(TRANSACTIONS_TABLE)]
+
+    def _install(self, records: list[TransactionMetadata]) -> None:
+        for meta in records:
             self.txns[meta.transactional_id] = meta
             self._by_pid[meta.producer_id] = meta
 
-    def start(self) -> None:
-        """On the reactor: finish transactions a crash left prepared, then watch for timeouts."""
+    def reload(self) -> defer.Deferred[None]:
+        """Reactor (a cluster node's new term): drop what is held, read the table on the worker pool and
+        install it unless dropped again meanwhile (the caller then ``resume``s)."""
+        self.reset()
+        generation = self.generation
+
+        def install(records: list[TransactionMetadata]) -> None:
+            if generation == self.generation:
+                self._install([meta for meta in records if coordinated(meta.transactional_id)])
+
+        return self.broker.blocking(self._read).addCallback(install)
+
+    def reset(self) -> None:
+        """Reactor: forget every transaction (its state is durable in the table); EndTxn calls waiting
+        on a completion are told NOT_COORDINATOR, and the completion's retries stop."""
+        self.generation += 1
+        waiting = [d for tid, d in self._completing.items() if coordinated(tid)]
+        self.txns = {tid: meta for tid, meta in self.txns.items() if not coordinated(tid)}
+        self._by_pid = {pid: meta for pid, meta in self._by_pid.items() if not coordinated(meta.transactional_id)}
+        self._completing = {tid: d for tid, d in self._completing.items() if not coordinated(tid)}
+        self._initializing = {tid for tid in self._initializing if not coordinated(tid)}
+        for d in waiting:
+            d.callback(ErrorCode.NOT_COORDINATOR)
+
+    def check(self) -> ErrorCode | None:
+        """None when this node coordinates transactions now, else the error to answer."""
+        return None if self.coordination is None else self.coordination()
+
+    def resume(self) -> None:
+        """Reactor: complete the transactions a crash (or a moved coordinator) left prepared, as Kafka's
+        new coordinator does: their markers are written again (at most once per partition)."""
         for meta in list(self.txns.values()):
-            if meta.state in PREPARING:
+            if meta.state in PREPARING and meta.transactional_id not in self._completing:
                 self._complete(meta, meta.state == TxnState.PREPARE_COMMIT)
+
+    def start(self) -> None:
+        """On the reactor: finish transactions a crash left prepared (on a cluster, the coordination
+        does that when a term starts), then watch for timeouts."""
+        if self.coordination is None:
+            self.resume()
         self._loop = task.LoopingCall(self.abort_timed_out)
         self._loop.clock = self.clock
         self._loop.start(self.check_seconds, now=False)
@@ -144,7 +216,11 @@ class TransactionCoordinator:
 
     # -- checks ----------------------------------------------------------------------------------------
     def check_produce(self, topic: str, partition: int, producer_id: int, epoch: int) -> None:
-        """Raises PartitionError unless the partition is in the producer's ongoing transaction."""
+        """Raises PartitionError unless the partition is in the producer's ongoing transaction. On a
+        cluster node that does not coordinate transactions the batch is admitted unchecked, as Kafka's
+        leaders admitted them before KIP-890 (the check would need a call to the coordinator)."""
+        if self.check() is not None:
+            return
         meta = self._by_pid.get(producer_id)
         if meta is None or meta.producer_id != producer_id:
             raise PartitionError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
@@ -181,11 +257,14 @@ class TransactionCoordinator:
         if transactional_id in self._initializing or transactional_id in self._completing:
             return defer.succeed((ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1))
         meta = self.txns.get(transactional_id)
+        generation = self.generation
         if meta is None:
             self._initializing.add(transactional_id)
             d = self.broker.blocking(self.broker.producer_ids.allocate)
 
             def allocated(pid: int) -> defer.Deferred[tuple[ErrorCode, int, int]]:
+                if generation != self.generation and coordinated(transactional_id):
+                    return defer.succeed((ErrorCode.NOT_COORDINATOR, -1, -1))
                 fresh = TransactionMetadata(transactional_id, pid, 0, timeout_ms, updated_ms=_now_ms())
                 self.txns[transactional_id] = fresh
                 self._by_pid[pid] = fresh
@@ -234,8 +313,7 @@ class TransactionCoordinator:
 
     @staticmethod
     def _unavailable(failure: Failure, rest: tuple[int, ...]) -> tuple[Any, ...]:
-        log.warning("transaction state write failed: %s", failure.getErrorMessage())
-        return (ErrorCode.COORDINATOR_NOT_AVAILABLE, *rest)
+        return (TransactionCoordinator._unavailable_code(failure), *rest)
 
     def _bump_epoch(self, meta: TransactionMetadata) -> None:
         # The fencing epoch itself is never handed to a producer: the next InitProducerId bumps again.
@@ -278,6 +356,8 @@ class TransactionCoordinator:
 
     @staticmethod
     def _unavailable_code(failure: Failure) -> ErrorCode:
+        if failure.check(NotCoordinatingError):
+            return ErrorCode.NOT_COORDINATOR
         log.warning("transaction state write failed: %s", failure.getErrorMessage())
         return ErrorCode.COORDINATOR_NOT_AVAILABLE
 
@@ -319,6 +399,8 @@ class TransactionCoordinator:
             self._complete(meta, commit)
 
         def failed(failure: Failure) -> None:
+            if failure.check(NotCoordinatingError):
+                return  # dropped: the next coordinator completes it from the table
             # The Prepare record may or may not be durable: keep retrying the whole completion.
             log.warning("preparing %s failed: %s", meta.transactional_id, failure.getErrorMessage())
             self.clock.callLater(RETRY_SECONDS, lambda: self._persist(meta).addCallbacks(prepared, failed))
@@ -331,10 +413,12 @@ class TransactionCoordinator:
         the complete state; fires the waiting EndTxn."""
         if meta.transactional_id not in self._completing:
             self._completing[meta.transactional_id] = defer.Deferred()
-        pid, epoch = meta.producer_id, meta.producer_epoch
-        steps = [self._marker(topic, partition, pid, epoch, commit) for topic, partition in sorted(meta.partitions)]
+        pid, epoch, generation = meta.producer_id, meta.producer_epoch, self.generation
+        steps = [self._marker(topic, partition, pid, epoch, commit, generation)
+                 for topic, partition in sorted(meta.partitions)]
         if commit:
-            steps.extend(self._group_offsets(group, offsets) for group, offsets in meta.offsets.items() if offsets)
+            steps.extend(self._group_offsets(group, offsets, generation)
+                         for group, offsets in meta.offsets.items() if offsets)
 
         def finish(_: Any) -> defer.Deferred[None]:
             meta.state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
@@ -358,19 +442,26 @@ class TransactionCoordinator:
             self._persist(meta).addCallbacks(result.callback, retry)
 
         def retry(failure: Failure) -> None:
+            if failure.check(NotCoordinatingError):
+                return  # dropped: the next coordinator completes it from the table
             log.warning("recording %s failed: %s", meta.transactional_id, failure.getErrorMessage())
             self.clock.callLater(RETRY_SECONDS, attempt)
 
         attempt()
         return result
 
-    def _marker(self, topic: str, partition: int, pid: int, epoch: int, commit: bool) -> defer.Deferred[None]:
-        """The marker of one partition, written (retrying while the partition recovers) or skipped if the
-        topic or partition is gone."""
+    def _marker(self, topic: str, partition: int, pid: int, epoch: int, commit: bool,
+                generation: int) -> defer.Deferred[None]:
+        """The marker of one partition, written by its leader (here, or another node asked with
+        WriteTxnMarkers; retrying while the partition recovers or moves) or skipped if the topic or
+        partition is gone. Stops (never fires) once the coordinator's state of ``generation`` is dropped."""
         result: defer.Deferred[None] = defer.Deferred()
         storage = self.broker.partitions
 
         def attempt() -> None:
+            # check() first: a node back from a pause learns here that its term is over (and drops).
+            if self.check() is not None or generation != self.generation:
+                return
             # record, not get: the partition record whatever the stream's scope (get knows Kafka topics only).
             info = self.broker.topics.record(topic)
             if info is None or partition >= info.partition_count:
@@ -378,10 +469,28 @@ class TransactionCoordinator:
                 return
             storage.open_topic(info).addCallback(write).addCallbacks(lambda _: result.callback(None), retry)
 
-        def write(parts: list[Any]) -> defer.Deferred[int]:
-            return storage.write_marker(parts[partition], pid, epoch, commit)
+        def write(parts: list[Any]) -> defer.Deferred[None]:
+            p = parts[partition]
+            cluster = self.broker.cluster
+            if cluster is not None and p.writer is not None:
+                leader = cluster.leader(p.writer.name)
+                if leader is None:
+                    raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{topic}-{partition} has no leader now")
+                if leader.node_id != self.broker.config.node_id:
+                    return self.broker.blocking(send_markers, leader.host, leader.port, pid, epoch, commit,
+                                                self.coordinator_epoch, {topic: [partition]}).addCallback(answered)
+            return self.markers.write(p, pid, epoch, commit, self.coordinator_epoch)
+
+        def answered(errors: dict[tuple[str, int], ErrorCode]) -> None:
+            error = errors[(topic, partition)]
+            if error not in (ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+                raise PartitionError(error, f"{topic}-{partition}: {error.name}")
 
         def retry(failure: Failure) -> None:
+            if failure.check(PartitionError) and failure.value.error_code is ErrorCode.INVALID_PRODUCER_EPOCH:  # type: ignore[union-attr]
+                # The partition holds a newer epoch of the producer: this marker's transaction is over there.
+                result.callback(None)
+                return
             if not failure.check(PartitionError):
                 log.warning("marker for %s-%s failed: %s", topic, partition, failure.getErrorMessage())
             self.clock.callLater(RETRY_SECONDS, attempt)
@@ -389,18 +498,23 @@ class TransactionCoordinator:
         attempt()
         return result
 
-    def _group_offsets(self, group_id: str, offsets: dict[TopicPartition, OffsetAndMetadata]) -> defer.Deferred[None]:
+    def _group_offsets(self, group_id: str, offsets: dict[TopicPartition, OffsetAndMetadata],
+                       generation: int) -> defer.Deferred[None]:
         result: defer.Deferred[None] = defer.Deferred()
         stamped = {tp: OffsetAndMetadata(om.offset, om.leader_epoch, om.metadata, om.commit_timestamp or _now_ms())
                    for tp, om in offsets.items()}
 
         def attempt() -> None:
+            if generation != self.generation:
+                return
             d = get_coordinator(self.broker).call(lambda c: c.commit_transactional_offsets(group_id, stamped))
             d.addCallbacks(committed, retry)
 
         def committed(errors: dict[TopicPartition, ErrorCode]) -> None:
-            if any(e in (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE)
-                   for e in errors.values()):
+            # NOT_COORDINATOR: the groups moved away from this node since TxnOffsetCommit (which needs
+            # both coordinators on one node): retried, never dropped, until they are here again.
+            if any(e in (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                         ErrorCode.NOT_COORDINATOR) for e in errors.values()):
                 self.clock.callLater(RETRY_SECONDS, attempt)
             else:
                 result.callback(None)
@@ -416,6 +530,8 @@ class TransactionCoordinator:
         """Abort every Ongoing transaction past its timeout, fencing its producer (Kafka bumps the epoch
         too: the abandoned producer gets PRODUCER_FENCED / INVALID_PRODUCER_EPOCH if it comes back)."""
         now_ms = _now_ms() if now_ms is None else now_ms
+        if self.check() is not None:
+            return []  # another node coordinates (or this one is loading)
         aborted = []
         for meta in list(self.txns.values()):
             if meta.state == TxnState.ONGOING and meta.transactional_id not in self._completing \
@@ -428,4 +544,9 @@ class TransactionCoordinator:
         return aborted
 
     def _persist(self, meta: TransactionMetadata) -> defer.Deferred[None]:
+        """Write ``meta``'s record, unless its state was dropped (another term or node coordinates):
+        a former coordinator must not write over its successor's records."""
+        if coordinated(meta.transactional_id) and (self.txns.get(meta.transactional_id) is not meta
+                                                   or self.check() is not None):
+            return defer.fail(NotCoordinatingError(meta.transactional_id))
         return self._writer.put(meta.transactional_id.encode(), meta.encode())

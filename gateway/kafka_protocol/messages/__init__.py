@@ -30,6 +30,7 @@ API_KEYS: dict[int, ApiInfo] = {
     24: ApiInfo(24, 'AddPartitionsToTxn', 'add_partitions_to_txn', 0, 5, 3, 3, False, ('zkBroker', 'broker')),
     25: ApiInfo(25, 'AddOffsetsToTxn', 'add_offsets_to_txn', 0, 4, 3, 3, False, ('zkBroker', 'broker')),
     26: ApiInfo(26, 'EndTxn', 'end_txn', 0, 5, 3, 3, True, ('zkBroker', 'broker')),
+    27: ApiInfo(27, 'WriteTxnMarkers', 'write_txn_markers', 0, 1, 1, 1, False, ('zkBroker', 'broker')),
     28: ApiInfo(28, 'TxnOffsetCommit', 'txn_offset_commit', 0, 4, 3, 3, False, ('zkBroker', 'broker')),
     32: ApiInfo(32, 'DescribeConfigs', 'describe_configs', 0, 4, 4, 4, False, ('zkBroker', 'broker', 'controller')),
     33: ApiInfo(33, 'AlterConfigs', 'alter_configs', 0, 2, 2, 2, False, ('zkBroker', 'broker', 'controller')),
@@ -141,4 +142,6 @@ SPEC_MODULES: dict[str, str] = {
     'SyncGroupResponse': 'sync_group',
     'TxnOffsetCommitRequest': 'txn_offset_commit',
     'TxnOffsetCommitResponse': 'txn_offset_commit',
+    'WriteTxnMarkersRequest': 'write_txn_markers',
+    'WriteTxnMarkersResponse': 'write_txn_markers',
 }

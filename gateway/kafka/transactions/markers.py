@@ -1,0 +1,128 @@
+"""Transaction markers on a partition leader: written at most once per transaction end, and sent from
+the transaction coordinator to leaders on other nodes with Kafka's WriteTxnMarkers (API 27).
+
+Why the Kafka protocol between nodes, not the peer listener: the peer listener serves segment commands
+of a node's containers only, while a marker needs the partition state a leader keeps in its Kafka
+gateway (open transactions, producer epochs, last stable offset); every node's advertised Kafka
+listener is in the cluster view already, and WriteTxnMarkers is how Kafka's coordinator does it.
+
+Idempotence (``MarkerWriter.write``): a coordinator retries a marker whose answer it did not get, and a
+new coordinator term writes the markers of a prepared transaction again. A marker is written only while
+the producer has a transaction open in the partition or the marker's epoch is newer than the one the
+partition knows (a fencing abort); a marker already in flight for the producer is waited for instead of
+written twice. So a repeated marker never closes a later transaction of the producer early.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from typing import TYPE_CHECKING, Any
+
+from twisted.internet import defer
+from twisted.python.failure import Failure
+
+from millrace.gateway.kafka.partitions import PartitionError
+from millrace.gateway.kafka_protocol.codec import decode_response, encode_request
+from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka_protocol.messages.write_txn_markers import (
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
+)
+
+if TYPE_CHECKING:
+    from millrace.gateway.kafka.partitions.partition import PartitionLog
+    from millrace.gateway.kafka.partitions.storage import SegmentPartitionStorage
+
+WRITE_TXN_MARKERS = WriteTxnMarkersRequest.API_KEY
+MARKERS_VERSION = 1
+SEND_TIMEOUT_SECONDS = 10.0
+CLIENT_ID = "millrace-txn-coordinator"
+
+
+class MarkerWriter:
+    """Writes markers on this node's partitions, once per transaction end (reactor thread)."""
+
+    def __init__(self, storage: SegmentPartitionStorage) -> None:
+        self.storage = storage
+        # (topic, partition, producer id) of a marker being written there now ->
+        self._in_flight: dict[tuple[str, int, int], list[defer.Deferred[None]]] = {}  # their waiters
+
+    def write(self, p: PartitionLog, producer_id: int, epoch: int, commit: bool,
+              coordinator_epoch: int) -> defer.Deferred[None]:
+        """Fires once the partition has closed the producer's transaction of ``epoch`` (or had nothing
+        of it to close); errbacks with PartitionError (NOT_LEADER_OR_FOLLOWER ... : try again)."""
+        return defer.maybeDeferred(self._write, p, producer_id, epoch, commit, coordinator_epoch)
+
+    def _write(self, p: PartitionLog, producer_id: int, epoch: int, commit: bool,
+               coordinator_epoch: int) -> defer.Deferred[None]:
+        key = (p.topic, p.partition, producer_id)
+        waiting = self._in_flight.get(key)
+        if waiting is not None:
+            waiter: defer.Deferred[None] = defer.Deferred()
+            waiting.append(waiter)
+            return waiter
+        self.storage.check_leader(p)
+        loaded = self.storage.loaded(p.topic)
+        if loaded is None or p.partition >= len(loaded) or loaded[p.partition] is not p:
+            raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{p.topic}-{p.partition} is reloading")
+        state = p.producers.get(producer_id)
+        known_epoch = -1 if state is None else state.epoch
+        if state is not None and state.coordinator_epoch > coordinator_epoch:
+            # A later coordinator term wrote here already: this one is a former coordinator (Kafka's rule).
+            raise PartitionError(ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                                 f"coordinator epoch {coordinator_epoch} < {state.coordinator_epoch}")
+        if producer_id not in p.txns.open and known_epoch >= epoch:
+            return defer.succeed(None)  # closed already (a retry), or nothing of it was written here
+        if known_epoch > epoch:
+            # The open transaction is of a newer epoch than this marker (a stale coordinator's retry):
+            # closing it would expose or drop records the current transaction has not decided on.
+            raise PartitionError(ErrorCode.INVALID_PRODUCER_EPOCH,
+                                 f"marker epoch {epoch} is older than producer {producer_id}'s {known_epoch}")
+        waiters: list[defer.Deferred[None]] = []
+        self._in_flight[key] = waiters
+
+        def settled(result: Any) -> Any:
+            del self._in_flight[key]
+            for w in waiters:
+                if isinstance(result, Failure):
+                    w.errback(result)
+                else:
+                    w.callback(None)
+            return result
+
+        d = defer.maybeDeferred(self.storage.write_marker, p, producer_id, epoch, commit, coordinator_epoch)
+        return d.addBoth(settled).addCallback(lambda _: None)
+
+
+def send_markers(host: str, port: int, producer_id: int, epoch: int, commit: bool, coordinator_epoch: int,
+                 partitions: dict[str, list[int]], timeout: float = SEND_TIMEOUT_SECONDS
+                 ) -> dict[tuple[str, int], ErrorCode]:
+    """Blocking (worker thread): one WriteTxnMarkers to the leader at ``host:port``; each partition's
+    error (OSError if the leader cannot be reached or answer in time)."""
+    request = WriteTxnMarkersRequest(markers=[WriteTxnMarkersRequest.WritableTxnMarker(
+        producer_id=producer_id, producer_epoch=epoch, transaction_result=commit,
+        topics=[WriteTxnMarkersRequest.WritableTxnMarkerTopic(name=name, partition_indexes=indexes)
+                for name, indexes in partitions.items()],
+        coordinator_epoch=coordinator_epoch)])
+    frame = encode_request(WRITE_TXN_MARKERS, MARKERS_VERSION, 1, request, client_id=CLIENT_ID)
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        sock.sendall(frame)
+        (size,) = struct.unpack(">i", _read_exactly(sock, 4))
+        _, response = decode_response(WRITE_TXN_MARKERS, MARKERS_VERSION, _read_exactly(sock, size))
+    assert isinstance(response, WriteTxnMarkersResponse)
+    errors = {(t.name, part.partition_index): ErrorCode(part.error_code)
+              for marker in response.markers for t in marker.topics for part in t.partitions}
+    return {(name, i): errors.get((name, i), ErrorCode.UNKNOWN_SERVER_ERROR)
+            for name, indexes in partitions.items() for i in indexes}
+
+
+def _read_exactly(sock: socket.socket, size: int) -> bytes:
+    chunks, left = [], size
+    while left:
+        chunk = sock.recv(min(left, 1 << 16))
+        if not chunk:
+            raise ConnectionError("the partition leader closed the connection")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
