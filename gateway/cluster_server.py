@@ -51,6 +51,7 @@ from millrace.gateway.kafka.cluster import (
 from millrace.gateway.kafka.connection import KafkaFactory
 from millrace.gateway.kafka.setup import build_kafka, start_background
 from millrace.gateway.native.handler import NativeFactory, NativeProtocol
+from millrace.gateway.native.txn_cluster import NodeLinks, cluster_txn_handlers
 from millrace.gateway.server import topic_partitions
 from millrace.protocol.contracts import SegmentInfo
 from millrace.protocol.wire import Command
@@ -240,6 +241,7 @@ class ClusterServer:
         self.router: ClusterSegmentStore | None = None
         self.broker: Broker | None = None
         self.loops: list[task.LoopingCall] = []
+        self.links: NodeLinks | None = None  # connections to other nodes' native listeners
         self.autoscaler: AutoScaler | None = None
         self.failed = False
 
@@ -338,7 +340,12 @@ class ClusterServer:
         native_factory = NativeFactory(ClientSegments(self.router), controller, self.pool,  # type: ignore[arg-type]
                                        broker.scaling,
                                        topic_partitions(broker),
-                                       connection_budget_bytes=options.connection_budget_mb * MIB, broker=broker)
+                                       connection_budget_bytes=options.connection_budget_mb * MIB, broker=broker,
+                                       transactions=False)
+        # Native transactions: served by the owner of their table's container, forwarded there by the others.
+        self.links = NodeLinks(broker)
+        txn_commands, native_txns = cluster_txn_handlers(broker, cluster, self.links)
+        native_factory.controller_commands.update(txn_commands)
         # Pravega's getURI: which node serves a segment (from the watched assignments: no I/O on the reactor).
         native_factory.controller_commands[Command.GET_SEGMENT_OWNER] = \
             lambda h, p: cluster.segment_owner(h["segment"])
@@ -364,6 +371,7 @@ class ClusterServer:
             lambda f: log.warning("refreshing topics failed: %s", f.getErrorMessage())))
         # Drops the groups as soon as their container moves away (not only at the next group request).
         self._every(0.5, groups.check)
+        self._every(0.5, native_txns)
         # Likewise the transactions; and a new coordinator completes prepared transactions unasked.
         self._every(0.5, transactions.check)
         # The controller's timers run on one node at a time: the auto-scaler follows the assigner
@@ -394,6 +402,8 @@ class ClusterServer:
         if self.broker is not None:
             self.broker.transactions.stop()
         self.pool.shutdown(wait=True)
+        if self.links is not None:
+            self.links.close()
         if self.router is not None:
             self.router.close()
         if self.node is not None:

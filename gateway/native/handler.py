@@ -160,16 +160,17 @@ class NativeFactory(protocol.ServerFactory):
     def __init__(self, store: SegmentStore, controller: Controller, pool: ThreadPoolExecutor, scaler: Any,
                  partitions_of: PartitionsOf | None = None,
                  connection_budget_bytes: int = DEFAULT_CONNECTION_BUDGET_BYTES,
-                 broker: Broker | None = None) -> None:
+                 broker: Broker | None = None, transactions: bool = True) -> None:
         """``broker``: the Kafka gateway whose partition storage takes native event appends (None: the
-        listener serves no event writers)."""
+        listener serves no event writers); ``transactions``: serve its native transactions here (a
+        cluster node installs the cluster's own handlers instead: ``txn_cluster``)."""
         self.store = store
         self.controller_commands = {
             **controller_handlers(controller, pool, scaler, partitions_of,
                                   broker.topics.delete_stream if broker is not None else None),
             **table_handlers(KeyValueTables(controller), controller.tables, pool),
             **(event_handlers(broker) if broker is not None else {}),
-            **(txn_handlers(broker) if broker is not None else {}),
+            **(txn_handlers(broker) if broker is not None and transactions else {}),
         }
         self.connection_budget_bytes = connection_budget_bytes
 

@@ -246,6 +246,15 @@ def _sealed_batches(broker: Broker, name: str) -> _Batches:
     return batches
 
 
+BatchAppender = Callable[[TopicInfo, PartitionLog, bytes, WriterEvents], "defer.Deferred[int]"]
+
+
+def local_batch_appender(broker: Broker) -> BatchAppender:
+    """Commits append through this node's partition storage (a single server leads every partition)."""
+    return lambda topic, log_, batch, events: broker.partitions.append(topic, log_, memoryview(batch),
+                                                                       events=events)
+
+
 def _delete_segments(broker: Broker, names: list[str]) -> None:
     """Blocking: delete transaction segments that exist."""
     for name in names:
@@ -271,16 +280,44 @@ def _next_events(broker: Broker, record: TxnRecord) -> dict[str, int]:
 class NativeTransactions:
     """Every native transaction of this node (reactor thread)."""
 
-    def __init__(self, broker: Broker, clock: IReactorTime | None = None) -> None:
-        """Blocking: loads the records (before the reactor runs, like the Kafka coordinator's)."""
+    def __init__(self, broker: Broker, clock: IReactorTime | None = None, load: bool = True) -> None:
+        """Blocking with ``load``: loads the records (before the reactor runs, like the Kafka coordinator's);
+        without, ``reload`` loads them later (a cluster node, in a term of the table's container)."""
         self.broker = broker
         self.clock = clock if clock is not None else IReactorTime(reactor)
         self.retention_ms = broker.config.native_txn_retention_ms
         self.table = NativeTransactionTable(broker.tables)
-        self.txns: dict[bytes, _Txn] = {r.key: _Txn(r, v) for r, v in self.table.load()}
+        self.txns: dict[bytes, _Txn] = {r.key: _Txn(r, v) for r, v in self.table.load()} if load else {}
         self._writer = _RecordWriter(self.table, broker.blocking)
         self._beginning: dict[bytes, _Shared] = {}
         self._loop: task.LoopingCall | None = None
+        self._stopped = False
+        # How a commit lands a batch in its partition: here, through this node's partition storage; a
+        # cluster node sends the batches of partitions another node leads to that node (``txn_cluster``).
+        self.append_batch: BatchAppender = local_batch_appender(broker)
+
+    def reload(self) -> defer.Deferred[None]:
+        """Read the records again (worker pool), then ``start``: a node that begins serving the
+        transactions (a new term of the table's container) works from what its predecessors recorded."""
+        self.stop()
+        self._stopped = False
+
+        def loaded(records: list[tuple[TxnRecord, int]]) -> None:
+            self.txns = {r.key: _Txn(r, v) for r, v in records}
+            self._writer = _RecordWriter(self.table, self.broker.blocking)
+            self._beginning = {}
+            self.start()
+
+        return self.broker.blocking(self.table.load).addCallback(loaded)
+
+    def stop(self) -> None:
+        """Serve nothing more and start no more work (a merge under way stops at its next retry); the
+        records stay as durable, for whoever serves them next."""
+        self._stopped = True
+        if self._loop is not None and self._loop.running:
+            self._loop.stop()
+        self._loop = None
+        self.txns = {}
 
     # -- start and the periodic check -----------------------------------------------------------------
     def start(self) -> None:
@@ -642,14 +679,16 @@ class NativeTransactions:
             acks: list[defer.Deferred[int]] = []
             for index, batch in batches[:MERGE_WINDOW]:
                 try:
-                    acks.append(self.broker.partitions.append(current, parts[partition], memoryview(batch),
-                                                              events=WriterEvents(writer_id, index, index)))
+                    acks.append(self.append_batch(current, parts[partition], batch,
+                                                  WriterEvents(writer_id, index, index)))
                 except PartitionError as exc:
                     acks.append(defer.fail(exc))
                     break
             return defer.DeferredList(acks, consumeErrors=True)
 
         def landed(results: list[tuple[bool, Any]]) -> defer.Deferred[None] | None:
+            if self._stopped:
+                return None  # another node serves the transactions now and finishes this commit
             failed = next((i for i, (ok, _) in enumerate(results) if not ok), len(results))
             counts[1] += sum(1 for _, offset in results[:failed] if offset == ALREADY_WRITTEN)
             if failed == len(results):

@@ -1,0 +1,214 @@
+"""Native transactions on a cluster: one node serves them, commits land on each partition's leader.
+
+As the Kafka transaction coordinator is the owner of its table's container (``kafka/cluster.py``),
+native transactions are served by the node that owns the container of their table segment
+(``_system/_tables/native_transactions``), from records it loaded in its *current* term of that
+container: a node whose term ended serves nothing more (its lease checks and merges stop), and a new
+term reloads the records and finishes what a predecessor left COMMITTING or ABORTING.
+
+- Other nodes forward the transaction commands to that node's native listener and relay its answer
+  (clients need not know where the transactions live). A forwarded request is marked, and a node that
+  gets one it cannot serve answers retriably instead of forwarding again, so two nodes with different
+  views never bounce a request between them. Every transaction command is idempotent (the client
+  chooses the transaction id, appends are conditional on event numbers, ends and pings answer the same
+  again), so a forward whose connection died answers retriably and the client resends.
+- A commit appends each batch to its partition through this node's partition storage when this node
+  leads the partition, else as ``APPEND_EVENTS`` (writer ``txn:<uuid>``, the batch's index as its event
+  number) to the leader's native listener: the leader assigns offsets and, as for any numbered writer,
+  answers a batch landed before ALREADY_WRITTEN, so a merge resumed after a crash or a move lands
+  every batch once.
+
+Threads: the reactor; connections are made on the worker pool (a connect may wait), and their
+answers come back to the reactor through ``to_deferred``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from twisted.internet import defer
+from twisted.python.failure import Failure
+
+from millrace.gateway.futures import to_deferred
+from millrace.gateway.kafka.broker import Broker
+from millrace.gateway.kafka.cluster import KafkaCluster
+from millrace.gateway.kafka.partitions import PartitionError, PartitionLog
+from millrace.gateway.kafka.partitions.writer_events import WriterEvents
+from millrace.gateway.kafka.topics import TopicInfo
+from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.native.txn_commands import Handler, NativeTransactions, local_batch_appender
+from millrace.protocol.errors import ConnectionLostError, RetriableError
+from millrace.protocol.wire import Command
+from millrace.store.cluster.connection import NodeConnection, NotSentError
+from millrace.store.controller.transactions import NATIVE_TXNS_TABLE
+
+log = logging.getLogger(__name__)
+
+TXN_COMMANDS = (Command.BEGIN_TXN, Command.APPEND_TXN_EVENTS, Command.END_TXN, Command.TXN_STATUS,
+                Command.PING_TXN)
+FORWARDED = "forwarded"  # header flag of a request one node sent on to another
+
+
+class NodeLinks:
+    """One native connection per other node's listener, made on demand (worker pool). Requests to a
+    node go out on one connection in the order they were made (those made while it connects wait for
+    it, then go in that order), so the node receives them in that order."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self._links: dict[str, NodeConnection] = {}
+        self._waiting: dict[str, list[defer.Deferred[NodeConnection]]] = {}  # address -> callers, in order
+
+    def request(self, address: str, command: Command, header: dict[str, Any],
+                payload: bytes = b"") -> defer.Deferred[dict[str, Any]]:
+        link = self._links.get(address)
+        if link is not None and not link.closed and address not in self._waiting:
+            return self._send(link, command, header, payload)
+        waiter: defer.Deferred[NodeConnection] = defer.Deferred()
+        if address not in self._waiting:
+            self._waiting[address] = []
+            self.broker.blocking(self._connect, address).addBoth(self._connected, address)
+        self._waiting[address].append(waiter)
+        return waiter.addCallback(self._send, command, header, payload)
+
+    @staticmethod
+    def _send(link: NodeConnection, command: Command, header: dict[str, Any],
+              payload: bytes) -> defer.Deferred[dict[str, Any]]:
+        return to_deferred(link.request(command, header, payload)).addCallback(lambda answer: answer[0])
+
+    @staticmethod
+    def _connect(address: str) -> NodeConnection:
+        host, _, port = address.rpartition(":")
+        return NodeConnection(host, int(port))
+
+    def _connected(self, outcome: NodeConnection | Failure, address: str) -> None:
+        waiting = self._waiting.pop(address, [])
+        if isinstance(outcome, NodeConnection):
+            old = self._links.get(address)
+            self._links[address] = outcome
+            if old is not None and not old.closed:
+                old.close()
+        for waiter in waiting:  # in the order the requests were made
+            if isinstance(outcome, Failure):
+                waiter.errback(outcome)
+            else:
+                waiter.callback(outcome)
+
+    def close(self) -> None:
+        for link in self._links.values():
+            link.close()
+        self._links = {}
+
+
+class NativeTxnCoordination:
+    """Serves the native transactions in this node's terms of their table's container only."""
+
+    def __init__(self, cluster: KafkaCluster, transactions: NativeTransactions) -> None:
+        self.cluster = cluster
+        self.transactions = transactions
+        self.loaded_term: int | None = None  # the term whose records are held (or loading)
+        self.loading = False
+
+    def check(self) -> bool:
+        """Reactor: whether this node serves the transactions now, with records of its current term."""
+        term = self.cluster.terms().get(self.cluster.container_of(NATIVE_TXNS_TABLE))
+        if term is None:
+            if self.loaded_term is not None:
+                log.info("the native transactions' table runs elsewhere: no longer serving them")
+                self.loaded_term = None
+                self.transactions.stop()
+            return False
+        if term != self.loaded_term and not self.loading:
+            log.info("term %d of the native transactions' table: loading them", term)
+            self.loaded_term = term
+            self.loading = True
+            self.transactions.reload().addBoth(self._loaded, term)
+        return not self.loading and term == self.loaded_term
+
+    def _loaded(self, result: Any, term: int) -> None:
+        self.loading = False
+        if isinstance(result, Failure):
+            log.warning("loading the native transactions failed: %s", result.getErrorMessage())
+            self.loaded_term = None  # the next check loads again
+            self.transactions.stop()
+
+
+def cluster_txn_handlers(broker: Broker, cluster: KafkaCluster,
+                         links: NodeLinks) -> tuple[dict[int, Handler], Callable[[], bool]]:
+    """The transaction commands of a cluster node, and the check to run periodically (it starts and
+    stops serving as the table's container comes and goes)."""
+    transactions = NativeTransactions(broker, load=False)
+    transactions.stop()  # nothing until a term of the table's container begins here
+    transactions.append_batch = leader_batch_appender(broker, cluster, links)
+    coordination = NativeTxnCoordination(cluster, transactions)
+    local: dict[int, Handler] = {
+        Command.BEGIN_TXN: transactions.begin, Command.APPEND_TXN_EVENTS: transactions.append,
+        Command.END_TXN: transactions.end, Command.TXN_STATUS: transactions.status,
+        Command.PING_TXN: transactions.ping}
+
+    def routed(command: Command) -> Handler:
+        def handle(h: dict[str, Any], payload: bytes) -> Any:
+            if coordination.check():
+                return local[command](h, payload)
+            if h.get(FORWARDED) or coordination.loaded_term is not None:
+                raise RetriableError("the native transactions are loading or moving; retry")
+            address = cluster.segment_owner(NATIVE_TXNS_TABLE)["native"]
+            if address is None:
+                raise RetriableError("the native transactions' table has no live owner; retry")
+            return links.request(address, command, {**h, FORWARDED: True}, payload).addErrback(_retriable)
+        return handle
+
+    return {command: routed(command) for command in TXN_COMMANDS}, coordination.check
+
+
+def _retriable(failure: Failure) -> Failure:
+    """A forward that never arrived or whose answer was lost: the client resends (the commands are
+    idempotent); the coordinator's own answers pass as they are."""
+    if failure.check(NotSentError, ConnectionLostError):
+        return Failure(RetriableError(f"forwarding to the transactions' node failed: {failure.getErrorMessage()}"))
+    return failure
+
+
+def leader_batch_appender(broker: Broker, cluster: KafkaCluster,
+                          links: NodeLinks) -> Callable[[TopicInfo, PartitionLog, bytes, WriterEvents],
+                                                        defer.Deferred[int]]:
+    """A commit's appends: here when this node leads the partition, else APPEND_EVENTS to its leader.
+
+    A partition's remote appends go one at a time, each only once the one before landed: the leader
+    answers a number at or below the last it recorded ALREADY_WRITTEN, so had a later batch landed
+    while an earlier one failed, the earlier one's retry would be taken as written and lost."""
+    local = local_batch_appender(broker)
+    tails: dict[tuple[str, int], defer.Deferred[bool]] = {}  # partition -> fires once its last append settled
+
+    def append(topic: TopicInfo, partition: PartitionLog, batch: bytes, events: WriterEvents) -> defer.Deferred[int]:
+        writer = partition.writer
+        owner = cluster.segment_owner(writer.name) if writer is not None else None
+        if owner is None or owner["node"] == cluster.node_id:
+            return local(topic, partition, batch, events)
+        scope, stream = broker.topics.stream_of(topic.name)
+        header = {"scope": scope, "stream": stream, "partition": partition.partition, "writer_id": events.writer_id,
+                  "first_event": events.first_event, "last_event": events.last_event}
+        key = (topic.name, partition.partition)
+        previous = tails.get(key)
+        settled: defer.Deferred[bool] = defer.Deferred()
+        tails[key] = settled
+
+        def send(landed_before: bool) -> defer.Deferred[int]:
+            address = cluster.segment_owner(writer.name)["native"] if writer is not None else None
+            if not landed_before or address is None:
+                raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                     f"{topic.name}-{partition.partition}: no leader, or a batch before failed")
+            return links.request(address, Command.APPEND_EVENTS, header, batch).addCallback(
+                lambda answer: int(answer["offset"]))
+
+        def settle(outcome: Any) -> Any:
+            if tails.get(key) is settled:
+                del tails[key]
+            settled.callback(not isinstance(outcome, Failure))
+            return outcome
+
+        return (previous if previous is not None else defer.succeed(True)).addCallback(send).addBoth(settle)
+
+    return append
