@@ -5,6 +5,8 @@ commits and aborts; a read_committed consumer reads exactly the committed record
 coordinator's node is SIGKILLed in the middle of a run of transactions: the producer carries on with
 the new coordinator (re-initialised after a fatal error, as the confluent-kafka docs say), and every
 transaction is read all-or-nothing: each committed one exactly once, no aborted one, none in part.
+Also: consume-transform-produce with the group and transaction coordinators on two nodes, the Java
+kafka-clients 4.x against the cluster, and (one process) a repeated WriteTxnMarkers writing one marker.
 """
 
 from __future__ import annotations
@@ -260,6 +262,71 @@ def test_native_writer_ids_are_the_ones_the_coordinator_leaves_to_every_node() -
     assert not coordinated(WRITER_ID_PREFIX + "w1") and coordinated("tx-a")
 
 
+def find_group_coordinator_port(address: str, group: str) -> int:
+    r = send(address, FindCoordinatorRequest(key=group, key_type=0), 3)
+    return int(r.port) if r.error_code == 0 else -1
+
+
+@needs_zookeeper
+def test_consume_transform_produce_with_group_and_transaction_coordinators_on_two_nodes(tmp_path: Path) -> None:
+    """sendOffsetsToTransaction on a cluster: TxnOffsetCommit goes to the group coordinator, which passes
+    it to the transaction coordinator on another node; the commit puts the offsets in the group."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    # 3 containers on 3 nodes: the groups table (container 0) and the transactions table (container 1)
+    # are on two nodes once the containers are balanced.
+    cluster = LocalClusterCli(tmp_path / "cluster", "--nodes", "3", "--log-replicas", "3", "--containers", "3",
+                              "--session-timeout", SESSION_TIMEOUT)
+    with cluster:
+        create_topic(cluster.bootstrap, "src", 3)
+        create_topic(cluster.bootstrap, "dst", PARTITIONS)
+        nodes = cluster.names("node")
+        ask = kafka_address(cluster, nodes[0])
+        deadline = time.monotonic() + 60
+        while True:
+            txn_node = coordinator_name(cluster, ask, "tx-c")
+            group_port = find_group_coordinator_port(ask, "ctp")
+            if group_port > 0 and kafka_address(cluster, txn_node) != f"127.0.0.1:{group_port}":
+                break
+            assert time.monotonic() < deadline, "the group and transaction coordinators stay on one node"
+            time.sleep(0.5)
+        source = Producer({"bootstrap.servers": cluster.bootstrap})
+        for i in range(30):
+            source.produce("src", value=f"in{i}".encode(), partition=i % 3)
+        source.flush(30)
+        entry = next(n for n in nodes if n != txn_node)
+        address = kafka_address(cluster, entry)
+        consumer = Consumer({"bootstrap.servers": address, "group.id": "ctp", "enable.auto.commit": False,
+                             "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+        consumer.subscribe(["src"])
+        producer = new_producer(address, "tx-c")
+        done: list[bytes] = []
+        deadline = time.monotonic() + 90
+        try:
+            while len(done) < 30:
+                assert time.monotonic() < deadline, f"transformed {len(done)} of 30"
+                batch = [m for m in consumer.consume(10, 1.0) if m.error() is None]
+                if not batch:
+                    continue
+                producer.begin_transaction()
+                for m in batch:
+                    producer.produce("dst", value=b"out-" + (m.value() or b""), partition=len(done) % PARTITIONS)
+                producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                                     consumer.consumer_group_metadata(), 30)
+                producer.commit_transaction(30)
+                done.extend(m.value() or b"" for m in batch)
+            committed = consumer.committed([TopicPartition("src", p) for p in range(3)], timeout=30)
+        finally:
+            consumer.close()
+        offsets = {tp.partition: tp.offset for tp in committed}
+        expected = {b"out-" + f"in{i}".encode() for i in range(30)}
+        read = read_committed(cluster.bootstrap, "dst", expected)
+        print(f"transaction coordinator {txn_node}, group coordinator port {group_port}, producer through "
+              f"{entry}: committed offsets {offsets}, read {len(read)} records")
+        assert offsets == {0: 10, 1: 10, 2: 10}
+        assert sorted(read) == sorted(expected)
+
+
 def test_a_repeated_marker_is_not_written_twice(tmp_path: Path) -> None:
     """A coordinator that repeats WriteTxnMarkers (its answer lost, or a new term completing a prepared
     transaction) writes one marker: the repeat, and the coordinator's own marker at EndTxn, find the
@@ -299,3 +366,34 @@ def test_a_repeated_marker_is_not_written_twice(tmp_path: Path) -> None:
             assert sorted(read_committed(address, "idem", expected, partitions=1)) == sorted(expected)
         finally:
             consumer.close()
+
+
+@needs_zookeeper
+def test_java_kafka_clients_4_transactions_against_the_cluster(tmp_path: Path) -> None:
+    """compat_tests/java/TxnClient.java on kafka-clients 4.x, bootstrapped from one node: commit and abort
+    at both isolation levels, zombie fencing, consume-transform-produce with sendOffsetsToTransaction;
+    its topics are auto-created with 3 partitions (what TxnClient reads)."""
+    from collections import Counter
+
+    from compat_tests.java_support import classpath, run_main
+
+    classpath("4.x", "TxnClient")  # skips without the jars or a JDK
+    cluster = LocalClusterCli(tmp_path / "cluster", "--nodes", "3", "--log-replicas", "3", "--containers", "3",
+                              "--session-timeout", SESSION_TIMEOUT, "--node-arg=--default-partitions",
+                              "--node-arg=3")  # TxnClient reads partitions 0-2
+    with cluster:
+        entry = kafka_address(cluster, cluster.names("node")[0])
+        run = run_main("4.x", "TxnClient", [entry, "javatx", "commit-abort", "fencing", "ctp"], timeout=180)
+        committed, uncommitted = run.of("commit-abort", "read")
+        assert sorted(committed["values"]) == sorted(f"committed-{i}" for i in range(20))
+        assert Counter(uncommitted["values"]) == Counter(
+            [f"committed-{i}" for i in range(20)] + [f"aborted-{i}" for i in range(20)])
+        (zombie,) = run.of("fencing", "zombie")
+        assert zombie["exception"] in ("ProducerFencedException", "InvalidProducerEpochException"), zombie
+        (read,) = run.of("fencing", "read")
+        assert read["values"] == ["successor"]
+        (moved,) = run.of("ctp", "moved")
+        assert Counter(moved["values"]) == Counter(f"R{i}" for i in range(300))  # each exactly once
+        assert sum(offset for offset in moved["committed"].values() if offset > 0) == 300
+        print(f"Java 4.x through {entry}: read_committed {len(committed['values'])} of 40, zombie "
+              f"{zombie['exception']}, consume-transform-produce moved {moved['count']} records once each")

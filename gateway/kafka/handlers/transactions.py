@@ -12,16 +12,26 @@ fenced producer is told INVALID_PRODUCER_EPOCH, as Kafka tells it, since PRODUCE
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
 from twisted.internet import defer
+from twisted.python.failure import Failure
 
 from millrace.gateway.kafka.broker import RequestContext
 from millrace.gateway.kafka.group_store import OffsetAndMetadata
 from millrace.gateway.kafka.groups import GroupCoordinator, get_coordinator
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.transactions import TransactionCoordinator, TxnState
+from millrace.gateway.kafka.transactions.markers import (
+    CLIENT_ID,
+    GROUP_COORDINATOR_CLIENT_ID,
+    TXN_OFFSET_COMMIT_VERSION,
+    offset_errors,
+    request_node,
+    txn_offset_commit_request,
+)
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.add_offsets_to_txn import (
     AddOffsetsToTxnRequest,
@@ -44,6 +54,8 @@ from millrace.gateway.kafka_protocol.messages.txn_offset_commit import (
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
 )
+
+log = logging.getLogger(__name__)
 
 
 def _coordinator(ctx: RequestContext) -> TransactionCoordinator:
@@ -136,6 +148,15 @@ def handle_txn_offset_commit(ctx: RequestContext,
 
     if not offsets:
         return defer.succeed(respond(ErrorCode.NONE))
+    if ctx.client_id == CLIENT_ID:
+        return _commit_ended(ctx, request, offsets)
+    if ctx.client_id == GROUP_COORDINATOR_CLIENT_ID:
+        # Forwarded by the group coordinator, which checked the member: kept with the transaction here.
+        elsewhere = _coordinator(ctx).check()
+        if elsewhere is not None:
+            return defer.succeed(respond(elsewhere))
+        return _coordinator(ctx).txn_offset_commit(request.transactional_id, request.group_id, request.producer_id,
+                                                   request.producer_epoch, offsets).addCallback(respond)
     member_id = request.member_id if ctx.api_version >= 3 else ""
     instance_id = request.group_instance_id if ctx.api_version >= 3 else None
     generation = request.generation_id if ctx.api_version >= 3 else -1
@@ -144,6 +165,8 @@ def handle_txn_offset_commit(ctx: RequestContext,
         group_error = groups.validate_transactional_commit(request.group_id, member_id, instance_id, generation)
         if group_error is not None:
             return defer.succeed(group_error)
+        if _coordinator(ctx).check() is not None:
+            return _forward(ctx, request, offsets)
         return _coordinator(ctx).txn_offset_commit(request.transactional_id, request.group_id, request.producer_id,
                                                    request.producer_epoch, offsets)
 
@@ -152,12 +175,61 @@ def handle_txn_offset_commit(ctx: RequestContext,
     return d.addCallback(lambda error: respond(fenced if error is ErrorCode.PRODUCER_FENCED else error))
 
 
+def _forward(ctx: RequestContext, request: TxnOffsetCommitRequest,
+             offsets: dict[tuple[str, int], OffsetAndMetadata]) -> defer.Deferred[ErrorCode]:
+    """A cluster's group coordinator passes a checked TxnOffsetCommit on to the transaction coordinator
+    (Kafka's group coordinator keeps such offsets in its log until the marker; here the transaction
+    keeps them, and its coordinator commits them in the group when the transaction commits)."""
+    cluster = ctx.broker.cluster
+    node = cluster.transaction_coordinator() if cluster is not None else None
+    if node is None:
+        return defer.succeed(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    forwarded = txn_offset_commit_request(request.transactional_id, request.group_id, request.producer_id,
+                                          request.producer_epoch, offsets)
+
+    def answered(errors: dict[tuple[str, int], ErrorCode]) -> ErrorCode:
+        return next(iter(errors.values()), ErrorCode.NONE)
+
+    def unreachable(failure: Failure) -> ErrorCode:
+        log.info("forwarding TxnOffsetCommit to node %s failed: %s", node.node_id, failure.getErrorMessage())
+        return ErrorCode.NOT_COORDINATOR  # the client looks the transaction coordinator up again
+
+    d = ctx.broker.blocking(request_node, node.host, node.port, forwarded, TXN_OFFSET_COMMIT_VERSION,
+                            GROUP_COORDINATOR_CLIENT_ID)
+    return d.addCallback(offset_errors).addCallbacks(answered, unreachable)
+
+
+def _commit_ended(ctx: RequestContext, request: TxnOffsetCommitRequest,
+                  offsets: dict[tuple[str, int], OffsetAndMetadata]) -> defer.Deferred[TxnOffsetCommitResponse]:
+    """The transaction coordinator (another node) commits a committed transaction's offsets in the group
+    coordinated here, as Kafka's group coordinator does when the commit marker reaches its log."""
+    cls = TxnOffsetCommitResponse
+
+    def answer(errors: dict[tuple[str, int], ErrorCode]) -> TxnOffsetCommitResponse:
+        by_topic: dict[str, list[TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition]] = {}
+        for (topic, partition) in offsets:
+            by_topic.setdefault(topic, []).append(cls.TxnOffsetCommitResponsePartition(
+                partition_index=partition, error_code=int(errors.get((topic, partition), ErrorCode.NONE))))
+        return cls(topics=[cls.TxnOffsetCommitResponseTopic(name=name, partitions=parts)
+                           for name, parts in by_topic.items()])
+
+    d = defer.maybeDeferred(get_coordinator(ctx.broker).call,
+                            lambda groups: groups.commit_transactional_offsets(request.group_id, offsets))
+    return d.addCallback(answer)
+
+
 @api(DescribeTransactionsRequest, 0, 0)
 def handle_describe_transactions(ctx: RequestContext,
                                  request: DescribeTransactionsRequest) -> DescribeTransactionsResponse:
     cls = DescribeTransactionsResponse
     states = []
+    elsewhere = _coordinator(ctx).check()  # on a cluster: another node coordinates (or this one loads)
     for transactional_id in request.transactional_ids:
+        if elsewhere is not None:
+            states.append(cls.TransactionState(error_code=int(elsewhere), transactional_id=transactional_id,
+                                               transaction_state="", transaction_start_time_ms=-1,
+                                               producer_id=-1, producer_epoch=-1))
+            continue
         meta = _coordinator(ctx).txns.get(transactional_id)
         if meta is None:
             states.append(cls.TransactionState(error_code=int(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND),

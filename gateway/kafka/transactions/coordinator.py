@@ -41,7 +41,15 @@ from millrace.gateway.kafka.group_store import OffsetAndMetadata
 from millrace.gateway.kafka.groups import get_coordinator
 from millrace.gateway.kafka.partitions import PartitionError
 from millrace.gateway.kafka.partitions.producers import MARKER_COORDINATOR_EPOCH
-from millrace.gateway.kafka.transactions.markers import MarkerWriter, send_markers
+from millrace.gateway.kafka.transactions.markers import (
+    CLIENT_ID,
+    TXN_OFFSET_COMMIT_VERSION,
+    MarkerWriter,
+    offset_errors,
+    request_node,
+    send_markers,
+    txn_offset_commit_request,
+)
 from millrace.gateway.kafka.transactions.state import (
     IDLE,
     PREPARING,
@@ -417,7 +425,7 @@ class TransactionCoordinator:
         steps = [self._marker(topic, partition, pid, epoch, commit, generation)
                  for topic, partition in sorted(meta.partitions)]
         if commit:
-            steps.extend(self._group_offsets(group, offsets, generation)
+            steps.extend(self._group_offsets(group, offsets, generation, (meta.transactional_id, pid, epoch))
                          for group, offsets in meta.offsets.items() if offsets)
 
         def finish(_: Any) -> defer.Deferred[None]:
@@ -498,21 +506,30 @@ class TransactionCoordinator:
         attempt()
         return result
 
-    def _group_offsets(self, group_id: str, offsets: dict[TopicPartition, OffsetAndMetadata],
-                       generation: int) -> defer.Deferred[None]:
+    def _group_offsets(self, group_id: str, offsets: dict[TopicPartition, OffsetAndMetadata], generation: int,
+                       producer: tuple[str, int, int]) -> defer.Deferred[None]:
+        """A committed transaction's offsets of ``group_id``, committed in the group (on its coordinator:
+        here, or another node asked with TxnOffsetCommit), retrying until they are."""
         result: defer.Deferred[None] = defer.Deferred()
         stamped = {tp: OffsetAndMetadata(om.offset, om.leader_epoch, om.metadata, om.commit_timestamp or _now_ms())
                    for tp, om in offsets.items()}
 
         def attempt() -> None:
-            if generation != self.generation:
+            if self.check() is not None or generation != self.generation:
                 return
-            d = get_coordinator(self.broker).call(lambda c: c.commit_transactional_offsets(group_id, stamped))
+            cluster = self.broker.cluster
+            node = cluster.group_coordinator() if cluster is not None else None
+            if node is not None and node.node_id != self.broker.config.node_id:
+                transactional_id, pid, epoch = producer
+                request = txn_offset_commit_request(transactional_id, group_id, pid, epoch, stamped)
+                d = self.broker.blocking(request_node, node.host, node.port, request, TXN_OFFSET_COMMIT_VERSION,
+                                         CLIENT_ID).addCallback(offset_errors)
+            else:
+                d = get_coordinator(self.broker).call(lambda c: c.commit_transactional_offsets(group_id, stamped))
             d.addCallbacks(committed, retry)
 
         def committed(errors: dict[TopicPartition, ErrorCode]) -> None:
-            # NOT_COORDINATOR: the groups moved away from this node since TxnOffsetCommit (which needs
-            # both coordinators on one node): retried, never dropped, until they are here again.
+            # NOT_COORDINATOR: the groups moved (to be asked again where they are now).
             if any(e in (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE,
                          ErrorCode.NOT_COORDINATOR) for e in errors.values()):
                 self.clock.callLater(RETRY_SECONDS, attempt)

@@ -22,9 +22,14 @@ from typing import TYPE_CHECKING, Any
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
+from millrace.gateway.kafka.group_store import OffsetAndMetadata
 from millrace.gateway.kafka.partitions import PartitionError
 from millrace.gateway.kafka_protocol.codec import decode_response, encode_request
 from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka_protocol.messages.txn_offset_commit import (
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+)
 from millrace.gateway.kafka_protocol.messages.write_txn_markers import (
     WriteTxnMarkersRequest,
     WriteTxnMarkersResponse,
@@ -36,8 +41,14 @@ if TYPE_CHECKING:
 
 WRITE_TXN_MARKERS = WriteTxnMarkersRequest.API_KEY
 MARKERS_VERSION = 1
+TXN_OFFSET_COMMIT_VERSION = 3  # the first with the group's generation and member fields
 SEND_TIMEOUT_SECONDS = 10.0
+#: The client id of node-to-node requests from a transaction coordinator: WriteTxnMarkers, and the
+#: TxnOffsetCommit that commits a committed transaction's offsets on the group coordinator.
 CLIENT_ID = "millrace-txn-coordinator"
+#: The client id of a TxnOffsetCommit the group coordinator forwards (group checks done) to the
+#: transaction coordinator, which keeps the offsets with the transaction until it ends.
+GROUP_COORDINATOR_CLIENT_ID = "millrace-group-coordinator"
 
 
 class MarkerWriter:
@@ -95,6 +106,17 @@ class MarkerWriter:
         return d.addBoth(settled).addCallback(lambda _: None)
 
 
+def request_node(host: str, port: int, request: Any, version: int, client_id: str,
+                 timeout: float = SEND_TIMEOUT_SECONDS) -> Any:
+    """Blocking (worker thread): one Kafka request to another node's Kafka listener; its response
+    (OSError if the node cannot be reached or answer in time)."""
+    frame = encode_request(request.API_KEY, version, 1, request, client_id=client_id)
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        sock.sendall(frame)
+        (size,) = struct.unpack(">i", _read_exactly(sock, 4))
+        return decode_response(request.API_KEY, version, _read_exactly(sock, size))[1]
+
+
 def send_markers(host: str, port: int, producer_id: int, epoch: int, commit: bool, coordinator_epoch: int,
                  partitions: dict[str, list[int]], timeout: float = SEND_TIMEOUT_SECONDS
                  ) -> dict[tuple[str, int], ErrorCode]:
@@ -105,11 +127,7 @@ def send_markers(host: str, port: int, producer_id: int, epoch: int, commit: boo
         topics=[WriteTxnMarkersRequest.WritableTxnMarkerTopic(name=name, partition_indexes=indexes)
                 for name, indexes in partitions.items()],
         coordinator_epoch=coordinator_epoch)])
-    frame = encode_request(WRITE_TXN_MARKERS, MARKERS_VERSION, 1, request, client_id=CLIENT_ID)
-    with socket.create_connection((host, port), timeout=timeout) as sock:
-        sock.sendall(frame)
-        (size,) = struct.unpack(">i", _read_exactly(sock, 4))
-        _, response = decode_response(WRITE_TXN_MARKERS, MARKERS_VERSION, _read_exactly(sock, size))
+    response = request_node(host, port, request, MARKERS_VERSION, CLIENT_ID, timeout)
     assert isinstance(response, WriteTxnMarkersResponse)
     errors = {(t.name, part.partition_index): ErrorCode(part.error_code)
               for marker in response.markers for t in marker.topics for part in t.partitions}
@@ -126,3 +144,22 @@ def _read_exactly(sock: socket.socket, size: int) -> bytes:
         chunks.append(chunk)
         left -= len(chunk)
     return b"".join(chunks)
+
+
+def txn_offset_commit_request(transactional_id: str, group_id: str, producer_id: int, epoch: int,
+                              offsets: dict[tuple[str, int], OffsetAndMetadata]) -> TxnOffsetCommitRequest:
+    """A TxnOffsetCommit carrying ``offsets`` between nodes (no member: the group was checked already)."""
+    by_topic: dict[str, list[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition]] = {}
+    for (topic, partition), om in sorted(offsets.items()):
+        by_topic.setdefault(topic, []).append(TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition(
+            partition_index=partition, committed_offset=om.offset, committed_leader_epoch=om.leader_epoch,
+            committed_metadata=om.metadata))
+    return TxnOffsetCommitRequest(
+        transactional_id=transactional_id, group_id=group_id, producer_id=producer_id, producer_epoch=epoch,
+        generation_id=-1, member_id="", group_instance_id=None,
+        topics=[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(name=name, partitions=parts)
+                for name, parts in by_topic.items()])
+
+
+def offset_errors(response: TxnOffsetCommitResponse) -> dict[tuple[str, int], ErrorCode]:
+    return {(t.name, p.partition_index): ErrorCode(p.error_code) for t in response.topics for p in t.partitions}
