@@ -194,8 +194,7 @@ def _forward(ctx: RequestContext, request: TxnOffsetCommitRequest,
         log.info("forwarding TxnOffsetCommit to node %s failed: %s", node.node_id, failure.getErrorMessage())
         return ErrorCode.NOT_COORDINATOR  # the client looks the transaction coordinator up again
 
-    d = ctx.broker.blocking(request_node, node.host, node.port, forwarded, TXN_OFFSET_COMMIT_VERSION,
-                            GROUP_COORDINATOR_CLIENT_ID)
+    d = request_node(node.host, node.port, forwarded, TXN_OFFSET_COMMIT_VERSION, GROUP_COORDINATOR_CLIENT_ID)
     return d.addCallback(offset_errors).addCallbacks(answered, unreachable)
 
 

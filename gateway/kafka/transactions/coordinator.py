@@ -485,8 +485,8 @@ class TransactionCoordinator:
                 if leader is None:
                     raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{topic}-{partition} has no leader now")
                 if leader.node_id != self.broker.config.node_id:
-                    return self.broker.blocking(send_markers, leader.host, leader.port, pid, epoch, commit,
-                                                self.coordinator_epoch, {topic: [partition]}).addCallback(answered)
+                    return send_markers(leader.host, leader.port, pid, epoch, commit, self.coordinator_epoch,
+                                        {topic: [partition]}).addCallback(answered)
             return self.markers.write(p, pid, epoch, commit, self.coordinator_epoch)
 
         def answered(errors: dict[tuple[str, int], ErrorCode]) -> None:
@@ -522,8 +522,8 @@ class TransactionCoordinator:
             if node is not None and node.node_id != self.broker.config.node_id:
                 transactional_id, pid, epoch = producer
                 request = txn_offset_commit_request(transactional_id, group_id, pid, epoch, stamped)
-                d = self.broker.blocking(request_node, node.host, node.port, request, TXN_OFFSET_COMMIT_VERSION,
-                                         CLIENT_ID).addCallback(offset_errors)
+                d = request_node(node.host, node.port, request, TXN_OFFSET_COMMIT_VERSION,
+                                 CLIENT_ID).addCallback(offset_errors)
             else:
                 d = get_coordinator(self.broker).call(lambda c: c.commit_transactional_offsets(group_id, stamped))
             d.addCallbacks(committed, retry)

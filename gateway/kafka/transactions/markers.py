@@ -11,15 +11,19 @@ new coordinator term writes the markers of a prepared transaction again. A marke
 the producer has a transaction open in the partition or the marker's epoch is newer than the one the
 partition knows (a fencing abort); a marker already in flight for the producer is waited for instead of
 written twice. So a repeated marker never closes a later transaction of the producer early.
+
+Node-to-node requests (``request_node``) run on the reactor, one connection each, with a timeout: a
+paused node ties up no worker thread (the worker pool also carries the node's table writes).
 """
 
 from __future__ import annotations
 
-import socket
 import struct
 from typing import TYPE_CHECKING, Any
 
-from twisted.internet import defer
+from twisted.internet import defer, protocol
+from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
+from twisted.internet.protocol import connectionDone
 from twisted.python.failure import Failure
 
 from millrace.gateway.kafka.group_store import OffsetAndMetadata
@@ -106,44 +110,73 @@ class MarkerWriter:
         return d.addBoth(settled).addCallback(lambda _: None)
 
 
+class _OneRequest(protocol.Protocol):
+    """A connection that sends one Kafka request frame and fires ``done`` with the response frame."""
+
+    def __init__(self, frame: bytes) -> None:
+        self.frame = frame
+        self.buffer = bytearray()
+        # Cancelling (a timeout) aborts the connection.
+        self.done: defer.Deferred[bytes] = defer.Deferred(lambda _: self._abort())
+
+    def _abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abortConnection()  # type: ignore[attr-defined]
+
+    def connectionMade(self) -> None:  # noqa: N802 - Twisted's name
+        assert self.transport is not None
+        self.transport.write(self.frame)
+
+    def dataReceived(self, data: bytes) -> None:  # noqa: N802 - Twisted's name
+        self.buffer += data
+        if len(self.buffer) < 4:
+            return
+        (size,) = struct.unpack_from(">i", self.buffer)
+        if len(self.buffer) >= 4 + size and not self.done.called:
+            assert self.transport is not None
+            self.transport.loseConnection()
+            self.done.callback(bytes(self.buffer[4:4 + size]))
+
+    def connectionLost(self, reason: Failure = connectionDone) -> None:  # noqa: N802 - Twisted's name
+        if not self.done.called:
+            self.done.errback(ConnectionError(f"the node closed the connection: {reason.getErrorMessage()}"))
+
+
 def request_node(host: str, port: int, request: Any, version: int, client_id: str,
-                 timeout: float = SEND_TIMEOUT_SECONDS) -> Any:
-    """Blocking (worker thread): one Kafka request to another node's Kafka listener; its response
-    (OSError if the node cannot be reached or answer in time)."""
-    frame = encode_request(request.API_KEY, version, 1, request, client_id=client_id)
-    with socket.create_connection((host, port), timeout=timeout) as sock:
-        sock.sendall(frame)
-        (size,) = struct.unpack(">i", _read_exactly(sock, 4))
-        return decode_response(request.API_KEY, version, _read_exactly(sock, size))[1]
+                 timeout: float = SEND_TIMEOUT_SECONDS) -> defer.Deferred[Any]:
+    """Reactor: one Kafka request to another node's Kafka listener, on a connection of its own; fires
+    with the response (errbacks if the node cannot be reached or does not answer within ``timeout``:
+    no worker thread waits on a node that is paused)."""
+    from twisted.internet import reactor
+
+    one = _OneRequest(encode_request(request.API_KEY, version, 1, request, client_id=client_id))
+    connected = connectProtocol(TCP4ClientEndpoint(reactor, host, port, timeout=int(timeout) or 1), one)
+
+    def sent(_: Any) -> defer.Deferred[bytes]:
+        return one.done
+
+    d = connected.addCallback(sent)
+    d.addTimeout(timeout, reactor)
+    return d.addCallback(lambda frame: decode_response(request.API_KEY, version, frame)[1])
 
 
 def send_markers(host: str, port: int, producer_id: int, epoch: int, commit: bool, coordinator_epoch: int,
                  partitions: dict[str, list[int]], timeout: float = SEND_TIMEOUT_SECONDS
-                 ) -> dict[tuple[str, int], ErrorCode]:
-    """Blocking (worker thread): one WriteTxnMarkers to the leader at ``host:port``; each partition's
-    error (OSError if the leader cannot be reached or answer in time)."""
+                 ) -> defer.Deferred[dict[tuple[str, int], ErrorCode]]:
+    """Reactor: one WriteTxnMarkers to the leader at ``host:port``; fires with each partition's error."""
     request = WriteTxnMarkersRequest(markers=[WriteTxnMarkersRequest.WritableTxnMarker(
         producer_id=producer_id, producer_epoch=epoch, transaction_result=commit,
         topics=[WriteTxnMarkersRequest.WritableTxnMarkerTopic(name=name, partition_indexes=indexes)
                 for name, indexes in partitions.items()],
         coordinator_epoch=coordinator_epoch)])
-    response = request_node(host, port, request, MARKERS_VERSION, CLIENT_ID, timeout)
-    assert isinstance(response, WriteTxnMarkersResponse)
-    errors = {(t.name, part.partition_index): ErrorCode(part.error_code)
-              for marker in response.markers for t in marker.topics for part in t.partitions}
-    return {(name, i): errors.get((name, i), ErrorCode.UNKNOWN_SERVER_ERROR)
-            for name, indexes in partitions.items() for i in indexes}
 
+    def errors_of(response: WriteTxnMarkersResponse) -> dict[tuple[str, int], ErrorCode]:
+        found = {(t.name, part.partition_index): ErrorCode(part.error_code)
+                 for marker in response.markers for t in marker.topics for part in t.partitions}
+        return {(name, i): found.get((name, i), ErrorCode.UNKNOWN_SERVER_ERROR)
+                for name, indexes in partitions.items() for i in indexes}
 
-def _read_exactly(sock: socket.socket, size: int) -> bytes:
-    chunks, left = [], size
-    while left:
-        chunk = sock.recv(min(left, 1 << 16))
-        if not chunk:
-            raise ConnectionError("the partition leader closed the connection")
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
+    return request_node(host, port, request, MARKERS_VERSION, CLIENT_ID, timeout).addCallback(errors_of)
 
 
 def txn_offset_commit_request(transactional_id: str, group_id: str, producer_id: int, epoch: int,
