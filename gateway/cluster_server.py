@@ -46,12 +46,14 @@ from millrace.gateway.kafka.cluster import (
     GroupCoordination,
     KafkaCluster,
     TransactionCoordination,
+    native_endpoint,
     out_of_date_topics,
 )
 from millrace.gateway.kafka.connection import KafkaFactory
 from millrace.gateway.kafka.setup import build_kafka, start_background
+from millrace.gateway.native.forwarding import HERE, NodeLinks, forwarding
 from millrace.gateway.native.handler import NativeFactory, NativeProtocol
-from millrace.gateway.native.txn_cluster import NodeLinks, cluster_txn_handlers
+from millrace.gateway.native.txn_cluster import cluster_txn_handlers
 from millrace.gateway.server import topic_partitions
 from millrace.protocol.contracts import SegmentInfo
 from millrace.protocol.wire import Command
@@ -76,6 +78,12 @@ if TYPE_CHECKING:
     from millrace.gateway.server import ServerOptions
 
 log = logging.getLogger("millrace")
+
+# Native commands that change the controller's metadata: the elected node runs them (as Kafka's active
+# controller runs topic changes); reads and table-segment data commands are served by any node.
+CONTROLLER_CHANGES = (Command.CREATE_SCOPE, Command.DELETE_SCOPE, Command.CREATE_STREAM, Command.UPDATE_STREAM,
+                      Command.SEAL_STREAM, Command.DELETE_STREAM, Command.TRUNCATE_STREAM, Command.SPLIT_SEGMENT,
+                      Command.MERGE_SEGMENTS, Command.CREATE_KV_TABLE, Command.DELETE_KV_TABLE)
 
 _ANY_ADDRESS = ("0.0.0.0", "::", "")
 _BUILD_ATTEMPTS = 10
@@ -346,6 +354,17 @@ class ClusterServer:
         self.links = NodeLinks(broker)
         txn_commands, native_txns = cluster_txn_handlers(broker, cluster, self.links)
         native_factory.controller_commands.update(txn_commands)
+        # Scope, stream and table changes run on the elected controller only; the other nodes send them there.
+
+        def controller_place() -> str | None:
+            if cluster.is_controller():
+                return HERE
+            info = cluster.controller_info()
+            return None if info is None else native_endpoint(info)
+
+        for command in CONTROLLER_CHANGES:
+            native_factory.controller_commands[command] = forwarding(
+                native_factory.controller_commands[command], command, controller_place, self.links, "the controller")
         # Pravega's getURI: which node serves a segment (from the watched assignments: no I/O on the reactor).
         native_factory.controller_commands[Command.GET_SEGMENT_OWNER] = \
             lambda h, p: cluster.segment_owner(h["segment"])

@@ -35,7 +35,7 @@ from millrace.gateway.kafka.transactions.state import TRANSACTIONS_TABLE
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.store.cluster.assignment import Assignment
 from millrace.store.cluster.containers import SegmentContainerHost
-from millrace.store.cluster.layout import ClusterPaths, NodeInfo, decode_assignment
+from millrace.store.cluster.layout import ClusterPaths, NodeInfo, candidate_sequence, decode_assignment
 from millrace.store.errors import SegmentNotFoundError, StreamNotFoundError
 from millrace.store.segment_store import container_index
 
@@ -79,12 +79,15 @@ class KafkaCluster:
         self._lock = threading.Lock()
         self._nodes: dict[str, tuple[int, NodeInfo]] = {}  # live node id -> (incarnation, what it registered)
         self._assignments: dict[int, Assignment] = {}
+        self._controller: str | None = None  # the elected node (the assigner): the controller
 
     def start(self) -> KafkaCluster:
         """Watch ``nodes/`` and every ``containers/<id>`` (the first answers arrive before this returns)."""
         self.client.ensure_path(self.paths.nodes)
         self.client.ensure_path(self.paths.containers)
         self.client.ChildrenWatch(self.paths.nodes, self._nodes_changed)
+        self.client.ensure_path(self.paths.leader)
+        self.client.ChildrenWatch(self.paths.leader, self._candidates_changed)
         for container_id in range(self.container_count):
             self.client.DataWatch(self.paths.container(container_id), self._assignment_watcher(container_id))
         return self
@@ -109,6 +112,19 @@ class KafkaCluster:
                 if known is not None and known[0] > czxid:
                     nodes[node_id] = known
             self._nodes = nodes
+
+    def _candidates_changed(self, children: list[str]) -> None:
+        """The lowest candidate is the elected node, which runs the controller (as the assigner)."""
+        for name in sorted(children, key=candidate_sequence):
+            try:
+                self._controller = self.client.get(f"{self.paths.leader}/{name}")[0].decode()
+                return
+            except NoNodeError:
+                continue  # gone meanwhile: the next one is elected
+            except KazooException as exc:
+                log.warning("reading election candidate %s failed: %s", name, exc)
+                return
+        self._controller = None
 
     def _assignment_watcher(self, container_id: int) -> Any:
         def changed(data: bytes | None, stat: ZnodeStat | None) -> None:
@@ -174,9 +190,8 @@ class KafkaCluster:
         advertised native listener (clients' segment commands are served there without a hop)."""
         container = self.container_of(segment)
         info = self.owner_info(container)
-        native = None if info is None else (info.advertised.get("native") or
-                                            (f"{info.host}:{info.ports['native']}" if "native" in info.ports else None))
-        return {"container": container, "node": None if info is None else info.node_id, "native": native}
+        return {"container": container, "node": None if info is None else info.node_id,
+                "native": None if info is None else native_endpoint(info)}
 
     def leader(self, segment: str) -> KafkaNode | None:
         """The node serving the partitions whose open segment is ``segment``."""
@@ -195,6 +210,26 @@ class KafkaCluster:
             leader = self.leader(writer.name) if writer is not None else None
             leaders.append(-1 if leader is None else leader.node_id)
         return leaders
+
+    def controller_info(self) -> NodeInfo | None:
+        """The elected node while it is live: the controller, whose admin operations no other node runs."""
+        elected = self._controller
+        entry = self._nodes.get(elected) if elected is not None else None
+        return None if entry is None else entry[1]
+
+    def controller(self) -> KafkaNode | None:
+        info = self.controller_info()
+        return None if info is None else _kafka_node(info)
+
+    def is_controller(self) -> bool:
+        return self._controller == self.node_id
+
+    def controller_id(self, own_id: int) -> int:
+        """The controller's Kafka id for Metadata and DescribeCluster: clients send CreateTopics and the
+        like there (this node's own id while no election is seen yet: it answers NOT_CONTROLLER if it is
+        not, and the client asks again)."""
+        node = self.controller()
+        return own_id if node is None else node.node_id
 
     def group_coordinator(self) -> KafkaNode | None:
         return self.leader(GROUPS_TABLE)
@@ -237,6 +272,21 @@ def out_of_date_topics(broker: Any) -> list[str]:
                 stale.append(name)
                 break
     return stale
+
+
+NOT_CONTROLLER_MESSAGE = "this node is not the controller: ask the controller Metadata names"
+
+
+def not_controller(broker: Any) -> bool:
+    """Whether a topic admin request (CreateTopics, DeleteTopics, CreatePartitions) is to be refused with
+    NOT_CONTROLLER: on a cluster only the elected node runs them, as only Kafka's active controller does;
+    clients refresh Metadata (whose controller_id names it) and send them there."""
+    return broker.cluster is not None and not broker.cluster.is_controller()
+
+
+def native_endpoint(info: NodeInfo) -> str | None:
+    """Where clients (and other nodes) reach a node's native listener: advertised, else bind host + port."""
+    return info.advertised.get("native") or (f"{info.host}:{info.ports['native']}" if "native" in info.ports else None)
 
 
 def _kafka_node(info: NodeInfo) -> KafkaNode | None:

@@ -7,19 +7,17 @@ container: a node whose term ended serves nothing more (its lease checks and mer
 term reloads the records and finishes what a predecessor left COMMITTING or ABORTING.
 
 - Other nodes forward the transaction commands to that node's native listener and relay its answer
-  (clients need not know where the transactions live). A forwarded request is marked, and a node that
-  gets one it cannot serve answers retriably instead of forwarding again, so two nodes with different
-  views never bounce a request between them. Every transaction command is idempotent (the client
-  chooses the transaction id, appends are conditional on event numbers, ends and pings answer the same
-  again), so a forward whose connection died answers retriably and the client resends.
+  (``forwarding``; clients need not know where the transactions live). Every transaction command is
+  idempotent (the client chooses the transaction id, appends are conditional on event numbers, ends and
+  pings answer the same again), so a forward whose connection died answers retriably and the client
+  resends.
 - A commit appends each batch to its partition through this node's partition storage when this node
   leads the partition, else as ``APPEND_EVENTS`` (writer ``txn:<uuid>``, the batch's index as its event
   number) to the leader's native listener: the leader assigns offsets and, as for any numbered writer,
   answers a batch landed before ALREADY_WRITTEN, so a merge resumed after a crash or a move lands
   every batch once.
 
-Threads: the reactor; connections are made on the worker pool (a connect may wait), and their
-answers come back to the reactor through ``to_deferred``.
+Threads: the reactor (``forwarding`` says how connections are made).
 """
 
 from __future__ import annotations
@@ -31,75 +29,19 @@ from typing import Any
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
-from millrace.gateway.futures import to_deferred
 from millrace.gateway.kafka.broker import Broker
 from millrace.gateway.kafka.cluster import KafkaCluster
 from millrace.gateway.kafka.partitions import PartitionError, PartitionLog
 from millrace.gateway.kafka.partitions.writer_events import WriterEvents
 from millrace.gateway.kafka.topics import TopicInfo
 from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.native.forwarding import HERE, NodeLinks, forwarding
 from millrace.gateway.native.txn_commands import Handler, NativeTransactions, local_batch_appender
-from millrace.protocol.errors import ConnectionLostError, RetriableError
 from millrace.protocol.wire import Command
-from millrace.store.cluster.connection import NodeConnection, NotSentError
 from millrace.store.controller.transactions import NATIVE_TXNS_TABLE
 
 log = logging.getLogger(__name__)
 
-TXN_COMMANDS = (Command.BEGIN_TXN, Command.APPEND_TXN_EVENTS, Command.END_TXN, Command.TXN_STATUS,
-                Command.PING_TXN)
-FORWARDED = "forwarded"  # header flag of a request one node sent on to another
-
-
-class NodeLinks:
-    """One native connection per other node's listener, made on demand (worker pool). Requests to a
-    node go out on one connection in the order they were made (those made while it connects wait for
-    it, then go in that order), so the node receives them in that order."""
-
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self._links: dict[str, NodeConnection] = {}
-        self._waiting: dict[str, list[defer.Deferred[NodeConnection]]] = {}  # address -> callers, in order
-
-    def request(self, address: str, command: Command, header: dict[str, Any],
-                payload: bytes = b"") -> defer.Deferred[dict[str, Any]]:
-        link = self._links.get(address)
-        if link is not None and not link.closed and address not in self._waiting:
-            return self._send(link, command, header, payload)
-        waiter: defer.Deferred[NodeConnection] = defer.Deferred()
-        if address not in self._waiting:
-            self._waiting[address] = []
-            self.broker.blocking(self._connect, address).addBoth(self._connected, address)
-        self._waiting[address].append(waiter)
-        return waiter.addCallback(self._send, command, header, payload)
-
-    @staticmethod
-    def _send(link: NodeConnection, command: Command, header: dict[str, Any],
-              payload: bytes) -> defer.Deferred[dict[str, Any]]:
-        return to_deferred(link.request(command, header, payload)).addCallback(lambda answer: answer[0])
-
-    @staticmethod
-    def _connect(address: str) -> NodeConnection:
-        host, _, port = address.rpartition(":")
-        return NodeConnection(host, int(port))
-
-    def _connected(self, outcome: NodeConnection | Failure, address: str) -> None:
-        waiting = self._waiting.pop(address, [])
-        if isinstance(outcome, NodeConnection):
-            old = self._links.get(address)
-            self._links[address] = outcome
-            if old is not None and not old.closed:
-                old.close()
-        for waiter in waiting:  # in the order the requests were made
-            if isinstance(outcome, Failure):
-                waiter.errback(outcome)
-            else:
-                waiter.callback(outcome)
-
-    def close(self) -> None:
-        for link in self._links.values():
-            link.close()
-        self._links = {}
 
 
 class NativeTxnCoordination:
@@ -143,32 +85,19 @@ def cluster_txn_handlers(broker: Broker, cluster: KafkaCluster,
     transactions.stop()  # nothing until a term of the table's container begins here
     transactions.append_batch = leader_batch_appender(broker, cluster, links)
     coordination = NativeTxnCoordination(cluster, transactions)
-    local: dict[int, Handler] = {
-        Command.BEGIN_TXN: transactions.begin, Command.APPEND_TXN_EVENTS: transactions.append,
-        Command.END_TXN: transactions.end, Command.TXN_STATUS: transactions.status,
-        Command.PING_TXN: transactions.ping}
 
-    def routed(command: Command) -> Handler:
-        def handle(h: dict[str, Any], payload: bytes) -> Any:
-            if coordination.check():
-                return local[command](h, payload)
-            if h.get(FORWARDED) or coordination.loaded_term is not None:
-                raise RetriableError("the native transactions are loading or moving; retry")
-            address = cluster.segment_owner(NATIVE_TXNS_TABLE)["native"]
-            if address is None:
-                raise RetriableError("the native transactions' table has no live owner; retry")
-            return links.request(address, command, {**h, FORWARDED: True}, payload).addErrback(_retriable)
-        return handle
+    def place() -> str | None:
+        if coordination.check():
+            return HERE
+        if coordination.loaded_term is not None:
+            return None  # ours, loading: the client retries
+        return cluster.segment_owner(NATIVE_TXNS_TABLE)["native"]
 
-    return {command: routed(command) for command in TXN_COMMANDS}, coordination.check
-
-
-def _retriable(failure: Failure) -> Failure:
-    """A forward that never arrived or whose answer was lost: the client resends (the commands are
-    idempotent); the coordinator's own answers pass as they are."""
-    if failure.check(NotSentError, ConnectionLostError):
-        return Failure(RetriableError(f"forwarding to the transactions' node failed: {failure.getErrorMessage()}"))
-    return failure
+    handlers = {Command.BEGIN_TXN: transactions.begin, Command.APPEND_TXN_EVENTS: transactions.append,
+                Command.END_TXN: transactions.end, Command.TXN_STATUS: transactions.status,
+                Command.PING_TXN: transactions.ping}
+    return ({command: forwarding(handler, command, place, links, "the native transactions' node")
+             for command, handler in handlers.items()}, coordination.check)
 
 
 def leader_batch_appender(broker: Broker, cluster: KafkaCluster,
@@ -201,7 +130,7 @@ def leader_batch_appender(broker: Broker, cluster: KafkaCluster,
                 raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                                      f"{topic.name}-{partition.partition}: no leader, or a batch before failed")
             return links.request(address, Command.APPEND_EVENTS, header, batch).addCallback(
-                lambda answer: int(answer["offset"]))
+                lambda answer: int(answer[0]["offset"]))
 
         def settle(outcome: Any) -> Any:
             if tails.get(key) is settled:

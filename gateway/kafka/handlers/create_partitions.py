@@ -11,6 +11,7 @@ from typing import Any
 from twisted.internet.defer import Deferred
 
 from millrace.gateway.kafka.broker import RequestContext
+from millrace.gateway.kafka.cluster import NOT_CONTROLLER_MESSAGE, not_controller
 from millrace.gateway.kafka.handlers.create_topics import replica_assignment_error
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.topics import TopicError, legal_topic_name
@@ -36,6 +37,9 @@ class _Job:
 
 def _check(ctx: RequestContext, t: CreatePartitionsRequest.CreatePartitionsTopic) -> _Job:
     job = _Job(t.name, t.count)
+    if not_controller(ctx.broker):
+        job.error, job.message = ErrorCode.NOT_CONTROLLER, NOT_CONTROLLER_MESSAGE
+        return job
     if not legal_topic_name(t.name):
         job.error, job.message = ErrorCode.INVALID_TOPIC_EXCEPTION, f"illegal topic name {t.name!r}"
         return job

@@ -16,6 +16,7 @@ from typing import Any
 from twisted.internet.defer import Deferred
 
 from millrace.gateway.kafka.broker import RequestContext
+from millrace.gateway.kafka.cluster import NOT_CONTROLLER_MESSAGE, not_controller
 from millrace.gateway.kafka.handlers.configs import topic_config_values
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.topics import TopicError, TopicInfo, legal_topic_name
@@ -58,6 +59,8 @@ def replica_assignment_error(node: int, broker_ids: list[int]) -> str | None:
 def _plan(ctx: RequestContext, t: CreateTopicsRequest.CreatableTopic) -> _Plan:
     config = ctx.broker.config
     plan = _Plan(t.name)
+    if not_controller(ctx.broker):
+        return _fail(plan, ErrorCode.NOT_CONTROLLER, NOT_CONTROLLER_MESSAGE)
     if not legal_topic_name(t.name):
         return _fail(plan, ErrorCode.INVALID_TOPIC_EXCEPTION, f"illegal topic name {t.name!r}: 1-249 characters "
                      "of [A-Za-z0-9._-], not '.' or '..'")

@@ -12,6 +12,7 @@ from typing import Any
 from twisted.internet.defer import Deferred
 
 from millrace.gateway.kafka.broker import RequestContext
+from millrace.gateway.kafka.cluster import NOT_CONTROLLER_MESSAGE, not_controller
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.topics import TopicError, legal_topic_name
 from millrace.gateway.kafka_protocol.errors import ErrorCode
@@ -35,6 +36,8 @@ class _Job:
 def _resolve(ctx: RequestContext, name: str | None, topic_id: uuid.UUID) -> _Job:
     """Check a deletion on the reactor (in memory) and fill in whichever of name and id is missing."""
     registry = ctx.broker.topics
+    if not_controller(ctx.broker):
+        return _Job(name, topic_id, ErrorCode.NOT_CONTROLLER, NOT_CONTROLLER_MESSAGE)
     if name is not None and topic_id != ZERO_UUID:
         return _Job(name, topic_id, ErrorCode.INVALID_REQUEST, "you may not specify both topic name and topic id")
     if topic_id != ZERO_UUID:

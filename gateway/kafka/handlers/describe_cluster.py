@@ -1,4 +1,5 @@
-"""DescribeCluster (key 60): this node is the whole cluster, its only broker and its controller."""
+"""DescribeCluster (key 60): a single server is the whole cluster, its only broker and its controller; a
+cluster node lists every live node and names the elected node as the controller."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ def handle_describe_cluster(ctx: RequestContext, request: DescribeClusterRequest
                                 "of type CONTROLLER")
     return _R(
         throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=BROKER_ENDPOINT,
-        cluster_id=config.cluster_id, controller_id=config.node_id,
+        cluster_id=config.cluster_id,
+        controller_id=config.node_id if ctx.broker.cluster is None else ctx.broker.cluster.controller_id(config.node_id),
         brokers=[_R.DescribeClusterBroker(broker_id=n.node_id, host=n.host, port=n.port, rack=None)
                  for n in ctx.broker.cluster.brokers()] if ctx.broker.cluster is not None else
                 [_R.DescribeClusterBroker(broker_id=config.node_id, host=config.advertised_host,

@@ -97,7 +97,7 @@ def _response(ctx: RequestContext, request: MetadataRequest, topics: list[_Topic
         throttle_time_ms=0,
         brokers=brokers,
         cluster_id=config.cluster_id,
-        controller_id=config.node_id,
+        controller_id=config.node_id if cluster is None else cluster.controller_id(config.node_id),
         topics=topics,
         cluster_authorized_operations=CLUSTER_OPERATIONS if include_cluster_ops else OPERATIONS_NOT_REQUESTED,
     )

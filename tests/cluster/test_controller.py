@@ -1,0 +1,112 @@
+"""The controller runs on one node at a time: the elected node (``cluster status``: ``controller``).
+
+Kafka: Metadata and DescribeCluster name it as the controller, topic admin requests on any other node
+answer NOT_CONTROLLER, and the clients (kafka-python, confluent-kafka) bootstrapped on another node
+send them there. Native: scope, stream and table changes sent to any node are forwarded to it, and a
+node given a forwarded change it does not run refuses it (retriably) instead of running it. When the
+controller's node is SIGKILLed, another is elected and both kinds of change work through the others."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import NewTopic as ConfluentTopic
+from kafka.admin import KafkaAdminClient, NewPartitions, NewTopic
+
+from millrace import StreamManager
+from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka_protocol.messages.create_topics import CreateTopicsRequest
+from millrace.gateway.native.forwarding import FORWARDED
+from millrace.protocol.errors import RetriableError
+from millrace.protocol.wire import Command
+from millrace.store.cluster.local import zookeeper_missing
+from tests.cluster.local_cluster import LocalClusterCli
+from tests.cluster.test_local_cluster import CONTAINERS, all_owned, wait_status
+from tests.kafka.wire import KafkaWire
+
+pytestmark = [pytest.mark.skipif(zookeeper_missing() is not None, reason=str(zookeeper_missing())),
+              pytest.mark.timeout(300)]
+
+CREATE_TOPICS, METADATA = 19, 3
+
+
+def node_addresses(cluster: LocalClusterCli) -> dict[str, tuple[str, str]]:
+    """Node id -> (Kafka address, native endpoint), in node order as ``cluster up`` lists them."""
+    kafka = cluster.bootstrap.split(",")
+    return {str(i + 1): (kafka[i], native) for i, native in enumerate(cluster.summary["native"])}
+
+
+def controller_of(status: dict[str, Any]) -> str:
+    assert status["controller"] is not None, "no node is elected"
+    return str(status["controller"])
+
+
+def confluent_create(bootstrap: str, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([ConfluentTopic(topic, 2, 1)])[topic].result(timeout=60)
+
+
+def test_topic_and_stream_changes_run_on_the_elected_controller(tmp_path: Path) -> None:
+    with LocalClusterCli(tmp_path / "cluster", "--nodes", "3", "--log-replicas", "3", "--containers",
+                         str(CONTAINERS), "--session-timeout", "3") as cluster:
+        status = wait_status(cluster, all_owned, "every container owned")
+        controller = controller_of(status)
+        addresses = node_addresses(cluster)
+        other = next(node for node in addresses if node != controller)
+        other_kafka, other_native = addresses[other]
+        print(f"controller: node {controller}; clients bootstrapped on node {other} only")
+
+        # Kafka: the other node names the controller and refuses topic changes itself.
+        wire = KafkaWire.connect(other_kafka)
+        try:
+            metadata = wire.request(METADATA, 9, topics=[], allow_auto_topic_creation=False,
+                                    include_topic_authorized_operations=False)
+            assert metadata.controller_id == int(controller)
+            created = wire.send(CREATE_TOPICS, 4, CreateTopicsRequest(topics=[CreateTopicsRequest.CreatableTopic(
+                name="refused", num_partitions=1, replication_factor=1)], timeout_ms=10_000))
+            assert created.topics[0].error_code == ErrorCode.NOT_CONTROLLER
+        finally:
+            wire.close()
+        # ... and the clients send them to the controller.
+        admin = KafkaAdminClient(bootstrap_servers=other_kafka)
+        try:
+            admin.create_topics([NewTopic("ctl-python", 3, 1)])
+            admin.create_partitions({"ctl-python": NewPartitions(5)})
+            # The bootstrapped node reads topic changes the controller made within a second, as a Kafka
+            # broker learns them from its controller a moment later.
+            deadline = time.monotonic() + 10
+            while len(admin.describe_topics(["ctl-python"])[0]["partitions"]) != 5:
+                assert time.monotonic() < deadline, "the new partitions never showed in Metadata"
+                time.sleep(0.2)
+            admin.delete_topics(["ctl-python"])
+        finally:
+            admin.close()
+        confluent_create(other_kafka, "ctl-confluent")
+
+        # Native: a change sent to the other node is forwarded; one marked forwarded is not run there.
+        with StreamManager(other_native, timeout=30.0) as sm:
+            assert sm.create_scope("ctl")
+            sm.create_stream("ctl", "s", initial_segments=2)
+            assert "s" in sm.list_streams("ctl")
+            with pytest.raises(RetriableError):
+                sm.controller.call(Command.CREATE_SCOPE, {"scope": "sneaky", FORWARDED: True})
+            assert "sneaky" not in sm.list_scopes()
+        with StreamManager(addresses[controller][1], timeout=30.0) as sm:
+            assert sm.controller.call(Command.CREATE_SCOPE, {"scope": "direct", FORWARDED: True})[0]["created"]
+
+        # The controller's node dies: another is elected; changes through a survivor work again.
+        cluster.kill(f"node-{controller}", signal.SIGKILL)
+        survivor = next(node for node in addresses if node != controller)
+        began = time.monotonic()
+        with StreamManager(addresses[survivor][1], timeout=60.0) as sm:
+            sm.create_stream("ctl", "after", initial_segments=1)  # waits out the election on the server
+        native_took = time.monotonic() - began
+        status = wait_status(cluster, lambda s: s["controller"] not in (None, controller), "a new controller")
+        confluent_create(addresses[survivor][0], "ctl-after")
+        print(f"new controller: node {controller_of(status)}; a native create through node {survivor} took "
+              f"{native_took:.1f} s across the election")
