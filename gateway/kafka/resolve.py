@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
@@ -11,11 +12,17 @@ from twisted.internet import defer
 from twisted.python.failure import Failure
 
 from millrace.gateway.kafka.broker import Broker
+from millrace.gateway.kafka.cluster import not_controller
 from millrace.gateway.kafka.partitions import PartitionLog
 from millrace.gateway.kafka.topics import TopicError, TopicInfo
+from millrace.gateway.kafka.transactions.markers import request_node
+from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka_protocol.messages.create_topics import CreateTopicsRequest
 
 Logs = tuple[TopicInfo, list[PartitionLog]]
 T = TypeVar("T")
+CREATE_TOPICS_VERSION = 4
+log = logging.getLogger(__name__)
 
 
 def _create_or_get(broker: Broker, name: str) -> TopicInfo | None:
@@ -24,6 +31,37 @@ def _create_or_get(broker: Broker, name: str) -> TopicInfo | None:
     with contextlib.suppress(TopicError):
         broker.topics.create(name, broker.config.default_partitions)
     return broker.topics.get(name)
+
+
+def _refreshed(broker: Broker, name: str) -> TopicInfo | None:
+    """Blocking (worker pool): the topic as the topics table has it now."""
+    broker.topics.refresh()
+    return broker.topics.get(name)
+
+
+def _ask_controller(broker: Broker, name: str) -> defer.Deferred[TopicInfo | None]:
+    """Reactor: on a cluster node that is not the controller, the controller creates the topic (as a
+    Kafka broker forwards an auto-creation to its active controller); then it is read from the topics
+    table. None while the controller is unknown or refuses (the client asks again, as it does while a
+    Kafka topic is being created)."""
+    node = broker.cluster.controller() if broker.cluster is not None else None
+    if node is None:
+        return defer.succeed(None)
+    request = CreateTopicsRequest(topics=[CreateTopicsRequest.CreatableTopic(
+        name=name, num_partitions=broker.config.default_partitions, replication_factor=-1)], timeout_ms=30_000)
+
+    def answered(response: Any) -> defer.Deferred[TopicInfo | None] | None:
+        error = ErrorCode(response.topics[0].error_code)
+        if error not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
+            log.info("the controller did not create topic %s: %s", name, error.name)
+            return None
+        return broker.blocking(_refreshed, broker, name)
+
+    def unreachable(failure: Failure) -> None:
+        log.info("asking the controller to create topic %s failed: %s", name, failure.getErrorMessage())
+
+    return request_node(node.host, node.port, request, CREATE_TOPICS_VERSION,
+                        f"millrace-node-{broker.config.node_id}").addCallbacks(answered, unreachable)
 
 
 def topic_logs(broker: Broker, name: str,
@@ -43,7 +81,12 @@ def topic_logs(broker: Broker, name: str,
     def opened(info: TopicInfo | None) -> Any:
         return None if info is None else _load(broker, info)
 
-    return _in_arrival_order(broker, name, lambda: broker.blocking(_create_or_get, broker, name).addCallback(opened))
+    def create() -> defer.Deferred[Any]:
+        if not_controller(broker):
+            return _ask_controller(broker, name).addCallback(opened)
+        return broker.blocking(_create_or_get, broker, name).addCallback(opened)
+
+    return _in_arrival_order(broker, name, create)
 
 
 def record_logs(broker: Broker, topic: TopicInfo) -> defer.Deferred[Logs]:

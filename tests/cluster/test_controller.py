@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin import NewTopic as ConfluentTopic
 from kafka.admin import KafkaAdminClient, NewPartitions, NewTopic
@@ -87,6 +88,15 @@ def test_topic_and_stream_changes_run_on_the_elected_controller(tmp_path: Path) 
         finally:
             admin.close()
         confluent_create(other_kafka, "ctl-confluent")
+        # Auto-creation through the other node: it has the controller create the topic.
+        producer = Producer({"bootstrap.servers": other_kafka})
+        producer.produce("ctl-auto", b"first")
+        assert producer.flush(60) == 0
+        on_controller = AdminClient({"bootstrap.servers": addresses[controller][0]})
+        deadline = time.monotonic() + 10
+        while on_controller.list_topics("ctl-auto", timeout=30).topics["ctl-auto"].error is not None:
+            assert time.monotonic() < deadline, "the auto-created topic never showed on the controller"
+            time.sleep(0.2)
 
         # Native: a change sent to the other node is forwarded; one marked forwarded is not run there.
         with StreamManager(other_native, timeout=30.0) as sm:

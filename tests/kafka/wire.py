@@ -13,8 +13,10 @@ import struct
 from typing import Any
 
 from millrace.gateway.kafka_protocol.codec import decode_response, encode_request, request_class
+from millrace.gateway.kafka_protocol.errors import ErrorCode
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, CREATE_TOPICS = 0, 1, 2, 3, 19
+NOT_CONTROLLER = int(ErrorCode.NOT_CONTROLLER)
 
 
 class KafkaWire:
@@ -132,6 +134,13 @@ class KafkaWire:
             CT.CreatableTopicConfig(name=k.replace("_", "."), value=v) for k, v in configs.items()])],
             timeout_ms=10000)
         result = self.send(CREATE_TOPICS, version, req).topics[0]
+        if result.error_code == NOT_CONTROLLER:
+            # A cluster node that is not the controller: as Kafka clients do, send it to the controller
+            # that Metadata names.
+            answer = self.metadata(12, [])
+            node = next(b for b in answer.brokers if b.node_id == answer.controller_id)
+            with KafkaWire(node.host, node.port) as controller:
+                return controller.create(name, partitions, version, **configs)
         assert result.error_code == 0, result
         return result
 
