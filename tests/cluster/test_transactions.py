@@ -11,6 +11,7 @@ kafka-clients 4.x against the cluster, and (one process) a repeated WriteTxnMark
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 import threading
@@ -81,6 +82,15 @@ def coordinator_name(cluster: LocalClusterCli, ask: str, transactional_id: str, 
 def kafka_address(cluster: LocalClusterCli, name: str) -> str:
     port = next(p["ports"]["kafka"] for p in cluster.summary["processes"] if p["name"] == name)
     return f"127.0.0.1:{port}"
+
+
+def broker_ids(cluster: LocalClusterCli) -> dict[str, int]:
+    """Process name -> Kafka broker id, from Metadata's brokers (matched by port)."""
+    from confluent_kafka.admin import AdminClient
+
+    brokers = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(timeout=10).brokers
+    by_port = {b.port: b.id for b in brokers.values()}
+    return {p["name"]: by_port[p["ports"]["kafka"]] for p in cluster.summary["processes"] if p["role"] == "node"}
 
 
 def leaders(bootstrap: str, topic: str) -> dict[int, int]:
@@ -260,6 +270,75 @@ def test_native_writer_ids_are_the_ones_the_coordinator_leaves_to_every_node() -
 
     assert NATIVE_WRITER_PREFIX == WRITER_ID_PREFIX
     assert not coordinated(WRITER_ID_PREFIX + "w1") and coordinated("tx-a")
+
+
+@needs_zookeeper
+def test_a_new_coordinator_completes_a_commit_its_predecessor_prepared(tmp_path: Path) -> None:
+    """Kafka's recovery: the coordinator is SIGKILLed while a commit is PrepareCommit (one partition's
+    leader is paused, so its marker cannot be written), and the node that takes the transactions table
+    over finds it prepared and completes it, writing the markers again (the ones already written are
+    not written twice); the producer's retried EndTxn then succeeds."""
+    import signal
+
+    from confluent_kafka import KafkaException
+
+    with new_cluster(tmp_path) as cluster:
+        create_topic(cluster.bootstrap, "txrec", PARTITIONS)
+        by_partition = leaders(cluster.bootstrap, "txrec")
+        nodes = cluster.names("node")
+        coordinator = coordinator_name(cluster, kafka_address(cluster, nodes[0]), "tx-r")
+        ids = broker_ids(cluster)
+        paused = next((n for n in nodes if n != coordinator and ids[n] in by_partition.values()), None)
+        if paused is None:
+            pytest.skip(f"every partition is led by the coordinator's node: {by_partition}")
+        entry = next(n for n in nodes if n not in (coordinator, paused))
+        address = kafka_address(cluster, entry)
+        producer = new_producer(address, "tx-r")
+        produce_transaction(producer, "txrec", 0, commit=True)
+        producer.begin_transaction()
+        for p, value in enumerate(values(1)):
+            producer.produce("txrec", value=value, partition=p)
+        producer.flush(30)
+        cluster.kill(paused, signal.SIGSTOP)
+        outcome: list[str] = []
+
+        def commit() -> None:
+            for _ in range(10):
+                try:
+                    producer.commit_transaction(20)
+                    outcome.append("committed")
+                    return
+                except KafkaException as exc:
+                    err = exc.args[0]
+                    outcome.append(str(err))
+                    if not err.retriable():
+                        return
+
+        worker = threading.Thread(target=commit, daemon=True)
+        worker.start()
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                state = send(kafka_address(cluster, coordinator), DescribeTransactionsRequest(
+                    transactional_ids=["tx-r"]), 0).transaction_states[0].transaction_state
+                if state == "PrepareCommit":
+                    break
+                assert time.monotonic() < deadline, f"the commit never stayed prepared: {state}"
+                time.sleep(0.1)
+            cluster.kill(coordinator)
+        finally:
+            time.sleep(float(SESSION_TIMEOUT) + 2)  # past the paused node's session: its containers move
+            os.kill(cluster.pid(paused), signal.SIGCONT)
+        worker.join(200)
+        assert outcome and outcome[-1] == "committed", outcome
+        moved_to = coordinator_name(cluster, address, "tx-r")
+        expected = set(values(0)) | set(values(1))
+        read = read_committed(address, "txrec", expected)
+        print(f"coordinator {coordinator} SIGKILLed with the commit PrepareCommit ({paused} paused, leading "
+              f"{sorted(p for p, n in by_partition.items() if n == ids[paused])}), completed by {moved_to}: "
+              f"commit attempts {outcome}, read {len(read)} records")
+        assert moved_to != coordinator
+        assert sorted(read) == sorted(expected)
 
 
 def find_group_coordinator_port(address: str, group: str) -> int:
