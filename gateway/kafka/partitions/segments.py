@@ -71,6 +71,7 @@ class SegmentWriter:
         self._index_generation = 0  # bumped by a resync: answers to older sends are then ignored
         self._index_skip = 0  # bytes of coming entries another writer already put in the index
         self._index_stopped = False  # after an unexpected failure: recovery's data scan indexes the rest
+        self._index_checking = False  # reading back what another append put in the index
         # Entries go to the index in segment order: ``_index_next`` is where the next batch to index
         # starts, ``_index_early`` holds batches seen durable before a batch ahead of them (by start).
         self._index_next = tail
@@ -122,6 +123,8 @@ class SegmentWriter:
 
     def flush_index(self) -> None:
         self._index_flush = None
+        if self._index_checking:
+            return  # the check's resync sends what is pending
         if not self._index_pending or self._index_stopped:
             self._index_pending = []
             return
@@ -146,28 +149,63 @@ class SegmentWriter:
     def _index_failed(self, failure: Failure, generation: int) -> None:
         """An index append failed (on a cluster, its container moved, or another node's recovery
         wrote the same entries first): find where the index really ends and go on from there, so the
-        index never gets a gap. A rejected offset says where it ends; an unknown outcome sends again
-        from the last known end, whose answer says. Anything else leaves the rest of the index to
-        recovery's data scan (no more index appends)."""
+        index never gets a gap. A rejected offset says where it ends; what lies between our last known
+        end and there is read back and must be what we meant to write (an append of ours whose answer
+        was lost, or a recovery that indexed the same batches): a writer whose term ended (a zombie
+        whose data appends were refused) finds the new leader's entries there instead, and stops
+        rather than append its own after them, which made an index jump from offset 283 to 789 in a
+        nemesis run. An unknown outcome sends again from the last known end, whose answer says.
+        Anything else leaves the rest of the index to recovery's data scan (no more index appends)."""
         if generation != self._index_generation:
             return  # a resync since then covers it
         exc = failure.value
         log.info("index append to %s failed: %s", self.index_name, failure.getErrorMessage())
-        if isinstance(exc, BadOffsetError) and exc.actual >= self._index_confirmed:
-            landed = exc.actual
-        elif isinstance(exc, ConnectionLostError | ContainerOfflineError):
-            landed = self._index_confirmed
-        else:
-            log.warning("index of %s stops here (recovery indexes the rest from the data): %s", self.name,
-                        failure.getErrorMessage())
+        if isinstance(exc, BadOffsetError) and exc.actual > self._index_confirmed:
             self._index_generation += 1
-            self._index_stopped = True  # no entry may land past a gap
-            self._index_pending = []
+            self._index_checking = True  # entries queue meanwhile; nothing is sent until the check ends
+            start, landed = self._index_confirmed, exc.actual
+            mine = bytes(self._index_sent) + b"".join(self._index_pending)
+            self._check_landed(start, landed, mine, bytearray(), self._index_generation)
+        elif isinstance(exc, BadOffsetError) and exc.actual == self._index_confirmed or \
+                isinstance(exc, ConnectionLostError | ContainerOfflineError):
+            self._index_generation += 1
+            self._resync(self._index_confirmed)
+        else:
+            self._stop_index(failure.getErrorMessage())
+
+    def _check_landed(self, start: int, landed: int, mine: bytes, read: bytearray, generation: int) -> None:
+        """Read [start, landed) of the index segment (as far as we have entries to compare) and resync
+        if it is ours, stop the index if it is not."""
+        want = min(landed - start, len(mine))
+        if len(read) >= want:
+            self._index_checking = False
+            if bytes(read[:want]) != mine[:want]:
+                self._stop_index(f"another writer's entries are in the index at {start}..{landed}")
+            else:
+                self._resync(landed)
             return
-        self._index_generation += 1
+
+        def got(result: Any) -> None:
+            if generation != self._index_generation or not result.data:
+                self._index_checking = False
+                if generation == self._index_generation:
+                    self._stop_index(f"index read at {start + len(read)} gave nothing")
+                return
+            self._check_landed(start, landed, mine, read + bytes(result.data), generation)
+
+        def unreadable(f: Failure) -> None:
+            self._index_checking = False
+            if generation == self._index_generation:
+                self._stop_index(f"reading the index back failed: {f.getErrorMessage()}")
+
+        to_deferred(self.store.read(self.index_name, start + len(read), want - len(read))).addCallbacks(
+            got, unreadable)
+
+    def _resync(self, landed: int) -> None:
+        """Go on from ``landed``, the index's real end, whose bytes past our last known end are ours."""
         unsent = b"".join(self._index_pending)
         stream = bytes(self._index_sent) + unsent  # the index from _index_confirmed on, in order
-        skip = landed - self._index_confirmed  # already in the index (another writer put the same entries)
+        skip = landed - self._index_confirmed  # already in the index (an answer lost, or a recovery's)
         self._index_confirmed = self.index_tail = landed
         self._index_sent = bytearray()
         self._index_pending = []
@@ -175,6 +213,12 @@ class SegmentWriter:
             self._send_index(stream[skip:])
         else:
             self._index_skip = skip - len(stream)  # entries of batches we have yet to hear are durable
+
+    def _stop_index(self, why: str) -> None:
+        log.warning("index of %s stops here (recovery indexes the rest from the data): %s", self.name, why)
+        self._index_generation += 1
+        self._index_stopped = True  # no entry may land past a gap
+        self._index_pending = []
 
 
 @dataclass
