@@ -111,8 +111,9 @@ class PeerFactory(protocol.ServerFactory):
 
 
 class ClientSegments:
-    """The router as the clients' native listener uses it: GET_INFO answers when the owner does (a
-    future) instead of blocking the reactor on another node; every other operation is the router's."""
+    """The router as the clients' native listener uses it: GET_INFO, SEGMENT_RATES and LIST_SEGMENTS
+    answer when the owners do (futures) instead of blocking the reactor on other nodes; every other
+    operation is the router's."""
 
     def __init__(self, router: ClusterSegmentStore) -> None:
         self.router = router
@@ -122,6 +123,12 @@ class ClientSegments:
 
     def get_info(self, name: str) -> StoreFuture[SegmentInfo]:
         return self.router.get_info_future(name)
+
+    def segment_rates(self, name: str) -> StoreFuture[SegmentRates]:
+        return self.router.segment_rates_future(name)
+
+    def list_segments(self) -> StoreFuture[list[str]]:
+        return self.router.list_segments_future()
 
 
 class NodeHttpView:

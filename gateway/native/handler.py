@@ -39,6 +39,24 @@ from millrace.store.segment_store import SegmentStore
 
 log = logging.getLogger(__name__)
 
+def _answer(outcome: Any, fn: Callable[[Any], Any]) -> Any:
+    """``fn`` of a store's answer: at once for a value, when it completes for a future (a cluster node's
+    router answers remote segments with futures, so the reactor never waits on another node)."""
+    if not isinstance(outcome, StoreFuture):
+        return fn(outcome)
+    out: StoreFuture[Any] = StoreFuture()
+
+    def done(f: StoreFuture[Any]) -> None:
+        exc = f.exception()
+        if exc is not None:
+            out.set_exception(exc)
+        else:
+            out.set_result(fn(f.result()))
+
+    outcome.add_done_callback(done)
+    return out
+
+
 def _attribute_updates(raw: list[dict[str, Any]]) -> list[AttributeUpdate]:
     return [AttributeUpdate.from_wire(u) for u in raw]
 
@@ -72,8 +90,8 @@ class NativeProtocol(BudgetedReceiver):
             Command.UPDATE_ATTRIBUTES: lambda h, p: store.update_attributes(
                 h["segment"], _attribute_updates(h["attributes"])
             ),
-            Command.LIST_SEGMENTS: lambda h, p: {"segments": store.list_segments()},
-            Command.SEGMENT_RATES: lambda h, p: dataclasses.asdict(store.segment_rates(h["segment"])),
+            Command.LIST_SEGMENTS: lambda h, p: _answer(store.list_segments(), lambda names: {"segments": names}),
+            Command.SEGMENT_RATES: lambda h, p: _answer(store.segment_rates(h["segment"]), dataclasses.asdict),
         }
 
     def connectionMade(self) -> None:  # noqa: N802 - Twisted's name

@@ -86,6 +86,35 @@ def _mapped(fut: StoreFuture[T], fn: Callable[[T], U]) -> StoreFuture[U]:
     return out
 
 
+def _gathered(futs: list[StoreFuture[T]], fn: Callable[[list[T]], U]) -> StoreFuture[U]:
+    """``fn`` of every result once all are in; the first failure otherwise."""
+    out: StoreFuture[U] = StoreFuture()
+    remaining = [len(futs)]
+    lock = threading.Lock()
+
+    def done(f: StoreFuture[T]) -> None:
+        exc = f.exception()
+        with lock:
+            remaining[0] -= 1
+            last = remaining[0] == 0
+            if out.done():
+                return
+            if exc is not None:
+                out.set_exception(exc)
+                return
+        if last:
+            try:
+                out.set_result(fn([g.result() for g in futs]))
+            except Exception as error:  # noqa: BLE001 - a malformed answer fails this call only
+                out.set_exception(error)
+
+    if not futs:
+        out.set_result(fn([]))
+    for fut in futs:
+        fut.add_done_callback(done)
+    return out
+
+
 class LocalSegments:
     """The segment operations of the containers this node runs; ``ContainerOfflineError`` for others."""
 
@@ -427,9 +456,13 @@ class ClusterSegmentStore:
 
     def segment_rates(self, name: str) -> SegmentRates:
         """The segment's ingest rates, measured by its container's owner. Blocks, as ``get_info``."""
+        return self.segment_rates_future(name).result()
+
+    def segment_rates_future(self, name: str) -> StoreFuture[SegmentRates]:
+        """``segment_rates`` without waiting (what a listener on the reactor calls)."""
         return self._route(name, lambda s: _now(lambda: s.segment_rates(name)),
                            lambda c: _mapped(c.request(Command.SEGMENT_RATES, {"segment": name}), _segment_rates),
-                           True).result()
+                           True)
 
     @property
     def rate_config(self) -> RateConfig:
@@ -465,6 +498,10 @@ class ClusterSegmentStore:
     def list_segments(self) -> list[str]:
         """Every segment in the cluster: each container's owner asked once (a container with no live
         owner within the bound: ContainerOfflineError). A snapshot: containers may move meanwhile."""
+        return self.list_segments_future().result()
+
+    def list_segments_future(self) -> StoreFuture[list[str]]:
+        """``list_segments`` without waiting (what a listener on the reactor calls)."""
         asked: dict[str, StoreFuture[list[str]]] = {}
         for container_id in range(self.container_count):
             call = _Call(self, container_id, lambda s: _now(s.list_segments),
@@ -474,7 +511,7 @@ class ClusterSegmentStore:
             if key not in asked:
                 call.attempt()
                 asked[key] = call.result
-        return sorted({name for fut in asked.values() for name in fut.result()})
+        return _gathered(list(asked.values()), lambda answers: sorted({name for names in answers for name in names}))
 
 
 def _now(fn: Callable[[], T]) -> StoreFuture[T]:
