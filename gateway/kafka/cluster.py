@@ -340,6 +340,9 @@ class TransactionCoordination:
         self.transactions = transactions
         self.loaded_term: int | None = None  # the term whose state is held (or loading)
         self.loading = False
+        container = cluster.container_of(TRANSACTIONS_TABLE)
+        # Read on the worker pool before each transaction record is written (whole-value reads).
+        transactions.fence_writes(lambda: cluster.terms().get(container) == self.loaded_term)
 
     def check(self) -> ErrorCode | None:
         """Reactor: None when this node coordinates with state of its current term, else the error."""

@@ -335,7 +335,7 @@ def test_a_new_coordinator_completes_a_commit_its_predecessor_prepared(tmp_path:
         expected = set(values(0)) | set(values(1))
         read = read_committed(address, "txrec", expected)
         print(f"coordinator {coordinator} SIGKILLed with the commit PrepareCommit ({paused} paused, leading "
-              f"{sorted(p for p, n in by_partition.items() if n == ids[paused])}), completed by {moved_to}: "
+              f"{sorted(p for p, n in by_partition.items() if n == ids[paused])}), coordinator now {moved_to}: "
               f"commit attempts {outcome}, read {len(read)} records")
         assert moved_to != coordinator
         assert sorted(read) == sorted(expected)

@@ -100,6 +100,10 @@ class _TableWriter:
         self.blocking = blocking
         self._queue: list[tuple[bytes, bytes | None, defer.Deferred[None]]] = []
         self._busy = False
+        # On a cluster (any thread): whether this node still holds the term its transaction state is of.
+        # Checked right before each write, so records queued before the term ended are not written over
+        # the next coordinator's.
+        self.term_held: Callable[[], bool] | None = None
 
     def put(self, key: bytes, value: bytes | None) -> defer.Deferred[None]:
         d: defer.Deferred[None] = defer.Deferred()
@@ -115,20 +119,28 @@ class _TableWriter:
         self._busy = True
         self.blocking(self._write, latest).addBoth(self._written, batch)
 
-    def _write(self, latest: dict[bytes, bytes | None]) -> None:
-        """Blocking: one put of the records, one removal of the expired ones."""
+    def _write(self, latest: dict[bytes, bytes | None]) -> set[bytes]:
+        """Blocking: one put of the records, one removal of the expired ones; the keys refused because
+        this node's term is over (Kafka transactional ids only)."""
+        refused: set[bytes] = set()
+        if self.term_held is not None and not self.term_held():
+            refused = {key for key in latest if coordinated(key.decode())}
+            latest = {key: value for key, value in latest.items() if key not in refused}
         puts = [(key, value) for key, value in latest.items() if value is not None]
         if puts:
             self.tables.put(TRANSACTIONS_TABLE, puts)
         removed = [key for key, value in latest.items() if value is None]
         if removed:
             self.tables.remove(TRANSACTIONS_TABLE, removed)
+        return refused
 
     def _written(self, outcome: Any, batch: list[tuple[bytes, bytes | None, defer.Deferred[None]]]) -> None:
         self._busy = False
-        for _, _, d in batch:
+        for key, _, d in batch:
             if isinstance(outcome, Failure):
                 d.errback(outcome)
+            elif key in outcome:
+                d.errback(NotCoordinatingError(key.decode()))
             else:
                 d.callback(None)
         self._pump()
@@ -197,6 +209,11 @@ class TransactionCoordinator:
         self._initializing = {tid for tid in self._initializing if not coordinated(tid)}
         for d in waiting:
             d.callback(ErrorCode.NOT_COORDINATOR)
+
+    def fence_writes(self, term_held: Callable[[], bool]) -> None:
+        """On a cluster: ``term_held`` (any thread) says whether this node still holds the term of its
+        state; transaction records are written only while it does."""
+        self._writer.term_held = term_held
 
     def check(self) -> ErrorCode | None:
         """None when this node coordinates transactions now, else the error to answer."""
