@@ -30,7 +30,7 @@ from millrace.gateway.kafka.partitions.writer_events import WriterEvents
 from millrace.gateway.kafka.resolve import record_logs
 from millrace.gateway.kafka.topics import TopicError, TopicInfo
 from millrace.gateway.kafka_protocol.errors import ErrorCode
-from millrace.gateway.native.event_reads import read_events
+from millrace.gateway.native.event_reads import read_events, served_here
 from millrace.protocol.errors import (
     EventsRefusedError,
     InvalidRequestError,
@@ -57,6 +57,16 @@ def refusal(code: ErrorCode, message: str) -> Exception:
     if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
         return StreamNotFoundError(message)
     return EventsRefusedError(message, int(code))
+
+
+def known_record(broker: Broker, name: str) -> defer.Deferred[TopicInfo | None]:
+    """The partition record of ``name``. A cluster node learns of streams made (or first written)
+    through other nodes from the topics table each second; a client sent here as the owner of their
+    segments may come first, so an unknown record makes such a node read the table now."""
+    topic = broker.topics.record(name)
+    if topic is not None or getattr(broker.partitions, "leadership", None) is None:
+        return defer.succeed(topic)
+    return broker.blocking(broker.topics.refresh).addCallback(lambda _: broker.topics.record(name))
 
 
 def stream_key(broker: Broker, h: dict[str, Any]) -> str:
@@ -107,8 +117,11 @@ def event_handlers(broker: Broker) -> dict[int, Callable[[dict[str, Any], bytes]
                     # stay the last ones until this instance writes.
                     numbers = {str(p.partition): n for p in found[1]
                                if (n := p.writer_events.last(writer_id)) is not None}
+                    # Each partition's open segment: a cluster client sends its batches to that
+                    # segment's owner (GET_SEGMENT_OWNER) instead of learning it from WRONG_HOST.
+                    segments = [p.writer.name if p.writer is not None else None for p in found[1]]
                     return {"producer_id": producer_id, "epoch": epoch, "slices": [list(s) for s in current.slices],
-                            "event_numbers": numbers}
+                            "event_numbers": numbers, "segments": segments}
 
                 return record_logs(broker, current).addCallback(answer)
 
@@ -120,10 +133,6 @@ def event_handlers(broker: Broker) -> dict[int, Callable[[dict[str, Any], bytes]
     def append_events(h: dict[str, Any], payload: bytes) -> defer.Deferred[Any]:
         stream = f"{h['scope']}/{h['stream']}"
         partition = int(h["partition"])
-        topic = broker.topics.record(topic_of(h))
-        if topic is None:  # a stream of another scope gets its record from OPEN_WRITER
-            raise StreamNotFoundError(stream)
-
         events = None
         if h.get("writer_id") is not None:
             try:
@@ -135,6 +144,9 @@ def event_handlers(broker: Broker) -> dict[int, Callable[[dict[str, Any], bytes]
             current, parts = found
             if not 0 <= partition < len(parts):
                 raise StreamNotFoundError(f"{stream} has no partition {partition}")
+            writer = parts[partition].writer
+            if writer is not None:
+                served_here(broker, writer.name)  # else NOT_LEADER (retriable) here forever
             return broker.partitions.append(current, parts[partition], memoryview(payload), events=events)
 
         def refused(failure: Failure) -> Failure:
@@ -143,7 +155,13 @@ def event_handlers(broker: Broker) -> dict[int, Callable[[dict[str, Any], bytes]
                 return Failure(refusal(exc.error_code, str(exc)))
             return failure
 
-        return record_logs(broker, topic).addCallback(append).addCallbacks(lambda base: {"offset": base}, refused)
+        def logs(topic: TopicInfo | None) -> defer.Deferred[tuple[TopicInfo, list[PartitionLog]]]:
+            if topic is None:  # a stream of another scope gets its record from OPEN_WRITER
+                raise StreamNotFoundError(stream)
+            return record_logs(broker, topic)
+
+        return known_record(broker, topic_of(h)).addCallback(logs).addCallback(append).addCallbacks(
+            lambda base: {"offset": base}, refused)
 
     def read_segment_events(h: dict[str, Any], _payload: bytes) -> defer.Deferred[Any]:
         scope, stream = str(h["scope"]), str(h["stream"])
@@ -152,8 +170,9 @@ def event_handlers(broker: Broker) -> dict[int, Callable[[dict[str, Any], bytes]
         if offset < 0 or max_bytes <= 0 or wait_ms < 0:
             raise InvalidRequestError("offset and wait_ms are not negative, max_bytes is positive")
         name = topic_of(h)
-        return read_events(broker, lambda: broker.topics.record(name), scope, stream, int(h["segment_id"]), offset,
-                           max_bytes, wait_ms, None if end is None else int(end))
+        return known_record(broker, name).addCallback(lambda _: read_events(
+            broker, lambda: broker.topics.record(name), scope, stream, int(h["segment_id"]), offset, max_bytes,
+            wait_ms, None if end is None else int(end)))
 
     return {Command.OPEN_WRITER: open_writer, Command.APPEND_EVENTS: append_events,
             Command.READ_EVENTS: read_segment_events}

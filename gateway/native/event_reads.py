@@ -34,7 +34,7 @@ from twisted.internet import defer
 
 from millrace.gateway.futures import to_deferred
 from millrace.gateway.kafka.broker import Broker
-from millrace.gateway.kafka.partitions import PartitionLog
+from millrace.gateway.kafka.partitions import PartitionError, PartitionLog
 from millrace.gateway.kafka.partitions.formats import (
     CONTROL_ATTRIBUTE,
     ENVELOPE,
@@ -46,7 +46,7 @@ from millrace.gateway.kafka.partitions.reads import read_range
 from millrace.gateway.kafka.resolve import record_logs
 from millrace.gateway.kafka.topics import TopicInfo
 from millrace.gateway.native.table_commands import Answer
-from millrace.protocol.errors import InvalidRequestError
+from millrace.protocol.errors import InvalidRequestError, RetriableError, WrongHostError
 from millrace.protocol.names import segment_name
 from millrace.store.contracts import ReadResult
 
@@ -126,6 +126,7 @@ def read_events(broker: Broker, record: Callable[[], TopicInfo | None], scope: s
     """The READ_EVENTS answer (reactor thread); see the module docstring. ``record`` looks up the
     stream's partition record (None until its first event writer opens)."""
     segment = segment_name(scope, stream, segment_id)
+    served_here(broker, segment)
     max_bytes = max(ENVELOPE.size + _BATCH_HEADER_SIZE, min(max_bytes, MAX_READ_BYTES))
     deadline = time.monotonic() + wait_ms / 1000
 
@@ -138,6 +139,7 @@ def read_events(broker: Broker, record: Callable[[], TopicInfo | None], scope: s
         return defer.succeed(answer(_Scan(next_offset=offset), True))
 
     def attempt(parts: list[PartitionLog]) -> defer.Deferred[Answer]:
+        _check_loaded(broker, segment, parts)
         remaining = max(0.0, deadline - time.monotonic())
         # The store waits at the tail; a scan blocked on an unstable batch waits on its partition below.
         read = to_deferred(broker.store.read(segment, offset, max_bytes, remaining))
@@ -174,6 +176,33 @@ def read_events(broker: Broker, record: Callable[[], TopicInfo | None], scope: s
     if topic is None:
         return attempt([])
     return record_logs(broker, topic).addCallback(lambda found: attempt(found[1]))
+
+
+def served_here(broker: Broker, segment: str) -> None:
+    """On a cluster node, WrongHostError unless this node runs the container of ``segment``, whose owner
+    leads the partitions it is the open segment of: the client then asks for the owner and goes there (a
+    single server serves every segment). Another node's copy of those partitions is stale (its index
+    lacks later batches, its high watermark never moves), so reading or appending there would wait for
+    nothing (or pass batches by)."""
+    leadership = getattr(broker.partitions, "leadership", None)
+    if leadership is not None and leadership.terms().get(leadership.container_of(segment)) is None:
+        raise WrongHostError(f"{segment} is not served by this node", segment)
+
+
+def _check_loaded(broker: Broker, segment: str, parts: list[PartitionLog]) -> None:
+    """On a cluster node: the partitions whose open segment this is must hold state of the node's current
+    term of its container (``check_leader``, which starts the reload otherwise), since a copy loaded
+    before the term lacks what the previous owner appended: RetriableError (or WrongHostError once the
+    container left) meanwhile."""
+    if getattr(broker.partitions, "leadership", None) is None:
+        return
+    for p in parts:
+        if p.writer is not None and p.writer.name == segment:
+            try:
+                broker.partitions.check_leader(p)
+            except PartitionError as exc:
+                served_here(broker, segment)
+                raise RetriableError(str(exc)) from None
 
 
 def _sealed_at(broker: Broker, segment: str, offset: int) -> bool:
