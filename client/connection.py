@@ -151,23 +151,36 @@ class ConnectionPool:
         self.reconnect_timeout = reconnect_timeout
         self.connect_timeout = connect_timeout
         self._connections: dict[Endpoint, Connection] = {}
+        self._connecting: dict[Endpoint, threading.Lock] = {}
         self._lock = threading.Lock()
         self._closed = False
 
-    def get(self, endpoint: Endpoint) -> Connection:
-        """A live connection to ``endpoint``, connecting (with backoff) if there is none."""
+    def get(self, endpoint: Endpoint, patience: float | None = None) -> Connection:
+        """A live connection to ``endpoint``, connecting (with backoff, for up to ``patience`` seconds,
+        by default ``reconnect_timeout``) if there is none. Connects to different endpoints do not wait
+        for each other: a client of a cluster goes on with the live nodes while a dead one is tried."""
         with self._lock:
             if self._closed:
                 raise ConnectionLostError("the client is closed")
             conn = self._connections.get(endpoint)
             if conn is not None and not conn.closed:
                 return conn
-            conn = self._connect(endpoint)
-            self._connections[endpoint] = conn
+            connecting = self._connecting.setdefault(endpoint, threading.Lock())
+        with connecting:  # one connect per endpoint at a time
+            with self._lock:
+                conn = self._connections.get(endpoint)
+                if conn is not None and not conn.closed:
+                    return conn
+            conn = self._connect(endpoint, self.reconnect_timeout if patience is None else patience)
+            with self._lock:
+                if self._closed:
+                    conn.close()
+                    raise ConnectionLostError("the client is closed")
+                self._connections[endpoint] = conn
             return conn
 
-    def _connect(self, endpoint: Endpoint) -> Connection:
-        deadline = time.monotonic() + self.reconnect_timeout
+    def _connect(self, endpoint: Endpoint, patience: float) -> Connection:
+        deadline = time.monotonic() + patience
         delay = 0.05
         while True:
             try:

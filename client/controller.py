@@ -1,6 +1,7 @@
 """The controller's commands as typed, blocking calls over a connection pool.
 
-Every call goes to the controller endpoint (one node today). A call whose connection drops is retried
+Every call goes to the controller endpoint (any node of a cluster answers them; event appends and
+reads go to each segment's owner instead: ``owners``, ``routing.py``). A call whose connection drops is retried
 once on a fresh connection when it is idempotent or answers the same either way (reads, and creates
 that report "already there"); others raise ``ConnectionLostError`` and leave the decision to the caller.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from millrace.client.connection import ConnectionPool, Endpoint, Reply
+from millrace.client.routing import SegmentOwners
 from millrace.client.streams import Segment, StreamConfiguration, StreamCut, StreamDescription
 from millrace.protocol.errors import ConnectionLostError
 from millrace.protocol.wire import Command
@@ -20,6 +22,8 @@ class ControllerClient:
         self.endpoint = endpoint
         self.pool = pool
         self.timeout = timeout
+        # Where event appends and reads go: each segment's owner (``routing.py``); these calls go here.
+        self.owners = SegmentOwners(pool, endpoint)
 
     def call(self, command: Command, header: dict[str, Any] | None = None, payload: bytes = b"", *,
              retry: bool = False, timeout: float | None = None) -> Reply:

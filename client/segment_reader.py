@@ -13,11 +13,16 @@ batch boundaries only (skip 0).
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
+from millrace.client.connection import Reply
 from millrace.client.controller import ControllerClient
+from millrace.protocol.errors import ConnectionLostError, RetriableError, WrongHostError
 from millrace.protocol.events import batch_records
+from millrace.protocol.names import segment_name
 from millrace.protocol.wire import Command
 
 READ_BYTES = 1 << 20
@@ -71,8 +76,8 @@ def read_segment_events(controller: ControllerClient, scope: str, stream: str, s
                                  "max_bytes": max_bytes, "wait_ms": wait_ms}
     if end_offset is not None:
         header["end_offset"] = end_offset
-    answer, payload = controller.call(Command.READ_EVENTS, header, retry=True,
-                                      timeout=controller.timeout + wait_ms / 1000)
+    answer, payload = _routed_read(controller, segment_name(scope, stream, segment_id), header,
+                                   controller.timeout + wait_ms / 1000)
     events: list[SegmentEvent] = []
     view = memoryview(payload)
     at = 0
@@ -84,6 +89,30 @@ def read_segment_events(controller: ControllerClient, scope: str, stream: str, s
                 append(SegmentEvent(value, key, partition, offset, timestamp, segment_id, position, index))
         at += length
     return SegmentRead(events, int(answer["next_offset"]), bool(answer["end_of_segment"]))
+
+
+def _routed_read(controller: ControllerClient, segment: str, header: dict[str, Any], timeout: float) -> Reply:
+    """READ_EVENTS sent to the segment's owner. A read changes nothing, so after WrongHostError (the
+    container moved), a lost connection (the owner died) or RetriableError (a new owner loading) it is
+    sent again to the owner looked up anew, backing off, until the pool's reconnect timeout runs out
+    (then the last error escapes)."""
+    owners = controller.owners
+    bound = controller.pool.reconnect_timeout
+    deadline = time.monotonic() + bound
+    delay = 0.05
+    while True:
+        owner = None
+        try:
+            owner = owners.owner(segment, max(0.0, deadline - time.monotonic()))
+            return controller.pool.get(owner, patience=min(1.0, bound)).request(
+                Command.READ_EVENTS, header).result(timeout)
+        except (WrongHostError, ConnectionLostError, RetriableError) as exc:
+            if owner is not None and not isinstance(exc, RetriableError):
+                owners.forget(segment, owner)
+            if time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 1.0)
 
 
 class SegmentEventReader:

@@ -8,8 +8,11 @@ asks for a retry, every unacknowledged batch of the partition is sent again, in 
 sequences, and the partition's duplicate window (the last five batches of each producer, durable with
 the data) answers a batch that had landed with its original offset. So an event is stored once,
 whatever was lost on the way, and events of one key keep their order: one key, one partition, one
-sequence. Opening a writer with a writer id bumps that id's epoch on the server, fencing any older
-instance of it. A writer whose server stays away for the manager's reconnect timeout gives up: its
+sequence. On a cluster each partition's batches go to the owner of its open segment (``routing.py``);
+when that node answers WRONG_HOST or its connection dies, the partition forgets it, looks the owner up
+again and resends its unacknowledged batches there, in order with the same sequences and event numbers,
+so a failover keeps exactly-once and per-key order too. Opening a writer with a writer id bumps that id's
+epoch on the server, fencing any older instance of it. A writer whose server stays away for the manager's reconnect timeout gives up: its
 unacknowledged events fail with ConnectionLostError and the partitions concerned take no more.
 
 Threads: ``write_event`` may be called from any thread; completions arrive on connection threads and
@@ -30,10 +33,10 @@ from concurrent.futures._base import FINISHED, PENDING
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from millrace.client.connection import Reply
+from millrace.client.connection import Endpoint, Reply
 from millrace.client.controller import ControllerClient
 from millrace.client.serializers import BytesSerializer, Serializer
-from millrace.protocol.errors import ConnectionLostError, EventsRefusedError, RetriableError
+from millrace.protocol.errors import ConnectionLostError, EventsRefusedError, RetriableError, WrongHostError
 from millrace.protocol.events import OUT_OF_ORDER_SEQUENCE, encode_batch
 from millrace.protocol.keys import key_hash
 from millrace.protocol.wire import Command
@@ -45,6 +48,7 @@ T = TypeVar("T")
 MAX_IN_FLIGHT = 5  # the server remembers a producer's last five batches per partition
 MAX_BATCH_BYTES = 1024 * 1024
 RETRY_DELAYS = (0.05, 0.1, 0.2, 0.5, 1.0)
+ROUTED_PATIENCE = 2.0  # a routed partition's owner lookup and connect, per retry
 PARTITION_CACHE_KEYS = 100_000
 
 
@@ -170,6 +174,13 @@ class _Partition:
     retry_scheduled: bool = False
     attempts: int = 0
     failed: BaseException | None = None  # a refusal that ends the partition for this writer
+    # Until the first batch is acknowledged only one is in flight: a partition that holds no state of
+    # this producer yet takes any first sequence (Kafka's rule), so a second batch that arrived after the
+    # first had been refused retriably (a node still loading the partition) would land ahead of it, and
+    # the first's resend be refused for good as out of sequence (seen on a cluster at a writer's start).
+    acknowledged: bool = False
+    segment: str | None = None  # the partition's open segment, as last heard (OPEN_WRITER, WRONG_HOST)
+    endpoint: Endpoint | None = None  # where its batches go: that segment's owner (None: look it up)
 
 
 class EventSender(Generic[T]):
@@ -184,9 +195,10 @@ class EventSender(Generic[T]):
 
     def __init__(self, controller: ControllerClient, scope: str, stream: str, serializer: Serializer[T] | None,
                  producer_id: int, epoch: int, slices: list[tuple[float, float]], label: str,
-                 sequences: dict[int, int] | None = None) -> None:
+                 sequences: dict[int, int] | None = None, segments: list[str | None] | None = None) -> None:
         """``label`` names the sender in logs; ``sequences``: the next sequence of partitions that have
-        some already (a transaction resumed by another process)."""
+        some already (a transaction resumed by another process); ``segments``: each partition's open
+        segment, whose owner takes its batches (None: the controller endpoint takes them)."""
         self.controller = controller
         self.scope = scope
         self.stream = stream
@@ -196,6 +208,12 @@ class EventSender(Generic[T]):
         self.slices = slices
         self._label = label
         self._partitions = [_Partition(p, (sequences or {}).get(p, 0)) for p in range(len(self.slices))]
+        owners = controller.owners
+        if segments is not None:
+            owners.prefetch([s for s in segments if s is not None])
+            for p, segment in zip(self._partitions, segments, strict=False):
+                p.segment = segment
+                p.endpoint = None if segment is None else owners.cached(segment)
         self._unkeyed = itertools.cycle(range(len(self.slices)))
         self._partition_of_key: dict[str, int] = {}
         # Reentrant: a request that fails (or is answered) at once runs its completion in the sending
@@ -270,7 +288,8 @@ class EventSender(Generic[T]):
 
     # -- sending (under the lock) ---------------------------------------------------------------------
     def _pump(self, p: _Partition) -> None:
-        while p.pending and not p.retrying and p.failed is None and len(p.in_flight) < MAX_IN_FLIGHT:
+        limit = MAX_IN_FLIGHT if p.acknowledged else 1
+        while p.pending and not p.retrying and p.failed is None and len(p.in_flight) < limit:
             events: list[tuple[bytes | None, bytes]] = []
             futures: list[_EventFuture] = []
             size = 0
@@ -294,13 +313,20 @@ class EventSender(Generic[T]):
             header = self._header(p)
             if batch.first_event >= 0:
                 header.update(writer_id=self.writer_id, first_event=batch.first_event, last_event=batch.last_event)
-            outcome = self.controller.pool.request_if_connected(self.controller.endpoint, self.command,
-                                                                header, batch.payload)
+            outcome = self.controller.pool.request_if_connected(self._endpoint(p), self.command, header,
+                                                                batch.payload)
         except ConnectionLostError as exc:
             outcome = Future()
             outcome.set_exception(exc)
         batch.outcome = outcome
         outcome.add_done_callback(lambda f: self._completed(p, batch, f))
+
+    def _endpoint(self, p: _Partition) -> Endpoint:
+        """Where the partition's batches go: its segment's owner, else the controller endpoint (a sender
+        that routes nothing: a single server, or transactions)."""
+        if p.endpoint is None and p.segment is not None:
+            p.endpoint = self.controller.owners.cached(p.segment)
+        return p.endpoint if p.endpoint is not None else self.controller.endpoint
 
     # -- completions (connection threads) ----------------------------------------------------------------
     def _completed(self, p: _Partition, batch: _Batch, outcome: Future[Reply]) -> None:
@@ -312,6 +338,7 @@ class EventSender(Generic[T]):
             if exc is None:
                 base = int(outcome.result()[0]["offset"])
                 p.in_flight.remove(batch)
+                p.acknowledged = True
                 p.attempts = 0
                 p.failing_since = None
                 if base == ALREADY_WRITTEN:  # an earlier instance of the writer id wrote these events
@@ -319,11 +346,18 @@ class EventSender(Generic[T]):
                 else:
                     done += [(f, EventPosition(p.number, base + i)) for i, f in enumerate(batch.futures)]
                 self._pump(p)
-            elif isinstance(exc, (ConnectionLostError, RetriableError)) or (
+            elif isinstance(exc, (ConnectionLostError, RetriableError, WrongHostError)) or (
                     # A batch behind one that failed finds a gap in the sequence: ours, not a refusal.
                     isinstance(exc, EventsRefusedError) and exc.kafka_error == OUT_OF_ORDER_SEQUENCE
                     and p.in_flight[0] is not batch):
                 p.retrying = True
+                if isinstance(exc, (WrongHostError, ConnectionLostError)):
+                    # The owner moved (or died): forget it; the retry asks any node for the new one.
+                    if isinstance(exc, WrongHostError) and exc.segment:
+                        p.segment = exc.segment  # after a scale: the partition's new open segment
+                    if p.segment is not None:
+                        self.controller.owners.forget(p.segment, p.endpoint)
+                    p.endpoint = None
                 if p.failing_since is None:
                     p.failing_since = time.monotonic()
             else:
@@ -357,23 +391,39 @@ class EventSender(Generic[T]):
         return doomed
 
     def _retry(self, p: _Partition) -> None:
-        # Connect first, outside the lock: a server restarting may take a while.
+        # Find the owner and connect first, outside the lock: a container between owners, or a server
+        # restarting, may take a while. A routed partition tries for a while at a time, so the owner is
+        # looked up again (it may move once more) and the give-up below is checked between tries.
         reconnect_timeout = self.controller.pool.reconnect_timeout
         lost: ConnectionLostError | None = None
+        with self._lock:
+            segment, endpoint = p.segment, p.endpoint
+        routed = segment is not None and self.controller.owners.cluster
         try:
-            self.controller.pool.get(self.controller.endpoint)
+            if segment is not None and endpoint is None:
+                endpoint = self.controller.owners.owner(segment, min(ROUTED_PATIENCE, reconnect_timeout))
+            self.controller.pool.get(endpoint or self.controller.endpoint,
+                                     patience=min(ROUTED_PATIENCE, reconnect_timeout) if routed else None)
         except ConnectionLostError as exc:
-            log.warning("%s: cannot reconnect yet: %s", self._label, exc)
+            log.warning("%s: cannot reach partition %d's owner yet: %s", self._label, p.number, exc)
             lost = exc
+            if segment is not None:
+                self.controller.owners.forget(segment, endpoint)
+            endpoint = None
         doomed: list[tuple[_EventFuture, BaseException]] = []
         with self._lock:
             p.retrying = p.retry_scheduled = False
+            if p.segment == segment:
+                p.endpoint = endpoint
             if lost is not None and p.failing_since is not None \
                     and time.monotonic() - p.failing_since >= reconnect_timeout:
                 # The server stayed away for the whole reconnect timeout: give up rather than retry
                 # forever. Whether these batches landed is unknown; the partition takes no more events.
                 doomed = self._fail_partition(p, ConnectionLostError(
                     f"{self._label}: no connection for {reconnect_timeout:g} s, giving up: {lost}"))
+            elif lost is not None and routed:
+                p.retrying = True  # no owner reached: look again (backing off) before resending
+                self._schedule_retry(p)
             else:
                 for batch in list(p.in_flight):
                     if p.retrying:
@@ -408,7 +458,8 @@ class EventStreamWriter(EventSender[T]):
         opened = controller.call(Command.OPEN_WRITER,
                                  {"scope": scope, "stream": stream, "writer_id": self.writer_id}, retry=True)[0]
         super().__init__(controller, scope, stream, serializer, int(opened["producer_id"]), int(opened["epoch"]),
-                         [(float(lo), float(hi)) for lo, hi in opened["slices"]], f"writer {self.writer_id}")
+                         [(float(lo), float(hi)) for lo, hi in opened["slices"]], f"writer {self.writer_id}",
+                         segments=opened.get("segments"))
         recorded = {int(p): int(n) for p, n in opened.get("event_numbers", {}).items()}
         # Per partition, the last event number the stream held for this writer id when it opened.
         self._written_before = [recorded.get(p, -1) for p in range(len(self.slices))]
