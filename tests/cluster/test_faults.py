@@ -4,8 +4,9 @@ a logd is SIGKILLed, while a node is SIGKILLed, and across a SIGKILL of every pr
 ``cluster up``. Each test prints acknowledged / read / lost / duplicated counts; nothing acknowledged
 may be lost, doubled, moved to another offset or reordered.
 
-Native writers (writer ids) are in the same tests' load where they can be: see
-``test_native_writers_through_one_node_survive_a_node_sigkill`` for why that one is expected to fail now.
+Native writers (writer ids) given one node's endpoint follow each segment's owner across a node's SIGKILL
+(``test_native_writers_through_one_node_survive_a_node_sigkill``); a native reader group reads a stream
+across one (``test_native_reader_group_reads_across_a_node_sigkill``).
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from millrace.protocol.wire import Command
 from millrace.store.cluster.local import zookeeper_missing
 from tests.cluster.faults import KafkaLoad, NativeLoad
 from tests.cluster.local_cluster import LocalClusterCli, pid_alive
@@ -32,6 +35,22 @@ SESSION_TIMEOUT = "3"
 def new_cluster(tmp_path: Path) -> LocalClusterCli:
     return LocalClusterCli(tmp_path / "cluster", "--nodes", "3", "--log-replicas", "3", "--write-quorum", "3",
                            "--ack-quorum", "2", "--containers", "4", "--session-timeout", SESSION_TIMEOUT)
+
+
+def segments_owner(cluster: LocalClusterCli, scope: str, stream: str) -> tuple[str, str]:
+    """(the node owning the most of the stream's current segments, the native endpoint of another node),
+    asked as the client asks (GET_SEGMENT_OWNER), once every container is owned: killing that node
+    moves segments the clients given that endpoint read or write."""
+    from millrace.client.manager import StreamManager
+
+    wait_status(cluster, all_owned, "every container owned")
+    with StreamManager(cluster.summary["native"][0]) as manager:
+        owners = Counter(str(manager.controller.call(Command.GET_SEGMENT_OWNER, {"segment": s.segment.name})[0]["native"])
+                         for s in manager.controller.describe_stream(scope, stream).segments)
+    busiest = owners.most_common(1)[0][0]
+    nodes = [p for p in cluster.summary["processes"] if p["role"] == "node"]
+    victim = next(p["name"] for p in nodes if busiest.endswith(f":{p['ports']['native']}"))
+    return victim, next(e for e in cluster.summary["native"] if e != busiest)
 
 
 def test_sigkill_one_logd_under_load_loses_nothing_and_clients_see_no_error(tmp_path: Path) -> None:
@@ -107,26 +126,88 @@ def test_sigkill_every_process_then_cluster_up_keeps_everything_acknowledged(tmp
         assert result.errors == []
 
 
-@pytest.mark.xfail(strict=True, reason="native event writers go through the node they reached: a node that "
-                   "does not lead a partition answers NOT_LEADER (retriable) forever, and the client does not "
-                   "yet use GET_SEGMENT_OWNER to go to the leader (docs/architecture.md, 'Not wired yet: "
-                   "native clients'); remove this mark when it does")
 def test_native_writers_through_one_node_survive_a_node_sigkill(tmp_path: Path) -> None:
+    """Native writers given one node's endpoint send each partition's batches to its segment's owner
+    (GET_SEGMENT_OWNER; WRONG_HOST from others) and, when that owner is SIGKILLed, find the new one and
+    resend: nothing acknowledged lost or doubled, per-key order kept."""
     with new_cluster(tmp_path) as cluster:
         create_topic(cluster.bootstrap, "nativefault", PARTITIONS)
-        load = NativeLoad(cluster.summary["native"][0], "nativefault")
+        victim, endpoint = segments_owner(cluster, "kafka", "nativefault")
+        load = NativeLoad(endpoint, "nativefault")
         try:
             load.wait_for(500, timeout=30)
-            cluster.kill("node-2")
+            at_kill = load.count
+            cluster.kill(victim)
             load.wait_for(1000, timeout=90)
         finally:
             load.finish(timeout=20)  # every event of a healthy cluster is acknowledged well within this
         result = load.check(cluster.bootstrap)
-        print(result.line())
+        resent = sum(w.resent_batches for w in load.writers)
+        print(f"{result.line()}; {victim}, owner of most of the topic's segments, SIGKILLed after {at_kill} "
+              f"acknowledged (writers given {endpoint}); {resent} batches resent")
         for error in result.errors[:5]:
             print(f"  client error: {error}")
         assert result.errors == []
         assert result.ok and result.read == result.acknowledged
+
+
+def test_native_reader_group_reads_across_a_node_sigkill(tmp_path: Path) -> None:
+    """A native reader group given one node's endpoint reads each segment from its owner; when an owner
+    is SIGKILLed mid-stream its reader finds the new owner and goes on from its position: every event
+    written (before and after the kill) is read exactly once, in order per routing key."""
+    from millrace.client.manager import StreamManager
+
+    with new_cluster(tmp_path) as cluster:
+        with StreamManager(cluster.summary["native"][0]) as setup:
+            setup.create_scope("rg")
+            setup.create_stream("rg", "failover", initial_segments=4)  # spread over the containers
+        victim, endpoint = segments_owner(cluster, "rg", "failover")
+        with StreamManager(endpoint, timeout=30.0, reconnect_timeout=60.0) as manager:
+            writer = manager.create_writer("rg", "failover", writer_id="w")
+            written: list[bytes] = []
+
+            def write(count: int) -> None:
+                futures = []
+                for _ in range(count):
+                    value = f"k{len(written) % 8}:{len(written)}".encode()
+                    futures.append(writer.write_event(value, routing_key=value.split(b":")[0].decode()))
+                    written.append(value)
+                deadline = time.monotonic() + 60
+                for f in futures:  # bounded, unlike flush(): a writer stuck on a wrong node fails the test
+                    f.result(max(0.0, deadline - time.monotonic()))
+
+            write(400)
+            reader = manager.create_reader_group("g", "rg", "failover").create_reader("r")
+            read: list[bytes] = []
+
+            def read_until(count: int, timeout: float) -> None:
+                deadline = time.monotonic() + timeout
+                while len(read) < count and time.monotonic() < deadline:
+                    got = reader.read_next_event(timeout=1.0)
+                    if got is not None and got.data is not None:  # not a checkpoint
+                        read.append(got.data)
+
+            read_until(200, 60)
+            cluster.kill(victim)
+            killed_at = time.monotonic()
+            write(200)  # the writer follows the partitions' new owners too
+            read_until(len(written), 90)
+            took = time.monotonic() - killed_at
+            reader.close()
+            writer.close()
+        counts = Counter(read)
+        lost = [v for v in written if counts[v] == 0]
+        duplicated = [v for v, n in counts.items() if n > 1]
+        last: dict[bytes, int] = {}
+        out_of_order = 0
+        for value in read:
+            key, _, number = value.partition(b":")
+            out_of_order += int(number) < last.get(key, -1)
+            last[key] = int(number)
+        print(f"native reader group: written {len(written)}, read {len(read)}, lost {len(lost)}, duplicated "
+              f"{len(duplicated)}, out of order {out_of_order}; {victim}, owner of most of its segments, "
+              f"SIGKILLed after 200 read, all read {took:.1f} s later")
+        assert not lost and not duplicated and out_of_order == 0 and len(read) == len(written)
 
 
 def test_a_node_joining_under_load_takes_over_containers_without_loss(tmp_path: Path) -> None:
