@@ -24,11 +24,12 @@ class Tally:
     misplaced: int  # acknowledged at one offset, read at another
     out_of_order: int  # a writer's later record before its earlier one in a partition
     errors: list[str] = field(default_factory=list)
+    examples: list[str] = field(default_factory=list)  # a few misplaced and lost records, to trace them
 
     def line(self) -> str:
         return (f"{self.name}: acknowledged {self.acknowledged}, read {self.read}, lost {self.lost}, "
                 f"duplicated {self.duplicated}, misplaced {self.misplaced}, out of order {self.out_of_order}, "
-                f"client errors {len(self.errors)}")
+                f"client errors {len(self.errors)}" + "".join(f"\n  {e}" for e in self.examples))
 
     @property
     def ok(self) -> bool:
@@ -173,8 +174,14 @@ def tally(name: str, acked: dict[bytes, tuple[int, int]], read: dict[int, list[t
             last[writer] = int(number)
     lost = sum(1 for v in acked if counts[v] == 0)
     duplicated = sum(1 for v in counts if counts[v] > 1)
-    misplaced = sum(1 for v, at in acked.items() if counts[v] and where[v] != at)
-    return Tally(name, len(acked), sum(counts.values()), lost, duplicated, misplaced, out_of_order, errors)
+    misplaced_values = [v for v, at in acked.items() if counts[v] and where[v] != at]
+    # What a failure needs to be traced: which records, where acknowledged, where read, and what is there.
+    stored = {(p, offset): value for p, records in read.items() for offset, value in records}
+    examples = [f"{v.decode()} acknowledged at {acked[v]} (where {stored.get(acked[v], b'nothing').decode()} is), "
+                f"read at {where[v]}" for v in sorted(misplaced_values)[:5]]
+    examples += [f"{v.decode()} acknowledged at {acked[v]}, not read" for v in acked if counts[v] == 0][:5]
+    return Tally(name, len(acked), sum(counts.values()), lost, duplicated, len(misplaced_values), out_of_order,
+                 errors, examples)
 
 
 class NativeLoad:
