@@ -72,6 +72,7 @@ class Command(enum.IntEnum):
     END_TXN = 62
     TXN_STATUS = 63
     PING_TXN = 64
+    FORGET_TXN_WRITER = 65  # node to node: a committed transaction's merge writer, forgotten by a leader
 
 
 class Status(enum.IntEnum):

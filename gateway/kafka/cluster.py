@@ -170,6 +170,10 @@ class KafkaCluster:
         nodes = (_kafka_node(info) for _, info in self._nodes.values())
         return sorted((n for n in nodes if n is not None), key=lambda n: n.node_id)
 
+    def other_nodes(self) -> list[NodeInfo]:
+        """What every other live node registered."""
+        return [info for node, (_, info) in sorted(self._nodes.items()) if node != self.node_id]
+
     def owner_info(self, container_id: int) -> NodeInfo | None:
         """What the container's live owner registered, None while it has none (or its owner died)."""
         assignment = self._assignments.get(container_id)

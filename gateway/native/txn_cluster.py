@@ -15,7 +15,8 @@ term reloads the records and finishes what a predecessor left COMMITTING or ABOR
   leads the partition, else as ``APPEND_EVENTS`` (writer ``txn:<uuid>``, the batch's index as its event
   number) to the leader's native listener: the leader assigns offsets and, as for any numbered writer,
   answers a batch landed before ALREADY_WRITTEN, so a merge resumed after a crash or a move lands
-  every batch once.
+  every batch once. After the commit the merge writer's numbers are forgotten on every node
+  (``FORGET_TXN_WRITER``), as the single server forgets them in its partitions.
 
 Threads: the reactor (``forwarding`` says how connections are made).
 """
@@ -30,15 +31,22 @@ from twisted.internet import defer
 from twisted.python.failure import Failure
 
 from millrace.gateway.kafka.broker import Broker
-from millrace.gateway.kafka.cluster import KafkaCluster
+from millrace.gateway.kafka.cluster import KafkaCluster, native_endpoint
 from millrace.gateway.kafka.partitions import PartitionError, PartitionLog
 from millrace.gateway.kafka.partitions.writer_events import WriterEvents
 from millrace.gateway.kafka.topics import TopicInfo
 from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.native.event_commands import stream_key
 from millrace.gateway.native.forwarding import HERE, NodeLinks, forwarding
-from millrace.gateway.native.txn_commands import Handler, NativeTransactions, local_batch_appender
+from millrace.gateway.native.txn_commands import (
+    WRITER_PREFIX,
+    Handler,
+    NativeTransactions,
+    local_batch_appender,
+)
+from millrace.protocol.errors import InvalidRequestError
 from millrace.protocol.wire import Command
-from millrace.store.controller.transactions import NATIVE_TXNS_TABLE
+from millrace.store.controller.transactions import NATIVE_TXNS_TABLE, TxnRecord
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +92,27 @@ def cluster_txn_handlers(broker: Broker, cluster: KafkaCluster,
     transactions = NativeTransactions(broker, load=False)
     transactions.stop()  # nothing until a term of the table's container begins here
     transactions.append_batch = leader_batch_appender(broker, cluster, links)
+
+    def forget_elsewhere(record: TxnRecord, writer_id: str) -> None:
+        header = {"scope": record.scope, "stream": record.stream, "writer_id": writer_id}
+        def missed(failure: Failure, node: str) -> None:
+            # It keeps one attribute per partition of the stream it leads; a later load reads it back.
+            log.info("node %s did not forget %s: %s", node, writer_id, failure.getErrorMessage())
+
+        for info in cluster.other_nodes():
+            address = native_endpoint(info)
+            if address is not None:
+                links.request(address, Command.FORGET_TXN_WRITER, header).addErrback(missed, info.node_id)
+
+    def forget(h: dict[str, Any], _payload: bytes) -> dict[str, Any]:
+        """Another node's committed transaction: drop its merge writer's numbers from partitions led here."""
+        writer_id = str(h["writer_id"])
+        if not writer_id.startswith(WRITER_PREFIX):
+            raise InvalidRequestError(f"{writer_id!r} is not a transaction's merge writer")
+        broker.partitions.forget_writer(stream_key(broker, h), writer_id)
+        return {}
+
+    transactions.forget_elsewhere = forget_elsewhere
     coordination = NativeTxnCoordination(cluster, transactions)
 
     def place() -> str | None:
@@ -96,8 +125,10 @@ def cluster_txn_handlers(broker: Broker, cluster: KafkaCluster,
     handlers = {Command.BEGIN_TXN: transactions.begin, Command.APPEND_TXN_EVENTS: transactions.append,
                 Command.END_TXN: transactions.end, Command.TXN_STATUS: transactions.status,
                 Command.PING_TXN: transactions.ping}
-    return ({command: forwarding(handler, command, place, links, "the native transactions' node")
-             for command, handler in handlers.items()}, coordination.check)
+    routed: dict[int, Handler] = {command: forwarding(handler, command, place, links, "the native transactions' node")
+                                  for command, handler in handlers.items()}
+    routed[Command.FORGET_TXN_WRITER] = forget
+    return routed, coordination.check
 
 
 def leader_batch_appender(broker: Broker, cluster: KafkaCluster,

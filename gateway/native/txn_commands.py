@@ -295,6 +295,9 @@ class NativeTransactions:
         # How a commit lands a batch in its partition: here, through this node's partition storage; a
         # cluster node sends the batches of partitions another node leads to that node (``txn_cluster``).
         self.append_batch: BatchAppender = local_batch_appender(broker)
+        # Who else must forget a committed transaction's merge writer: on a cluster, the other nodes,
+        # whose partitions the merge appended to (``txn_cluster``); (stream key, writer id).
+        self.forget_elsewhere: Callable[[TxnRecord, str], None] | None = None
 
     def reload(self) -> defer.Deferred[None]:
         """Read the records again (worker pool), then ``start``: a node that begins serving the
@@ -380,6 +383,8 @@ class NativeTransactions:
         the partitions and their segments' attributes, which would otherwise grow by one per commit."""
         name = stream_key(self.broker, {"scope": record.scope, "stream": record.stream})
         self.broker.partitions.forget_writer(name, f"{WRITER_PREFIX}{record.txn_id}")
+        if self.forget_elsewhere is not None:
+            self.forget_elsewhere(record, f"{WRITER_PREFIX}{record.txn_id}")
 
     def _delete(self, record: TxnRecord) -> defer.Deferred[None]:
         names = [name for name, _ in record.segments]

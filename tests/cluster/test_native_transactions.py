@@ -20,6 +20,7 @@ from millrace.protocol.errors import StreamNotFoundError
 from millrace.store.cluster.local import zookeeper_missing
 from millrace.store.controller.transactions import NATIVE_TXNS_TABLE
 from millrace.store.segment_store import container_index
+from tests.client.test_transactions import merge_writer_attributes
 from tests.cluster.faults import read_partitions
 from tests.cluster.local_cluster import LocalClusterCli
 from tests.cluster.test_local_cluster import CONTAINERS, all_owned, create_topic, wait_status
@@ -95,6 +96,12 @@ def test_commits_through_every_node_land_on_every_partitions_leader(tmp_path: Pa
                 kept.commit()
                 assert kept.check_status() == TxnStatus.COMMITTED
                 assert dropped.check_status() == TxnStatus.ABORTED
+        # Every leader forgets the merge writers' numbers once their transactions committed.
+        with StreamManager(endpoints(cluster)["1"], timeout=30.0) as sm:
+            deadline = time.monotonic() + 20
+            while (left := merge_writer_attributes(sm, "kafka", "ntxn")) != []:
+                assert time.monotonic() < deadline, f"merge writers' numbers kept: {left}"
+                time.sleep(0.2)
         stored = stored_values(cluster, "ntxn")
         counts = Counter(stored)
         print(f"committed {len(committed)}, stored {len(stored)}, transactions' node "
