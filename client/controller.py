@@ -1,29 +1,34 @@
 """The controller's commands as typed, blocking calls over a connection pool.
 
 Every call goes to the controller endpoint (any node of a cluster answers them; event appends and
-reads go to each segment's owner instead: ``owners``, ``routing.py``). A call whose connection drops is retried
+reads go to each segment's owner instead: ``owners``, ``routing.py``); on a cluster, when that node
+cannot be reached, to another node the client knows (given, or learned as a segment's owner). A call whose connection drops is retried
 once on a fresh connection when it is idempotent or answers the same either way (reads, and creates
 that report "already there"); others raise ``ConnectionLostError`` and leave the decision to the caller.
 """
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import Future
 from typing import Any
 
 from millrace.client.connection import ConnectionPool, Endpoint, Reply
-from millrace.client.routing import SegmentOwners
+from millrace.client.routing import CONNECT_PATIENCE, SegmentOwners
 from millrace.client.streams import Segment, StreamConfiguration, StreamCut, StreamDescription
 from millrace.protocol.errors import ConnectionLostError
 from millrace.protocol.wire import Command
 
 
 class ControllerClient:
-    def __init__(self, endpoint: Endpoint, pool: ConnectionPool, timeout: float = 30.0) -> None:
+    def __init__(self, endpoint: Endpoint, pool: ConnectionPool, timeout: float = 30.0,
+                 others: list[Endpoint] | None = None) -> None:
+        """``others``: more nodes of the cluster, asked when ``endpoint`` cannot be reached."""
         self.endpoint = endpoint
         self.pool = pool
         self.timeout = timeout
         # Where event appends and reads go: each segment's owner (``routing.py``); these calls go here.
-        self.owners = SegmentOwners(pool, endpoint)
+        self.owners = SegmentOwners(pool, endpoint, others)
 
     def call(self, command: Command, header: dict[str, Any] | None = None, payload: bytes = b"", *,
              retry: bool = False, timeout: float | None = None) -> Reply:
@@ -31,11 +36,34 @@ class ControllerClient:
         ``retry``: resend once on a new connection if the first was lost."""
         wait = self.timeout if timeout is None else timeout
         try:
-            return self.pool.request(self.endpoint, command, header, payload).result(wait)
+            return self._send(command, header, payload).result(wait)
         except ConnectionLostError:
             if not retry:
                 raise
-            return self.pool.request(self.endpoint, command, header, payload).result(wait)
+            return self._send(command, header, payload).result(wait)
+
+    def _send(self, command: Command, header: dict[str, Any] | None, payload: bytes) -> Future[Reply]:
+        """Send to the endpoint; on a cluster whose other nodes the client knows, to the first of them that
+        can be reached when it cannot (any node serves these calls; nothing reached the unreachable one,
+        so this is safe for every request), which then becomes the endpoint, until the pool's reconnect
+        timeout runs out."""
+        nodes = self.owners.nodes()
+        if len(nodes) < 2:
+            return self.pool.request(self.endpoint, command, header, payload)
+        deadline = time.monotonic() + self.pool.reconnect_timeout
+        lost = ConnectionLostError("no node of the cluster reached")
+        while True:
+            for node in [self.endpoint, *(n for n in nodes if n != self.endpoint)]:
+                try:
+                    sent = self.pool.get(node, patience=CONNECT_PATIENCE).request(command, header, payload)
+                except ConnectionLostError as exc:
+                    lost = exc
+                    continue
+                self.endpoint = node
+                return sent
+            if time.monotonic() > deadline:
+                raise lost
+            time.sleep(0.5)
 
     # -- scopes ---------------------------------------------------------------------------------------
     def create_scope(self, scope: str) -> bool:

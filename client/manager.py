@@ -51,9 +51,14 @@ U = TypeVar("U")
 
 class StreamManager:
     def __init__(self, controller_uri: str, timeout: float = 30.0, reconnect_timeout: float = 30.0) -> None:
-        self.endpoint = Endpoint.parse(controller_uri)
+        """``controller_uri``: a node's native endpoint, or a comma-separated list of a cluster's (as a
+        Kafka bootstrap list): calls go to the first, and to the others when it cannot be reached."""
+        endpoints = [Endpoint.parse(part.strip()) for part in controller_uri.split(",") if part.strip()]
+        if not endpoints:
+            raise ValueError(f"{controller_uri!r} names no endpoint")
+        self.endpoint = endpoints[0]
         self.pool = ConnectionPool(reconnect_timeout=reconnect_timeout)
-        self.controller = ControllerClient(self.endpoint, self.pool, timeout)
+        self.controller = ControllerClient(self.endpoint, self.pool, timeout, endpoints[1:])
         self.pool.get(self.endpoint)  # fail here, not on the first call, when nothing listens
 
     # -- scopes -----------------------------------------------------------------------------------

@@ -39,10 +39,11 @@ class OwnerUnknownError(ConnectionLostError):
 class SegmentOwners:
     """segment -> the native endpoint serving it, shared by every writer and reader of one client."""
 
-    def __init__(self, pool: ConnectionPool, endpoint: Endpoint) -> None:
+    def __init__(self, pool: ConnectionPool, endpoint: Endpoint, others: list[Endpoint] | None = None) -> None:
         self.pool = pool
         self.endpoint = endpoint
-        self._nodes: list[Endpoint] = [endpoint]  # asked in this order: the given one, then the learned
+        # Asked in this order: the given ones, then the learned ones.
+        self._nodes: list[Endpoint] = [endpoint, *(e for e in others or [] if e != endpoint)]
         self._owners: dict[str, Endpoint] = {}
         self._lock = threading.Lock()
         self.cluster = False  # a node named an owner: an answer without one means "none live yet"

@@ -37,8 +37,9 @@ def new_cluster(tmp_path: Path) -> LocalClusterCli:
                            "--ack-quorum", "2", "--containers", "4", "--session-timeout", SESSION_TIMEOUT)
 
 
-def segments_owner(cluster: LocalClusterCli, scope: str, stream: str) -> tuple[str, str]:
-    """(the node owning the most of the stream's current segments, the native endpoint of another node),
+def segments_owner(cluster: LocalClusterCli, scope: str, stream: str) -> tuple[str, str, str]:
+    """(the node owning the most of the stream's current segments, its native endpoint, that of another
+    node),
     asked as the client asks (GET_SEGMENT_OWNER), once every container is owned: killing that node
     moves segments the clients given that endpoint read or write."""
     from millrace.client.manager import StreamManager
@@ -50,7 +51,7 @@ def segments_owner(cluster: LocalClusterCli, scope: str, stream: str) -> tuple[s
     busiest = owners.most_common(1)[0][0]
     nodes = [p for p in cluster.summary["processes"] if p["role"] == "node"]
     victim = next(p["name"] for p in nodes if busiest.endswith(f":{p['ports']['native']}"))
-    return victim, next(e for e in cluster.summary["native"] if e != busiest)
+    return victim, busiest, next(e for e in cluster.summary["native"] if e != busiest)
 
 
 def test_sigkill_one_logd_under_load_loses_nothing_and_clients_see_no_error(tmp_path: Path) -> None:
@@ -132,7 +133,7 @@ def test_native_writers_through_one_node_survive_a_node_sigkill(tmp_path: Path) 
     resend: nothing acknowledged lost or doubled, per-key order kept."""
     with new_cluster(tmp_path) as cluster:
         create_topic(cluster.bootstrap, "nativefault", PARTITIONS)
-        victim, endpoint = segments_owner(cluster, "kafka", "nativefault")
+        victim, _, endpoint = segments_owner(cluster, "kafka", "nativefault")
         load = NativeLoad(endpoint, "nativefault")
         try:
             load.wait_for(500, timeout=30)
@@ -152,17 +153,18 @@ def test_native_writers_through_one_node_survive_a_node_sigkill(tmp_path: Path) 
 
 
 def test_native_reader_group_reads_across_a_node_sigkill(tmp_path: Path) -> None:
-    """A native reader group given one node's endpoint reads each segment from its owner; when an owner
-    is SIGKILLed mid-stream its reader finds the new owner and goes on from its position: every event
-    written (before and after the kill) is read exactly once, in order per routing key."""
+    """A native reader group reads each segment from its owner; when an owner is SIGKILLed mid-stream its
+    reader finds the new owner and goes on from its position: every event written (before and after the
+    kill) is read exactly once, in order per routing key. The clients were given the killed node first
+    in their list of endpoints, so the reader group's state calls move to another node too."""
     from millrace.client.manager import StreamManager
 
     with new_cluster(tmp_path) as cluster:
         with StreamManager(cluster.summary["native"][0]) as setup:
             setup.create_scope("rg")
             setup.create_stream("rg", "failover", initial_segments=4)  # spread over the containers
-        victim, endpoint = segments_owner(cluster, "rg", "failover")
-        with StreamManager(endpoint, timeout=30.0, reconnect_timeout=60.0) as manager:
+        victim, first, other = segments_owner(cluster, "rg", "failover")
+        with StreamManager(f"{first},{other}", timeout=30.0, reconnect_timeout=60.0) as manager:
             writer = manager.create_writer("rg", "failover", writer_id="w")
             written: list[bytes] = []
 
