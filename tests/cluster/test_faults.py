@@ -16,6 +16,7 @@ import signal
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -152,6 +153,30 @@ def test_native_writers_through_one_node_survive_a_node_sigkill(tmp_path: Path) 
         assert result.ok and result.read == result.acknowledged
 
 
+def check_wrong_host(manager: Any, slices: list[tuple[float, float]], natives: list[str]) -> None:
+    """A node that does not serve a segment answers WRONG_HOST at once, naming the segment: to a read
+    that would otherwise wait (wait_ms) on its stale copy of the partitions, and to an append."""
+    from millrace.client.connection import Connection, Endpoint
+    from millrace.protocol.errors import WrongHostError
+
+    segment = manager.controller.describe_stream("rg", "failover").segments[0].segment
+    owner = str(manager.controller.call(Command.GET_SEGMENT_OWNER, {"segment": segment.name})[0]["native"])
+    partition = next(n for n, (lo, _) in enumerate(slices) if segment.key_start <= lo < segment.key_end)
+    other = Connection(Endpoint.parse(next(e for e in natives if e != owner)))
+    try:
+        began = time.monotonic()
+        with pytest.raises(WrongHostError) as refused:
+            other.request(Command.READ_EVENTS, {"scope": "rg", "stream": "failover", "segment_id": segment.segment_id,
+                                                "offset": 0, "max_bytes": 1 << 16, "wait_ms": 5000}).result(10)
+        assert refused.value.segment == segment.name and time.monotonic() - began < 2
+        with pytest.raises(WrongHostError) as refused:
+            other.request(Command.APPEND_EVENTS, {"scope": "rg", "stream": "failover", "partition": partition},
+                          b"not looked at").result(10)
+        assert refused.value.segment == segment.name
+    finally:
+        other.close()
+
+
 def test_native_reader_group_reads_across_a_node_sigkill(tmp_path: Path) -> None:
     """A native reader group reads each segment from its owner; when an owner is SIGKILLed mid-stream its
     reader finds the new owner and goes on from its position: every event written (before and after the
@@ -179,6 +204,7 @@ def test_native_reader_group_reads_across_a_node_sigkill(tmp_path: Path) -> None
                     f.result(max(0.0, deadline - time.monotonic()))
 
             write(400)
+            check_wrong_host(manager, writer.slices, cluster.summary["native"])
             reader = manager.create_reader_group("g", "rg", "failover").create_reader("r")
             read: list[bytes] = []
 
