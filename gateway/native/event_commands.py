@@ -9,7 +9,10 @@ answer the original offset), high watermark and scaling switches; a batch of a w
 own id also names the writer and its event numbers, which the partition records in its segment's
 attributes (``partitions.writer_events``): ``OPEN_WRITER`` answers the id's last number per partition, and
 a batch written before by an earlier instance answers offset -1 instead of being stored again.
-``READ_EVENTS`` answers the committed events of one segment (``event_reads``). All run on the reactor.
+``READ_EVENTS`` answers the committed events of one segment (``event_reads``). On a cluster node both
+answer ``WRONG_HOST`` (naming the segment) where the segment's container runs elsewhere, and
+``OPEN_WRITER`` names each partition's open segment, so the client goes to the owners. All run on the
+reactor.
 
 Every stream can take events. A Kafka topic is served as is; a stream of another scope gets its
 partitions from the topic registry on its first ``OPEN_WRITER`` (``TopicRegistry.adopt_stream``),
