@@ -8,6 +8,7 @@ from typing import Any
 from twisted.internet import defer
 
 from millrace.gateway.kafka.broker import RequestContext
+from millrace.gateway.kafka.partitions import PartitionError
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.resolve import topic_logs
 from millrace.gateway.kafka_protocol.errors import ErrorCode
@@ -30,9 +31,15 @@ def _end_offset(ctx: RequestContext, parts: list | None, op: OffsetForLeaderEpoc
         return result(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     if op.current_leader_epoch > 0:
         return result(ErrorCode.UNKNOWN_LEADER_EPOCH)
+    try:
+        # Only the leader's end offset: a cluster node's stale copy answered 0 after a failover, and
+        # librdkafka took that for a truncation and consumed the partition again from its start.
+        offsets = ctx.broker.partitions.leader_offsets(parts[op.partition])
+    except PartitionError as exc:
+        return result(exc.error_code)
     if op.leader_epoch > 0:
         return result(ErrorCode.NONE)  # an epoch after ours: undefined, as Kafka answers
-    return result(ErrorCode.NONE, 0, ctx.broker.partitions.offsets(parts[op.partition]).high_watermark)
+    return result(ErrorCode.NONE, 0, offsets.high_watermark)
 
 
 @api(OffsetForLeaderEpochRequest, 2, 4)

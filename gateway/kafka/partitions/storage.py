@@ -180,7 +180,13 @@ class PartitionStorage(Protocol):
         ...
 
     def offsets(self, p: PartitionLog) -> PartitionOffsets:
-        """Log start, high watermark and last stable offset now."""
+        """Log start, high watermark and last stable offset now (this node's copy: see ``leader_offsets``)."""
+        ...
+
+    def leader_offsets(self, p: PartitionLog) -> PartitionOffsets:
+        """``offsets`` as the partition's leader knows them; PartitionError NOT_LEADER_OR_FOLLOWER on a
+        cluster node that does not lead it now, or has not loaded it in its current term: another
+        node's copy may be stale (a client told a stale end offset would take it as truncation)."""
         ...
 
     def append(self, topic: TopicInfo, p: PartitionLog, records: Any, now_ms: int | None = None,
@@ -474,6 +480,10 @@ class SegmentPartitionStorage(PartitionStorage):
 
     # -- produce -------------------------------------------------------------------------------------
     def offsets(self, p: PartitionLog) -> PartitionOffsets:
+        return p.offsets()
+
+    def leader_offsets(self, p: PartitionLog) -> PartitionOffsets:
+        self.check_leader(p)
         return p.offsets()
 
     def _now_ms(self) -> int:
