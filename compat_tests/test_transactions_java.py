@@ -25,6 +25,11 @@ def test_java_transactions(server: ServerProcess, version: str) -> None:
     prefix = f"java{version.replace('.', '')}-{uuid.uuid4().hex[:6]}"
     run = run_main(version, "TxnClient", [server.bootstrap, prefix, "commit-abort", "fencing", "ctp"], timeout=240)
 
+    check_txn_client_run(run)
+
+
+def check_txn_client_run(run: Any) -> None:
+    """What TxnClient's commit-abort, fencing and ctp steps must have seen (also on a cluster)."""
     committed, uncommitted = run.of("commit-abort", "read")
     assert committed["isolation"] == "read_committed"
     assert sorted(committed["values"]) == sorted(f"committed-{i}" for i in range(20))
