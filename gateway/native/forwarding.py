@@ -60,10 +60,15 @@ class NodeLinks:
         self._waiting[address].append(waiter)
         return waiter.addCallback(self._send, command, header, payload)
 
-    @staticmethod
-    def _send(link: NodeConnection, command: Command, header: dict[str, Any],
+    def _send(self, link: NodeConnection, command: Command, header: dict[str, Any],
               payload: bytes) -> defer.Deferred[tuple[dict[str, Any], bytes]]:
-        return to_deferred(link.request(command, header, payload))
+        try:
+            sent = link.request(command, header, payload)
+        except NotSentError:  # the connection closed (its node died): the next request connects again
+            if self._links.get(link.address) is link:
+                del self._links[link.address]
+            return defer.fail()
+        return to_deferred(sent)
 
     @staticmethod
     def _connect(address: str) -> NodeConnection:
