@@ -463,10 +463,14 @@ class TopicRegistry:
     def refresh(self) -> None:
         """Blocking: take the records other cluster nodes wrote (new topics are announced "created",
         ones with more partitions "grown"; other changes replace the record). A record gone from the
-        table is forgotten without an event: the node that deleted it dropped the stored state."""
-        stored = {e.key.decode(): TopicInfo.decode(e.key.decode(), e.value) for e in self.tables.entries(TOPICS_TABLE)}
+        table is forgotten without an event: the node that deleted it dropped the stored state. The
+        table is read under the writers' lock: a read taken before this node's own create and applied
+        after it dropped the new topic from the cache for a second (a CreatePartitions right after
+        CreateTopics found no topic)."""
         events: list[tuple[str, TopicInfo]] = []
         with self._lock:
+            stored = {e.key.decode(): TopicInfo.decode(e.key.decode(), e.value)
+                      for e in self.tables.entries(TOPICS_TABLE)}
             for name in [n for n in self._cache if n not in stored]:
                 del self._cache[name]
             for name, topic in stored.items():

@@ -14,8 +14,9 @@ from twisted.internet.task import Clock
 from millrace.gateway.kafka.partitions import segments
 from millrace.gateway.kafka.partitions.formats import ENVELOPE
 from millrace.gateway.kafka.partitions.segments import INDEX_FLUSH_SECONDS, SegmentWriter
+from millrace.protocol.contracts import ReadResult
 from millrace.protocol.errors import BadOffsetError, ConnectionLostError, SegmentSealedError
-from millrace.store.futures import StoreFuture
+from millrace.store.futures import StoreFuture, completed
 
 ENTRY = 8  # bytes per stub entry (the real ones are fixed-size too)
 
@@ -45,6 +46,10 @@ class IndexStore:
         assert expected_offset is not None
         self.waiting.append((expected_offset, bytes(data), fut))
         return fut
+
+    def read(self, name: str, offset: int, max_length: int, wait_timeout: float = 0.0) -> StoreFuture[ReadResult]:
+        """What the index holds (a writer reads back what another append put there before it goes on)."""
+        return completed(ReadResult(offset, bytes(self.index[offset:offset + max_length])))
 
     def answer(self, lose: bool = False, land: bool = True) -> None:
         """Answer the oldest append: applied if its offset matches (and ``land``), refused otherwise;

@@ -198,8 +198,12 @@ class SegmentWriter:
             if generation == self._index_generation:
                 self._stop_index(f"reading the index back failed: {f.getErrorMessage()}")
 
-        to_deferred(self.store.read(self.index_name, start + len(read), want - len(read))).addCallbacks(
-            got, unreadable)
+        try:
+            reading = self.store.read(self.index_name, start + len(read), want - len(read))
+        except Exception:  # noqa: BLE001 - a read refused at once ends the check as one that failed
+            unreadable(Failure())
+            return
+        to_deferred(reading).addCallbacks(got, unreadable)
 
     def _resync(self, landed: int) -> None:
         """Go on from ``landed``, the index's real end, whose bytes past our last known end are ours."""
