@@ -15,6 +15,7 @@ from concurrent.futures import CancelledError
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 _PENDING, _DONE, _FAILED, _CANCELLED = 0, 1, 2, 3
 # One lock for the rare slow path (callbacks registering while completion runs, blocking waits).
@@ -107,3 +108,21 @@ def failed(exc: BaseException) -> StoreFuture[Any]:
     fut: StoreFuture[Any] = StoreFuture()
     fut.set_exception(exc)
     return fut
+
+
+def mapped(fut: StoreFuture[T], fn: Callable[[T], U]) -> StoreFuture[U]:
+    """A future of ``fn`` of ``fut``'s result (its exception as is; ``fn`` raising fails this one only)."""
+    out: StoreFuture[U] = StoreFuture()
+
+    def done(f: StoreFuture[T]) -> None:
+        exc = f.exception()
+        if exc is not None:
+            out.set_exception(exc)
+            return
+        try:
+            out.set_result(fn(f.result()))
+        except Exception as error:  # noqa: BLE001 - a malformed answer fails this call only
+            out.set_exception(error)
+
+    fut.add_done_callback(done)
+    return out

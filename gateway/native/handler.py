@@ -34,27 +34,16 @@ from millrace.protocol.wire import (
 )
 from millrace.store.controller import Controller
 from millrace.store.controller.kvtables import KeyValueTables
-from millrace.store.futures import StoreFuture
+from millrace.store.futures import StoreFuture, mapped
 from millrace.store.segment_store import SegmentStore
 
 log = logging.getLogger(__name__)
 
+
 def _answer(outcome: Any, fn: Callable[[Any], Any]) -> Any:
     """``fn`` of a store's answer: at once for a value, when it completes for a future (a cluster node's
     router answers remote segments with futures, so the reactor never waits on another node)."""
-    if not isinstance(outcome, StoreFuture):
-        return fn(outcome)
-    out: StoreFuture[Any] = StoreFuture()
-
-    def done(f: StoreFuture[Any]) -> None:
-        exc = f.exception()
-        if exc is not None:
-            out.set_exception(exc)
-        else:
-            out.set_result(fn(f.result()))
-
-    outcome.add_done_callback(done)
-    return out
+    return mapped(outcome, fn) if isinstance(outcome, StoreFuture) else fn(outcome)
 
 
 def _attribute_updates(raw: list[dict[str, Any]]) -> list[AttributeUpdate]:

@@ -51,7 +51,6 @@ from millrace.store.controller.transactions import NATIVE_TXNS_TABLE, TxnRecord
 log = logging.getLogger(__name__)
 
 
-
 class NativeTxnCoordination:
     """Serves the native transactions in this node's terms of their table's container only."""
 
@@ -95,6 +94,7 @@ def cluster_txn_handlers(broker: Broker, cluster: KafkaCluster,
 
     def forget_elsewhere(record: TxnRecord, writer_id: str) -> None:
         header = {"scope": record.scope, "stream": record.stream, "writer_id": writer_id}
+
         def missed(failure: Failure, node: str) -> None:
             # It keeps one attribute per partition of the stream it leads; a later load reads it back.
             log.info("node %s did not forget %s: %s", node, writer_id, failure.getErrorMessage())

@@ -46,7 +46,7 @@ from millrace.store.cluster.containers import SegmentContainerHost
 from millrace.store.cluster.layout import ClusterPaths, NodeInfo, decode_assignment
 from millrace.store.containers.container import SegmentContainer
 from millrace.store.containers.rates import RateConfig, SegmentRates
-from millrace.store.futures import StoreFuture
+from millrace.store.futures import StoreFuture, mapped
 from millrace.store.scheduler import Scheduler
 from millrace.store.segment_store import container_index
 
@@ -67,23 +67,6 @@ def _charged(fut: StoreFuture[T], size: int) -> StoreFuture[T]:
         admission.budget.acquire(size)
         fut.add_done_callback(lambda _: admission.budget.release(size))
     return fut
-
-
-def _mapped(fut: StoreFuture[T], fn: Callable[[T], U]) -> StoreFuture[U]:
-    out: StoreFuture[U] = StoreFuture()
-
-    def done(f: StoreFuture[T]) -> None:
-        exc = f.exception()
-        if exc is not None:
-            out.set_exception(exc)
-            return
-        try:
-            out.set_result(fn(f.result()))
-        except Exception as error:  # noqa: BLE001 - a malformed answer fails this call only
-            out.set_exception(error)
-
-    fut.add_done_callback(done)
-    return out
 
 
 def _gathered(futs: list[StoreFuture[T]], fn: Callable[[list[T]], U]) -> StoreFuture[U]:
@@ -422,7 +405,7 @@ class ClusterSegmentStore:
     def create_segment(self, name: str, attributes: dict[str, int] | None = None) -> StoreFuture[None]:
         header = {"segment": name, "attributes": attributes or {}}
         return self._route(name, lambda s: s.create_segment(name, attributes),
-                           lambda c: _mapped(c.request(Command.CREATE_SEGMENT, header), _nothing), False)
+                           lambda c: mapped(c.request(Command.CREATE_SEGMENT, header), _nothing), False)
 
     def append(self, name: str, data: bytes, expected_offset: int | None = None,
                attributes: Sequence[AttributeUpdate] = (), events: int = 1) -> StoreFuture[int]:
@@ -430,12 +413,12 @@ class ClusterSegmentStore:
                   "attributes": [a.to_wire() for a in attributes], "events": events}
         return self._route(
             name, lambda s: s.append(name, data, expected_offset, attributes, events),
-            lambda c: _charged(_mapped(c.request(Command.APPEND, header, data), _value_int), len(data)), False)
+            lambda c: _charged(mapped(c.request(Command.APPEND, header, data), _value_int), len(data)), False)
 
     def read(self, name: str, offset: int, max_length: int, wait_timeout: float = 0.0) -> StoreFuture[ReadResult]:
         header = {"segment": name, "offset": offset, "max_length": max_length, "wait_ms": wait_timeout * 1000}
         return self._route(name, lambda s: s.read(name, offset, max_length, wait_timeout),
-                           lambda c: _mapped(c.request(Command.READ, header), _read_result), True)
+                           lambda c: mapped(c.request(Command.READ, header), _read_result), True)
 
     def get_info(self, name: str) -> SegmentInfo:
         """Blocks (up to the retry bound plus the owner's answer): call it off the reactor."""
@@ -444,7 +427,7 @@ class ClusterSegmentStore:
     def get_info_future(self, name: str) -> StoreFuture[SegmentInfo]:
         """``get_info`` without waiting (what a listener on the reactor calls)."""
         return self._route(name, lambda s: _now(lambda: s.get_info(name)),
-                           lambda c: _mapped(c.request(Command.GET_INFO, {"segment": name}), _segment_info),
+                           lambda c: mapped(c.request(Command.GET_INFO, {"segment": name}), _segment_info),
                            True)
 
     def exists(self, name: str) -> bool:
@@ -461,7 +444,7 @@ class ClusterSegmentStore:
     def segment_rates_future(self, name: str) -> StoreFuture[SegmentRates]:
         """``segment_rates`` without waiting (what a listener on the reactor calls)."""
         return self._route(name, lambda s: _now(lambda: s.segment_rates(name)),
-                           lambda c: _mapped(c.request(Command.SEGMENT_RATES, {"segment": name}), _segment_rates),
+                           lambda c: mapped(c.request(Command.SEGMENT_RATES, {"segment": name}), _segment_rates),
                            True)
 
     @property
@@ -474,26 +457,26 @@ class ClusterSegmentStore:
 
     def seal(self, name: str) -> StoreFuture[int]:
         return self._route(name, lambda s: s.seal(name),
-                           lambda c: _mapped(c.request(Command.SEAL, {"segment": name}), _value_int), False)
+                           lambda c: mapped(c.request(Command.SEAL, {"segment": name}), _value_int), False)
 
     def merge(self, target: str, source: str) -> StoreFuture[int]:
         header = {"target": target, "source": source}
         return self._route(target, lambda s: s.merge(target, source),
-                           lambda c: _mapped(c.request(Command.MERGE, header), _value_int), False)
+                           lambda c: mapped(c.request(Command.MERGE, header), _value_int), False)
 
     def truncate(self, name: str, offset: int) -> StoreFuture[None]:
         header = {"segment": name, "offset": offset}
         return self._route(name, lambda s: s.truncate(name, offset),
-                           lambda c: _mapped(c.request(Command.TRUNCATE, header), _nothing), False)
+                           lambda c: mapped(c.request(Command.TRUNCATE, header), _nothing), False)
 
     def delete(self, name: str) -> StoreFuture[None]:
         return self._route(name, lambda s: s.delete(name),
-                           lambda c: _mapped(c.request(Command.DELETE, {"segment": name}), _nothing), False)
+                           lambda c: mapped(c.request(Command.DELETE, {"segment": name}), _nothing), False)
 
     def update_attributes(self, name: str, updates: Sequence[AttributeUpdate]) -> StoreFuture[None]:
         header = {"segment": name, "attributes": [u.to_wire() for u in updates]}
         return self._route(name, lambda s: s.update_attributes(name, updates),
-                           lambda c: _mapped(c.request(Command.UPDATE_ATTRIBUTES, header), _nothing), False)
+                           lambda c: mapped(c.request(Command.UPDATE_ATTRIBUTES, header), _nothing), False)
 
     def list_segments(self) -> list[str]:
         """Every segment in the cluster: each container's owner asked once (a container with no live
@@ -505,7 +488,7 @@ class ClusterSegmentStore:
         asked: dict[str, StoreFuture[list[str]]] = {}
         for container_id in range(self.container_count):
             call = _Call(self, container_id, lambda s: _now(s.list_segments),
-                         lambda c: _mapped(c.request(Command.LIST_SEGMENTS), _segment_names), True)
+                         lambda c: mapped(c.request(Command.LIST_SEGMENTS), _segment_names), True)
             owner = self.owner_of(container_id)
             key = owner.node_id if owner is not None else f"unowned-{container_id}"
             if key not in asked:
