@@ -54,11 +54,14 @@ class NodeLinks:
         if link is not None and not link.closed and address not in self._waiting:
             return self._send(link, command, header, payload)
         waiter: defer.Deferred[NodeConnection] = defer.Deferred()
-        if address not in self._waiting:
-            self._waiting[address] = []
+        answer = waiter.addCallback(self._send, command, header, payload)
+        connecting = address in self._waiting
+        self._waiting.setdefault(address, []).append(waiter)
+        if not connecting:
+            # Queued before the connect starts: a connect that fails at once (a dead node's port refuses
+            # in microseconds) completes the Deferred synchronously, and its callers must be there.
             self.broker.blocking(self._connect, address).addBoth(self._connected, address)
-        self._waiting[address].append(waiter)
-        return waiter.addCallback(self._send, command, header, payload)
+        return answer
 
     def _send(self, link: NodeConnection, command: Command, header: dict[str, Any],
               payload: bytes) -> defer.Deferred[tuple[dict[str, Any], bytes]]:
