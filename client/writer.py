@@ -52,16 +52,18 @@ ROUTED_PATIENCE = 2.0  # a routed partition's owner lookup and connect, per retr
 PARTITION_CACHE_KEYS = 100_000
 
 
-#: The offset of an event that an earlier instance of the writer id had written already (its event number
-#: is at or below the one the partition's segment records): it is not written again, and where it landed
-#: is not kept.
+#: The offset of an event written already (its event number is at or below the one the partition's
+#: segment records): by an earlier instance of the writer id, or by this one when a resend after a
+#: failover finds that the first append landed though its answer was lost. It is not written again, and
+#: where it landed is not kept.
 ALREADY_WRITTEN = -1
 
 
 @dataclass(frozen=True)
 class EventPosition:
     """Where an event landed: its partition and its offset there (the Kafka offset), or
-    ``ALREADY_WRITTEN`` for an event a restarted writer skipped because it was written before."""
+    ``ALREADY_WRITTEN`` for an event written before (by an earlier instance of the writer id, or by a
+    first attempt whose answer a failover lost)."""
 
     partition: int
     offset: int
@@ -341,7 +343,7 @@ class EventSender(Generic[T]):
                 p.acknowledged = True
                 p.attempts = 0
                 p.failing_since = None
-                if base == ALREADY_WRITTEN:  # an earlier instance of the writer id wrote these events
+                if base == ALREADY_WRITTEN:  # an earlier instance, or an attempt whose answer was lost
                     done += [(f, EventPosition(p.number, ALREADY_WRITTEN)) for f in batch.futures]
                 else:
                     done += [(f, EventPosition(p.number, base + i)) for i, f in enumerate(batch.futures)]

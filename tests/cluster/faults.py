@@ -11,6 +11,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from millrace.client.writer import ALREADY_WRITTEN
+
 
 @dataclass
 class Tally:
@@ -23,13 +25,14 @@ class Tally:
     duplicated: int
     misplaced: int  # acknowledged at one offset, read at another
     out_of_order: int  # a writer's later record before its earlier one in a partition
+    resent: int  # native events acknowledged as ALREADY_WRITTEN: a resend after a failover found them landed
     errors: list[str] = field(default_factory=list)
     examples: list[str] = field(default_factory=list)  # a few misplaced and lost records, to trace them
 
     def line(self) -> str:
         return (f"{self.name}: acknowledged {self.acknowledged}, read {self.read}, lost {self.lost}, "
                 f"duplicated {self.duplicated}, misplaced {self.misplaced}, out of order {self.out_of_order}, "
-                f"client errors {len(self.errors)}" + "".join(f"\n  {e}" for e in self.examples))
+                f"client errors {len(self.errors)} (acknowledged as already written: {self.resent})" + "".join(f"\n  {e}" for e in self.examples))
 
     @property
     def ok(self) -> bool:
@@ -157,6 +160,15 @@ def read_partitions(bootstrap: str, topic: str, partitions: int, timeout: float)
         consumer.close()
 
 
+def _lies_at(read_at: tuple[int, int], acked_at: tuple[int, int]) -> bool:
+    """Whether a record read at ``read_at`` is where it was acknowledged. A native writer that resends
+    after a failover gets ``ALREADY_WRITTEN`` (no offset) for an event whose first append landed but
+    whose answer was lost: its partition is still known."""
+    if acked_at[1] == ALREADY_WRITTEN:
+        return read_at[0] == acked_at[0]
+    return read_at == acked_at
+
+
 def tally(name: str, acked: dict[bytes, tuple[int, int]], read: dict[int, list[tuple[int, bytes]]],
           errors: list[str]) -> Tally:
     """Compare acknowledged records (value -> partition, offset; values are ``writer:n``) with those read."""
@@ -174,14 +186,15 @@ def tally(name: str, acked: dict[bytes, tuple[int, int]], read: dict[int, list[t
             last[writer] = int(number)
     lost = sum(1 for v in acked if counts[v] == 0)
     duplicated = sum(1 for v in counts if counts[v] > 1)
-    misplaced_values = [v for v, at in acked.items() if counts[v] and where[v] != at]
+    misplaced_values = [v for v, at in acked.items() if counts[v] and not _lies_at(where[v], at)]
     # What a failure needs to be traced: which records, where acknowledged, where read, and what is there.
     stored = {(p, offset): value for p, records in read.items() for offset, value in records}
     examples = [f"{v.decode()} acknowledged at {acked[v]} (where {stored.get(acked[v], b'nothing').decode()} is), "
                 f"read at {where[v]}" for v in sorted(misplaced_values)[:5]]
     examples += [f"{v.decode()} acknowledged at {acked[v]}, not read" for v in acked if counts[v] == 0][:5]
+    resent = sum(1 for _, offset in acked.values() if offset == ALREADY_WRITTEN)
     return Tally(name, len(acked), sum(counts.values()), lost, duplicated, len(misplaced_values), out_of_order,
-                 errors, examples)
+                 resent, errors, examples)
 
 
 class NativeLoad:

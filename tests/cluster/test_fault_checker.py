@@ -3,6 +3,7 @@ cannot see a lost, doubled, moved or reordered record would let every fault test
 
 from __future__ import annotations
 
+from millrace.client.writer import ALREADY_WRITTEN
 from tests.cluster.faults import tally
 
 
@@ -23,3 +24,14 @@ def test_lost_duplicated_misplaced_and_out_of_order_records_are_counted() -> Non
     assert (result.lost, result.duplicated, result.misplaced, result.out_of_order) == (1, 1, 2, 1)
     assert not result.ok and result.read == 5 and result.errors == ["an error"]
     assert "lost 1, duplicated 1, misplaced 2, out of order 1, client errors 1" in result.line()
+
+
+def test_an_event_acknowledged_as_already_written_counts_by_its_partition() -> None:
+    """A native writer's resend after a failover finds the event landed and is answered ALREADY_WRITTEN
+    (no offset): read once in its partition it is in place; read elsewhere, or twice, it is not."""
+    acked = {b"0:0": (0, 0), b"0:1": (0, ALREADY_WRITTEN), b"1:0": (1, ALREADY_WRITTEN)}
+    assert tally("t", acked, {0: [(0, b"0:0"), (1, b"0:1")], 1: [(0, b"1:0")]}, []).ok
+    moved = tally("t", acked, {0: [(0, b"0:0"), (1, b"1:0")], 1: [(0, b"0:1")]}, [])
+    assert (moved.misplaced, moved.resent) == (2, 2) and not moved.ok
+    twice = tally("t", acked, {0: [(0, b"0:0"), (1, b"0:1"), (2, b"0:1")], 1: [(0, b"1:0")]}, [])
+    assert twice.duplicated == 1 and not twice.ok
