@@ -48,6 +48,7 @@ from millrace.gateway.kafka.topics import TopicInfo
 from millrace.gateway.native.table_commands import Answer
 from millrace.protocol.errors import InvalidRequestError, RetriableError, WrongHostError
 from millrace.protocol.names import segment_name
+from millrace.store.cluster.routing import ClusterSegmentStore
 from millrace.store.contracts import ReadResult
 
 MAX_READ_BYTES = 8 << 20
@@ -159,11 +160,13 @@ def read_events(broker: Broker, record: Callable[[], TopicInfo | None], scope: s
                 return read_range(broker.store, segment, offset, scan.short).addCallback(
                     lambda whole: scanned(result, whole))
             reached_end = end_offset is not None and scan.next_offset >= end_offset
-            # Everything read was taken and the read stopped short of max_bytes: perhaps the sealed end.
-            sealed_and_read = (scan.next_offset == offset + len(raw) and len(raw) < max_bytes
-                               and _sealed_at(broker, segment, scan.next_offset))
-            if scan.batches or scan.next_offset != offset or reached_end or sealed_and_read:
-                return answer(scan, reached_end or sealed_and_read)
+            if scan.batches or scan.next_offset != offset or reached_end:
+                if not reached_end and scan.next_offset == offset + len(raw) and len(raw) < max_bytes:
+                    # Everything read was taken and the read stopped short of max_bytes: perhaps the
+                    # sealed end.
+                    return _sealed_at(broker, segment, scan.next_offset).addCallback(
+                        lambda sealed: answer(scan, sealed))
+                return answer(scan, reached_end)
             left = deadline - time.monotonic()
             if scan.blocked_on is None or left <= 0:
                 return answer(scan, False)
@@ -205,8 +208,13 @@ def _check_loaded(broker: Broker, segment: str, parts: list[PartitionLog]) -> No
                 raise RetriableError(str(exc)) from None
 
 
-def _sealed_at(broker: Broker, segment: str, offset: int) -> bool:
+def _sealed_at(broker: Broker, segment: str, offset: int) -> defer.Deferred[bool]:
     """Whether ``segment`` is sealed and ends at ``offset`` (a read that ended exactly at a sealed tail
-    is not told so by the store until the next read)."""
-    info = broker.store.get_info(segment)
-    return info.sealed and info.length == offset
+    is not told so by the store until the next read). On a cluster node the router's future: the
+    segment's container may have moved to another node since the read began, and the reactor must not
+    wait for that node's answer."""
+    if isinstance(broker.store, ClusterSegmentStore):
+        info = to_deferred(broker.store.get_info_future(segment))
+    else:
+        info = defer.succeed(broker.store.get_info(segment))  # a single server's: in memory
+    return info.addCallback(lambda found: found.sealed and found.length == offset)

@@ -85,6 +85,9 @@ def test_a_sealed_segment_ends_and_a_long_poll_is_woken(uri: str) -> None:
         writer.close()
         sm.seal_stream("reads", "sealing")
         assert reader.read_next(wait_ms=100) is None and reader.at_end
+        # A read that takes a sealed segment's last bytes says so at once (no further read needed).
+        again = SegmentEventReader(sm.controller, "reads", "sealing", segment)
+        assert [again.read_next().data for _ in range(2)] == [b"first", b"second"] and again.at_end
 
 
 def test_kafka_producers_compressed_batches_are_read(server: ServerProcess, uri: str) -> None:
