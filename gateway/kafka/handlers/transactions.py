@@ -22,6 +22,7 @@ from twisted.python.failure import Failure
 from millrace.gateway.kafka.broker import RequestContext
 from millrace.gateway.kafka.group_store import OffsetAndMetadata
 from millrace.gateway.kafka.groups import GroupCoordinator, get_coordinator
+from millrace.gateway.kafka.node_requests import request_node
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.transactions import TransactionCoordinator, TxnState
 from millrace.gateway.kafka.transactions.markers import (
@@ -29,7 +30,6 @@ from millrace.gateway.kafka.transactions.markers import (
     GROUP_COORDINATOR_CLIENT_ID,
     TXN_OFFSET_COMMIT_VERSION,
     offset_errors,
-    request_node,
     txn_offset_commit_request,
 )
 from millrace.gateway.kafka_protocol.errors import ErrorCode

@@ -39,6 +39,7 @@ from twisted.python.failure import Failure
 
 from millrace.gateway.kafka.group_store import OffsetAndMetadata
 from millrace.gateway.kafka.groups import get_coordinator
+from millrace.gateway.kafka.node_requests import request_node
 from millrace.gateway.kafka.partitions import PartitionError
 from millrace.gateway.kafka.partitions.producers import MARKER_COORDINATOR_EPOCH
 from millrace.gateway.kafka.transactions.markers import (
@@ -46,7 +47,6 @@ from millrace.gateway.kafka.transactions.markers import (
     TXN_OFFSET_COMMIT_VERSION,
     MarkerWriter,
     offset_errors,
-    request_node,
     send_markers,
     txn_offset_commit_request,
 )

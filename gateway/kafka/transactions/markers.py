@@ -12,23 +12,19 @@ the producer has a transaction open in the partition or the marker's epoch is ne
 partition knows (a fencing abort); a marker already in flight for the producer is waited for instead of
 written twice. So a repeated marker never closes a later transaction of the producer early.
 
-Node-to-node requests (``request_node``) run on the reactor, one connection each, with a timeout: a
-paused node ties up no worker thread (the worker pool also carries the node's table writes).
+Node-to-node requests go through ``gateway/kafka/node_requests.py`` (on the reactor, with a timeout).
 """
 
 from __future__ import annotations
 
-import struct
 from typing import TYPE_CHECKING, Any
 
-from twisted.internet import defer, protocol
-from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
-from twisted.internet.protocol import connectionDone
+from twisted.internet import defer
 from twisted.python.failure import Failure
 
 from millrace.gateway.kafka.group_store import OffsetAndMetadata
+from millrace.gateway.kafka.node_requests import SEND_TIMEOUT_SECONDS, request_node
 from millrace.gateway.kafka.partitions import PartitionError
-from millrace.gateway.kafka_protocol.codec import decode_response, encode_request
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.txn_offset_commit import (
     TxnOffsetCommitRequest,
@@ -46,7 +42,6 @@ if TYPE_CHECKING:
 WRITE_TXN_MARKERS = WriteTxnMarkersRequest.API_KEY
 MARKERS_VERSION = 1
 TXN_OFFSET_COMMIT_VERSION = 3  # the first with the group's generation and member fields
-SEND_TIMEOUT_SECONDS = 10.0
 #: The client id of node-to-node requests from a transaction coordinator: WriteTxnMarkers, and the
 #: TxnOffsetCommit that commits a committed transaction's offsets on the group coordinator.
 CLIENT_ID = "millrace-txn-coordinator"
@@ -108,56 +103,6 @@ class MarkerWriter:
 
         d = defer.maybeDeferred(self.storage.write_marker, p, producer_id, epoch, commit, coordinator_epoch)
         return d.addBoth(settled).addCallback(lambda _: None)
-
-
-class _OneRequest(protocol.Protocol):
-    """A connection that sends one Kafka request frame and fires ``done`` with the response frame."""
-
-    def __init__(self, frame: bytes) -> None:
-        self.frame = frame
-        self.buffer = bytearray()
-        # Cancelling (a timeout) aborts the connection.
-        self.done: defer.Deferred[bytes] = defer.Deferred(lambda _: self._abort())
-
-    def _abort(self) -> None:
-        if self.transport is not None:
-            self.transport.abortConnection()  # type: ignore[attr-defined]
-
-    def connectionMade(self) -> None:  # noqa: N802 - Twisted's name
-        assert self.transport is not None
-        self.transport.write(self.frame)
-
-    def dataReceived(self, data: bytes) -> None:  # noqa: N802 - Twisted's name
-        self.buffer += data
-        if len(self.buffer) < 4:
-            return
-        (size,) = struct.unpack_from(">i", self.buffer)
-        if len(self.buffer) >= 4 + size and not self.done.called:
-            assert self.transport is not None
-            self.transport.loseConnection()
-            self.done.callback(bytes(self.buffer[4:4 + size]))
-
-    def connectionLost(self, reason: Failure = connectionDone) -> None:  # noqa: N802 - Twisted's name
-        if not self.done.called:
-            self.done.errback(ConnectionError(f"the node closed the connection: {reason.getErrorMessage()}"))
-
-
-def request_node(host: str, port: int, request: Any, version: int, client_id: str,
-                 timeout: float = SEND_TIMEOUT_SECONDS) -> defer.Deferred[Any]:
-    """Reactor: one Kafka request to another node's Kafka listener, on a connection of its own; fires
-    with the response (errbacks if the node cannot be reached or does not answer within ``timeout``:
-    no worker thread waits on a node that is paused)."""
-    from twisted.internet import reactor
-
-    one = _OneRequest(encode_request(request.API_KEY, version, 1, request, client_id=client_id))
-    connected = connectProtocol(TCP4ClientEndpoint(reactor, host, port, timeout=int(timeout) or 1), one)
-
-    def sent(_: Any) -> defer.Deferred[bytes]:
-        return one.done
-
-    d = connected.addCallback(sent)
-    d.addTimeout(timeout, reactor)
-    return d.addCallback(lambda frame: decode_response(request.API_KEY, version, frame)[1])
 
 
 def send_markers(host: str, port: int, producer_id: int, epoch: int, commit: bool, coordinator_epoch: int,
