@@ -33,10 +33,12 @@ def _create_or_get(broker: Broker, name: str) -> TopicInfo | None:
     return broker.topics.get(name)
 
 
-def _refreshed(broker: Broker, name: str) -> TopicInfo | None:
-    """Blocking (worker pool): the topic as the topics table has it now."""
-    broker.topics.refresh()
-    return broker.topics.get(name)
+def refreshed(broker: Broker, name: str,
+              lookup: Callable[[str], TopicInfo | None]) -> defer.Deferred[TopicInfo | None]:
+    """Reactor: read the topics table now (on the worker pool), then look ``name`` up again with
+    ``lookup`` (``topics.get`` for a Kafka topic, ``topics.record`` for any record): on a cluster node,
+    for a record another node wrote since this node's last periodic refresh."""
+    return broker.blocking(broker.topics.refresh).addCallback(lambda _: lookup(name))
 
 
 def _ask_controller(broker: Broker, name: str) -> defer.Deferred[TopicInfo | None]:
@@ -55,7 +57,7 @@ def _ask_controller(broker: Broker, name: str) -> defer.Deferred[TopicInfo | Non
         if error not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
             log.info("the controller did not create topic %s: %s", name, error.name)
             return None
-        return broker.blocking(_refreshed, broker, name)
+        return refreshed(broker, name, broker.topics.get)
 
     def unreachable(failure: Failure) -> None:
         log.info("asking the controller to create topic %s failed: %s", name, failure.getErrorMessage())

@@ -30,7 +30,7 @@ from twisted.python.failure import Failure
 from millrace.gateway.kafka.broker import Broker
 from millrace.gateway.kafka.partitions import PartitionError, PartitionLog
 from millrace.gateway.kafka.partitions.writer_events import WriterEvents
-from millrace.gateway.kafka.resolve import record_logs
+from millrace.gateway.kafka.resolve import record_logs, refreshed
 from millrace.gateway.kafka.topics import TopicError, TopicInfo
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.native.event_reads import read_events, served_here
@@ -67,9 +67,9 @@ def known_record(broker: Broker, name: str) -> defer.Deferred[TopicInfo | None]:
     through other nodes from the topics table each second; a client sent here as the owner of their
     segments may come first, so an unknown record makes such a node read the table now."""
     topic = broker.topics.record(name)
-    if topic is not None or getattr(broker.partitions, "leadership", None) is None:
+    if topic is not None or broker.cluster is None:
         return defer.succeed(topic)
-    return broker.blocking(broker.topics.refresh).addCallback(lambda _: broker.topics.record(name))
+    return refreshed(broker, name, broker.topics.record)
 
 
 def stream_key(broker: Broker, h: dict[str, Any]) -> str:
