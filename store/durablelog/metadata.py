@@ -20,7 +20,7 @@ import fcntl
 import json
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 from millrace.store.errors import DataCorruptionError, StoreError
@@ -55,6 +55,10 @@ class LogRecord:
         """Add ``fragment``, dropping earlier ones it makes empty (they start at or after it)."""
         kept = tuple(f for f in self.fragments if f.first < fragment.first)
         return replace(self, fragments=(*kept, fragment))
+
+    def with_changed(self, first: int, change: Callable[[Fragment], Fragment]) -> LogRecord:
+        """Apply ``change`` to the fragment starting at ``first``, if it is still there."""
+        return replace(self, fragments=tuple(change(f) if f.first == first else f for f in self.fragments))
 
     def truncated_to(self, upto: int) -> LogRecord:
         """Record truncation at ``upto`` and drop fragments wholly below it."""

@@ -7,7 +7,12 @@ replica that answers with an error, does not answer within ``request_timeout`` o
 ``max_retained_bytes`` behind is *replaced*: a new fragment starting at LAC + 1 is recorded in the
 metadata with a spare in its place, unconfirmed entries are resent to the spare, and a maintenance
 thread copies the closed fragments the failed replica was in onto a spare, then records the swap.
-While AQ replicas of the ensemble remain, no append waits for any of this.
+With no spare the ensemble shrinks; every ``probe_interval`` the maintenance thread then asks the
+replicas outside it, and the first that answers (a failed one only after a hold-off that doubles
+with each failure) joins through the same ensemble change: a new fragment at LAC + 1 and the
+unconfirmed entries resent. Then the closed fragments that list it are topped up on it (it may lack
+their tail) and each closed fragment written while the ensemble was short is copied onto it and the
+addition recorded. While AQ replicas of the ensemble remain, no append waits for any of this.
 
 **Opening** (a new owner): bump the epoch in the metadata (compare-and-set), fence the last
 fragment's ensemble with it, and wait for at least ``max(E - AQ + 1, min(AQ, E))`` of them: then at
@@ -65,6 +70,7 @@ class ReplicationConfig:
     open_timeout: float = 30.0
     max_batch_bytes: int = 4 * 1024 * 1024
     max_retained_bytes: int = 64 * 1024 * 1024
+    probe_interval: float = 1.0  # how often a shrunk log looks for a replica to grow back with
 
     def __post_init__(self) -> None:
         if not 1 <= self.ack_quorum <= self.write_quorum <= len(self.replicas):
@@ -156,11 +162,13 @@ class ReplicatedDurableDataLog(DurableDataLog):
         self._retained: collections.deque[_Pending] = collections.deque()
         self._retained_bytes = 0
         self._failed: set[str] = set()
+        self._failures: dict[str, tuple[int, float]] = {}  # replica: (failures so far, when it may rejoin)
         self._reachable: set[str] = set()  # replicas that answered while opening: asked first by reads
         self._request_ids = 0
         self._sizes: collections.deque[tuple[int, int]] = collections.deque()
         self._size_total = 0
         self.replacements = 0
+        self.growths = 0
 
     # -- metadata ------------------------------------------------------------------------------------------
     @property
@@ -214,6 +222,7 @@ class ReplicatedDurableDataLog(DurableDataLog):
         self._retained.clear()
         self._retained_bytes = 0
         self._failed = set()
+        self._failures = {}
         self._sizes.clear()
         self._size_total = 0
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -554,28 +563,54 @@ class ReplicatedDurableDataLog(DurableDataLog):
         """Start a new fragment at LAC + 1 without ``failed`` (a spare in its place when there is one)."""
         log.warning("log %s: replacing replica %s (%s)", self.log_name, failed, why)
         self._failed.add(failed)
+        count = self._failures.get(failed, (0, 0.0))[0] + 1
+        # A replica that keeps failing is taken back ever more slowly, so a flapping one cannot make
+        # the log record two ensemble changes every probe.
+        hold_off = min(60.0, max(self.config.probe_interval, self.config.request_timeout) * 2 ** (count - 1))
+        self._failures[failed] = (count, time.monotonic() + hold_off)
         survivors = [a for a in self._ensemble if a != failed]
         spare = next((a for a in self.config.replicas if a not in self._ensemble and a not in self._failed), None)
         ensemble = survivors + ([spare] if spare else [])
         if len(ensemble) < self.config.ack_quorum:
             self._break(ContainerOfflineError(f"log {self.log_name}: fewer than {self.config.ack_quorum} replicas left"))
             return
+        if self._change_ensemble(ensemble, joining=spare, leaving=failed):
+            self.replacements += 1
+            self._jobs.put(self._repair_job(failed))
+
+    def _grow(self, joining: str) -> None:
+        """Add ``joining`` (it just answered the maintenance thread) to an ensemble that shrank."""
+        if (self._failure is not None or not self._accepting or joining in self._ensemble
+                or len(self._ensemble) >= self.config.write_quorum):
+            return
+        if self._change_ensemble([*self._ensemble, joining], joining=joining):
+            log.info("log %s: ensemble grew back to %s", self.log_name, ",".join(self._ensemble))
+            self._failed.discard(joining)
+            self.growths += 1
+            # What it missed while away: the fragments that list it (it may lack their tail) and those
+            # written while the ensemble was short; then the periodic check keeps the rest in line.
+            self._jobs.put(self._rejoin_job(joining))
+
+    def _change_ensemble(self, ensemble: list[str], joining: str | None, leaving: str | None = None) -> bool:
+        """The one ensemble change: record a fragment at LAC + 1 with ``ensemble`` (compare-and-set),
+        then send ``joining`` the unconfirmed entries. False if the log failed instead."""
         first = self._confirmed + 1
         try:
             self._change(lambda r: r.with_fragment(Fragment(self._epoch, first, tuple(ensemble))))
         except BaseException as exc:  # noqa: BLE001 - fenced, or the metadata store is unreachable
             self._break(exc)
-            return
-        self._disconnect(failed)
+            return False
+        if leaving is not None:
+            self._disconnect(leaving)
         self._ensemble = ensemble
-        self.replacements += 1
-        if spare is not None:
-            self._connect(spare, first)
+        if joining is not None:
+            self._connect(joining, first)
+            # Every entry past LAC is still retained: some member has not acknowledged it.
             resend = [p for p in self._retained if p.sequence >= first]
             for index in range(0, len(resend), 256):
-                self._send(spare, resend[index : index + 256])
-        self._jobs.put(self._repair_job(failed))
+                self._send(joining, resend[index : index + 256])
         self._advance()
+        return True
 
     def _break(self, error: BaseException) -> None:
         if self._failure is None:
@@ -601,11 +636,20 @@ class ReplicatedDurableDataLog(DurableDataLog):
     # -- the maintenance thread ----------------------------------------------------------------------------
     def _run_maintenance(self) -> None:
         rpc = ReplicaRpc(self._context)
+        next_check = time.monotonic() + self.config.probe_interval
         try:
             while True:
-                job = self._jobs.get()
+                job: Callable[[ReplicaRpc], None] | None
+                try:
+                    job = self._jobs.get(timeout=max(0.0, next_check - time.monotonic()))
+                except queue.Empty:
+                    job = self._check_ensembles
                 if job is None:
                     return
+                if time.monotonic() >= next_check:  # due even while truncations keep the queue busy
+                    next_check = time.monotonic() + self.config.probe_interval
+                    if job != self._check_ensembles:  # (a bound method is a new object each time)
+                        self._jobs.put(self._check_ensembles)
                 try:
                     job(rpc)
                 except DataLogWriterFencedError as exc:
@@ -635,34 +679,17 @@ class ReplicatedDurableDataLog(DurableDataLog):
                 if index is None:
                     return
                 fragment = record.fragments[index]
-                spare = self._find_spare(rpc, fragment.ensemble)
+                spare = self._find_spare(rpc, fragment.ensemble, self.config.request_timeout)
                 if spare is None:
                     log.warning("log %s: no spare replica to take %s's place in fragment %d", self.log_name,
                                 failed, fragment.first)
                     return
-                start = max(fragment.first, record.truncated + 1)
-                end = record.fragment_end(index, 0)
-                sources = [a for a in fragment.ensemble if a != failed]
-                targets = {spare: start - 1}
-                batch: list[tuple[int, bytes, int]] = []
-                copy_fragment = replace(fragment, first=start)
-                try:
-                    for item in read_range(rpc, self.log_name, fragment, sources, start, end,
-                                           self.config.request_timeout):
-                        batch.append(item)
-                        if item[0] == end or sum(len(p) for _, p, _ in batch) >= self.config.max_batch_bytes:
-                            self._write_copies(rpc, copy_fragment, targets, batch)
-                            batch = []
-                except DataCorruptionError:
-                    if self.record.truncated > record.truncated:
-                        continue  # truncated under the copy: the replicas dropped entries; start over
-                    raise
+                if not self._copy_fragment(rpc, record, index, [a for a in fragment.ensemble if a != failed], spare):
+                    continue
 
                 def swap(r: LogRecord, first: int = fragment.first, spare: str = spare) -> LogRecord:
-                    fragments = tuple(
-                        replace(f, ensemble=tuple(spare if a == failed else a for a in f.ensemble))
-                        if f.first == first else f for f in r.fragments)
-                    return replace(r, fragments=fragments)
+                    return r.with_changed(first, lambda g: replace(
+                        g, ensemble=tuple(spare if a == failed else a for a in g.ensemble)))
 
                 self._change(swap)
                 log.info("log %s: fragment %d re-replicated from %s to %s", self.log_name, fragment.first,
@@ -670,12 +697,98 @@ class ReplicatedDurableDataLog(DurableDataLog):
 
         return run
 
-    def _find_spare(self, rpc: ReplicaRpc, ensemble: tuple[str, ...]) -> str | None:
+    def _check_ensembles(self, rpc: ReplicaRpc) -> None:
+        """Every ``probe_interval``: grow a current ensemble that shrank back to the write quorum with a
+        replica that answers, else bring closed fragments written while it was short up to it."""
+        record = self.record
+        if not self._accepting or self._failure is not None or not record.fragments:
+            return
+        current = record.fragments[-1].ensemble
+        if len(current) < self.config.write_quorum:
+            now = time.monotonic()
+            # The replicas that never failed first; a failed one only once its hold-off has passed.
+            candidates = sorted((a for a in self.config.replicas if a not in current
+                                 and self._failures.get(a, (0, 0.0))[1] <= now), key=lambda a: a in self._failed)
+            timeout = min(self.config.request_timeout, max(self.config.probe_interval, 0.5))
+            replies = rpc.call({a: ({"op": "last_confirmed", "log": self.log_name}, []) for a in candidates}, timeout)
+            joining = next((a for a in candidates if replies.get(a, ({}, []))[0].get("status") == wire.OK), None)
+            if joining is not None:
+                self._control.append(lambda: self._grow(joining))
+                self._wake()
+            return
+        self._fill_short(rpc, record)
+
+    def _fill_short(self, rpc: ReplicaRpc, record: LogRecord) -> None:
+        """Copy each closed fragment held by fewer than ``write_quorum`` replicas (written while the
+        ensemble was short) onto one more replica, then record it in the fragment's ensemble."""
+        timeout = min(self.config.request_timeout, max(self.config.probe_interval, 0.5))
+        while self._accepting:
+            index = next((i for i, f in enumerate(record.fragments[:-1])
+                          if len(f.ensemble) < self.config.write_quorum), None)
+            if index is None:
+                return
+            fragment = record.fragments[index]
+            target = self._find_spare(rpc, fragment.ensemble, timeout)
+            if target is None:
+                return  # nothing to add: the next check tries again
+            if self._copy_fragment(rpc, record, index, list(fragment.ensemble), target):
+                def add(r: LogRecord, first: int = fragment.first, target: str = target) -> LogRecord:
+                    return r.with_changed(first, lambda g: g if target in g.ensemble
+                                          else replace(g, ensemble=(*g.ensemble, target)))
+
+                self._change(add)
+                log.info("log %s: fragment %d copied to %s (it was held by %d replicas)", self.log_name,
+                         fragment.first, target, len(fragment.ensemble))
+            record = self.record
+
+    def _rejoin_job(self, joined: str) -> Callable[[ReplicaRpc], None]:
+        """Top up a replica that came back on the closed fragments that still list it (it may lack what
+        they got after it stopped answering), then fill the fragments written while it was away."""
+
+        def run(rpc: ReplicaRpc) -> None:
+            firsts = [f.first for f in self.record.fragments[:-1] if joined in f.ensemble]
+            for first in firsts:
+                while self._accepting:
+                    record = self.record
+                    index = next((i for i, f in enumerate(record.fragments[:-1]) if f.first == first), None)
+                    if index is None or joined not in record.fragments[index].ensemble:
+                        break  # truncated away, or swapped for a spare meanwhile
+                    sources = [a for a in record.fragments[index].ensemble if a != joined]
+                    if self._copy_fragment(rpc, record, index, sources, joined):
+                        break
+            self._fill_short(rpc, self.record)
+
+        return run
+
+    def _copy_fragment(self, rpc: ReplicaRpc, record: LogRecord, index: int, sources: list[str],
+                       target: str) -> bool:
+        """Copy closed fragment ``index`` of ``record`` (past truncation) from ``sources`` onto ``target``,
+        CRC-checked; False if a truncation overtook the copy (the caller starts over)."""
+        fragment = record.fragments[index]
+        start = max(fragment.first, record.truncated + 1)
+        end = record.fragment_end(index, 0)
+        if start > end:
+            return True
+        targets = {target: start - 1}
+        batch: list[tuple[int, bytes, int]] = []
+        copy_fragment = replace(fragment, first=start)
+        try:
+            for item in read_range(rpc, self.log_name, fragment, sources, start, end, self.config.request_timeout):
+                batch.append(item)
+                if item[0] == end or sum(len(p) for _, p, _ in batch) >= self.config.max_batch_bytes:
+                    self._write_copies(rpc, copy_fragment, targets, batch)
+                    batch = []
+        except DataCorruptionError:
+            if self.record.truncated > record.truncated:
+                return False  # truncated under the copy: the replicas dropped entries
+            raise
+        return True
+
+    def _find_spare(self, rpc: ReplicaRpc, ensemble: tuple[str, ...], timeout: float) -> str | None:
         candidates = [a for a in self.config.replicas if a not in ensemble and a not in self._failed]
         candidates.sort(key=lambda a: a not in self._ensemble)  # current members first: known alive
         for address in candidates:
-            reply = rpc.call_one(address, {"op": "last_confirmed", "log": self.log_name}, [],
-                                 self.config.request_timeout)
+            reply = rpc.call_one(address, {"op": "last_confirmed", "log": self.log_name}, [], timeout)
             if reply is not None and reply[0].get("status") == wire.OK:
                 return address
         return None
