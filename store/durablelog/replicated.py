@@ -655,7 +655,7 @@ class ReplicatedDurableDataLog(DurableDataLog):
                 except DataLogWriterFencedError as exc:
                     log.warning("log %s: maintenance stopped: %s", self.log_name, exc)
                     return
-                except Exception:  # noqa: BLE001 - a repair that fails is retried by the next replacement
+                except Exception:  # noqa: BLE001 - a failed repair is tried again by the next check or replacement
                     log.exception("log %s: maintenance job failed", self.log_name)
         finally:
             rpc.close()
