@@ -80,6 +80,8 @@ class Connection:
             self.close()
             raise ConnectionLostError(f"{endpoint} speaks protocol {hello.get('version')}, "
                                       f"this client needs {PROTOCOL_VERSION}")
+        # A cluster node names every node's native listener; a single server names none.
+        self.cluster_nodes = tuple(Endpoint.parse(str(address)) for address in hello.get("nodes", ()))
 
     @property
     def closed(self) -> bool:
@@ -152,6 +154,7 @@ class ConnectionPool:
         self.connect_timeout = connect_timeout
         self._connections: dict[Endpoint, Connection] = {}
         self._connecting: dict[Endpoint, threading.Lock] = {}
+        self._discovered: list[Endpoint] = []  # cluster nodes the nodes connected to named, first seen first
         self._lock = threading.Lock()
         self._closed = False
 
@@ -177,7 +180,13 @@ class ConnectionPool:
                     conn.close()
                     raise ConnectionLostError("the client is closed")
                 self._connections[endpoint] = conn
+                self._discovered += [node for node in conn.cluster_nodes if node not in self._discovered]
             return conn
+
+    def discovered(self) -> list[Endpoint]:
+        """Every cluster node a connected node named in its HELLO (none from a single server)."""
+        with self._lock:
+            return list(self._discovered)
 
     def _connect(self, endpoint: Endpoint, patience: float) -> Connection:
         deadline = time.monotonic() + patience

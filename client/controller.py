@@ -2,7 +2,8 @@
 
 Every call goes to the controller endpoint (any node of a cluster answers them; event appends and
 reads go to each segment's owner instead: ``owners``, ``routing.py``); on a cluster, when that node
-cannot be reached, to another node the client knows (given, or learned as a segment's owner). A call whose connection drops is retried
+cannot be reached, to another node the client knows (given, learned as a segment's owner, or named in
+a node's HELLO). A call whose connection drops is retried
 once on a fresh connection when it is idempotent or answers the same either way (reads, and creates
 that report "already there"); others raise ``ConnectionLostError`` and leave the decision to the caller.
 """

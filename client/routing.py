@@ -3,7 +3,7 @@
 On a cluster a segment is served by the owner of its container, which moves when a node dies or the
 containers are rebalanced. ``SegmentOwners`` keeps segment -> owner endpoint, learned with
 ``GET_SEGMENT_OWNER`` from any node the client can reach (the endpoint it was given first, then every
-node it has learned of), and forgets an owner when that node answers ``WrongHostError`` or its
+node it has learned of, as an owner or from a node's HELLO), and forgets an owner when that node answers ``WrongHostError`` or its
 connection dies; the next use asks again, backing off while the container is between owners. A single
 server never names a node: it serves every segment itself, so the endpoint that answered is the owner.
 
@@ -59,8 +59,11 @@ class SegmentOwners:
                 self._owners.pop(segment, None)
 
     def nodes(self) -> list[Endpoint]:
+        """The nodes to ask, in order: the given ones, those learned as owners, then the rest of those
+        the nodes reached named (a node's HELLO lists every live node, so one given endpoint is enough)."""
         with self._lock:
-            return list(self._nodes)
+            known = list(self._nodes)
+        return known + [node for node in self.pool.discovered() if node not in known]
 
     def _learned(self, segment: str, owner: Endpoint) -> None:
         with self._lock:

@@ -56,7 +56,7 @@ from millrace.gateway.native.handler import NativeFactory, NativeProtocol
 from millrace.gateway.native.txn_cluster import cluster_txn_handlers
 from millrace.gateway.server import topic_partitions
 from millrace.protocol.contracts import SegmentInfo
-from millrace.protocol.wire import Command
+from millrace.protocol.wire import PROTOCOL_VERSION, Command
 from millrace.store.budget import MIB
 from millrace.store.cluster.containers import SegmentContainerHost
 from millrace.store.cluster.layout import NodeInfo, check_node_id
@@ -372,6 +372,9 @@ class ClusterServer:
         for command in CONTROLLER_CHANGES:
             native_factory.controller_commands[command] = forwarding(
                 native_factory.controller_commands[command], command, controller_place, self.links, "the controller")
+        # Clients learn every node from the first they reach (the Kafka side's Metadata does the same).
+        native_factory.controller_commands[Command.HELLO] = \
+            lambda h, p: {"version": PROTOCOL_VERSION, "nodes": cluster.native_endpoints()}
         # Pravega's getURI: which node serves a segment (from the watched assignments: no I/O on the reactor).
         native_factory.controller_commands[Command.GET_SEGMENT_OWNER] = \
             lambda h, p: cluster.segment_owner(h["segment"])

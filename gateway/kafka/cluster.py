@@ -170,6 +170,12 @@ class KafkaCluster:
         nodes = (_kafka_node(info) for _, info in self._nodes.values())
         return sorted((n for n in nodes if n is not None), key=lambda n: n.node_id)
 
+    def native_endpoints(self) -> list[str]:
+        """Every live node's native listener (this one's included), by node id: what HELLO tells clients,
+        so one given endpoint is enough to find the others when it dies."""
+        found = (native_endpoint(info) for _, (_, info) in sorted(self._nodes.items()))
+        return [endpoint for endpoint in found if endpoint is not None]
+
     def other_nodes(self) -> list[NodeInfo]:
         """What every other live node registered."""
         return [info for node, (_, info) in sorted(self._nodes.items()) if node != self.node_id]

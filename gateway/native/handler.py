@@ -61,8 +61,9 @@ class NativeProtocol(BudgetedReceiver):
             # One server serves every segment; a cluster node's controller_commands answer with the owner.
             Command.GET_SEGMENT_OWNER: lambda h, p: {"container": store.container_for(h["segment"]).container_id,
                                                      "node": None, "native": None},
-            **controller_commands,
+            # A cluster node's HELLO also names every node (``cluster_server``).
             Command.HELLO: lambda h, p: {"version": PROTOCOL_VERSION},
+            **controller_commands,
             Command.CREATE_SEGMENT: lambda h, p: store.create_segment(h["segment"], h.get("attributes")),
             Command.APPEND: lambda h, p: store.append(
                 h["segment"], p, h.get("expected_offset"), _attribute_updates(h.get("attributes", [])),

@@ -131,18 +131,26 @@ def test_sigkill_every_process_then_cluster_up_keeps_everything_acknowledged(tmp
 def test_native_writers_through_one_node_survive_a_node_sigkill(tmp_path: Path) -> None:
     """Native writers given one node's endpoint send each partition's batches to its segment's owner
     (GET_SEGMENT_OWNER; WRONG_HOST from others) and, when that owner is SIGKILLed, find the new one and
-    resend: nothing acknowledged lost or doubled, per-key order kept."""
+    resend: nothing acknowledged lost or doubled, per-key order kept. A client given only the killed
+    node's endpoint, which has made controller calls only (no owner learned), goes on with the others:
+    that node's HELLO named them."""
+    from millrace.client.manager import StreamManager
+
     with new_cluster(tmp_path) as cluster:
         create_topic(cluster.bootstrap, "nativefault", PARTITIONS)
-        victim, _, endpoint = segments_owner(cluster, "kafka", "nativefault")
+        victim, victims_endpoint, endpoint = segments_owner(cluster, "kafka", "nativefault")
         load = NativeLoad(endpoint, "nativefault")
+        controller_only = StreamManager(victims_endpoint, timeout=30.0, reconnect_timeout=30.0)
         try:
+            assert "kafka" in controller_only.list_scopes()
             load.wait_for(500, timeout=30)
             at_kill = load.count
             cluster.kill(victim)
+            assert controller_only.create_scope("after-the-kill")
             load.wait_for(1000, timeout=90)
         finally:
             load.finish(timeout=20)  # every event of a healthy cluster is acknowledged well within this
+            controller_only.close()
         result = load.check(cluster.bootstrap)
         resent = sum(w.resent_batches for w in load.writers)
         print(f"{result.line()}; {victim}, owner of most of the topic's segments, SIGKILLed after {at_kill} "
