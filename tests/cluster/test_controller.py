@@ -21,8 +21,11 @@ from confluent_kafka.admin import NewTopic as ConfluentTopic
 from kafka.admin import KafkaAdminClient, NewPartitions, NewTopic
 
 from millrace import StreamManager
+from millrace.gateway.kafka.handlers.configs import FORWARDED_CLIENT_ID
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.create_topics import CreateTopicsRequest
+from millrace.gateway.kafka_protocol.messages.describe_configs import DescribeConfigsRequest
+from millrace.gateway.kafka_protocol.messages.incremental_alter_configs import IncrementalAlterConfigsRequest
 from millrace.gateway.native.forwarding import FORWARDED
 from millrace.protocol.errors import RetriableError, StreamExistsError
 from millrace.protocol.wire import Command
@@ -34,7 +37,8 @@ from tests.kafka.wire import KafkaWire
 pytestmark = [pytest.mark.skipif(zookeeper_missing() is not None, reason=str(zookeeper_missing())),
               pytest.mark.timeout(300)]
 
-CREATE_TOPICS, METADATA = 19, 3
+CREATE_TOPICS, METADATA, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 19, 3, 32, 44
+TOPIC_RESOURCE, BROKER_RESOURCE, SET = 2, 4, 0
 
 
 def node_addresses(cluster: LocalClusterCli) -> dict[str, tuple[str, str]]:
@@ -51,6 +55,26 @@ def controller_of(status: dict[str, Any]) -> str:
 def confluent_create(bootstrap: str, topic: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([ConfluentTopic(topic, 2, 1)])[topic].result(timeout=60)
+
+
+def alter(*resources: tuple[int, str, dict[str, str]], validate_only: bool = False) -> IncrementalAlterConfigsRequest:
+    """An IncrementalAlterConfigs SETting each resource's configs."""
+    r = IncrementalAlterConfigsRequest
+    return r(resources=[r.AlterConfigsResource(resource_type=kind, resource_name=name, configs=[
+        r.AlterableConfig(name=k, config_operation=SET, value=v) for k, v in configs.items()])
+        for kind, name, configs in resources], validate_only=validate_only)
+
+
+def topic_config(bootstrap: str, topic: str, name: str) -> str | None:
+    wire = KafkaWire.connect(bootstrap)
+    try:
+        described = wire.send(DESCRIBE_CONFIGS, 4, DescribeConfigsRequest(resources=[
+            DescribeConfigsRequest.DescribeConfigsResource(resource_type=TOPIC_RESOURCE, resource_name=topic,
+                                                           configuration_keys=[name])]))
+    finally:
+        wire.close()
+    assert described.results[0].error_code == ErrorCode.NONE
+    return str(described.results[0].configs[0].value)
 
 
 def test_topic_and_stream_changes_run_on_the_elected_controller(tmp_path: Path) -> None:
@@ -89,6 +113,39 @@ def test_topic_and_stream_changes_run_on_the_elected_controller(tmp_path: Path) 
         finally:
             admin.close()
         confluent_create(other_kafka, "ctl-confluent")
+
+        # Topic configs: the other node forwards their changes to the controller (Kafka's KIP-590
+        # forwarding) and answers with its results; broker resources are its own. Raw requests, since
+        # the clients pick which broker gets an alter themselves.
+        wire = KafkaWire.connect(other_kafka)
+        try:
+            altered = wire.send(INCREMENTAL_ALTER_CONFIGS, 1, alter(
+                (TOPIC_RESOURCE, "ctl-confluent", {"retention.ms": "7654321"}), (BROKER_RESOURCE, other, {})))
+            assert [r.error_code for r in altered.responses] == [ErrorCode.NONE, ErrorCode.NONE]
+            assert topic_config(addresses[controller][0], "ctl-confluent", "retention.ms") == "7654321"
+            assert topic_config(other_kafka, "ctl-confluent", "retention.ms") == "7654321"  # read back at once
+            # It runs there: while the controller is paused, the other node does not answer even an alter
+            # it would refuse by itself at once (an unknown config, validate_only: forwarded as well)...
+            cluster.kill(f"node-{controller}", signal.SIGSTOP)
+            try:
+                wire.submit(INCREMENTAL_ALTER_CONFIGS, 1, alter(
+                    (TOPIC_RESOURCE, "ctl-confluent", {"no.such.config": "1"}), validate_only=True))
+                with pytest.raises(TimeoutError):
+                    wire.receive(timeout=1.0)
+            finally:
+                cluster.kill(f"node-{controller}", signal.SIGCONT)
+            # ... and answers with the controller's refusal once it runs again.
+            assert wire.receive(timeout=30).responses[0].error_code == ErrorCode.INVALID_CONFIG
+        finally:
+            wire.close()
+        # A forward is never forwarded again: a node that is not the controller refuses one.
+        sneaky = KafkaWire.connect(other_kafka, client_id=f"{FORWARDED_CLIENT_ID}{controller}")
+        try:
+            refused = sneaky.send(INCREMENTAL_ALTER_CONFIGS, 1, alter(
+                (TOPIC_RESOURCE, "ctl-confluent", {"retention.ms": "1"})))
+            assert refused.responses[0].error_code == ErrorCode.NOT_CONTROLLER
+        finally:
+            sneaky.close()
         # Auto-creation through the other node: it has the controller create the topic.
         producer = Producer({"bootstrap.servers": other_kafka})
         producer.produce("ctl-auto", b"first")

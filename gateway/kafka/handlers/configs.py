@@ -6,6 +6,15 @@ broker synonym that supplies the default. Changing retention.ms / retention.byte
 retention policy through the registry. Broker configs describe this node's static settings (command
 line options) and are read-only: altering one is refused with INVALID_REQUEST, as Kafka refuses a
 config that cannot be updated dynamically.
+
+On a cluster, topic configs change on the controller only (as Kafka 4.0 brokers forward AlterConfigs
+and IncrementalAlterConfigs to the active controller, KIP-590): a node that is not the controller sends
+the request's TOPIC resources there with ``node_requests`` and answers with the controller's results,
+BROKER resources answered by itself. Clients never see NOT_CONTROLLER from these APIs: while the
+controller is unknown or does not answer, each forwarded resource answers REQUEST_TIMED_OUT (retriable),
+which is what Kafka's ForwardingManager answers when a forward times out. A forwarded request is marked
+by its client id and never forwarded again: a node that is not the controller (any more) answers it
+NOT_CONTROLLER, as Kafka's inactive controllers do.
 """
 
 from __future__ import annotations
@@ -15,10 +24,14 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from twisted.internet import defer
 from twisted.internet.defer import Deferred
+from twisted.python.failure import Failure
 
 from millrace.gateway.kafka import topic_configs
 from millrace.gateway.kafka.broker import KafkaConfig, RequestContext
+from millrace.gateway.kafka.cluster import NOT_CONTROLLER_MESSAGE, not_controller
+from millrace.gateway.kafka.node_requests import request_node
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.topics import (
     DEFAULT_CONFIGS,
@@ -61,6 +74,9 @@ BOOLEAN, STRING, INT, LONG, LIST = topic_configs.BOOLEAN, topic_configs.STRING, 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 LIST_CONFIGS = topic_configs.LIST_CONFIGS
+
+#: Client id prefix of an alter a node forwards to the controller (followed by the sender's node id).
+FORWARDED_CLIENT_ID = "millrace-config-forward-from-"
 
 
 @dataclass(frozen=True)
@@ -269,6 +285,31 @@ def _run_alters(registry: Any, jobs: list[tuple[int, str, Any]], validate_only: 
 def _alter(ctx: RequestContext, request: AlterConfigsRequest | IncrementalAlterConfigsRequest, cls: Any,
            planner: Any) -> Any:
     resources: list[Any] = list(request.resources)
+    if not not_controller(ctx.broker) or not any(r.resource_type == TOPIC_RESOURCE for r in resources):
+        outcomes = _alter_here(ctx, resources, request.validate_only, planner)
+        if isinstance(outcomes, Deferred):
+            return outcomes.addCallback(lambda done: _alter_response(cls, resources, done))
+        return _alter_response(cls, resources, outcomes)
+    # Not the controller: its topic resources go there, the others are answered here.
+    topics = [i for i, r in enumerate(resources) if r.resource_type == TOPIC_RESOURCE]
+    others = [i for i, r in enumerate(resources) if r.resource_type != TOPIC_RESOURCE]
+    local = _alter_here(ctx, [resources[i] for i in others], request.validate_only, planner)
+    here = local if isinstance(local, Deferred) else defer.succeed(local)
+    there = _alter_on_controller(ctx, request, [resources[i] for i in topics])
+
+    def merged(results: list[list[_Outcome]]) -> Any:
+        outcomes: list[_Outcome] = [_Outcome()] * len(resources)
+        for indexes, answered in zip((others, topics), results, strict=True):
+            for i, outcome in zip(indexes, answered, strict=True):
+                outcomes[i] = outcome
+        return _alter_response(cls, resources, outcomes)
+
+    return defer.gatherResults([here, there], consumeErrors=True).addCallback(merged)
+
+
+def _alter_here(ctx: RequestContext, resources: list[Any], validate_only: bool,
+                planner: Any) -> list[_Outcome] | Deferred[list[_Outcome]]:
+    """Each resource's outcome, altered by this node (at once when no topic is to be written)."""
     checks = _check_resources(ctx, resources)
     outcomes: list[_Outcome] = [c or _Outcome() for c in checks]
     jobs = []
@@ -281,14 +322,59 @@ def _alter(ctx: RequestContext, request: AlterConfigsRequest | IncrementalAlterC
         else:
             jobs.append((i, r.resource_name, planner.plan(r.configs)))
     if not jobs:
-        return _alter_response(cls, request.resources, outcomes)
+        return outcomes
 
-    def done(results: dict[int, _Outcome]) -> Any:
+    def done(results: dict[int, _Outcome]) -> list[_Outcome]:
         for i, outcome in results.items():
             outcomes[i] = outcome
-        return _alter_response(cls, request.resources, outcomes)
+        return outcomes
 
-    return ctx.broker.blocking(_run_alters, ctx.broker.topics, jobs, request.validate_only).addCallback(done)
+    return ctx.broker.blocking(_run_alters, ctx.broker.topics, jobs, validate_only).addCallback(done)
+
+
+def _alter_on_controller(ctx: RequestContext, request: Any, resources: list[Any]) -> Deferred[list[_Outcome]]:
+    """Reactor: the outcomes of ``resources`` (topics) altered by the controller, as the request asked
+    (same API, version and validate_only); REQUEST_TIMED_OUT each while the controller cannot be asked."""
+    broker = ctx.broker
+    if (ctx.client_id or "").startswith(FORWARDED_CLIENT_ID):
+        # Sent here as the controller, which this node is not (any more): the sender asks again.
+        return defer.succeed([_Outcome(ErrorCode.NOT_CONTROLLER, NOT_CONTROLLER_MESSAGE) for _ in resources])
+    node = broker.cluster.controller() if broker.cluster is not None else None
+    if node is None:
+        return defer.succeed([_Outcome(ErrorCode.REQUEST_TIMED_OUT, "no controller is elected now: try again")
+                              for _ in resources])
+    forward = type(request)(resources=resources, validate_only=request.validate_only)
+
+    def answered(response: Any) -> Any:
+        found = {(r.resource_type, r.resource_name): _Outcome(ErrorCode(r.error_code), r.error_message)
+                 for r in response.responses}
+        outcomes = []
+        for r in resources:
+            outcome = found.get((r.resource_type, r.resource_name),
+                                _Outcome(ErrorCode.UNKNOWN_SERVER_ERROR, "the controller did not answer it"))
+            if outcome.error == ErrorCode.NOT_CONTROLLER:  # it was not the controller any more
+                outcome = _Outcome(ErrorCode.REQUEST_TIMED_OUT, "the controller changed meanwhile: try again")
+            outcomes.append(outcome)
+        if request.validate_only or all(o.error != ErrorCode.NONE for o in outcomes):
+            return outcomes
+        # So a DescribeConfigs after it (on this connection, say) finds the change here too.
+        return broker.blocking(broker.topics.refresh).addBoth(_after_refresh, outcomes)
+
+    def unreachable(failure: Failure) -> list[_Outcome]:
+        log.info("forwarding %s to the controller (node %d) failed: %s", type(request).__name__, node.node_id,
+                 failure.getErrorMessage())
+        return [_Outcome(ErrorCode.REQUEST_TIMED_OUT,
+                         f"the controller (node {node.node_id}) did not answer: try again") for _ in resources]
+
+    d = request_node(node.host, node.port, forward, ctx.api_version,
+                     f"{FORWARDED_CLIENT_ID}{broker.config.node_id}")
+    return d.addCallback(answered).addErrback(unreachable)
+
+
+def _after_refresh(result: Any, outcomes: list[_Outcome]) -> list[_Outcome]:
+    if isinstance(result, Failure):  # the next periodic refresh brings the change
+        log.info("reading the topics table after a forwarded config change failed: %s", result.getErrorMessage())
+    return outcomes
 
 
 class _ReplaceAll:
