@@ -216,6 +216,8 @@ class TopicRegistry:
         self.scope = scope
         self._lock = threading.Lock()  # one writer of topic records at a time in this process
         self._cache: dict[str, TopicInfo] = {}
+        # The topics table's (start, length) when ``refresh`` last read it: any write moves its length.
+        self._refreshed_at: tuple[int, int] | None = None
         self.listeners: list[Any] = []  # called with (event, TopicInfo) after create/delete/grow/configs
         if not tables.exists(TOPICS_TABLE):
             with contextlib.suppress(SegmentExistsError):
@@ -466,11 +468,17 @@ class TopicRegistry:
         table is forgotten without an event: the node that deleted it dropped the stored state. The
         table is read under the writers' lock: a read taken before this node's own create and applied
         after it dropped the new topic from the cache for a second (a CreatePartitions right after
-        CreateTopics found no topic)."""
+        CreateTopics found no topic). A table whose length has not moved since the last read is not read
+        again: a node refreshes every second, and reading every record each time would cost in
+        proportion to the number of topics."""
         events: list[tuple[str, TopicInfo]] = []
         with self._lock:
+            table = self.tables.get_info(TOPICS_TABLE)  # brings this node's index of the table up to date
+            if (table.start_offset, table.length) == self._refreshed_at:
+                return
             stored = {e.key.decode(): TopicInfo.decode(e.key.decode(), e.value)
                       for e in self.tables.entries(TOPICS_TABLE)}
+            self._refreshed_at = (table.start_offset, table.length)  # later writes make the next one read
             for name in [n for n in self._cache if n not in stored]:
                 del self._cache[name]
             for name, topic in stored.items():
