@@ -187,8 +187,8 @@ def served_here(broker: Broker, segment: str) -> None:
     single server serves every segment). Another node's copy of those partitions is stale (its index
     lacks later batches, its high watermark never moves), so reading or appending there would wait for
     nothing (or pass batches by)."""
-    leadership = getattr(broker.partitions, "leadership", None)
-    if leadership is not None and leadership.terms().get(leadership.container_of(segment)) is None:
+    cluster = broker.cluster
+    if cluster is not None and cluster.terms().get(cluster.container_of(segment)) is None:
         raise WrongHostError(f"{segment} is not served by this node", segment)
 
 
@@ -197,7 +197,7 @@ def _check_loaded(broker: Broker, segment: str, parts: list[PartitionLog]) -> No
     term of its container (``check_leader``, which starts the reload otherwise), since a copy loaded
     before the term lacks what the previous owner appended: RetriableError (or WrongHostError once the
     container left) meanwhile."""
-    if getattr(broker.partitions, "leadership", None) is None:
+    if broker.cluster is None:
         return
     for p in parts:
         if p.writer is not None and p.writer.name == segment:
