@@ -113,5 +113,6 @@ def print_status(out: dict[str, Any]) -> None:
     for log in out["logs"]:
         replicas = " ".join(f"{r['address']}(last {r['last']}, lag {r['lag']})" if r["answered"] else f"{r['address']}(no answer)"
                             for r in log["replicas"])
-        rows.append([log["name"], str(log["epoch"]), str(log["truncated"]), replicas or "-"])
-    _table(["log", "epoch", "truncated", "ensemble"], rows)
+        rows.append([log["name"], str(log["epoch"]), str(log["truncated"]),
+                     f"{log['under_replicated']} of {log['fragments']}", replicas or "-"])
+    _table(["log", "epoch", "truncated", "short fragments", "ensemble"], rows)

@@ -573,7 +573,8 @@ class LocalCluster:
     def _log_status(self, records: dict[str, Any]) -> list[dict[str, Any]]:
         """Each log's epoch, truncation point and current ensemble, with what every replica of it holds
         (``last``: its highest entry, ``lac``: the last confirmed entry it knows of) and its lag behind the
-        replica holding most."""
+        replica holding most; ``under_replicated``: its fragments held by fewer than the write quorum (an
+        ensemble that shrank for want of a spare, until a replica comes back and they are copied to it)."""
         from millrace.store.durablelog.replica_rpc import ReplicaRpc
 
         running = {f"{self.settings.host}:{p.ports['zmq']}" for p in self.by_role("logd") if self.alive(p)}
@@ -595,8 +596,10 @@ class LocalCluster:
                         continue
                     replicas.append({"address": address, "answered": True, "last": held[address],
                                      "lac": int(reply[0]["lac"]), "lag": top - held[address]})
+                short = sum(1 for f in record.fragments if len(f.ensemble) < self.settings.write_quorum)
                 logs.append({"name": name, "epoch": record.epoch, "truncated": record.truncated,
-                             "fragments": len(record.fragments), "ensemble": ensemble, "replicas": replicas})
+                             "fragments": len(record.fragments), "under_replicated": short, "ensemble": ensemble,
+                             "replicas": replicas})
         finally:
             rpc.close()
         return logs

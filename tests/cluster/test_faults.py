@@ -65,6 +65,9 @@ def test_sigkill_one_logd_under_load_loses_nothing_and_clients_see_no_error(tmp_
             cluster.kill("logd-2")
             at_kill = load.count
             load.wait_for(1500, timeout=90)  # two replicas still make the ack quorum
+            # A log with appends finds logd-2 silent and goes on without it (no spare: its ensemble shrinks).
+            wait_status(cluster, lambda s: any(dead not in log["ensemble"] for log in s["logs"]),
+                        "an ensemble that dropped the dead logd", timeout=30)
         finally:
             load.finish()
         result = load.check(cluster.bootstrap, PARTITIONS)
@@ -74,11 +77,21 @@ def test_sigkill_one_logd_under_load_loses_nothing_and_clients_see_no_error(tmp_
         # Status shows the dead replica: gone from the ensembles that replaced it (no spare: they shrank
         # to two), not answering in the others.
         status = cluster.status()
+        print(f"  logd-2 ({dead}) dead:")
         assert not next(p for p in status["processes"] if p["name"] == "logd-2")["running"]
         for log in status["logs"]:
-            print(f"  {log['name']}: epoch {log['epoch']}, ensemble {log['ensemble']}")
+            print(f"  {log['name']}: epoch {log['epoch']}, ensemble {log['ensemble']}, "
+                  f"under-replicated fragments {log['under_replicated']} of {log['fragments']}")
             assert all(not r["answered"] for r in log["replicas"] if r["address"] == dead)
             assert sum(r["answered"] for r in log["replicas"]) >= 2
+        # The logd comes back: every ensemble that shrank grows back to three, and what was written on
+        # two replicas meanwhile is copied to the third (no fragment left under-replicated).
+        cluster.start("logd-2")
+        began = time.monotonic()
+        wait_status(cluster, lambda s: all(
+            len(log["ensemble"]) == 3 and all(r["answered"] for r in log["replicas"]) and not log["under_replicated"]
+            for log in s["logs"]), "every log back on three replicas", timeout=60)
+        print(f"  every log back on three replicas {time.monotonic() - began:.1f} s after logd-2 restarted")
 
 
 def test_sigkill_a_node_under_load_loses_and_duplicates_nothing(tmp_path: Path) -> None:
