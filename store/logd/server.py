@@ -133,7 +133,8 @@ class LogReplicaServer:
         if op == "fence":
             return self._fence(request_id, name, state, request, turn)
         if op == "read":
-            return self._read(request_id, state, int(request["from"]), int(request["to"]), int(request["max_bytes"]))
+            return self._read(request_id, name, state, int(request["from"]), int(request["to"]),
+                              int(request["max_bytes"]))
         if op == "truncate":
             epoch, upto = int(request["epoch"]), int(request["upto"])
             if epoch < state.fenced:
@@ -218,10 +219,15 @@ class LogReplicaServer:
         turn.after_write.append(answer)
         return None
 
-    def _read(self, request_id: int, state: LogState, start: int, end: int,
+    def _read(self, request_id: int, name: str, state: LogState, start: int, end: int,
               max_bytes: int) -> tuple[dict[str, Any], list[bytes]]:
+        """Durable entries start..end (bounded by ``max_bytes``). An entry whose payload no longer
+        matches its CRC-32C (the disk changed it under the journal; the frame CRC is only checked at
+        replay) ends the answer as ``corrupt`` [sequence, entry epoch] instead of being sent: the
+        owner then takes it from another replica and rewrites it here."""
         listed: list[list[int]] = []
         data: list[bytes] = []
+        answer: dict[str, Any] = {"id": request_id, "status": wire.OK, "entries": listed, "truncated": state.truncated}
         size = 0
         for sequence in range(max(start, state.truncated + 1), end + 1):
             stored = state.entries.get(sequence)
@@ -229,10 +235,17 @@ class LogReplicaServer:
                 continue
             if data and size + stored.length > max_bytes:
                 break
+            payload = self.journal.read(stored)
+            if crc32c(payload) != stored.crc:
+                log.warning("log %s: entry %d (epoch %d) at byte %d of journal file %d does not match its "
+                            "CRC-32C: answered as corrupt", name, sequence, stored.entry_epoch, stored.offset,
+                            stored.file_id)
+                answer["corrupt"] = [sequence, stored.entry_epoch]
+                break
             listed.append([sequence, stored.entry_epoch, stored.crc])
-            data.append(self.journal.read(stored))
+            data.append(payload)
             size += stored.length
-        return {"id": request_id, "status": wire.OK, "entries": listed, "truncated": state.truncated}, data
+        return answer, data
 
 
 def run_logd(data_dir: str, host: str, port: int) -> int:

@@ -4,7 +4,9 @@ A request is a multipart message ``[header, *payloads]``: ``header`` is a JSON o
 client-chosen ``id`` and the op's arguments; an append carries one payload frame per entry, in the
 order of ``entries`` (``[sequence, crc32c]`` pairs). A response is ``[header, *payloads]`` with the
 same ``id`` and a ``status``; a read answers ``entries`` as ``[sequence, entry_epoch, crc32c]`` triples
-with one payload frame each. Payload frames travel untouched (no JSON, no copy into the header).
+with one payload frame each, and ends early with ``corrupt`` [sequence, entry_epoch] at an entry whose
+stored payload no longer matches its CRC-32C (never sent). Payload frames travel untouched (no JSON,
+no copy into the header).
 
 Ops: ``append`` (log, epoch, entry_epoch, first, lac, entries), ``fence`` (log, epoch, first,
 entry_epoch), ``read`` (log, from, to, max_bytes), ``truncate`` (log, epoch, upto), ``last_confirmed``

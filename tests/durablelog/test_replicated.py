@@ -259,7 +259,8 @@ def test_reads_skip_a_replica_whose_copy_fails_its_crc(replicas: Replicas) -> No
     try:
         reply = rpc.call_one(victim.address, {"op": "read", "log": "log", "from": 1, "to": 1, "max_bytes": 1 << 20},
                              [], 30)
-        assert reply is not None and reply[1][0] != payload  # the replica does serve the damaged copy
+        # The replica checks the CRC as it reads and answers the damaged copy as corrupt, unsent.
+        assert reply is not None and reply[0]["corrupt"] == [1, 1] and reply[1] == []
     finally:
         rpc.close()
     # Every replica is asked first in turn by some read; the damaged copy is never returned.
