@@ -25,7 +25,10 @@ moment an entry of the old epoch beyond the recovered end is outside every fragm
 never read, whatever a replica still holds.
 
 **Reading** asks a fragment's replicas in turn for ranges of entries, accepting an entry only with
-the fragment's epoch and a matching CRC-32C; any replica holding it will do.
+the fragment's epoch and a matching CRC-32C; any replica holding it will do. A replica holding the
+entry with that epoch but a bad payload (its logd answers ``corrupt``, or the CRC check here fails)
+has the good copy rewritten onto it by the maintenance thread (counted in ``repairs``); one whose
+rewritten copy reads bad again is treated as failing, like a replica that answers errors.
 
 Threads: ``append`` from any thread (a deque and a wake-up pipe); one I/O thread owns the sockets
 of the current ensemble, sends batches, counts acks and completes futures (callbacks run there and
@@ -91,31 +94,54 @@ def recovery_end(first: int, truncated: int, held: Iterable[int]) -> int:
     return max([first - 1, truncated, *held])
 
 
+#: Told of a replica's bad copy once a good one was found: (fragment, replica, sequence, payload, crc).
+BadCopyHandler = Callable[[Fragment, str, int, bytes, int], None]
+
+
 def read_range(rpc: ReplicaRpc, log_name: str, fragment: Fragment, members: Iterable[str], start: int,
-               end: int, timeout: float) -> Iterator[tuple[int, bytes, int]]:
+               end: int, timeout: float, on_bad_copy: BadCopyHandler | None = None) -> Iterator[tuple[int, bytes, int]]:
     """(sequence, payload, crc) for start..end of ``fragment`` from whichever of ``members`` holds
-    each entry with the fragment's epoch and a valid CRC; DataCorruptionError if none does."""
+    each entry with the fragment's epoch and a valid CRC; DataCorruptionError if none does.
+
+    A member holding an entry with the fragment's epoch but a payload that fails its CRC-32C (checked
+    here, end to end, or by the logd itself, which answers ``corrupt``) holds a *bad copy*: the entry
+    is taken from another member and ``on_bad_copy`` is given the good one to repair it with."""
     order = list(members)
     sequence = start
+    bad: list[str] = []  # members that answered a bad copy of ``sequence``
     while sequence <= end:
         for address in list(order):
-            got = False
+            if address in bad:
+                continue
+            got = corrupt = False
             reply = rpc.call_one(address, {"op": "read", "log": log_name, "from": sequence, "to": end,
                                            "max_bytes": READ_CHUNK_BYTES}, [], timeout)
             if reply is not None and reply[0].get("status") == wire.OK:
                 for (seq, entry_epoch, crc), payload in zip(reply[0]["entries"], reply[1], strict=True):
-                    if seq != sequence or entry_epoch != fragment.epoch or crc32c(payload) != crc:
+                    if seq != sequence or entry_epoch != fragment.epoch:
                         break
+                    if crc32c(payload) != crc:
+                        corrupt = True
+                        break
+                    if bad and on_bad_copy is not None:
+                        for holder in bad:
+                            on_bad_copy(fragment, holder, seq, payload, crc)
+                    bad = []
                     yield seq, payload, crc
                     sequence += 1
                     got = True
+                else:
+                    corrupt = reply[0].get("corrupt") == [sequence, fragment.epoch]
+            if corrupt:
+                bad.append(address)
             if got:
                 break
             order.remove(address)  # it lacks this entry (or is down): ask it last next time
             order.append(address)
         else:
+            damaged = f" (bad copies on {', '.join(bad)})" if bad else ""
             raise DataCorruptionError(f"log {log_name}: entry {sequence} (epoch {fragment.epoch}) is on none of "
-                                      f"{', '.join(order)}")
+                                      f"{', '.join(order)}{damaged}")
 
 
 class _Pending:
@@ -169,6 +195,10 @@ class ReplicatedDurableDataLog(DurableDataLog):
         self._size_total = 0
         self.replacements = 0
         self.growths = 0
+        self.repairs = 0  # bad copies of entries rewritten from a good one
+        self._bad_lock = threading.Lock()
+        self._bad_pending: set[tuple[str, int]] = set()  # (replica, sequence) bad copies awaiting rewrite
+        self._repaired: dict[str, set[int]] = {}  # replica: sequences rewritten on it by this owner
 
     # -- metadata ------------------------------------------------------------------------------------------
     @property
@@ -223,6 +253,7 @@ class ReplicatedDurableDataLog(DurableDataLog):
         self._retained_bytes = 0
         self._failed = set()
         self._failures = {}
+        self._repaired = {}
         self._sizes.clear()
         self._size_total = 0
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -303,7 +334,8 @@ class ReplicatedDurableDataLog(DurableDataLog):
         start = max(min(behind.values()), self.record.truncated) + 1
         sources = sorted(held, key=lambda a: -held[a])
         batch: list[tuple[int, bytes, int]] = []
-        for item in read_range(rpc, self.log_name, last, sources, start, end, self.config.request_timeout):
+        for item in read_range(rpc, self.log_name, last, sources, start, end, self.config.request_timeout,
+                               self._bad_copy):
             batch.append(item)
             if item[0] == end or sum(len(p) for _, p, _ in batch) >= self.config.max_batch_bytes:
                 self._write_copies(rpc, last, behind, batch)
@@ -347,7 +379,7 @@ class ReplicatedDurableDataLog(DurableDataLog):
                 stop = record.fragment_end(index, end)
                 members = sorted(fragment.ensemble, key=lambda a: a not in self._reachable)
                 for sequence, payload, _ in read_range(rpc, self.log_name, fragment, members, start,
-                                                       stop, self.config.request_timeout):
+                                                       stop, self.config.request_timeout, self._bad_copy):
                     self._note_size(sequence, len(payload))
                     yield LogEntry(LogAddress(sequence), payload)
         finally:
@@ -562,14 +594,9 @@ class ReplicatedDurableDataLog(DurableDataLog):
     def _replace(self, failed: str, why: str) -> None:
         """Start a new fragment at LAC + 1 without ``failed`` (a spare in its place when there is one)."""
         log.warning("log %s: replacing replica %s (%s)", self.log_name, failed, why)
-        self._failed.add(failed)
-        count = self._failures.get(failed, (0, 0.0))[0] + 1
-        # A replica that keeps failing is taken back ever more slowly, so a flapping one cannot make
-        # the log record two ensemble changes every probe.
-        hold_off = min(60.0, max(self.config.probe_interval, self.config.request_timeout) * 2 ** (count - 1))
-        self._failures[failed] = (count, time.monotonic() + hold_off)
+        self._note_failure(failed)
         survivors = [a for a in self._ensemble if a != failed]
-        spare = next((a for a in self.config.replicas if a not in self._ensemble and a not in self._failed), None)
+        spare = self._spare()
         ensemble = survivors + ([spare] if spare else [])
         if len(ensemble) < self.config.ack_quorum:
             self._break(ContainerOfflineError(f"log {self.log_name}: fewer than {self.config.ack_quorum} replicas left"))
@@ -577,6 +604,36 @@ class ReplicatedDurableDataLog(DurableDataLog):
         if self._change_ensemble(ensemble, joining=spare, leaving=failed):
             self.replacements += 1
             self._jobs.put(self._repair_job(failed))
+
+    def _note_failure(self, failed: str) -> None:
+        self._failed.add(failed)
+        count = self._failures.get(failed, (0, 0.0))[0] + 1
+        # A replica that keeps failing is taken back ever more slowly, so a flapping one cannot make
+        # the log record two ensemble changes every probe.
+        hold_off = min(60.0, max(self.config.probe_interval, self.config.request_timeout) * 2 ** (count - 1))
+        self._failures[failed] = (count, time.monotonic() + hold_off)
+
+    def _spare(self) -> str | None:
+        return next((a for a in self.config.replicas if a not in self._ensemble and a not in self._failed), None)
+
+    def _fail_replica(self, address: str, why: str) -> None:
+        """A replica that keeps answering bad copies is failing, like one that answers errors (as a
+        BookKeeper client quarantines a bookie that keeps failing): replaced in the current ensemble,
+        swapped out of the closed fragments that list it where a spare exists, and taken back only
+        after the hold-off. Never at the price of the log: an ensemble at the ack quorum with no spare
+        keeps it (its bad copies are still rewritten)."""
+        if self._failure is not None or not self._accepting:
+            return
+        if address in self._ensemble:
+            if len(self._ensemble) <= self.config.ack_quorum and self._spare() is None:
+                log.warning("log %s: replica %s %s, but the ensemble cannot lose it", self.log_name, address, why)
+                return
+            self._replace(address, why)
+            return
+        log.warning("log %s: replica %s %s: moving it out of the closed fragments that list it", self.log_name,
+                    address, why)
+        self._note_failure(address)
+        self._jobs.put(self._repair_job(address))
 
     def _grow(self, joining: str) -> None:
         """Add ``joining`` (it just answered the maintenance thread) to an ensemble that shrank."""
@@ -773,7 +830,8 @@ class ReplicatedDurableDataLog(DurableDataLog):
         batch: list[tuple[int, bytes, int]] = []
         copy_fragment = replace(fragment, first=start)
         try:
-            for item in read_range(rpc, self.log_name, fragment, sources, start, end, self.config.request_timeout):
+            for item in read_range(rpc, self.log_name, fragment, sources, start, end, self.config.request_timeout,
+                                   self._bad_copy):
                 batch.append(item)
                 if item[0] == end or sum(len(p) for _, p, _ in batch) >= self.config.max_batch_bytes:
                     self._write_copies(rpc, copy_fragment, targets, batch)
@@ -783,6 +841,71 @@ class ReplicatedDurableDataLog(DurableDataLog):
                 return False  # truncated under the copy: the replicas dropped entries
             raise
         return True
+
+    # -- bad copies ----------------------------------------------------------------------------------------
+    def _bad_copy(self, fragment: Fragment, address: str, sequence: int, payload: bytes, crc: int) -> None:
+        """A read met a bad copy of ``sequence`` on ``address`` and got ``payload`` from another replica:
+        warn (once while its rewrite is pending) and leave the rewrite to the maintenance thread, out
+        of the read's way."""
+        with self._bad_lock:
+            if (address, sequence) in self._bad_pending:
+                return
+            self._bad_pending.add((address, sequence))
+        log.warning("log %s: replica %s holds a bad copy of entry %d (epoch %d): its payload fails the CRC-32C; "
+                    "rewriting it from a good copy", self.log_name, address, sequence, fragment.epoch)
+        self._jobs.put(self._rewrite_job(self._epoch, fragment, address, sequence, payload, crc))
+
+    def _rewrite_job(self, epoch: int, fragment: Fragment, address: str, sequence: int, payload: bytes,
+                     crc: int) -> Callable[[ReplicaRpc], None]:
+        """Write the good copy over the bad one (same sequence and entry epoch, our fencing epoch, so a
+        newer owner's fence refuses it), read it back, count it; a replica whose rewritten copy reads
+        bad, at once or later, is failing."""
+
+        def run(rpc: ReplicaRpc) -> None:
+            try:
+                truncated = self.record.truncated
+                if self._epoch != epoch or not self._accepting or sequence <= truncated:
+                    return
+                timeout = self.config.request_timeout
+                reply = rpc.call_one(address, {"op": "append", "log": self.log_name, "epoch": epoch,
+                                               "entry_epoch": fragment.epoch, "first": fragment.first, "lac": 0,
+                                               "truncated": truncated, "entries": [[sequence, crc]]},
+                                     [payload], timeout)
+                status = reply[0].get("status") if reply is not None else "no answer"
+                if status == wire.FENCED:
+                    raise DataLogWriterFencedError(f"log {self.log_name}: fenced while rewriting on {address}")
+                if status == wire.STALE:
+                    return  # a newer entry epoch took the sequence: the bad copy is gone
+                if status != wire.OK:
+                    log.warning("log %s: rewriting entry %d on replica %s failed: %s", self.log_name, sequence,
+                                address, status)
+                    return
+                reply = rpc.call_one(address, {"op": "read", "log": self.log_name, "from": sequence, "to": sequence,
+                                               "max_bytes": READ_CHUNK_BYTES}, [], timeout)
+                if reply is None or reply[0].get("status") != wire.OK:
+                    log.warning("log %s: replica %s did not answer the read-back of entry %d", self.log_name,
+                                address, sequence)
+                    return
+                if int(reply[0].get("truncated", 0)) >= sequence:
+                    return
+                held = (reply[0]["entries"] == [[sequence, fragment.epoch, crc]] and len(reply[1]) == 1
+                        and crc32c(reply[1][0]) == crc)
+                repaired = self._repaired.setdefault(address, set())
+                again = sequence in repaired
+                if held:
+                    repaired.add(sequence)
+                    self.repairs += 1
+                    log.info("log %s: entry %d rewritten on replica %s", self.log_name, sequence, address)
+                if not held or again:
+                    why = (f"answered a bad copy of entry {sequence} again after it was rewritten" if held
+                           else f"still answers a bad copy of entry {sequence} after it was rewritten")
+                    self._control.append(lambda: self._fail_replica(address, why))
+                    self._wake()
+            finally:
+                with self._bad_lock:
+                    self._bad_pending.discard((address, sequence))
+
+        return run
 
     def _find_spare(self, rpc: ReplicaRpc, ensemble: tuple[str, ...], timeout: float) -> str | None:
         candidates = [a for a in self.config.replicas if a not in ensemble and a not in self._failed]
