@@ -8,10 +8,12 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Self
 
+from millrace.store.cluster.local import LocalCluster, Process
 from tests.server_process import REPO_ROOT
 
 
@@ -49,6 +51,21 @@ def start_watchdog(directory: Path) -> subprocess.Popen[bytes]:
                             stderr=subprocess.DEVNULL, start_new_session=True)
 
 
+class _ZooKeeperPerNode(LocalCluster):
+    """The cluster's own process control (state file, lock, readiness), with some nodes' ``--zookeeper``
+    replaced."""
+
+    def __init__(self, directory: Path, zookeeper: dict[str, str]) -> None:
+        super().__init__(directory)
+        self.per_node = zookeeper
+
+    def _command(self, process: Process) -> list[str]:
+        command = super()._command(process)
+        if process.name in self.per_node:
+            command[command.index("--zookeeper") + 1] = self.per_node[process.name]
+        return command
+
+
 class LocalClusterCli:
     """A cluster in ``directory`` run with the ``millrace cluster`` command; ``up`` keeps what it printed."""
 
@@ -79,6 +96,32 @@ class LocalClusterCli:
 
     def down(self) -> subprocess.CompletedProcess[str]:
         return millrace("cluster", "down", "--dir", str(self.directory))
+
+    def restart_nodes_through(self, zookeeper: dict[str, str], timeout: float = 120.0) -> None:
+        """Stop the named nodes (SIGTERM, all at once: a clean stop) and start them again, all at once, with
+        the command line the cluster gives them but each reaching ZooKeeper at its own address (node name
+        -> ``host:port``, e.g. a ``TcpProxy``): how a test gives a node of a ``cluster up`` cluster a link to
+        ZooKeeper of its own, to cut. The new pids are in the cluster's state, so ``status`` and ``down``
+        see them; a later ``cluster start`` of such a node uses the cluster's own address again."""
+        local = _ZooKeeperPerNode(self.directory, zookeeper)
+        local.load()
+        local.stop([local.process(name) for name in zookeeper], timeout=30)
+        errors: list[BaseException] = []
+
+        def start(name: str) -> None:
+            try:
+                _ZooKeeperPerNode(self.directory, zookeeper).start_process(name, timeout)  # one each: load() replaces its processes
+            except BaseException as exc:  # noqa: BLE001 - raised below, in the test's thread
+                errors.append(exc)
+
+        threads = [threading.Thread(target=start, args=(name,)) for name in zookeeper]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self._state_changed()
+        if errors:
+            raise errors[0]
 
     def _state_changed(self) -> None:
         state = json.loads((self.directory / "cluster.json").read_text())
