@@ -26,6 +26,7 @@ Results are ``StoreFuture``s either way.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 import time
@@ -57,6 +58,7 @@ U = TypeVar("U")
 
 DEFAULT_RETRY_BOUND = 30.0  # a SIGKILLed owner's containers move after its session timeout (default 10 s)
 _FIRST_BACKOFF, _MAX_BACKOFF = 0.05, 1.0
+_LOOKUP_TIMEOUT = 2.0  # one ZooKeeper read for an owner; a slower one counts as failed (retried)
 
 
 def _charged(fut: StoreFuture[T], size: int) -> StoreFuture[T]:
@@ -276,6 +278,9 @@ class ClusterSegmentStore:
         self._connections: dict[str, NodeConnection] = {}
         self._closed = False
         self._waiting: set[_Call] = set()  # calls between a failed attempt and their retry
+        # Containers whose owner is being looked up for a first attempt: the calls waiting for it, in
+        # arrival order (made in that order once it is known, so appends to a segment stay in order).
+        self._pending: dict[int, list[tuple[_Call, contextvars.Context]]] = {}
         self._scheduler = Scheduler("cluster-routing-timer")
         # Retries look owners up in ZooKeeper and connect: blocking work kept off the timer thread.
         self._retries = ThreadPoolExecutor(2, "cluster-routing-retry")
@@ -314,15 +319,21 @@ class ClusterSegmentStore:
         return owner
 
     def _look_up(self, container_id: int) -> Owner | None:
+        """Ask ZooKeeper, never waiting long: while this node is cut off from it (a partition, ZooKeeper
+        down) kazoo holds a request until the connection is back, which would hold the calling thread
+        just as long; None then, and the call retries until its bound."""
+        if not self.client.connected:
+            log.info("owner of container %d: not connected to ZooKeeper", container_id)
+            return None
         try:
-            data, _ = self.client.get(self.paths.container(container_id))
+            data, _ = self.client.get_async(self.paths.container(container_id)).get(timeout=_LOOKUP_TIMEOUT)
             assignment = decode_assignment(data)
             if assignment.node is None:
                 return None
-            node_data, stat = self.client.get(self.paths.node(assignment.node))
+            node_data, stat = self.client.get_async(self.paths.node(assignment.node)).get(timeout=_LOOKUP_TIMEOUT)
         except NoNodeError:
             return None  # never assigned, or its owner's session has ended
-        except KazooException as exc:
+        except (KazooException, self.client.handler.timeout_exception) as exc:
             log.info("owner of container %d: ZooKeeper lookup failed: %s", container_id, exc)
             return None
         if stat.czxid != assignment.incarnation:
@@ -398,8 +409,49 @@ class ClusterSegmentStore:
     def _route(self, name: str, local: Callable[[LocalSegments], StoreFuture[T]],
                remote: Callable[[NodeConnection], StoreFuture[T]], idempotent: bool) -> StoreFuture[T]:
         call = _Call(self, container_index(name, self.container_count), local, remote, idempotent)
-        call.attempt()
+        self._first_attempt(call)
         return call.result
+
+    def _first_attempt(self, call: _Call) -> None:
+        """Make the call's first attempt here only when that cannot block: its owner is known and is this
+        node or has a connection open. Otherwise (a ZooKeeper lookup, a connect) the retry pool makes it:
+        callers include the reactor, which must never wait on the network. Calls waiting for the same
+        container's owner are attempted in arrival order, in the caller's context (its byte budget)."""
+        cid = call.container_id
+        with self._lock:
+            if self._closed:
+                inline = True  # fails at once: later() refuses it
+            elif cid in self._pending:
+                self._pending[cid].append((call, contextvars.copy_context()))
+                return
+            else:
+                owner = self._owners.get(cid)
+                inline = owner is not None and (owner.node_id == self.node_id or self._open_connection(owner))
+                if not inline:
+                    self._pending[cid] = [(call, contextvars.copy_context())]
+        if inline:
+            call.attempt()
+            return
+        try:
+            self._retries.submit(self._attempt_pending, cid)
+        except RuntimeError:  # the router closed meanwhile: the attempts fail at once (later() refuses them)
+            self._attempt_pending(cid)
+
+    def _open_connection(self, owner: Owner) -> bool:
+        conn = self._connections.get(f"{owner.node_id}@{owner.host}:{owner.port}")
+        return conn is not None and not conn.closed
+
+    def _attempt_pending(self, container_id: int) -> None:
+        """(Retry pool) the first attempts of the calls waiting for ``container_id``'s owner, in order; the
+        first one looks it up (a failed attempt retries on its own, as any)."""
+        while True:
+            with self._lock:
+                queue = self._pending.get(container_id)
+                if not queue:
+                    self._pending.pop(container_id, None)
+                    return
+                call, context = queue.pop(0)
+            context.run(call.attempt)
 
     # -- the SegmentService operations --------------------------------------------------------------
     def create_segment(self, name: str, attributes: dict[str, int] | None = None) -> StoreFuture[None]:

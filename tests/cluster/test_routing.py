@@ -10,9 +10,11 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
@@ -42,7 +44,9 @@ from millrace.store.controller.controller import SYSTEM_TABLES
 from millrace.store.lts.filesystem import FileSystemChunkStorage
 from millrace.store.segment_store import SegmentService, SegmentStore, container_index
 from millrace.store.tables import NOT_EXISTS, TableStore
+from tests.cluster.proxy import TcpProxy
 from tests.cluster.test_membership import wait_until
+from tests.cluster.zookeeper_process import ZooKeeperProcess
 from tests.durablelog.logd_process import Replicas
 from tests.server_process import REPO_ROOT
 
@@ -320,3 +324,37 @@ def test_closing_the_router_fails_calls_still_waiting_for_an_owner(zk_client: Ka
         host.close()
     with pytest.raises(ContainerOfflineError, match="closed"):
         waiting.result(30)
+
+
+def test_a_node_cut_off_from_zookeeper_never_holds_the_caller(zookeeper: ZooKeeperProcess, zk_hosts: str,
+                                                               tmp_path: Path) -> None:
+    """While this node cannot reach ZooKeeper (a partition: kazoo reconnecting), a call whose owner is not
+    cached must not wait for ZooKeeper on the caller's thread (the reactor, in a server): kazoo holds a
+    read until the connection is back. It returns at once and fails within the bound. (Before, the first
+    attempt's owner lookup ran on the caller and held a cut-off node's reactor for the whole partition.)"""
+    host, port = zookeeper.hosts.rsplit(":", 1)
+    chroot = zk_hosts[len(zookeeper.hosts):]
+    storage = SegmentContainerHost(FileSystemChunkStorage(str(tmp_path / "lts")), lambda term: None)  # type: ignore[arg-type,return-value]
+    with TcpProxy((host, int(port))) as proxy:
+        client = KazooClient(hosts=proxy.address + chroot, timeout=2.0)
+        client.start(timeout=30)
+        router = ClusterSegmentStore(client, ClusterPaths(), "cut-off", LocalSegments(storage, CONTAINERS),
+                                     retry_bound=1.0)
+        try:
+            proxy.cut()
+            wait_until(lambda: not client.connected, "kazoo to notice the partition")
+            calls: list[Any] = []
+            caller = threading.Thread(target=lambda: calls.append(router.append("orphan", b"data")), daemon=True)
+            began = time.monotonic()
+            caller.start()
+            caller.join(5)
+            assert not caller.is_alive(), "the caller is held by a ZooKeeper read"
+            assert time.monotonic() - began < 1.0
+            with pytest.raises(ContainerOfflineError, match="within 1 s"):
+                calls[0].result(10)
+        finally:
+            proxy.heal()
+            router.close()
+            client.stop()
+            client.close()
+            storage.close()
