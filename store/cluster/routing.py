@@ -19,9 +19,11 @@ whose request was sent and whose connection then died may have run: reads and ot
 mutations fail with ``ConnectionLostError`` (outcome unknown), as a native client's would. Every
 other answer is the owner's, returned as the same typed exception a local call raises.
 
-Threads: the first attempt runs on the caller's thread (an owner lookup is a ZooKeeper read, once per
-container until the owner changes); retries run on this router's retry thread, after their back-off.
-Results are ``StoreFuture``s either way.
+Threads: the first attempt runs on the caller's thread when that cannot block (the owner is cached and
+is this node or has a connection open); otherwise, and for retries after their back-off, on this
+router's retry pool (an owner lookup is a ZooKeeper read, bounded, and refused at once while this node
+is disconnected from ZooKeeper: kazoo would hold it until the link is back). First attempts waiting for
+one container's owner are made in arrival order. Results are ``StoreFuture``s either way.
 """
 
 from __future__ import annotations
