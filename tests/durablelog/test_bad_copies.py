@@ -16,7 +16,7 @@ from crc32c import crc32c
 from millrace.store.durablelog import framing
 from millrace.store.durablelog.metadata import Fragment
 from millrace.store.durablelog.replica_rpc import ReplicaRpc
-from millrace.store.durablelog.replicated import read_range
+from millrace.store.durablelog.replicated import ReplicatedDurableDataLog, read_range
 from millrace.store.errors import DataCorruptionError
 from millrace.store.logd import wire
 from tests.durablelog.logd_process import Replicas
@@ -79,16 +79,23 @@ def read_alone(address: str, name: str, fragment: Fragment, sequence: int) -> by
         rpc.close()
 
 
-def written_then_damaged(replicas: Replicas, name: str) -> tuple[list[tuple[int, bytes]], Fragment, str]:
-    """50 entries of log ``name`` by a first owner (closed); the copy of entry DAMAGED on the replica
-    reads ask first is damaged on disk. Returns (entries, their fragment, that replica)."""
+def opened_then_damaged(replicas: Replicas,
+                        name: str) -> tuple[ReplicatedDurableDataLog, list[tuple[int, bytes]], Fragment, str]:
+    """50 entries of log ``name`` by a first owner (closed), then a new owner opened (as a container's
+    recovery, which reads everything next); the copy of entry DAMAGED on the replica its reads ask
+    first is damaged on disk. Returns (the new owner, the entries, their fragment, that replica)."""
     owner = replicas.opened(name)
+    # A logd answering the first open late (under load) joins a moment later: write to all three.
+    wait_until(lambda: len(owner.record.fragments[-1].ensemble) == 3, timeout=15)
     acked = appended(owner, "a", 50)
     fragment = owner.record.fragments[-1]
+    assert fragment.first == 1
     owner.close()
-    victim = fragment.ensemble[0]  # ensemble order is the order reads ask in
+    log = replicas.opened(name)
+    # Reads ask the replicas that answered the open first (one answering late, under load, comes last).
+    victim = sorted(fragment.ensemble, key=lambda a: a not in log._reachable)[0]
     damage(replicas.by_address(victim).data_dir, name, DAMAGED)
-    return acked, fragment, victim
+    return log, acked, fragment, victim
 
 
 def bad_copy_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -97,22 +104,21 @@ def bad_copy_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 def test_a_bad_copy_met_by_a_new_owners_read_is_rewritten_from_a_good_one(replicas: Replicas,
                                                                           caplog: pytest.LogCaptureFixture) -> None:
-    acked, fragment, victim = written_then_damaged(replicas, "read")
-    # The running logd notices the damage itself and answers it as corrupt instead of sending it.
-    rpc = ReplicaRpc()
-    try:
-        reply = rpc.call_one(victim, {"op": "read", "log": "read", "from": DAMAGED - 1, "to": DAMAGED + 1,
-                                      "max_bytes": 1 << 20}, [], 5.0)
-    finally:
-        rpc.close()
-    assert reply is not None and reply[0]["status"] == wire.OK
-    assert [e[0] for e in reply[0]["entries"]] == [DAMAGED - 1] and reply[0]["corrupt"] == [DAMAGED, fragment.epoch]
-    with pytest.raises(DataCorruptionError):
-        read_alone(victim, "read", fragment, DAMAGED)
-
+    log, acked, fragment, victim = opened_then_damaged(replicas, "read")
     caplog.set_level(logging.WARNING, logger="millrace.store.durablelog.replicated")
-    log = replicas.opened("read")  # a new owner, as a container's recovery: open, then read everything
     try:
+        # The running logd notices the damage itself and answers it as corrupt instead of sending it.
+        rpc = ReplicaRpc()
+        try:
+            reply = rpc.call_one(victim, {"op": "read", "log": "read", "from": DAMAGED - 1, "to": DAMAGED + 1,
+                                          "max_bytes": 1 << 20}, [], 5.0)
+        finally:
+            rpc.close()
+        assert reply is not None and reply[0]["status"] == wire.OK and reply[1] == [dict(acked)[DAMAGED - 1]]
+        assert [e[0] for e in reply[0]["entries"]] == [DAMAGED - 1]
+        assert reply[0]["corrupt"] == [DAMAGED, fragment.epoch]
+        with pytest.raises(DataCorruptionError):
+            read_alone(victim, "read", fragment, DAMAGED)
         assert [(e.address.sequence, e.payload) for e in log.read_all()] == acked
         wait_until(lambda: log.repairs == 1, timeout=10)
         assert read_alone(victim, "read", fragment, DAMAGED) == dict(acked)[DAMAGED]  # rewritten, right CRC
@@ -125,8 +131,7 @@ def test_a_bad_copy_met_by_a_new_owners_read_is_rewritten_from_a_good_one(replic
 
 
 def test_a_replica_whose_rewritten_copy_goes_bad_again_is_treated_as_failing(replicas: Replicas) -> None:
-    acked, fragment, victim = written_then_damaged(replicas, "again")
-    log = replicas.opened("again")
+    log, acked, fragment, victim = opened_then_damaged(replicas, "again")
     try:
         assert list(e.payload for e in log.read_all()) == [p for _, p in acked]
         wait_until(lambda: log.repairs == 1, timeout=10)
