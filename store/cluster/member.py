@@ -41,6 +41,7 @@ from typing import Any, Protocol
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 from kazoo.protocol.states import WatchedEvent
+from kazoo.retry import KazooRetry
 
 from millrace.store.cluster.assignment import Assignment, balance, plan_handovers
 from millrace.store.cluster.layout import (
@@ -79,9 +80,18 @@ class ContainerHost(Protocol):
         ...
 
 
+# Between attempts to reach ZooKeeper, kazoo by default doubles its wait up to an hour, and an attempt
+# refused at once (ZooKeeper down, a partition answered by a reset) costs nothing, so a node cut off for
+# half a minute would go on waiting for the better part of another one after the link came back, its
+# containers stopped all that time. A second is cheap for ZooKeeper and brings a node back at once.
+_RECONNECT_MAX_DELAY = 1.0
+
+
 def connect(hosts: str, session_timeout: float = 10.0, connect_timeout: float = 30.0) -> KazooClient:
-    """A started kazoo client (``hosts`` may end in a chroot, ``host:port,.../path``)."""
-    client = KazooClient(hosts=hosts, timeout=session_timeout)
+    """A started kazoo client (``hosts`` may end in a chroot, ``host:port,.../path``) that keeps trying
+    to reach ZooKeeper at least every ``_RECONNECT_MAX_DELAY`` seconds while it cannot."""
+    client = KazooClient(hosts=hosts, timeout=session_timeout, connection_retry=KazooRetry(
+        max_tries=-1, delay=0.1, backoff=2, max_delay=_RECONNECT_MAX_DELAY))
     client.start(timeout=connect_timeout)
     return client
 

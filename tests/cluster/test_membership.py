@@ -25,6 +25,8 @@ from millrace.store.cluster.member import (
     live_nodes,
     read_assignments,
 )
+from tests.cluster.proxy import TcpProxy
+from tests.cluster.zookeeper_process import ZooKeeperProcess
 from tests.server_process import REPO_ROOT
 
 CONTAINERS = 8
@@ -348,3 +350,24 @@ def test_a_paused_member_comes_back_as_a_new_incarnation_and_stops_first(cluster
                 assert int(epoch) > first_term.get(int(cid), 0)
     finally:
         child.kill()
+
+
+def test_a_node_reconnects_soon_after_a_long_cut_from_zookeeper(zookeeper: ZooKeeperProcess, zk_hosts: str) -> None:
+    """A node's ZooKeeper client refused for a while (ZooKeeper down, a partition answered with resets)
+    tries again within about a second once it can: kazoo's default back-off doubles up to an hour, and
+    after 8 s of refusals its next try came about 5 s after the link was back."""
+    host, port = zookeeper.hosts.rsplit(":", 1)
+    with TcpProxy((host, int(port))) as proxy:
+        client = connect(proxy.address + zk_hosts[len(zookeeper.hosts):], session_timeout=2.0)
+        try:
+            proxy.cut(reset=True)
+            wait_until(lambda: not client.connected, "kazoo to notice the cut")
+            time.sleep(8)
+            proxy.heal()
+            healed = time.monotonic()
+            wait_until(lambda: client.connected, "kazoo connected again", timeout=30)
+            took = time.monotonic() - healed
+            assert took < 2.0, f"connected again {took:.1f} s after the link healed"
+        finally:
+            client.stop()
+            client.close()
