@@ -7,12 +7,19 @@ may be lost, doubled, moved to another offset or reordered.
 Native writers (writer ids) given one node's endpoint follow each segment's owner across a node's SIGKILL
 (``test_native_writers_through_one_node_survive_a_node_sigkill``); a native reader group reads a stream
 across one (``test_native_reader_group_reads_across_a_node_sigkill``).
+
+A node partitioned from ZooKeeper while it keeps running (every node reaching ZooKeeper through a
+``TcpProxy`` of its own, one link blackholed past the session timeout) loses its containers to the
+others, is fenced, steps down by its own clock and registers again after the heal
+(``test_a_node_cut_off_from_zookeeper_keeps_running_and_acknowledges_nothing_it_loses``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -22,8 +29,9 @@ import pytest
 
 from millrace.protocol.wire import Command
 from millrace.store.cluster.local import zookeeper_missing
-from tests.cluster.faults import KafkaLoad, NativeLoad
+from tests.cluster.faults import KafkaLoad, NativeLoad, read_partitions, tally
 from tests.cluster.local_cluster import LocalClusterCli, pid_alive
+from tests.cluster.proxy import TcpProxy
 from tests.cluster.test_local_cluster import all_owned, create_topic, wait_status
 
 pytestmark = [pytest.mark.skipif(zookeeper_missing() is not None, reason=str(zookeeper_missing())),
@@ -308,4 +316,151 @@ def test_a_zombie_node_rejoins_after_its_logs_lost_a_replica(tmp_path: Path) -> 
             load.finish(timeout=60)
         result = load.check(cluster.bootstrap, PARTITIONS)
         print(result.line())
+        assert result.ok and result.read == result.acknowledged
+
+
+class _Probe:
+    """Produces one record at a time straight to ``port`` (a raw connection that learns no other node) to
+    each of ``partitions``, recording every answer: (seconds since ``began``, partition, value, error
+    code, offset). What a client that still reaches a partitioned node gets from it."""
+
+    def __init__(self, port: int, topic: str, partitions: list[int], began: float) -> None:
+        self.port, self.topic, self.partitions, self.began = port, topic, partitions, began
+        self.answers: list[tuple[float, int, bytes, int, int]] = []
+        self.unanswered = 0  # produces that timed out (held by the node) or whose connection closed
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        from millrace.gateway.kafka_protocol.records import NewRecord, build_record_batch
+        from tests.kafka.wire import KafkaWire
+
+        n = 0
+        wire = None
+        while not self._stop.is_set():
+            for partition in self.partitions:
+                value = f"probe:{n}".encode()
+                n += 1
+                try:
+                    if wire is None:
+                        # A short timeout: a produce held by the node counts as unanswered (its outcome
+                        # unknown, never as acknowledged) and the probe goes on with a new connection.
+                        wire = KafkaWire("127.0.0.1", self.port, timeout=2.0)
+                    answer = wire.produce(self.topic, partition, build_record_batch([NewRecord(key=value, value=value)]))
+                    self.answers.append((time.monotonic() - self.began, partition, value, answer.error_code,
+                                         answer.base_offset))
+                except OSError:  # a produce timed out or the connection closed: a new one next time
+                    self.unanswered += 1
+                    if wire is not None:
+                        wire.close()
+                    wire = None
+            self._stop.wait(0.05)
+        if wire is not None:
+            wire.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)  # a produce in flight times out within 2 s
+
+    def acknowledged(self) -> dict[bytes, tuple[int, int]]:
+        return {value: (p, offset) for _, p, value, error, offset in self.answers if error == 0}
+
+
+def partition_leaders(bootstrap: str, topic: str) -> dict[int, int]:
+    """partition -> leader node id, as Kafka Metadata names them."""
+    from confluent_kafka.admin import AdminClient
+
+    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    return {p: m.leader for p, m in metadata.topics[topic].partitions.items()}
+
+
+def test_a_node_cut_off_from_zookeeper_keeps_running_and_acknowledges_nothing_it_loses(tmp_path: Path) -> None:
+    """A network partition between one node and ZooKeeper, the node running on and still reached by
+    clients and the logds: its session expires, its containers move and the new owners fence their logs
+    while it still holds them by its own reckoning. It must step down by its own clock, answer every
+    produce after the fencing with an error, and register again once the link heals; every record
+    acknowledged (by any node, before or during the cut) is read back once, where it was acknowledged."""
+    began = time.monotonic()
+    phases: dict[str, float] = {}
+    # The proxies close after the cluster is down: nodes cut off from ZooKeeper do not stop cleanly.
+    with contextlib.ExitStack() as links, new_cluster(tmp_path) as cluster:
+        phases["up"] = time.monotonic() - began
+        host, port = cluster.summary["zookeeper"].rsplit(":", 1)
+        proxies = {name: links.enter_context(TcpProxy((host, int(port)))) for name in cluster.names("node")}
+        # Every node reaches ZooKeeper through a link of its own (cutting one must not cut the others).
+        cluster.restart_nodes_through({name: proxy.address for name, proxy in proxies.items()})
+        wait_status(cluster, lambda s: all_owned(s) and all(n["containers"] for n in s["nodes"]),
+                    "every node owning containers")
+        create_topic(cluster.bootstrap, "partitionfault", PARTITIONS)
+        load = KafkaLoad(cluster.bootstrap, "partitionfault")
+        probe: _Probe | None = None
+        try:
+            load.wait_for(500)
+            phases["load flowing"] = time.monotonic() - began
+            leaders = partition_leaders(cluster.bootstrap, "partitionfault")
+            victim_id = Counter(leaders.values()).most_common(1)[0][0]
+            victim = f"node-{victim_id}"
+            led = sorted(p for p, leader in leaders.items() if leader == victim_id)
+            before = wait_status(cluster, all_owned, "every container owned")
+            terms = {c["id"]: c["epoch"] for c in before["containers"] if c["owner"] == str(victim_id)}
+            kafka_port = next(p["ports"]["kafka"] for p in cluster.summary["processes"] if p["name"] == victim)
+            at_cut = load.count
+            cut_at = time.monotonic()
+            proxies[victim].cut()
+            probe = _Probe(kafka_port, "partitionfault", led, cut_at)
+            moved = wait_status(cluster, lambda s: all_owned(s) and not any(
+                c["owner"] == str(victim_id) for c in s["containers"]), f"{victim}'s containers to move")
+            moved_after = time.monotonic() - cut_at
+            # Still cut off: it must give up its containers on its own (its session timeout passed by
+            # its clock) while it keeps serving clients.
+            down = wait_status(cluster, lambda s: (next(n for n in s["nodes"] if n["name"] == victim)
+                               .get("health") or {}).get("containers") == {}, f"{victim} to stop its containers",
+                               timeout=30)
+            stepped_down_after = time.monotonic() - cut_at
+            assert proxies[victim].is_cut and next(n for n in down["nodes"] if n["name"] == victim)["running"]
+            time.sleep(max(0.0, 1.0 - (time.monotonic() - cut_at - stepped_down_after)))
+            during = load.count - at_cut
+            probe.stop()
+            healed_at = time.monotonic()
+            proxies[victim].heal()
+            back = wait_status(cluster, lambda s: all_owned(s) and all(n["containers"] for n in s["nodes"]),
+                               f"{victim} registered again with containers", timeout=60)
+            rejoined_after = time.monotonic() - healed_at
+            load.wait_for(500, timeout=60)
+            after = time.monotonic() - healed_at
+            phases["after the heal"] = time.monotonic() - began
+        finally:
+            if probe is not None:
+                probe.stop()
+            load.finish(timeout=60)
+        phases["finished"] = time.monotonic() - began
+        read = read_partitions(cluster.bootstrap, "partitionfault", PARTITIONS, 120)
+        phases["read"] = time.monotonic() - began
+        probes = {p: [(o, v) for o, v in records if v.startswith(b"probe:")] for p, records in read.items()}
+        result = tally("partitionfault", load.acked, {p: [r for r in records if not r[1].startswith(b"probe:")]
+                                                      for p, records in read.items()}, list(load.errors))
+        # What the probe's produces straight to the cut-off node got: acknowledged only before the new
+        # owners fenced it (then they must be in the log, where it said), refused after.
+        acked_probes = probe.acknowledged()
+        probed = tally("probe", acked_probes, probes, [])
+        refusals = Counter(error for at, _, _, error, _ in probe.answers if at >= moved_after and error != 0)
+        late = [a for a in probe.answers if a[0] >= moved_after and a[3] == 0]
+        new_terms = {c["id"]: c["epoch"] for c in moved["containers"] if c["id"] in terms}
+        print(f"{result.line()}; {victim} (leading partitions {led}, containers {terms}) cut off from ZooKeeper: "
+              f"its containers owned elsewhere after {moved_after:.1f} s (epochs {new_terms}), it stopped them "
+              f"itself after {stepped_down_after:.1f} s (session timeout {SESSION_TIMEOUT} s), registered again "
+              f"{rejoined_after:.1f} s after the heal (incarnation {next(n for n in back['nodes'] if n['name'] == victim).get('incarnation')}); "
+              f"{during} acknowledged during the cut, 500 more {after:.1f} s after the heal")
+        print(f"  phases: {phases}")
+        print(f"  produces straight to {victim} during the cut: {len(probe.answers)} answered, "
+              f"{len(acked_probes)} acknowledged (the last {max((a[0] for a in probe.answers if a[3] == 0), default=0):.1f} s "
+              f"after the cut), {sum(refusals.values())} refused after the move {dict(refusals)}; {probed.line()}")
+        assert all(new_terms[c] > e for c, e in terms.items())
+        incarnations = [next(n for n in s["nodes"] if n["name"] == victim).get("incarnation") for s in (before, back)]
+        assert None not in incarnations and incarnations[0] != incarnations[1]  # a new registration, new terms
+        assert not late, f"{victim} acknowledged after its containers moved: {late[:5]}"
+        assert sum(refusals.values()) > 0  # it went on answering clients, with errors
+        assert probed.lost == 0 and probed.misplaced == 0 and probed.duplicated == 0
+        assert result.errors == []
         assert result.ok and result.read == result.acknowledged
