@@ -454,7 +454,7 @@ def test_a_node_cut_off_from_zookeeper_keeps_running_and_acknowledges_nothing_it
               f"{during} acknowledged during the cut, 500 more {after:.1f} s after the heal")
         print(f"  phases: {phases}")
         print(f"  produces straight to {victim} during the cut: {len(probe.answers)} answered, "
-              f"{len(acked_probes)} acknowledged (the last {max((a[0] for a in probe.answers if a[3] == 0), default=0):.1f} s "
+              f"{probe.unanswered} unanswered within 2 s, {len(acked_probes)} acknowledged (the last {max((a[0] for a in probe.answers if a[3] == 0), default=0):.1f} s "
               f"after the cut), {sum(refusals.values())} refused after the move {dict(refusals)}; {probed.line()}")
         assert all(new_terms[c] > e for c, e in terms.items())
         incarnations = [next(n for n in s["nodes"] if n["name"] == victim).get("incarnation") for s in (before, back)]
