@@ -298,11 +298,13 @@ class ClusterServer:
         self.node = node = ClusterNode(config, self.storage, container_config,
                                        host_factory=partial(SegmentContainerHost, rates=rates))
         node.start()
-        assert node.client is not None and node.containers is not None
+        assert node.client is not None and node.containers is not None and node.member is not None
         local = LocalSegments(node.containers, options.containers)
         self.peer_factory.local = local  # peers reach this node's containers from now on
+        # Partitioned from ZooKeeper past its session, the node fails calls needing an owner at once
+        # instead of holding its clients for the retry bound.
         self.router = router = ClusterSegmentStore(node.client, config.paths, node_id, local,
-                                                   options.retry_bound_seconds)
+                                                   options.retry_bound_seconds, cut_off=node.member.cut_off)
         cluster = KafkaCluster(node.client, config.paths, node_id, node.containers, options.containers).start()
         # The controller, tables and Kafka views call SegmentService operations (and the stream views the
         # router's rate_config, container_for, segment_rates); the listeners get adapters (ClientSegments,

@@ -224,6 +224,14 @@ class ClusterMember:
     def incarnation(self) -> int | None:
         return self._incarnation
 
+    def cut_off(self) -> bool:
+        """Whether this node cannot reach ZooKeeper and its session is over by its own clock (lost, or
+        suspended for the session timeout): it holds no term and cannot learn who does until the link is
+        back, so work waiting for an owner may as well fail now."""
+        suspended = self._suspended_since
+        return not self.client.connected and (
+            self._lost or (suspended is not None and time.monotonic() - suspended >= self.session_timeout))
+
     # -- life cycle ----------------------------------------------------------------------------------
     def start(self, timeout: float | None = 60.0) -> ClusterMember:
         """Start the loop and wait until this node is registered and campaigning (so nodes started one

@@ -14,7 +14,8 @@ native listener, and the operation runs there. Two views:
 Retry rule: an attempt that provably did not run (the owner answered CONTAINER_OFFLINE, the owner's
 node is not live, the connection was refused or closed before the request went out, or the local host
 does not run the container yet) forgets the cached owner, looks it up again and retries, backing off,
-until ``retry_bound`` seconds have passed since the call; then ``ContainerOfflineError``. An attempt
+until ``retry_bound`` seconds have passed since the call, or at once while this node is cut off from
+ZooKeeper past its session timeout (it can find no owner); then ``ContainerOfflineError``. An attempt
 whose request was sent and whose connection then died may have run: reads and other queries retry,
 mutations fail with ``ConnectionLostError`` (outcome unknown), as a native client's would. Every
 other answer is the owner's, returned as the same typed exception a local call raises.
@@ -250,6 +251,12 @@ class _Call:
     def _again(self, reason: str) -> None:
         self.last_reason = reason
         self.router.forget_owner(self.container_id)
+        if self.router.cut_off():
+            # Partitioned from ZooKeeper past the session timeout: no owner can be found before the link
+            # heals, and a client told now goes to the other nodes (it did not run: safe to fail).
+            self.result.set_exception(ContainerOfflineError(
+                f"container {self.container_id}: this node is cut off from ZooKeeper ({reason})"))
+            return
         delay = min(self.backoff, self.deadline - time.monotonic())
         if delay <= 0:
             self.result.set_exception(ContainerOfflineError(
@@ -265,11 +272,13 @@ class ClusterSegmentStore:
 
     ``client`` is the node's ZooKeeper session, ``node_id`` this node's id (its own containers are
     served from ``local`` without a network hop). ``retry_bound``: how long an operation may wait for
-    its container to get a live owner (see the module docstring)."""
+    its container to get a live owner (see the module docstring); ``cut_off`` (``ClusterMember.cut_off``)
+    says when waiting is pointless: calls that need an owner fail at once while it is true."""
 
     def __init__(self, client: KazooClient, paths: ClusterPaths, node_id: str, local: LocalSegments,
-                 retry_bound: float = DEFAULT_RETRY_BOUND) -> None:
+                 retry_bound: float = DEFAULT_RETRY_BOUND, cut_off: Callable[[], bool] = lambda: False) -> None:
         self.client = client
+        self.cut_off = cut_off
         self.paths = paths
         self.node_id = node_id
         self.local = local

@@ -371,3 +371,33 @@ def test_a_node_reconnects_soon_after_a_long_cut_from_zookeeper(zookeeper: ZooKe
         finally:
             client.stop()
             client.close()
+
+
+def test_a_member_cut_off_from_zookeeper_says_so_once_its_session_is_over(zookeeper: ZooKeeperProcess,
+                                                                         zk_hosts: str) -> None:
+    """Blackholed from ZooKeeper (a partition), a member is ``cut_off`` once its session timeout has
+    passed by its own clock (its containers stopped by then), not before, and no longer once the link
+    is back (the router fails calls needing an owner at once only meanwhile)."""
+    host, port = zookeeper.hosts.rsplit(":", 1)
+    with TcpProxy((host, int(port))) as proxy:
+        client = connect(proxy.address + zk_hosts[len(zookeeper.hosts):], session_timeout=2.0)
+        recording = RecordingHost("x", Everywhere())
+        member = ClusterMember(client, NodeInfo("x", "127.0.0.1"), CONTAINERS, recording, ClusterPaths(),
+                               session_timeout=2.0).start()
+        try:
+            wait_until(lambda: len(recording.running) == CONTAINERS, "x running every container")
+            proxy.cut()
+            cut_at = time.monotonic()
+            wait_until(lambda: not client.connected, "kazoo to notice the partition")
+            assert not member.cut_off()  # suspended, but its session may still be alive
+            wait_until(member.cut_off, "cut off", timeout=10)
+            assert time.monotonic() - cut_at >= 2.0
+            wait_until(lambda: not recording.running, "every container stopped")
+            assert member.cut_off()
+            proxy.heal()
+            wait_until(lambda: not member.cut_off(), "connected again", timeout=10)
+            wait_until(lambda: len(recording.running) == CONTAINERS, "x running every container again")
+        finally:
+            member.close()
+            client.stop()
+            client.close()

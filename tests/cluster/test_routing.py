@@ -358,3 +358,24 @@ def test_a_node_cut_off_from_zookeeper_never_holds_the_caller(zookeeper: ZooKeep
             client.stop()
             client.close()
             storage.close()
+
+
+def test_a_node_cut_off_past_its_session_fails_calls_at_once(zk_client: KazooClient, tmp_path: Path) -> None:
+    """A node partitioned from ZooKeeper past its session timeout (``ClusterMember.cut_off``) can find no
+    owner until the link heals: a call that needs one fails at once, not after the bound (a cut-off
+    node held its clients' produces for 30 s, so an idempotent producer stalled those partitions)."""
+    storage = SegmentContainerHost(FileSystemChunkStorage(str(tmp_path / "lts")), lambda term: None)  # type: ignore[arg-type,return-value]
+    cut_off = threading.Event()
+    router = ClusterSegmentStore(zk_client, ClusterPaths(), "cut-off", LocalSegments(storage, CONTAINERS),
+                                 retry_bound=600.0, cut_off=cut_off.is_set)
+    try:
+        waiting = router.append("orphan", b"data")  # no owner yet: waits, retrying
+        assert not waiting.done()
+        cut_off.set()
+        with pytest.raises(ContainerOfflineError, match="cut off from ZooKeeper"):
+            router.append("orphan", b"data").result(5)
+        with pytest.raises(ContainerOfflineError, match="cut off from ZooKeeper"):
+            waiting.result(5)  # at its next retry
+    finally:
+        router.close()
+        storage.close()
