@@ -91,6 +91,8 @@ def opened_then_damaged(replicas: Replicas,
     fragment = owner.record.fragments[-1]
     assert fragment.first == 1
     owner.close()
+    # Damage only after the new owner's open: an owner's close waits for an ack quorum, not for the
+    # slowest replica, which may still lack entry DAMAGED; recovery brings every fenced replica up.
     log = replicas.opened(name)
     # Reads ask the replicas that answered the open first (one answering late, under load, comes last).
     victim = sorted(fragment.ensemble, key=lambda a: a not in log._reachable)[0]
