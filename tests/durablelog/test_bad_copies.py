@@ -147,6 +147,34 @@ def test_a_replica_whose_rewritten_copy_goes_bad_again_is_treated_as_failing(rep
         log.close()
 
 
+def test_a_bad_copy_met_while_copying_a_fragment_onto_a_returned_replica_is_rewritten(replicas: Replicas) -> None:
+    log = replicas.opened("copy", request_timeout=1.0, probe_interval=0.2)
+    dead = None
+    try:
+        wait_until(lambda: len(log.record.fragments[-1].ensemble) == 3, timeout=15)
+        acked = appended(log, "a", 20)
+        dead = log.record.fragments[-1].ensemble[2]
+        replicas.by_address(dead).kill()
+        acked += appended(log, "b", 20)
+        wait_until(lambda: len(log.record.fragments[-1].ensemble) == 2, timeout=15)  # no spare: it shrank
+        acked += appended(log, "c", 30)
+        short = log.record.fragments[-1]  # written to two replicas only; copied onto the third when it returns
+        source = short.ensemble[0]  # the copy reads from the fragment's replicas in order
+        sequence = short.first + 5
+        damage(replicas.by_address(source).data_dir, "copy", sequence)
+        replicas.by_address(dead).start()
+        wait_until(lambda: all(len(f.ensemble) == 3 for f in log.record.fragments), timeout=15)
+        wait_until(lambda: log.repairs == 1, timeout=10)
+        payload = dict(acked)[sequence]
+        assert read_alone(source, "copy", short, sequence) == payload  # the bad copy, rewritten
+        assert read_alone(dead, "copy", short, sequence) == payload  # the returned replica got the good one
+        assert log.growths == 1
+    finally:
+        log.close()
+        if dead is not None and replicas.by_address(dead).proc.poll() is not None:  # type: ignore[union-attr]
+            replicas.by_address(dead).start()
+
+
 class _Answers:
     """Stands in for ReplicaRpc: each replica answers reads from a fixed list of (sequence, epoch,
     crc, payload), as a logd would, bad bytes included (damaged on the wire or by an older logd)."""
