@@ -10,22 +10,33 @@ With an ``OwnerGuard`` (the container's ownership znode and the version this nod
 every change is also a multi-op transaction that first checks that znode: once the assigner gave the
 container to someone else, a node that missed the news (paused, partitioned) cannot even take a new
 log epoch, so it can never fence the rightful owner. That failure is ``OwnershipLostError``.
+
+No call waits for ZooKeeper without bound: kazoo holds a request made while it is reconnecting until the
+link is back, which held a node cut off from ZooKeeper in a container's clean close (its log truncation)
+for the whole partition, and a SIGTERM'd one past ``cluster down``'s patience. While disconnected a call
+fails at once with ``ConnectionLoss`` (nothing was sent); an answer slower than ``ZOOKEEPER_WAIT`` fails
+the same way, its outcome unknown (a change that lands later only makes this owner's next one conflict,
+which the replicated log reports as fenced).
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError
+from kazoo.interfaces import IAsyncResult
 
 from millrace.store.cluster.layout import ClusterPaths
 from millrace.store.durablelog.metadata import LogMetadataStore, LogRecord, MetadataVersionError
 from millrace.store.errors import DataCorruptionError
 
 _LOG_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,254}")
+ZOOKEEPER_WAIT = 10.0  # seconds for one answer from a connected ZooKeeper (milliseconds when healthy)
 
 
 class OwnershipLostError(MetadataVersionError):
@@ -44,25 +55,35 @@ class ZooKeeperLogMetadataStore(LogMetadataStore):
     """Log records as versioned znodes; ``guard`` makes every change conditional on ownership too."""
 
     def __init__(self, client: KazooClient, paths: ClusterPaths | None = None,
-                 guard: OwnerGuard | None = None) -> None:
+                 guard: OwnerGuard | None = None, ensure_path: bool = True) -> None:
         self.client = client
         self.paths = paths or ClusterPaths()
         self.guard = guard
-        client.ensure_path(self.paths.logs)
+        if ensure_path:
+            client.ensure_path(self.paths.logs)
 
     def guarded(self, guard: OwnerGuard) -> ZooKeeperLogMetadataStore:
         """The same store with every change conditional on ``guard`` (one per container ownership term)."""
-        return ZooKeeperLogMetadataStore(self.client, self.paths, guard)
+        return ZooKeeperLogMetadataStore(self.client, self.paths, guard, ensure_path=False)
 
     def _path(self, log_name: str) -> str:
         if not _LOG_NAME.fullmatch(log_name):
             raise ValueError(f"bad log name {log_name!r}")
         return f"{self.paths.logs}/{log_name}"
 
+    def _call(self, what: str, start: Callable[[], IAsyncResult]) -> Any:
+        """Start a kazoo request only while connected and wait for its answer at most ZOOKEEPER_WAIT."""
+        if not self.client.connected:
+            raise ConnectionLoss(f"{what}: not connected to ZooKeeper")
+        try:
+            return start().get(timeout=ZOOKEEPER_WAIT)
+        except self.client.handler.timeout_exception:
+            raise ConnectionLoss(f"{what}: no answer from ZooKeeper within {ZOOKEEPER_WAIT:g} s") from None
+
     def read(self, log_name: str) -> LogRecord:
         path = self._path(log_name)
         try:
-            data, stat = self.client.get(path)
+            data, stat = self._call(f"reading {path}", lambda: self.client.get_async(path))
         except NoNodeError:
             return LogRecord()
         try:
@@ -76,9 +97,9 @@ class ZooKeeperLogMetadataStore(LogMetadataStore):
         if self.guard is None:
             try:
                 if expected_version == 0:
-                    self.client.create(path, data)
+                    self._call(f"creating {path}", lambda: self.client.create_async(path, data))
                 else:
-                    self.client.set(path, data, version=expected_version - 1)
+                    self._call(f"setting {path}", lambda: self.client.set_async(path, data, version=expected_version - 1))
             except (NodeExistsError, BadVersionError, NoNodeError) as exc:
                 raise self._conflict(log_name, expected_version) from exc
         else:
@@ -88,7 +109,7 @@ class ZooKeeperLogMetadataStore(LogMetadataStore):
                 transaction.create(path, data)
             else:
                 transaction.set_data(path, data, version=expected_version - 1)
-            guard_result, change_result = transaction.commit()
+            guard_result, change_result = self._call(f"changing {path}", transaction.commit_async)
             if isinstance(guard_result, Exception):
                 raise OwnershipLostError(
                     f"log {log_name}: {self.guard.path} is no longer at version {self.guard.version}")

@@ -10,12 +10,16 @@ from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionLoss
 
 from millrace.store.cluster.layout import ClusterPaths
 from millrace.store.cluster.log_metadata import OwnerGuard, OwnershipLostError, ZooKeeperLogMetadataStore
 from millrace.store.cluster.member import connect
 from millrace.store.durablelog.metadata import Fragment, LogRecord, MetadataVersionError
 from millrace.store.errors import DataLogWriterFencedError
+from tests.cluster.proxy import TcpProxy
+from tests.cluster.test_membership import wait_until
+from tests.cluster.zookeeper_process import ZooKeeperProcess
 from tests.durablelog.logd_process import Replicas
 
 
@@ -175,3 +179,40 @@ def test_a_stale_owner_cannot_open_the_log_of_a_moved_container(clients: list[Ka
         new_owner.close()
     finally:
         replicas.close()
+
+
+def test_a_store_cut_off_from_zookeeper_fails_at_once(zookeeper: ZooKeeperProcess, zk_hosts: str) -> None:
+    """While its client cannot reach ZooKeeper (kazoo reconnecting), reads and changes fail at once with
+    ConnectionLoss: kazoo would hold them until the link is back, and a container's clean close (its log
+    truncation) held a node cut off from ZooKeeper so, SIGTERM'd, past ``cluster down``'s 30 s."""
+    host, port = zookeeper.hosts.rsplit(":", 1)
+    with TcpProxy((host, int(port))) as proxy:
+        client = connect(proxy.address + zk_hosts[len(zookeeper.hosts):], session_timeout=10.0)
+        try:
+            store = ZooKeeperLogMetadataStore(client).guarded(OwnerGuard(ClusterPaths().logs, 0))
+            first = store.compare_and_set("cut", LogRecord(epoch=1), 0)
+            proxy.cut(reset=True)
+            wait_until(lambda: not client.connected, "kazoo to notice the cut")
+            outcomes: list[BaseException] = []
+
+            def change() -> None:
+                try:
+                    store.compare_and_set("cut", replace(first, epoch=2), first.version)
+                except BaseException as exc:  # noqa: BLE001 - the test looks at it
+                    outcomes.append(exc)
+                try:
+                    store.read("cut")
+                except BaseException as exc:  # noqa: BLE001 - the test looks at it
+                    outcomes.append(exc)
+
+            changing = threading.Thread(target=change, daemon=True)
+            changing.start()
+            changing.join(5)
+            assert not changing.is_alive(), "a metadata change waits for ZooKeeper without bound"
+            assert [type(e) for e in outcomes] == [ConnectionLoss, ConnectionLoss]
+            proxy.heal()
+            wait_until(lambda: client.connected, "connected again", timeout=30)
+            assert store.read("cut").epoch == 1  # nothing was sent
+        finally:
+            client.stop()
+            client.close()
