@@ -383,7 +383,8 @@ def test_a_node_cut_off_from_zookeeper_keeps_running_and_acknowledges_nothing_it
     acknowledged (by any node, before or during the cut) is read back once, where it was acknowledged."""
     began = time.monotonic()
     phases: dict[str, float] = {}
-    # The proxies close after the cluster is down: nodes cut off from ZooKeeper do not stop cleanly.
+    # The proxies close after the cluster is down: a node cut off from ZooKeeper cannot close its
+    # containers cleanly (truncating their logs is a ZooKeeper write).
     with contextlib.ExitStack() as links, new_cluster(tmp_path) as cluster:
         phases["up"] = time.monotonic() - began
         host, port = cluster.summary["zookeeper"].rsplit(":", 1)

@@ -196,7 +196,8 @@ def run_nemesis(tmp_path: Path, seconds: float, longest_pause: dict[str, float],
     print(f"nemesis seed {seed} (MILLRACE_NEMESIS_SEED={seed} replays the schedule), {seconds:g} s of faults")
     cluster = LocalClusterCli(tmp_path / "cluster", "--nodes", "3", "--log-replicas", "3", "--write-quorum", "3",
                               "--ack-quorum", "2", "--containers", "4", "--session-timeout", str(SESSION_TIMEOUT))
-    # The links close after the cluster is down (a node cut off from ZooKeeper does not stop cleanly).
+    # The links close after the cluster is down (a node cut off from ZooKeeper cannot close its
+    # containers cleanly: truncating their logs is a ZooKeeper write).
     with contextlib.ExitStack() as links, cluster:
         host, port = cluster.summary["zookeeper"].rsplit(":", 1)
         proxies = {name: links.enter_context(TcpProxy((host, int(port)))) for name in cluster.names("node")}
