@@ -332,13 +332,19 @@ class ReplicatedDurableDataLog(DurableDataLog):
         if not behind:
             return
         start = max(min(behind.values()), self.record.truncated) + 1
-        sources = sorted(held, key=lambda a: -held[a])
+        self._copy_range(rpc, last, sorted(held, key=lambda a: -held[a]), start, end, last, behind)
+
+    def _copy_range(self, rpc: ReplicaRpc, fragment: Fragment, sources: list[str], start: int, end: int,
+                    written_as: Fragment, targets: dict[str, int]) -> None:
+        """Copy entries start..end of ``fragment`` from ``sources`` (CRC-checked, bad copies reported)
+        onto ``targets`` (address -> the last entry it holds) as entries of ``written_as``, in batches of
+        up to ``max_batch_bytes``."""
         batch: list[tuple[int, bytes, int]] = []
-        for item in read_range(rpc, self.log_name, last, sources, start, end, self.config.request_timeout,
+        for item in read_range(rpc, self.log_name, fragment, sources, start, end, self.config.request_timeout,
                                self._bad_copy):
             batch.append(item)
             if item[0] == end or sum(len(p) for _, p, _ in batch) >= self.config.max_batch_bytes:
-                self._write_copies(rpc, last, behind, batch)
+                self._write_copies(rpc, written_as, targets, batch)
                 batch = []
 
     def _write_copies(self, rpc: ReplicaRpc, fragment: Fragment, targets: dict[str, int],
@@ -826,16 +832,8 @@ class ReplicatedDurableDataLog(DurableDataLog):
         end = record.fragment_end(index, 0)
         if start > end:
             return True
-        targets = {target: start - 1}
-        batch: list[tuple[int, bytes, int]] = []
-        copy_fragment = replace(fragment, first=start)
         try:
-            for item in read_range(rpc, self.log_name, fragment, sources, start, end, self.config.request_timeout,
-                                   self._bad_copy):
-                batch.append(item)
-                if item[0] == end or sum(len(p) for _, p, _ in batch) >= self.config.max_batch_bytes:
-                    self._write_copies(rpc, copy_fragment, targets, batch)
-                    batch = []
+            self._copy_range(rpc, fragment, sources, start, end, replace(fragment, first=start), {target: start - 1})
         except DataCorruptionError:
             if self.record.truncated > record.truncated:
                 return False  # truncated under the copy: the replicas dropped entries
