@@ -340,12 +340,14 @@ class ReplicatedDurableDataLog(DurableDataLog):
         onto ``targets`` (address -> the last entry it holds) as entries of ``written_as``, in batches of
         up to ``max_batch_bytes``."""
         batch: list[tuple[int, bytes, int]] = []
+        size = 0  # of the batch's payloads (kept, not summed again per entry: batches hold thousands)
         for item in read_range(rpc, self.log_name, fragment, sources, start, end, self.config.request_timeout,
                                self._bad_copy):
             batch.append(item)
-            if item[0] == end or sum(len(p) for _, p, _ in batch) >= self.config.max_batch_bytes:
+            size += len(item[1])
+            if item[0] == end or size >= self.config.max_batch_bytes:
                 self._write_copies(rpc, written_as, targets, batch)
-                batch = []
+                batch, size = [], 0
 
     def _write_copies(self, rpc: ReplicaRpc, fragment: Fragment, targets: dict[str, int],
                       batch: list[tuple[int, bytes, int]]) -> None:
@@ -760,6 +762,11 @@ class ReplicatedDurableDataLog(DurableDataLog):
 
         return run
 
+    @property
+    def _probe_timeout(self) -> float:
+        """How long the periodic check waits for a replica's answer (a dead one must not hold it long)."""
+        return min(self.config.request_timeout, max(self.config.probe_interval, 0.5))
+
     def _check_ensembles(self, rpc: ReplicaRpc) -> None:
         """Every ``probe_interval``: grow a current ensemble that shrank back to the write quorum with a
         replica that answers, else bring closed fragments written while it was short up to it."""
@@ -772,7 +779,7 @@ class ReplicatedDurableDataLog(DurableDataLog):
             # The replicas that never failed first; a failed one only once its hold-off has passed.
             candidates = sorted((a for a in self.config.replicas if a not in current
                                  and self._failures.get(a, (0, 0.0))[1] <= now), key=lambda a: a in self._failed)
-            timeout = min(self.config.request_timeout, max(self.config.probe_interval, 0.5))
+            timeout = self._probe_timeout
             replies = rpc.call({a: ({"op": "last_confirmed", "log": self.log_name}, []) for a in candidates}, timeout)
             joining = next((a for a in candidates if replies.get(a, ({}, []))[0].get("status") == wire.OK), None)
             if joining is not None:
@@ -784,7 +791,7 @@ class ReplicatedDurableDataLog(DurableDataLog):
     def _fill_short(self, rpc: ReplicaRpc, record: LogRecord) -> None:
         """Copy each closed fragment held by fewer than ``write_quorum`` replicas (written while the
         ensemble was short) onto one more replica, then record it in the fragment's ensemble."""
-        timeout = min(self.config.request_timeout, max(self.config.probe_interval, 0.5))
+        timeout = self._probe_timeout
         while self._accepting:
             index = next((i for i, f in enumerate(record.fragments[:-1])
                           if len(f.ensemble) < self.config.write_quorum), None)
