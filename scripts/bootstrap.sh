@@ -26,7 +26,7 @@ if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
 stamp=.venv/.millrace-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     .venv/bin/python -m pip install -q --upgrade pip >/dev/null
     # PySpark (the "spark" extra) is a one-time ~450 MB download, about a minute: the Spark example tests
     # need it. MILLRACE_NO_SPARK=1 leaves it out (those tests then skip and say why).
