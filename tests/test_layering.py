@@ -1,0 +1,59 @@
+"""The places import one way: gateway -> store -> protocol, client -> protocol.
+
+Read from the source (``ast``), not by importing, so a lazy or conditional import counts too. Each rule
+names the place whose modules are checked and the packages they must never import.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# (place checked, packages it must not import, why)
+RULES: list[tuple[str, tuple[str, ...], str]] = [
+    ("protocol", ("millrace.gateway", "millrace.store", "millrace.client"), "shared codecs depend on nothing"),
+    ("store", ("millrace.gateway", "millrace.client"), "the store serves every protocol"),
+    ("client", ("millrace.gateway", "millrace.store"), "the client ships without the server"),
+    ("gateway/kafka_protocol", ("millrace.gateway.kafka", "millrace.gateway.native"), "the codec does no I/O"),
+]
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every absolute module name a file imports (``from x import y`` counts as ``x`` and ``x.y``)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def violations(place: str, forbidden: tuple[str, ...]) -> list[str]:
+    found = []
+    for path in sorted((ROOT / place).rglob("*.py")):
+        for name in sorted(imported_modules(path)):
+            if any(name == bad or name.startswith(bad + ".") for bad in forbidden):
+                found.append(f"{path.relative_to(ROOT)} imports {name}")
+    return found
+
+
+@pytest.mark.parametrize(("place", "forbidden", "why"), RULES, ids=[rule[0] for rule in RULES])
+def test_place_does_not_import_against_the_arrows(place: str, forbidden: tuple[str, ...], why: str) -> None:
+    assert (ROOT / place).is_dir()
+    assert violations(place, forbidden) == [], why
+
+
+def test_the_check_sees_an_import(tmp_path: Path) -> None:
+    """The rule can fail: a lazy import inside a function is found."""
+    module = tmp_path / "m.py"
+    module.write_text("def f():\n    from millrace.gateway.kafka import broker\n    import millrace.client.writer\n")
+    assert {"millrace.gateway.kafka", "millrace.gateway.kafka.broker", "millrace.client.writer"} <= (
+        imported_modules(module)
+    )
