@@ -6,7 +6,7 @@ or never (abort, or a lease that runs out).
         txn.write_event(b"22.0", routing_key="sensor-7")
 
 On the server a transaction is built the Pravega way (``gateway/native/txn_commands.py``;
-docs/architecture.md, "Native client"): its events go to transaction segments beside the stream's, as
+docs/architecture.md): its events go to transaction segments beside the stream's, as
 plain batches, and a commit appends them to the partitions, where they get their Kafka offsets; nothing
 of an open or aborted transaction is ever in the stream, so no reader waits for it. The events of each
 partition are numbered from 0 in the transaction, and every batch carries its first and last number,

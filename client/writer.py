@@ -1,7 +1,7 @@
 """``EventStreamWriter``: events with routing keys, in order per key, exactly once.
 
 Each event becomes a Kafka record (key = routing key) in the partition whose slice holds the key's
-hash (``millrace.protocol.events``; docs/architecture.md, "Native client"). Per partition the writer
+hash (``millrace.protocol.events``; docs/architecture.md). Per partition the writer
 sends batches in sequence order, each stamped with the writer's producer id, epoch and base sequence,
 and keeps at most ``MAX_IN_FLIGHT`` batches unacknowledged: when a connection drops or the partition
 asks for a retry, every unacknowledged batch of the partition is sent again, in order, with the same
