@@ -67,7 +67,7 @@ from millrace.store.containers.container import SegmentContainer
 from millrace.store.containers.rates import RateConfig, SegmentRates
 from millrace.store.controller import Controller
 from millrace.store.controller.autoscaler import AutoScaler, AutoScalerConfig
-from millrace.store.durablelog.replicated import ReplicationConfig
+from millrace.store.durablelog.replication_config import ReplicationConfig
 from millrace.store.errors import ContainerOfflineError, SegmentNotFoundError
 from millrace.store.futures import StoreFuture
 from millrace.store.lts.factory import chunk_storage_from_url

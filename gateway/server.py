@@ -25,7 +25,8 @@ from millrace.store.controller.autoscaler import AutoScaler, AutoScalerConfig
 from millrace.store.durablelog.interface import DurableDataLog
 from millrace.store.durablelog.local import FileDurableDataLog
 from millrace.store.durablelog.metadata import FileLogMetadataStore
-from millrace.store.durablelog.replicated import ReplicatedDurableDataLog, ReplicationConfig
+from millrace.store.durablelog.replicated import ReplicatedDurableDataLog
+from millrace.store.durablelog.replication_config import ReplicationConfig
 from millrace.store.lts.factory import chunk_storage_from_url
 from millrace.store.segment_store import SegmentStore
 from millrace.store.tables import TableStore

@@ -27,7 +27,8 @@ from millrace.store.containers.config import ContainerConfig
 from millrace.store.containers.container import FAILED, SegmentContainer
 from millrace.store.containers.rates import RateConfig, RateRegistry
 from millrace.store.durablelog.interface import DurableDataLog
-from millrace.store.durablelog.replicated import ReplicatedDurableDataLog, ReplicationConfig
+from millrace.store.durablelog.replicated import ReplicatedDurableDataLog
+from millrace.store.durablelog.replication_config import ReplicationConfig
 from millrace.store.errors import ContainerOfflineError
 from millrace.store.lts.interface import ChunkStorage
 from millrace.store.scheduler import Scheduler

@@ -18,7 +18,7 @@ from millrace.store.cluster.log_metadata import ZooKeeperLogMetadataStore
 from millrace.store.cluster.member import ClusterMember, OwnershipTerm, connect
 from millrace.store.containers.config import ContainerConfig
 from millrace.store.durablelog.interface import DurableDataLog
-from millrace.store.durablelog.replicated import ReplicationConfig
+from millrace.store.durablelog.replication_config import ReplicationConfig
 from millrace.store.lts.interface import ChunkStorage
 
 

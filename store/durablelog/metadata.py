@@ -11,6 +11,9 @@ Every change is a compare-and-set on the record's version, so an owner whose epo
 learns it at its next change. ``FileLogMetadataStore`` keeps one JSON file per log under a directory
 (flock + temp file + rename); ``ZooKeeperLogMetadataStore`` (``millrace.store.cluster.log_metadata``)
 keeps the same record in a znode and uses the znode version for the compare-and-set.
+
+An owner holds its log's record in an ``OwnedRecord``: the writer, recovery and repair of a
+replicated log all read and change the record through that one object.
 """
 
 from __future__ import annotations
@@ -19,11 +22,12 @@ import contextlib
 import fcntl
 import json
 import os
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
-from millrace.store.errors import DataCorruptionError, StoreError
+from millrace.store.errors import DataCorruptionError, DataLogWriterFencedError, StoreError
 from millrace.store.fsutil import fsync_dir
 
 
@@ -141,3 +145,65 @@ class FileLogMetadataStore(LogMetadataStore):
             os.replace(tmp, path)
             fsync_dir(self.directory)
             return stored
+
+
+class OwnedRecord:
+    """One owner's copy of its log's record, the one way the parts of a replicated log change it.
+
+    ``take_epoch`` (in ``open``, before any other thread of the log runs) bumps the epoch in the
+    store; every later change is a compare-and-set from this copy under that epoch, so a version
+    mismatch means a newer owner took the log (``DataLogWriterFencedError``). Any thread may read it;
+    changes (from ``open``, ``truncate``'s caller, the I/O thread's ensemble changes and the
+    maintenance thread's swaps) are serialized by a lock held across the store's round trip.
+    """
+
+    def __init__(self, log_name: str, store: LogMetadataStore) -> None:
+        self.log_name = log_name
+        self._store = store
+        self._lock = threading.Lock()
+        self._record = LogRecord()
+        self._epoch = 0
+
+    @property
+    def epoch(self) -> int:
+        """The epoch this owner took (0 before the first ``take_epoch``)."""
+        return self._epoch
+
+    @property
+    def record(self) -> LogRecord:
+        """The record, once any change in flight has landed."""
+        with self._lock:
+            return self._record
+
+    def peek(self) -> LogRecord:
+        """The record as last stored, without waiting for a change in flight: for the I/O thread,
+        which must never wait on the metadata store's round trip."""
+        return self._record
+
+    def take_epoch(self) -> LogRecord:
+        """Become the owner: store the record with the epoch after the current one (compare-and-set,
+        retried when another opener races us)."""
+        for _ in range(10):
+            current = self._store.read(self.log_name)
+            try:
+                record = self._store.compare_and_set(self.log_name, replace(current, epoch=current.epoch + 1),
+                                                     current.version)
+                break
+            except MetadataVersionError:
+                continue  # another opener raced us: take the epoch after theirs
+        else:
+            raise DataLogWriterFencedError(f"log {self.log_name}: could not take an epoch")
+        self._epoch = record.epoch
+        with self._lock:
+            self._record = record
+        return record
+
+    def change(self, change: Callable[[LogRecord], LogRecord]) -> LogRecord:
+        """Apply ``change`` to the record with a compare-and-set; a foreign change means fenced."""
+        with self._lock:
+            try:
+                self._record = self._store.compare_and_set(self.log_name, change(self._record),
+                                                           self._record.version)
+            except MetadataVersionError as exc:
+                raise DataLogWriterFencedError(f"log {self.log_name}: epoch {self._epoch} was superseded") from exc
+            return self._record

@@ -18,7 +18,7 @@ from millrace.store.cluster.layout import NodeInfo
 from millrace.store.cluster.member import OwnershipTerm
 from millrace.store.cluster.node import ClusterNode, ClusterNodeConfig
 from millrace.store.containers.container import SegmentContainer
-from millrace.store.durablelog.replicated import ReplicationConfig
+from millrace.store.durablelog.replication_config import ReplicationConfig
 from millrace.store.errors import StoreError
 from millrace.store.lts.filesystem import FileSystemChunkStorage
 

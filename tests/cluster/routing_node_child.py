@@ -19,7 +19,7 @@ from millrace.gateway.native.handler import NativeProtocol
 from millrace.store.cluster.layout import NodeInfo
 from millrace.store.cluster.node import ClusterNode, ClusterNodeConfig
 from millrace.store.cluster.routing import LocalSegments
-from millrace.store.durablelog.replicated import ReplicationConfig
+from millrace.store.durablelog.replication_config import ReplicationConfig
 from millrace.store.lts.filesystem import FileSystemChunkStorage
 
 

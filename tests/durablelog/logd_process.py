@@ -6,7 +6,8 @@ import re
 from pathlib import Path
 
 from millrace.store.durablelog.metadata import FileLogMetadataStore
-from millrace.store.durablelog.replicated import ReplicatedDurableDataLog, ReplicationConfig
+from millrace.store.durablelog.replicated import ReplicatedDurableDataLog
+from millrace.store.durablelog.replication_config import ReplicationConfig
 from tests.server_process import MillraceProcess
 
 _LISTEN = re.compile(r"millrace: logd listening on [\d.]+:(\d+)")

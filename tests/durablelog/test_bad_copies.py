@@ -14,9 +14,10 @@ import pytest
 from crc32c import crc32c
 
 from millrace.store.durablelog import framing
+from millrace.store.durablelog.fragment_copy import read_range
 from millrace.store.durablelog.metadata import Fragment
 from millrace.store.durablelog.replica_rpc import ReplicaRpc
-from millrace.store.durablelog.replicated import ReplicatedDurableDataLog, read_range
+from millrace.store.durablelog.replicated import ReplicatedDurableDataLog
 from millrace.store.errors import DataCorruptionError
 from millrace.store.logd import wire
 from tests.durablelog.logd_process import Replicas
@@ -107,7 +108,7 @@ def bad_copy_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
 def test_a_bad_copy_met_by_a_new_owners_read_is_rewritten_from_a_good_one(replicas: Replicas,
                                                                           caplog: pytest.LogCaptureFixture) -> None:
     log, acked, fragment, victim = opened_then_damaged(replicas, "read")
-    caplog.set_level(logging.WARNING, logger="millrace.store.durablelog.replicated")
+    caplog.set_level(logging.WARNING, logger="millrace.store.durablelog.replicated_repair")
     try:
         # The running logd notices the damage itself and answers it as corrupt instead of sending it.
         rpc = ReplicaRpc()

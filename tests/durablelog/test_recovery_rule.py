@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from millrace.store.durablelog.metadata import Fragment, LogRecord
-from millrace.store.durablelog.replicated import fence_quorum, recovery_end
+from millrace.store.durablelog.replicated_recovery import fence_quorum, recovery_end
 from millrace.store.logd.journal import LogState, StoredEntry
 
 Value = tuple[int, int]  # (entry epoch, sequence): what the entry "says"

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from millrace.store.durablelog.fragment_copy import read_range
 from millrace.store.durablelog.metadata import LogRecord
 from millrace.store.durablelog.replica_rpc import ReplicaRpc
-from millrace.store.durablelog.replicated import read_range
 from tests.durablelog.logd_process import Replicas
 from tests.durablelog.test_replicated import _owner_dies_with_a_tail_on_one_replica, read_back, wait_until
 

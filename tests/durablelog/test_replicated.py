@@ -271,7 +271,8 @@ def test_reads_skip_a_replica_whose_copy_fails_its_crc(replicas: Replicas) -> No
 OWNER = """
 import os, sys, threading
 from millrace.store.durablelog.metadata import FileLogMetadataStore
-from millrace.store.durablelog.replicated import ReplicatedDurableDataLog, ReplicationConfig
+from millrace.store.durablelog.replicated import ReplicatedDurableDataLog
+from millrace.store.durablelog.replication_config import ReplicationConfig
 from tests.durablelog.helpers import payload_for
 log = ReplicatedDurableDataLog("log", FileLogMetadataStore(sys.argv[1]),
                                ReplicationConfig(tuple(sys.argv[2].split(",")), 3, 2))

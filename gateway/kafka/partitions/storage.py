@@ -418,6 +418,10 @@ class SegmentPartitionStorage(PartitionStorage):
             with contextlib.suppress(SegmentNotFoundError):
                 self.store.delete(segment + INDEX_SUFFIX).result(BLOCKING_TIMEOUT)
 
+    def is_reloading(self, topic: str) -> bool:
+        """A reload of ``topic`` is under way: its installed partitions are about to be replaced."""
+        return topic in self._reloading
+
     def reload(self, topic: str) -> None:
         """Rebuild ``topic``'s partitions from the store (reactor): a cluster node whose copy is out of
         date (another node scaled the topic) refuses its partitions retriably until then."""
@@ -766,7 +770,7 @@ class SegmentPartitionStorage(PartitionStorage):
                     d.errback(result)
             else:
                 writes.durable = max(writes.durable, value)
-                self._truncate_segments(p.topic)
+                self.truncate_segments(p.topic)
                 for d in settled:
                     d.callback(writes.durable)
             if writes.waiting:
@@ -775,7 +779,8 @@ class SegmentPartitionStorage(PartitionStorage):
         self.blocking(self.tables.put, LOG_STARTS_TABLE,
                       [(log_start_key(p.topic, p.partition), str(value).encode())]).addBoth(written)
 
-    def _truncate_segments(self, topic: str) -> None:
+    def truncate_segments(self, topic: str) -> None:
+        """Truncate ``topic``'s data segments below what every partition still needs (retention, compaction)."""
         for name, offset in retention.truncation_points(self._topics.get(topic, [])).items():
             if offset > 0:
                 to_deferred(self.store.truncate(name, offset)).addErrback(_log_failure, "truncating", name)
