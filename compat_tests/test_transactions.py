@@ -33,8 +33,8 @@ from kafka import KafkaConsumer, KafkaProducer
 
 from compat_tests.conftest import DEFAULT_PARTITIONS, start_server
 from compat_tests.test_crash_kafka import free_port
+from millrace.gateway.assembly import ServerOptions, build_store
 from millrace.gateway.kafka.transactions import TRANSACTIONS_TABLE, TransactionMetadata, TxnState
-from millrace.gateway.server import ServerOptions, build_store
 from millrace.store.tables import TableStore
 from tests.kafka.wire import local
 from tests.server_process import ServerProcess

@@ -9,13 +9,16 @@ import logging
 import signal
 import sys
 import time
+from dataclasses import fields
 from typing import Any
 
+from millrace.gateway.assembly import ServerOptions
 from millrace.gateway.cluster_cli import add_cluster_parser, run_cluster
-from millrace.gateway.server import ServerOptions, serve
+from millrace.gateway.server import serve
 
 
 def _serve_parser(sub: argparse._SubParsersAction) -> None:
+    """Every field of ``ServerOptions`` is a flag whose ``dest`` is the field's name (``server_options``)."""
     p = sub.add_parser("serve", help="run the embedded single-node server")
     d = ServerOptions()
     p.add_argument("--data-dir", default=d.data_dir, help="where logs and local long-term storage live")
@@ -39,7 +42,7 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
                    help="refuse Metadata/Produce for unknown topics instead of creating them")
     p.add_argument("--default-partitions", type=int, default=d.default_partitions,
                    help="partitions of auto-created topics")
-    p.add_argument("--scale-windows", default=",".join(str(w) for w in d.scale_windows),
+    p.add_argument("--scale-windows", type=_windows, default=d.scale_windows,
                    help="rate windows in seconds for auto-scaling, shortest first (e.g. 2,10,30)")
     p.add_argument("--scale-interval-seconds", type=float, default=d.scale_interval_seconds,
                    help="how often scaling policies are evaluated")
@@ -73,11 +76,25 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
                          help="the native address given to clients")
     cluster.add_argument("--advertised-peer", default=None, metavar="HOST:PORT",
                          help="the peer address given to other nodes")
-    cluster.add_argument("--session-timeout", type=float, default=d.session_timeout_seconds,
+    cluster.add_argument("--session-timeout", dest="session_timeout_seconds", type=float,
+                         default=d.session_timeout_seconds,
                          help="ZooKeeper session timeout in seconds: a dead node's containers move after it")
-    cluster.add_argument("--retry-bound", type=float, default=d.retry_bound_seconds,
+    cluster.add_argument("--retry-bound", dest="retry_bound_seconds", type=float, default=d.retry_bound_seconds,
                          help="seconds a segment operation waits for its container to get a live owner")
     p.add_argument("--log-level", default="INFO")
+
+
+def _windows(text: str) -> tuple[float, ...]:
+    """``--scale-windows 2,10,30`` as rate windows in seconds."""
+    try:
+        return tuple(float(w) for w in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds like 2,10,30, got {text!r}") from None
+
+
+def server_options(args: argparse.Namespace) -> ServerOptions:
+    """The parsed ``serve`` flags as the options the server is assembled from."""
+    return ServerOptions(**{f.name: getattr(args, f.name) for f in fields(ServerOptions)})
 
 
 def _logd_parser(sub: argparse._SubParsersAction) -> None:
@@ -279,40 +296,11 @@ def main(argv: list[str] | None = None) -> int:
         return run_logd(args.data_dir, args.host, args.port)
     if args.command == "serve":
         logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        options = ServerOptions(
-            data_dir=args.data_dir,
-            host=args.host,
-            kafka_port=args.kafka_port,
-            native_port=args.native_port,
-            http_port=args.http_port,
-            containers=args.containers,
-            lts=args.lts,
-            s3_endpoint=args.s3_endpoint,
-            cache_mb=args.cache_mb,
-            connection_budget_mb=args.connection_budget_mb,
-            container_budget_mb=args.container_budget_mb,
-            kafka_scope=args.kafka_scope,
-            auto_create_topics=args.auto_create_topics,
-            default_partitions=args.default_partitions,
-            retention_check_seconds=args.retention_check_seconds,
-            transaction_check_seconds=args.transaction_check_seconds,
-            producer_id_expiration_ms=args.producer_id_expiration_ms,
-            native_txn_retention_ms=args.native_txn_retention_ms,
-            scale_windows=tuple(float(w) for w in args.scale_windows.split(",")),
-            scale_interval_seconds=args.scale_interval_seconds,
-            scale_cooldown_seconds=args.scale_cooldown_seconds,
-            log_replicas=args.log_replicas,
-            write_quorum=args.write_quorum,
-            ack_quorum=args.ack_quorum,
-            zookeeper=args.zookeeper,
-            node_id=args.node_id,
-            peer_port=args.peer_port,
-            advertised_kafka=args.advertised_kafka,
-            advertised_native=args.advertised_native,
-            advertised_peer=args.advertised_peer,
-            session_timeout_seconds=args.session_timeout,
-            retry_bound_seconds=args.retry_bound,
-        )
+        options = server_options(args)
+        if options.zookeeper:
+            from millrace.gateway.cluster_server import serve_cluster
+
+            return serve_cluster(options)
         return serve(options)
     return 2
 

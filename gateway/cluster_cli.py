@@ -1,6 +1,6 @@
 """``millrace cluster up|status|start|down --dir DIR``: a whole cluster on this machine, for development and
 tests (ZooKeeper, log replicas and segment-store nodes as background processes on 127.0.0.1; the
-processes are managed by ``store/cluster/local.py``)."""
+processes are managed by ``gateway/local_cluster.py``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 import sys
 from typing import Any
 
-from millrace.store.cluster.local import ClusterError, ClusterSettings, LocalCluster
+from millrace.gateway.local_cluster import ClusterError, ClusterSettings, LocalCluster
 
 
 def add_cluster_parser(sub: argparse._SubParsersAction) -> None:

@@ -1,6 +1,7 @@
 """``millrace serve --zookeeper HOST:PORT[/chroot] --node-id N``: one segment-store node of a cluster.
 
-What differs from the embedded server (``server.serve``, which stays as it is):
+What differs from the embedded server (``server.serve``; both are made of the parts
+``gateway/assembly.py`` builds from the options):
 
 - the node's containers are the ones ZooKeeper assigns it (``ClusterNode``), each over its replicated
   log (``--log-replicas``; a container's log must be reachable from whichever node owns it next), with
@@ -26,22 +27,32 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
-import socket
 import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
-from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from twisted.internet import protocol, reactor, task, threads
-from twisted.internet.interfaces import IListeningPort
 from twisted.python.failure import Failure
 
+from millrace.gateway.assembly import (
+    ClusterNodeSetup,
+    ServerOptions,
+    advertised_addresses,
+    autoscaler,
+    bound_address,
+    build_cluster_node,
+    cluster_node_setup,
+    cluster_router,
+    kafka_config,
+    kafka_gateway,
+    listen,
+    native_gateway,
+    topic_partitions,
+)
 from millrace.gateway.http import StreamViews, http_site
-from millrace.gateway.kafka.broker import Broker, KafkaConfig
+from millrace.gateway.kafka.broker import Broker
 from millrace.gateway.kafka.cluster import (
     GroupCoordination,
     KafkaCluster,
@@ -50,32 +61,21 @@ from millrace.gateway.kafka.cluster import (
     out_of_date_topics,
 )
 from millrace.gateway.kafka.connection import KafkaFactory
-from millrace.gateway.kafka.setup import build_kafka, start_background
+from millrace.gateway.kafka.setup import start_background
 from millrace.gateway.native.forwarding import HERE, NodeLinks, forwarding
-from millrace.gateway.native.handler import NativeFactory, NativeProtocol
+from millrace.gateway.native.handler import NativeProtocol
 from millrace.gateway.native.txn_cluster import cluster_txn_handlers
-from millrace.gateway.server import topic_partitions
 from millrace.protocol.contracts import SegmentInfo
 from millrace.protocol.wire import PROTOCOL_VERSION, Command
-from millrace.store.budget import MIB
-from millrace.store.cluster.containers import SegmentContainerHost
-from millrace.store.cluster.layout import NodeInfo, check_node_id
-from millrace.store.cluster.node import ClusterNode, ClusterNodeConfig
+from millrace.store.cluster.node import ClusterNode
 from millrace.store.cluster.routing import ClusterSegmentStore, ContainerRef, LocalSegments
-from millrace.store.containers.config import ContainerConfig
 from millrace.store.containers.container import SegmentContainer
-from millrace.store.containers.rates import RateConfig, SegmentRates
+from millrace.store.containers.rates import SegmentRates
 from millrace.store.controller import Controller
-from millrace.store.controller.autoscaler import AutoScaler, AutoScalerConfig
-from millrace.store.durablelog.replication_config import ReplicationConfig
+from millrace.store.controller.autoscaler import AutoScaler
 from millrace.store.errors import ContainerOfflineError, SegmentNotFoundError
 from millrace.store.futures import StoreFuture
-from millrace.store.lts.factory import chunk_storage_from_url
-from millrace.store.lts.interface import ChunkStorage
 from millrace.store.tables import TableStore
-
-if TYPE_CHECKING:
-    from millrace.gateway.server import ServerOptions
 
 log = logging.getLogger("millrace")
 
@@ -85,7 +85,6 @@ CONTROLLER_CHANGES = (Command.CREATE_SCOPE, Command.DELETE_SCOPE, Command.CREATE
                       Command.SEAL_STREAM, Command.DELETE_STREAM, Command.TRUNCATE_STREAM, Command.SPLIT_SEGMENT,
                       Command.MERGE_SEGMENTS, Command.CREATE_KV_TABLE, Command.DELETE_KV_TABLE)
 
-_ANY_ADDRESS = ("0.0.0.0", "::", "")
 _BUILD_ATTEMPTS = 10
 
 
@@ -166,18 +165,6 @@ class NodeHttpView:
         return self.router.container_for(name)
 
 
-def advertised(bind_host: str, port: IListeningPort, given: str | None) -> str:
-    """``host:port`` to give clients and peers for a listener: ``given``, else the bind address, else
-    (bound to every interface) this machine's host name, as Kafka does without advertised.listeners."""
-    if given:
-        host, sep, number = given.rpartition(":")
-        if not sep or not host or not number.isdigit():
-            raise ValueError(f"expected HOST:PORT, got {given!r}")
-        return given
-    host = socket.getfqdn() if bind_host in _ANY_ADDRESS else bind_host
-    return f"{host}:{port.getHost().port}"  # type: ignore[attr-defined]
-
-
 class ControllerRole:
     """The controller's timers (the auto-scaler) run on the elected assigner only, so a scale is
     decided once; they start when this node is elected and stop when it is not any more (reactor)."""
@@ -206,21 +193,11 @@ def _split(address: str) -> tuple[str, int]:
 def serve_cluster(options: ServerOptions) -> int:
     """Run one cluster node until SIGINT/SIGTERM; returns the process exit status."""
     try:
-        node_id = check_node_id(str(options.node_id))
-        if not node_id.isdigit():
-            raise ValueError(f"--node-id {node_id!r}: Kafka clients need a number")
-        if not options.lts:
-            raise ValueError("--lts is required with --zookeeper: long-term storage must be shared by every node")
-        if not options.log_replicas:
-            raise ValueError("--log-replicas is required with --zookeeper: a container's log must be reachable "
-                             "from the node that owns it next")
-        replicas = tuple(a.strip() for a in options.log_replicas.split(",") if a.strip())
-        replication = ReplicationConfig(replicas, options.write_quorum, options.ack_quorum)
-        storage = chunk_storage_from_url(options.lts, options.s3_endpoint)
+        setup = cluster_node_setup(options)
     except ValueError as exc:
         print(f"millrace: {exc}", file=sys.stderr, flush=True)
         return 2
-    server = ClusterServer(options, node_id, replication, storage)
+    server = ClusterServer(options, setup)
     try:
         server.listen()
     except Exception as exc:  # noqa: BLE001 - e.g. a port in use, a malformed address
@@ -241,12 +218,10 @@ class ClusterServer:
     """One node's parts: bound listeners first, then (on a worker thread) the node and its gateways,
     then (on the reactor) the listeners' factories and the periodic work."""
 
-    def __init__(self, options: ServerOptions, node_id: str, replication: ReplicationConfig,
-                 storage: ChunkStorage) -> None:
+    def __init__(self, options: ServerOptions, setup: ClusterNodeSetup) -> None:
         self.options = options
-        self.node_id = node_id
-        self.replication = replication
-        self.storage = storage
+        self.node_id = setup.node_id
+        self.setup = setup
         self.kafka_front, self.native_front, self.peer_factory = LateFactory(), LateFactory(), PeerFactory()
         self.http_front = LateFactory()
         self.addresses: dict[str, str] = {}
@@ -261,19 +236,10 @@ class ClusterServer:
         self.failed = False
 
     def listen(self) -> None:
-        options = self.options
-        listeners = {
-            "kafka": (reactor.listenTCP(options.kafka_port, self.kafka_front, interface=options.host),
-                      options.advertised_kafka),
-            "native": (reactor.listenTCP(options.native_port, self.native_front, interface=options.host),
-                       options.advertised_native),
-            "peer": (reactor.listenTCP(options.peer_port, self.peer_factory, interface=options.host),
-                     options.advertised_peer),
-            "http": (reactor.listenTCP(options.http_port, self.http_front, interface=options.host), None),
-        }
-        for name, (port, given) in listeners.items():
-            self.ports[name] = port.getHost().port  # type: ignore[attr-defined]
-            self.addresses[name] = advertised(options.host, port, given)
+        listeners = listen(self.options, {"kafka": self.kafka_front, "native": self.native_front,
+                                          "peer": self.peer_factory, "http": self.http_front})
+        self.ports = {name: bound_address(port).port for name, port in listeners.items()}
+        self.addresses = advertised_addresses(self.options, listeners)
 
     def start(self) -> None:
         """Reactor: build on a worker thread, then serve; a failure stops the reactor (exit 1)."""
@@ -290,42 +256,27 @@ class ClusterServer:
     def build(self) -> tuple[Broker, KafkaFactory, KafkaCluster, Controller]:
         """Blocking (worker thread): join the cluster, then build the controller and the Kafka views."""
         options, node_id = self.options, self.node_id
-        info = NodeInfo(node_id, options.host, self.ports, self.addresses)
-        config = ClusterNodeConfig(options.zookeeper or "", info, options.containers, self.replication,
-                                   options.session_timeout_seconds)
-        container_config = replace(ContainerConfig(), cache_max_bytes=options.cache_mb * MIB // options.containers)
-        rates = RateConfig(windows=tuple(options.scale_windows))
-        self.node = node = ClusterNode(config, self.storage, container_config,
-                                       host_factory=partial(SegmentContainerHost, rates=rates))
+        self.node = node = build_cluster_node(options, self.setup, self.ports, self.addresses)
         node.start()
-        assert node.client is not None and node.containers is not None and node.member is not None
+        assert node.client is not None and node.containers is not None
         local = LocalSegments(node.containers, options.containers)
         self.peer_factory.local = local  # peers reach this node's containers from now on
-        # Partitioned from ZooKeeper past its session, the node fails calls needing an owner at once
-        # instead of holding its clients for the retry bound.
-        self.router = router = ClusterSegmentStore(node.client, config.paths, node_id, local,
-                                                   options.retry_bound_seconds, cut_off=node.member.cut_off)
-        cluster = KafkaCluster(node.client, config.paths, node_id, node.containers, options.containers).start()
+        self.router = router = cluster_router(options, node, local)
+        cluster = KafkaCluster(node.client, node.config.paths, node_id, node.containers, options.containers).start()
         # The controller, tables and Kafka views call SegmentService operations (and the stream views the
         # router's rate_config, container_for, segment_rates); the listeners get adapters (ClientSegments,
         # NodeHttpView) so the reactor never waits on another node for them.
         store: Any = router
         kafka_host, kafka_port = _split(self.addresses["kafka"])
-        kafka_config = KafkaConfig(
-            scope=options.kafka_scope, node_id=int(node_id), advertised_host=kafka_host, advertised_port=kafka_port,
-            auto_create_topics=options.auto_create_topics, default_partitions=options.default_partitions,
-            retention_check_seconds=options.retention_check_seconds,
-            transaction_check_seconds=options.transaction_check_seconds,
-            producer_id_expiration_ms=options.producer_id_expiration_ms,
-            native_txn_retention_ms=options.native_txn_retention_ms, log_dir=os.path.abspath(options.data_dir))
+        config = kafka_config(options, kafka_host, kafka_port, node_id=int(node_id))
         for attempt in itertools.count(1):
             try:
                 tables = TableStore(router)
                 controller = Controller(store, tables)
                 # The groups load on the reactor when first asked for (their timers are the reactor's), and
                 # only on the node coordinating them (GroupCoordination).
-                broker, kafka_factory = build_kafka(store, controller, tables, kafka_config, self.pool,
-                                                    load_groups=False)
+                broker, kafka_factory = kafka_gateway(options, store, controller, tables, config, self.pool,
+                                                      load_groups=False)
                 break
             except SegmentNotFoundError as exc:
                 # Nodes starting together each make the system tables they find missing: a table
@@ -352,13 +303,9 @@ class ClusterServer:
         # term of the transactions table's container here.
         transactions = TransactionCoordination(cluster, broker.transactions)
         broker.transactions.coordination = transactions.check
-        kafka_factory.connection_budget_bytes = options.connection_budget_mb * MIB
         self.kafka_front.inner = kafka_factory
-        native_factory = NativeFactory(ClientSegments(self.router), controller, self.pool,  # type: ignore[arg-type]
-                                       broker.scaling,
-                                       topic_partitions(broker),
-                                       connection_budget_bytes=options.connection_budget_mb * MIB, broker=broker,
-                                       transactions=False)
+        native_factory = native_gateway(options, ClientSegments(self.router), controller, self.pool,  # type: ignore[arg-type]
+                                        broker, transactions=False)
         # Native transactions: served by the owner of their table's container, forwarded there by the others.
         self.links = NodeLinks(broker)
         txn_commands, native_txns = cluster_txn_handlers(broker, cluster, self.links)
@@ -407,11 +354,7 @@ class ClusterServer:
         self._every(0.5, transactions.check)
         # The controller's timers run on one node at a time: the auto-scaler follows the assigner
         # election (rates of other nodes' segments come over the wire: SEGMENT_RATES).
-        self.autoscaler = AutoScaler(
-            controller, self.router,
-            config=AutoScalerConfig(interval=options.scale_interval_seconds, cooldown=options.scale_cooldown_seconds),
-            boundaries=broker.scaling.boundaries, executor=broker.scaling.execute,
-            grow_partitions=broker.scaling.grow_partitions)
+        self.autoscaler = autoscaler(options, controller, self.router, broker)
         self._every(0.5, ControllerRole(self.node, self.autoscaler).follow)
         for name in ("kafka", "native", "peer", "http"):
             print(f"millrace: {name} listening on {options.host}:{self.ports[name]} "

@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RULES: list[tuple[str, tuple[str, ...], str]] = [
     ("protocol", ("millrace.gateway", "millrace.store", "millrace.client"), "shared codecs depend on nothing"),
     ("store", ("millrace.gateway", "millrace.client"), "the store serves every protocol"),
+    ("store", ("subprocess",), "the store runs inside a server; tools that run processes live with the CLI"),
     ("client", ("millrace.gateway", "millrace.store"), "the client ships without the server"),
     ("gateway/kafka_protocol", ("millrace.gateway.kafka", "millrace.gateway.native"), "the codec does no I/O"),
 ]

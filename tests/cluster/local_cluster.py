@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, Self
 
-from millrace.store.cluster.local import LocalCluster, Process
+from millrace.gateway.local_cluster import LocalCluster, Process
 from tests.server_process import REPO_ROOT
 
 

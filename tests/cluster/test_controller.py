@@ -26,10 +26,10 @@ from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.create_topics import CreateTopicsRequest
 from millrace.gateway.kafka_protocol.messages.describe_configs import DescribeConfigsRequest
 from millrace.gateway.kafka_protocol.messages.incremental_alter_configs import IncrementalAlterConfigsRequest
+from millrace.gateway.local_cluster import zookeeper_missing
 from millrace.gateway.native.forwarding import FORWARDED
 from millrace.protocol.errors import RetriableError, StreamExistsError
 from millrace.protocol.wire import Command
-from millrace.store.cluster.local import zookeeper_missing
 from tests.cluster.local_cluster import LocalClusterCli
 from tests.cluster.test_local_cluster import CONTAINERS, all_owned, wait_status
 from tests.kafka.wire import KafkaWire

@@ -27,8 +27,8 @@ from typing import Any
 
 import pytest
 
+from millrace.gateway.local_cluster import zookeeper_missing
 from millrace.protocol.wire import Command
-from millrace.store.cluster.local import zookeeper_missing
 from tests.cluster.faults import KafkaLoad, NativeLoad, read_partitions, tally
 from tests.cluster.local_cluster import LocalClusterCli, pid_alive
 from tests.cluster.proxy import TcpProxy

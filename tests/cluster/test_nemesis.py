@@ -77,7 +77,7 @@ from pathlib import Path
 
 import pytest
 
-from millrace.store.cluster.local import zookeeper_missing
+from millrace.gateway.local_cluster import zookeeper_missing
 from tests.cluster.faults import KafkaLoad
 from tests.cluster.local_cluster import LocalClusterCli
 from tests.cluster.proxy import TcpProxy

@@ -25,7 +25,7 @@ from millrace.gateway.kafka_protocol.codec import decode_response, encode_reques
 from millrace.gateway.kafka_protocol.messages.describe_transactions import DescribeTransactionsRequest
 from millrace.gateway.kafka_protocol.messages.find_coordinator import FindCoordinatorRequest
 from millrace.gateway.kafka_protocol.messages.write_txn_markers import WriteTxnMarkersRequest
-from millrace.store.cluster.local import zookeeper_missing
+from millrace.gateway.local_cluster import zookeeper_missing
 from tests.cluster.local_cluster import LocalClusterCli
 from tests.cluster.test_local_cluster import create_topic
 from tests.server_process import ServerProcess

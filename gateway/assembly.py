@@ -1,0 +1,282 @@
+"""A server's parts, made from its options: the one place ``ServerOptions`` are turned into things.
+
+``millrace serve`` (gateway/cli.py) parses its flags into ``ServerOptions`` and runs the embedded single
+node (``server.serve``) or, with ``--zookeeper``, one node of a cluster (``cluster_server.serve_cluster``).
+Those two own their lifecycles (what starts when, on which thread, how it stops); what each part is made
+of is decided here, once for both: the Kafka configuration, the containers' configuration and rate
+windows, long-term storage and the durable logs, the store (a ``SegmentStore``, or a ``ClusterNode`` and
+its router), the Kafka and native gateways, the auto-scaler, and the listeners with the addresses they
+are advertised as. A new option is a field below, a flag in cli.py and the one function here reading it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Any
+
+from twisted.internet import protocol, reactor
+from twisted.internet.address import IPv4Address, IPv6Address
+from twisted.internet.interfaces import IListeningPort
+
+from millrace.gateway.kafka.broker import Broker, KafkaConfig
+from millrace.gateway.kafka.connection import KafkaFactory
+from millrace.gateway.kafka.setup import build_kafka
+from millrace.gateway.native.handler import NativeFactory
+from millrace.store.budget import MIB
+from millrace.store.cluster.containers import SegmentContainerHost
+from millrace.store.cluster.layout import NodeInfo, check_node_id
+from millrace.store.cluster.node import ClusterNode, ClusterNodeConfig
+from millrace.store.cluster.routing import ClusterSegmentStore, LocalSegments
+from millrace.store.containers.config import ContainerConfig
+from millrace.store.containers.rates import RateConfig
+from millrace.store.controller import Controller
+from millrace.store.controller.autoscaler import AutoScaler, AutoScalerConfig
+from millrace.store.durablelog.interface import DurableDataLog
+from millrace.store.durablelog.local import FileDurableDataLog
+from millrace.store.durablelog.metadata import FileLogMetadataStore
+from millrace.store.durablelog.replicated import ReplicatedDurableDataLog
+from millrace.store.durablelog.replication_config import ReplicationConfig
+from millrace.store.lts.factory import chunk_storage_from_url
+from millrace.store.lts.interface import ChunkStorage
+from millrace.store.segment_store import SegmentStore
+from millrace.store.tables import TableStore
+
+_ANY_ADDRESS = ("0.0.0.0", "::", "")
+
+
+@dataclass
+class ServerOptions:
+    """What ``millrace serve`` was asked for: each field is the flag of the same name (gateway/cli.py)."""
+
+    data_dir: str = "./millrace-data"
+    host: str = "127.0.0.1"
+    kafka_port: int = 9092
+    native_port: int = 9090
+    http_port: int = 9091
+    kafka_scope: str = "kafka"
+    auto_create_topics: bool = True
+    default_partitions: int = 1
+    retention_check_seconds: float = 30.0
+    transaction_check_seconds: float = 1.0  # how often Kafka transactions past their timeout are aborted
+    producer_id_expiration_ms: int = 86_400_000  # idle producers' idempotence state is forgotten after this
+    native_txn_retention_ms: int = 3_600_000  # how long a finished native transaction's status is kept
+    # Auto-scaling: rate windows (seconds, shortest first), how often policies are evaluated, and how
+    # long a segment made by a scale is left alone.
+    scale_windows: tuple[float, ...] = (2.0, 10.0, 30.0)
+    scale_interval_seconds: float = 1.0
+    scale_cooldown_seconds: float = 10.0
+    containers: int = 4
+    lts: str | None = None  # a path, file:///path or s3://bucket/prefix; default <data_dir>/lts
+    s3_endpoint: str | None = None
+    cache_mb: int = 256
+    # Backpressure (store.budget): bytes one connection's requests and appends may hold, and bytes a
+    # container may hold before they are durable, before the connections feeding them stop reading.
+    connection_budget_mb: int = 32
+    container_budget_mb: int = 64
+    # Replicated durable logs: "host:port,..." of `millrace logd` replicas (None: the local file log),
+    # with the write and ack quorums; the logs' metadata stays in <data_dir>/logmeta for now.
+    log_replicas: str | None = None
+    write_quorum: int = 3
+    ack_quorum: int = 2
+    # A cluster node (gateway/cluster_server.py) when ``zookeeper`` is set: its id (a number, the Kafka
+    # node id too), the peer listener's port, what each listener is advertised as (HOST:PORT; None: the
+    # bind address), the ZooKeeper session timeout and how long a segment operation waits for an owner.
+    zookeeper: str | None = None
+    node_id: str | None = None
+    peer_port: int = 9093
+    advertised_kafka: str | None = None
+    advertised_native: str | None = None
+    advertised_peer: str | None = None
+    session_timeout_seconds: float = 10.0
+    retry_bound_seconds: float = 30.0
+
+
+# Stores: the containers, their logs and long-term storage.
+
+def container_config(options: ServerOptions) -> ContainerConfig:
+    """Every container's configuration: the read cache budget is shared by a node's containers."""
+    return replace(ContainerConfig(), cache_max_bytes=options.cache_mb * MIB // options.containers)
+
+
+def rate_config(options: ServerOptions) -> RateConfig:
+    """The rate windows every container measures (the auto-scaler's policies read them)."""
+    return RateConfig(windows=tuple(options.scale_windows))
+
+
+def replication_config(options: ServerOptions) -> ReplicationConfig | None:
+    """Where and how the containers' logs are replicated; None without ``--log-replicas`` (local files)."""
+    if not options.log_replicas:
+        return None
+    replicas = tuple(a.strip() for a in options.log_replicas.split(",") if a.strip())
+    return ReplicationConfig(replicas, options.write_quorum, options.ack_quorum)
+
+
+def long_term_storage(options: ServerOptions) -> ChunkStorage:
+    return chunk_storage_from_url(options.lts or os.path.join(os.path.abspath(options.data_dir), "lts"),
+                                  options.s3_endpoint)
+
+
+def log_factory(options: ServerOptions, data_dir: str) -> Callable[[int], DurableDataLog]:
+    """The durable log of each container: local files, or replicated on the named log replicas."""
+    replication = replication_config(options)
+    if replication is None:
+        return lambda cid: FileDurableDataLog(os.path.join(data_dir, "logs", f"container-{cid}"))
+    metadata = FileLogMetadataStore(os.path.join(data_dir, "logmeta"))
+    return lambda cid: ReplicatedDurableDataLog(f"container-{cid}", metadata, replication)
+
+
+def build_store(options: ServerOptions) -> SegmentStore:
+    """The single node's store: every container, here."""
+    data_dir = os.path.abspath(options.data_dir)
+    os.makedirs(data_dir, exist_ok=True)
+    return SegmentStore(
+        options.containers,
+        log_factory(options, data_dir),
+        long_term_storage(options),
+        container_config(options),
+        rates=rate_config(options),
+        container_budget_bytes=options.container_budget_mb * MIB,
+    )
+
+
+@dataclass(frozen=True)
+class ClusterNodeSetup:
+    """What a cluster node needs before it listens: its id, its logs' replication (every container's log
+    must be reachable from whichever node owns it next) and the long-term storage all nodes share."""
+
+    node_id: str
+    replication: ReplicationConfig
+    storage: ChunkStorage
+
+
+def cluster_node_setup(options: ServerOptions) -> ClusterNodeSetup:
+    """ValueError, naming the flag, when the options cannot make a cluster node."""
+    node_id = check_node_id(str(options.node_id))
+    if not node_id.isdigit():
+        raise ValueError(f"--node-id {node_id!r}: Kafka clients need a number")
+    if not options.lts:
+        raise ValueError("--lts is required with --zookeeper: long-term storage must be shared by every node")
+    replication = replication_config(options)
+    if replication is None:
+        raise ValueError("--log-replicas is required with --zookeeper: a container's log must be reachable "
+                         "from the node that owns it next")
+    return ClusterNodeSetup(node_id, replication, long_term_storage(options))
+
+
+def build_cluster_node(options: ServerOptions, setup: ClusterNodeSetup, ports: Mapping[str, int],
+                       addresses: Mapping[str, str]) -> ClusterNode:
+    """A cluster node, not started: it registers with its listeners' ports and advertised addresses."""
+    info = NodeInfo(setup.node_id, options.host, dict(ports), dict(addresses))
+    config = ClusterNodeConfig(options.zookeeper or "", info, options.containers, setup.replication,
+                               options.session_timeout_seconds)
+    return ClusterNode(config, setup.storage, container_config(options),
+                       host_factory=partial(SegmentContainerHost, rates=rate_config(options)))
+
+
+def cluster_router(options: ServerOptions, node: ClusterNode, local: LocalSegments) -> ClusterSegmentStore:
+    """A started node's store as every part of it calls it: each segment operation on its container's
+    owner. Partitioned from ZooKeeper past its session, the node fails calls needing an owner at once
+    instead of holding its clients for the retry bound."""
+    assert node.client is not None and node.member is not None, "the node is not started"
+    return ClusterSegmentStore(node.client, node.config.paths, node.config.info.node_id, local,
+                               options.retry_bound_seconds, cut_off=node.member.cut_off)
+
+
+# Gateways: Kafka, native, and the controller's auto-scaler.
+
+def kafka_config(options: ServerOptions, advertised_host: str, advertised_port: int, node_id: int = 0) -> KafkaConfig:
+    """The Kafka gateway's configuration; clients are sent to ``advertised_host:advertised_port``."""
+    return KafkaConfig(
+        scope=options.kafka_scope,
+        node_id=node_id,
+        advertised_host=advertised_host,
+        advertised_port=advertised_port,
+        auto_create_topics=options.auto_create_topics,
+        default_partitions=options.default_partitions,
+        retention_check_seconds=options.retention_check_seconds,
+        transaction_check_seconds=options.transaction_check_seconds,
+        producer_id_expiration_ms=options.producer_id_expiration_ms,
+        native_txn_retention_ms=options.native_txn_retention_ms,
+        log_dir=os.path.abspath(options.data_dir),
+    )
+
+
+def kafka_gateway(options: ServerOptions, store: SegmentStore, controller: Controller, tables: TableStore,
+                  config: KafkaConfig, pool: ThreadPoolExecutor, load_groups: bool = True,
+                  ) -> tuple[Broker, KafkaFactory]:
+    """Blocking (recovers the Kafka metadata, ``build_kafka``): the broker and its listener's factory."""
+    broker, factory = build_kafka(store, controller, tables, config, pool, load_groups=load_groups)
+    factory.connection_budget_bytes = options.connection_budget_mb * MIB
+    return broker, factory
+
+
+def topic_partitions(broker: Broker) -> Callable[[str, str], tuple[tuple[float, float], ...] | None]:
+    """``partitions_of(scope, stream)``: the partition slices of a Kafka topic or of a stream event
+    writers have partitioned, None for other streams (an in-memory lookup, safe from any thread)."""
+
+    def partitions_of(scope: str, stream: str) -> tuple[tuple[float, float], ...] | None:
+        topic = broker.topics.of_stream(scope, stream)
+        return None if topic is None else topic.slices
+
+    return partitions_of
+
+
+def native_gateway(options: ServerOptions, segments: SegmentStore, controller: Controller, pool: ThreadPoolExecutor,
+                   broker: Broker, transactions: bool = True) -> NativeFactory:
+    """The native listener's factory over ``segments`` (a cluster node's serves native transactions
+    through the owner of their table, so it passes ``transactions`` False and adds its own)."""
+    return NativeFactory(segments, controller, pool, broker.scaling, topic_partitions(broker),
+                         connection_budget_bytes=options.connection_budget_mb * MIB, broker=broker,
+                         transactions=transactions)
+
+
+def autoscaler(options: ServerOptions, controller: Controller, store: object, broker: Broker) -> AutoScaler:
+    """The controller's auto-scaler over ``store``'s segment rates, scaling Kafka topics by partition."""
+    return AutoScaler(
+        controller, store,
+        config=AutoScalerConfig(interval=options.scale_interval_seconds, cooldown=options.scale_cooldown_seconds),
+        boundaries=broker.scaling.boundaries, executor=broker.scaling.execute,
+        grow_partitions=broker.scaling.grow_partitions,
+    )
+
+
+# Listeners.
+
+def listen(options: ServerOptions, factories: Mapping[str, protocol.ServerFactory[Any]]) -> dict[str, IListeningPort]:
+    """Bind each named listener (``kafka``, ``native``, ``peer``, ``http``) to its port on ``--host``, in
+    the order given (0: any free port)."""
+    ports = {"kafka": options.kafka_port, "native": options.native_port, "peer": options.peer_port,
+             "http": options.http_port}
+    return {name: reactor.listenTCP(ports[name], factory, interface=options.host)
+            for name, factory in factories.items()}
+
+
+def bound_address(port: IListeningPort) -> IPv4Address | IPv6Address:
+    """The address a TCP listener is bound to."""
+    address = port.getHost()
+    if not isinstance(address, IPv4Address | IPv6Address):
+        raise TypeError(f"not a TCP listener: {address!r}")
+    return address
+
+
+def advertised(bind_host: str, port: IListeningPort, given: str | None) -> str:
+    """``host:port`` to give clients and peers for a listener: ``given``, else the bind address, else
+    (bound to every interface) this machine's host name, as Kafka does without advertised.listeners."""
+    if given:
+        host, sep, number = given.rpartition(":")
+        if not sep or not host or not number.isdigit():
+            raise ValueError(f"expected HOST:PORT, got {given!r}")
+        return given
+    host = socket.getfqdn() if bind_host in _ANY_ADDRESS else bind_host
+    return f"{host}:{bound_address(port).port}"
+
+
+def advertised_addresses(options: ServerOptions, listeners: Mapping[str, IListeningPort]) -> dict[str, str]:
+    """What each bound listener is advertised as (``--advertised-kafka`` etc.; the HTTP one never is)."""
+    given = {"kafka": options.advertised_kafka, "native": options.advertised_native, "peer": options.advertised_peer}
+    return {name: advertised(options.host, port, given.get(name)) for name, port in listeners.items()}
