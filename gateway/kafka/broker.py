@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 from twisted.internet.defer import Deferred
 
 from millrace.gateway.futures import to_deferred
+from millrace.store.contracts import SegmentService
 from millrace.store.controller import Controller
-from millrace.store.segment_store import SegmentStore
 from millrace.store.tables import TableStore
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ class Broker:
     cluster: KafkaCluster | None = None
 
     def __init__(
-        self, store: SegmentStore, controller: Controller, tables: TableStore, config: KafkaConfig,
+        self, store: SegmentService, controller: Controller, tables: TableStore, config: KafkaConfig,
         pool: ThreadPoolExecutor,
     ) -> None:
         self.store = store

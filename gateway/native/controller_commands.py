@@ -75,7 +75,7 @@ def describe_stream(
             "epoch": seg.creation_epoch,
             "key_start": seg.key_start,
             "key_end": seg.key_end,
-            "container": store.container_for(seg.name).container_id,
+            "container": store.container_id_of(seg.name),
             "partitions": None if slices is None else [p for p, (lo, _) in enumerate(slices) if seg.contains(lo)],
             "length": None, "storage_length": None, "start_offset": None, "sealed": None,
             "rates": [],

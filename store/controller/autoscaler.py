@@ -33,13 +33,17 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from millrace.store.containers.rates import SegmentRates
 from millrace.store.controller.errors import ScaleConflictError, StreamSealedError
 from millrace.store.controller.records import ScaleReason, ScalingType, SegmentRange, StreamState
 from millrace.store.controller.scaling import equal_split_points
 from millrace.store.errors import SegmentNotFoundError, StreamNotFoundError
+
+if TYPE_CHECKING:
+    from millrace.store.contracts import SegmentService
+    from millrace.store.controller.controller import Controller
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +95,8 @@ RESUMED = "resumed"
 class AutoScaler:
     def __init__(
         self,
-        controller,
-        store,
+        controller: Controller,
+        store: SegmentService,
         clock: Callable[[], float] = time.monotonic,
         config: AutoScalerConfig | None = None,
         boundaries: Boundaries | None = None,

@@ -56,7 +56,7 @@ from millrace.store.tables.encoding import (
 )
 
 if TYPE_CHECKING:
-    from millrace.store.segment_store import SegmentService
+    from millrace.store.contracts import SegmentService
 
 MiB = 1024 * 1024
 # Segment attribute marking a segment as a table (value: the encoding format).

@@ -69,10 +69,9 @@ from millrace.gateway.kafka_protocol.records import (
 )
 from millrace.protocol import compression
 from millrace.protocol.compression import CompressionError
-from millrace.store.contracts import AttributeUpdate, AttributeUpdateType
+from millrace.store.contracts import AttributeUpdate, AttributeUpdateType, SegmentService
 from millrace.store.controller import SegmentRange
 from millrace.store.errors import SegmentExistsError, SegmentNotFoundError
-from millrace.store.segment_store import SegmentStore
 from millrace.store.tables import TableStore
 
 log = logging.getLogger(__name__)
@@ -237,7 +236,7 @@ class Leadership(Protocol):
 class SegmentPartitionStorage(PartitionStorage):
     """Kafka partitions over stream segments: the one owner of all partition state (reactor thread)."""
 
-    def __init__(self, store: SegmentStore, topics: TopicRegistry, tables: TableStore,
+    def __init__(self, store: SegmentService, topics: TopicRegistry, tables: TableStore,
                  blocking: Callable[..., defer.Deferred[Any]], clock: IReactorTime,
                  max_message_bytes: int) -> None:
         """Blocking (makes sure the log-start table exists): construct before the reactor runs."""
