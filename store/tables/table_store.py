@@ -404,7 +404,7 @@ class TableStore:
                 f"key {key!r} is at version {current.version}, expected {expected}"
             )
 
-    def _write(self, table: str, build) -> list[DecodedEntry]:
+    def _write(self, table: str, build: Callable[[_Table], list[EncodedEntry]]) -> list[DecodedEntry]:
         """Check and append under the table lock; on losing a race to another writer of the
         segment, catch up and check again."""
         t = self._table(table)
