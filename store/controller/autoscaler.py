@@ -42,6 +42,8 @@ from millrace.store.controller.scaling import equal_split_points
 from millrace.store.errors import SegmentNotFoundError, StreamNotFoundError
 
 if TYPE_CHECKING:
+    from twisted.internet.task import LoopingCall
+
     from millrace.store.contracts import SegmentService
     from millrace.store.controller.controller import Controller
 
@@ -114,7 +116,7 @@ class AutoScaler:
         self._cooling: dict[tuple[str, str, int], float] = {}  # segment -> when its cooldown began
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._loop: Any = None
+        self._loop: LoopingCall | None = None
 
     # -- one round ---------------------------------------------------------------------------------
     def evaluate_once(self) -> list[ScaleAction]:

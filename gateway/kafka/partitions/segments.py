@@ -21,7 +21,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from twisted.internet.interfaces import IReactorTime
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.python.failure import Failure
 
 from millrace.gateway.futures import to_deferred
@@ -62,7 +62,7 @@ class SegmentWriter:
         self.index_tail = index_tail  # where the next index append must land
         self.failed: BaseException | None = None  # set once an append failed: the topic reloads
         self._index_pending: list[bytes] = []
-        self._index_flush: Any = None
+        self._index_flush: IDelayedCall | None = None
         # The index is one byte stream with no gaps (recovery trusts a prefix and scans the data past it):
         # below ``_index_confirmed`` it is known to be in the index segment; ``_index_sent`` holds the
         # bytes [confirmed, index_tail) sent and not yet acknowledged, to send again after a failure.
