@@ -34,6 +34,7 @@ from millrace.store.cluster.node import ClusterNode, ClusterNodeConfig
 from millrace.store.cluster.routing import ClusterSegmentStore, LocalSegments
 from millrace.store.containers.config import ContainerConfig
 from millrace.store.containers.rates import RateConfig
+from millrace.store.contracts import SegmentService
 from millrace.store.controller import Controller
 from millrace.store.controller.autoscaler import AutoScaler, AutoScalerConfig
 from millrace.store.durablelog.interface import DurableDataLog
@@ -206,7 +207,7 @@ def kafka_config(options: ServerOptions, advertised_host: str, advertised_port: 
     )
 
 
-def kafka_gateway(options: ServerOptions, store: SegmentStore, controller: Controller, tables: TableStore,
+def kafka_gateway(options: ServerOptions, store: SegmentService, controller: Controller, tables: TableStore,
                   config: KafkaConfig, pool: ThreadPoolExecutor, load_groups: bool = True,
                   ) -> tuple[Broker, KafkaFactory]:
     """Blocking (recovers the Kafka metadata, ``build_kafka``): the broker and its listener's factory."""
@@ -226,7 +227,7 @@ def topic_partitions(broker: Broker) -> Callable[[str, str], tuple[tuple[float, 
     return partitions_of
 
 
-def native_gateway(options: ServerOptions, segments: SegmentStore, controller: Controller, pool: ThreadPoolExecutor,
+def native_gateway(options: ServerOptions, segments: SegmentService, controller: Controller, pool: ThreadPoolExecutor,
                    broker: Broker, transactions: bool = True) -> NativeFactory:
     """The native listener's factory over ``segments`` (a cluster node's serves native transactions
     through the owner of their table, so it passes ``transactions`` False and adds its own)."""
@@ -235,7 +236,7 @@ def native_gateway(options: ServerOptions, segments: SegmentStore, controller: C
                          transactions=transactions)
 
 
-def autoscaler(options: ServerOptions, controller: Controller, store: object, broker: Broker) -> AutoScaler:
+def autoscaler(options: ServerOptions, controller: Controller, store: SegmentService, broker: Broker) -> AutoScaler:
     """The controller's auto-scaler over ``store``'s segment rates, scaling Kafka topics by partition."""
     return AutoScaler(
         controller, store,

@@ -68,13 +68,12 @@ from millrace.gateway.native.txn_cluster import cluster_txn_handlers
 from millrace.protocol.contracts import SegmentInfo
 from millrace.protocol.wire import PROTOCOL_VERSION, Command
 from millrace.store.cluster.node import ClusterNode
-from millrace.store.cluster.routing import ClusterSegmentStore, ContainerRef, LocalSegments
+from millrace.store.cluster.routing import ClusterSegmentStore, LocalSegments
 from millrace.store.containers.container import SegmentContainer
 from millrace.store.containers.rates import SegmentRates
 from millrace.store.controller import Controller
 from millrace.store.controller.autoscaler import AutoScaler
 from millrace.store.errors import ContainerOfflineError, SegmentNotFoundError
-from millrace.store.futures import StoreFuture
 from millrace.store.tables import TableStore
 
 log = logging.getLogger("millrace")
@@ -91,7 +90,8 @@ _BUILD_ATTEMPTS = 10
 class LateFactory(protocol.ServerFactory):
     """A listener bound before what serves it exists: connections are closed until ``inner`` is set."""
 
-    inner: protocol.ServerFactory | None = None
+    # Any protocol: the HTTP listener's is a Site (a ServerFactory[HTTPChannel]).
+    inner: protocol.ServerFactory[Any] | None = None
 
     def buildProtocol(self, addr: Any) -> Any:  # noqa: N802 - Twisted's name
         return None if self.inner is None else self.inner.buildProtocol(addr)
@@ -105,33 +105,11 @@ class PeerFactory(protocol.ServerFactory):
     def buildProtocol(self, addr: Any) -> NativeProtocol | None:  # noqa: N802 - Twisted's name
         if self.local is None:
             return None
-        # NativeProtocol is typed to SegmentStore; LocalSegments offers the segment commands it calls.
-        return NativeProtocol(self.local, {})  # type: ignore[arg-type]
-
-
-class ClientSegments:
-    """The router as the clients' native listener uses it: GET_INFO, SEGMENT_RATES and LIST_SEGMENTS
-    answer when the owners do (futures) instead of blocking the reactor on other nodes; every other
-    operation is the router's."""
-
-    def __init__(self, router: ClusterSegmentStore) -> None:
-        self.router = router
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.router, name)
-
-    def get_info(self, name: str) -> StoreFuture[SegmentInfo]:
-        return self.router.get_info_future(name)
-
-    def segment_rates(self, name: str) -> StoreFuture[SegmentRates]:
-        return self.router.segment_rates_future(name)
-
-    def list_segments(self) -> StoreFuture[list[str]]:
-        return self.router.list_segments_future()
+        return NativeProtocol(self.local, {})
 
 
 class NodeHttpView:
-    """What the HTTP site (gateway/http.py) reads of a store, on a cluster node: its own containers
+    """The ``NodeView`` the HTTP site (gateway/http.py) reads on a cluster node: its own containers
     (health, container series, /api/segments: read on the reactor, so local only) and, through the
     router, any segment's info and rates (the stream series and views, on the worker pool)."""
 
@@ -161,8 +139,8 @@ class NodeHttpView:
     def segment_rates(self, name: str) -> SegmentRates:
         return self.router.segment_rates(name)
 
-    def container_for(self, name: str) -> ContainerRef:
-        return self.router.container_for(name)
+    def container_id_of(self, name: str) -> int:
+        return self.router.container_id_of(name)
 
 
 class ControllerRole:
@@ -263,19 +241,17 @@ class ClusterServer:
         self.peer_factory.local = local  # peers reach this node's containers from now on
         self.router = router = cluster_router(options, node, local)
         cluster = KafkaCluster(node.client, node.config.paths, node_id, node.containers, options.containers).start()
-        # The controller, tables and Kafka views call SegmentService operations (and the stream views the
-        # router's rate_config, container_for, segment_rates); the listeners get adapters (ClientSegments,
-        # NodeHttpView) so the reactor never waits on another node for them.
-        store: Any = router
+        # The controller, tables, Kafka views and the clients' native listener call the router (the
+        # listener its never-blocking queries); the HTTP site reads this node's containers (NodeHttpView).
         kafka_host, kafka_port = _split(self.addresses["kafka"])
         config = kafka_config(options, kafka_host, kafka_port, node_id=int(node_id))
         for attempt in itertools.count(1):
             try:
                 tables = TableStore(router)
-                controller = Controller(store, tables)
+                controller = Controller(router, tables)
                 # The groups load on the reactor when first asked for (their timers are the reactor's), and
                 # only on the node coordinating them (GroupCoordination).
-                broker, kafka_factory = kafka_gateway(options, store, controller, tables, config, self.pool,
+                broker, kafka_factory = kafka_gateway(options, router, controller, tables, config, self.pool,
                                                       load_groups=False)
                 break
             except SegmentNotFoundError as exc:
@@ -304,8 +280,7 @@ class ClusterServer:
         transactions = TransactionCoordination(cluster, broker.transactions)
         broker.transactions.coordination = transactions.check
         self.kafka_front.inner = kafka_factory
-        native_factory = native_gateway(options, ClientSegments(self.router), controller, self.pool,  # type: ignore[arg-type]
-                                        broker, transactions=False)
+        native_factory = native_gateway(options, self.router, controller, self.pool, broker, transactions=False)
         # Native transactions: served by the owner of their table's container, forwarded there by the others.
         self.links = NodeLinks(broker)
         txn_commands, native_txns = cluster_txn_handlers(broker, cluster, self.links)
@@ -329,9 +304,7 @@ class ClusterServer:
             lambda h, p: cluster.segment_owner(h["segment"])
         self.native_front.inner = native_factory
         views = StreamViews(controller, self.pool, broker.scaling, topic_partitions(broker))
-        # http_site is typed to SegmentStore; NodeHttpView offers what it reads. Twisted types a Site as a
-        # ServerFactory[HTTPChannel], not the ServerFactory[_ProtoWithFactory] the attribute is declared as.
-        self.http_front.inner = http_site(NodeHttpView(self.router.local, self.router), views)  # type: ignore[arg-type,assignment]
+        self.http_front.inner = http_site(NodeHttpView(self.router.local, self.router), views)
         self.loops.append(start_background(broker))
 
         # Each second: topics created through other nodes (their records are in the topics table), and

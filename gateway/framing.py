@@ -18,7 +18,6 @@ channel while a response is outstanding.
 from __future__ import annotations
 
 import struct
-from typing import Any
 
 from twisted.internet import protocol
 from twisted.internet.interfaces import IConsumer, IPushProducer, ITCPTransport, ITransport
@@ -36,8 +35,8 @@ _PREFIX = _LEN.size
 
 @implementer(IPushProducer)
 class BudgetedReceiver(protocol.Protocol):
-    """Calls ``stringReceived(frame)`` per length-prefixed frame (bytes or a memoryview, valid as
-    long as the callee keeps it) while the connection's budgets allow reading."""
+    """Calls ``stringReceived(frame)`` per length-prefixed frame (a memoryview, valid as long as the
+    callee keeps it) while the connection's budgets allow reading."""
 
     MAX_LENGTH = 100 * 1024 * 1024
     tcp: ITCPTransport  # the transport, typed: both listeners are TCP
@@ -49,7 +48,7 @@ class BudgetedReceiver(protocol.Protocol):
         self._send_wait = False  # the transport holds more unsent responses than its buffer size
         self._closed = False
         # Unparsed input: views and chunks holding the start of an incomplete frame.
-        self._pending: list[Any] = []
+        self._pending: list[bytes | memoryview] = []
         self._pending_len = 0
         self._want = _PREFIX  # bytes needed before parsing can make progress
 
@@ -59,7 +58,7 @@ class BudgetedReceiver(protocol.Protocol):
         super().makeConnection(transport)
 
     # -- subclasses ----------------------------------------------------------------------------------
-    def stringReceived(self, frame: Any) -> None:  # noqa: N802 - Twisted's name, kept for familiarity
+    def stringReceived(self, frame: memoryview) -> None:  # noqa: N802 - Twisted's name, kept for familiarity
         raise NotImplementedError
 
     def lengthLimitExceeded(self, length: int) -> None:  # noqa: N802 - Twisted's name
@@ -76,16 +75,17 @@ class BudgetedReceiver(protocol.Protocol):
             self._pending_len += len(data)
             if self._pending_len < self._want or self.paused:
                 return
-            data = self._take_pending()
+            self._parse(self._take_pending())
+            return
         self._parse(data)
 
-    def _take_pending(self) -> Any:
+    def _take_pending(self) -> bytes | memoryview:
         pending = self._pending
         self._pending, self._pending_len = [], 0
         # The one copy of a frame that spanned reads (a lone piece is already contiguous).
         return pending[0] if len(pending) == 1 else b"".join(pending)
 
-    def _parse(self, data: Any) -> None:
+    def _parse(self, data: bytes | memoryview) -> None:
         view = data if type(data) is memoryview else memoryview(data)
         end = len(view)
         off = 0

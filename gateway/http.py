@@ -31,10 +31,10 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import unquote
 
 from twisted.internet import defer
@@ -42,10 +42,13 @@ from twisted.python.failure import Failure
 from twisted.web import resource, server
 
 from millrace.gateway.futures import to_deferred
+from millrace.gateway.kafka.scaling import KafkaScaling
 from millrace.gateway.native.controller_commands import PartitionsOf, describe_stream
+from millrace.store.containers.container import SegmentContainer
+from millrace.store.containers.rates import SegmentRates
+from millrace.store.contracts import SegmentInfo
 from millrace.store.controller import Controller, InvalidScaleError, ScaleConflictError, StreamSealedError
 from millrace.store.errors import ScopeNotFoundError, SegmentNotFoundError, StreamNotFoundError
-from millrace.store.segment_store import SegmentStore
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +73,7 @@ class StreamViews:
 
     controller: Controller
     pool: ThreadPoolExecutor
-    scaler: Any
+    scaler: KafkaScaling
     partitions_of: PartitionsOf | None = None
 
     def blocking(self, fn: Callable[..., Any], *args: Any) -> defer.Deferred:
@@ -123,10 +126,29 @@ def _answer_later(request: server.Request, d: defer.Deferred) -> int:
     return server.NOT_DONE_YET
 
 
+class NodeView(Protocol):
+    """What the HTTP site reads of the node it runs on. On the reactor: the containers running here and
+    their segments (``containers``, ``list_segments``, ``get_info`` of a listed segment: in memory); on
+    the worker pool (the stream series): any segment's info and rates. A ``SegmentStore`` offers it as it
+    is; a cluster node's view (``cluster_server.NodeHttpView``) reads its own containers and asks the
+    router for other segments, since its ``SegmentService`` has no containers of its own to show."""
+
+    @property
+    def containers(self) -> Sequence[SegmentContainer]: ...
+
+    def list_segments(self) -> list[str]: ...
+
+    def get_info(self, name: str) -> SegmentInfo: ...
+
+    def segment_rates(self, name: str) -> SegmentRates: ...
+
+    def container_id_of(self, name: str) -> int: ...
+
+
 class _Health(resource.Resource):
     isLeaf = True
 
-    def __init__(self, store: SegmentStore) -> None:
+    def __init__(self, store: NodeView) -> None:
         super().__init__()
         self.store = store
 
@@ -141,7 +163,7 @@ def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def stream_metric_lines(controller: Controller, store: SegmentStore) -> list[str]:
+def stream_metric_lines(controller: Controller, store: NodeView) -> list[str]:
     """The per-stream and per-segment series (blocking: controller calls)."""
     counts, epochs, events, nbytes = [], [], [], []
     for scope in controller.list_scopes():
@@ -187,7 +209,7 @@ def stream_metric_lines(controller: Controller, store: SegmentStore) -> list[str
 class _Metrics(resource.Resource):
     isLeaf = True
 
-    def __init__(self, store: SegmentStore, views: StreamViews | None) -> None:
+    def __init__(self, store: NodeView, views: StreamViews | None) -> None:
         super().__init__()
         self.store = store
         self.views = views
@@ -239,7 +261,7 @@ class _Metrics(resource.Resource):
 class _Segments(resource.Resource):
     isLeaf = True
 
-    def __init__(self, store: SegmentStore) -> None:
+    def __init__(self, store: NodeView) -> None:
         super().__init__()
         self.store = store
 
@@ -249,7 +271,7 @@ class _Segments(resource.Resource):
             info = self.store.get_info(name)
             out.append({
                 "name": name,
-                "container": self.store.container_for(name).container_id,
+                "container": self.store.container_id_of(name),
                 "start_offset": info.start_offset,
                 "length": info.length,
                 "storage_length": info.storage_length,
@@ -327,7 +349,7 @@ class _Streams(resource.Resource):
         return _answer_later(request, self.views.blocking(scale))
 
 
-def http_site(store: SegmentStore, views: StreamViews | None = None) -> server.Site:
+def http_site(store: NodeView, views: StreamViews | None = None) -> server.Site:
     """The HTTP site; without ``views`` (no controller) only the store's resources exist."""
     root = resource.Resource()
     root.putChild(b"health", _Health(store))

@@ -104,6 +104,16 @@ def completed(value: T) -> StoreFuture[T]:
     return fut
 
 
+def settled(call: Callable[[], T]) -> StoreFuture[T]:
+    """``call()``'s outcome as a completed future: its value, or the exception it raised."""
+    fut: StoreFuture[T] = StoreFuture()
+    try:
+        fut.set_result(call())
+    except Exception as exc:  # noqa: BLE001 - the call's own failure is the future's answer
+        fut.set_exception(exc)
+    return fut
+
+
 def failed(exc: BaseException) -> StoreFuture[Any]:
     fut: StoreFuture[Any] = StoreFuture()
     fut.set_exception(exc)

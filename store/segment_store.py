@@ -12,7 +12,6 @@ import time
 import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol
 
 from millrace.store.budget import MIB, ByteBudget, current_admission
 from millrace.store.containers.config import ContainerConfig
@@ -20,7 +19,7 @@ from millrace.store.containers.container import SegmentContainer
 from millrace.store.containers.rates import RateConfig, RateRegistry, SegmentRates
 from millrace.store.contracts import AttributeUpdate, ReadResult, SegmentInfo
 from millrace.store.durablelog.interface import DurableDataLog
-from millrace.store.futures import StoreFuture
+from millrace.store.futures import StoreFuture, settled
 from millrace.store.lts.interface import ChunkStorage
 from millrace.store.scheduler import Scheduler
 
@@ -42,37 +41,10 @@ def container_index(segment_name: str, container_count: int) -> int:
     return zlib.crc32(container_key(segment_name).encode()) % container_count
 
 
-class SegmentService(Protocol):
-    """The segment operations the controller, table segments and the gateways call: what ``SegmentStore``
-    offers one process and ``store.cluster.routing.ClusterSegmentStore`` a cluster node (routing each
-    call to the node that owns the segment's container). Same arguments, results and exceptions."""
-
-    def create_segment(self, name: str, attributes: dict[str, int] | None = None) -> StoreFuture[None]: ...
-
-    def append(self, name: str, data: bytes, expected_offset: int | None = None,
-               attributes: Sequence[AttributeUpdate] = (), events: int = 1) -> StoreFuture[int]: ...
-
-    def read(self, name: str, offset: int, max_length: int,
-             wait_timeout: float = 0.0) -> StoreFuture[ReadResult]: ...
-
-    def get_info(self, name: str) -> SegmentInfo: ...
-
-    def exists(self, name: str) -> bool: ...
-
-    def seal(self, name: str) -> StoreFuture[int]: ...
-
-    def merge(self, target: str, source: str) -> StoreFuture[int]: ...
-
-    def truncate(self, name: str, offset: int) -> StoreFuture[None]: ...
-
-    def delete(self, name: str) -> StoreFuture[None]: ...
-
-    def update_attributes(self, name: str, updates: Sequence[AttributeUpdate]) -> StoreFuture[None]: ...
-
-    def list_segments(self) -> list[str]: ...
-
-
 class SegmentStore:
+    """The ``SegmentService`` of one process: every container runs here, so its queries answer from
+    memory (their ``*_future`` forms with completed futures)."""
+
     def __init__(
         self,
         container_count: int,
@@ -127,10 +99,10 @@ class SegmentStore:
         self.storage.close()
 
     def container_for(self, segment_name: str) -> SegmentContainer:
-        return self.containers[self._index_of(segment_name)]
+        return self.containers[self.container_id_of(segment_name)]
 
-    def _index_of(self, segment_name: str) -> int:
-        return container_index(segment_name, len(self.containers))
+    def container_id_of(self, name: str) -> int:
+        return container_index(name, len(self.containers))
 
     # -- segment operations ------------------------------------------------------------------------
     def create_segment(self, name: str, attributes: dict[str, int] | None = None) -> StoreFuture[None]:
@@ -153,7 +125,7 @@ class SegmentStore:
         Until then the bytes count against the container's budget (its operation processor holds
         them) and, when a connection is dispatching the request that appends
         (``store.budget.charging``), against that connection's budget too."""
-        index = self._index_of(name)
+        index = self.container_id_of(name)
         admission = current_admission()
         if admission is None:  # the container holds the bytes against its budget until durable
             return self.containers[index].append(name, data, expected_offset, attributes, events)
@@ -176,10 +148,16 @@ class SegmentStore:
     def get_info(self, name: str) -> SegmentInfo:
         return self.container_for(name).get_info(name)
 
+    def get_info_future(self, name: str) -> StoreFuture[SegmentInfo]:
+        return settled(lambda: self.get_info(name))
+
     def segment_rates(self, name: str) -> SegmentRates:
         """The segment's durable ingest rates over each window of ``rate_config`` (see
         ``store.containers.rates``). SegmentNotFoundError for an unknown segment."""
         return self.container_for(name).segment_rates(name)
+
+    def segment_rates_future(self, name: str) -> StoreFuture[SegmentRates]:
+        return settled(lambda: self.segment_rates(name))
 
     def exists(self, name: str) -> bool:
         return self.container_for(name).exists(name)
@@ -205,3 +183,6 @@ class SegmentStore:
 
     def list_segments(self) -> list[str]:
         return sorted(n for c in self.containers for n in c.segment_names())
+
+    def list_segments_future(self) -> StoreFuture[list[str]]:
+        return settled(self.list_segments)

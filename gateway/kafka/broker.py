@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from twisted.internet.defer import Deferred
 
 from millrace.gateway.futures import to_deferred
+from millrace.store.contracts import SegmentService
 from millrace.store.controller import Controller
-from millrace.store.segment_store import SegmentStore
 from millrace.store.tables import TableStore
 
 if TYPE_CHECKING:
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
     from millrace.gateway.kafka.scaling import KafkaScaling
     from millrace.gateway.kafka.topics import TopicRegistry
     from millrace.gateway.kafka.transactions import TransactionCoordinator
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 @dataclass
@@ -72,7 +76,7 @@ class Broker:
     cluster: KafkaCluster | None = None
 
     def __init__(
-        self, store: SegmentStore, controller: Controller, tables: TableStore, config: KafkaConfig,
+        self, store: SegmentService, controller: Controller, tables: TableStore, config: KafkaConfig,
         pool: ThreadPoolExecutor,
     ) -> None:
         self.store = store
@@ -81,7 +85,7 @@ class Broker:
         self.config = config
         self._pool = pool
 
-    def blocking(self, fn: Any, *args: Any, **kwargs: Any) -> Deferred[Any]:
+    def blocking(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> Deferred[T]:
         """Run ``fn`` (which blocks on table-segment or store I/O) on the worker pool; the Deferred
         fires on the reactor thread."""
         return to_deferred(self._pool.submit(fn, *args, **kwargs))

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
@@ -38,6 +38,12 @@ from millrace.store.cluster.containers import SegmentContainerHost
 from millrace.store.cluster.layout import ClusterPaths, NodeInfo, candidate_sequence, decode_assignment
 from millrace.store.errors import SegmentNotFoundError, StreamNotFoundError
 from millrace.store.segment_store import container_index
+
+if TYPE_CHECKING:
+    from millrace.gateway.kafka.broker import Broker
+    from millrace.gateway.kafka.groups import GroupCoordinator
+    from millrace.gateway.kafka.partitions import SegmentPartitionStorage
+    from millrace.gateway.kafka.transactions import TransactionCoordinator
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +213,7 @@ class KafkaCluster:
         """The node serving the partitions whose open segment is ``segment``."""
         return self.owner(self.container_of(segment))
 
-    def partition_leaders(self, partitions: Any, topic: TopicInfo) -> list[int]:
+    def partition_leaders(self, partitions: SegmentPartitionStorage, topic: TopicInfo) -> list[int]:
         """Reactor: each partition's leader id (-1: none yet). The open segments are the ones this node
         loaded; a topic not loaded here yet starts loading and has no leaders this time."""
         loaded = partitions.loaded(topic.name)
@@ -255,7 +261,7 @@ class KafkaCluster:
         return container_index(segment, self.container_count)
 
 
-def out_of_date_topics(broker: Any) -> list[str]:
+def out_of_date_topics(broker: Broker) -> list[str]:
     """Blocking (worker): the topics (and partitioned streams) this node loaded whose partitions' open
     segments the controller has since moved on from (another node scaled them), counted only once the
     old segment is sealed, so every append to it has settled and a reload reads all of them."""
@@ -287,7 +293,7 @@ def out_of_date_topics(broker: Any) -> list[str]:
 NOT_CONTROLLER_MESSAGE = "this node is not the controller: ask the controller Metadata names"
 
 
-def not_controller(broker: Any) -> bool:
+def not_controller(broker: Broker) -> bool:
     """Whether a topic admin request (CreateTopics, DeleteTopics, CreatePartitions) is to be refused with
     NOT_CONTROLLER: on a cluster only the elected node runs them, as only Kafka's active controller does;
     clients refresh Metadata (whose controller_id names it) and send them there."""
@@ -309,7 +315,7 @@ class GroupCoordination:
     dropped (timers and all) when the container runs elsewhere, so a former coordinator never expires
     members or writes records over its successor's, and reloaded when a new term starts here."""
 
-    def __init__(self, cluster: KafkaCluster, groups: Any) -> None:
+    def __init__(self, cluster: KafkaCluster, groups: GroupCoordinator) -> None:
         self.cluster = cluster
         self.groups = groups
         self.loaded_term: int | None = None  # None: loaded in no term of ours (at start-up, or dropped)
@@ -345,7 +351,7 @@ class TransactionCoordination:
     prepared is completed again (Kafka's new coordinator does the same). The term is the coordinator
     epoch in the markers this node writes."""
 
-    def __init__(self, cluster: KafkaCluster, transactions: Any) -> None:
+    def __init__(self, cluster: KafkaCluster, transactions: TransactionCoordinator) -> None:
         self.cluster = cluster
         self.transactions = transactions
         self.loaded_term: int | None = None  # the term whose state is held (or loading)

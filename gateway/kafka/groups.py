@@ -22,9 +22,10 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from twisted.internet.defer import Deferred, gatherResults, maybeDeferred, succeed
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.python.failure import Failure
 
 from millrace.gateway.kafka.consumer_groups.group import ConsumerGroup
@@ -40,6 +41,9 @@ from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.consumer_protocol_subscription import (
     ConsumerProtocolSubscription,
 )
+
+if TYPE_CHECKING:
+    from millrace.gateway.kafka.broker import Broker
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -164,7 +168,7 @@ class Member:
         self.awaiting_sync: Deferred | None = None
         self.is_new = False
         self.heartbeat_satisfied = False
-        self.heartbeat_timer: Any = None
+        self.heartbeat_timer: IDelayedCall | None = None
 
     def metadata(self, protocol: str) -> bytes:
         for name, data in self.protocols:
@@ -211,9 +215,9 @@ class Group:
         self.subscribed_topics: set[str] | None = None
         self.offsets: dict[TopicPartition, OffsetAndMetadata] = {}
         self.pending_commits: collections.Counter[TopicPartition] = collections.Counter()
-        self.join_timer: Any = None
+        self.join_timer: IDelayedCall | None = None
         self.join_initial = False  # the join timer is the initial delay, which never completes early
-        self.sync_timer: Any = None
+        self.sync_timer: IDelayedCall | None = None
         # A consumer-protocol (KIP-848) group: its state; the offsets above stay here (consumer_groups/).
         self.consumer: ConsumerGroup | None = None
 
@@ -360,7 +364,7 @@ class Group:
                                for m in self.members.values()])
 
 
-def _cancel(timer: Any) -> None:
+def _cancel(timer: IDelayedCall | None) -> None:
     if timer is not None and timer.active():
         timer.cancel()
 
@@ -372,7 +376,7 @@ def _error_of(failure: Failure) -> ErrorCode:
     return ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
-def get_coordinator(broker: Any) -> GroupCoordinator:
+def get_coordinator(broker: Broker) -> GroupCoordinator:
     """``broker.groups``, created (and loaded in the background) on first use if setup did not."""
     if broker.groups is None:
         broker.groups = GroupCoordinator(broker)
@@ -384,11 +388,13 @@ def get_coordinator(broker: Any) -> GroupCoordinator:
 class GroupCoordinator:
     """The single node's group coordinator. Public methods run on the reactor thread."""
 
-    def __init__(self, broker: Any, clock: Any = None, store: GroupStore | None = None,
+    def __init__(self, broker: Broker, clock: IReactorTime | None = None, store: GroupStore | None = None,
                  offsets_retention_ms: int = DEFAULT_OFFSETS_RETENTION_MS,
                  retention_check_interval_ms: int = DEFAULT_RETENTION_CHECK_INTERVAL_MS) -> None:
         if clock is None:
-            from twisted.internet import reactor as clock
+            from twisted.internet import reactor
+
+            clock = IReactorTime(reactor)
         self.broker = broker
         self.config = broker.config
         self.clock = clock
@@ -399,7 +405,7 @@ class GroupCoordinator:
         self.loaded = False
         self.loading = False
         self._waiting: list[Deferred] = []
-        self._cleanup_timer: Any = None
+        self._cleanup_timer: IDelayedCall | None = None
         # On a cluster node: None when this node coordinates the groups now with current state, else
         # the error to answer (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS); None in one process.
         self.coordinator_check: Callable[[], ErrorCode | None] | None = None
@@ -528,7 +534,7 @@ class GroupCoordinator:
             return ErrorCode.UNKNOWN_MEMBER_ID
         return None
 
-    def _later(self, seconds: float, fn: Callable[..., Any], *args: Any) -> Any:
+    def _later(self, seconds: float, fn: Callable[..., Any], *args: Any) -> IDelayedCall:
         # Clients may send odd timeouts (a rebalance timeout of -1); a timer cannot run in the past.
         return self.clock.callLater(max(seconds, 0.0), fn, *args)
 

@@ -19,6 +19,7 @@ from millrace.store.controller.scaling import equal_split_points
 
 if TYPE_CHECKING:
     from millrace.gateway.kafka.broker import Broker
+    from millrace.store.containers.rates import SegmentRates
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +120,7 @@ class KafkaScaling:
             raise InvalidScaleError("a merge needs two or more adjacent open segments")
         return self.execute(scope, stream, ids, [(chosen[0].key_start, chosen[-1].key_end)], ScaleReason.MANUAL)
 
-    def grow_partitions(self, scope: str, stream: str, segment: SegmentRange, rates: Any) -> None:
+    def grow_partitions(self, scope: str, stream: str, segment: SegmentRange, rates: SegmentRates) -> None:
         """A single-partition segment that stays too hot: if the topic allows it
         (millrace.scaling.grow.partitions=true), add a partition carved from the hot one's slice, so
         the next round can split the segment between them. Kafka clients see it on metadata refresh."""

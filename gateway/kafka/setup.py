@@ -22,9 +22,9 @@ from millrace.gateway.kafka.registry import load_handlers
 from millrace.gateway.kafka.scaling import KafkaScaling
 from millrace.gateway.kafka.topics import TopicRegistry
 from millrace.gateway.kafka.transactions import TransactionCoordinator
+from millrace.store.contracts import SegmentService
 from millrace.store.controller import Controller, RetentionType
 from millrace.store.errors import SegmentExistsError, TableKeyVersionMismatchError
-from millrace.store.segment_store import SegmentStore
 from millrace.store.tables import NOT_EXISTS, TableStore
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ def persistent_cluster_id(tables: TableStore) -> str:
 
 
 def build_kafka(
-    store: SegmentStore, controller: Controller, tables: TableStore, config: KafkaConfig, pool: ThreadPoolExecutor,
+    store: SegmentService, controller: Controller, tables: TableStore, config: KafkaConfig, pool: ThreadPoolExecutor,
     load_groups: bool = True,
 ) -> tuple[Broker, KafkaFactory]:
     """Blocking (recovers Kafka metadata): call before the reactor runs. A cluster node builds on a

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from millrace.protocol.wire import Command
 from millrace.store.controller import (
@@ -20,6 +20,9 @@ from millrace.store.controller import (
 )
 from millrace.store.errors import SegmentNotFoundError
 from millrace.store.futures import StoreFuture
+
+if TYPE_CHECKING:
+    from millrace.gateway.kafka.scaling import KafkaScaling
 
 # A Kafka topic's partition slices [(start, end)] by partition, or None for a stream that is no topic.
 PartitionsOf = Callable[[str, str], Sequence[tuple[float, float]] | None]
@@ -75,7 +78,7 @@ def describe_stream(
             "epoch": seg.creation_epoch,
             "key_start": seg.key_start,
             "key_end": seg.key_end,
-            "container": store.container_for(seg.name).container_id,
+            "container": store.container_id_of(seg.name),
             "partitions": None if slices is None else [p for p, (lo, _) in enumerate(slices) if seg.contains(lo)],
             "length": None, "storage_length": None, "start_offset": None, "sealed": None,
             "rates": [],
@@ -184,7 +187,7 @@ def on_pool(pool: ThreadPoolExecutor,
 
 
 def controller_handlers(
-    controller: Controller, pool: ThreadPoolExecutor, scaler: Any, partitions_of: PartitionsOf | None = None,
+    controller: Controller, pool: ThreadPoolExecutor, scaler: KafkaScaling, partitions_of: PartitionsOf | None = None,
     delete_stream: Callable[[str, str], None] | None = None,
 ) -> dict[int, Callable[[dict[str, Any], bytes], StoreFuture]]:
     """``scaler`` performs manual splits and merges (for Kafka topics it also moves the partition

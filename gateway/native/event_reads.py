@@ -48,7 +48,6 @@ from millrace.gateway.kafka.topics import TopicInfo
 from millrace.gateway.native.table_commands import Answer
 from millrace.protocol.errors import InvalidRequestError, RetriableError, WrongHostError
 from millrace.protocol.names import segment_name
-from millrace.store.cluster.routing import ClusterSegmentStore
 from millrace.store.contracts import ReadResult
 
 MAX_READ_BYTES = 8 << 20
@@ -213,8 +212,5 @@ def _sealed_at(broker: Broker, segment: str, offset: int) -> defer.Deferred[bool
     is not told so by the store until the next read). On a cluster node the router's future: the
     segment's container may have moved to another node since the read began, and the reactor must not
     wait for that node's answer."""
-    if isinstance(broker.store, ClusterSegmentStore):
-        info = to_deferred(broker.store.get_info_future(segment))
-    else:
-        info = defer.succeed(broker.store.get_info(segment))  # a single server's: in memory
+    info = to_deferred(broker.store.get_info_future(segment))  # a single server's: completed at once
     return info.addCallback(lambda found: found.sealed and found.length == offset)

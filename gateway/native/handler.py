@@ -17,6 +17,7 @@ from twisted.python.failure import Failure
 from millrace.gateway.framing import DEFAULT_CONNECTION_BUDGET_BYTES, BudgetedReceiver
 from millrace.gateway.futures import on_reactor
 from millrace.gateway.kafka.broker import Broker
+from millrace.gateway.kafka.scaling import KafkaScaling
 from millrace.gateway.native.controller_commands import PartitionsOf, controller_handlers
 from millrace.gateway.native.event_commands import event_handlers
 from millrace.gateway.native.table_commands import Answer, table_handlers
@@ -32,18 +33,12 @@ from millrace.protocol.wire import (
     decode_body,
     encode_frame,
 )
+from millrace.store.contracts import SegmentService
 from millrace.store.controller import Controller
 from millrace.store.controller.kvtables import KeyValueTables
 from millrace.store.futures import StoreFuture, mapped
-from millrace.store.segment_store import SegmentStore
 
 log = logging.getLogger(__name__)
-
-
-def _answer(outcome: Any, fn: Callable[[Any], Any]) -> Any:
-    """``fn`` of a store's answer: at once for a value, when it completes for a future (a cluster node's
-    router answers remote segments with futures, so the reactor never waits on another node)."""
-    return mapped(outcome, fn) if isinstance(outcome, StoreFuture) else fn(outcome)
 
 
 def _attribute_updates(raw: list[dict[str, Any]]) -> list[AttributeUpdate]:
@@ -53,13 +48,13 @@ def _attribute_updates(raw: list[dict[str, Any]]) -> list[AttributeUpdate]:
 class NativeProtocol(BudgetedReceiver):
     MAX_LENGTH = MAX_FRAME_BYTES
 
-    def __init__(self, store: SegmentStore, controller_commands: dict[int, Callable],
+    def __init__(self, store: SegmentService, controller_commands: dict[int, Callable],
                  budget_bytes: int = DEFAULT_CONNECTION_BUDGET_BYTES) -> None:
         super().__init__(budget_bytes, "native-connection")
         self.store = store
         self._handlers: dict[int, Callable[[dict[str, Any], bytes], StoreFuture | Any]] = {
             # One server serves every segment; a cluster node's controller_commands answer with the owner.
-            Command.GET_SEGMENT_OWNER: lambda h, p: {"container": store.container_for(h["segment"]).container_id,
+            Command.GET_SEGMENT_OWNER: lambda h, p: {"container": store.container_id_of(h["segment"]),
                                                      "node": None, "native": None},
             # A cluster node's HELLO also names every node (``cluster_server``).
             Command.HELLO: lambda h, p: {"version": PROTOCOL_VERSION},
@@ -72,7 +67,8 @@ class NativeProtocol(BudgetedReceiver):
             Command.READ: lambda h, p: store.read(
                 h["segment"], int(h["offset"]), int(h["max_length"]), float(h.get("wait_ms", 0)) / 1000
             ),
-            Command.GET_INFO: lambda h, p: store.get_info(h["segment"]),
+            # Queries in their never-blocking forms: a cluster node's router asks another node.
+            Command.GET_INFO: lambda h, p: store.get_info_future(h["segment"]),
             Command.SEAL: lambda h, p: store.seal(h["segment"]),
             Command.TRUNCATE: lambda h, p: store.truncate(h["segment"], int(h["offset"])),
             Command.DELETE: lambda h, p: store.delete(h["segment"]),
@@ -80,8 +76,8 @@ class NativeProtocol(BudgetedReceiver):
             Command.UPDATE_ATTRIBUTES: lambda h, p: store.update_attributes(
                 h["segment"], _attribute_updates(h["attributes"])
             ),
-            Command.LIST_SEGMENTS: lambda h, p: _answer(store.list_segments(), lambda names: {"segments": names}),
-            Command.SEGMENT_RATES: lambda h, p: _answer(store.segment_rates(h["segment"]), dataclasses.asdict),
+            Command.LIST_SEGMENTS: lambda h, p: mapped(store.list_segments_future(), lambda names: {"segments": names}),
+            Command.SEGMENT_RATES: lambda h, p: mapped(store.segment_rates_future(h["segment"]), dataclasses.asdict),
         }
 
     def connectionMade(self) -> None:  # noqa: N802 - Twisted's name
@@ -165,7 +161,7 @@ class NativeProtocol(BudgetedReceiver):
 
 
 class NativeFactory(protocol.ServerFactory):
-    def __init__(self, store: SegmentStore, controller: Controller, pool: ThreadPoolExecutor, scaler: Any,
+    def __init__(self, store: SegmentService, controller: Controller, pool: ThreadPoolExecutor, scaler: KafkaScaling,
                  partitions_of: PartitionsOf | None = None,
                  connection_budget_bytes: int = DEFAULT_CONNECTION_BUDGET_BYTES,
                  broker: Broker | None = None, transactions: bool = True) -> None:

@@ -50,7 +50,7 @@ from millrace.store.cluster.containers import SegmentContainerHost
 from millrace.store.cluster.layout import ClusterPaths, NodeInfo, decode_assignment
 from millrace.store.containers.container import SegmentContainer
 from millrace.store.containers.rates import RateConfig, SegmentRates
-from millrace.store.futures import StoreFuture, mapped
+from millrace.store.futures import StoreFuture, mapped, settled
 from millrace.store.scheduler import Scheduler
 from millrace.store.segment_store import container_index
 
@@ -104,14 +104,18 @@ def _gathered(futs: list[StoreFuture[T]], fn: Callable[[list[T]], U]) -> StoreFu
 
 
 class LocalSegments:
-    """The segment operations of the containers this node runs; ``ContainerOfflineError`` for others."""
+    """The ``SegmentService`` of the containers this node runs (in memory, as a ``SegmentStore``'s);
+    ``ContainerOfflineError`` for segments of any other container."""
 
     def __init__(self, host: SegmentContainerHost, container_count: int) -> None:
         self.host = host
         self.container_count = container_count
 
+    def container_id_of(self, name: str) -> int:
+        return container_index(name, self.container_count)
+
     def container_for(self, name: str) -> SegmentContainer:
-        return self.host.container(container_index(name, self.container_count))
+        return self.host.container(self.container_id_of(name))
 
     def create_segment(self, name: str, attributes: dict[str, int] | None = None) -> StoreFuture[None]:
         return self.container_for(name).create_segment(name, attributes or {})
@@ -126,8 +130,14 @@ class LocalSegments:
     def get_info(self, name: str) -> SegmentInfo:
         return self.container_for(name).get_info(name)
 
+    def get_info_future(self, name: str) -> StoreFuture[SegmentInfo]:
+        return settled(lambda: self.get_info(name))
+
     def segment_rates(self, name: str) -> SegmentRates:
         return self.container_for(name).segment_rates(name)
+
+    def segment_rates_future(self, name: str) -> StoreFuture[SegmentRates]:
+        return settled(lambda: self.segment_rates(name))
 
     @property
     def rate_config(self) -> RateConfig:
@@ -161,12 +171,8 @@ class LocalSegments:
                 continue  # stopped since terms() was read: its next owner lists it
         return sorted(names)
 
-
-@dataclass(frozen=True)
-class ContainerRef:
-    """Which container a segment hashes to (what the stream views show of ``SegmentStore.container_for``)."""
-
-    container_id: int
+    def list_segments_future(self) -> StoreFuture[list[str]]:
+        return settled(self.list_segments)
 
 
 @dataclass(frozen=True)
@@ -489,7 +495,7 @@ class ClusterSegmentStore:
 
     def get_info_future(self, name: str) -> StoreFuture[SegmentInfo]:
         """``get_info`` without waiting (what a listener on the reactor calls)."""
-        return self._route(name, lambda s: _now(lambda: s.get_info(name)),
+        return self._route(name, lambda s: s.get_info_future(name),
                            lambda c: mapped(c.request(Command.GET_INFO, {"segment": name}), _segment_info),
                            True)
 
@@ -506,7 +512,7 @@ class ClusterSegmentStore:
 
     def segment_rates_future(self, name: str) -> StoreFuture[SegmentRates]:
         """``segment_rates`` without waiting (what a listener on the reactor calls)."""
-        return self._route(name, lambda s: _now(lambda: s.segment_rates(name)),
+        return self._route(name, lambda s: s.segment_rates_future(name),
                            lambda c: mapped(c.request(Command.SEGMENT_RATES, {"segment": name}), _segment_rates),
                            True)
 
@@ -515,8 +521,8 @@ class ClusterSegmentStore:
         """The rate windows (every node is configured alike)."""
         return self.local.rate_config
 
-    def container_for(self, name: str) -> ContainerRef:
-        return ContainerRef(container_index(name, self.container_count))
+    def container_id_of(self, name: str) -> int:
+        return container_index(name, self.container_count)
 
     def seal(self, name: str) -> StoreFuture[int]:
         return self._route(name, lambda s: s.seal(name),
@@ -550,7 +556,7 @@ class ClusterSegmentStore:
         """``list_segments`` without waiting (what a listener on the reactor calls)."""
         asked: dict[str, StoreFuture[list[str]]] = {}
         for container_id in range(self.container_count):
-            call = _Call(self, container_id, lambda s: _now(s.list_segments),
+            call = _Call(self, container_id, lambda s: s.list_segments_future(),
                          lambda c: mapped(c.request(Command.LIST_SEGMENTS), _segment_names), True)
             owner = self.owner_of(container_id)
             key = owner.node_id if owner is not None else f"unowned-{container_id}"
@@ -558,18 +564,6 @@ class ClusterSegmentStore:
                 call.attempt()
                 asked[key] = call.result
         return _gathered(list(asked.values()), lambda answers: sorted({name for names in answers for name in names}))
-
-
-def _now(fn: Callable[[], T]) -> StoreFuture[T]:
-    """A synchronous local call as a future (its exceptions become the future's)."""
-    fut: StoreFuture[T] = StoreFuture()
-    try:
-        fut.set_result(fn())
-    except ContainerOfflineError:
-        raise  # the router retries this one
-    except Exception as exc:  # noqa: BLE001 - the operation's own failure is the caller's answer
-        fut.set_exception(exc)
-    return fut
 
 
 def _nothing(_: Answer) -> None:

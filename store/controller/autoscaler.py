@@ -33,13 +33,19 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from millrace.store.containers.rates import SegmentRates
 from millrace.store.controller.errors import ScaleConflictError, StreamSealedError
 from millrace.store.controller.records import ScaleReason, ScalingType, SegmentRange, StreamState
 from millrace.store.controller.scaling import equal_split_points
 from millrace.store.errors import SegmentNotFoundError, StreamNotFoundError
+
+if TYPE_CHECKING:
+    from twisted.internet.task import LoopingCall
+
+    from millrace.store.contracts import SegmentService
+    from millrace.store.controller.controller import Controller
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +97,8 @@ RESUMED = "resumed"
 class AutoScaler:
     def __init__(
         self,
-        controller,
-        store,
+        controller: Controller,
+        store: SegmentService,
         clock: Callable[[], float] = time.monotonic,
         config: AutoScalerConfig | None = None,
         boundaries: Boundaries | None = None,
@@ -110,7 +116,7 @@ class AutoScaler:
         self._cooling: dict[tuple[str, str, int], float] = {}  # segment -> when its cooldown began
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._loop: Any = None
+        self._loop: LoopingCall | None = None
 
     # -- one round ---------------------------------------------------------------------------------
     def evaluate_once(self) -> list[ScaleAction]:

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
+from millrace.store.contracts import SegmentService
 from millrace.store.controller.errors import (
     InvalidScaleError,
     InvalidStreamCutError,
@@ -119,7 +120,7 @@ def _epoch_key(scope: str, stream: str, epoch: int) -> bytes:
 
 
 class Controller:
-    def __init__(self, segment_store, table_store: TableStore) -> None:
+    def __init__(self, segment_store: SegmentService, table_store: TableStore) -> None:
         self.store = segment_store
         self.tables = table_store
         self.timeout = table_store.config.timeout  # for each segment-store call

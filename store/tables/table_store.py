@@ -56,7 +56,7 @@ from millrace.store.tables.encoding import (
 )
 
 if TYPE_CHECKING:
-    from millrace.store.segment_store import SegmentService
+    from millrace.store.contracts import SegmentService
 
 MiB = 1024 * 1024
 # Segment attribute marking a segment as a table (value: the encoding format).
@@ -404,7 +404,7 @@ class TableStore:
                 f"key {key!r} is at version {current.version}, expected {expected}"
             )
 
-    def _write(self, table: str, build) -> list[DecodedEntry]:
+    def _write(self, table: str, build: Callable[[_Table], list[EncodedEntry]]) -> list[DecodedEntry]:
         """Check and append under the table lock; on losing a race to another writer of the
         segment, catch up and check again."""
         t = self._table(table)

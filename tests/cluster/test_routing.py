@@ -39,10 +39,11 @@ from millrace.store.cluster.containers import SegmentContainerHost
 from millrace.store.cluster.layout import ClusterPaths, NodeInfo
 from millrace.store.cluster.node import ClusterNode, ClusterNodeConfig
 from millrace.store.cluster.routing import ClusterSegmentStore, LocalSegments
+from millrace.store.contracts import SegmentService
 from millrace.store.controller import Controller, StreamConfiguration
 from millrace.store.controller.controller import SYSTEM_TABLES
 from millrace.store.lts.filesystem import FileSystemChunkStorage
-from millrace.store.segment_store import SegmentService, SegmentStore, container_index
+from millrace.store.segment_store import SegmentStore, container_index
 from millrace.store.tables import NOT_EXISTS, TableStore
 from tests.cluster.proxy import TcpProxy
 from tests.cluster.test_membership import wait_until
@@ -58,11 +59,12 @@ A_CONTAINERS, B_CONTAINERS = {0, 1, 2}, {3, 4}
 
 
 def _conforms(store: type[SegmentService]) -> None:
-    """Type-checked: both stores offer the SegmentService the controller and tables call."""
+    """Type-checked: the three stores offer the SegmentService every caller is typed against."""
 
 
 _conforms(SegmentStore)
 _conforms(ClusterSegmentStore)
+_conforms(LocalSegments)
 
 
 class PeerProcess:

@@ -55,7 +55,7 @@ from millrace.gateway.kafka.consumer_groups.group import (
 )
 from millrace.gateway.kafka.consumer_groups.reconciliation import MemberAssignment, MemberState, reconcile
 from millrace.gateway.kafka.group_store import CONSUMER_GROUPS_TABLE, GROUPS_TABLE
-from millrace.gateway.kafka.groups import CONSUMER_PROTOCOL_TYPE, Group, GroupState, _Api
+from millrace.gateway.kafka.groups import CONSUMER_PROTOCOL_TYPE, Group, GroupState, _Api, _cancel
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -627,9 +627,4 @@ class ConsumerGroupCoordinator:
     @staticmethod
     def state_of(cg: ConsumerGroup) -> ConsumerGroupState:
         return cg.state()
-
-
-def _cancel(timer: Any) -> None:
-    if timer is not None and timer.active():
-        timer.cancel()
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from twisted.internet.interfaces import IDelayedCall
+
 from millrace.gateway.kafka.consumer_groups.assignors import Assignment
 from millrace.gateway.kafka.consumer_groups.reconciliation import MemberAssignment, MemberState
 
@@ -65,8 +67,8 @@ class ConsumerMember:
     since: dict[tuple[uuid.UUID, int], int] = field(default_factory=dict)
     classic: ClassicInfo | None = None  # set for members of the classic protocol
     # transient: timers (session expiry, revocation deadline)
-    session_timer: Any = None
-    rebalance_timer: Any = None
+    session_timer: IDelayedCall | None = None
+    rebalance_timer: IDelayedCall | None = None
 
     @property
     def epoch(self) -> int:

@@ -26,7 +26,7 @@ from millrace.gateway.kafka_protocol.messages.describe_quorum import (
     DescribeQuorumRequest,
     DescribeQuorumResponse,
 )
-from millrace.store.segment_store import SegmentStore
+from millrace.store.contracts import SegmentService
 
 METADATA_TOPIC = "__cluster_metadata"
 LEADER_EPOCH = 1
@@ -36,7 +36,7 @@ METADATA_TABLES = ("_system/_tables/scopes", "_system/_tables/streams", "_system
 _R = DescribeQuorumResponse
 
 
-def metadata_log_end(store: SegmentStore) -> int:
+def metadata_log_end(store: SegmentService) -> int:
     """Blocking: the durable bytes of the controller's system tables (those that exist yet)."""
     return sum(store.get_info(name).length for name in METADATA_TABLES if store.exists(name))
 

@@ -76,7 +76,8 @@ def handle_describe_log_dirs(ctx: RequestContext,
         return _D(throttle_time_ms=0, error_code=0, results=[_D.DescribeLogDirsResult(
             error_code=0, log_dir=broker.config.log_dir, topics=described, total_bytes=total, usable_bytes=usable)])
 
-    return defer.gatherResults([logs, volume], consumeErrors=True).addCallback(answer)
+    both: list[defer.Deferred[Any]] = [logs, volume]
+    return defer.gatherResults(both, consumeErrors=True).addCallback(answer)
 
 
 @api(AlterReplicaLogDirsRequest, 1, 2)

@@ -54,7 +54,7 @@ from millrace.gateway.kafka.partitions.loading import log_start_key
 from millrace.gateway.kafka.partitions.partition import PartitionLog
 from millrace.gateway.kafka.partitions.segments import SegmentWriter
 from millrace.gateway.kafka.topics import TopicInfo
-from millrace.store.segment_store import SegmentStore
+from millrace.store.contracts import SegmentService
 from millrace.store.tables import NOT_EXISTS, TableStore
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ class CleanerHost(Protocol):
     except ``store`` and ``tables``, which the cleaner thread also uses (both are thread-safe)."""
 
     @property
-    def store(self) -> SegmentStore: ...
+    def store(self) -> SegmentService: ...
 
     @property
     def tables(self) -> TableStore: ...

@@ -63,7 +63,7 @@ from millrace.gateway.kafka_protocol.records import (
     compress,
     iter_batches,
 )
-from millrace.store.segment_store import SegmentStore
+from millrace.store.contracts import SegmentService
 from millrace.store.tables import TableStore
 
 COMPACTIONS_TABLE = "_system/_tables/kafka_compactions"
@@ -353,7 +353,7 @@ class CleaningStoppedError(Exception):
     """The cleaner is shutting down: the round gives up (what it wrote is an orphan the next load deletes)."""
 
 
-def _read_source(store: SegmentStore, batches: list[SourceBatch],
+def _read_source(store: SegmentService, batches: list[SourceBatch],
                  stopping: Callable[[], bool] = lambda: False) -> Iterator[BatchView]:
     """The planned batches in order, read in runs of adjacent batches of one segment."""
     i = 0
@@ -377,7 +377,7 @@ def _read_source(store: SegmentStore, batches: list[SourceBatch],
         i = j
 
 
-def clean(store: SegmentStore, plan: CleaningPlan, stopping: Callable[[], bool] = lambda: False) -> CleaningResult:
+def clean(store: SegmentService, plan: CleaningPlan, stopping: Callable[[], bool] = lambda: False) -> CleaningResult:
     """Blocking: clean the planned range into generation ``plan.generation`` (created here, complete,
     index included, and sealed when this returns; the caller makes it current). Raises
     CleaningStoppedError soon after ``stopping()`` turns true."""
@@ -411,19 +411,19 @@ def clean(store: SegmentStore, plan: CleaningPlan, stopping: Callable[[], bool] 
     return result
 
 
-def delete_if_exists(store: SegmentStore, name: str) -> None:
+def delete_if_exists(store: SegmentService, name: str) -> None:
     if store.exists(name):
         store.delete(name).result(BLOCKING_TIMEOUT)
 
 
-def delete_generation(store: SegmentStore, name: str) -> None:
+def delete_generation(store: SegmentService, name: str) -> None:
     """Blocking: a generation's data and index segments, if they exist."""
     for segment in (name, name + INDEX_SUFFIX):
         delete_if_exists(store, segment)
 
 
-def load_compacted(store: SegmentStore, clock: IReactorTime, tables: TableStore, topic: str, scope: str, stream: str,
-                   parts: list[PartitionLog], marker_is_commit: Callable[[SegmentStore, str, IndexEntry], bool]) -> None:
+def load_compacted(store: SegmentService, clock: IReactorTime, tables: TableStore, topic: str, scope: str, stream: str,
+                   parts: list[PartitionLog], marker_is_commit: Callable[[SegmentService, str, IndexEntry], bool]) -> None:
     """Blocking (a topic's load, before any data segment is recovered): give each compacted partition
     its compacted segment's batches, and delete the generations a crash left behind (the one before
     the table's, whose deletion was still delayed, and the one after it, whose round never finished)."""
@@ -441,7 +441,7 @@ def load_compacted(store: SegmentStore, clock: IReactorTime, tables: TableStore,
         parts[number].recovered_compacted(writer, found.entries, commits, record, e.version)
 
 
-def forget_topic(store: SegmentStore, tables: TableStore, topic: str) -> None:
+def forget_topic(store: SegmentService, tables: TableStore, topic: str) -> None:
     """Blocking (a deleted topic): its compacted segments and compactions records."""
     records = list(tables.entries(COMPACTIONS_TABLE, topic.encode() + b"\0"))
     for e in records:

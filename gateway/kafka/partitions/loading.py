@@ -18,7 +18,7 @@ from millrace.gateway.kafka.partitions.partition import PartitionLog
 from millrace.gateway.kafka.partitions.segments import SegmentWriter, read_fully, recover_segment
 from millrace.gateway.kafka.topics import TopicInfo, TopicRegistry
 from millrace.gateway.kafka_protocol.records import ControlRecordType, iter_batches, parse_control_record
-from millrace.store.segment_store import SegmentStore
+from millrace.store.contracts import SegmentService
 from millrace.store.tables import TableStore
 
 LOG_STARTS_TABLE = "_system/_tables/kafka_log_starts"
@@ -37,7 +37,7 @@ def log_start_key(topic: str, partition: int) -> bytes:
     return topic.encode() + b"\0" + str(partition).encode()
 
 
-def load_topic(store: SegmentStore, clock: IReactorTime, topics: TopicRegistry, tables: TableStore,
+def load_topic(store: SegmentService, clock: IReactorTime, topics: TopicRegistry, tables: TableStore,
                topic: TopicInfo) -> LoadedTopic:
     """Blocking: rebuild every partition of ``topic`` from its segments and stored log starts."""
     parts = [PartitionLog(topic.name, p) for p in range(topic.partition_count)]
@@ -67,7 +67,7 @@ def load_topic(store: SegmentStore, clock: IReactorTime, topics: TopicRegistry, 
     return LoadedTopic(topic, parts, writers)
 
 
-def marker_is_commit(store: SegmentStore, segment: str, entry: IndexEntry) -> bool:
+def marker_is_commit(store: SegmentService, segment: str, entry: IndexEntry) -> bool:
     """Blocking: whether the stored marker batch of ``entry`` commits (else it aborts). Markers are a
     few dozen bytes and the index does not keep their kind, so recovery reads each one."""
     batch = next(iter_batches(read_fully(store, segment, entry.position, entry.length)))

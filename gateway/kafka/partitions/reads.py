@@ -16,9 +16,8 @@ from millrace.gateway.futures import to_deferred
 from millrace.gateway.kafka.partitions.formats import ENVELOPE
 from millrace.gateway.kafka.partitions.partition import PartitionLog
 from millrace.gateway.kafka_protocol.records import Record, iter_batches
-from millrace.store.contracts import ReadResult
+from millrace.store.contracts import ReadResult, SegmentService
 from millrace.store.errors import StoreError
-from millrace.store.segment_store import SegmentStore
 
 READ_RUN = 4 << 20  # the most one store read asks for
 
@@ -70,7 +69,7 @@ def planned_size(runs: list[_Run]) -> int:
     return sum(length for run in runs for _, length in run.batches)
 
 
-def read_runs(store: SegmentStore, runs: list[_Run]) -> defer.Deferred[bytes]:
+def read_runs(store: SegmentService, runs: list[_Run]) -> defer.Deferred[bytes]:
     """The batches of planned ``runs``, envelopes stripped."""
     if not runs:
         return defer.succeed(b"")
@@ -91,14 +90,14 @@ def read_runs(store: SegmentStore, runs: list[_Run]) -> defer.Deferred[bytes]:
     return defer.gatherResults(reads, consumeErrors=True).addCallback(assemble)
 
 
-def batch_records(store: SegmentStore, p: PartitionLog, i: int) -> defer.Deferred[list[Record]]:
+def batch_records(store: SegmentService, p: PartitionLog, i: int) -> defer.Deferred[list[Record]]:
     """The decoded records of index entry ``i`` of ``p``."""
     index = p.index
     d = read_range(store, p.segments[index.seg[i]].name, index.pos[i], index.length[i])
     return d.addCallback(lambda blob: list(next(iter_batches(blob)).records()))
 
 
-def read_range(store: SegmentStore, segment: str, offset: int, length: int) -> defer.Deferred[bytes]:
+def read_range(store: SegmentService, segment: str, offset: int, length: int) -> defer.Deferred[bytes]:
     """All of [offset, offset + length) of a segment (the store may answer in pieces)."""
     pieces: list[bytes] = []
     result: defer.Deferred[bytes] = defer.Deferred()

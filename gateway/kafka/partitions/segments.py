@@ -21,7 +21,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from twisted.internet.interfaces import IReactorTime
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.python.failure import Failure
 
 from millrace.gateway.futures import to_deferred
@@ -35,13 +35,13 @@ from millrace.gateway.kafka.partitions.formats import (
 )
 from millrace.gateway.kafka_protocol.records import BATCH_HEADER_SIZE
 from millrace.protocol.errors import ConnectionLostError
+from millrace.store.contracts import SegmentService
 from millrace.store.errors import (
     BadOffsetError,
     ContainerOfflineError,
     SegmentExistsError,
     StoreError,
 )
-from millrace.store.segment_store import SegmentStore
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ BLOCKING_TIMEOUT = 60.0  # seconds a recovery read may take before the load fail
 class SegmentWriter:
     """Appends to one data segment and keeps its index segment in step (reactor thread)."""
 
-    def __init__(self, store: SegmentStore, clock: IReactorTime, name: str, tail: int, index_tail: int) -> None:
+    def __init__(self, store: SegmentService, clock: IReactorTime, name: str, tail: int, index_tail: int) -> None:
         self.store = store
         self.clock = clock
         self.name = name
@@ -62,7 +62,7 @@ class SegmentWriter:
         self.index_tail = index_tail  # where the next index append must land
         self.failed: BaseException | None = None  # set once an append failed: the topic reloads
         self._index_pending: list[bytes] = []
-        self._index_flush: Any = None
+        self._index_flush: IDelayedCall | None = None
         # The index is one byte stream with no gaps (recovery trusts a prefix and scans the data past it):
         # below ``_index_confirmed`` it is known to be in the index segment; ``_index_sent`` holds the
         # bytes [confirmed, index_tail) sent and not yet acknowledged, to send again after a failure.
@@ -236,13 +236,13 @@ class RecoveredSegment:
     attributes: dict[str, int] = field(default_factory=dict)  # the data segment's, as durable
 
 
-def create_index_segment(store: SegmentStore, name: str) -> None:
+def create_index_segment(store: SegmentService, name: str) -> None:
     """Blocking: make sure the data segment ``name`` has its index segment."""
     with contextlib.suppress(SegmentExistsError):
         store.create_segment(name + INDEX_SUFFIX).result(BLOCKING_TIMEOUT)
 
 
-def recover_segment(store: SegmentStore, name: str) -> RecoveredSegment:
+def recover_segment(store: SegmentService, name: str) -> RecoveredSegment:
     """Blocking: load a segment's index segment, then index (and persist) what the data holds past it."""
     index_name = name + INDEX_SUFFIX
     create_index_segment(store, name)
@@ -287,7 +287,7 @@ def recover_segment(store: SegmentStore, name: str) -> RecoveredSegment:
     return found
 
 
-def _scan_data(store: SegmentStore, name: str, start: int, end: int) -> list[IndexEntry]:
+def _scan_data(store: SegmentService, name: str, start: int, end: int) -> list[IndexEntry]:
     entries = []
     pos = start
     while pos < end:
@@ -301,7 +301,7 @@ def _scan_data(store: SegmentStore, name: str, start: int, end: int) -> list[Ind
     return entries
 
 
-def read_fully(store: SegmentStore, name: str, offset: int, length: int) -> bytes:
+def read_fully(store: SegmentService, name: str, offset: int, length: int) -> bytes:
     """Blocking: [offset, offset + length) of a segment, or less if it ends first."""
     out = bytearray()
     while len(out) < length:

@@ -56,6 +56,7 @@ from millrace.gateway.kafka.partitions.watermark import PendingAppend
 from millrace.gateway.kafka.partitions.writer_events import WriterEvents, attribute_key
 from millrace.gateway.kafka.topics import TopicInfo, TopicRegistry, deletes_old_data
 from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka_protocol.primitives import Buffer
 from millrace.gateway.kafka_protocol.records import (
     BatchHeader,
     BatchView,
@@ -69,10 +70,9 @@ from millrace.gateway.kafka_protocol.records import (
 )
 from millrace.protocol import compression
 from millrace.protocol.compression import CompressionError
-from millrace.store.contracts import AttributeUpdate, AttributeUpdateType
+from millrace.store.contracts import AttributeUpdate, AttributeUpdateType, SegmentService
 from millrace.store.controller import SegmentRange
 from millrace.store.errors import SegmentExistsError, SegmentNotFoundError
-from millrace.store.segment_store import SegmentStore
 from millrace.store.tables import TableStore
 
 log = logging.getLogger(__name__)
@@ -189,7 +189,7 @@ class PartitionStorage(Protocol):
         node's copy may be stale (a client told a stale end offset would take it as truncation)."""
         ...
 
-    def append(self, topic: TopicInfo, p: PartitionLog, records: Any, now_ms: int | None = None,
+    def append(self, topic: TopicInfo, p: PartitionLog, records: Buffer | None, now_ms: int | None = None,
                events: WriterEvents | None = None) -> defer.Deferred[int]:
         """Append one produce request's batch; its base offset once the high watermark passes it.
         ``now_ms`` is the broker time its timestamps are checked against (and a LogAppendTime topic
@@ -237,7 +237,7 @@ class Leadership(Protocol):
 class SegmentPartitionStorage(PartitionStorage):
     """Kafka partitions over stream segments: the one owner of all partition state (reactor thread)."""
 
-    def __init__(self, store: SegmentStore, topics: TopicRegistry, tables: TableStore,
+    def __init__(self, store: SegmentService, topics: TopicRegistry, tables: TableStore,
                  blocking: Callable[..., defer.Deferred[Any]], clock: IReactorTime,
                  max_message_bytes: int) -> None:
         """Blocking (makes sure the log-start table exists): construct before the reactor runs."""
@@ -502,7 +502,7 @@ class SegmentPartitionStorage(PartitionStorage):
         before = self._now_ms() - expiration_ms
         return sum(p.producers.expire(before, p.txns.open) for parts in self._topics.values() for p in parts)
 
-    def append(self, topic: TopicInfo, p: PartitionLog, records: Any, now_ms: int | None = None,
+    def append(self, topic: TopicInfo, p: PartitionLog, records: Buffer | None, now_ms: int | None = None,
                events: WriterEvents | None = None) -> defer.Deferred[int]:
         try:
             (batch,) = validate_produce_records(records)
@@ -593,7 +593,7 @@ class SegmentPartitionStorage(PartitionStorage):
         # Runs when the high watermark passes the marker, before the partition's fetchers are woken.
         return self._store(p, writer, memoryview(marker), h, None).addCallback(closed)
 
-    def _store(self, p: PartitionLog, writer: SegmentWriter, batch_data: Any, h: BatchHeader,
+    def _store(self, p: PartitionLog, writer: SegmentWriter, batch_data: memoryview, h: BatchHeader,
                producer: ProducerState | None, events: WriterEvents | None = None) -> defer.Deferred[int]:
         """Give the batch the partition's next offsets and append it; fires once acknowledged."""
         base = p.next_offset

@@ -309,10 +309,9 @@ class TransactionCoordinator:
             self._begin_end(meta, commit=False)
             return defer.succeed((ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1))
         self._initializing.add(transactional_id)
-        if meta.producer_epoch + 1 >= MAX_EPOCH:
-            d = self.broker.blocking(self.broker.producer_ids.allocate)
-        else:
-            d = defer.succeed(None)
+        # A new producer id once the epoch is exhausted, else None: the epoch is bumped.
+        new_id: defer.Deferred[int | None] = (self.broker.blocking(self.broker.producer_ids.allocate)
+                                              if meta.producer_epoch + 1 >= MAX_EPOCH else defer.succeed(None))
 
         def bump(new_pid: int | None) -> defer.Deferred[tuple[ErrorCode, int, int]]:
             if new_pid is not None:
@@ -329,7 +328,7 @@ class TransactionCoordinator:
             meta.updated_ms = _now_ms()
             return self._persist(meta).addCallback(lambda _: (ErrorCode.NONE, meta.producer_id, meta.producer_epoch))
 
-        return d.addCallback(bump).addErrback(self._unavailable, (-1, -1)).addBoth(
+        return new_id.addCallback(bump).addErrback(self._unavailable, (-1, -1)).addBoth(
             self._done_initializing, transactional_id)
 
     def _done_initializing(self, result: Any, transactional_id: str) -> Any:
