@@ -54,6 +54,9 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
                         "(Kafka's producer.id.expiration.ms; checked every --retention-check-seconds)")
     p.add_argument("--native-txn-retention-ms", type=int, default=d.native_txn_retention_ms,
                    help="how long the status of a committed or aborted native transaction stays known")
+    p.add_argument("--group-initial-rebalance-delay-ms", type=int, default=d.group_initial_rebalance_delay_ms,
+                   help="how long a new consumer group's first rebalance waits for more members, extended by each "
+                        "one arriving up to the rebalance timeout (Kafka's group.initial.rebalance.delay.ms)")
     p.add_argument("--log-replicas", default=None, metavar="HOST:PORT,...",
                    help="keep the containers' durable logs on these `millrace logd` replicas instead of local files")
     p.add_argument("--write-quorum", type=int, default=d.write_quorum, help="replicas each log entry is written to")
@@ -298,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
             transaction_check_seconds=args.transaction_check_seconds,
             producer_id_expiration_ms=args.producer_id_expiration_ms,
             native_txn_retention_ms=args.native_txn_retention_ms,
+            group_initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms,
             scale_windows=tuple(float(w) for w in args.scale_windows.split(",")),
             scale_interval_seconds=args.scale_interval_seconds,
             scale_cooldown_seconds=args.scale_cooldown_seconds,

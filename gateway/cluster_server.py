@@ -317,7 +317,9 @@ class ClusterServer:
             retention_check_seconds=options.retention_check_seconds,
             transaction_check_seconds=options.transaction_check_seconds,
             producer_id_expiration_ms=options.producer_id_expiration_ms,
-            native_txn_retention_ms=options.native_txn_retention_ms, log_dir=os.path.abspath(options.data_dir))
+            native_txn_retention_ms=options.native_txn_retention_ms,
+            group_initial_rebalance_delay_ms=options.group_initial_rebalance_delay_ms,
+            log_dir=os.path.abspath(options.data_dir))
         for attempt in itertools.count(1):
             try:
                 tables = TableStore(router)

@@ -47,6 +47,7 @@ class ServerOptions:
     transaction_check_seconds: float = 1.0  # how often Kafka transactions past their timeout are aborted
     producer_id_expiration_ms: int = 86_400_000  # idle producers' idempotence state is forgotten after this
     native_txn_retention_ms: int = 3_600_000  # how long a finished native transaction's status is kept
+    group_initial_rebalance_delay_ms: int = 3000  # a new group's first rebalance waits for more members
     # Auto-scaling: rate windows (seconds, shortest first), how often policies are evaluated, and how
     # long a segment made by a scale is left alone.
     scale_windows: tuple[float, ...] = (2.0, 10.0, 30.0)
@@ -149,6 +150,7 @@ def serve(options: ServerOptions) -> int:
             transaction_check_seconds=options.transaction_check_seconds,
             producer_id_expiration_ms=options.producer_id_expiration_ms,
             native_txn_retention_ms=options.native_txn_retention_ms,
+            group_initial_rebalance_delay_ms=options.group_initial_rebalance_delay_ms,
             log_dir=os.path.abspath(options.data_dir),
         )
         broker, kafka_factory = build_kafka(store, controller, tables, kafka_config, controller_pool)

@@ -162,7 +162,8 @@ class Topics:
 class Broker:
     def __init__(self, tables: TableStore, topics: Topics) -> None:
         self.tables = tables
-        self.config = KafkaConfig()
+        # No initial rebalance delay, as in Kafka's own coordinator tests.
+        self.config = KafkaConfig(group_initial_rebalance_delay_ms=0)
         self.topics = topics
         self.groups = None
 

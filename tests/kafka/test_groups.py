@@ -245,6 +245,27 @@ def test_two_members_rebalance_and_leave(server: ServerProcess) -> None:
         assert heartbeat(b, group, gen + 2, b_id) == E.UNKNOWN_MEMBER_ID
 
 
+def test_initial_rebalance_delay_gathers_members_arriving_together(tmp_path: Any) -> None:
+    """With the server's default group.initial.rebalance.delay.ms (Kafka's 3 s) a new group's first
+    rebalance waits for members still arriving: two members 50 ms apart share generation 1 instead of
+    the first completing alone and the second forcing generation 2."""
+    with ServerProcess(str(tmp_path / "data"), group_initial_rebalance_delay_ms=None) as server, \
+            connect(server) as a, connect(server) as b:
+        group = "g-initial-delay"
+        started = time.monotonic()
+        a_first = a.send(JOIN, 9, join_req(group))
+        a.submit(JOIN, 9, join_req(group, member_id=a_first.member_id))
+        time.sleep(0.05)
+        b_first = b.send(JOIN, 9, join_req(group))
+        b.submit(JOIN, 9, join_req(group, member_id=b_first.member_id))
+        a_join, b_join = a.receive(timeout=15), b.receive(timeout=15)
+        assert a_join.error_code == b_join.error_code == 0
+        assert a_join.generation_id == b_join.generation_id == 1
+        leader = a_join if a_join.members else b_join
+        assert sorted(m.member_id for m in leader.members) == sorted([a_first.member_id, b_first.member_id])
+        assert time.monotonic() - started >= 3.0  # the delay (extended by B's arrival) was waited for
+
+
 def test_leader_leaving_during_join_elects_a_joined_leader(server: ServerProcess) -> None:
     group = "g-leader-leaves"
     with connect(server) as a, connect(server) as b:

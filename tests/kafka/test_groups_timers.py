@@ -52,6 +52,7 @@ class Broker:
 def coordinator(tables: TableStore, clock: Clock | None = None, **config: Any
                 ) -> tuple[GroupCoordinator, Clock, TableStore]:
     clock = clock or Clock()
+    config.setdefault("group_initial_rebalance_delay_ms", 0)  # tests that want Kafka's delay say so
     coord = GroupCoordinator(Broker(tables, KafkaConfig(**config)), clock=clock, offsets_retention_ms=60_000,
                              retention_check_interval_ms=10_000)
     coord.load()
