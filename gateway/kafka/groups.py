@@ -1086,7 +1086,7 @@ class GroupCoordinator:
             if not accepted:
                 return succeed(refused)
             return self._store_offsets(group, accepted).addCallback(lambda result: {**result, **refused})
-        error = self._validate_offset_commit(group, member_id, instance_id, generation_id)
+        error = self._validate_offset_commit(group, member_id, instance_id, generation_id, transactional=False)
         if error is not None:
             return succeed(dict.fromkeys(offsets, error))
         member = group.members.get(member_id)
@@ -1097,8 +1097,11 @@ class GroupCoordinator:
         return self._store_offsets(group, offsets)
 
     @staticmethod
-    def _validate_offset_commit(group: Group, member_id: str, instance_id: str | None,
-                                generation_id: int) -> ErrorCode | None:
+    def _validate_offset_commit(group: Group, member_id: str, instance_id: str | None, generation_id: int,
+                                transactional: bool) -> ErrorCode | None:
+        """Kafka's ClassicGroup.validateOffsetCommit. Transactional commits need no member information
+        (TxnOffsetCommit v0-v2 has none) and are not held back by a rebalance: the transaction, not the
+        group's state, decides when they apply."""
         if group.is_(GroupState.DEAD):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if generation_id < 0 and group.is_(GroupState.EMPTY):
@@ -1110,10 +1113,10 @@ class GroupCoordinator:
                 return error
             if generation_id != group.generation_id:
                 return ErrorCode.ILLEGAL_GENERATION
-        elif not group.is_(GroupState.EMPTY):
+        elif not transactional and not group.is_(GroupState.EMPTY):
             # Without member id and generation only an empty group accepts commits.
             return ErrorCode.UNKNOWN_MEMBER_ID
-        if group.is_(GroupState.COMPLETING_REBALANCE):
+        if not transactional and group.is_(GroupState.COMPLETING_REBALANCE):
             # The member knows the new generation but has no assignment yet.
             return ErrorCode.REBALANCE_IN_PROGRESS
         return None
@@ -1130,7 +1133,7 @@ class GroupCoordinator:
             return ErrorCode.ILLEGAL_GENERATION if generation_id >= 0 else None
         if group.consumer is not None:
             return self.consumer.validate_member_epoch(group.consumer, member_id, generation_id)
-        return self._validate_offset_commit(group, member_id, instance_id, generation_id)
+        return self._validate_offset_commit(group, member_id, instance_id, generation_id, transactional=True)
 
     def commit_transactional_offsets(self, group_id: str, offsets: dict[TopicPartition, OffsetAndMetadata]
                                      ) -> Deferred:

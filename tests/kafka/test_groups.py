@@ -478,6 +478,29 @@ def test_commit_refusals(wire: KafkaWire) -> None:
         ("offs-small", 0): E.GROUP_ID_NOT_FOUND}
 
 
+def test_transactional_commit_without_member_is_accepted_by_a_group_with_members(wire: KafkaWire) -> None:
+    """TxnOffsetCommit v0-v2 carries no member id or generation (aiokafka and older clients send it so):
+    Kafka exempts such transactional commits from the member check OffsetCommit v0 gets, so a consumer
+    group with members takes them, and the offsets appear when the transaction commits."""
+    group, txn_id = "g-txn-no-member", "txn-no-member"
+    create_topic(wire, "txn-in", 1)
+    single_member_group(wire, group)
+    producer = wire.request(22, 1, transactional_id=txn_id, transaction_timeout_ms=60000)
+    assert producer.error_code == 0
+    ids = {"transactional_id": txn_id, "producer_id": producer.producer_id,
+           "producer_epoch": producer.producer_epoch}
+    assert wire.request(25, 1, group_id=group, **ids).error_code == 0  # AddOffsetsToTxn
+    Txn = request_class(28)
+    committed = wire.send(28, 2, Txn(group_id=group, **ids, topics=[Txn.TxnOffsetCommitRequestTopic(
+        name="txn-in", partitions=[Txn.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=7)])]))
+    assert [p.error_code for t in committed.topics for p in t.partitions] == [0]
+    assert wire.request(26, 1, committed=True, **ids).error_code == 0  # EndTxn
+    deadline = time.time() + 10
+    while fetch(wire, group, [("txn-in", 0)])[1][("txn-in", 0)][0] != 7:  # the markers complete it
+        assert time.time() < deadline
+        time.sleep(0.05)
+
+
 def test_standalone_commits_create_a_simple_group(wire: KafkaWire) -> None:
     create_topic(wire, "simple-topic", 2)
     assert commit(wire, "g-simple", {("simple-topic", 0): 42, ("simple-topic", 1): 43}, version=2) == {
