@@ -17,11 +17,11 @@ from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.internet.task import Clock
 
 from millrace.gateway.kafka.broker import KafkaConfig
+from millrace.gateway.kafka.classic_groups.membership import GroupCoordinator, JoinResult, OffsetAndMetadata
 from millrace.gateway.kafka.consumer_groups.assignors import MemberSpec, TopicSpec, range_, uniform
 from millrace.gateway.kafka.consumer_groups.classic_members import decode_assignment
 from millrace.gateway.kafka.consumer_groups.coordinator import HeartbeatRequest, HeartbeatResult
 from millrace.gateway.kafka.consumer_groups.group import ConsumerGroup, ConsumerGroupState
-from millrace.gateway.kafka.groups import GroupCoordinator, JoinResult, OffsetAndMetadata
 from millrace.gateway.kafka_protocol.codec import encode_message
 from millrace.gateway.kafka_protocol.errors import ErrorCode as E
 from millrace.gateway.kafka_protocol.messages.consumer_protocol_assignment import ConsumerProtocolAssignment

@@ -11,8 +11,13 @@ from twisted.internet.defer import maybeDeferred
 from twisted.internet.task import Clock
 
 from millrace.gateway.kafka.broker import KafkaConfig
+from millrace.gateway.kafka.classic_groups.membership import (
+    GroupCoordinator,
+    GroupState,
+    JoinResult,
+    OffsetAndMetadata,
+)
 from millrace.gateway.kafka.group_store import GROUPS_TABLE, OFFSETS_TABLE
-from millrace.gateway.kafka.groups import GroupCoordinator, GroupState, JoinResult, OffsetAndMetadata
 from millrace.gateway.kafka_protocol.errors import ErrorCode as E
 from millrace.store.tables import TableStore
 from tests.storehelpers import open_store

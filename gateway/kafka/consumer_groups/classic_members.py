@@ -33,11 +33,7 @@ import struct
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from millrace.gateway.kafka.consumer_groups.assignors import Assignment
-from millrace.gateway.kafka.consumer_groups.group import ClassicInfo, ConsumerGroup, ConsumerMember
-from millrace.gateway.kafka.consumer_groups.reconciliation import MemberAssignment, MemberState
-from millrace.gateway.kafka.group_store import GROUPS_TABLE
-from millrace.gateway.kafka.groups import (
+from millrace.gateway.kafka.classic_groups.membership import (
     CONSUMER_PROTOCOL_TYPE,
     Group,
     GroupState,
@@ -45,6 +41,10 @@ from millrace.gateway.kafka.groups import (
     Member,
     SyncResult,
 )
+from millrace.gateway.kafka.consumer_groups.assignors import Assignment
+from millrace.gateway.kafka.consumer_groups.group import ClassicInfo, ConsumerGroup, ConsumerMember
+from millrace.gateway.kafka.consumer_groups.reconciliation import MemberAssignment, MemberState
+from millrace.gateway.kafka.group_store import GROUPS_TABLE
 from millrace.gateway.kafka_protocol.codec import KafkaDecodeError, decode_message, encode_message
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.consumer_protocol_assignment import ConsumerProtocolAssignment

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from twisted.internet.defer import Deferred, succeed
 from twisted.python.failure import Failure
 
+from millrace.gateway.kafka.classic_groups.membership import CONSUMER_PROTOCOL_TYPE, Group, GroupState, _Api
 from millrace.gateway.kafka.consumer_groups.assignors import (
     ASSIGNORS,
     DEFAULT_ASSIGNOR,
@@ -55,11 +56,10 @@ from millrace.gateway.kafka.consumer_groups.group import (
 )
 from millrace.gateway.kafka.consumer_groups.reconciliation import MemberAssignment, MemberState, reconcile
 from millrace.gateway.kafka.group_store import CONSUMER_GROUPS_TABLE, GROUPS_TABLE
-from millrace.gateway.kafka.groups import CONSUMER_PROTOCOL_TYPE, Group, GroupState, _Api
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from millrace.gateway.kafka.groups import GroupCoordinator
+    from millrace.gateway.kafka.classic_groups.membership import GroupCoordinator
 
 log = logging.getLogger(__name__)
 

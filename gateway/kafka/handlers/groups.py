@@ -1,6 +1,6 @@
 """Classic group membership: JoinGroup (11), Heartbeat (12), LeaveGroup (13), SyncGroup (14).
 
-The logic is the coordinator's (``gateway.kafka.groups``); these handlers translate each version's
+The logic is the coordinator's (``gateway.kafka.classic_groups.membership``); these handlers translate each version's
 request and response fields.
 """
 
@@ -9,7 +9,12 @@ from __future__ import annotations
 from twisted.internet.defer import Deferred
 
 from millrace.gateway.kafka.broker import RequestContext
-from millrace.gateway.kafka.groups import GroupCoordinator, JoinResult, SyncResult, get_coordinator
+from millrace.gateway.kafka.classic_groups.membership import (
+    GroupCoordinator,
+    JoinResult,
+    SyncResult,
+    get_coordinator,
+)
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse

@@ -11,7 +11,11 @@ from typing import Any
 from twisted.internet.defer import Deferred
 
 from millrace.gateway.kafka.broker import Broker, RequestContext
-from millrace.gateway.kafka.groups import GroupCoordinator, OffsetAndMetadata, get_coordinator
+from millrace.gateway.kafka.classic_groups.membership import (
+    GroupCoordinator,
+    OffsetAndMetadata,
+    get_coordinator,
+)
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.offset_commit import OffsetCommitRequest, OffsetCommitResponse

@@ -37,8 +37,8 @@ from twisted.internet import defer, task
 from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
 
+from millrace.gateway.kafka.classic_groups.membership import get_coordinator
 from millrace.gateway.kafka.group_store import OffsetAndMetadata
-from millrace.gateway.kafka.groups import get_coordinator
 from millrace.gateway.kafka.node_requests import request_node
 from millrace.gateway.kafka.partitions import PartitionError
 from millrace.gateway.kafka.partitions.producers import MARKER_COORDINATOR_EPOCH
