@@ -17,8 +17,8 @@ from millrace.store.segment_store import SegmentStore
 from millrace.store.tables import TableStore
 
 if TYPE_CHECKING:
-    from millrace.gateway.kafka.classic_groups.membership import GroupCoordinator
     from millrace.gateway.kafka.cluster import KafkaCluster
+    from millrace.gateway.kafka.group_coordinator import GroupCoordinator
     from millrace.gateway.kafka.partitions import SegmentPartitionStorage
     from millrace.gateway.kafka.producer_ids import ProducerIdAllocator
     from millrace.gateway.kafka.scaling import KafkaScaling

@@ -11,13 +11,9 @@ from twisted.internet.defer import maybeDeferred
 from twisted.internet.task import Clock
 
 from millrace.gateway.kafka.broker import KafkaConfig
-from millrace.gateway.kafka.classic_groups.membership import (
-    GroupCoordinator,
-    GroupState,
-    JoinResult,
-    OffsetAndMetadata,
-)
-from millrace.gateway.kafka.group_store import GROUPS_TABLE, OFFSETS_TABLE
+from millrace.gateway.kafka.classic_groups.group import GroupState, JoinResult
+from millrace.gateway.kafka.group_coordinator import GroupCoordinator
+from millrace.gateway.kafka.group_store import GROUPS_TABLE, OFFSETS_TABLE, OffsetAndMetadata
 from millrace.gateway.kafka_protocol.errors import ErrorCode as E
 from millrace.store.tables import TableStore
 from tests.storehelpers import open_store
@@ -67,7 +63,7 @@ def coordinator(tables: TableStore, clock: Clock | None = None, **config: Any
 def join(coord: GroupCoordinator, group: str, member_id: str = "", session: int = 10000,
          rebalance: int = 10000) -> Any:
     results: list[JoinResult] = []
-    d = coord.join_group(group, member_id, None, False, False, "client", "/127.0.0.1", rebalance, session,
+    d = coord.membership.join_group(group, member_id, None, False, False, "client", "/127.0.0.1", rebalance, session,
                          "consumer", [("range", b"\x00\x00meta")])
     d.addCallback(results.append)
     return results
@@ -101,15 +97,15 @@ def test_initial_delay_is_bounded_by_the_rebalance_timeout(tables: TableStore) -
 
 def test_offsets_expire_by_retention(tables: TableStore) -> None:
     coord, clock, tables = coordinator(tables)
-    coord.commit_offsets("simple", "", None, -1, {("t", 0): OffsetAndMetadata(5, commit_timestamp=0)}, 9)
+    coord.offsets.commit_offsets("simple", "", None, -1, {("t", 0): OffsetAndMetadata(5, commit_timestamp=0)}, 9)
     # A v2-v4 commit with its own retention time expires on its own schedule.
-    coord.commit_offsets("simple2", "", None, -1, {("u", 0): OffsetAndMetadata(
+    coord.offsets.commit_offsets("simple2", "", None, -1, {("u", 0): OffsetAndMetadata(
         6, commit_timestamp=0, expire_timestamp=5_000)}, 2)
     assert table_len(tables, OFFSETS_TABLE) == 2
     clock.advance(10)  # first periodic check: only the explicit expiry is due
     assert "simple2" not in coord.groups and "simple" in coord.groups
     clock.advance(60)
-    assert coord.expire_offsets() == 0  # the periodic check already removed it
+    assert coord.offsets.expire_offsets() == 0  # the periodic check already removed it
     assert "simple" not in coord.groups
     assert table_len(tables, OFFSETS_TABLE) == 0 and table_len(tables, GROUPS_TABLE) == 0
 
@@ -118,19 +114,19 @@ def test_stable_consumer_group_keeps_offsets_of_subscribed_topics(tables: TableS
     coord, clock, _ = coordinator(tables)
     sub = b"\x00\x00" + b"\x00\x00\x00\x01" + b"\x00\x01t" + b"\xff\xff\xff\xff"  # v0: topics ["t"], null user data
     results: list[JoinResult] = []
-    coord.join_group("c", "", None, False, False, "client", "/h", 100_000, 100_000, "consumer",
+    coord.membership.join_group("c", "", None, False, False, "client", "/h", 100_000, 100_000, "consumer",
                      [("range", sub)]).addCallback(results.append)
     clock.advance(0)
     member, gen = results[0].member_id, results[0].generation_id
     synced: list[Any] = []
-    coord.sync_group("c", gen, member, None, None, None, {member: b""}).addCallback(synced.append)
+    coord.membership.sync_group("c", gen, member, None, None, None, {member: b""}).addCallback(synced.append)
     assert synced[0].error is E.NONE
     now = int(clock.seconds() * 1000)
     offsets = {("t", 0): OffsetAndMetadata(1, commit_timestamp=now), ("u", 0): OffsetAndMetadata(2, commit_timestamp=now)}
-    coord.commit_offsets("c", member, None, gen, offsets, 9)
+    coord.offsets.commit_offsets("c", member, None, gen, offsets, 9)
     for _ in range(7):
         clock.advance(10)
-        coord.heartbeat("c", member, None, gen)
+        coord.membership.heartbeat("c", member, None, gen)
     assert set(coord.groups["c"].offsets) == {("t", 0)}
 
 
@@ -139,14 +135,14 @@ def test_restored_members_must_keep_heartbeating(tables: TableStore) -> None:
     results = join(coord, "g", session=5000)
     clock.advance(0)
     member, gen = results[0].member_id, results[0].generation_id
-    coord.sync_group("g", gen, member, None, None, None, {member: b"assigned"})
+    coord.membership.sync_group("g", gen, member, None, None, None, {member: b"assigned"})
     # A restart: a new coordinator over the same tables brings the member back, session running.
     restarted, clock2, _ = coordinator(tables)
     group = restarted.groups["g"]
     assert group.state is GroupState.STABLE and list(group.members) == [member]
     assert group.members[member].assignment == b"assigned"
     clock2.advance(4)
-    assert restarted.heartbeat("g", member, None, gen) is E.NONE
+    assert restarted.membership.heartbeat("g", member, None, gen) is E.NONE
     clock2.advance(4.9)
     assert member in group.members
     clock2.advance(0.2)  # 5 s since the last heartbeat: gone, and the empty group is persisted
@@ -157,7 +153,7 @@ def test_restored_members_must_keep_heartbeating(tables: TableStore) -> None:
 
 def test_deleted_topic_offsets_are_dropped_at_load(tables: TableStore) -> None:
     coord, _, tables = coordinator(tables)
-    coord.commit_offsets("g", "", None, -1, {("t", 0): OffsetAndMetadata(5), ("u", 1): OffsetAndMetadata(6)}, 9)
+    coord.offsets.commit_offsets("g", "", None, -1, {("t", 0): OffsetAndMetadata(5), ("u", 1): OffsetAndMetadata(6)}, 9)
     broker = Broker(tables, KafkaConfig())
     broker.topics = Topics("t")
     restarted = GroupCoordinator(broker, clock=Clock())
@@ -188,9 +184,9 @@ def test_a_failed_load_answers_coordinator_not_available_then_retries(tables: Ta
     tables = Broken(tables.store)
     coord = GroupCoordinator(Broker(tables, KafkaConfig()), clock=Clock())
     answers: list[Any] = []
-    outcome = coord.call(lambda c: c.heartbeat("g", "m", None, 1))
+    outcome = coord.call(lambda c: c.membership.heartbeat("g", "m", None, 1))
     outcome.addCallback(answers.append)
     assert answers == [E.COORDINATOR_NOT_AVAILABLE] and not coord.loaded
     tables.fail = False
-    assert coord.call(lambda c: c.heartbeat("g", "m", None, 1)).result is E.UNKNOWN_MEMBER_ID
+    assert coord.call(lambda c: c.membership.heartbeat("g", "m", None, 1)).result is E.UNKNOWN_MEMBER_ID
     assert coord.loaded

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from twisted.internet.defer import Deferred, succeed
 from twisted.python.failure import Failure
 
-from millrace.gateway.kafka.classic_groups.membership import CONSUMER_PROTOCOL_TYPE, Group, GroupState, _Api
+from millrace.gateway.kafka.classic_groups.group import CONSUMER_PROTOCOL_TYPE, Group, GroupState
 from millrace.gateway.kafka.consumer_groups.assignors import (
     ASSIGNORS,
     DEFAULT_ASSIGNOR,
@@ -55,11 +55,12 @@ from millrace.gateway.kafka.consumer_groups.group import (
     ConsumerMember,
 )
 from millrace.gateway.kafka.consumer_groups.reconciliation import MemberAssignment, MemberState, reconcile
+from millrace.gateway.kafka.group_status import GroupApi
 from millrace.gateway.kafka.group_store import CONSUMER_GROUPS_TABLE, GROUPS_TABLE
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from millrace.gateway.kafka.classic_groups.membership import GroupCoordinator
+    from millrace.gateway.kafka.group_coordinator import GroupCoordinator
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +131,7 @@ class ConsumerGroupCoordinator:
         return self.classic.broker.topics
 
     def _later(self, seconds: float, fn: Any, *args: Any) -> Any:
-        return self.classic._later(seconds, fn, *args)
+        return self.classic.later(seconds, fn, *args)
 
     def _persist(self, group: ConsumerGroup) -> Deferred:
         if not self._is_current(group):
@@ -163,7 +164,7 @@ class ConsumerGroupCoordinator:
                   ) -> HeartbeatResult | Deferred[HeartbeatResult]:
         try:
             self._validate(req, api_version)
-            status = self.classic._validate_status(req.group_id, _Api.JOIN)
+            status = self.classic.validate_status(req.group_id, GroupApi.JOIN)
             if status is not None:
                 raise _Refused(status, status.description)
             if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
@@ -230,7 +231,7 @@ class ConsumerGroupCoordinator:
                 raise _Refused(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
             return self.classic_members.upgrade(shell)
         else:
-            self.classic._cancel_group_timers(shell)  # members still to send their id (MEMBER_ID_REQUIRED)
+            self.classic.membership.cancel_group_timers(shell)  # members still to send their id (MEMBER_ID_REQUIRED)
             shell.pending_members.clear()
             shell.state = GroupState.EMPTY
             log.info("empty classic group %s is upgraded to the consumer protocol", group_id)
@@ -240,7 +241,7 @@ class ConsumerGroupCoordinator:
             shell.protocol_type = None
             shell.protocol_name = None
         cg = ConsumerGroup(group_id)
-        cg.empty_since = self.classic._now_ms()
+        cg.empty_since = self.classic.now_ms()
         shell.consumer = cg
         return cg
 
@@ -492,7 +493,7 @@ class ConsumerGroupCoordinator:
             cg.assignment_epoch = cg.group_epoch
             cg.target = {}
             cg.topics = {}
-            cg.empty_since = self.classic._now_ms()
+            cg.empty_since = self.classic.now_ms()
 
     # -- timers ------------------------------------------------------------------------------------
     def _touch_session(self, cg: ConsumerGroup, member: ConsumerMember) -> None:
@@ -614,7 +615,7 @@ class ConsumerGroupCoordinator:
 
     # -- ConsumerGroupDescribe ---------------------------------------------------------------------
     def describe(self, group_id: str) -> tuple[ErrorCode, str | None, ConsumerGroup | None]:
-        status = self.classic._validate_status(group_id or None, _Api.DESCRIBE)
+        status = self.classic.validate_status(group_id or None, GroupApi.DESCRIBE)
         if status is not None:
             return status, None, None
         shell = self.classic.groups.get(group_id)

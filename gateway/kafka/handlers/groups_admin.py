@@ -5,7 +5,7 @@ from __future__ import annotations
 from twisted.internet.defer import Deferred
 
 from millrace.gateway.kafka.broker import RequestContext
-from millrace.gateway.kafka.classic_groups.membership import (
+from millrace.gateway.kafka.group_coordinator import (
     GROUP_AUTHORIZED_OPERATIONS,
     GroupCoordinator,
     get_coordinator,
