@@ -183,6 +183,11 @@ class GroupCoordinator:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if self.loading else ErrorCode.COORDINATOR_NOT_AVAILABLE
         return None
 
+    def failure_code(self, failure: Failure) -> ErrorCode:
+        """What a request answers when its write of group state failed (``group_status``): the
+        coordinator's own status first, when it moved or reloads meanwhile."""
+        return store_failure_code(failure, self.coordinator_check() if self.coordinator_check is not None else None)
+
     def later(self, seconds: float, fn: Callable[..., Any], *args: Any) -> Any:
         # Clients may send odd timeouts (a rebalance timeout of -1); a timer cannot run in the past.
         return self.clock.callLater(max(seconds, 0.0), fn, *args)
@@ -260,7 +265,7 @@ class GroupCoordinator:
                 def done(outcome: Any, gid: str = group_id) -> None:
                     if isinstance(outcome, Failure):
                         log.warning("cannot delete group %s: %s", gid, outcome.getErrorMessage())
-                        result[gid] = store_failure_code(outcome)
+                        result[gid] = self.failure_code(outcome)
                     else:
                         result[gid] = ErrorCode.NONE
 

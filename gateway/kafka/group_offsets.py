@@ -137,8 +137,9 @@ class OffsetManager:
         def failed(failure: Failure) -> dict[TopicPartition, ErrorCode]:
             settle()
             log.warning("cannot persist offsets of group %s: %s", group.group_id, failure.getErrorMessage())
+            # Too large for the table: Kafka's answer to a commit beyond its log's limits.
             error = ErrorCode.INVALID_COMMIT_OFFSET_SIZE if failure.check(ValueError) else \
-                ErrorCode.COORDINATOR_NOT_AVAILABLE
+                self.coordinator.failure_code(failure)
             result.update(dict.fromkeys(accepted, error))
             return result
 

@@ -15,6 +15,7 @@ from millrace.gateway.kafka.classic_groups.group import GroupState, JoinResult
 from millrace.gateway.kafka.group_coordinator import GroupCoordinator
 from millrace.gateway.kafka.group_store import GROUPS_TABLE, OFFSETS_TABLE, OffsetAndMetadata
 from millrace.gateway.kafka_protocol.errors import ErrorCode as E
+from millrace.store.errors import ContainerOfflineError, DataCorruptionError, DataLogWriterFencedError
 from millrace.store.tables import TableStore
 from tests.storehelpers import open_store
 
@@ -190,3 +191,52 @@ def test_a_failed_load_answers_coordinator_not_available_then_retries(tables: Ta
     tables.fail = False
     assert coord.call(lambda c: c.membership.heartbeat("g", "m", None, 1)).result is E.UNKNOWN_MEMBER_ID
     assert coord.loaded
+
+
+class FailingWrites(TableStore):
+    """A real table store whose writes fail with ``error`` while it is set."""
+
+    error: BaseException | None = None
+    failed = False
+
+    def put(self, table: str, entries: Any) -> Any:
+        if self.error is not None:
+            self.failed = True
+            raise self.error
+        return super().put(table, entries)
+
+
+@pytest.mark.parametrize(("error", "expected"), [
+    # An unexpected store failure is a server error, not a coordinator to look for elsewhere.
+    (DataCorruptionError("a table record failed its checksum"), E.UNKNOWN_SERVER_ERROR),
+    # This node's hold on the table's log was fenced: another node coordinates now.
+    (DataLogWriterFencedError("epoch superseded"), E.NOT_COORDINATOR),
+    (ContainerOfflineError("container 2 is recovering"), E.COORDINATOR_NOT_AVAILABLE),
+    (TimeoutError("no answer"), E.COORDINATOR_NOT_AVAILABLE),
+])
+def test_a_failed_write_answers_the_code_of_its_cause(tables: TableStore, error: BaseException,
+                                                      expected: E) -> None:
+    failing = FailingWrites(tables.store)
+    coord, clock, _ = coordinator(failing)
+    failing.error = error
+    answers: list[Any] = []
+    coord.offsets.commit_offsets("g", "", None, -1, {("t", 0): OffsetAndMetadata(5)}, 9).addCallback(answers.append)
+    assert answers == [{("t", 0): expected}]
+    # The leader's assignment of a classic group, written before SyncGroup answers, fails the same way.
+    joined = join(coord, "c")
+    clock.advance(0)  # the join completes (no initial delay here)
+    failed: list[Any] = []
+    coord.membership.sync_group("c", 1, joined[0].member_id, None, "consumer", "range",
+                                {joined[0].member_id: b"a"}).addCallback(failed.append)
+    assert failed[0].error is expected
+
+
+def test_a_write_failing_because_the_coordinator_moved_answers_not_coordinator(tables: TableStore) -> None:
+    failing = FailingWrites(tables.store)
+    coord, _, _ = coordinator(failing)
+    failing.error = ContainerOfflineError("container 2 stopped here")
+    # The groups' container moved away while the write was out: from then on this node does not coordinate.
+    coord.coordinator_check = lambda: E.NOT_COORDINATOR if failing.failed else None
+    answers: list[Any] = []
+    coord.offsets.commit_offsets("g", "", None, -1, {("t", 0): OffsetAndMetadata(5)}, 9).addCallback(answers.append)
+    assert failing.failed and answers == [{("t", 0): E.NOT_COORDINATOR}]

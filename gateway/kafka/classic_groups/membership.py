@@ -30,7 +30,7 @@ from millrace.gateway.kafka.classic_groups.group import (
     SyncResult,
     cancel_timer,
 )
-from millrace.gateway.kafka.group_status import GroupApi, store_failure_code
+from millrace.gateway.kafka.group_status import GroupApi
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -223,13 +223,13 @@ class ClassicMembership:
                     log.warning("cannot persist static member %s of group %s: %s", instance_id, group.group_id,
                                 failure.getErrorMessage())
                     if group.generation_id != generation or new_id not in group.members:
-                        group.invoke_join(member, JoinResult("", store_failure_code(failure)))
+                        group.invoke_join(member, JoinResult("", self.coordinator.failure_code(failure)))
                         return
                     group.update_member(member, old_protocols, member.rebalance_timeout_ms,
                                         member.session_timeout_ms, None)
                     old = self._replace_static_member(group, instance_id, new_id, old_id)
                     self.schedule_heartbeat(group, old)
-                    d.callback(JoinResult("", store_failure_code(failure), group.generation_id, group.protocol_type,
+                    d.callback(JoinResult("", self.coordinator.failure_code(failure), group.generation_id, group.protocol_type,
                                           group.protocol_name, current_leader or ""))
 
                 self.coordinator.store.store_group(group.record()).addCallbacks(stored, failed)
@@ -454,7 +454,7 @@ class ClassicMembership:
             def failed(failure: Failure) -> None:
                 log.warning("cannot persist the assignment of group %s: %s", group_id, failure.getErrorMessage())
                 if group.is_(GroupState.COMPLETING_REBALANCE) and group.generation_id == generation:
-                    self._reset_and_propagate_assignment_error(group, store_failure_code(failure))
+                    self._reset_and_propagate_assignment_error(group, self.coordinator.failure_code(failure))
                     self._maybe_prepare_rebalance(group, "the assignment could not be persisted")
 
             self.coordinator.store.store_group(record).addCallbacks(stored, failed)

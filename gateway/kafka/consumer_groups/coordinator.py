@@ -399,7 +399,7 @@ class ConsumerGroupCoordinator:
 
     def _write_failed(self, failure: Failure, cg: ConsumerGroup) -> HeartbeatResult:
         log.warning("cannot persist consumer group %s: %s", cg.group_id, failure.getErrorMessage())
-        return HeartbeatResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, "The coordinator could not store the group.")
+        return HeartbeatResult(self.classic.failure_code(failure), "The coordinator could not store the group.")
 
     # -- epochs, targets, reconciliation -----------------------------------------------------------
     def _resolver(self) -> Callable[[str], list[str]]:
