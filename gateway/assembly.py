@@ -66,6 +66,7 @@ class ServerOptions:
     transaction_check_seconds: float = 1.0  # how often Kafka transactions past their timeout are aborted
     producer_id_expiration_ms: int = 86_400_000  # idle producers' idempotence state is forgotten after this
     native_txn_retention_ms: int = 3_600_000  # how long a finished native transaction's status is kept
+    group_initial_rebalance_delay_ms: int = 3000  # a new group's first rebalance waits for more members
     # Auto-scaling: rate windows (seconds, shortest first), how often policies are evaluated, and how
     # long a segment made by a scale is left alone.
     scale_windows: tuple[float, ...] = (2.0, 10.0, 30.0)
@@ -203,6 +204,7 @@ def kafka_config(options: ServerOptions, advertised_host: str, advertised_port: 
         transaction_check_seconds=options.transaction_check_seconds,
         producer_id_expiration_ms=options.producer_id_expiration_ms,
         native_txn_retention_ms=options.native_txn_retention_ms,
+        group_initial_rebalance_delay_ms=options.group_initial_rebalance_delay_ms,
         log_dir=os.path.abspath(options.data_dir),
     )
 

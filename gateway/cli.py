@@ -57,6 +57,9 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
                         "(Kafka's producer.id.expiration.ms; checked every --retention-check-seconds)")
     p.add_argument("--native-txn-retention-ms", type=int, default=d.native_txn_retention_ms,
                    help="how long the status of a committed or aborted native transaction stays known")
+    p.add_argument("--group-initial-rebalance-delay-ms", type=int, default=d.group_initial_rebalance_delay_ms,
+                   help="how long a new consumer group's first rebalance waits for more members, extended by each "
+                        "one arriving up to the rebalance timeout (Kafka's group.initial.rebalance.delay.ms)")
     p.add_argument("--log-replicas", default=None, metavar="HOST:PORT,...",
                    help="keep the containers' durable logs on these `millrace logd` replicas instead of local files")
     p.add_argument("--write-quorum", type=int, default=d.write_quorum, help="replicas each log entry is written to")

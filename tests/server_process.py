@@ -93,10 +93,14 @@ class MillraceProcess:
 class ServerProcess(MillraceProcess):
     name = "server"
 
-    def __init__(self, data_dir: str, *extra_args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(self, data_dir: str, *extra_args: str, env: dict[str, str] | None = None,
+                 group_initial_rebalance_delay_ms: int | None = 0) -> None:
         super().__init__(env)
         self.data_dir = data_dir
-        self.extra_args = list(extra_args)
+        # A new group's first rebalance does not wait for more members, as in Kafka's test clusters;
+        # None keeps the server's default (Kafka's 3 s).
+        delay = group_initial_rebalance_delay_ms
+        self.extra_args = ([] if delay is None else ["--group-initial-rebalance-delay-ms", str(delay)]) + list(extra_args)
         self.ports: dict[str, int] = {}
 
     def command(self) -> list[str]:

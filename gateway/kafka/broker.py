@@ -19,7 +19,7 @@ from millrace.store.tables import TableStore
 
 if TYPE_CHECKING:
     from millrace.gateway.kafka.cluster import KafkaCluster
-    from millrace.gateway.kafka.groups import GroupCoordinator
+    from millrace.gateway.kafka.group_coordinator import GroupCoordinator
     from millrace.gateway.kafka.partitions import SegmentPartitionStorage
     from millrace.gateway.kafka.producer_ids import ProducerIdAllocator
     from millrace.gateway.kafka.scaling import KafkaScaling
@@ -42,7 +42,8 @@ class KafkaConfig:
     max_request_bytes: int = 100 * 1024 * 1024
     max_message_bytes: int = 8 * 1024 * 1024  # largest record batch accepted
     retention_check_seconds: float = 30.0  # how often retention.ms / retention.bytes are enforced
-    group_initial_rebalance_delay_ms: int = 0
+    # Kafka's group.initial.rebalance.delay.ms: a new group's first rebalance waits this long for more members
+    group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 1000
     group_max_session_timeout_ms: int = 300000
     transaction_check_seconds: float = 1.0  # how often transactions past their timeout are looked for

@@ -41,7 +41,7 @@ from millrace.store.segment_store import container_index
 
 if TYPE_CHECKING:
     from millrace.gateway.kafka.broker import Broker
-    from millrace.gateway.kafka.groups import GroupCoordinator
+    from millrace.gateway.kafka.group_coordinator import GroupCoordinator
     from millrace.gateway.kafka.partitions import SegmentPartitionStorage
     from millrace.gateway.kafka.transactions import TransactionCoordinator
 

@@ -15,7 +15,7 @@ from twisted.python.failure import Failure
 
 from millrace.gateway.kafka.broker import Broker, KafkaConfig
 from millrace.gateway.kafka.connection import KafkaFactory
-from millrace.gateway.kafka.groups import GroupCoordinator
+from millrace.gateway.kafka.group_coordinator import GroupCoordinator
 from millrace.gateway.kafka.partitions import SegmentPartitionStorage
 from millrace.gateway.kafka.producer_ids import ProducerIdAllocator
 from millrace.gateway.kafka.registry import load_handlers

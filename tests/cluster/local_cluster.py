@@ -71,7 +71,8 @@ class LocalClusterCli:
 
     def __init__(self, directory: Path, *up_args: str) -> None:
         self.directory = directory
-        self.up_args = list(up_args)
+        # Nodes' new groups rebalance at once (as in Kafka's test clusters); ``up_args`` may add another value.
+        self.up_args = ["--node-arg=--group-initial-rebalance-delay-ms=0", *up_args]
         self.summary: dict[str, Any] = {}
 
     def up(self, *extra: str) -> dict[str, Any]:

@@ -17,11 +17,13 @@ from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.internet.task import Clock
 
 from millrace.gateway.kafka.broker import KafkaConfig
+from millrace.gateway.kafka.classic_groups.group import JoinResult
 from millrace.gateway.kafka.consumer_groups.assignors import MemberSpec, TopicSpec, range_, uniform
 from millrace.gateway.kafka.consumer_groups.classic_members import decode_assignment
 from millrace.gateway.kafka.consumer_groups.coordinator import HeartbeatRequest, HeartbeatResult
 from millrace.gateway.kafka.consumer_groups.group import ConsumerGroup, ConsumerGroupState
-from millrace.gateway.kafka.groups import GroupCoordinator, JoinResult, OffsetAndMetadata
+from millrace.gateway.kafka.group_coordinator import GroupCoordinator
+from millrace.gateway.kafka.group_store import OffsetAndMetadata
 from millrace.gateway.kafka_protocol.codec import encode_message
 from millrace.gateway.kafka_protocol.errors import ErrorCode as E
 from millrace.gateway.kafka_protocol.messages.consumer_protocol_assignment import ConsumerProtocolAssignment
@@ -162,7 +164,8 @@ class Topics:
 class Broker:
     def __init__(self, tables: TableStore, topics: Topics) -> None:
         self.tables = tables
-        self.config = KafkaConfig()
+        # No initial rebalance delay, as in Kafka's own coordinator tests.
+        self.config = KafkaConfig(group_initial_rebalance_delay_ms=0)
         self.topics = topics
         self.groups = None
 
@@ -422,27 +425,27 @@ def test_offsets_of_consumer_groups_check_the_member_epoch(tables: TableStore) -
     coord, _ = make(tables)
     r = beat(coord, "g", "m", 0, names=["t"])
     om = {("t", 0): OffsetAndMetadata(5)}
-    assert result_of(coord.commit_offsets("g", "m", None, r.member_epoch, om, 9)) == {("t", 0): E.NONE}
-    assert result_of(coord.commit_offsets("g", "m", None, r.member_epoch + 1, om, 9)) == {("t", 0): E.STALE_MEMBER_EPOCH}
-    assert result_of(coord.commit_offsets("g", "x", None, r.member_epoch, om, 9)) == {("t", 0): E.UNKNOWN_MEMBER_ID}
-    assert result_of(coord.commit_offsets("g", "m", None, r.member_epoch, om, 8)) == {("t", 0): E.UNSUPPORTED_VERSION}
-    assert result_of(coord.commit_offsets("g", "", None, -1, om, 9)) == {("t", 0): E.UNKNOWN_MEMBER_ID}
-    assert coord.fetch_offsets("g", None, "m", r.member_epoch) == (E.NONE, om)
-    assert coord.fetch_offsets("g", None, "m", 7)[0] is E.STALE_MEMBER_EPOCH
-    assert coord.fetch_offsets("g", None, "nobody", 1)[0] is E.UNKNOWN_MEMBER_ID
-    assert coord.fetch_offsets("g", None)[0] is E.NONE
+    assert result_of(coord.offsets.commit_offsets("g", "m", None, r.member_epoch, om, 9)) == {("t", 0): E.NONE}
+    assert result_of(coord.offsets.commit_offsets("g", "m", None, r.member_epoch + 1, om, 9)) == {("t", 0): E.STALE_MEMBER_EPOCH}
+    assert result_of(coord.offsets.commit_offsets("g", "x", None, r.member_epoch, om, 9)) == {("t", 0): E.UNKNOWN_MEMBER_ID}
+    assert result_of(coord.offsets.commit_offsets("g", "m", None, r.member_epoch, om, 8)) == {("t", 0): E.UNSUPPORTED_VERSION}
+    assert result_of(coord.offsets.commit_offsets("g", "", None, -1, om, 9)) == {("t", 0): E.UNKNOWN_MEMBER_ID}
+    assert coord.offsets.fetch_offsets("g", None, "m", r.member_epoch) == (E.NONE, om)
+    assert coord.offsets.fetch_offsets("g", None, "m", 7)[0] is E.STALE_MEMBER_EPOCH
+    assert coord.offsets.fetch_offsets("g", None, "nobody", 1)[0] is E.UNKNOWN_MEMBER_ID
+    assert coord.offsets.fetch_offsets("g", None)[0] is E.NONE
     # Classic APIs see it as a consumer group.
     assert coord.list_groups()[1][0].group_type == "consumer"
     assert coord.list_groups(types=["classic"])[1] == []
     assert coord.describe_group("g")[0] is E.GROUP_ID_NOT_FOUND
     joined: list[JoinResult] = []
-    coord.join_group("g", "", None, False, False, "c", "/h", 10_000, 10_000, "consumer",
+    coord.membership.join_group("g", "", None, False, False, "c", "/h", 10_000, 10_000, "consumer",
                      [("range", b"")]).addCallback(joined.append)
     assert joined[0].error is E.INCONSISTENT_GROUP_PROTOCOL
     assert result_of(coord.delete_groups(["g"])) == {"g": E.NON_EMPTY_GROUP}
     beat(coord, "g", "m", -1)
     assert coord.list_groups()[1][0].state == "Empty"
-    assert result_of(coord.commit_offsets("g", "", None, -1, om, 9)) == {("t", 0): E.NONE}
+    assert result_of(coord.offsets.commit_offsets("g", "", None, -1, om, 9)) == {("t", 0): E.NONE}
     assert result_of(coord.delete_groups(["g"])) == {"g": E.NONE}
     assert coord.consumer.describe("g")[0] is E.GROUP_ID_NOT_FOUND
 
@@ -460,35 +463,35 @@ def test_a_commit_at_an_older_epoch_is_accepted_for_partitions_held_since(tables
     lost = 1 - kept
     both = {("t", kept): OffsetAndMetadata(1), ("t", lost): OffsetAndMetadata(1)}
     # The answer that moved a to epoch 2 may cross a commit made at epoch 1.
-    assert result_of(coord.commit_offsets("g", "a", None, 1, both, 9)) == {
+    assert result_of(coord.offsets.commit_offsets("g", "a", None, 1, both, 9)) == {
         ("t", kept): E.NONE, ("t", lost): E.STALE_MEMBER_EPOCH}
     b.leave()
     a.heartbeat()  # gets the other partition back at epoch 3
     assert a.epoch == 3 and a.owned[topics.id("t")] == frozenset({0, 1})
-    assert result_of(coord.commit_offsets("g", "a", None, 2, both, 9)) == {
+    assert result_of(coord.offsets.commit_offsets("g", "a", None, 2, both, 9)) == {
         ("t", kept): E.NONE, ("t", lost): E.STALE_MEMBER_EPOCH}
-    assert result_of(coord.commit_offsets("g", "a", None, 3, both, 9)) == dict.fromkeys(both, E.NONE)
-    assert result_of(coord.commit_offsets("g", "a", None, 4, both, 9)) == dict.fromkeys(both, E.STALE_MEMBER_EPOCH)
+    assert result_of(coord.offsets.commit_offsets("g", "a", None, 3, both, 9)) == dict.fromkeys(both, E.NONE)
+    assert result_of(coord.offsets.commit_offsets("g", "a", None, 4, both, 9)) == dict.fromkeys(both, E.STALE_MEMBER_EPOCH)
 
 
 def test_empty_classic_group_upgrades_and_empty_consumer_group_downgrades(tables: TableStore) -> None:
     coord, _ = make(tables)
     joined: list[JoinResult] = []
-    coord.join_group("g", "", None, False, False, "c", "/h", 10_000, 10_000, "consumer",
+    coord.membership.join_group("g", "", None, False, False, "c", "/h", 10_000, 10_000, "consumer",
                      [("range", b"")]).addCallback(joined.append)
     coord.clock.advance(0.1)
     assert joined and joined[0].error is E.NONE
     member, generation = joined[0].member_id, joined[0].generation_id
-    assert result_of(coord.sync_group("g", generation, member, None, None, None, {member: b""})).error is E.NONE
-    assert result_of(coord.commit_offsets("g", member, None, generation, {("t", 1): OffsetAndMetadata(42)}, 8)
+    assert result_of(coord.membership.sync_group("g", generation, member, None, None, None, {member: b""})).error is E.NONE
+    assert result_of(coord.offsets.commit_offsets("g", member, None, generation, {("t", 1): OffsetAndMetadata(42)}, 8)
                      ) == {("t", 1): E.NONE}
-    assert coord.leave_group("g", [(joined[0].member_id, None)])[1] == [E.NONE]
+    assert coord.membership.leave_group("g", [(joined[0].member_id, None)])[1] == [E.NONE]
     r = beat(coord, "g", "m", 0, names=["t"])
     assert r.error is E.NONE and r.member_epoch == 1
-    assert coord.fetch_offsets("g", [("t", 1)], "m", 1)[1][("t", 1)].offset == 42  # offsets kept
+    assert coord.offsets.fetch_offsets("g", [("t", 1)], "m", 1)[1][("t", 1)].offset == 42  # offsets kept
     beat(coord, "g", "m", -1)
     joined.clear()
-    coord.join_group("g", "", None, False, False, "c", "/h", 10_000, 10_000, "consumer",
+    coord.membership.join_group("g", "", None, False, False, "c", "/h", 10_000, 10_000, "consumer",
                      [("range", b"")]).addCallback(joined.append)
     coord.clock.advance(0.1)
     assert joined[0].error is E.NONE and coord.groups["g"].consumer is None
@@ -514,7 +517,7 @@ def partitions_of(data: bytes) -> dict[str, set[int]]:
 
 def classic_join(coord: GroupCoordinator, member_id: str, sub: bytes, protocol_type: str = "consumer") -> JoinResult:
     out: list[JoinResult] = []
-    coord.join_group("g", member_id, None, False, True, "classic", "/h", 10_000, 10_000, protocol_type,
+    coord.membership.join_group("g", member_id, None, False, True, "classic", "/h", 10_000, 10_000, protocol_type,
                      [("range", sub)]).addCallback(out.append)
     coord.clock.advance(0.1)
     assert out
@@ -524,7 +527,7 @@ def classic_join(coord: GroupCoordinator, member_id: str, sub: bytes, protocol_t
 def stable_classic_group(coord: GroupCoordinator, protocol_type: str = "consumer") -> tuple[str, int]:
     j = classic_join(coord, "", subscription(["t"]), protocol_type)
     assert j.error is E.NONE
-    sync = result_of(coord.sync_group("g", j.generation_id, j.member_id, None, None, None,
+    sync = result_of(coord.membership.sync_group("g", j.generation_id, j.member_id, None, None, None,
                                       {j.member_id: assignment_bytes({"t": list(range(6))})}))
     assert sync.error is E.NONE
     return j.member_id, j.generation_id
@@ -535,41 +538,41 @@ def test_online_upgrade_of_a_classic_group_with_members(tables: TableStore, coop
     coord, _ = make(tables)
     tid = Topics(t=6).id("t")
     classic, generation = stable_classic_group(coord)
-    result_of(coord.commit_offsets("g", classic, None, generation, {("t", 0): OffsetAndMetadata(5)}, 8))
+    result_of(coord.offsets.commit_offsets("g", classic, None, generation, {("t", 0): OffsetAndMetadata(5)}, 8))
     m = Client(coord, "g", "m", ["t"])
     m.heartbeat()  # the group is upgraded; everything is still the classic member's
     cg = group_of(coord, "g")
     assert cg.members[classic].epoch == generation and cg.members[classic].classic is not None
     assert not m.owned and m.epoch == generation + 1
     assert coord.list_groups()[1][0].group_type == "consumer"
-    assert coord.fetch_offsets("g", [("t", 0)])[1][("t", 0)].offset == 5  # offsets kept
+    assert coord.offsets.fetch_offsets("g", [("t", 0)])[1][("t", 0)].offset == 5  # offsets kept
     # The classic member learns of the new epoch from its heartbeat and rejoins.
-    assert coord.heartbeat("g", classic, None, generation) is E.REBALANCE_IN_PROGRESS
+    assert coord.membership.heartbeat("g", classic, None, generation) is E.REBALANCE_IN_PROGRESS
     owned = {"t": list(range(6))} if cooperative else {}  # eager clients revoke everything first
     j = classic_join(coord, classic, subscription(["t"], owned))
     assert (j.error, j.leader_id, j.members, j.protocol_name) == (E.NONE, "", [], "range")
     if cooperative:
         assert j.generation_id == generation  # still revoking at its epoch
-        sync = result_of(coord.sync_group("g", j.generation_id, classic, None, "consumer", "range", {}))
+        sync = result_of(coord.membership.sync_group("g", j.generation_id, classic, None, "consumer", "range", {}))
         kept = partitions_of(sync.assignment)["t"]
         assert len(kept) == 3
         m.heartbeat()
         assert not m.owned  # the cooperative member has not released them yet
-        assert coord.heartbeat("g", classic, None, generation) is E.REBALANCE_IN_PROGRESS
+        assert coord.membership.heartbeat("g", classic, None, generation) is E.REBALANCE_IN_PROGRESS
         j = classic_join(coord, classic, subscription(["t"], {"t": sorted(kept)}))
     assert j.generation_id == generation + 1
-    sync = result_of(coord.sync_group("g", j.generation_id, classic, None, "consumer", "range", {}))
+    sync = result_of(coord.membership.sync_group("g", j.generation_id, classic, None, "consumer", "range", {}))
     assert sync.error is E.NONE
     mine = partitions_of(sync.assignment)["t"]
     m.heartbeat()
     assert len(mine) == 3 and m.owned == {tid: frozenset(range(6)) - mine}
-    assert coord.heartbeat("g", classic, None, j.generation_id) is E.NONE
-    assert coord.heartbeat("g", classic, None, generation) is E.ILLEGAL_GENERATION
+    assert coord.membership.heartbeat("g", classic, None, j.generation_id) is E.NONE
+    assert coord.membership.heartbeat("g", classic, None, generation) is E.ILLEGAL_GENERATION
     om = {("t", min(mine)): OffsetAndMetadata(9)}
-    assert result_of(coord.commit_offsets("g", classic, None, j.generation_id, om, 8)) == dict.fromkeys(om, E.NONE)
-    assert result_of(coord.commit_offsets("g", classic, None, generation, om, 8)) == dict.fromkeys(
+    assert result_of(coord.offsets.commit_offsets("g", classic, None, j.generation_id, om, 8)) == dict.fromkeys(om, E.NONE)
+    assert result_of(coord.offsets.commit_offsets("g", classic, None, generation, om, 8)) == dict.fromkeys(
         om, E.ILLEGAL_GENERATION)
-    assert coord.leave_group("g", [(classic, None)]) == (E.NONE, [E.NONE])
+    assert coord.membership.leave_group("g", [(classic, None)]) == (E.NONE, [E.NONE])
     m.heartbeat()
     assert m.owned == {tid: frozenset(range(6))}
 
@@ -579,19 +582,19 @@ def test_online_downgrade_when_the_last_consumer_protocol_member_leaves(tables: 
     classic, generation = stable_classic_group(coord)
     m = Client(coord, "g", "m", ["t"])
     m.heartbeat()
-    assert coord.heartbeat("g", classic, None, generation) is E.REBALANCE_IN_PROGRESS
+    assert coord.membership.heartbeat("g", classic, None, generation) is E.REBALANCE_IN_PROGRESS
     j = classic_join(coord, classic, subscription(["t"]))
-    result_of(coord.sync_group("g", j.generation_id, classic, None, "consumer", "range", {}))
+    result_of(coord.membership.sync_group("g", j.generation_id, classic, None, "consumer", "range", {}))
     m.heartbeat()
     m.leave()
     # Only the classic member is left: a classic group again, which rebalances.
     shell = coord.groups["g"]
     assert shell.consumer is None and shell.state.value == "PreparingRebalance"
     assert coord.list_groups()[1][0].group_type == "classic"
-    assert coord.heartbeat("g", classic, None, j.generation_id) is E.REBALANCE_IN_PROGRESS
+    assert coord.membership.heartbeat("g", classic, None, j.generation_id) is E.REBALANCE_IN_PROGRESS
     j2 = classic_join(coord, classic, subscription(["t"]))
     assert (j2.error, j2.generation_id, j2.leader_id) == (E.NONE, j.generation_id + 1, classic)
-    sync = result_of(coord.sync_group("g", j2.generation_id, classic, None, "consumer", "range",
+    sync = result_of(coord.membership.sync_group("g", j2.generation_id, classic, None, "consumer", "range",
                                       {classic: assignment_bytes({"t": list(range(6))})}))
     assert sync.error is E.NONE and coord.describe_group("g")[1].state == "Stable"
     # Restarted, it is still the classic group.

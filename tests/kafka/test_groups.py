@@ -245,6 +245,27 @@ def test_two_members_rebalance_and_leave(server: ServerProcess) -> None:
         assert heartbeat(b, group, gen + 2, b_id) == E.UNKNOWN_MEMBER_ID
 
 
+def test_initial_rebalance_delay_gathers_members_arriving_together(tmp_path: Any) -> None:
+    """With the server's default group.initial.rebalance.delay.ms (Kafka's 3 s) a new group's first
+    rebalance waits for members still arriving: two members 50 ms apart share generation 1 instead of
+    the first completing alone and the second forcing generation 2."""
+    with ServerProcess(str(tmp_path / "data"), group_initial_rebalance_delay_ms=None) as server, \
+            connect(server) as a, connect(server) as b:
+        group = "g-initial-delay"
+        started = time.monotonic()
+        a_first = a.send(JOIN, 9, join_req(group))
+        a.submit(JOIN, 9, join_req(group, member_id=a_first.member_id))
+        time.sleep(0.05)
+        b_first = b.send(JOIN, 9, join_req(group))
+        b.submit(JOIN, 9, join_req(group, member_id=b_first.member_id))
+        a_join, b_join = a.receive(timeout=15), b.receive(timeout=15)
+        assert a_join.error_code == b_join.error_code == 0
+        assert a_join.generation_id == b_join.generation_id == 1
+        leader = a_join if a_join.members else b_join
+        assert sorted(m.member_id for m in leader.members) == sorted([a_first.member_id, b_first.member_id])
+        assert time.monotonic() - started >= 3.0  # the delay (extended by B's arrival) was waited for
+
+
 def test_leader_leaving_during_join_elects_a_joined_leader(server: ServerProcess) -> None:
     group = "g-leader-leaves"
     with connect(server) as a, connect(server) as b:
@@ -455,6 +476,29 @@ def test_commit_refusals(wire: KafkaWire) -> None:
         ("offs-small", 0): E.ILLEGAL_GENERATION}
     assert commit(wire, "g-absent", {("offs-small", 0): 1}, version=9, generation=3, member_id="m") == {
         ("offs-small", 0): E.GROUP_ID_NOT_FOUND}
+
+
+def test_transactional_commit_without_member_is_accepted_by_a_group_with_members(wire: KafkaWire) -> None:
+    """TxnOffsetCommit v0-v2 carries no member id or generation (aiokafka and older clients send it so):
+    Kafka exempts such transactional commits from the member check OffsetCommit v0 gets, so a consumer
+    group with members takes them, and the offsets appear when the transaction commits."""
+    group, txn_id = "g-txn-no-member", "txn-no-member"
+    create_topic(wire, "txn-in", 1)
+    single_member_group(wire, group)
+    producer = wire.request(22, 1, transactional_id=txn_id, transaction_timeout_ms=60000)
+    assert producer.error_code == 0
+    ids = {"transactional_id": txn_id, "producer_id": producer.producer_id,
+           "producer_epoch": producer.producer_epoch}
+    assert wire.request(25, 1, group_id=group, **ids).error_code == 0  # AddOffsetsToTxn
+    Txn = request_class(28)
+    committed = wire.send(28, 2, Txn(group_id=group, **ids, topics=[Txn.TxnOffsetCommitRequestTopic(
+        name="txn-in", partitions=[Txn.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=7)])]))
+    assert [p.error_code for t in committed.topics for p in t.partitions] == [0]
+    assert wire.request(26, 1, committed=True, **ids).error_code == 0  # EndTxn
+    deadline = time.time() + 10
+    while fetch(wire, group, [("txn-in", 0)])[1][("txn-in", 0)][0] != 7:  # the markers complete it
+        assert time.time() < deadline
+        time.sleep(0.05)
 
 
 def test_standalone_commits_create_a_simple_group(wire: KafkaWire) -> None:

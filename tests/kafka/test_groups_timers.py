@@ -11,9 +11,11 @@ from twisted.internet.defer import maybeDeferred
 from twisted.internet.task import Clock
 
 from millrace.gateway.kafka.broker import KafkaConfig
-from millrace.gateway.kafka.group_store import GROUPS_TABLE, OFFSETS_TABLE
-from millrace.gateway.kafka.groups import GroupCoordinator, GroupState, JoinResult, OffsetAndMetadata
+from millrace.gateway.kafka.classic_groups.group import GroupState, JoinResult
+from millrace.gateway.kafka.group_coordinator import GroupCoordinator
+from millrace.gateway.kafka.group_store import GROUPS_TABLE, OFFSETS_TABLE, OffsetAndMetadata
 from millrace.gateway.kafka_protocol.errors import ErrorCode as E
+from millrace.store.errors import ContainerOfflineError, DataCorruptionError, DataLogWriterFencedError
 from millrace.store.tables import TableStore
 from tests.storehelpers import open_store
 
@@ -52,6 +54,7 @@ class Broker:
 def coordinator(tables: TableStore, clock: Clock | None = None, **config: Any
                 ) -> tuple[GroupCoordinator, Clock, TableStore]:
     clock = clock or Clock()
+    config.setdefault("group_initial_rebalance_delay_ms", 0)  # tests that want Kafka's delay say so
     coord = GroupCoordinator(Broker(tables, KafkaConfig(**config)), clock=clock, offsets_retention_ms=60_000,
                              retention_check_interval_ms=10_000)
     coord.load()
@@ -61,7 +64,7 @@ def coordinator(tables: TableStore, clock: Clock | None = None, **config: Any
 def join(coord: GroupCoordinator, group: str, member_id: str = "", session: int = 10000,
          rebalance: int = 10000) -> Any:
     results: list[JoinResult] = []
-    d = coord.join_group(group, member_id, None, False, False, "client", "/127.0.0.1", rebalance, session,
+    d = coord.membership.join_group(group, member_id, None, False, False, "client", "/127.0.0.1", rebalance, session,
                          "consumer", [("range", b"\x00\x00meta")])
     d.addCallback(results.append)
     return results
@@ -95,15 +98,15 @@ def test_initial_delay_is_bounded_by_the_rebalance_timeout(tables: TableStore) -
 
 def test_offsets_expire_by_retention(tables: TableStore) -> None:
     coord, clock, tables = coordinator(tables)
-    coord.commit_offsets("simple", "", None, -1, {("t", 0): OffsetAndMetadata(5, commit_timestamp=0)}, 9)
+    coord.offsets.commit_offsets("simple", "", None, -1, {("t", 0): OffsetAndMetadata(5, commit_timestamp=0)}, 9)
     # A v2-v4 commit with its own retention time expires on its own schedule.
-    coord.commit_offsets("simple2", "", None, -1, {("u", 0): OffsetAndMetadata(
+    coord.offsets.commit_offsets("simple2", "", None, -1, {("u", 0): OffsetAndMetadata(
         6, commit_timestamp=0, expire_timestamp=5_000)}, 2)
     assert table_len(tables, OFFSETS_TABLE) == 2
     clock.advance(10)  # first periodic check: only the explicit expiry is due
     assert "simple2" not in coord.groups and "simple" in coord.groups
     clock.advance(60)
-    assert coord.expire_offsets() == 0  # the periodic check already removed it
+    assert coord.offsets.expire_offsets() == 0  # the periodic check already removed it
     assert "simple" not in coord.groups
     assert table_len(tables, OFFSETS_TABLE) == 0 and table_len(tables, GROUPS_TABLE) == 0
 
@@ -112,19 +115,19 @@ def test_stable_consumer_group_keeps_offsets_of_subscribed_topics(tables: TableS
     coord, clock, _ = coordinator(tables)
     sub = b"\x00\x00" + b"\x00\x00\x00\x01" + b"\x00\x01t" + b"\xff\xff\xff\xff"  # v0: topics ["t"], null user data
     results: list[JoinResult] = []
-    coord.join_group("c", "", None, False, False, "client", "/h", 100_000, 100_000, "consumer",
+    coord.membership.join_group("c", "", None, False, False, "client", "/h", 100_000, 100_000, "consumer",
                      [("range", sub)]).addCallback(results.append)
     clock.advance(0)
     member, gen = results[0].member_id, results[0].generation_id
     synced: list[Any] = []
-    coord.sync_group("c", gen, member, None, None, None, {member: b""}).addCallback(synced.append)
+    coord.membership.sync_group("c", gen, member, None, None, None, {member: b""}).addCallback(synced.append)
     assert synced[0].error is E.NONE
     now = int(clock.seconds() * 1000)
     offsets = {("t", 0): OffsetAndMetadata(1, commit_timestamp=now), ("u", 0): OffsetAndMetadata(2, commit_timestamp=now)}
-    coord.commit_offsets("c", member, None, gen, offsets, 9)
+    coord.offsets.commit_offsets("c", member, None, gen, offsets, 9)
     for _ in range(7):
         clock.advance(10)
-        coord.heartbeat("c", member, None, gen)
+        coord.membership.heartbeat("c", member, None, gen)
     assert set(coord.groups["c"].offsets) == {("t", 0)}
 
 
@@ -133,14 +136,14 @@ def test_restored_members_must_keep_heartbeating(tables: TableStore) -> None:
     results = join(coord, "g", session=5000)
     clock.advance(0)
     member, gen = results[0].member_id, results[0].generation_id
-    coord.sync_group("g", gen, member, None, None, None, {member: b"assigned"})
+    coord.membership.sync_group("g", gen, member, None, None, None, {member: b"assigned"})
     # A restart: a new coordinator over the same tables brings the member back, session running.
     restarted, clock2, _ = coordinator(tables)
     group = restarted.groups["g"]
     assert group.state is GroupState.STABLE and list(group.members) == [member]
     assert group.members[member].assignment == b"assigned"
     clock2.advance(4)
-    assert restarted.heartbeat("g", member, None, gen) is E.NONE
+    assert restarted.membership.heartbeat("g", member, None, gen) is E.NONE
     clock2.advance(4.9)
     assert member in group.members
     clock2.advance(0.2)  # 5 s since the last heartbeat: gone, and the empty group is persisted
@@ -151,7 +154,7 @@ def test_restored_members_must_keep_heartbeating(tables: TableStore) -> None:
 
 def test_deleted_topic_offsets_are_dropped_at_load(tables: TableStore) -> None:
     coord, _, tables = coordinator(tables)
-    coord.commit_offsets("g", "", None, -1, {("t", 0): OffsetAndMetadata(5), ("u", 1): OffsetAndMetadata(6)}, 9)
+    coord.offsets.commit_offsets("g", "", None, -1, {("t", 0): OffsetAndMetadata(5), ("u", 1): OffsetAndMetadata(6)}, 9)
     broker = Broker(tables, KafkaConfig())
     broker.topics = Topics("t")
     restarted = GroupCoordinator(broker, clock=Clock())
@@ -182,9 +185,58 @@ def test_a_failed_load_answers_coordinator_not_available_then_retries(tables: Ta
     tables = Broken(tables.store)
     coord = GroupCoordinator(Broker(tables, KafkaConfig()), clock=Clock())
     answers: list[Any] = []
-    outcome = coord.call(lambda c: c.heartbeat("g", "m", None, 1))
+    outcome = coord.call(lambda c: c.membership.heartbeat("g", "m", None, 1))
     outcome.addCallback(answers.append)
     assert answers == [E.COORDINATOR_NOT_AVAILABLE] and not coord.loaded
     tables.fail = False
-    assert coord.call(lambda c: c.heartbeat("g", "m", None, 1)).result is E.UNKNOWN_MEMBER_ID
+    assert coord.call(lambda c: c.membership.heartbeat("g", "m", None, 1)).result is E.UNKNOWN_MEMBER_ID
     assert coord.loaded
+
+
+class FailingWrites(TableStore):
+    """A real table store whose writes fail with ``error`` while it is set."""
+
+    error: BaseException | None = None
+    failed = False
+
+    def put(self, table: str, entries: Any) -> Any:
+        if self.error is not None:
+            self.failed = True
+            raise self.error
+        return super().put(table, entries)
+
+
+@pytest.mark.parametrize(("error", "expected"), [
+    # An unexpected store failure is a server error, not a coordinator to look for elsewhere.
+    (DataCorruptionError("a table record failed its checksum"), E.UNKNOWN_SERVER_ERROR),
+    # This node's hold on the table's log was fenced: another node coordinates now.
+    (DataLogWriterFencedError("epoch superseded"), E.NOT_COORDINATOR),
+    (ContainerOfflineError("container 2 is recovering"), E.COORDINATOR_NOT_AVAILABLE),
+    (TimeoutError("no answer"), E.COORDINATOR_NOT_AVAILABLE),
+])
+def test_a_failed_write_answers_the_code_of_its_cause(tables: TableStore, error: BaseException,
+                                                      expected: E) -> None:
+    failing = FailingWrites(tables.store)
+    coord, clock, _ = coordinator(failing)
+    failing.error = error
+    answers: list[Any] = []
+    coord.offsets.commit_offsets("g", "", None, -1, {("t", 0): OffsetAndMetadata(5)}, 9).addCallback(answers.append)
+    assert answers == [{("t", 0): expected}]
+    # The leader's assignment of a classic group, written before SyncGroup answers, fails the same way.
+    joined = join(coord, "c")
+    clock.advance(0)  # the join completes (no initial delay here)
+    failed: list[Any] = []
+    coord.membership.sync_group("c", 1, joined[0].member_id, None, "consumer", "range",
+                                {joined[0].member_id: b"a"}).addCallback(failed.append)
+    assert failed[0].error is expected
+
+
+def test_a_write_failing_because_the_coordinator_moved_answers_not_coordinator(tables: TableStore) -> None:
+    failing = FailingWrites(tables.store)
+    coord, _, _ = coordinator(failing)
+    failing.error = ContainerOfflineError("container 2 stopped here")
+    # The groups' container moved away while the write was out: from then on this node does not coordinate.
+    coord.coordinator_check = lambda: E.NOT_COORDINATOR if failing.failed else None
+    answers: list[Any] = []
+    coord.offsets.commit_offsets("g", "", None, -1, {("t", 0): OffsetAndMetadata(5)}, 9).addCallback(answers.append)
+    assert failing.failed and answers == [{("t", 0): E.NOT_COORDINATOR}]

@@ -1,6 +1,7 @@
 """Metadata over a real server, spoken with our own codec so every version (0..12) is exercised:
 brokers, partitions led by this node, all-topics forms, lookups by topic id, authorized operations,
-auto-creation (on, refused by the request, off on the server), invalid names, and a restart."""
+auto-creation (on, refused by the request, off on the server), invalid names, a restart, and the
+internal topics with what clients can do with them."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 
 from millrace.gateway.kafka_protocol.codec import request_class
 from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka_protocol.records import NewRecord, build_record_batch
 from tests.kafka.wire import KafkaWire, local
 from tests.server_process import ServerProcess
 
@@ -103,6 +105,55 @@ def test_authorized_operations_when_asked(wire):
     assert only(r, "md-ops").topic_authorized_operations == TOPIC_OPS
 
 
+INTERNAL = ["__consumer_offsets", "__transaction_state"]
+
+
+def test_internal_topics_are_listed_and_described_as_kafka_lists_them(wire):
+    """Kafka lists __consumer_offsets and __transaction_state, flagged internal, among every topic and when
+    named (consumers with exclude.internal.topics drop them themselves): one partition each here, led by
+    the node FindCoordinator names for groups and transactional ids (this one)."""
+    for version in (1, 9, 12):
+        every = {t.name: t for t in wire.metadata(version, None).topics}
+        named = wire.metadata(version, INTERNAL).topics
+        assert [t.name for t in named] == INTERNAL
+        for t in named:
+            assert t.error_code == 0 and t.is_internal and every[t.name].is_internal
+            assert [(p.partition_index, p.error_code, p.leader_id, p.replica_nodes) for p in t.partitions] == [
+                (0, 0, 0, [0])]
+        assert not any(t.is_internal for name, t in every.items() if name not in INTERNAL)
+    ids = {t.name: t.topic_id for t in wire.metadata(12, INTERNAL).topics}
+    assert ZERO not in ids.values()
+    by_id = wire.send(METADATA, 12, M(topics=[M.MetadataRequestTopic(topic_id=ids["__consumer_offsets"], name=None)]))
+    assert (by_id.topics[0].name, by_id.topics[0].is_internal) == ("__consumer_offsets", True)
+    for key_type in (0, 1):  # the coordinator of every group and transactional id leads partition 0
+        found = wire.request(10, 3, key="any", key_type=key_type)
+        assert (found.error_code, found.node_id) == (0, 0)
+    described = wire.request(75, 0, topics=[request_class(75).TopicRequest(name=n) for n in INTERNAL],
+                             response_partition_limit=10, cursor=None)
+    assert [(t.name, t.error_code, t.is_internal, t.topic_id, [p.leader_id for p in t.partitions])
+            for t in described.topics] == [(n, 0, True, ids[n], [0]) for n in INTERNAL]
+    # Asking for them created nothing: CreateTopics finds them existing.
+    created = wire.send(CREATE_TOPICS, 7, CT(topics=[CT.CreatableTopic(
+        name="__consumer_offsets", num_partitions=1, replication_factor=-1)], timeout_ms=10000))
+    assert created.topics[0].error_code == ErrorCode.TOPIC_ALREADY_EXISTS
+
+
+def test_internal_topics_read_as_empty_logs_and_refuse_appends(wire):
+    for name in INTERNAL:
+        assert (wire.list_offset(name, 0, -2).offset, wire.list_offset(name, 0, -1).offset) == (0, 0)
+        by_time = wire.list_offset(name, 0, 0)
+        assert (by_time.error_code, by_time.offset, by_time.timestamp) == (0, -1, -1)
+        assert wire.list_offset(name, 1, -1).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        started = time.monotonic()
+        data = wire.fetch(name, 0, 0, max_wait_ms=300)
+        assert (data.error_code, data.high_watermark, data.log_start_offset, bytes(data.records or b"")) == (
+            0, 0, 0, b"")
+        assert time.monotonic() - started >= 0.25  # a long poll, as on any empty partition
+        assert wire.fetch(name, 0, 5).error_code == ErrorCode.OFFSET_OUT_OF_RANGE
+        produced = wire.produce(name, 0, build_record_batch([NewRecord(key=b"k", value=b"v")]))
+        assert produced.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+
+
 def test_auto_creation_answers_leader_not_available_then_the_topic(wire):
     # As Kafka's broker: the round that creates the topic says LEADER_NOT_AVAILABLE, the next has it.
     t = only(wire.metadata(1, ["md-auto-v1"]), "md-auto-v1")  # v<4 cannot refuse auto-creation
@@ -182,7 +233,7 @@ def test_auto_creation_off_on_the_server(tmp_path):
             assert t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, version
         t = only(wire.metadata(12, ["bad name"]), "bad name")
         assert t.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
-        assert wire.metadata(1, None).topics == []
+        assert [t.name for t in wire.metadata(1, None).topics if not t.is_internal] == []  # no topic made
         from confluent_kafka import KafkaError, Producer
 
         delivered: list = []

@@ -33,11 +33,7 @@ import struct
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from millrace.gateway.kafka.consumer_groups.assignors import Assignment
-from millrace.gateway.kafka.consumer_groups.group import ClassicInfo, ConsumerGroup, ConsumerMember
-from millrace.gateway.kafka.consumer_groups.reconciliation import MemberAssignment, MemberState
-from millrace.gateway.kafka.group_store import GROUPS_TABLE
-from millrace.gateway.kafka.groups import (
+from millrace.gateway.kafka.classic_groups.group import (
     CONSUMER_PROTOCOL_TYPE,
     Group,
     GroupState,
@@ -45,6 +41,10 @@ from millrace.gateway.kafka.groups import (
     Member,
     SyncResult,
 )
+from millrace.gateway.kafka.consumer_groups.assignors import Assignment
+from millrace.gateway.kafka.consumer_groups.group import ClassicInfo, ConsumerGroup, ConsumerMember
+from millrace.gateway.kafka.consumer_groups.reconciliation import MemberAssignment, MemberState
+from millrace.gateway.kafka.group_store import GROUPS_TABLE
 from millrace.gateway.kafka_protocol.codec import KafkaDecodeError, decode_message, encode_message
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.consumer_protocol_assignment import ConsumerProtocolAssignment
@@ -166,7 +166,7 @@ class ClassicMembers:
             # Requests parked on the classic rebalance start over against the consumer group.
             shell.invoke_join(m, JoinResult(m.member_id, ErrorCode.REBALANCE_IN_PROGRESS))
             shell.invoke_sync(m, SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
-        self.c.classic._cancel_group_timers(shell)
+        self.c.classic.membership.cancel_group_timers(shell)
         shell.members.clear()
         shell.static_members.clear()
         shell.pending_members.clear()
@@ -213,7 +213,7 @@ class ClassicMembers:
         shell.protocol_name = shell.select_protocol()
         shell.subscribed_topics = shell.compute_subscribed_topics()
         shell.state = GroupState.STABLE
-        shell.state_timestamp = self.c.classic._now_ms()
+        shell.state_timestamp = self.c.classic.now_ms()
         log.info("consumer group %s has only classic members left: it is a classic group again at generation %d",
                  cg.group_id, shell.generation_id)
         self.c.forget(cg.group_id).addErrback(
@@ -221,8 +221,8 @@ class ClassicMembers:
         self.c.classic.store.store_group(shell.record()).addErrback(
             lambda f: log.warning("cannot persist classic group %s: %s", cg.group_id, f.getErrorMessage()))
         for member in shell.members.values():
-            self.c.classic._schedule_heartbeat(shell, member)
-        self.c.classic._prepare_rebalance(shell, "the last consumer-protocol member left")
+            self.c.classic.membership.schedule_heartbeat(shell, member)
+        self.c.classic.membership.prepare_rebalance(shell, "the last consumer-protocol member left")
         return True
 
     # -- JoinGroup ---------------------------------------------------------------------------------

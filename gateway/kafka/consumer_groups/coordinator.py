@@ -38,6 +38,12 @@ from typing import TYPE_CHECKING, Any
 from twisted.internet.defer import Deferred, succeed
 from twisted.python.failure import Failure
 
+from millrace.gateway.kafka.classic_groups.group import (
+    CONSUMER_PROTOCOL_TYPE,
+    Group,
+    GroupState,
+    cancel_timer,
+)
 from millrace.gateway.kafka.consumer_groups.assignors import (
     ASSIGNORS,
     DEFAULT_ASSIGNOR,
@@ -54,12 +60,12 @@ from millrace.gateway.kafka.consumer_groups.group import (
     ConsumerMember,
 )
 from millrace.gateway.kafka.consumer_groups.reconciliation import MemberAssignment, MemberState, reconcile
+from millrace.gateway.kafka.group_status import GroupApi
 from millrace.gateway.kafka.group_store import CONSUMER_GROUPS_TABLE, GROUPS_TABLE
-from millrace.gateway.kafka.groups import CONSUMER_PROTOCOL_TYPE, Group, GroupState, _Api, _cancel
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from millrace.gateway.kafka.groups import GroupCoordinator
+    from millrace.gateway.kafka.group_coordinator import GroupCoordinator
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +136,7 @@ class ConsumerGroupCoordinator:
         return self.classic.broker.topics
 
     def _later(self, seconds: float, fn: Any, *args: Any) -> Any:
-        return self.classic._later(seconds, fn, *args)
+        return self.classic.later(seconds, fn, *args)
 
     def _persist(self, group: ConsumerGroup) -> Deferred:
         if not self._is_current(group):
@@ -155,15 +161,15 @@ class ConsumerGroupCoordinator:
             cg = getattr(shell, "consumer", None)
             if cg is not None:
                 for member in cg.members.values():
-                    _cancel(member.session_timer)
-                    _cancel(member.rebalance_timer)
+                    cancel_timer(member.session_timer)
+                    cancel_timer(member.rebalance_timer)
 
     # -- ConsumerGroupHeartbeat ---------------------------------------------------------------------
     def heartbeat(self, req: HeartbeatRequest, api_version: int, client_id: str, client_host: str
                   ) -> HeartbeatResult | Deferred[HeartbeatResult]:
         try:
             self._validate(req, api_version)
-            status = self.classic._validate_status(req.group_id, _Api.JOIN)
+            status = self.classic.validate_status(req.group_id, GroupApi.JOIN)
             if status is not None:
                 raise _Refused(status, status.description)
             if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
@@ -230,7 +236,7 @@ class ConsumerGroupCoordinator:
                 raise _Refused(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
             return self.classic_members.upgrade(shell)
         else:
-            self.classic._cancel_group_timers(shell)  # members still to send their id (MEMBER_ID_REQUIRED)
+            self.classic.membership.cancel_group_timers(shell)  # members still to send their id (MEMBER_ID_REQUIRED)
             shell.pending_members.clear()
             shell.state = GroupState.EMPTY
             log.info("empty classic group %s is upgraded to the consumer protocol", group_id)
@@ -240,7 +246,7 @@ class ConsumerGroupCoordinator:
             shell.protocol_type = None
             shell.protocol_name = None
         cg = ConsumerGroup(group_id)
-        cg.empty_since = self.classic._now_ms()
+        cg.empty_since = self.classic.now_ms()
         shell.consumer = cg
         return cg
 
@@ -390,7 +396,7 @@ class ConsumerGroupCoordinator:
             log.info("static member %s of consumer group %s leaves temporarily", req.instance_id, cg.group_id)
             a = member.assignment
             cg.set_assignment(member, MemberAssignment(a.state, STATIC_LEAVE_EPOCH, a.epoch, a.assigned, a.revoking))
-            _cancel(member.rebalance_timer)
+            cancel_timer(member.rebalance_timer)
         else:
             log.info("member %s leaves consumer group %s", req.member_id, cg.group_id)
             self._remove(cg, member)
@@ -398,7 +404,7 @@ class ConsumerGroupCoordinator:
 
     def _write_failed(self, failure: Failure, cg: ConsumerGroup) -> HeartbeatResult:
         log.warning("cannot persist consumer group %s: %s", cg.group_id, failure.getErrorMessage())
-        return HeartbeatResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, "The coordinator could not store the group.")
+        return HeartbeatResult(self.classic.failure_code(failure), "The coordinator could not store the group.")
 
     # -- epochs, targets, reconciliation -----------------------------------------------------------
     def _resolver(self) -> Callable[[str], list[str]]:
@@ -467,20 +473,20 @@ class ConsumerGroupCoordinator:
                     or member.rebalance_timer is None:
                 self._schedule_revocation(cg, member)
         else:
-            _cancel(member.rebalance_timer)
+            cancel_timer(member.rebalance_timer)
             member.rebalance_timer = None
 
     @staticmethod
     def _forget_member(cg: ConsumerGroup, member: ConsumerMember) -> None:
         """Drop a member without a new group epoch (its instance id's next incarnation replaces it)."""
         cg.remove_member(member.member_id)
-        _cancel(member.session_timer)
-        _cancel(member.rebalance_timer)
+        cancel_timer(member.session_timer)
+        cancel_timer(member.rebalance_timer)
 
     def _remove(self, cg: ConsumerGroup, member: ConsumerMember) -> None:
         """Remove a member and give its partitions to the others (a new group epoch)."""
-        _cancel(member.session_timer)
-        _cancel(member.rebalance_timer)
+        cancel_timer(member.session_timer)
+        cancel_timer(member.rebalance_timer)
         cg.remove_member(member.member_id)
         if cg.members and member.classic is None and all(m.classic is not None for m in cg.members.values()) \
                 and self.classic_members.downgrade(cg):
@@ -492,16 +498,16 @@ class ConsumerGroupCoordinator:
             cg.assignment_epoch = cg.group_epoch
             cg.target = {}
             cg.topics = {}
-            cg.empty_since = self.classic._now_ms()
+            cg.empty_since = self.classic.now_ms()
 
     # -- timers ------------------------------------------------------------------------------------
     def _touch_session(self, cg: ConsumerGroup, member: ConsumerMember) -> None:
-        _cancel(member.session_timer)
+        cancel_timer(member.session_timer)
         timeout = member.classic.session_timeout_ms if member.classic is not None else self.session_timeout_ms
         member.session_timer = self._later(timeout / 1000, self._session_expired, cg, member.member_id)
 
     def _schedule_revocation(self, cg: ConsumerGroup, member: ConsumerMember) -> None:
-        _cancel(member.rebalance_timer)
+        cancel_timer(member.rebalance_timer)
         member.rebalance_timer = self._later(member.rebalance_timeout_ms / 1000, self._revocation_expired, cg,
                                              member.member_id, member.epoch)
 
@@ -614,7 +620,7 @@ class ConsumerGroupCoordinator:
 
     # -- ConsumerGroupDescribe ---------------------------------------------------------------------
     def describe(self, group_id: str) -> tuple[ErrorCode, str | None, ConsumerGroup | None]:
-        status = self.classic._validate_status(group_id or None, _Api.DESCRIBE)
+        status = self.classic.validate_status(group_id or None, GroupApi.DESCRIBE)
         if status is not None:
             return status, None, None
         shell = self.classic.groups.get(group_id)

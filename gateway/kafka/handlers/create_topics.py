@@ -18,6 +18,7 @@ from twisted.internet.defer import Deferred
 from millrace.gateway.kafka.broker import RequestContext
 from millrace.gateway.kafka.cluster import NOT_CONTROLLER_MESSAGE, not_controller
 from millrace.gateway.kafka.handlers.configs import topic_config_values
+from millrace.gateway.kafka.internal_topics import internal_topic
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.topics import TopicError, TopicInfo, legal_topic_name
 from millrace.gateway.kafka_protocol.errors import ErrorCode
@@ -64,7 +65,7 @@ def _plan(ctx: RequestContext, t: CreateTopicsRequest.CreatableTopic) -> _Plan:
     if not legal_topic_name(t.name):
         return _fail(plan, ErrorCode.INVALID_TOPIC_EXCEPTION, f"illegal topic name {t.name!r}: 1-249 characters "
                      "of [A-Za-z0-9._-], not '.' or '..'")
-    if ctx.broker.topics.get(t.name) is not None:
+    if ctx.broker.topics.get(t.name) is not None or internal_topic(t.name) is not None:
         return _fail(plan, ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {t.name!r} already exists")
     if t.assignments:
         # Kafka's controller checks in this order, with these two different errors.

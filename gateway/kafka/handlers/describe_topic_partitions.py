@@ -13,13 +13,15 @@ replicas: ELR is off, so both ELR lists are empty):
   that topic and its next partition; when it is reached exactly at a topic's end and more topics follow,
   NextCursor names the next topic at partition 0 (whether or not that topic exists);
 * a named topic that does not exist answers UNKNOWN_TOPIC_OR_PARTITION (INVALID_TOPIC_EXCEPTION for an
-  illegal name); when every topic is listed, one that vanished meanwhile is left out.
+  illegal name); when every topic is listed, one that vanished meanwhile is left out;
+* the internal topics (``internal_topics``) are among every topic and answer when named, flagged internal.
 """
 
 from __future__ import annotations
 
 from millrace.gateway.kafka.broker import RequestContext
 from millrace.gateway.kafka.handlers.metadata import TOPIC_OPERATIONS, ZERO_UUID
+from millrace.gateway.kafka.internal_topics import INTERNAL_TOPICS, internal_topic
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.topics import legal_topic_name
 from millrace.gateway.kafka_protocol.errors import ErrorCode
@@ -52,7 +54,8 @@ def handle_describe_topic_partitions(
     cursor = request.cursor
     cursor_topic = cursor.topic_name if cursor is not None else ""
     every_topic = not request.topics
-    names = {n for n in (registry.names() if every_topic else (t.name for t in request.topics)) if n >= cursor_topic}
+    listed = [*registry.names(), *INTERNAL_TOPICS] if every_topic else [t.name for t in request.topics]
+    names = {n for n in listed if n >= cursor_topic}
     if cursor is not None and not every_topic and cursor.topic_name not in names:
         return _refused(request)
     if cursor is not None and cursor.partition_index < 0:
@@ -66,29 +69,36 @@ def handle_describe_topic_partitions(
             # The limit fell exactly at the previous topic's end: the next page starts at this one.
             next_cursor = _R.Cursor(topic_name=name, partition_index=0)
             break
+        internal = internal_topic(name)
         topic = registry.get(name)
-        if topic is None:
+        if internal is None and topic is None:
             if not every_topic:
                 error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if legal_topic_name(name) else \
                     ErrorCode.INVALID_TOPIC_EXCEPTION
                 topics.append(_Topic(error_code=error, name=name, topic_id=ZERO_UUID, is_internal=False,
                                      partitions=[], topic_authorized_operations=TOPIC_OPERATIONS))
             continue
+        # On a cluster node each partition's leader is its open segment's container owner (-1: none yet),
+        # an internal topic's its coordinator.
+        if internal is not None:
+            topic_id, leaders = internal.topic_id, [internal.leader(ctx.broker)] * internal.partition_count
+        elif topic is not None and ctx.broker.cluster is not None:
+            topic_id, leaders = topic.topic_id, ctx.broker.cluster.partition_leaders(ctx.broker.partitions, topic)
+        elif topic is not None:
+            topic_id, leaders = topic.topic_id, [node] * topic.partition_count
         start = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
-        end = min(topic.partition_count, start + remaining)
-        # On a cluster node each partition's leader is its open segment's container owner (-1: none yet).
-        leaders = (ctx.broker.cluster.partition_leaders(ctx.broker.partitions, topic)
-                   if ctx.broker.cluster is not None else [node] * topic.partition_count)
+        end = min(len(leaders), start + remaining)
         partitions = [
-            _Partition(error_code=0, partition_index=p, leader_id=leaders[p], leader_epoch=0,
+            _Partition(error_code=0 if leaders[p] >= 0 else ErrorCode.LEADER_NOT_AVAILABLE, partition_index=p,
+                       leader_id=leaders[p], leader_epoch=0 if leaders[p] >= 0 else -1,
                        replica_nodes=[leaders[p]] if leaders[p] >= 0 else [],
                        isr_nodes=[leaders[p]] if leaders[p] >= 0 else [], eligible_leader_replicas=[],
                        last_known_elr=[], offline_replicas=[])
             for p in range(start, end)
         ]
-        topics.append(_Topic(error_code=0, name=name, topic_id=topic.topic_id, is_internal=False,
+        topics.append(_Topic(error_code=0, name=name, topic_id=topic_id, is_internal=internal is not None,
                              partitions=partitions, topic_authorized_operations=TOPIC_OPERATIONS))
-        if end < topic.partition_count:
+        if end < len(leaders):
             next_cursor = _R.Cursor(topic_name=name, partition_index=end)
             break
         remaining -= len(partitions)

@@ -3,6 +3,9 @@
 Fetch sessions (KIP-227) are refused the way a broker with a full session cache refuses them: a full
 fetch asking for a new session gets session id 0, so the client keeps sending full requests; an
 incremental fetch naming a session we never gave gets FETCH_SESSION_ID_NOT_FOUND.
+
+The internal topics' partitions (``internal_topics``) are empty logs: no records at offset 0,
+OFFSET_OUT_OF_RANGE past it, and only from their coordinator.
 """
 
 from __future__ import annotations
@@ -10,9 +13,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from twisted.internet import defer
+from twisted.internet import defer, task
 
 from millrace.gateway.kafka.broker import RequestContext
+from millrace.gateway.kafka.internal_topics import InternalTopic, internal_topic, internal_topic_by_id
 from millrace.gateway.kafka.partitions import (
     READ_COMMITTED,
     FetchedRecords,
@@ -29,6 +33,7 @@ FETCH = FetchRequest.API_KEY
 Response = FetchResponse
 _Topic = FetchResponse.FetchableTopicResponse
 _Entry = tuple[FetchRequest.FetchPartition, PartitionLog | None, int]  # a partition, its log, or why not
+_EMPTY_LOG = PartitionOffsets(high_watermark=0, last_stable=0, log_start=0)
 
 
 def _empty(index: int, error: int, offsets: PartitionOffsets | None = None) -> FetchResponse.PartitionData:
@@ -47,12 +52,18 @@ class _FetchPlan:
         self.ctx = ctx
         self.request = request
         self.topics: list[tuple[FetchRequest.FetchTopic, list[_Entry]]] = []
+        self.internal = False  # an internal topic's partition is asked for (nothing ever arrives there)
 
     def resolve(self) -> defer.Deferred:
         broker = self.ctx.broker
         by_id = self.ctx.api_version >= 13
         lookups: list[defer.Deferred[Any]] = []
         for ft in self.request.topics:
+            internal = internal_topic_by_id(ft.topic_id) if by_id else internal_topic(ft.topic)
+            if internal is not None:
+                self.internal = True
+                lookups.append(defer.succeed(internal))
+                continue
             if by_id:
                 topic = broker.topics.by_id(ft.topic_id)
                 name = topic.name if topic is not None else None
@@ -65,7 +76,9 @@ class _FetchPlan:
             for ft, hit in zip(self.request.topics, found, strict=True):
                 entries: list[_Entry] = []
                 for fp in ft.partitions:
-                    if hit is None:
+                    if isinstance(hit, InternalTopic):
+                        entries.append((fp, None, self._internal_error(hit, fp)))
+                    elif hit is None:
                         entries.append((fp, None, unknown))
                     elif not 0 <= fp.partition < len(hit[1]):
                         entries.append((fp, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
@@ -74,6 +87,13 @@ class _FetchPlan:
                 self.topics.append((ft, entries))
 
         return defer.gatherResults(lookups, consumeErrors=True).addCallback(resolved)
+
+    def _internal_error(self, topic: InternalTopic, fp: FetchRequest.FetchPartition) -> ErrorCode:
+        """An internal topic's partition answers as an empty log (NONE: no records) from its leader."""
+        error = topic.partition_error(self.ctx.broker, fp.partition)
+        if error is ErrorCode.NONE and fp.fetch_offset != 0:
+            return ErrorCode.OFFSET_OUT_OF_RANGE
+        return error
 
     def logs(self) -> list[PartitionLog]:
         return [p for _, entries in self.topics for _, p, _ in entries if p is not None]
@@ -94,6 +114,9 @@ class _FetchPlan:
         reads: list[defer.Deferred[FetchResponse.PartitionData]] = []
         for _, entries in self.topics:
             for fp, p, error in entries:
+                if p is None and error == ErrorCode.NONE:  # an internal topic's empty partition
+                    reads.append(defer.succeed(_empty(fp.partition, error, _EMPTY_LOG)))
+                    continue
                 if p is None:
                     errors = True
                     reads.append(defer.succeed(_empty(fp.partition, error)))
@@ -153,8 +176,13 @@ def handle_fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse | 
     def decide(outcome: tuple[list[_Topic], int, bool]) -> FetchResponse | defer.Deferred[FetchResponse]:
         topics, total, errors = outcome
         remaining = deadline - time.monotonic()
-        if total >= min_bytes or errors or remaining <= 0.001 or not plan.logs():
+        if total >= min_bytes or errors or remaining <= 0.001:
             return _respond(ctx, topics)
+        if not plan.logs():
+            # Only internal topics, which stay empty: wait out max_wait_ms as Kafka's delayed fetch does,
+            # so a consumer polling them does not spin.
+            return (task.deferLater(ctx.broker.partitions.clock, remaining, lambda: _respond(ctx, topics))
+                    if plan.internal else _respond(ctx, topics))
         return ctx.broker.partitions.wait_for_data(plan.logs(), remaining).addCallback(attempt)
 
     return plan.resolve().addCallback(attempt)

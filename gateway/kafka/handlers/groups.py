@@ -1,6 +1,6 @@
 """Classic group membership: JoinGroup (11), Heartbeat (12), LeaveGroup (13), SyncGroup (14).
 
-The logic is the coordinator's (``gateway.kafka.groups``); these handlers translate each version's
+The logic is the coordinator's (``gateway.kafka.group_coordinator``); these handlers translate each version's
 request and response fields.
 """
 
@@ -9,7 +9,8 @@ from __future__ import annotations
 from twisted.internet.defer import Deferred
 
 from millrace.gateway.kafka.broker import RequestContext
-from millrace.gateway.kafka.groups import GroupCoordinator, JoinResult, SyncResult, get_coordinator
+from millrace.gateway.kafka.classic_groups.group import JoinResult, SyncResult
+from millrace.gateway.kafka.group_coordinator import GroupCoordinator, get_coordinator
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
@@ -35,7 +36,7 @@ def handle_join_group(ctx: RequestContext, request: JoinGroupRequest) -> Deferre
     def join(coordinator: GroupCoordinator) -> Deferred[JoinGroupResponse]:
         # v0 has no rebalance timeout: the session timeout serves as both.
         rebalance_timeout = request.session_timeout_ms if version == 0 else request.rebalance_timeout_ms
-        return coordinator.join_group(
+        return coordinator.membership.join_group(
             request.group_id, request.member_id, request.group_instance_id,
             require_known_member_id=version >= 4 and request.group_instance_id is None,
             supports_skip_assignment=version >= 9, client_id=ctx.client_id or "", client_host=client_host(ctx),
@@ -74,7 +75,7 @@ def handle_sync_group(ctx: RequestContext,
 
     def sync(coordinator: GroupCoordinator) -> Deferred[SyncGroupResponse]:
         assignments = {a.member_id: bytes(a.assignment) for a in request.assignments}
-        return coordinator.sync_group(
+        return coordinator.membership.sync_group(
             request.group_id, request.generation_id, request.member_id, request.group_instance_id,
             request.protocol_type, request.protocol_name, assignments,
         ).addCallback(lambda result: sync_response(version, result))
@@ -94,7 +95,7 @@ def sync_response(version: int, r: SyncResult) -> SyncGroupResponse:
 @api(HeartbeatRequest, 0, 4)
 def handle_heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse | Deferred[HeartbeatResponse]:
     def beat(coordinator: GroupCoordinator) -> HeartbeatResponse:
-        error = coordinator.heartbeat(request.group_id, request.member_id, request.group_instance_id,
+        error = coordinator.membership.heartbeat(request.group_id, request.member_id, request.group_instance_id,
                                       request.generation_id)
         return HeartbeatResponse(throttle_time_ms=0, error_code=int(error))
 
@@ -111,7 +112,7 @@ def handle_leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> Leave
         leaving = [(request.member_id, None)]
 
     def leave(coordinator: GroupCoordinator) -> LeaveGroupResponse:
-        error, member_errors = coordinator.leave_group(request.group_id, leaving)
+        error, member_errors = coordinator.membership.leave_group(request.group_id, leaving)
         if version < 3:
             # One member, one error: the group's, else the member's.
             if error is ErrorCode.NONE and member_errors:

@@ -5,7 +5,11 @@ from __future__ import annotations
 from twisted.internet.defer import Deferred
 
 from millrace.gateway.kafka.broker import RequestContext
-from millrace.gateway.kafka.groups import GROUP_AUTHORIZED_OPERATIONS, GroupCoordinator, get_coordinator
+from millrace.gateway.kafka.group_coordinator import (
+    GROUP_AUTHORIZED_OPERATIONS,
+    GroupCoordinator,
+    get_coordinator,
+)
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka_protocol.messages.delete_groups import DeleteGroupsRequest, DeleteGroupsResponse
 from millrace.gateway.kafka_protocol.messages.describe_groups import (

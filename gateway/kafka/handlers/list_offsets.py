@@ -4,6 +4,8 @@ v9 adds LATEST_TIERED (-5, KIP-1005) and v10 a timeout for remote reads (KIP-107
 version. No topic has Kafka's tiered storage (``remote.storage.enable``; long-term storage here is
 below the log, not a second log), so latest-tiered answers as a 4.0 broker does for such a topic:
 offset -1, timestamp -1, leader epoch -1; and nothing ever waits on remote reads.
+
+The internal topics' partitions (``internal_topics``) answer as empty logs, from their coordinator only.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 from twisted.internet import defer
 
 from millrace.gateway.kafka.broker import RequestContext
+from millrace.gateway.kafka.internal_topics import InternalTopic, empty_log_offset, internal_topic
 from millrace.gateway.kafka.partitions import PartitionError
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.resolve import topic_logs
@@ -46,10 +49,25 @@ def _lookup(ctx: RequestContext, parts: list, lp: ListOffsetsRequest.ListOffsets
     return d.addCallback(lambda found: _result(lp.partition_index, ErrorCode.NONE, found[0], found[1]))
 
 
+def _internal_lookup(ctx: RequestContext, topic: InternalTopic,
+                     lp: ListOffsetsRequest.ListOffsetsPartition) -> ListOffsetsResponse.ListOffsetsPartitionResponse:
+    error = topic.partition_error(ctx.broker, lp.partition_index)
+    if error is not ErrorCode.NONE:
+        return _result(lp.partition_index, error)
+    if lp.timestamp == LATEST_TIERED:
+        return _result(lp.partition_index, ErrorCode.NONE)
+    return _result(lp.partition_index, ErrorCode.NONE, *empty_log_offset(lp.timestamp))
+
+
 @api(ListOffsetsRequest, 1, 10)
 def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> defer.Deferred[ListOffsetsResponse]:
     per_topic = []
     for t in request.topics:
+        internal = internal_topic(t.name)
+        if internal is not None:
+            per_topic.append(defer.succeed([_internal_lookup(ctx, internal, lp) for lp in t.partitions]))
+            continue
+
         def with_logs(found: Any, t: ListOffsetsRequest.ListOffsetsTopic = t) -> defer.Deferred:
             if found is None:
                 return defer.succeed([_result(lp.partition_index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)

@@ -15,6 +15,12 @@ from typing import Any
 from twisted.internet.defer import Deferred
 
 from millrace.gateway.kafka.broker import RequestContext
+from millrace.gateway.kafka.internal_topics import (
+    INTERNAL_TOPICS,
+    InternalTopic,
+    internal_topic,
+    internal_topic_by_id,
+)
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.topics import TopicError, TopicInfo, legal_topic_name
 from millrace.gateway.kafka_protocol.errors import ErrorCode
@@ -76,6 +82,23 @@ def _cluster_topic_metadata(ctx: RequestContext, topic: TopicInfo, include_opera
         topic_authorized_operations=TOPIC_OPERATIONS if include_operations else OPERATIONS_NOT_REQUESTED)
 
 
+def internal_topic_metadata(ctx: RequestContext, topic: InternalTopic, include_operations: bool) -> _Topic:
+    """An internal topic's entry (``internal_topics``): flagged internal, led by its coordinator."""
+    leader = topic.leader(ctx.broker)
+    replicas = [leader] if leader >= 0 else []
+    return _R.MetadataResponseTopic(
+        error_code=0, name=topic.name, topic_id=topic.topic_id, is_internal=True,
+        partitions=[
+            _R.MetadataResponsePartition(
+                error_code=0 if leader >= 0 else int(ErrorCode.LEADER_NOT_AVAILABLE), partition_index=p,
+                leader_id=leader, leader_epoch=0 if leader >= 0 else -1, replica_nodes=replicas,
+                isr_nodes=replicas, offline_replicas=[])
+            for p in range(topic.partition_count)
+        ],
+        topic_authorized_operations=TOPIC_OPERATIONS if include_operations else OPERATIONS_NOT_REQUESTED,
+    )
+
+
 def _error_topic(error: ErrorCode, name: str | None, topic_id: uuid.UUID = ZERO_UUID) -> _Topic:
     return _R.MetadataResponseTopic(error_code=int(error), name=name, topic_id=topic_id, is_internal=False,
                                     partitions=[], topic_authorized_operations=OPERATIONS_NOT_REQUESTED)
@@ -113,7 +136,8 @@ def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRe
     # A null list means every topic; so does an empty one in v0, which could not say null.
     if request.topics is None or (version == 0 and not request.topics):
         topics = [registry.get(name) for name in registry.names()]
-        return _response(ctx, request, [topic_metadata(ctx, t, include_ops) for t in topics if t is not None])
+        return _response(ctx, request, [topic_metadata(ctx, t, include_ops) for t in topics if t is not None]
+                         + [internal_topic_metadata(ctx, t, include_ops) for t in INTERNAL_TOPICS.values()])
 
     # Lookups by id begin at v12; before it Kafka refuses the whole request, each topic INVALID_REQUEST.
     if version < 12 and any(t.name is None or (version >= 10 and t.topic_id != ZERO_UUID) for t in request.topics):
@@ -130,9 +154,11 @@ def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRe
             if topic_id in answers:
                 continue
             topic = registry.by_id(topic_id)
+            by_id = internal_topic_by_id(topic_id)
             # A topic asked for by id and not found has no name to give.
             answers[topic_id] = (topic_metadata(ctx, topic, include_ops) if topic is not None else
-                            _error_topic(ErrorCode.UNKNOWN_TOPIC_ID, None, topic_id))
+                                 internal_topic_metadata(ctx, by_id, include_ops) if by_id is not None else
+                                 _error_topic(ErrorCode.UNKNOWN_TOPIC_ID, None, topic_id))
             continue
         name = wanted.name
         if name in answers:
@@ -141,7 +167,10 @@ def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRe
             answers[name] = _error_topic(ErrorCode.INVALID_REQUEST, None)
             continue
         topic = registry.get(name)
-        if topic is not None:
+        named = internal_topic(name)
+        if named is not None:  # never auto-created as a plain topic
+            answers[name] = internal_topic_metadata(ctx, named, include_ops)
+        elif topic is not None:
             answers[name] = topic_metadata(ctx, topic, include_ops)
         elif not legal_topic_name(name):
             answers[name] = _error_topic(ErrorCode.INVALID_TOPIC_EXCEPTION, name)

@@ -11,7 +11,8 @@ from typing import Any
 from twisted.internet.defer import Deferred
 
 from millrace.gateway.kafka.broker import Broker, RequestContext
-from millrace.gateway.kafka.groups import GroupCoordinator, OffsetAndMetadata, get_coordinator
+from millrace.gateway.kafka.group_coordinator import GroupCoordinator, get_coordinator
+from millrace.gateway.kafka.group_store import OffsetAndMetadata
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.offset_commit import OffsetCommitRequest, OffsetCommitResponse
@@ -80,7 +81,7 @@ def handle_offset_commit(ctx: RequestContext,
     member_id = request.member_id if version >= 1 else ""
 
     def commit(coordinator: GroupCoordinator) -> Deferred[OffsetCommitResponse]:
-        return coordinator.commit_offsets(request.group_id, member_id, request.group_instance_id, generation,
+        return coordinator.offsets.commit_offsets(request.group_id, member_id, request.group_instance_id, generation,
                                           offsets, version).addCallback(respond)
 
     return get_coordinator(ctx.broker).call(commit)
@@ -103,7 +104,7 @@ def handle_offset_fetch(ctx: RequestContext,
             groups = []
             for g in request.groups:
                 wanted = None if g.topics is None else [(t.name, p) for t in g.topics for p in t.partition_indexes]
-                error, found = coordinator.fetch_offsets(g.group_id, wanted, g.member_id if version >= 9 else None,
+                error, found = coordinator.offsets.fetch_offsets(g.group_id, wanted, g.member_id if version >= 9 else None,
                                                          g.member_epoch if version >= 9 else -1)
                 pending = unstable(g.group_id, request.require_stable)
                 groups.append(cls.OffsetFetchResponseGroup(
@@ -119,7 +120,7 @@ def handle_offset_fetch(ctx: RequestContext,
             return cls(throttle_time_ms=0, groups=groups)
         wanted = None if request.topics is None else [(t.name, p) for t in request.topics
                                                       for p in t.partition_indexes]
-        error, found = coordinator.fetch_offsets(request.group_id, wanted)
+        error, found = coordinator.offsets.fetch_offsets(request.group_id, wanted)
         pending = unstable(request.group_id, request.require_stable)
         if error is not ErrorCode.NONE:
             if version >= 2:
@@ -163,7 +164,7 @@ def handle_offset_delete(ctx: RequestContext, request: OffsetDeleteRequest) -> D
             for topic, parts in _by_topic((tp, errors[tp]) for tp in requested).items()])
 
     def delete(coordinator: GroupCoordinator) -> Deferred[OffsetDeleteResponse]:
-        return coordinator.delete_offsets(request.group_id, eligible).addCallback(respond)
+        return coordinator.offsets.delete_offsets(request.group_id, eligible).addCallback(respond)
 
     return get_coordinator(ctx.broker).call(delete)
 

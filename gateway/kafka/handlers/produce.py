@@ -1,6 +1,6 @@
 """Produce (key 0): record batches appended as sent, acknowledged once durable (acks 1 and all alike:
 nothing is acknowledged before it is durable); acks=0 gets no response at all. Transactional batches
-too (see ``partitions.storage``)."""
+too (see ``partitions.storage``). Clients may not append to the internal topics (``internal_topics``)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from twisted.internet import defer
 from twisted.python.failure import Failure
 
 from millrace.gateway.kafka.broker import Broker, RequestContext
+from millrace.gateway.kafka.internal_topics import internal_topic
 from millrace.gateway.kafka.partitions import PartitionError, PartitionLog
 from millrace.gateway.kafka.registry import NO_RESPONSE, NoResponse, api
 from millrace.gateway.kafka.resolve import topic_logs
@@ -32,6 +33,12 @@ def _partition_result(index: int, error: int, base_offset: int = -1, log_start: 
 
 def _produce_topic(ctx: RequestContext, topic_data: ProduceRequest.TopicProduceData, acks: int) -> defer.Deferred:
     broker = ctx.broker
+    if internal_topic(topic_data.name) is not None:
+        # Kafka's ReplicaManager refuses clients' appends to internal topics.
+        return defer.succeed([
+            _partition_result(pd.index, ErrorCode.INVALID_TOPIC_EXCEPTION,
+                              message=f"Cannot append to internal topic {topic_data.name}")
+            for pd in topic_data.partition_data])
 
     def with_logs(found: tuple[TopicInfo, list[PartitionLog]] | None) -> defer.Deferred:
         if found is None:

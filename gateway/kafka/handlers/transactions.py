@@ -20,8 +20,8 @@ from twisted.internet import defer
 from twisted.python.failure import Failure
 
 from millrace.gateway.kafka.broker import RequestContext
+from millrace.gateway.kafka.group_coordinator import GroupCoordinator, get_coordinator
 from millrace.gateway.kafka.group_store import OffsetAndMetadata
-from millrace.gateway.kafka.groups import GroupCoordinator, get_coordinator
 from millrace.gateway.kafka.node_requests import request_node
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.transactions import TransactionCoordinator, TxnState
@@ -162,7 +162,7 @@ def handle_txn_offset_commit(ctx: RequestContext,
     generation = request.generation_id if ctx.api_version >= 3 else -1
 
     def commit(groups: GroupCoordinator) -> defer.Deferred[ErrorCode]:
-        group_error = groups.validate_transactional_commit(request.group_id, member_id, instance_id, generation)
+        group_error = groups.offsets.validate_transactional_commit(request.group_id, member_id, instance_id, generation)
         if group_error is not None:
             return defer.succeed(group_error)
         if _coordinator(ctx).check() is not None:
@@ -213,7 +213,7 @@ def _commit_ended(ctx: RequestContext, request: TxnOffsetCommitRequest,
                            for name, parts in by_topic.items()])
 
     d = defer.maybeDeferred(get_coordinator(ctx.broker).call,
-                            lambda groups: groups.commit_transactional_offsets(request.group_id, offsets))
+                            lambda groups: groups.offsets.commit_transactional_offsets(request.group_id, offsets))
     return d.addCallback(answer)
 
 

@@ -37,8 +37,8 @@ from twisted.internet import defer, task
 from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
 
+from millrace.gateway.kafka.group_coordinator import get_coordinator
 from millrace.gateway.kafka.group_store import OffsetAndMetadata
-from millrace.gateway.kafka.groups import get_coordinator
 from millrace.gateway.kafka.node_requests import request_node
 from millrace.gateway.kafka.partitions import PartitionError
 from millrace.gateway.kafka.partitions.producers import MARKER_COORDINATOR_EPOCH
@@ -541,7 +541,7 @@ class TransactionCoordinator:
                 d = request_node(node.host, node.port, request, TXN_OFFSET_COMMIT_VERSION,
                                  CLIENT_ID).addCallback(offset_errors)
             else:
-                d = get_coordinator(self.broker).call(lambda c: c.commit_transactional_offsets(group_id, stamped))
+                d = get_coordinator(self.broker).call(lambda c: c.offsets.commit_transactional_offsets(group_id, stamped))
             d.addCallbacks(committed, retry)
 
         def committed(errors: dict[TopicPartition, ErrorCode]) -> None:

@@ -1,0 +1,1 @@
+"""Kafka's classic group protocol: the group model (``group``) and its membership state machine (``membership``)."""
