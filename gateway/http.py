@@ -41,11 +41,11 @@ from twisted.internet import defer
 from twisted.python.failure import Failure
 from twisted.web import resource, server
 
-from millrace.gateway.futures import to_deferred
 from millrace.gateway.native.controller_commands import PartitionsOf, describe_stream
 from millrace.store.controller import Controller, InvalidScaleError, ScaleConflictError, StreamSealedError
 from millrace.store.errors import ScopeNotFoundError, SegmentNotFoundError, StreamNotFoundError
 from millrace.store.segment_store import SegmentStore
+from millrace.streams.futures import to_deferred
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,6 @@ from kazoo.protocol.states import ZnodeStat
 from twisted.python.failure import Failure
 
 from millrace.gateway.kafka.group_store import GROUPS_TABLE
-from millrace.gateway.kafka.topics import TopicInfo
 from millrace.gateway.kafka.transactions.state import TRANSACTIONS_TABLE
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.store.cluster.assignment import Assignment
@@ -38,6 +37,7 @@ from millrace.store.cluster.containers import SegmentContainerHost
 from millrace.store.cluster.layout import ClusterPaths, NodeInfo, candidate_sequence, decode_assignment
 from millrace.store.errors import SegmentNotFoundError, StreamNotFoundError
 from millrace.store.segment_store import container_index
+from millrace.streams.topics import TopicInfo
 
 log = logging.getLogger(__name__)
 

@@ -14,10 +14,10 @@ from twisted.python.failure import Failure
 from millrace.gateway.kafka.broker import Broker
 from millrace.gateway.kafka.cluster import not_controller
 from millrace.gateway.kafka.node_requests import request_node
-from millrace.gateway.kafka.partitions import PartitionLog
-from millrace.gateway.kafka.topics import TopicError, TopicInfo
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.create_topics import CreateTopicsRequest
+from millrace.streams.partitions import PartitionLog
+from millrace.streams.topics import TopicError, TopicInfo
 
 Logs = tuple[TopicInfo, list[PartitionLog]]
 T = TypeVar("T")

@@ -28,10 +28,7 @@ from twisted.internet import defer
 from twisted.python.failure import Failure
 
 from millrace.gateway.kafka.broker import Broker
-from millrace.gateway.kafka.partitions import PartitionError, PartitionLog
-from millrace.gateway.kafka.partitions.writer_events import WriterEvents
 from millrace.gateway.kafka.resolve import record_logs, refreshed
-from millrace.gateway.kafka.topics import TopicError, TopicInfo
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.native.event_reads import read_events, served_here
 from millrace.protocol.errors import (
@@ -42,6 +39,9 @@ from millrace.protocol.errors import (
     WriterFencedError,
 )
 from millrace.protocol.wire import Command
+from millrace.streams.partitions import PartitionError, PartitionLog
+from millrace.streams.partitions.writer_events import WriterEvents
+from millrace.streams.topics import TopicError, TopicInfo
 
 WRITER_ID_PREFIX = "millrace.writer:"  # keeps writer ids apart from Kafka transactional ids
 WRITER_LEASE_MS = 15 * 60 * 1000  # a writer holds no transaction, so the coordinator never times it out

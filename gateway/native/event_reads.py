@@ -32,24 +32,24 @@ from typing import Any
 
 from twisted.internet import defer
 
-from millrace.gateway.futures import to_deferred
 from millrace.gateway.kafka.broker import Broker
-from millrace.gateway.kafka.partitions import PartitionError, PartitionLog
-from millrace.gateway.kafka.partitions.formats import (
+from millrace.gateway.kafka.resolve import record_logs
+from millrace.gateway.native.table_commands import Answer
+from millrace.protocol.errors import InvalidRequestError, RetriableError, WrongHostError
+from millrace.protocol.names import segment_name
+from millrace.store.cluster.routing import ClusterSegmentStore
+from millrace.store.contracts import ReadResult
+from millrace.streams.futures import to_deferred
+from millrace.streams.partitions import PartitionError, PartitionLog
+from millrace.streams.partitions.formats import (
     CONTROL_ATTRIBUTE,
     ENVELOPE,
     ENVELOPE_MAGIC,
     ENVELOPE_VERSION,
     TRANSACTIONAL_ATTRIBUTE,
 )
-from millrace.gateway.kafka.partitions.reads import read_range
-from millrace.gateway.kafka.resolve import record_logs
-from millrace.gateway.kafka.topics import TopicInfo
-from millrace.gateway.native.table_commands import Answer
-from millrace.protocol.errors import InvalidRequestError, RetriableError, WrongHostError
-from millrace.protocol.names import segment_name
-from millrace.store.cluster.routing import ClusterSegmentStore
-from millrace.store.contracts import ReadResult
+from millrace.streams.partitions.reads import read_range
+from millrace.streams.topics import TopicInfo
 
 MAX_READ_BYTES = 8 << 20
 # From a batch's first byte: baseOffset, batchLength, then (at 21) attributes and (at 43) producerId.

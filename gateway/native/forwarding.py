@@ -22,13 +22,13 @@ from typing import Any
 from twisted.internet import defer, reactor, task
 from twisted.python.failure import Failure
 
-from millrace.gateway.futures import to_deferred
 from millrace.gateway.kafka.broker import Broker
 from millrace.gateway.native.table_commands import Answer
 from millrace.protocol.errors import ConnectionLostError, RetriableError
 from millrace.protocol.wire import Command
 from millrace.store.cluster.connection import NodeConnection, NotSentError
 from millrace.store.futures import StoreFuture
+from millrace.streams.futures import to_deferred
 
 Handler = Callable[[dict[str, Any], bytes], Any]
 FORWARDED = "forwarded"  # header flag of a request one node sent on to another

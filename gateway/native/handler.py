@@ -15,7 +15,6 @@ from twisted.internet import defer, protocol
 from twisted.python.failure import Failure
 
 from millrace.gateway.framing import DEFAULT_CONNECTION_BUDGET_BYTES, BudgetedReceiver
-from millrace.gateway.futures import on_reactor
 from millrace.gateway.kafka.broker import Broker
 from millrace.gateway.native.controller_commands import PartitionsOf, controller_handlers
 from millrace.gateway.native.event_commands import event_handlers
@@ -36,6 +35,7 @@ from millrace.store.controller import Controller
 from millrace.store.controller.kvtables import KeyValueTables
 from millrace.store.futures import StoreFuture, mapped
 from millrace.store.segment_store import SegmentStore
+from millrace.streams.futures import on_reactor
 
 log = logging.getLogger(__name__)
 

@@ -32,9 +32,6 @@ from twisted.python.failure import Failure
 
 from millrace.gateway.kafka.broker import Broker
 from millrace.gateway.kafka.cluster import KafkaCluster, native_endpoint
-from millrace.gateway.kafka.partitions import PartitionError, PartitionLog
-from millrace.gateway.kafka.partitions.writer_events import WriterEvents
-from millrace.gateway.kafka.topics import TopicInfo
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.native.event_commands import stream_key
 from millrace.gateway.native.forwarding import HERE, NodeLinks, forwarding
@@ -47,6 +44,9 @@ from millrace.gateway.native.txn_commands import (
 from millrace.protocol.errors import InvalidRequestError
 from millrace.protocol.wire import Command
 from millrace.store.controller.transactions import NATIVE_TXNS_TABLE, TxnRecord
+from millrace.streams.partitions import PartitionError, PartitionLog
+from millrace.streams.partitions.writer_events import WriterEvents
+from millrace.streams.topics import TopicInfo
 
 log = logging.getLogger(__name__)
 

@@ -53,15 +53,9 @@ from twisted.internet import defer, reactor, task
 from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
 
-from millrace.gateway.futures import to_deferred
 from millrace.gateway.kafka.broker import Broker
-from millrace.gateway.kafka.partitions import PartitionError, PartitionLog
-from millrace.gateway.kafka.partitions.formats import ENVELOPE, ENVELOPE_MAGIC, envelope
-from millrace.gateway.kafka.partitions.writer_events import ALREADY_WRITTEN, WriterEvents
 from millrace.gateway.kafka.resolve import record_logs
-from millrace.gateway.kafka.topics import TopicInfo
 from millrace.gateway.kafka_protocol.errors import ErrorCode
-from millrace.gateway.kafka_protocol.records import RecordBatchError, validate_produce_records
 from millrace.gateway.native.event_commands import partitioned_stream, stream_key
 from millrace.protocol.errors import (
     BadAttributeUpdateError,
@@ -76,6 +70,7 @@ from millrace.protocol.errors import (
     TxnNotFoundError,
 )
 from millrace.protocol.events import OUT_OF_ORDER_SEQUENCE
+from millrace.protocol.records import RecordBatchError, validate_produce_records
 from millrace.protocol.wire import Command
 from millrace.store.contracts import AttributeUpdate, AttributeUpdateType
 from millrace.store.controller.transactions import (
@@ -87,6 +82,12 @@ from millrace.store.controller.transactions import (
     transaction_segment_name,
 )
 from millrace.store.errors import TableKeyNotFoundError, TableKeyVersionMismatchError
+from millrace.streams.futures import to_deferred
+from millrace.streams.partitions import PartitionError, PartitionLog
+from millrace.streams.partitions.errors import batch_refusal
+from millrace.streams.partitions.formats import ENVELOPE, ENVELOPE_MAGIC, envelope
+from millrace.streams.partitions.writer_events import ALREADY_WRITTEN, WriterEvents
+from millrace.streams.topics import TopicInfo
 
 log = logging.getLogger(__name__)
 
@@ -509,7 +510,7 @@ class NativeTransactions:
         try:
             (batch,) = validate_produce_records(payload)
         except RecordBatchError as exc:
-            raise EventsRefusedError(str(exc), int(exc.error_code)) from None
+            raise EventsRefusedError(str(exc), int(batch_refusal(exc).error_code)) from None
         header = batch.header
         if header.is_transactional or header.is_control or header.producer_id >= 0:
             raise InvalidRequestError("a transaction's batch is a plain batch: not transactional, no producer id")

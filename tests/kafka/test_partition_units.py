@@ -10,23 +10,23 @@ import pytest
 from twisted.internet import defer
 from twisted.internet.task import Clock
 
-from millrace.gateway.kafka.partitions.errors import PartitionError
-from millrace.gateway.kafka.partitions.formats import IndexEntry
-from millrace.gateway.kafka.partitions.loading import LoadedTopic
-from millrace.gateway.kafka.partitions.offset_index import OffsetIndex
-from millrace.gateway.kafka.partitions.partition import PartitionLog
-from millrace.gateway.kafka.partitions.producers import PRODUCER_WINDOW, Producers
-from millrace.gateway.kafka.partitions.retention import (
+from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.streams.partitions.errors import PartitionError
+from millrace.streams.partitions.formats import IndexEntry
+from millrace.streams.partitions.loading import LoadedTopic
+from millrace.streams.partitions.offset_index import OffsetIndex
+from millrace.streams.partitions.partition import PartitionLog
+from millrace.streams.partitions.producers import PRODUCER_WINDOW, Producers
+from millrace.streams.partitions.retention import (
     retained_start,
     stream_retained_starts,
     truncation_points,
 )
-from millrace.gateway.kafka.partitions.segments import SegmentWriter
-from millrace.gateway.kafka.partitions.storage import SegmentPartitionStorage
-from millrace.gateway.kafka.partitions.waiters import Waiters, wait_for_any
-from millrace.gateway.kafka.partitions.watermark import HighWatermark
-from millrace.gateway.kafka.topics import TopicInfo
-from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.streams.partitions.segments import SegmentWriter
+from millrace.streams.partitions.storage import SegmentPartitionStorage
+from millrace.streams.partitions.waiters import Waiters, wait_for_any
+from millrace.streams.partitions.watermark import HighWatermark
+from millrace.streams.topics import TopicInfo
 
 
 def index_of(*batches: tuple[int, int, int]) -> OffsetIndex:

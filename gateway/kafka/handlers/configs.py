@@ -28,18 +28,10 @@ from twisted.internet import defer
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
-from millrace.gateway.kafka import topic_configs
 from millrace.gateway.kafka.broker import KafkaConfig, RequestContext
 from millrace.gateway.kafka.cluster import NOT_CONTROLLER_MESSAGE, not_controller
 from millrace.gateway.kafka.node_requests import request_node
 from millrace.gateway.kafka.registry import api
-from millrace.gateway.kafka.topics import (
-    DEFAULT_CONFIGS,
-    READ_ONLY_CONFIGS,
-    TopicError,
-    TopicInfo,
-    legal_topic_name,
-)
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.alter_configs import AlterConfigsRequest, AlterConfigsResponse
 from millrace.gateway.kafka_protocol.messages.describe_configs import (
@@ -49,6 +41,14 @@ from millrace.gateway.kafka_protocol.messages.describe_configs import (
 from millrace.gateway.kafka_protocol.messages.incremental_alter_configs import (
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
+)
+from millrace.streams import topic_configs
+from millrace.streams.topics import (
+    DEFAULT_CONFIGS,
+    READ_ONLY_CONFIGS,
+    TopicError,
+    TopicInfo,
+    legal_topic_name,
 )
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """CreatePartitions (key 37): grow a topic. New partitions split existing key-space slices and no data
-moves (see gateway.kafka.topics); the stream keeps its segments until it scales."""
+moves (see streams.topics); the stream keeps its segments until it scales."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ from millrace.gateway.kafka.broker import RequestContext
 from millrace.gateway.kafka.cluster import NOT_CONTROLLER_MESSAGE, not_controller
 from millrace.gateway.kafka.handlers.create_topics import replica_assignment_error
 from millrace.gateway.kafka.registry import api
-from millrace.gateway.kafka.topics import TopicError, legal_topic_name
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.create_partitions import (
     CreatePartitionsRequest,
     CreatePartitionsResponse,
 )
+from millrace.streams.topics import TopicError, legal_topic_name
 
 log = logging.getLogger(__name__)
 

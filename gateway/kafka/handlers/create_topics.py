@@ -19,9 +19,9 @@ from millrace.gateway.kafka.broker import RequestContext
 from millrace.gateway.kafka.cluster import NOT_CONTROLLER_MESSAGE, not_controller
 from millrace.gateway.kafka.handlers.configs import topic_config_values
 from millrace.gateway.kafka.registry import api
-from millrace.gateway.kafka.topics import TopicError, TopicInfo, legal_topic_name
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.create_topics import CreateTopicsRequest, CreateTopicsResponse
+from millrace.streams.topics import TopicError, TopicInfo, legal_topic_name
 
 log = logging.getLogger(__name__)
 

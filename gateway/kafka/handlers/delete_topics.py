@@ -14,9 +14,9 @@ from twisted.internet.defer import Deferred
 from millrace.gateway.kafka.broker import RequestContext
 from millrace.gateway.kafka.cluster import NOT_CONTROLLER_MESSAGE, not_controller
 from millrace.gateway.kafka.registry import api
-from millrace.gateway.kafka.topics import TopicError, legal_topic_name
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.delete_topics import DeleteTopicsRequest, DeleteTopicsResponse
+from millrace.streams.topics import TopicError, legal_topic_name
 
 log = logging.getLogger(__name__)
 

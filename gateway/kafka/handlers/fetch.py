@@ -13,17 +13,17 @@ from typing import Any
 from twisted.internet import defer
 
 from millrace.gateway.kafka.broker import RequestContext
-from millrace.gateway.kafka.partitions import (
+from millrace.gateway.kafka.registry import api
+from millrace.gateway.kafka.resolve import topic_logs
+from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka_protocol.messages.fetch import FetchRequest, FetchResponse
+from millrace.streams.partitions import (
     READ_COMMITTED,
     FetchedRecords,
     PartitionError,
     PartitionLog,
     PartitionOffsets,
 )
-from millrace.gateway.kafka.registry import api
-from millrace.gateway.kafka.resolve import topic_logs
-from millrace.gateway.kafka_protocol.errors import ErrorCode
-from millrace.gateway.kafka_protocol.messages.fetch import FetchRequest, FetchResponse
 
 FETCH = FetchRequest.API_KEY
 Response = FetchResponse

@@ -13,11 +13,11 @@ from typing import Any
 from twisted.internet import defer
 
 from millrace.gateway.kafka.broker import RequestContext
-from millrace.gateway.kafka.partitions import PartitionError
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.resolve import topic_logs
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.list_offsets import ListOffsetsRequest, ListOffsetsResponse
+from millrace.streams.partitions import PartitionError
 
 LIST_OFFSETS = ListOffsetsRequest.API_KEY
 LATEST_TIERED = -5  # ListOffsetsRequest.LATEST_TIERED_TIMESTAMP

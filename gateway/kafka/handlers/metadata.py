@@ -16,9 +16,9 @@ from twisted.internet.defer import Deferred
 
 from millrace.gateway.kafka.broker import RequestContext
 from millrace.gateway.kafka.registry import api
-from millrace.gateway.kafka.topics import TopicError, TopicInfo, legal_topic_name
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.metadata import MetadataRequest, MetadataResponse
+from millrace.streams.topics import TopicError, TopicInfo, legal_topic_name
 
 log = logging.getLogger(__name__)
 

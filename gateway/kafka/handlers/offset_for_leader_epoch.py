@@ -8,7 +8,6 @@ from typing import Any
 from twisted.internet import defer
 
 from millrace.gateway.kafka.broker import RequestContext
-from millrace.gateway.kafka.partitions import PartitionError
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.resolve import topic_logs
 from millrace.gateway.kafka_protocol.errors import ErrorCode
@@ -16,6 +15,7 @@ from millrace.gateway.kafka_protocol.messages.offset_for_leader_epoch import (
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
 )
+from millrace.streams.partitions import PartitionError
 
 OFFSET_FOR_LEADER_EPOCH = OffsetForLeaderEpochRequest.API_KEY
 Response = OffsetForLeaderEpochResponse

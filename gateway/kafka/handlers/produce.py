@@ -8,12 +8,12 @@ from twisted.internet import defer
 from twisted.python.failure import Failure
 
 from millrace.gateway.kafka.broker import Broker, RequestContext
-from millrace.gateway.kafka.partitions import PartitionError, PartitionLog
 from millrace.gateway.kafka.registry import NO_RESPONSE, NoResponse, api
 from millrace.gateway.kafka.resolve import topic_logs
-from millrace.gateway.kafka.topics import TopicInfo
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.produce import ProduceRequest, ProduceResponse
+from millrace.streams.partitions import PartitionError, PartitionLog
+from millrace.streams.topics import TopicInfo
 
 PRODUCE = ProduceRequest.API_KEY
 Response = ProduceResponse

@@ -16,13 +16,13 @@ from twisted.internet import defer
 from twisted.python.failure import Failure
 
 from millrace.gateway.kafka.broker import RequestContext
-from millrace.gateway.kafka.partitions import PartitionError
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.write_txn_markers import (
     WriteTxnMarkersRequest,
     WriteTxnMarkersResponse,
 )
+from millrace.streams.partitions import PartitionError
 
 log = logging.getLogger(__name__)
 Response = WriteTxnMarkersResponse

@@ -40,8 +40,6 @@ from twisted.python.failure import Failure
 from millrace.gateway.kafka.group_store import OffsetAndMetadata
 from millrace.gateway.kafka.groups import get_coordinator
 from millrace.gateway.kafka.node_requests import request_node
-from millrace.gateway.kafka.partitions import PartitionError
-from millrace.gateway.kafka.partitions.producers import MARKER_COORDINATOR_EPOCH
 from millrace.gateway.kafka.transactions.markers import (
     CLIENT_ID,
     TXN_OFFSET_COMMIT_VERSION,
@@ -61,6 +59,8 @@ from millrace.gateway.kafka.transactions.state import (
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.store.errors import SegmentExistsError
 from millrace.store.tables import TableStore
+from millrace.streams.partitions import PartitionError
+from millrace.streams.partitions.producers import MARKER_COORDINATOR_EPOCH
 
 if TYPE_CHECKING:
     from millrace.gateway.kafka.broker import Broker

@@ -24,7 +24,6 @@ from twisted.python.failure import Failure
 
 from millrace.gateway.kafka.group_store import OffsetAndMetadata
 from millrace.gateway.kafka.node_requests import SEND_TIMEOUT_SECONDS, request_node
-from millrace.gateway.kafka.partitions import PartitionError
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.txn_offset_commit import (
     TxnOffsetCommitRequest,
@@ -34,10 +33,11 @@ from millrace.gateway.kafka_protocol.messages.write_txn_markers import (
     WriteTxnMarkersRequest,
     WriteTxnMarkersResponse,
 )
+from millrace.streams.partitions import PartitionError
 
 if TYPE_CHECKING:
-    from millrace.gateway.kafka.partitions.partition import PartitionLog
-    from millrace.gateway.kafka.partitions.storage import SegmentPartitionStorage
+    from millrace.streams.partitions.partition import PartitionLog
+    from millrace.streams.partitions.storage import SegmentPartitionStorage
 
 WRITE_TXN_MARKERS = WriteTxnMarkersRequest.API_KEY
 MARKERS_VERSION = 1

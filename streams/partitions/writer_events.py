@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
-from millrace.gateway.kafka.partitions.errors import PartitionError
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.store.contracts import AttributeUpdate, AttributeUpdateType
+from millrace.streams.partitions.errors import PartitionError
 
 #: What an append of events written before answers instead of an offset: where they landed is not kept.
 ALREADY_WRITTEN = -1

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 from twisted.internet import defer
 
-from millrace.gateway.kafka.partitions.errors import PartitionError
 from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.streams.partitions.errors import PartitionError
 
 #: The coordinator epoch of the markers of a single-process server (its coordinator never moves) and of
 #: markers read back at a load (the index does not keep it). On a cluster, markers carry the coordinator's

@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING, Any
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
-from millrace.gateway.futures import to_deferred
-from millrace.gateway.kafka.partitions.compaction import (
+from millrace.store.tables import NOT_EXISTS
+from millrace.streams.futures import to_deferred
+from millrace.streams.partitions.compaction import (
     COMPACTIONS_TABLE,
     CleaningPlan,
     CleaningResult,
@@ -43,15 +44,14 @@ from millrace.gateway.kafka.partitions.compaction import (
     needs_cleaning,
     plan,
 )
-from millrace.gateway.kafka.partitions.formats import INDEX_ENTRY_SIZE
-from millrace.gateway.kafka.partitions.loading import log_start_key
-from millrace.gateway.kafka.partitions.partition import PartitionLog
-from millrace.gateway.kafka.partitions.segments import SegmentWriter
-from millrace.gateway.kafka.topics import TopicInfo
-from millrace.store.tables import NOT_EXISTS
+from millrace.streams.partitions.formats import INDEX_ENTRY_SIZE
+from millrace.streams.partitions.loading import log_start_key
+from millrace.streams.partitions.partition import PartitionLog
+from millrace.streams.partitions.segments import SegmentWriter
+from millrace.streams.topics import TopicInfo
 
 if TYPE_CHECKING:
-    from millrace.gateway.kafka.partitions.storage import SegmentPartitionStorage
+    from millrace.streams.partitions.storage import SegmentPartitionStorage
 
 log = logging.getLogger(__name__)
 

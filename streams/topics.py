@@ -31,7 +31,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from millrace.gateway.kafka import topic_configs
 from millrace.protocol.contracts import BYTE_STREAM_ATTRIBUTE
 from millrace.store.controller import (
     Controller,
@@ -53,6 +52,7 @@ from millrace.store.errors import (
     TableKeyVersionMismatchError,
 )
 from millrace.store.tables import NOT_EXISTS, TableStore
+from millrace.streams import topic_configs
 
 TOPICS_TABLE = "_system/_tables/kafka_topics"
 

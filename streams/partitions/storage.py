@@ -27,36 +27,10 @@ from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
 
-from millrace.gateway.futures import on_reactor, to_deferred
-from millrace.gateway.kafka.partitions import reads, retention
-from millrace.gateway.kafka.partitions.cleaner import LogCleaner
-from millrace.gateway.kafka.partitions.compaction import COMPACTIONS_TABLE, compacts, forget_topic
-from millrace.gateway.kafka.partitions.errors import PartitionError
-from millrace.gateway.kafka.partitions.formats import (
-    ENVELOPE,
-    INDEX_SUFFIX,
-    IndexEntry,
-    envelope,
-    recompress,
-    set_leader_epoch,
-    stamp_log_append_time,
-)
-from millrace.gateway.kafka.partitions.loading import (
-    LOG_STARTS_TABLE,
-    LoadedTopic,
-    load_topic,
-    log_start_key,
-    segments_of_partitions,
-)
-from millrace.gateway.kafka.partitions.partition import PartitionLog, PartitionOffsets
-from millrace.gateway.kafka.partitions.producers import MARKER_COORDINATOR_EPOCH, ProducerState
-from millrace.gateway.kafka.partitions.segments import BLOCKING_TIMEOUT, SegmentWriter, create_index_segment
-from millrace.gateway.kafka.partitions.waiters import wait_for_any
-from millrace.gateway.kafka.partitions.watermark import PendingAppend
-from millrace.gateway.kafka.partitions.writer_events import WriterEvents, attribute_key
-from millrace.gateway.kafka.topics import TopicInfo, TopicRegistry, deletes_old_data
 from millrace.gateway.kafka_protocol.errors import ErrorCode
-from millrace.gateway.kafka_protocol.records import (
+from millrace.protocol import compression
+from millrace.protocol.compression import CompressionError
+from millrace.protocol.records import (
     BatchHeader,
     BatchView,
     ControlRecordType,
@@ -67,13 +41,39 @@ from millrace.gateway.kafka_protocol.records import (
     set_base_offset,
     validate_produce_records,
 )
-from millrace.protocol import compression
-from millrace.protocol.compression import CompressionError
 from millrace.store.contracts import AttributeUpdate, AttributeUpdateType
 from millrace.store.controller import SegmentRange
 from millrace.store.errors import SegmentExistsError, SegmentNotFoundError
 from millrace.store.segment_store import SegmentStore
 from millrace.store.tables import TableStore
+from millrace.streams.futures import on_reactor, to_deferred
+from millrace.streams.partitions import reads, retention
+from millrace.streams.partitions.cleaner import LogCleaner
+from millrace.streams.partitions.compaction import COMPACTIONS_TABLE, compacts, forget_topic
+from millrace.streams.partitions.errors import PartitionError, batch_refusal
+from millrace.streams.partitions.formats import (
+    ENVELOPE,
+    INDEX_SUFFIX,
+    IndexEntry,
+    envelope,
+    recompress,
+    set_leader_epoch,
+    stamp_log_append_time,
+)
+from millrace.streams.partitions.loading import (
+    LOG_STARTS_TABLE,
+    LoadedTopic,
+    load_topic,
+    log_start_key,
+    segments_of_partitions,
+)
+from millrace.streams.partitions.partition import PartitionLog, PartitionOffsets
+from millrace.streams.partitions.producers import MARKER_COORDINATOR_EPOCH, ProducerState
+from millrace.streams.partitions.segments import BLOCKING_TIMEOUT, SegmentWriter, create_index_segment
+from millrace.streams.partitions.waiters import wait_for_any
+from millrace.streams.partitions.watermark import PendingAppend
+from millrace.streams.partitions.writer_events import WriterEvents, attribute_key
+from millrace.streams.topics import TopicInfo, TopicRegistry, deletes_old_data
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ def _check_timestamps(topic: TopicInfo, batch: BatchView, now_ms: int) -> None:
     try:
         records = list(batch.records())
     except RecordBatchError as exc:
-        raise PartitionError(exc.error_code, str(exc)) from exc
+        raise batch_refusal(exc) from exc
     errors = tuple(
         (i, f"Timestamp {r.timestamp} of message with offset {r.offset} is out of range. The timestamp should be "
             f"within [{now_ms - before}, {now_ms + after}]")
@@ -147,7 +147,7 @@ def _check_keys(topic: TopicInfo, p: PartitionLog, batch: BatchView) -> None:
     try:
         keys = [r.key for r in batch.records()]
     except RecordBatchError as exc:
-        raise PartitionError(exc.error_code, str(exc)) from exc
+        raise batch_refusal(exc) from exc
     reason = f"Compacted topic cannot accept message without key in topic partition {p.topic}-{p.partition}."
     errors = tuple((i, reason) for i, key in enumerate(keys) if key is None)
     if errors:
@@ -503,7 +503,7 @@ class SegmentPartitionStorage(PartitionStorage):
         try:
             (batch,) = validate_produce_records(records)
         except RecordBatchError as exc:
-            raise PartitionError(exc.error_code, str(exc)) from exc
+            raise batch_refusal(exc) from exc
         now_ms = self._now_ms() if now_ms is None else now_ms
         _check_timestamps(topic, batch, now_ms)
         _check_keys(topic, p, batch)
