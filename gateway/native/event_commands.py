@@ -31,6 +31,7 @@ from millrace.gateway.kafka.broker import Broker
 from millrace.gateway.kafka.resolve import record_logs, refreshed
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.native.event_reads import read_events, served_here
+from millrace.gateway.native.stream_errors import native_refusal
 from millrace.protocol.errors import (
     EventsRefusedError,
     InvalidRequestError,
@@ -53,6 +54,7 @@ _FENCED = {ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH}
 
 
 def refusal(code: ErrorCode, message: str) -> Exception:
+    """The native answer to the Kafka transaction coordinator, which leases writer ids (InitProducerId)."""
     if code in _RETRIABLE:
         return RetriableError(message)
     if code in _FENCED:
@@ -155,7 +157,7 @@ def event_handlers(broker: Broker) -> dict[int, Callable[[dict[str, Any], bytes]
         def refused(failure: Failure) -> Failure:
             exc = failure.value
             if isinstance(exc, PartitionError):
-                return Failure(refusal(exc.error_code, str(exc)))
+                return Failure(native_refusal(exc))
             return failure
 
         def logs(topic: TopicInfo | None) -> defer.Deferred[tuple[TopicInfo, list[PartitionLog]]]:

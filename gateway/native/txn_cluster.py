@@ -32,7 +32,6 @@ from twisted.python.failure import Failure
 
 from millrace.gateway.kafka.broker import Broker
 from millrace.gateway.kafka.cluster import KafkaCluster, native_endpoint
-from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.native.event_commands import stream_key
 from millrace.gateway.native.forwarding import HERE, NodeLinks, forwarding
 from millrace.gateway.native.txn_commands import (
@@ -44,6 +43,7 @@ from millrace.gateway.native.txn_commands import (
 from millrace.protocol.errors import InvalidRequestError
 from millrace.protocol.wire import Command
 from millrace.store.controller.transactions import NATIVE_TXNS_TABLE, TxnRecord
+from millrace.streams.errors import Reason
 from millrace.streams.partitions import PartitionError, PartitionLog
 from millrace.streams.partitions.writer_events import WriterEvents
 from millrace.streams.topics import TopicInfo
@@ -158,7 +158,7 @@ def leader_batch_appender(broker: Broker, cluster: KafkaCluster,
         def send(landed_before: bool) -> defer.Deferred[int]:
             address = cluster.segment_owner(writer.name)["native"] if writer is not None else None
             if not landed_before or address is None:
-                raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                raise PartitionError(Reason.NOT_OWNER,
                                      f"{topic.name}-{partition.partition}: no leader, or a batch before failed")
             return links.request(address, Command.APPEND_EVENTS, header, batch).addCallback(
                 lambda answer: int(answer[0]["offset"]))

@@ -57,6 +57,7 @@ from millrace.gateway.kafka.broker import Broker
 from millrace.gateway.kafka.resolve import record_logs
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.native.event_commands import partitioned_stream, stream_key
+from millrace.gateway.native.stream_errors import native_refusal
 from millrace.protocol.errors import (
     BadAttributeUpdateError,
     EventsRefusedError,
@@ -82,9 +83,9 @@ from millrace.store.controller.transactions import (
     transaction_segment_name,
 )
 from millrace.store.errors import TableKeyNotFoundError, TableKeyVersionMismatchError
+from millrace.streams.errors import Reason, batch_refusal
 from millrace.streams.futures import to_deferred
 from millrace.streams.partitions import PartitionError, PartitionLog
-from millrace.streams.partitions.errors import batch_refusal
 from millrace.streams.partitions.formats import ENVELOPE, ENVELOPE_MAGIC, envelope
 from millrace.streams.partitions.writer_events import ALREADY_WRITTEN, WriterEvents
 from millrace.streams.topics import TopicInfo
@@ -510,7 +511,7 @@ class NativeTransactions:
         try:
             (batch,) = validate_produce_records(payload)
         except RecordBatchError as exc:
-            raise EventsRefusedError(str(exc), int(batch_refusal(exc).error_code)) from None
+            raise native_refusal(batch_refusal(exc)) from None
         header = batch.header
         if header.is_transactional or header.is_control or header.producer_id >= 0:
             raise InvalidRequestError("a transaction's batch is a plain batch: not transactional, no producer id")
@@ -702,8 +703,8 @@ class NativeTransactions:
                 return self._land(name, writer_id, partition, rest, 0, counts) if rest else None
             reason = results[failed][1]
             delay = min(MAX_RETRY_SECONDS, RETRY_SECONDS * 2 ** min(attempt, 5))
-            level = logging.DEBUG if isinstance(reason.value, PartitionError) and reason.value.error_code in (
-                ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR) else logging.WARNING
+            level = logging.DEBUG if isinstance(reason.value, PartitionError) and reason.value.reason in (
+                Reason.NOT_OWNER, Reason.LOADING, Reason.SEGMENT_SEALED) else logging.WARNING
             log.log(level, "committing into %s-%d: %s; again in %.1f s", name, partition,
                     reason.getErrorMessage(), delay)
             return task.deferLater(self.clock, delay, lambda: None).addCallback(

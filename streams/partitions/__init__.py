@@ -8,7 +8,7 @@ recovery), ``watermark`` (high watermark and acknowledgement order), ``waiters``
 The thread model is in ``millrace.streams.futures``.
 """
 
-from millrace.streams.partitions.errors import PartitionError
+from millrace.streams.errors import PartitionError
 from millrace.streams.partitions.partition import PartitionLog, PartitionOffsets
 from millrace.streams.partitions.storage import (
     EARLIEST,

@@ -14,6 +14,7 @@ from millrace.gateway.kafka.broker import RequestContext
 from millrace.gateway.kafka.cluster import NOT_CONTROLLER_MESSAGE, not_controller
 from millrace.gateway.kafka.handlers.create_topics import replica_assignment_error
 from millrace.gateway.kafka.registry import api
+from millrace.gateway.kafka.stream_errors import error_code
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.create_partitions import (
     CreatePartitionsRequest,
@@ -76,7 +77,7 @@ def _grow_all(registry: Any, jobs: list[_Job], validate_only: bool) -> None:
         try:
             registry.add_partitions(job.name, job.count, validate_only)
         except TopicError as exc:
-            job.error, job.message = ErrorCode(exc.error_code), str(exc)
+            job.error, job.message = error_code(exc), str(exc)
         except Exception as exc:  # noqa: BLE001 - one topic's failure must not fail the others
             log.exception("adding partitions to topic %r failed", job.name)
             job.error, job.message = ErrorCode.UNKNOWN_SERVER_ERROR, str(exc)

@@ -19,6 +19,7 @@ from millrace.gateway.kafka.broker import RequestContext
 from millrace.gateway.kafka.cluster import NOT_CONTROLLER_MESSAGE, not_controller
 from millrace.gateway.kafka.handlers.configs import topic_config_values
 from millrace.gateway.kafka.registry import api
+from millrace.gateway.kafka.stream_errors import error_code
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.create_topics import CreateTopicsRequest, CreateTopicsResponse
 from millrace.streams.topics import TopicError, TopicInfo, legal_topic_name
@@ -110,7 +111,7 @@ def _create_all(registry: Any, plans: list[_Plan], validate_only: bool) -> None:
         try:
             plan.topic = registry.create(plan.name, plan.partitions, plan.configs, validate_only)
         except TopicError as exc:
-            _fail(plan, ErrorCode(exc.error_code), str(exc))
+            _fail(plan, error_code(exc), str(exc))
         except Exception as exc:  # noqa: BLE001 - one topic's failure must not fail the others
             log.exception("creating topic %r failed", plan.name)
             _fail(plan, ErrorCode.UNKNOWN_SERVER_ERROR, str(exc))

@@ -15,6 +15,7 @@ from twisted.internet import defer
 from millrace.gateway.kafka.broker import RequestContext
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.resolve import topic_logs
+from millrace.gateway.kafka.stream_errors import error_code
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.fetch import FetchRequest, FetchResponse
 from millrace.streams.partitions import (
@@ -103,7 +104,7 @@ class _FetchPlan:
                                                self.request.isolation_level, min_one)
                 except PartitionError as exc:
                     errors = True
-                    reads.append(defer.succeed(_empty(fp.partition, exc.error_code, partitions.offsets(p))))
+                    reads.append(defer.succeed(_empty(fp.partition, error_code(exc), partitions.offsets(p))))
                     continue
                 budget = max(0, budget - planned.size)
                 min_one = min_one and planned.size == 0

@@ -10,6 +10,7 @@ from twisted.python.failure import Failure
 from millrace.gateway.kafka.broker import Broker, RequestContext
 from millrace.gateway.kafka.registry import NO_RESPONSE, NoResponse, api
 from millrace.gateway.kafka.resolve import topic_logs
+from millrace.gateway.kafka.stream_errors import error_code
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.produce import ProduceRequest, ProduceResponse
 from millrace.streams.partitions import PartitionError, PartitionLog
@@ -65,7 +66,7 @@ def _produce_partition(broker: Broker, topic: TopicInfo, parts: list[PartitionLo
     try:
         d = storage.append(topic, p, pd.records, now_ms)
     except PartitionError as exc:
-        return defer.succeed(_partition_result(pd.index, exc.error_code, message=str(exc),
+        return defer.succeed(_partition_result(pd.index, error_code(exc), message=str(exc),
                                                record_errors=exc.record_errors))
 
     def ok(base: int) -> ProduceResponse.PartitionProduceResponse:
