@@ -23,6 +23,7 @@ from millrace.protocol.errors import (
     WrongHostError,
 )
 from millrace.protocol.records import InvalidRecordError, RecordBatchError
+from millrace.store.cluster.log_metadata import OwnershipLostError
 from millrace.store.errors import DataLogWriterFencedError
 
 
@@ -115,12 +116,12 @@ def reason_of(exc: BaseException | None) -> Reason:
     if isinstance(exc, SegmentSealedError):
         return Reason.SEGMENT_SEALED
     # The container stopped or moved (ContainerOfflineError), the node asked does not serve it (WrongHost),
-    # a newer owner fenced this one's log, the owner's link broke mid-call, or the segment grew under a
-    # conditional append (another node wrote): all say another node serves the partition now, or will.
-    # So does a link to the owner that could not be opened (ConnectionError; an OSError, so before the
-    # storage failures below).
-    if isinstance(exc, (ContainerOfflineError, WrongHostError, DataLogWriterFencedError, ConnectionLostError,
-                        ConnectionError, BadOffsetError)):
+    # a newer owner fenced this one's log or took its ownership znode, the owner's link broke mid-call, or
+    # the segment grew under a conditional append (another node wrote): all say another node serves the
+    # partition now, or will. So does a link to the owner that could not be opened (ConnectionError; an
+    # OSError, so before the storage failures below).
+    if isinstance(exc, (ContainerOfflineError, WrongHostError, DataLogWriterFencedError, OwnershipLostError,
+                        ConnectionLostError, ConnectionError, BadOffsetError)):
         return Reason.NOT_OWNER
     if isinstance(exc, RetriableError):
         return Reason.LOADING  # the owner cannot take it right now (a partition reloading there): again

@@ -45,7 +45,7 @@ from millrace.store.controller import SegmentRange
 from millrace.store.errors import SegmentExistsError, SegmentNotFoundError
 from millrace.store.segment_store import SegmentStore
 from millrace.store.tables import TableStore
-from millrace.streams.errors import PartitionError, Reason, batch_refusal
+from millrace.streams.errors import PartitionError, Reason, batch_refusal, store_failure
 from millrace.streams.futures import on_reactor, to_deferred
 from millrace.streams.partitions import reads, retention
 from millrace.streams.partitions.cleaner import LogCleaner
@@ -630,10 +630,12 @@ class SegmentPartitionStorage(PartitionStorage):
         log.error("append to %s failed: %s", writer.name, failure.getErrorMessage())
         writer.failed = failure.value
         self._reload_after_failure(p.topic)
+        # The appender hears why in the stream layer's terms: a moved container is not a broken disk.
+        refusal = Failure(store_failure(failure.value, f"append to {p.topic}-{p.partition}"))
         # Nothing after this batch can be acknowledged in order any more: fail those too (they may
         # already be durable in a successor); clients retry and the reload dedupes them.
         for doomed in p.watermark.failed(pending):
-            doomed.acked.errback(failure)
+            doomed.acked.errback(refusal)
 
     @staticmethod
     def _settle(result: Any, producer: ProducerState | None, base: int, retries: list[defer.Deferred[int]]) -> Any:

@@ -74,8 +74,9 @@ def _produce_partition(broker: Broker, topic: TopicInfo, parts: list[PartitionLo
                                  log_append_time=append_time)
 
     def failed(failure: Failure) -> ProduceResponse.PartitionProduceResponse:
-        # The store refused or failed the append: nothing was acknowledged; the client retries.
-        return _partition_result(pd.index, ErrorCode.NOT_LEADER_OR_FOLLOWER, message=failure.getErrorMessage())
+        # The store refused or failed the append: nothing was acknowledged. The reason says whether the
+        # client should look for the partition elsewhere (NOT_LEADER_OR_FOLLOWER) or the store failed.
+        return _partition_result(pd.index, error_code(failure.value), message=failure.getErrorMessage())
 
     return d.addCallbacks(ok, failed)
 
