@@ -10,9 +10,10 @@ from collections.abc import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from millrace.gateway.kafka_protocol import codec, records  # noqa: E402
+from millrace.gateway.kafka_protocol import codec  # noqa: E402
 from millrace.gateway.kafka_protocol.messages.fetch import FetchResponse  # noqa: E402
 from millrace.gateway.kafka_protocol.messages.produce import ProduceRequest  # noqa: E402
+from millrace.protocol import records  # noqa: E402
 
 PRODUCE, FETCH = 0, 1
 

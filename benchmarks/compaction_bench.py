@@ -21,7 +21,7 @@ import tempfile
 import time
 from typing import Any
 
-from millrace.gateway.kafka_protocol.records import NewRecord, build_record_batch
+from millrace.protocol.records import NewRecord, build_record_batch
 from tests.kafka.test_admin_wire import SET, TOPIC, incremental
 from tests.kafka.wire import KafkaWire, local
 from tests.server_process import ServerProcess

@@ -45,9 +45,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from millrace import StreamManager
 from millrace.client.batch import SegmentRange
 from millrace.client.segment_reader import SegmentEvent, read_segment_events
-from millrace.gateway.kafka.partitions.formats import ENVELOPE
 from millrace.protocol.events import batch_records
 from millrace.protocol.wire import Command
+from millrace.streams.partitions.formats import ENVELOPE
 from tests.server_process import ServerProcess
 
 PARTITIONS = 8

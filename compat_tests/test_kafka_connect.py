@@ -94,7 +94,7 @@ def test_file_pipeline_copies_exactly_and_a_restarted_worker_resumes_without_dup
 
 def compacted(server: ServerProcess, topic: str, partitions: int) -> bool:
     """Whether a topic holds fewer records than the offsets it has handed out, over its partitions."""
-    from millrace.gateway.kafka_protocol.records import iter_batches
+    from millrace.protocol.records import iter_batches
     from tests.kafka.wire import local
 
     stored = written = 0

@@ -24,8 +24,8 @@ from twisted.internet.interfaces import IConsumer, IPushProducer, ITCPTransport,
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from millrace.gateway.futures import on_reactor
 from millrace.store.budget import CURRENT_ADMISSION, MIB, Admission, ByteBudget
+from millrace.streams.futures import on_reactor
 
 # Bytes of requests (and their appends) one connection may hold before it stops reading.
 DEFAULT_CONNECTION_BUDGET_BYTES = 32 * MIB

@@ -41,7 +41,6 @@ from twisted.internet import defer
 from twisted.python.failure import Failure
 from twisted.web import resource, server
 
-from millrace.gateway.futures import to_deferred
 from millrace.gateway.kafka.scaling import KafkaScaling
 from millrace.gateway.native.controller_commands import PartitionsOf, describe_stream
 from millrace.store.containers.container import SegmentContainer
@@ -49,6 +48,7 @@ from millrace.store.containers.rates import SegmentRates
 from millrace.store.contracts import SegmentInfo
 from millrace.store.controller import Controller, InvalidScaleError, ScaleConflictError, StreamSealedError
 from millrace.store.errors import ScopeNotFoundError, SegmentNotFoundError, StreamNotFoundError
+from millrace.streams.futures import to_deferred
 
 log = logging.getLogger(__name__)
 

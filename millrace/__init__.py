@@ -1,7 +1,7 @@
 """Millrace: durable, elastic stream storage in the spirit of Pravega, speaking the Kafka wire protocol.
 
 One import namespace for everything Millrace installs. The source tree keeps its places at the top
-(``gateway/``, ``store/``, ``client/``, ``protocol/``) and this folder links to each, so they are
+(``gateway/``, ``streams/``, ``store/``, ``client/``, ``protocol/``) and this folder links to each, so they are
 ``millrace.gateway``, ``millrace.store``, ... on disk as installed; installing Millrace never adds generic top-level names
 such as ``store`` or ``client`` that would clash with a user's own modules.
 """

@@ -127,7 +127,8 @@ class WriterFencedError(StoreError):
 
 class EventsRefusedError(StoreError):
     """The partition refused an event batch for good (too large, out of sequence, ...); ``kafka_error``
-    is the Kafka error code the partition storage gave."""
+    is the Kafka error code when the refusal came in Kafka's terms (the transaction coordinator's
+    answer to a writer), else -1."""
 
     def __init__(self, message: str, kafka_error: int = -1) -> None:
         super().__init__(message)

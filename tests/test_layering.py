@@ -1,4 +1,6 @@
-"""The places import one way: gateway -> store -> protocol, client -> protocol.
+"""The places import one way: gateway -> streams -> store -> protocol, client -> protocol; and the two
+protocol adapters in the gateway (gateway/kafka, gateway/native) stand side by side over the stream layer,
+neither importing the other.
 
 Read from the source (``ast``), not by importing, so a lazy or conditional import counts too. Each rule
 names the place whose modules are checked and the packages they must never import.
@@ -15,11 +17,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # (place checked, packages it must not import, why)
 RULES: list[tuple[str, tuple[str, ...], str]] = [
-    ("protocol", ("millrace.gateway", "millrace.store", "millrace.client"), "shared codecs depend on nothing"),
-    ("store", ("millrace.gateway", "millrace.client"), "the store serves every protocol"),
+    ("protocol", ("millrace.gateway", "millrace.streams", "millrace.store", "millrace.client"),
+     "shared codecs depend on nothing"),
+    ("store", ("millrace.gateway", "millrace.streams", "millrace.client"), "the store serves every protocol"),
+    ("streams", ("millrace.gateway", "millrace.client"), "the stream layer serves both protocol adapters"),
+    ("client", ("millrace.gateway", "millrace.streams", "millrace.store"), "the client ships without the server"),
     ("store", ("subprocess",), "the store runs inside a server; tools that run processes live with the CLI"),
-    ("client", ("millrace.gateway", "millrace.store"), "the client ships without the server"),
     ("gateway/kafka_protocol", ("millrace.gateway.kafka", "millrace.gateway.native"), "the codec does no I/O"),
+    ("gateway/kafka", ("millrace.gateway.native",), "the Kafka adapter stands beside the native one"),
+    ("gateway/native", ("millrace.gateway.kafka",), "the native adapter stands beside the Kafka one"),
 ]
 
 

@@ -12,19 +12,19 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from twisted.internet.defer import Deferred
 
-from millrace.gateway.futures import to_deferred
 from millrace.store.contracts import SegmentService
 from millrace.store.controller import Controller
 from millrace.store.tables import TableStore
+from millrace.streams.futures import to_deferred
 
 if TYPE_CHECKING:
     from millrace.gateway.kafka.cluster import KafkaCluster
     from millrace.gateway.kafka.group_coordinator import GroupCoordinator
-    from millrace.gateway.kafka.partitions import SegmentPartitionStorage
-    from millrace.gateway.kafka.producer_ids import ProducerIdAllocator
     from millrace.gateway.kafka.scaling import KafkaScaling
-    from millrace.gateway.kafka.topics import TopicRegistry
     from millrace.gateway.kafka.transactions import TransactionCoordinator
+    from millrace.streams.partitions import SegmentPartitionStorage
+    from millrace.streams.producer_ids import ProducerIdAllocator
+    from millrace.streams.topics import TopicRegistry
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -30,20 +30,26 @@ from kazoo.protocol.states import ZnodeStat
 from twisted.python.failure import Failure
 
 from millrace.gateway.kafka.group_store import GROUPS_TABLE
-from millrace.gateway.kafka.topics import TopicInfo
 from millrace.gateway.kafka.transactions.state import TRANSACTIONS_TABLE
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.store.cluster.assignment import Assignment
 from millrace.store.cluster.containers import SegmentContainerHost
-from millrace.store.cluster.layout import ClusterPaths, NodeInfo, candidate_sequence, decode_assignment
+from millrace.store.cluster.layout import (
+    ClusterPaths,
+    NodeInfo,
+    candidate_sequence,
+    decode_assignment,
+    native_endpoint,
+)
 from millrace.store.errors import SegmentNotFoundError, StreamNotFoundError
 from millrace.store.segment_store import container_index
+from millrace.streams.topics import TopicInfo
 
 if TYPE_CHECKING:
     from millrace.gateway.kafka.broker import Broker
     from millrace.gateway.kafka.group_coordinator import GroupCoordinator
-    from millrace.gateway.kafka.partitions import SegmentPartitionStorage
     from millrace.gateway.kafka.transactions import TransactionCoordinator
+    from millrace.streams.partitions import SegmentPartitionStorage
 
 log = logging.getLogger(__name__)
 
@@ -298,11 +304,6 @@ def not_controller(broker: Broker) -> bool:
     NOT_CONTROLLER: on a cluster only the elected node runs them, as only Kafka's active controller does;
     clients refresh Metadata (whose controller_id names it) and send them there."""
     return broker.cluster is not None and not broker.cluster.is_controller()
-
-
-def native_endpoint(info: NodeInfo) -> str | None:
-    """Where clients (and other nodes) reach a node's native listener: advertised, else bind host + port."""
-    return info.advertised.get("native") or (f"{info.host}:{info.ports['native']}" if "native" in info.ports else None)
 
 
 def _kafka_node(info: NodeInfo) -> KafkaNode | None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from millrace.gateway.futures import call_on_reactor
 from millrace.store.controller import (
     Controller,
     InvalidScaleError,
@@ -16,6 +15,7 @@ from millrace.store.controller import (
     parse_segment_name,
 )
 from millrace.store.controller.scaling import equal_split_points
+from millrace.streams.futures import call_on_reactor
 
 if TYPE_CHECKING:
     from millrace.gateway.kafka.broker import Broker

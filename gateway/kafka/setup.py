@@ -16,16 +16,16 @@ from twisted.python.failure import Failure
 from millrace.gateway.kafka.broker import Broker, KafkaConfig
 from millrace.gateway.kafka.connection import KafkaFactory
 from millrace.gateway.kafka.group_coordinator import GroupCoordinator
-from millrace.gateway.kafka.partitions import SegmentPartitionStorage
-from millrace.gateway.kafka.producer_ids import ProducerIdAllocator
 from millrace.gateway.kafka.registry import load_handlers
 from millrace.gateway.kafka.scaling import KafkaScaling
-from millrace.gateway.kafka.topics import TopicRegistry
 from millrace.gateway.kafka.transactions import TransactionCoordinator
 from millrace.store.contracts import SegmentService
 from millrace.store.controller import Controller, RetentionType
 from millrace.store.errors import SegmentExistsError, TableKeyVersionMismatchError
 from millrace.store.tables import NOT_EXISTS, TableStore
+from millrace.streams.partitions import SegmentPartitionStorage
+from millrace.streams.producer_ids import ProducerIdAllocator
+from millrace.streams.topics import TopicRegistry
 
 log = logging.getLogger(__name__)
 CLUSTER_TABLE = "_system/_tables/kafka_cluster"

@@ -27,13 +27,10 @@ from typing import Any
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
-from millrace.gateway.kafka.broker import Broker
-from millrace.gateway.kafka.partitions import PartitionError, PartitionLog
-from millrace.gateway.kafka.partitions.writer_events import WriterEvents
-from millrace.gateway.kafka.resolve import record_logs, refreshed
-from millrace.gateway.kafka.topics import TopicError, TopicInfo
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.native.event_reads import read_events, served_here
+from millrace.gateway.native.host import NativeHost
+from millrace.gateway.native.stream_errors import native_refusal
 from millrace.protocol.errors import (
     EventsRefusedError,
     InvalidRequestError,
@@ -42,6 +39,10 @@ from millrace.protocol.errors import (
     WriterFencedError,
 )
 from millrace.protocol.wire import Command
+from millrace.streams.partitions import PartitionError, PartitionLog
+from millrace.streams.partitions.writer_events import WriterEvents
+from millrace.streams.resolve import record_logs, refreshed
+from millrace.streams.topics import TopicError, TopicInfo
 
 WRITER_ID_PREFIX = "millrace.writer:"  # keeps writer ids apart from Kafka transactional ids
 WRITER_LEASE_MS = 15 * 60 * 1000  # a writer holds no transaction, so the coordinator never times it out
@@ -53,6 +54,7 @@ _FENCED = {ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH}
 
 
 def refusal(code: ErrorCode, message: str) -> Exception:
+    """The native answer to the Kafka transaction coordinator, which leases writer ids (InitProducerId)."""
     if code in _RETRIABLE:
         return RetriableError(message)
     if code in _FENCED:
@@ -62,7 +64,7 @@ def refusal(code: ErrorCode, message: str) -> Exception:
     return EventsRefusedError(message, int(code))
 
 
-def known_record(broker: Broker, name: str) -> defer.Deferred[TopicInfo | None]:
+def known_record(broker: NativeHost, name: str) -> defer.Deferred[TopicInfo | None]:
     """The partition record of ``name``. A cluster node learns of streams made (or first written)
     through other nodes from the topics table each second; a client sent here as the owner of their
     segments may come first, so an unknown record makes such a node read the table now."""
@@ -72,12 +74,12 @@ def known_record(broker: Broker, name: str) -> defer.Deferred[TopicInfo | None]:
     return refreshed(broker, name, broker.topics.record)
 
 
-def stream_key(broker: Broker, h: dict[str, Any]) -> str:
+def stream_key(broker: NativeHost, h: dict[str, Any]) -> str:
     """The registry key of the request's stream."""
     return broker.topics.key(str(h["scope"]), str(h["stream"]))
 
 
-def _adopt(broker: Broker, scope: str, stream: str) -> TopicInfo:
+def _adopt(broker: NativeHost, scope: str, stream: str) -> TopicInfo:
     """Blocking (worker pool): partition a stream outside the Kafka scope on its first writer (an
     unknown stream raises the controller's StreamNotFoundError, which the client knows)."""
     try:
@@ -86,7 +88,7 @@ def _adopt(broker: Broker, scope: str, stream: str) -> TopicInfo:
         raise InvalidRequestError(str(exc)) from None
 
 
-def partitioned_stream(broker: Broker, scope: str, stream: str) -> defer.Deferred[TopicInfo]:
+def partitioned_stream(broker: NativeHost, scope: str, stream: str) -> defer.Deferred[TopicInfo]:
     """The stream's partition record, made on first use for a stream outside the Kafka scope (topics
     are made by Kafka's CreateTopics only: an unknown one raises StreamNotFoundError)."""
     topic = broker.topics.record(broker.topics.key(scope, stream))
@@ -97,7 +99,7 @@ def partitioned_stream(broker: Broker, scope: str, stream: str) -> defer.Deferre
     return broker.blocking(_adopt, broker, scope, stream)
 
 
-def event_handlers(broker: Broker) -> dict[int, Callable[[dict[str, Any], bytes], defer.Deferred[Any]]]:
+def event_handlers(broker: NativeHost) -> dict[int, Callable[[dict[str, Any], bytes], defer.Deferred[Any]]]:
     def topic_of(h: dict[str, Any]) -> str:
         return stream_key(broker, h)
 
@@ -155,7 +157,7 @@ def event_handlers(broker: Broker) -> dict[int, Callable[[dict[str, Any], bytes]
         def refused(failure: Failure) -> Failure:
             exc = failure.value
             if isinstance(exc, PartitionError):
-                return Failure(refusal(exc.error_code, str(exc)))
+                return Failure(native_refusal(exc))
             return failure
 
         def logs(topic: TopicInfo | None) -> defer.Deferred[tuple[TopicInfo, list[PartitionLog]]]:

@@ -32,23 +32,23 @@ from typing import Any
 
 from twisted.internet import defer
 
-from millrace.gateway.futures import to_deferred
-from millrace.gateway.kafka.broker import Broker
-from millrace.gateway.kafka.partitions import PartitionError, PartitionLog
-from millrace.gateway.kafka.partitions.formats import (
+from millrace.gateway.native.host import NativeHost
+from millrace.gateway.native.table_commands import Answer
+from millrace.protocol.errors import InvalidRequestError, RetriableError, WrongHostError
+from millrace.protocol.names import segment_name
+from millrace.store.contracts import ReadResult
+from millrace.streams.futures import to_deferred
+from millrace.streams.partitions import PartitionError, PartitionLog
+from millrace.streams.partitions.formats import (
     CONTROL_ATTRIBUTE,
     ENVELOPE,
     ENVELOPE_MAGIC,
     ENVELOPE_VERSION,
     TRANSACTIONAL_ATTRIBUTE,
 )
-from millrace.gateway.kafka.partitions.reads import read_range
-from millrace.gateway.kafka.resolve import record_logs
-from millrace.gateway.kafka.topics import TopicInfo
-from millrace.gateway.native.table_commands import Answer
-from millrace.protocol.errors import InvalidRequestError, RetriableError, WrongHostError
-from millrace.protocol.names import segment_name
-from millrace.store.contracts import ReadResult
+from millrace.streams.partitions.reads import read_range
+from millrace.streams.resolve import record_logs
+from millrace.streams.topics import TopicInfo
 
 MAX_READ_BYTES = 8 << 20
 # From a batch's first byte: baseOffset, batchLength, then (at 21) attributes and (at 43) producerId.
@@ -121,7 +121,7 @@ def _scan(data: bytes, start: int, segment: str, parts: list[PartitionLog], end_
     return scan
 
 
-def read_events(broker: Broker, record: Callable[[], TopicInfo | None], scope: str, stream: str, segment_id: int,
+def read_events(broker: NativeHost, record: Callable[[], TopicInfo | None], scope: str, stream: str, segment_id: int,
                 offset: int, max_bytes: int, wait_ms: int, end_offset: int | None) -> defer.Deferred[Answer]:
     """The READ_EVENTS answer (reactor thread); see the module docstring. ``record`` looks up the
     stream's partition record (None until its first event writer opens)."""
@@ -180,7 +180,7 @@ def read_events(broker: Broker, record: Callable[[], TopicInfo | None], scope: s
     return record_logs(broker, topic).addCallback(lambda found: attempt(found[1]))
 
 
-def served_here(broker: Broker, segment: str) -> None:
+def served_here(broker: NativeHost, segment: str) -> None:
     """On a cluster node, WrongHostError unless this node runs the container of ``segment``, whose owner
     leads the partitions it is the open segment of: the client then asks for the owner and goes there (a
     single server serves every segment). Another node's copy of those partitions is stale (its index
@@ -191,7 +191,7 @@ def served_here(broker: Broker, segment: str) -> None:
         raise WrongHostError(f"{segment} is not served by this node", segment)
 
 
-def _check_loaded(broker: Broker, segment: str, parts: list[PartitionLog]) -> None:
+def _check_loaded(broker: NativeHost, segment: str, parts: list[PartitionLog]) -> None:
     """On a cluster node: the partitions whose open segment this is must hold state of the node's current
     term of its container (``check_leader``, which starts the reload otherwise), since a copy loaded
     before the term lacks what the previous owner appended: RetriableError (or WrongHostError once the
@@ -207,7 +207,7 @@ def _check_loaded(broker: Broker, segment: str, parts: list[PartitionLog]) -> No
                 raise RetriableError(str(exc)) from None
 
 
-def _sealed_at(broker: Broker, segment: str, offset: int) -> defer.Deferred[bool]:
+def _sealed_at(broker: NativeHost, segment: str, offset: int) -> defer.Deferred[bool]:
     """Whether ``segment`` is sealed and ends at ``offset`` (a read that ended exactly at a sealed tail
     is not told so by the store until the next read). On a cluster node the router's future: the
     segment's container may have moved to another node since the read began, and the reactor must not

@@ -22,13 +22,13 @@ from typing import Any
 from twisted.internet import defer, reactor, task
 from twisted.python.failure import Failure
 
-from millrace.gateway.futures import to_deferred
-from millrace.gateway.kafka.broker import Broker
+from millrace.gateway.native.host import NativeHost
 from millrace.gateway.native.table_commands import Answer
 from millrace.protocol.errors import ConnectionLostError, RetriableError
 from millrace.protocol.wire import Command
 from millrace.store.cluster.connection import NodeConnection, NotSentError
 from millrace.store.futures import StoreFuture
+from millrace.streams.futures import to_deferred
 
 Handler = Callable[[dict[str, Any], bytes], Any]
 FORWARDED = "forwarded"  # header flag of a request one node sent on to another
@@ -42,7 +42,7 @@ class NodeLinks:
     node go out on one connection in the order they were made (those made while it connects wait for
     it, then go in that order), so the node receives them in that order."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: NativeHost) -> None:
         self.broker = broker
         self._links: dict[str, NodeConnection] = {}
         self._waiting: dict[str, list[defer.Deferred[NodeConnection]]] = {}  # address -> callers, in order

@@ -15,11 +15,10 @@ from twisted.internet import defer, protocol
 from twisted.python.failure import Failure
 
 from millrace.gateway.framing import DEFAULT_CONNECTION_BUDGET_BYTES, BudgetedReceiver
-from millrace.gateway.futures import on_reactor
-from millrace.gateway.kafka.broker import Broker
 from millrace.gateway.kafka.scaling import KafkaScaling
 from millrace.gateway.native.controller_commands import PartitionsOf, controller_handlers
 from millrace.gateway.native.event_commands import event_handlers
+from millrace.gateway.native.host import NativeHost
 from millrace.gateway.native.table_commands import Answer, table_handlers
 from millrace.gateway.native.txn_commands import txn_handlers
 from millrace.protocol.contracts import AttributeUpdate, ReadResult, SegmentInfo
@@ -37,6 +36,7 @@ from millrace.store.contracts import SegmentService
 from millrace.store.controller import Controller
 from millrace.store.controller.kvtables import KeyValueTables
 from millrace.store.futures import StoreFuture, mapped
+from millrace.streams.futures import on_reactor
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +164,7 @@ class NativeFactory(protocol.ServerFactory):
     def __init__(self, store: SegmentService, controller: Controller, pool: ThreadPoolExecutor, scaler: KafkaScaling,
                  partitions_of: PartitionsOf | None = None,
                  connection_budget_bytes: int = DEFAULT_CONNECTION_BUDGET_BYTES,
-                 broker: Broker | None = None, transactions: bool = True) -> None:
+                 broker: NativeHost | None = None, transactions: bool = True) -> None:
         """``broker``: the Kafka gateway whose partition storage takes native event appends (None: the
         listener serves no event writers); ``transactions``: serve its native transactions here (a
         cluster node installs the cluster's own handlers instead: ``txn_cluster``)."""

@@ -30,14 +30,9 @@ from typing import Any
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
-from millrace.gateway.kafka.broker import Broker
-from millrace.gateway.kafka.cluster import KafkaCluster, native_endpoint
-from millrace.gateway.kafka.partitions import PartitionError, PartitionLog
-from millrace.gateway.kafka.partitions.writer_events import WriterEvents
-from millrace.gateway.kafka.topics import TopicInfo
-from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.native.event_commands import stream_key
 from millrace.gateway.native.forwarding import HERE, NodeLinks, forwarding
+from millrace.gateway.native.host import NativeCluster, NativeHost
 from millrace.gateway.native.txn_commands import (
     WRITER_PREFIX,
     Handler,
@@ -46,7 +41,12 @@ from millrace.gateway.native.txn_commands import (
 )
 from millrace.protocol.errors import InvalidRequestError
 from millrace.protocol.wire import Command
+from millrace.store.cluster.layout import native_endpoint
 from millrace.store.controller.transactions import NATIVE_TXNS_TABLE, TxnRecord
+from millrace.streams.errors import Reason
+from millrace.streams.partitions import PartitionError, PartitionLog
+from millrace.streams.partitions.writer_events import WriterEvents
+from millrace.streams.topics import TopicInfo
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ log = logging.getLogger(__name__)
 class NativeTxnCoordination:
     """Serves the native transactions in this node's terms of their table's container only."""
 
-    def __init__(self, cluster: KafkaCluster, transactions: NativeTransactions) -> None:
+    def __init__(self, cluster: NativeCluster, transactions: NativeTransactions) -> None:
         self.cluster = cluster
         self.transactions = transactions
         self.loaded_term: int | None = None  # the term whose records are held (or loading)
@@ -84,7 +84,7 @@ class NativeTxnCoordination:
             self.transactions.stop()
 
 
-def cluster_txn_handlers(broker: Broker, cluster: KafkaCluster,
+def cluster_txn_handlers(broker: NativeHost, cluster: NativeCluster,
                          links: NodeLinks) -> tuple[dict[int, Handler], Callable[[], bool]]:
     """The transaction commands of a cluster node, and the check to run periodically (it starts and
     stops serving as the table's container comes and goes)."""
@@ -131,7 +131,7 @@ def cluster_txn_handlers(broker: Broker, cluster: KafkaCluster,
     return routed, coordination.check
 
 
-def leader_batch_appender(broker: Broker, cluster: KafkaCluster,
+def leader_batch_appender(broker: NativeHost, cluster: NativeCluster,
                           links: NodeLinks) -> Callable[[TopicInfo, PartitionLog, bytes, WriterEvents],
                                                         defer.Deferred[int]]:
     """A commit's appends: here when this node leads the partition, else APPEND_EVENTS to its leader.
@@ -158,7 +158,7 @@ def leader_batch_appender(broker: Broker, cluster: KafkaCluster,
         def send(landed_before: bool) -> defer.Deferred[int]:
             address = cluster.segment_owner(writer.name)["native"] if writer is not None else None
             if not landed_before or address is None:
-                raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                raise PartitionError(Reason.NOT_OWNER,
                                      f"{topic.name}-{partition.partition}: no leader, or a batch before failed")
             return links.request(address, Command.APPEND_EVENTS, header, batch).addCallback(
                 lambda answer: int(answer[0]["offset"]))

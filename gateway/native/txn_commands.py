@@ -35,7 +35,7 @@ older than ``native_txn_retention_ms`` are removed (the status is UNKNOWN afterw
 and ABORTING transactions are finished and ended ones' leftover segments deleted.
 
 Threads: the reactor owns ``NativeTransactions``; table and segment I/O that blocks runs on the worker
-pool (``Broker.blocking``). Per transaction one table write at a time (a DeferredLock); one process
+pool (``NativeHost.blocking``). Per transaction one table write at a time (a DeferredLock); one process
 serves a stream's native transactions (the controller's node).
 """
 
@@ -53,16 +53,10 @@ from twisted.internet import defer, reactor, task
 from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
 
-from millrace.gateway.futures import to_deferred
-from millrace.gateway.kafka.broker import Broker
-from millrace.gateway.kafka.partitions import PartitionError, PartitionLog
-from millrace.gateway.kafka.partitions.formats import ENVELOPE, ENVELOPE_MAGIC, envelope
-from millrace.gateway.kafka.partitions.writer_events import ALREADY_WRITTEN, WriterEvents
-from millrace.gateway.kafka.resolve import record_logs
-from millrace.gateway.kafka.topics import TopicInfo
 from millrace.gateway.kafka_protocol.errors import ErrorCode
-from millrace.gateway.kafka_protocol.records import RecordBatchError, validate_produce_records
 from millrace.gateway.native.event_commands import partitioned_stream, stream_key
+from millrace.gateway.native.host import NativeHost
+from millrace.gateway.native.stream_errors import native_refusal
 from millrace.protocol.errors import (
     BadAttributeUpdateError,
     EventsRefusedError,
@@ -76,6 +70,7 @@ from millrace.protocol.errors import (
     TxnNotFoundError,
 )
 from millrace.protocol.events import OUT_OF_ORDER_SEQUENCE
+from millrace.protocol.records import RecordBatchError, validate_produce_records
 from millrace.protocol.wire import Command
 from millrace.store.contracts import AttributeUpdate, AttributeUpdateType
 from millrace.store.controller.transactions import (
@@ -87,6 +82,13 @@ from millrace.store.controller.transactions import (
     transaction_segment_name,
 )
 from millrace.store.errors import TableKeyNotFoundError, TableKeyVersionMismatchError
+from millrace.streams.errors import Reason, batch_refusal
+from millrace.streams.futures import to_deferred
+from millrace.streams.partitions import PartitionError, PartitionLog
+from millrace.streams.partitions.formats import ENVELOPE, ENVELOPE_MAGIC, envelope
+from millrace.streams.partitions.writer_events import ALREADY_WRITTEN, WriterEvents
+from millrace.streams.resolve import record_logs
+from millrace.streams.topics import TopicInfo
 
 log = logging.getLogger(__name__)
 
@@ -220,7 +222,7 @@ class _RecordWriter:
         self._pump()
 
 
-def _sealed_batches(broker: Broker, name: str) -> _Batches:
+def _sealed_batches(broker: NativeHost, name: str) -> _Batches:
     """Blocking: seal a transaction segment and read its batches back, in order (none if it was never
     made or is gone)."""
     store = broker.store
@@ -249,20 +251,20 @@ def _sealed_batches(broker: Broker, name: str) -> _Batches:
 BatchAppender = Callable[[TopicInfo, PartitionLog, bytes, WriterEvents], "defer.Deferred[int]"]
 
 
-def local_batch_appender(broker: Broker) -> BatchAppender:
+def local_batch_appender(broker: NativeHost) -> BatchAppender:
     """Commits append through this node's partition storage (a single server leads every partition)."""
     return lambda topic, log_, batch, events: broker.partitions.append(topic, log_, memoryview(batch),
                                                                        events=events)
 
 
-def _delete_segments(broker: Broker, names: list[str]) -> None:
+def _delete_segments(broker: NativeHost, names: list[str]) -> None:
     """Blocking: delete transaction segments that exist."""
     for name in names:
         with contextlib.suppress(SegmentNotFoundError):
             broker.store.delete(name).result(BLOCKING_TIMEOUT)
 
 
-def _next_events(broker: Broker, record: TxnRecord) -> dict[str, int]:
+def _next_events(broker: NativeHost, record: TxnRecord) -> dict[str, int]:
     """Blocking: per partition written so far, the next event number its transaction segment expects."""
     answer: dict[str, int] = {}
     for name, partitions in record.segments:
@@ -280,7 +282,7 @@ def _next_events(broker: Broker, record: TxnRecord) -> dict[str, int]:
 class NativeTransactions:
     """Every native transaction of this node (reactor thread)."""
 
-    def __init__(self, broker: Broker, clock: IReactorTime | None = None, load: bool = True) -> None:
+    def __init__(self, broker: NativeHost, clock: IReactorTime | None = None, load: bool = True) -> None:
         """Blocking with ``load``: loads the records (before the reactor runs, like the Kafka coordinator's);
         without, ``reload`` loads them later (a cluster node, in a term of the table's container)."""
         self.broker = broker
@@ -509,7 +511,7 @@ class NativeTransactions:
         try:
             (batch,) = validate_produce_records(payload)
         except RecordBatchError as exc:
-            raise EventsRefusedError(str(exc), int(exc.error_code)) from None
+            raise native_refusal(batch_refusal(exc)) from None
         header = batch.header
         if header.is_transactional or header.is_control or header.producer_id >= 0:
             raise InvalidRequestError("a transaction's batch is a plain batch: not transactional, no producer id")
@@ -701,8 +703,8 @@ class NativeTransactions:
                 return self._land(name, writer_id, partition, rest, 0, counts) if rest else None
             reason = results[failed][1]
             delay = min(MAX_RETRY_SECONDS, RETRY_SECONDS * 2 ** min(attempt, 5))
-            level = logging.DEBUG if isinstance(reason.value, PartitionError) and reason.value.error_code in (
-                ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR) else logging.WARNING
+            level = logging.DEBUG if isinstance(reason.value, PartitionError) and reason.value.reason in (
+                Reason.NOT_OWNER, Reason.LOADING, Reason.SEGMENT_SEALED) else logging.WARNING
             log.log(level, "committing into %s-%d: %s; again in %.1f s", name, partition,
                     reason.getErrorMessage(), delay)
             return task.deferLater(self.clock, delay, lambda: None).addCallback(
@@ -737,7 +739,7 @@ class NativeTransactions:
         return self._record(txn, extend).addCallback(lambda _: {})
 
 
-def txn_handlers(broker: Broker) -> dict[int, Handler]:
+def txn_handlers(broker: NativeHost) -> dict[int, Handler]:
     """The transaction commands; blocking (loads the records): call before the reactor runs."""
     txns = NativeTransactions(broker)
     txns.start()

@@ -100,6 +100,11 @@ class NodeInfo:
                         {str(k): str(v) for k, v in raw.get("advertised", {}).items()})
 
 
+def native_endpoint(info: NodeInfo) -> str | None:
+    """Where clients (and other nodes) reach a node's native listener: advertised, else bind host + port."""
+    return info.advertised.get("native") or (f"{info.host}:{info.ports['native']}" if "native" in info.ports else None)
+
+
 def encode_assignment(assignment: Assignment) -> bytes:
     return json.dumps({"node": assignment.node, "incarnation": assignment.incarnation,
                        "epoch": assignment.epoch}).encode()

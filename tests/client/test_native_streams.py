@@ -15,9 +15,9 @@ from confluent_kafka.admin import AdminClient
 
 from millrace import EventPosition, RetentionPolicy, StreamManager, StringSerializer, WriterFencedError
 from millrace.client.segments import SegmentClient
-from millrace.gateway.kafka.partitions.formats import ENVELOPE, ENVELOPE_MAGIC, INDEX_SUFFIX
-from millrace.gateway.kafka_protocol.records import iter_batches
 from millrace.protocol.errors import StreamNotFoundError
+from millrace.protocol.records import iter_batches
+from millrace.streams.partitions.formats import ENVELOPE, ENVELOPE_MAGIC, INDEX_SUFFIX
 from tests.server_process import ServerProcess
 
 

@@ -333,7 +333,7 @@ class _Probe:
         self._thread.start()
 
     def _run(self) -> None:
-        from millrace.gateway.kafka_protocol.records import NewRecord, build_record_batch
+        from millrace.protocol.records import NewRecord, build_record_batch
         from tests.kafka.wire import KafkaWire
 
         n = 0

@@ -21,8 +21,8 @@ import pytest
 
 from millrace.gateway.kafka_protocol.messages.init_producer_id import InitProducerIdRequest
 from millrace.gateway.kafka_protocol.messages.produce import ProduceRequest
-from millrace.gateway.kafka_protocol.records import NewRecord, build_record_batch
 from millrace.gateway.local_cluster import zookeeper_missing
+from millrace.protocol.records import NewRecord, build_record_batch
 from tests.cluster.local_cluster import LocalClusterCli
 from tests.kafka.wire import KafkaWire
 

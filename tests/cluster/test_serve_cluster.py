@@ -29,8 +29,8 @@ from millrace.client.segments import SegmentClient
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.find_coordinator import FindCoordinatorRequest
 from millrace.gateway.kafka_protocol.messages.join_group import JoinGroupRequest
-from millrace.gateway.kafka_protocol.records import NewRecord, build_record_batch
 from millrace.protocol.errors import ContainerOfflineError
+from millrace.protocol.records import NewRecord, build_record_batch
 from millrace.protocol.wire import Command
 from millrace.store.cluster.connection import NodeConnection
 from millrace.store.segment_store import container_index

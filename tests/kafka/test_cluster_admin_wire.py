@@ -15,7 +15,7 @@ import pytest
 
 from millrace.gateway.kafka_protocol.codec import request_class
 from millrace.gateway.kafka_protocol.errors import ErrorCode
-from millrace.gateway.kafka_protocol.records import NewRecord, build_record_batch
+from millrace.protocol.records import NewRecord, build_record_batch
 from tests.kafka.test_metadata import ZERO, Wire, only
 from tests.kafka.wire import local
 from tests.server_process import ServerProcess

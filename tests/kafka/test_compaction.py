@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from millrace.gateway.kafka_protocol.errors import ErrorCode
-from millrace.gateway.kafka_protocol.records import Compression, NewRecord, build_record_batch, iter_batches
+from millrace.protocol.records import Compression, NewRecord, build_record_batch, iter_batches
 from tests.kafka.wire import local
 from tests.server_process import ServerProcess
 

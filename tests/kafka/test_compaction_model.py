@@ -7,18 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from millrace.gateway.kafka.partitions.compaction import (
-    CleaningPlan,
-    CleaningResult,
-    clean_batches,
-    cleaning_point,
-    latest_offsets,
-    needs_cleaning,
-)
-from millrace.gateway.kafka.partitions.partition import PartitionLog
-from millrace.gateway.kafka.partitions.segments import SegmentWriter
-from millrace.gateway.kafka.partitions.watermark import HighWatermark
-from millrace.gateway.kafka_protocol.records import (
+from millrace.protocol.records import (
     Compression,
     ControlRecordType,
     NewRecord,
@@ -26,6 +15,17 @@ from millrace.gateway.kafka_protocol.records import (
     build_record_batch,
     iter_batches,
 )
+from millrace.streams.partitions.compaction import (
+    CleaningPlan,
+    CleaningResult,
+    clean_batches,
+    cleaning_point,
+    latest_offsets,
+    needs_cleaning,
+)
+from millrace.streams.partitions.partition import PartitionLog
+from millrace.streams.partitions.segments import SegmentWriter
+from millrace.streams.partitions.watermark import HighWatermark
 
 NOW = 10_000_000
 RETENTION = 1_000

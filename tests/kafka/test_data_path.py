@@ -9,7 +9,7 @@ import pytest
 
 from millrace.gateway.kafka_protocol.codec import encode_request, request_class
 from millrace.gateway.kafka_protocol.errors import ErrorCode
-from millrace.gateway.kafka_protocol.records import NewRecord, build_record_batch, iter_batches
+from millrace.protocol.records import NewRecord, build_record_batch, iter_batches
 from tests.kafka.wire import KafkaWire, local
 from tests.server_process import ServerProcess
 
@@ -326,8 +326,8 @@ def test_foreign_append_fences_the_gateway_then_it_reloads(server):
     gateway's conditional append is refused, the produce gets a retriable error, the topic is rebuilt
     from the store, the foreign batch becomes part of the partition, and producing continues."""
     from millrace.client.segments import SegmentClient
-    from millrace.gateway.kafka.partitions.formats import ENVELOPE, ENVELOPE_MAGIC, ENVELOPE_VERSION
-    from millrace.gateway.kafka_protocol.records import set_base_offset
+    from millrace.protocol.records import set_base_offset
+    from millrace.streams.partitions.formats import ENVELOPE, ENVELOPE_MAGIC, ENVELOPE_VERSION
 
     c = local(server.kafka_port)
     assert c.produce("fenced", 0, batch([b"one"])).base_offset == 0

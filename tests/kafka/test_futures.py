@@ -1,4 +1,4 @@
-"""The one crossing into the reactor thread (millrace.gateway.futures.to_deferred)."""
+"""The one crossing into the reactor thread (millrace.streams.futures.to_deferred)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from twisted.internet import reactor
 from twisted.python import threadable
 
-from millrace.gateway.futures import to_deferred
 from millrace.store.futures import StoreFuture, completed
+from millrace.streams.futures import to_deferred
 
 
 @pytest.fixture

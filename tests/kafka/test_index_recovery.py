@@ -13,13 +13,13 @@ import pytest
 from twisted.internet.task import Clock
 from twisted.python import threadable
 
-from millrace.gateway.kafka.partitions.formats import ENVELOPE, INDEX_SUFFIX, IndexEntry, envelope
-from millrace.gateway.kafka.partitions.segments import SegmentWriter, create_index_segment, recover_segment
-from millrace.gateway.kafka_protocol.records import NewRecord, build_record_batch, iter_batches
 from millrace.protocol.contracts import ReadResult
 from millrace.protocol.errors import BadOffsetError
+from millrace.protocol.records import NewRecord, build_record_batch, iter_batches
 from millrace.store.futures import StoreFuture, completed
 from millrace.store.segment_store import SegmentStore
+from millrace.streams.partitions.formats import ENVELOPE, INDEX_SUFFIX, IndexEntry, envelope
+from millrace.streams.partitions.segments import SegmentWriter, create_index_segment, recover_segment
 from tests.storehelpers import open_store
 
 NAME = "kafka/t/0.#epoch.0"

@@ -11,12 +11,12 @@ import pytest
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
-from millrace.gateway.kafka.partitions import segments
-from millrace.gateway.kafka.partitions.formats import ENVELOPE
-from millrace.gateway.kafka.partitions.segments import INDEX_FLUSH_SECONDS, SegmentWriter
 from millrace.protocol.contracts import ReadResult
 from millrace.protocol.errors import BadOffsetError, ConnectionLostError, SegmentSealedError
 from millrace.store.futures import StoreFuture, completed
+from millrace.streams.partitions import segments
+from millrace.streams.partitions.formats import ENVELOPE
+from millrace.streams.partitions.segments import INDEX_FLUSH_SECONDS, SegmentWriter
 
 ENTRY = 8  # bytes per stub entry (the real ones are fixed-size too)
 

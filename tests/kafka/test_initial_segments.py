@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from millrace.gateway.kafka.topics import _initial_segments
+from millrace.streams.topics import _initial_segments
 
 
 def test_fixed_topics_give_each_partition_a_segment() -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from millrace.gateway.kafka_protocol.codec import request_class
 from millrace.gateway.kafka_protocol.errors import ErrorCode
-from millrace.gateway.kafka_protocol.records import NewRecord, build_record_batch, iter_batches
+from millrace.protocol.records import NewRecord, build_record_batch, iter_batches
 from tests.kafka.wire import FETCH, LIST_OFFSETS, local
 from tests.server_process import ServerProcess
 

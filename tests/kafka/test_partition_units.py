@@ -10,23 +10,24 @@ import pytest
 from twisted.internet import defer
 from twisted.internet.task import Clock
 
-from millrace.gateway.kafka.partitions.errors import PartitionError
-from millrace.gateway.kafka.partitions.formats import IndexEntry
-from millrace.gateway.kafka.partitions.loading import LoadedTopic
-from millrace.gateway.kafka.partitions.offset_index import OffsetIndex
-from millrace.gateway.kafka.partitions.partition import PartitionLog
-from millrace.gateway.kafka.partitions.producers import PRODUCER_WINDOW, Producers
-from millrace.gateway.kafka.partitions.retention import (
+from millrace.gateway.kafka.stream_errors import error_code
+from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.streams.errors import PartitionError
+from millrace.streams.partitions.formats import IndexEntry
+from millrace.streams.partitions.loading import LoadedTopic
+from millrace.streams.partitions.offset_index import OffsetIndex
+from millrace.streams.partitions.partition import PartitionLog
+from millrace.streams.partitions.producers import PRODUCER_WINDOW, Producers
+from millrace.streams.partitions.retention import (
     retained_start,
     stream_retained_starts,
     truncation_points,
 )
-from millrace.gateway.kafka.partitions.segments import SegmentWriter
-from millrace.gateway.kafka.partitions.storage import SegmentPartitionStorage
-from millrace.gateway.kafka.partitions.waiters import Waiters, wait_for_any
-from millrace.gateway.kafka.partitions.watermark import HighWatermark
-from millrace.gateway.kafka.topics import TopicInfo
-from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.streams.partitions.segments import SegmentWriter
+from millrace.streams.partitions.storage import SegmentPartitionStorage
+from millrace.streams.partitions.waiters import Waiters, wait_for_any
+from millrace.streams.partitions.watermark import HighWatermark
+from millrace.streams.topics import TopicInfo
 
 
 def index_of(*batches: tuple[int, int, int]) -> OffsetIndex:
@@ -67,15 +68,15 @@ def test_producers_detect_duplicates_gaps_and_fenced_epochs() -> None:
     assert duplicate is not None and duplicate.result == 100
     with pytest.raises(PartitionError) as gap:
         producers.check(7, 0, 6, 6)
-    assert gap.value.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert error_code(gap.value) == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
     assert producers.check(7, 0, 5, 5)[1] is None  # the next sequence is accepted
     with pytest.raises(PartitionError) as epoch_gap:
         producers.check(7, 1, 3, 3)
-    assert epoch_gap.value.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert error_code(epoch_gap.value) == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
     assert producers.check(7, 1, 0, 0)[1] is None  # a new epoch starts at sequence 0
     with pytest.raises(PartitionError) as fenced:
         producers.check(7, 0, 6, 6)
-    assert fenced.value.error_code == ErrorCode.INVALID_PRODUCER_EPOCH
+    assert error_code(fenced.value) == ErrorCode.INVALID_PRODUCER_EPOCH
 
 
 def test_a_retry_of_a_batch_in_flight_gets_the_originals_outcome() -> None:
@@ -115,7 +116,7 @@ def test_producer_window_and_sequence_wrap_after_recovery() -> None:
     assert duplicate is not None and duplicate.result == 12
     with pytest.raises(PartitionError) as forgotten:
         producers.check(3, 0, 1, 1)  # out of the window: no longer recognised, and out of sequence
-    assert forgotten.value.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert error_code(forgotten.value) == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
     wrapped = Producers()
     wrapped.recovered(4, 0, 0x7FFFFFFE, 0x7FFFFFFF, 0, 0)
     assert wrapped.check(4, 0, 0, 0)[1] is None  # sequences wrap at 2**31

@@ -15,7 +15,7 @@ from kafka.admin import KafkaAdminClient, NewTopic
 
 from millrace.gateway.kafka_protocol.codec import request_class
 from millrace.gateway.kafka_protocol.errors import ErrorCode
-from millrace.gateway.kafka_protocol.records import (
+from millrace.protocol.records import (
     Compression,
     NewRecord,
     TimestampType,

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from millrace.gateway.kafka.topics import TOPICS_TABLE, TopicRegistry
 from millrace.store.controller import Controller
 from millrace.store.segment_store import SegmentStore
 from millrace.store.tables.table_store import TableStore
+from millrace.streams.topics import TOPICS_TABLE, TopicRegistry
 from tests.storehelpers import open_store
 
 

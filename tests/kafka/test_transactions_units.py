@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from millrace.gateway.kafka.partitions.transactions import AbortedTxn, PartitionTransactions
+from millrace.streams.partitions.transactions import AbortedTxn, PartitionTransactions
 
 # An operation: (kind, producer) with kind 0 = transactional batch, 1 = commit marker, 2 = abort marker,
 # 3 = non-transactional batch; sizes are records per batch.

@@ -10,8 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from millrace.gateway.kafka_protocol import records as R
+from millrace.gateway.kafka.stream_errors import error_code
 from millrace.gateway.kafka_protocol.errors import ErrorCode, is_retriable
+from millrace.protocol import records as R
+from millrace.streams.errors import batch_refusal
 
 CODECS = list(R.Compression)
 
@@ -103,7 +105,7 @@ def test_crc_detects_corruption_and_header_positions() -> None:
     assert not b.crc_valid()
     with pytest.raises(R.CorruptRecordError) as ei:
         R.validate_produce_records(data)
-    assert ei.value.error_code == ErrorCode.CORRUPT_MESSAGE
+    assert error_code(batch_refusal(ei.value)) == ErrorCode.CORRUPT_MESSAGE
 
 
 def test_base_offset_rewrite_keeps_crc() -> None:
@@ -152,7 +154,7 @@ def test_legacy_magic_rejected(magic: int) -> None:
     blob = struct.pack(">qi", 0, len(msg)) + msg
     with pytest.raises(R.UnsupportedMagicError) as ei:
         R.validate_produce_records(blob)
-    assert ei.value.magic == magic and ei.value.error_code == ErrorCode.INVALID_RECORD
+    assert ei.value.magic == magic and error_code(batch_refusal(ei.value)) == ErrorCode.INVALID_RECORD
 
 
 def test_control_batch() -> None:

@@ -28,18 +28,11 @@ from twisted.internet import defer
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
-from millrace.gateway.kafka import topic_configs
 from millrace.gateway.kafka.broker import KafkaConfig, RequestContext
 from millrace.gateway.kafka.cluster import NOT_CONTROLLER_MESSAGE, not_controller
 from millrace.gateway.kafka.node_requests import request_node
 from millrace.gateway.kafka.registry import api
-from millrace.gateway.kafka.topics import (
-    DEFAULT_CONFIGS,
-    READ_ONLY_CONFIGS,
-    TopicError,
-    TopicInfo,
-    legal_topic_name,
-)
+from millrace.gateway.kafka.stream_errors import error_code
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.alter_configs import AlterConfigsRequest, AlterConfigsResponse
 from millrace.gateway.kafka_protocol.messages.describe_configs import (
@@ -49,6 +42,15 @@ from millrace.gateway.kafka_protocol.messages.describe_configs import (
 from millrace.gateway.kafka_protocol.messages.incremental_alter_configs import (
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
+)
+from millrace.streams import topic_configs
+from millrace.streams.errors import Reason
+from millrace.streams.topics import (
+    DEFAULT_CONFIGS,
+    READ_ONLY_CONFIGS,
+    TopicError,
+    TopicInfo,
+    legal_topic_name,
 )
 
 log = logging.getLogger(__name__)
@@ -269,12 +271,12 @@ def _run_alters(registry: Any, jobs: list[tuple[int, str, Any]], validate_only: 
         try:
             topic = registry.get(name)
             if topic is None:
-                raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+                raise TopicError(Reason.UNKNOWN_TOPIC, f"topic {name!r} does not exist")
             changes, replace_all = plan(topic)
             registry.alter_configs(name, changes, replace_all, validate_only)
             out[index] = _Outcome()
         except TopicError as exc:
-            out[index] = _Outcome(ErrorCode(exc.error_code), str(exc))
+            out[index] = _Outcome(error_code(exc), str(exc))
         except Exception as exc:  # noqa: BLE001 - one resource's failure must not fail the others
             log.exception("altering configs of topic %r failed", name)
             out[index] = _Outcome(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc))

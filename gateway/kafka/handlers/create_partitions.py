@@ -1,5 +1,5 @@
 """CreatePartitions (key 37): grow a topic. New partitions split existing key-space slices and no data
-moves (see gateway.kafka.topics); the stream keeps its segments until it scales."""
+moves (see streams.topics); the stream keeps its segments until it scales."""
 
 from __future__ import annotations
 
@@ -14,12 +14,13 @@ from millrace.gateway.kafka.broker import RequestContext
 from millrace.gateway.kafka.cluster import NOT_CONTROLLER_MESSAGE, not_controller
 from millrace.gateway.kafka.handlers.create_topics import replica_assignment_error
 from millrace.gateway.kafka.registry import api
-from millrace.gateway.kafka.topics import TopicError, legal_topic_name
+from millrace.gateway.kafka.stream_errors import error_code
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.create_partitions import (
     CreatePartitionsRequest,
     CreatePartitionsResponse,
 )
+from millrace.streams.topics import TopicError, legal_topic_name
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ def _grow_all(registry: Any, jobs: list[_Job], validate_only: bool) -> None:
         try:
             registry.add_partitions(job.name, job.count, validate_only)
         except TopicError as exc:
-            job.error, job.message = ErrorCode(exc.error_code), str(exc)
+            job.error, job.message = error_code(exc), str(exc)
         except Exception as exc:  # noqa: BLE001 - one topic's failure must not fail the others
             log.exception("adding partitions to topic %r failed", job.name)
             job.error, job.message = ErrorCode.UNKNOWN_SERVER_ERROR, str(exc)

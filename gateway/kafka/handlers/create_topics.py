@@ -20,9 +20,10 @@ from millrace.gateway.kafka.cluster import NOT_CONTROLLER_MESSAGE, not_controlle
 from millrace.gateway.kafka.handlers.configs import topic_config_values
 from millrace.gateway.kafka.internal_topics import internal_topic
 from millrace.gateway.kafka.registry import api
-from millrace.gateway.kafka.topics import TopicError, TopicInfo, legal_topic_name
+from millrace.gateway.kafka.stream_errors import error_code
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.create_topics import CreateTopicsRequest, CreateTopicsResponse
+from millrace.streams.topics import TopicError, TopicInfo, legal_topic_name
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,7 @@ def _create_all(registry: Any, plans: list[_Plan], validate_only: bool) -> None:
         try:
             plan.topic = registry.create(plan.name, plan.partitions, plan.configs, validate_only)
         except TopicError as exc:
-            _fail(plan, ErrorCode(exc.error_code), str(exc))
+            _fail(plan, error_code(exc), str(exc))
         except Exception as exc:  # noqa: BLE001 - one topic's failure must not fail the others
             log.exception("creating topic %r failed", plan.name)
             _fail(plan, ErrorCode.UNKNOWN_SERVER_ERROR, str(exc))

@@ -8,14 +8,15 @@ from typing import Any
 from twisted.internet import defer
 
 from millrace.gateway.kafka.broker import RequestContext
-from millrace.gateway.kafka.partitions import PartitionError
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.resolve import topic_logs
+from millrace.gateway.kafka.stream_errors import error_code
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.delete_records import (
     DeleteRecordsRequest,
     DeleteRecordsResponse,
 )
+from millrace.streams.partitions import PartitionError
 
 DELETE_RECORDS = DeleteRecordsRequest.API_KEY
 Response = DeleteRecordsResponse
@@ -31,7 +32,7 @@ def _delete(ctx: RequestContext, parts: list | None, dp: DeleteRecordsRequest.De
     try:
         d = ctx.broker.partitions.delete_records(parts[dp.partition_index], dp.offset)
     except PartitionError as exc:
-        return defer.succeed(result(exc.error_code))
+        return defer.succeed(result(error_code(exc)))
     return d.addCallbacks(
         lambda low: result(ErrorCode.NONE, low), lambda f: result(ErrorCode.UNKNOWN_SERVER_ERROR))
 

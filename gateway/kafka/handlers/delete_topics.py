@@ -14,9 +14,10 @@ from twisted.internet.defer import Deferred
 from millrace.gateway.kafka.broker import RequestContext
 from millrace.gateway.kafka.cluster import NOT_CONTROLLER_MESSAGE, not_controller
 from millrace.gateway.kafka.registry import api
-from millrace.gateway.kafka.topics import TopicError, legal_topic_name
+from millrace.gateway.kafka.stream_errors import error_code
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.delete_topics import DeleteTopicsRequest, DeleteTopicsResponse
+from millrace.streams.topics import TopicError, legal_topic_name
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ def _delete_all(registry: Any, jobs: list[_Job]) -> None:
         try:
             registry.delete(job.name)
         except TopicError as exc:  # deleted meanwhile by another request
-            job.error, job.message = ErrorCode(exc.error_code), str(exc)
+            job.error, job.message = error_code(exc), str(exc)
         except Exception as exc:  # noqa: BLE001 - one topic's failure must not fail the others
             log.exception("deleting topic %r failed", job.name)
             job.error, job.message = ErrorCode.UNKNOWN_SERVER_ERROR, str(exc)

@@ -17,14 +17,14 @@ from typing import Any
 from twisted.internet import defer
 
 from millrace.gateway.kafka.broker import RequestContext
-from millrace.gateway.kafka.partitions import PartitionLog
 from millrace.gateway.kafka.registry import api
-from millrace.gateway.kafka.resolve import record_logs
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.describe_producers import (
     DescribeProducersRequest,
     DescribeProducersResponse,
 )
+from millrace.streams.partitions import PartitionLog
+from millrace.streams.resolve import record_logs
 
 _R = DescribeProducersResponse
 MAX_TOPIC_NAME = 249

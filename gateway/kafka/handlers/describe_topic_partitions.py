@@ -23,12 +23,12 @@ from millrace.gateway.kafka.broker import RequestContext
 from millrace.gateway.kafka.handlers.metadata import TOPIC_OPERATIONS, ZERO_UUID
 from millrace.gateway.kafka.internal_topics import INTERNAL_TOPICS, internal_topic
 from millrace.gateway.kafka.registry import api
-from millrace.gateway.kafka.topics import legal_topic_name
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.describe_topic_partitions import (
     DescribeTopicPartitionsRequest,
     DescribeTopicPartitionsResponse,
 )
+from millrace.streams.topics import legal_topic_name
 
 #: Kafka's ``max.request.partition.size.limit`` default: the most partitions one response carries.
 MAX_PARTITIONS_PER_RESPONSE = 2000

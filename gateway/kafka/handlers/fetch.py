@@ -17,17 +17,18 @@ from twisted.internet import defer, task
 
 from millrace.gateway.kafka.broker import RequestContext
 from millrace.gateway.kafka.internal_topics import InternalTopic, internal_topic, internal_topic_by_id
-from millrace.gateway.kafka.partitions import (
+from millrace.gateway.kafka.registry import api
+from millrace.gateway.kafka.resolve import topic_logs
+from millrace.gateway.kafka.stream_errors import error_code
+from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.kafka_protocol.messages.fetch import FetchRequest, FetchResponse
+from millrace.streams.partitions import (
     READ_COMMITTED,
     FetchedRecords,
     PartitionError,
     PartitionLog,
     PartitionOffsets,
 )
-from millrace.gateway.kafka.registry import api
-from millrace.gateway.kafka.resolve import topic_logs
-from millrace.gateway.kafka_protocol.errors import ErrorCode
-from millrace.gateway.kafka_protocol.messages.fetch import FetchRequest, FetchResponse
 
 FETCH = FetchRequest.API_KEY
 Response = FetchResponse
@@ -126,7 +127,7 @@ class _FetchPlan:
                                                self.request.isolation_level, min_one)
                 except PartitionError as exc:
                     errors = True
-                    reads.append(defer.succeed(_empty(fp.partition, exc.error_code, partitions.offsets(p))))
+                    reads.append(defer.succeed(_empty(fp.partition, error_code(exc), partitions.offsets(p))))
                     continue
                 budget = max(0, budget - planned.size)
                 min_one = min_one and planned.size == 0

@@ -16,11 +16,12 @@ from twisted.internet import defer
 
 from millrace.gateway.kafka.broker import RequestContext
 from millrace.gateway.kafka.internal_topics import InternalTopic, empty_log_offset, internal_topic
-from millrace.gateway.kafka.partitions import PartitionError
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.resolve import topic_logs
+from millrace.gateway.kafka.stream_errors import error_code
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.list_offsets import ListOffsetsRequest, ListOffsetsResponse
+from millrace.streams.partitions import PartitionError
 
 LIST_OFFSETS = ListOffsetsRequest.API_KEY
 LATEST_TIERED = -5  # ListOffsetsRequest.LATEST_TIERED_TIMESTAMP
@@ -45,7 +46,7 @@ def _lookup(ctx: RequestContext, parts: list, lp: ListOffsetsRequest.ListOffsets
     try:
         d = ctx.broker.partitions.list_offset(parts[lp.partition_index], lp.timestamp, isolation)
     except PartitionError as exc:
-        return defer.succeed(_result(lp.partition_index, exc.error_code))
+        return defer.succeed(_result(lp.partition_index, error_code(exc)))
     return d.addCallback(lambda found: _result(lp.partition_index, ErrorCode.NONE, found[0], found[1]))
 
 

@@ -24,7 +24,6 @@ from twisted.internet import defer
 
 from millrace.gateway.kafka.broker import RequestContext
 from millrace.gateway.kafka.registry import api
-from millrace.gateway.kafka.resolve import Logs, record_logs
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.alter_replica_log_dirs import (
     AlterReplicaLogDirsRequest,
@@ -34,6 +33,7 @@ from millrace.gateway.kafka_protocol.messages.describe_log_dirs import (
     DescribeLogDirsRequest,
     DescribeLogDirsResponse,
 )
+from millrace.streams.resolve import Logs, record_logs
 
 _D = DescribeLogDirsResponse
 _A = AlterReplicaLogDirsResponse

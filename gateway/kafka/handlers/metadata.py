@@ -22,9 +22,11 @@ from millrace.gateway.kafka.internal_topics import (
     internal_topic_by_id,
 )
 from millrace.gateway.kafka.registry import api
-from millrace.gateway.kafka.topics import TopicError, TopicInfo, legal_topic_name
+from millrace.gateway.kafka.stream_errors import error_code
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.metadata import MetadataRequest, MetadataResponse
+from millrace.streams.errors import Reason
+from millrace.streams.topics import TopicError, TopicInfo, legal_topic_name
 
 log = logging.getLogger(__name__)
 
@@ -203,9 +205,8 @@ def _auto_create(registry: Any, names: list[str], partitions: int) -> dict[str, 
             errors[name] = ErrorCode.LEADER_NOT_AVAILABLE
         except TopicError as exc:
             # Another request created it meanwhile: it exists, the client's retry will find it.
-            errors[name] = (ErrorCode.LEADER_NOT_AVAILABLE if exc.error_code == ErrorCode.TOPIC_ALREADY_EXISTS
-                            else ErrorCode(exc.error_code))
-            if exc.error_code != ErrorCode.TOPIC_ALREADY_EXISTS:
+            errors[name] = ErrorCode.LEADER_NOT_AVAILABLE if exc.reason is Reason.TOPIC_EXISTS else error_code(exc)
+            if exc.reason is not Reason.TOPIC_EXISTS:
                 log.warning("auto-creating topic %r failed: %s", name, exc)
         except Exception:  # noqa: BLE001 - one topic's failure must not fail the others' metadata
             log.exception("auto-creating topic %r failed", name)

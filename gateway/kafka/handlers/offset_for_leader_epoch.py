@@ -8,14 +8,15 @@ from typing import Any
 from twisted.internet import defer
 
 from millrace.gateway.kafka.broker import RequestContext
-from millrace.gateway.kafka.partitions import PartitionError
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.resolve import topic_logs
+from millrace.gateway.kafka.stream_errors import error_code
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.offset_for_leader_epoch import (
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
 )
+from millrace.streams.partitions import PartitionError
 
 OFFSET_FOR_LEADER_EPOCH = OffsetForLeaderEpochRequest.API_KEY
 Response = OffsetForLeaderEpochResponse
@@ -36,7 +37,7 @@ def _end_offset(ctx: RequestContext, parts: list | None, op: OffsetForLeaderEpoc
         # librdkafka took that for a truncation and consumed the partition again from its start.
         offsets = ctx.broker.partitions.leader_offsets(parts[op.partition])
     except PartitionError as exc:
-        return result(exc.error_code)
+        return result(error_code(exc))
     if op.leader_epoch > 0:
         return result(ErrorCode.NONE)  # an epoch after ours: undefined, as Kafka answers
     return result(ErrorCode.NONE, 0, offsets.high_watermark)

@@ -9,12 +9,13 @@ from twisted.python.failure import Failure
 
 from millrace.gateway.kafka.broker import Broker, RequestContext
 from millrace.gateway.kafka.internal_topics import internal_topic
-from millrace.gateway.kafka.partitions import PartitionError, PartitionLog
 from millrace.gateway.kafka.registry import NO_RESPONSE, NoResponse, api
 from millrace.gateway.kafka.resolve import topic_logs
-from millrace.gateway.kafka.topics import TopicInfo
+from millrace.gateway.kafka.stream_errors import error_code
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.produce import ProduceRequest, ProduceResponse
+from millrace.streams.partitions import PartitionError, PartitionLog
+from millrace.streams.topics import TopicInfo
 
 PRODUCE = ProduceRequest.API_KEY
 Response = ProduceResponse
@@ -72,7 +73,7 @@ def _produce_partition(broker: Broker, topic: TopicInfo, parts: list[PartitionLo
     try:
         d = storage.append(topic, p, pd.records, now_ms)
     except PartitionError as exc:
-        return defer.succeed(_partition_result(pd.index, exc.error_code, message=str(exc),
+        return defer.succeed(_partition_result(pd.index, error_code(exc), message=str(exc),
                                                record_errors=exc.record_errors))
 
     def ok(base: int) -> ProduceResponse.PartitionProduceResponse:
@@ -80,8 +81,9 @@ def _produce_partition(broker: Broker, topic: TopicInfo, parts: list[PartitionLo
                                  log_append_time=append_time)
 
     def failed(failure: Failure) -> ProduceResponse.PartitionProduceResponse:
-        # The store refused or failed the append: nothing was acknowledged; the client retries.
-        return _partition_result(pd.index, ErrorCode.NOT_LEADER_OR_FOLLOWER, message=failure.getErrorMessage())
+        # The store refused or failed the append: nothing was acknowledged. The reason says whether the
+        # client should look for the partition elsewhere (NOT_LEADER_OR_FOLLOWER) or the store failed.
+        return _partition_result(pd.index, error_code(failure.value), message=failure.getErrorMessage())
 
     return d.addCallbacks(ok, failed)
 

@@ -16,21 +16,22 @@ from twisted.internet import defer
 from twisted.python.failure import Failure
 
 from millrace.gateway.kafka.broker import RequestContext
-from millrace.gateway.kafka.partitions import PartitionError
 from millrace.gateway.kafka.registry import api
+from millrace.gateway.kafka.stream_errors import KafkaError, error_code
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.write_txn_markers import (
     WriteTxnMarkersRequest,
     WriteTxnMarkersResponse,
 )
+from millrace.streams.partitions import PartitionError
 
 log = logging.getLogger(__name__)
 Response = WriteTxnMarkersResponse
 
 
 def _error(failure: Failure) -> ErrorCode:
-    if failure.check(PartitionError):
-        return failure.value.error_code  # type: ignore[union-attr]
+    if failure.check(PartitionError, KafkaError):
+        return error_code(failure.value)
     log.warning("writing a transaction marker failed: %s", failure.getErrorMessage())
     return ErrorCode.UNKNOWN_SERVER_ERROR
 

@@ -40,8 +40,7 @@ from twisted.python.failure import Failure
 from millrace.gateway.kafka.group_coordinator import get_coordinator
 from millrace.gateway.kafka.group_store import OffsetAndMetadata
 from millrace.gateway.kafka.node_requests import request_node
-from millrace.gateway.kafka.partitions import PartitionError
-from millrace.gateway.kafka.partitions.producers import MARKER_COORDINATOR_EPOCH
+from millrace.gateway.kafka.stream_errors import KafkaError, error_code
 from millrace.gateway.kafka.transactions.markers import (
     CLIENT_ID,
     TXN_OFFSET_COMMIT_VERSION,
@@ -61,6 +60,9 @@ from millrace.gateway.kafka.transactions.state import (
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.store.errors import SegmentExistsError
 from millrace.store.tables import TableStore
+from millrace.streams.errors import Reason
+from millrace.streams.partitions import PartitionError
+from millrace.streams.partitions.producers import MARKER_COORDINATOR_EPOCH
 
 if TYPE_CHECKING:
     from millrace.gateway.kafka.broker import Broker
@@ -248,13 +250,13 @@ class TransactionCoordinator:
             return
         meta = self._by_pid.get(producer_id)
         if meta is None or meta.producer_id != producer_id:
-            raise PartitionError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+            raise PartitionError(Reason.UNKNOWN_PRODUCER,
                                  f"producer id {producer_id} has no transactional id")
         if epoch != meta.producer_epoch:
-            raise PartitionError(ErrorCode.INVALID_PRODUCER_EPOCH,
+            raise PartitionError(Reason.PRODUCER_FENCED,
                                  f"producer epoch {epoch} is not the current {meta.producer_epoch}")
         if meta.state != TxnState.ONGOING or (topic, partition) not in meta.partitions:
-            raise PartitionError(ErrorCode.INVALID_TXN_STATE,
+            raise PartitionError(Reason.NOT_IN_TRANSACTION,
                                  f"{topic}-{partition} is not in an ongoing transaction of {meta.transactional_id}")
 
     def _validate(self, transactional_id: str, producer_id: int, epoch: int,
@@ -499,7 +501,7 @@ class TransactionCoordinator:
             if cluster is not None and p.writer is not None:
                 leader = cluster.leader(p.writer.name)
                 if leader is None:
-                    raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{topic}-{partition} has no leader now")
+                    raise PartitionError(Reason.NOT_OWNER, f"{topic}-{partition} has no leader now")
                 if leader.node_id != self.broker.config.node_id:
                     return send_markers(leader.host, leader.port, pid, epoch, commit, self.coordinator_epoch,
                                         {topic: [partition]}).addCallback(answered)
@@ -508,14 +510,14 @@ class TransactionCoordinator:
         def answered(errors: dict[tuple[str, int], ErrorCode]) -> None:
             error = errors[(topic, partition)]
             if error not in (ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
-                raise PartitionError(error, f"{topic}-{partition}: {error.name}")
+                raise KafkaError(error, f"{topic}-{partition}: {error.name}")
 
         def retry(failure: Failure) -> None:
-            if failure.check(PartitionError) and failure.value.error_code is ErrorCode.INVALID_PRODUCER_EPOCH:  # type: ignore[union-attr]
+            if failure.check(PartitionError, KafkaError) and error_code(failure.value) is ErrorCode.INVALID_PRODUCER_EPOCH:
                 # The partition holds a newer epoch of the producer: this marker's transaction is over there.
                 result.callback(None)
                 return
-            if not failure.check(PartitionError):
+            if not failure.check(PartitionError, KafkaError):
                 log.warning("marker for %s-%s failed: %s", topic, partition, failure.getErrorMessage())
             self.clock.callLater(RETRY_SECONDS, attempt)
 

@@ -24,7 +24,6 @@ from twisted.python.failure import Failure
 
 from millrace.gateway.kafka.group_store import OffsetAndMetadata
 from millrace.gateway.kafka.node_requests import SEND_TIMEOUT_SECONDS, request_node
-from millrace.gateway.kafka.partitions import PartitionError
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.txn_offset_commit import (
     TxnOffsetCommitRequest,
@@ -34,10 +33,12 @@ from millrace.gateway.kafka_protocol.messages.write_txn_markers import (
     WriteTxnMarkersRequest,
     WriteTxnMarkersResponse,
 )
+from millrace.streams.errors import Reason
+from millrace.streams.partitions import PartitionError
 
 if TYPE_CHECKING:
-    from millrace.gateway.kafka.partitions.partition import PartitionLog
-    from millrace.gateway.kafka.partitions.storage import SegmentPartitionStorage
+    from millrace.streams.partitions.partition import PartitionLog
+    from millrace.streams.partitions.storage import SegmentPartitionStorage
 
 WRITE_TXN_MARKERS = WriteTxnMarkersRequest.API_KEY
 MARKERS_VERSION = 1
@@ -75,19 +76,19 @@ class MarkerWriter:
         self.storage.check_leader(p)
         loaded = self.storage.loaded(p.topic)
         if loaded is None or p.partition >= len(loaded) or loaded[p.partition] is not p:
-            raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{p.topic}-{p.partition} is reloading")
+            raise PartitionError(Reason.LOADING, f"{p.topic}-{p.partition} is reloading")
         state = p.producers.get(producer_id)
         known_epoch = -1 if state is None else state.epoch
         if state is not None and state.coordinator_epoch > coordinator_epoch:
             # A later coordinator term wrote here already: this one is a former coordinator (Kafka's rule).
-            raise PartitionError(ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+            raise PartitionError(Reason.COORDINATOR_FENCED,
                                  f"coordinator epoch {coordinator_epoch} < {state.coordinator_epoch}")
         if producer_id not in p.txns.open and known_epoch >= epoch:
             return defer.succeed(None)  # closed already (a retry), or nothing of it was written here
         if known_epoch > epoch:
             # The open transaction is of a newer epoch than this marker (a stale coordinator's retry):
             # closing it would expose or drop records the current transaction has not decided on.
-            raise PartitionError(ErrorCode.INVALID_PRODUCER_EPOCH,
+            raise PartitionError(Reason.PRODUCER_FENCED,
                                  f"marker epoch {epoch} is older than producer {producer_id}'s {known_epoch}")
         waiters: list[defer.Deferred[None]] = []
         self._in_flight[key] = waiters

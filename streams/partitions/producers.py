@@ -25,8 +25,7 @@ from dataclasses import dataclass, field
 
 from twisted.internet import defer
 
-from millrace.gateway.kafka.partitions.errors import PartitionError
-from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.streams.errors import PartitionError, Reason
 
 #: The coordinator epoch of the markers of a single-process server (its coordinator never moves) and of
 #: markers read back at a load (the index does not keep it). On a cluster, markers carry the coordinator's
@@ -66,11 +65,11 @@ class Producers:
             state = self._states[producer_id] = ProducerState(epoch)
             return state, None
         if epoch < state.epoch:
-            raise PartitionError(ErrorCode.INVALID_PRODUCER_EPOCH,
+            raise PartitionError(Reason.PRODUCER_FENCED,
                                  f"producer {producer_id} epoch {epoch} is older than {state.epoch}")
         if epoch > state.epoch:
             if first_sequence != 0:
-                raise PartitionError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                raise PartitionError(Reason.OUT_OF_ORDER_SEQUENCE,
                                      f"new epoch {epoch} must start at sequence 0, not {first_sequence}")
             state = self._states[producer_id] = ProducerState(epoch)
             return state, None
@@ -85,7 +84,7 @@ class Producers:
         if state.batches:
             expected = (state.batches[-1][1] + 1) & _SEQUENCE_MASK
             if first_sequence != expected:
-                raise PartitionError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                raise PartitionError(Reason.OUT_OF_ORDER_SEQUENCE,
                                      f"producer {producer_id}: sequence {first_sequence}, expected {expected}")
         return state, None
 

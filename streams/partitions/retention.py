@@ -12,8 +12,8 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Sequence
 
-from millrace.gateway.kafka.partitions.formats import ENVELOPE
-from millrace.gateway.kafka.partitions.partition import PartitionLog
+from millrace.streams.partitions.formats import ENVELOPE
+from millrace.streams.partitions.partition import PartitionLog
 
 
 def retained_start(p: PartitionLog, retention_ms: int, retention_bytes: int, now_ms: int) -> int:

@@ -12,12 +12,12 @@ from typing import Any
 
 from twisted.internet import defer
 
-from millrace.gateway.futures import to_deferred
-from millrace.gateway.kafka.partitions.formats import ENVELOPE
-from millrace.gateway.kafka.partitions.partition import PartitionLog
-from millrace.gateway.kafka_protocol.records import Record, iter_batches
+from millrace.protocol.records import Record, iter_batches
 from millrace.store.contracts import ReadResult, SegmentService
 from millrace.store.errors import StoreError
+from millrace.streams.futures import to_deferred
+from millrace.streams.partitions.formats import ENVELOPE
+from millrace.streams.partitions.partition import PartitionLog
 
 READ_RUN = 4 << 20  # the most one store read asks for
 

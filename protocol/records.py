@@ -25,7 +25,6 @@ from typing import Any, NamedTuple
 
 from crc32c import crc32c
 
-from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.protocol import compression
 
 __all__ = [
@@ -86,21 +85,16 @@ class ControlRecordType(IntEnum):
 
 
 class RecordBatchError(ValueError):
-    """A record blob cannot be accepted; ``error_code`` is what Kafka answers for it."""
-
-    error_code: ErrorCode = ErrorCode.CORRUPT_MESSAGE
+    """A record blob cannot be accepted. Every one raised is one of the two kinds below, which a
+    protocol adapter answers differently (Kafka: CORRUPT_MESSAGE and INVALID_RECORD)."""
 
 
 class CorruptRecordError(RecordBatchError):
     """Truncated batch, bad length or CRC mismatch."""
 
-    error_code = ErrorCode.CORRUPT_MESSAGE
-
 
 class InvalidRecordError(RecordBatchError):
     """Well-formed bytes that break produce rules (e.g. several batches in one partition)."""
-
-    error_code = ErrorCode.INVALID_RECORD
 
 
 class UnsupportedMagicError(InvalidRecordError):

@@ -5,12 +5,12 @@ Units, each with its invariants written at its top: ``formats`` (what is stored)
 recovery), ``watermark`` (high watermark and acknowledgement order), ``waiters`` (long-poll),
 ``reads`` (fetch), ``retention`` (log start and truncation), ``partition`` (one partition's state),
 ``loading`` (a topic's load, off the reactor) and ``storage`` (the boundary and its implementation).
-The thread model is in ``millrace.gateway.futures``.
+The thread model is in ``millrace.streams.futures``.
 """
 
-from millrace.gateway.kafka.partitions.errors import PartitionError
-from millrace.gateway.kafka.partitions.partition import PartitionLog, PartitionOffsets
-from millrace.gateway.kafka.partitions.storage import (
+from millrace.streams.errors import PartitionError
+from millrace.streams.partitions.partition import PartitionLog, PartitionOffsets
+from millrace.streams.partitions.storage import (
     EARLIEST,
     EARLIEST_LOCAL,
     LATEST,

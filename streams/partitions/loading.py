@@ -12,14 +12,14 @@ from dataclasses import dataclass, field
 
 from twisted.internet.interfaces import IReactorTime
 
-from millrace.gateway.kafka.partitions.compaction import load_compacted
-from millrace.gateway.kafka.partitions.formats import CONTROL_ATTRIBUTE, IndexEntry
-from millrace.gateway.kafka.partitions.partition import PartitionLog
-from millrace.gateway.kafka.partitions.segments import SegmentWriter, read_fully, recover_segment
-from millrace.gateway.kafka.topics import TopicInfo, TopicRegistry
-from millrace.gateway.kafka_protocol.records import ControlRecordType, iter_batches, parse_control_record
+from millrace.protocol.records import ControlRecordType, iter_batches, parse_control_record
 from millrace.store.contracts import SegmentService
 from millrace.store.tables import TableStore
+from millrace.streams.partitions.compaction import load_compacted
+from millrace.streams.partitions.formats import CONTROL_ATTRIBUTE, IndexEntry
+from millrace.streams.partitions.partition import PartitionLog
+from millrace.streams.partitions.segments import SegmentWriter, read_fully, recover_segment
+from millrace.streams.topics import TopicInfo, TopicRegistry
 
 LOG_STARTS_TABLE = "_system/_tables/kafka_log_starts"
 

@@ -18,17 +18,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from millrace.gateway.kafka.partitions.formats import CONTROL_ATTRIBUTE, TRANSACTIONAL_ATTRIBUTE, IndexEntry
-from millrace.gateway.kafka.partitions.offset_index import OffsetIndex
-from millrace.gateway.kafka.partitions.producers import MARKER_COORDINATOR_EPOCH, Producers
-from millrace.gateway.kafka.partitions.segments import SegmentWriter
-from millrace.gateway.kafka.partitions.transactions import PartitionTransactions
-from millrace.gateway.kafka.partitions.waiters import Waiters
-from millrace.gateway.kafka.partitions.watermark import HighWatermark
-from millrace.gateway.kafka.partitions.writer_events import WriterEventNumbers
+from millrace.streams.partitions.formats import CONTROL_ATTRIBUTE, TRANSACTIONAL_ATTRIBUTE, IndexEntry
+from millrace.streams.partitions.offset_index import OffsetIndex
+from millrace.streams.partitions.producers import MARKER_COORDINATOR_EPOCH, Producers
+from millrace.streams.partitions.segments import SegmentWriter
+from millrace.streams.partitions.transactions import PartitionTransactions
+from millrace.streams.partitions.waiters import Waiters
+from millrace.streams.partitions.watermark import HighWatermark
+from millrace.streams.partitions.writer_events import WriterEventNumbers
 
 if TYPE_CHECKING:
-    from millrace.gateway.kafka.partitions.compaction import CompactionRecord
+    from millrace.streams.partitions.compaction import CompactionRecord
 
 
 @dataclass(frozen=True, slots=True)

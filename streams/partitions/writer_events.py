@@ -31,9 +31,8 @@ from dataclasses import dataclass
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
-from millrace.gateway.kafka.partitions.errors import PartitionError
-from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.store.contracts import AttributeUpdate, AttributeUpdateType
+from millrace.streams.errors import PartitionError, Reason
 
 #: What an append of events written before answers instead of an offset: where they landed is not kept.
 ALREADY_WRITTEN = -1
@@ -65,7 +64,7 @@ class WriterEvents:
 
     def __post_init__(self) -> None:
         if not self.writer_id or not 0 <= self.first_event <= self.last_event:
-            raise PartitionError(ErrorCode.INVALID_RECORD,
+            raise PartitionError(Reason.INVALID_RECORD,
                                  f"event numbers {self.first_event}..{self.last_event} of writer "
                                  f"{self.writer_id!r}: a writer id and 0 <= first <= last")
 
@@ -100,7 +99,7 @@ class WriterEventNumbers:
         if state is None or events.first_event > state.last:
             return None
         if events.last_event > state.last:
-            raise PartitionError(ErrorCode.INVALID_RECORD,
+            raise PartitionError(Reason.INVALID_RECORD,
                                  f"writer {events.writer_id}: events {events.first_event}..{events.last_event} "
                                  f"overlap the last one written, {state.last}")
         if state.waiters is None:

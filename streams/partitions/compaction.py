@@ -40,23 +40,7 @@ from dataclasses import dataclass, field
 from crc32c import crc32c
 from twisted.internet.interfaces import IReactorTime
 
-from millrace.gateway.kafka.partitions.formats import (
-    CONTROL_ATTRIBUTE,
-    ENVELOPE,
-    INDEX_SUFFIX,
-    IndexEntry,
-    envelope,
-)
-from millrace.gateway.kafka.partitions.partition import PartitionLog
-from millrace.gateway.kafka.partitions.segments import (
-    BLOCKING_TIMEOUT,
-    SegmentWriter,
-    read_fully,
-    recover_segment,
-)
-from millrace.gateway.kafka.partitions.transactions import ProducerAborts
-from millrace.gateway.kafka.topic_configs import parse_list
-from millrace.gateway.kafka_protocol.records import (
+from millrace.protocol.records import (
     BATCH_HEADER_SIZE,
     BatchView,
     Record,
@@ -65,6 +49,22 @@ from millrace.gateway.kafka_protocol.records import (
 )
 from millrace.store.contracts import SegmentService
 from millrace.store.tables import TableStore
+from millrace.streams.partitions.formats import (
+    CONTROL_ATTRIBUTE,
+    ENVELOPE,
+    INDEX_SUFFIX,
+    IndexEntry,
+    envelope,
+)
+from millrace.streams.partitions.partition import PartitionLog
+from millrace.streams.partitions.segments import (
+    BLOCKING_TIMEOUT,
+    SegmentWriter,
+    read_fully,
+    recover_segment,
+)
+from millrace.streams.partitions.transactions import ProducerAborts
+from millrace.streams.topic_configs import parse_list
 
 COMPACTIONS_TABLE = "_system/_tables/kafka_compactions"
 COMPACTED_INFIX = "kafka-compacted."

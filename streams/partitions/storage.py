@@ -27,37 +27,9 @@ from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
 
-from millrace.gateway.futures import on_reactor, to_deferred
-from millrace.gateway.kafka.partitions import reads, retention
-from millrace.gateway.kafka.partitions.cleaner import LogCleaner
-from millrace.gateway.kafka.partitions.compaction import COMPACTIONS_TABLE, compacts, forget_topic
-from millrace.gateway.kafka.partitions.errors import PartitionError
-from millrace.gateway.kafka.partitions.formats import (
-    ENVELOPE,
-    INDEX_SUFFIX,
-    IndexEntry,
-    envelope,
-    recompress,
-    set_leader_epoch,
-    stamp_log_append_time,
-)
-from millrace.gateway.kafka.partitions.loading import (
-    LOG_STARTS_TABLE,
-    LoadedTopic,
-    load_topic,
-    log_start_key,
-    segments_of_partitions,
-)
-from millrace.gateway.kafka.partitions.partition import PartitionLog, PartitionOffsets
-from millrace.gateway.kafka.partitions.producers import MARKER_COORDINATOR_EPOCH, ProducerState
-from millrace.gateway.kafka.partitions.segments import BLOCKING_TIMEOUT, SegmentWriter, create_index_segment
-from millrace.gateway.kafka.partitions.waiters import wait_for_any
-from millrace.gateway.kafka.partitions.watermark import PendingAppend
-from millrace.gateway.kafka.partitions.writer_events import WriterEvents, attribute_key
-from millrace.gateway.kafka.topics import TopicInfo, TopicRegistry, deletes_old_data
-from millrace.gateway.kafka_protocol.errors import ErrorCode
-from millrace.gateway.kafka_protocol.primitives import Buffer
-from millrace.gateway.kafka_protocol.records import (
+from millrace.protocol import compression
+from millrace.protocol.compression import CompressionError
+from millrace.protocol.records import (
     BatchHeader,
     BatchView,
     ControlRecordType,
@@ -68,12 +40,38 @@ from millrace.gateway.kafka_protocol.records import (
     set_base_offset,
     validate_produce_records,
 )
-from millrace.protocol import compression
-from millrace.protocol.compression import CompressionError
 from millrace.store.contracts import AttributeUpdate, AttributeUpdateType, SegmentService
 from millrace.store.controller import SegmentRange
 from millrace.store.errors import SegmentExistsError, SegmentNotFoundError
 from millrace.store.tables import TableStore
+from millrace.streams.errors import PartitionError, Reason, batch_refusal, store_failure
+from millrace.streams.futures import on_reactor, to_deferred
+from millrace.streams.partitions import reads, retention
+from millrace.streams.partitions.cleaner import LogCleaner
+from millrace.streams.partitions.compaction import COMPACTIONS_TABLE, compacts, forget_topic
+from millrace.streams.partitions.formats import (
+    ENVELOPE,
+    INDEX_SUFFIX,
+    IndexEntry,
+    envelope,
+    recompress,
+    set_leader_epoch,
+    stamp_log_append_time,
+)
+from millrace.streams.partitions.loading import (
+    LOG_STARTS_TABLE,
+    LoadedTopic,
+    load_topic,
+    log_start_key,
+    segments_of_partitions,
+)
+from millrace.streams.partitions.partition import PartitionLog, PartitionOffsets
+from millrace.streams.partitions.producers import MARKER_COORDINATOR_EPOCH, ProducerState
+from millrace.streams.partitions.segments import BLOCKING_TIMEOUT, SegmentWriter, create_index_segment
+from millrace.streams.partitions.waiters import wait_for_any
+from millrace.streams.partitions.watermark import PendingAppend
+from millrace.streams.partitions.writer_events import WriterEvents, attribute_key
+from millrace.streams.topics import TopicInfo, TopicRegistry, deletes_old_data
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +115,7 @@ def _check_timestamps(topic: TopicInfo, batch: BatchView, now_ms: int) -> None:
     h = batch.header
     if h.timestamp_type is TimestampType.LOG_APPEND_TIME:
         reason = "Invalid timestamp type in message: producer should not set timestamp type to LogAppendTime."
-        raise PartitionError(ErrorCode.INVALID_TIMESTAMP, "One or more records have been rejected due to invalid "
+        raise PartitionError(Reason.INVALID_TIMESTAMP, "One or more records have been rejected due to invalid "
                              "timestamp", tuple((i, reason) for i in range(h.record_count)))
     if topic.config("message.timestamp.type") != "CreateTime":
         return
@@ -128,14 +126,14 @@ def _check_timestamps(topic: TopicInfo, batch: BatchView, now_ms: int) -> None:
     try:
         records = list(batch.records())
     except RecordBatchError as exc:
-        raise PartitionError(exc.error_code, str(exc)) from exc
+        raise batch_refusal(exc) from exc
     errors = tuple(
         (i, f"Timestamp {r.timestamp} of message with offset {r.offset} is out of range. The timestamp should be "
             f"within [{now_ms - before}, {now_ms + after}]")
         for i, r in enumerate(records)
         if r.timestamp != -1 and (now_ms - r.timestamp > before or r.timestamp - now_ms > after))
     if errors:
-        raise PartitionError(ErrorCode.INVALID_TIMESTAMP,
+        raise PartitionError(Reason.INVALID_TIMESTAMP,
                              "One or more records have been rejected due to invalid timestamp", errors)
 
 
@@ -147,11 +145,11 @@ def _check_keys(topic: TopicInfo, p: PartitionLog, batch: BatchView) -> None:
     try:
         keys = [r.key for r in batch.records()]
     except RecordBatchError as exc:
-        raise PartitionError(exc.error_code, str(exc)) from exc
+        raise batch_refusal(exc) from exc
     reason = f"Compacted topic cannot accept message without key in topic partition {p.topic}-{p.partition}."
     errors = tuple((i, reason) for i, key in enumerate(keys) if key is None)
     if errors:
-        raise PartitionError(ErrorCode.INVALID_RECORD, reason, errors)
+        raise PartitionError(Reason.INVALID_RECORD, reason, errors)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +187,7 @@ class PartitionStorage(Protocol):
         node's copy may be stale (a client told a stale end offset would take it as truncation)."""
         ...
 
-    def append(self, topic: TopicInfo, p: PartitionLog, records: Buffer | None, now_ms: int | None = None,
+    def append(self, topic: TopicInfo, p: PartitionLog, records: bytes | bytearray | memoryview | None, now_ms: int | None = None,
                events: WriterEvents | None = None) -> defer.Deferred[int]:
         """Append one produce request's batch; its base offset once the high watermark passes it.
         ``now_ms`` is the broker time its timestamps are checked against (and a LogAppendTime topic
@@ -293,11 +291,11 @@ class SegmentPartitionStorage(PartitionStorage):
         container = leadership.container_of(writer.name)
         term = leadership.terms().get(container)
         if term is None:
-            raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+            raise PartitionError(Reason.NOT_OWNER,
                                  f"{p.topic}-{p.partition}: container {container} runs on another node")
         if self._loaded_terms.get(p.topic, {}).get(container) != term:
             self._reload_after_failure(p.topic)
-            raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+            raise PartitionError(Reason.LOADING,
                                  f"{p.topic}-{p.partition}: taking over container {container}, loading")
 
     def leads(self, p: PartitionLog) -> bool:
@@ -361,11 +359,11 @@ class SegmentPartitionStorage(PartitionStorage):
         segment of partition p."""
         parts = self._topics.get(topic.name)
         if parts is None:
-            raise PartitionError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic.name} is not loaded")
+            raise PartitionError(Reason.UNKNOWN_PARTITION, f"topic {topic.name} is not loaded")
         for number in range(len(parts), min(topic.partition_count, len(segment_names))):
             writer = self._writers.get(segment_names[number])
             if writer is None:
-                raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                raise PartitionError(Reason.LOADING,
                                      f"segment {segment_names[number]} of {topic.name} is not loaded yet")
             parts.append(PartitionLog(topic.name, number, writer))
         return parts
@@ -502,12 +500,12 @@ class SegmentPartitionStorage(PartitionStorage):
         before = self._now_ms() - expiration_ms
         return sum(p.producers.expire(before, p.txns.open) for parts in self._topics.values() for p in parts)
 
-    def append(self, topic: TopicInfo, p: PartitionLog, records: Buffer | None, now_ms: int | None = None,
+    def append(self, topic: TopicInfo, p: PartitionLog, records: bytes | bytearray | memoryview | None, now_ms: int | None = None,
                events: WriterEvents | None = None) -> defer.Deferred[int]:
         try:
             (batch,) = validate_produce_records(records)
         except RecordBatchError as exc:
-            raise PartitionError(exc.error_code, str(exc)) from exc
+            raise batch_refusal(exc) from exc
         now_ms = self._now_ms() if now_ms is None else now_ms
         _check_timestamps(topic, batch, now_ms)
         _check_keys(topic, p, batch)
@@ -517,22 +515,22 @@ class SegmentPartitionStorage(PartitionStorage):
             try:
                 batch = next(iter_batches(recompress(batch.data, codec, _codec_level(topic, codec))))
             except CompressionError as exc:
-                raise PartitionError(ErrorCode.CORRUPT_MESSAGE, str(exc)) from exc
+                raise PartitionError(Reason.CORRUPT_RECORD, str(exc)) from exc
         if topic.config("message.timestamp.type") == "LogAppendTime":
             # Rewritten, CRC and all, only for such topics: CreateTime batches stay zero-copy.
             batch = next(iter_batches(stamp_log_append_time(batch.data, now_ms)))
         h = batch.header
         limit = min(int(topic.config("max.message.bytes")), self.max_message_bytes)
         if h.size > limit:
-            raise PartitionError(ErrorCode.MESSAGE_TOO_LARGE,
+            raise PartitionError(Reason.RECORD_TOO_LARGE,
                                  f"batch of {h.size} bytes exceeds max.message.bytes={limit}")
         if h.is_control:
-            raise PartitionError(ErrorCode.INVALID_RECORD, "clients may not write control batches")
+            raise PartitionError(Reason.INVALID_RECORD, "clients may not write control batches")
         if h.is_transactional:
             if h.producer_id < 0:
-                raise PartitionError(ErrorCode.INVALID_RECORD, "a transactional batch needs a producer id")
+                raise PartitionError(Reason.INVALID_RECORD, "a transactional batch needs a producer id")
             if self.transaction_check is None:
-                raise PartitionError(ErrorCode.INVALID_RECORD, "transactions are not enabled")
+                raise PartitionError(Reason.INVALID_RECORD, "transactions are not enabled")
             # The partition must be in the producer's ongoing transaction at this epoch (KIP-890's
             # verification, here an in-process lookup): a late batch can never reopen a finished one.
             self.transaction_check(p.topic, p.partition, h.producer_id, h.producer_epoch)
@@ -571,7 +569,7 @@ class SegmentPartitionStorage(PartitionStorage):
         if writer is None or writer.failed is not None or p.topic in self._reloading:
             if writer is not None and writer.failed is not None:
                 self._reload_after_failure(p.topic)  # a reload that failed earlier is tried again
-            raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{p.topic}-{p.partition} is recovering")
+            raise PartitionError(Reason.LOADING, f"{p.topic}-{p.partition} is recovering")
         return writer
 
     def write_marker(self, p: PartitionLog, producer_id: int, producer_epoch: int, commit: bool,
@@ -635,10 +633,12 @@ class SegmentPartitionStorage(PartitionStorage):
         log.error("append to %s failed: %s", writer.name, failure.getErrorMessage())
         writer.failed = failure.value
         self._reload_after_failure(p.topic)
+        # The appender hears why in the stream layer's terms: a moved container is not a broken disk.
+        refusal = Failure(store_failure(failure.value, f"append to {p.topic}-{p.partition}"))
         # Nothing after this batch can be acknowledged in order any more: fail those too (they may
         # already be durable in a successor); clients retry and the reload dedupes them.
         for doomed in p.watermark.failed(pending):
-            doomed.acked.errback(failure)
+            doomed.acked.errback(refusal)
 
     @staticmethod
     def _settle(result: Any, producer: ProducerState | None, base: int, retries: list[defer.Deferred[int]]) -> Any:
@@ -658,7 +658,7 @@ class SegmentPartitionStorage(PartitionStorage):
         self.check_leader(p)
         offsets = p.offsets()
         if offset < offsets.log_start or offset > offsets.high_watermark:
-            raise PartitionError(ErrorCode.OFFSET_OUT_OF_RANGE,
+            raise PartitionError(Reason.OFFSET_OUT_OF_RANGE,
                                  f"offset {offset} outside [{offsets.log_start}, {offsets.high_watermark}] of "
                                  f"{p.topic}-{p.partition}")
         # read_committed stops at the last stable offset and is told the aborted transactions in its range.
@@ -688,7 +688,7 @@ class SegmentPartitionStorage(PartitionStorage):
             return self._offset_of_max_timestamp(p)
         if timestamp >= 0:
             return self._offset_for_timestamp(p, timestamp)
-        raise PartitionError(ErrorCode.INVALID_REQUEST, f"no such ListOffsets timestamp {timestamp}")
+        raise PartitionError(Reason.INVALID_REQUEST, f"no such ListOffsets timestamp {timestamp}")
 
     def _offset_for_timestamp(self, p: PartitionLog, timestamp: int,
                               after: int = -1) -> defer.Deferred[tuple[int, int]]:
@@ -727,7 +727,7 @@ class SegmentPartitionStorage(PartitionStorage):
         hw = p.high_watermark
         target = hw if offset == -1 else offset
         if target < 0 or target > hw:
-            raise PartitionError(ErrorCode.OFFSET_OUT_OF_RANGE,
+            raise PartitionError(Reason.OFFSET_OUT_OF_RANGE,
                                  f"offset {offset} outside [0, {hw}] of {p.topic}-{p.partition}")
         return self._advance_log_start(p, target)
 

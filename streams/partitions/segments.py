@@ -24,23 +24,23 @@ from typing import Any
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.python.failure import Failure
 
-from millrace.gateway.futures import to_deferred
-from millrace.gateway.kafka.partitions.formats import (
-    ENVELOPE,
-    ENVELOPE_MAGIC,
-    ENVELOPE_VERSION,
-    INDEX_ENTRY_SIZE,
-    INDEX_SUFFIX,
-    IndexEntry,
-)
-from millrace.gateway.kafka_protocol.records import BATCH_HEADER_SIZE
 from millrace.protocol.errors import ConnectionLostError
+from millrace.protocol.records import BATCH_HEADER_SIZE
 from millrace.store.contracts import SegmentService
 from millrace.store.errors import (
     BadOffsetError,
     ContainerOfflineError,
     SegmentExistsError,
     StoreError,
+)
+from millrace.streams.futures import to_deferred
+from millrace.streams.partitions.formats import (
+    ENVELOPE,
+    ENVELOPE_MAGIC,
+    ENVELOPE_VERSION,
+    INDEX_ENTRY_SIZE,
+    INDEX_SUFFIX,
+    IndexEntry,
 )
 
 log = logging.getLogger(__name__)

@@ -31,7 +31,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from millrace.gateway.kafka import topic_configs
 from millrace.protocol.contracts import BYTE_STREAM_ATTRIBUTE
 from millrace.store.controller import (
     Controller,
@@ -53,6 +52,8 @@ from millrace.store.errors import (
     TableKeyVersionMismatchError,
 )
 from millrace.store.tables import NOT_EXISTS, TableStore
+from millrace.streams import topic_configs
+from millrace.streams.errors import Reason, TopicError
 
 TOPICS_TABLE = "_system/_tables/kafka_topics"
 
@@ -79,14 +80,6 @@ _LEGAL_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 def legal_topic_name(name: str | None) -> bool:
     """True if Kafka would accept ``name`` as a topic name."""
     return name is not None and name not in (".", "..") and _LEGAL_TOPIC.fullmatch(name) is not None
-
-
-class TopicError(Exception):
-    """A Kafka-level refusal; ``error_code`` is the Kafka error to answer with."""
-
-    def __init__(self, error_code: int, message: str) -> None:
-        super().__init__(message)
-        self.error_code = error_code
 
 
 @dataclass(frozen=True)
@@ -145,8 +138,6 @@ def split_slices(slices: tuple[tuple[float, float], ...], total: int,
 def _validate_configs(configs: Mapping[str, str | None]) -> None:
     """Refuse, with INVALID_CONFIG and Kafka's message, an unknown config or a value of the wrong type
     or out of range (None, a deletion, is always valid)."""
-    from millrace.gateway.kafka_protocol.errors import ErrorCode
-
     for key, value in configs.items():
         try:
             if value is None:
@@ -155,16 +146,14 @@ def _validate_configs(configs: Mapping[str, str | None]) -> None:
             else:
                 topic_configs.validate(key, value)
         except topic_configs.ConfigValueError as exc:
-            raise TopicError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+            raise TopicError(Reason.INVALID_CONFIG, str(exc)) from None
 
 
 def _validate_effective(configs: Mapping[str, str]) -> None:
-    from millrace.gateway.kafka_protocol.errors import ErrorCode
-
     try:
         topic_configs.validate_together(dict(configs))
     except topic_configs.ConfigValueError as exc:
-        raise TopicError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+        raise TopicError(Reason.INVALID_CONFIG, str(exc)) from None
 
 
 def _initial_segments(partitions: int, configs: dict[str, str]) -> int:
@@ -283,22 +272,20 @@ class TopicRegistry:
     # -- changes (blocking) ------------------------------------------------------------------------
     def create(self, name: str, partitions: int, configs: dict[str, str] | None = None,
                validate_only: bool = False) -> TopicInfo:
-        from millrace.gateway.kafka_protocol.errors import ErrorCode
-
         configs = {k: v for k, v in (configs or {}).items() if v is not None}
         if not legal_topic_name(name):
-            raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"illegal topic name {name!r}")
+            raise TopicError(Reason.INVALID_TOPIC_NAME, f"illegal topic name {name!r}")
         if partitions < 1 or partitions > 1 << 16:
-            raise TopicError(ErrorCode.INVALID_PARTITIONS, f"partition count {partitions} must be 1..65536")
+            raise TopicError(Reason.INVALID_PARTITION_COUNT, f"partition count {partitions} must be 1..65536")
         _validate_configs(configs)
         _validate_effective(configs)
         segments = int(configs.get("millrace.segments.initial", "0")) or _initial_segments(partitions, configs)
         if segments < 1 or partitions % segments:
-            raise TopicError(ErrorCode.INVALID_CONFIG,
+            raise TopicError(Reason.INVALID_CONFIG,
                              f"millrace.segments.initial={segments} must divide the partition count {partitions}")
         with self._lock:
             if name in self._cache:
-                raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+                raise TopicError(Reason.TOPIC_EXISTS, f"topic {name!r} already exists")
             topic = TopicInfo(name, uuid.uuid4(), tuple((p / partitions, (p + 1) / partitions)
                                                        for p in range(partitions)), configs,
                               time.time_ns() // 1_000_000)
@@ -317,7 +304,7 @@ class TopicRegistry:
                 self._cache[name] = topic
         if not made_here:
             self.refresh()
-            raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+            raise TopicError(Reason.TOPIC_EXISTS, f"topic {name!r} already exists")
         self._notify("created", topic)
         return topic
 
@@ -327,8 +314,6 @@ class TopicRegistry:
         NATIVE_MIN_PARTITIONS, in equal slices. Its segments must lie on slice boundaries (they do
         unless it was scaled before its first writer); from then on its scaling keeps to them. A
         stream whose segments already hold bytes, or carry the byte-stream mark, is refused."""
-        from millrace.gateway.kafka_protocol.errors import ErrorCode
-
         name = self.key(scope, stream)
         with self._lock:
             found = self._cache.get(name)
@@ -339,7 +324,7 @@ class TopicRegistry:
             starts = {p / partitions for p in range(partitions)}
             for seg in self.controller.get_current_segments(scope, stream):
                 if seg.key_start not in starts:
-                    raise TopicError(ErrorCode.INVALID_REQUEST,
+                    raise TopicError(Reason.INVALID_REQUEST,
                                      f"{name}: segment {seg.name} does not start on a partition boundary")
             self._refuse_non_event_data(name)
             topic = TopicInfo(name, uuid.uuid4(), tuple((p / partitions, (p + 1) / partitions)
@@ -362,26 +347,22 @@ class TopicRegistry:
         """Blocking: refuse to partition a stream whose segments hold bytes written before any event
         writer (a byte stream, or raw appends) or carry the byte-stream mark: event data and other
         data must never share a segment."""
-        from millrace.gateway.kafka_protocol.errors import ErrorCode
-
         store = self.controller.store
         for segment in self.segment_history(name):
             if not store.exists(segment):
                 continue
             info = store.get_info(segment)
             if BYTE_STREAM_ATTRIBUTE in info.attributes:
-                raise TopicError(ErrorCode.INVALID_REQUEST, f"{name} is a byte stream: it cannot take events")
+                raise TopicError(Reason.INVALID_REQUEST, f"{name} is a byte stream: it cannot take events")
             if info.length > 0:
-                raise TopicError(ErrorCode.INVALID_REQUEST,
+                raise TopicError(Reason.INVALID_REQUEST,
                                  f"{name}: segment {segment} holds {info.length} bytes not written as events")
 
     def delete(self, name: str) -> TopicInfo:
-        from millrace.gateway.kafka_protocol.errors import ErrorCode
-
         with self._lock:
             topic = self._cache.get(name)
             if topic is None:
-                raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+                raise TopicError(Reason.UNKNOWN_TOPIC, f"unknown topic {name!r}")
             # The record goes first: a crash after it leaves a stream that a re-create adopts.
             self.tables.remove(TOPICS_TABLE, [name.encode()])
             del self._cache[name]
@@ -410,17 +391,15 @@ class TopicRegistry:
 
     def add_partitions(self, name: str, total: int, validate_only: bool = False,
                        split_from: int | None = None) -> TopicInfo:
-        from millrace.gateway.kafka_protocol.errors import ErrorCode
-
         with self._lock:
             topic = self._cache.get(name)
             if topic is None:
-                raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+                raise TopicError(Reason.UNKNOWN_TOPIC, f"unknown topic {name!r}")
             if total <= topic.partition_count:
-                raise TopicError(ErrorCode.INVALID_PARTITIONS,
+                raise TopicError(Reason.INVALID_PARTITION_COUNT,
                                  f"topic {name!r} has {topic.partition_count} partitions; {total} is not more")
             if total > 1 << 16:
-                raise TopicError(ErrorCode.INVALID_PARTITIONS, f"partition count {total} must be at most 65536")
+                raise TopicError(Reason.INVALID_PARTITION_COUNT, f"partition count {total} must be at most 65536")
             grown = replace(topic, slices=split_slices(topic.slices, total, split_from))
             if validate_only:
                 return grown
@@ -433,16 +412,14 @@ class TopicRegistry:
                       validate_only: bool = False) -> TopicInfo:
         """Apply config changes (None deletes a key, reverting to the default). ``replace_all`` is the
         legacy AlterConfigs semantics: keys not named revert to their defaults."""
-        from millrace.gateway.kafka_protocol.errors import ErrorCode
-
         _validate_configs(changes)
         for key in changes:
             if key in READ_ONLY_CONFIGS:
-                raise TopicError(ErrorCode.INVALID_CONFIG, f"{key} can only be set at creation")
+                raise TopicError(Reason.INVALID_CONFIG, f"{key} can only be set at creation")
         with self._lock:
             topic = self._cache.get(name)
             if topic is None:
-                raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+                raise TopicError(Reason.UNKNOWN_TOPIC, f"unknown topic {name!r}")
             base = {k: v for k, v in topic.configs.items() if k in READ_ONLY_CONFIGS} if replace_all else dict(
                 topic.configs)
             for key, value in changes.items():

@@ -35,8 +35,10 @@ from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
 
-from millrace.gateway.futures import to_deferred
-from millrace.gateway.kafka.partitions.compaction import (
+from millrace.store.contracts import SegmentService
+from millrace.store.tables import NOT_EXISTS, TableStore
+from millrace.streams.futures import to_deferred
+from millrace.streams.partitions.compaction import (
     COMPACTIONS_TABLE,
     CleaningPlan,
     CleaningResult,
@@ -49,13 +51,11 @@ from millrace.gateway.kafka.partitions.compaction import (
     needs_cleaning,
     plan,
 )
-from millrace.gateway.kafka.partitions.formats import INDEX_ENTRY_SIZE
-from millrace.gateway.kafka.partitions.loading import log_start_key
-from millrace.gateway.kafka.partitions.partition import PartitionLog
-from millrace.gateway.kafka.partitions.segments import SegmentWriter
-from millrace.gateway.kafka.topics import TopicInfo
-from millrace.store.contracts import SegmentService
-from millrace.store.tables import NOT_EXISTS, TableStore
+from millrace.streams.partitions.formats import INDEX_ENTRY_SIZE
+from millrace.streams.partitions.loading import log_start_key
+from millrace.streams.partitions.partition import PartitionLog
+from millrace.streams.partitions.segments import SegmentWriter
+from millrace.streams.topics import TopicInfo
 
 log = logging.getLogger(__name__)
 

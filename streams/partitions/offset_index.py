@@ -5,7 +5,7 @@ Invariants (checked by the partition that owns the index, relied on by every sea
 - segment numbers never decrease along the index (a partition only moves forward, to successors);
 - ``running_max_ts[i]`` is the largest ``max_ts`` of entries ``0..i``, so a timestamp search is a bisect.
 
-Owned by the reactor thread once the partition is installed (see ``millrace.gateway.futures``).
+Owned by the reactor thread once the partition is installed (see ``millrace.streams.futures``).
 """
 
 from __future__ import annotations

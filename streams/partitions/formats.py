@@ -14,8 +14,8 @@ from typing import Any, NamedTuple
 
 from crc32c import crc32c
 
-from millrace.gateway.kafka_protocol.records import BatchHeader
 from millrace.protocol import compression
+from millrace.protocol.records import BatchHeader
 
 # magic 'K', version, partition, batch length
 ENVELOPE = struct.Struct(">BBiI")
