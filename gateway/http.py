@@ -41,7 +41,6 @@ from twisted.internet import defer
 from twisted.python.failure import Failure
 from twisted.web import resource, server
 
-from millrace.gateway.kafka.scaling import KafkaScaling
 from millrace.gateway.native.controller_commands import PartitionsOf, describe_stream
 from millrace.store.containers.container import SegmentContainer
 from millrace.store.containers.rates import SegmentRates
@@ -49,6 +48,7 @@ from millrace.store.contracts import SegmentInfo
 from millrace.store.controller import Controller, InvalidScaleError, ScaleConflictError, StreamSealedError
 from millrace.store.errors import ScopeNotFoundError, SegmentNotFoundError, StreamNotFoundError
 from millrace.streams.futures import to_deferred
+from millrace.streams.scaling import StreamScaling
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class StreamViews:
 
     controller: Controller
     pool: ThreadPoolExecutor
-    scaler: KafkaScaling
+    scaler: StreamScaling
     partitions_of: PartitionsOf | None = None
 
     def blocking(self, fn: Callable[..., Any], *args: Any) -> defer.Deferred:

@@ -20,10 +20,10 @@ from millrace.streams.futures import to_deferred
 if TYPE_CHECKING:
     from millrace.gateway.kafka.cluster import KafkaCluster
     from millrace.gateway.kafka.group_coordinator import GroupCoordinator
-    from millrace.gateway.kafka.scaling import KafkaScaling
     from millrace.gateway.kafka.transactions import TransactionCoordinator
     from millrace.streams.partitions import SegmentPartitionStorage
     from millrace.streams.producer_ids import ProducerIdAllocator
+    from millrace.streams.scaling import StreamScaling
     from millrace.streams.topics import TopicRegistry
 
 P = ParamSpec("P")
@@ -71,7 +71,7 @@ class Broker:
     partitions: SegmentPartitionStorage
     groups: GroupCoordinator
     producer_ids: ProducerIdAllocator
-    scaling: KafkaScaling
+    scaling: StreamScaling
     transactions: TransactionCoordinator
     # On a cluster node: live brokers, partition leaders and coordinators (None: this node is all of them)
     cluster: KafkaCluster | None = None

@@ -17,7 +17,6 @@ from millrace.gateway.kafka.broker import Broker, KafkaConfig
 from millrace.gateway.kafka.connection import KafkaFactory
 from millrace.gateway.kafka.group_coordinator import GroupCoordinator
 from millrace.gateway.kafka.registry import load_handlers
-from millrace.gateway.kafka.scaling import KafkaScaling
 from millrace.gateway.kafka.transactions import TransactionCoordinator
 from millrace.store.contracts import SegmentService
 from millrace.store.controller import Controller, RetentionType
@@ -25,6 +24,7 @@ from millrace.store.errors import SegmentExistsError, TableKeyVersionMismatchErr
 from millrace.store.tables import NOT_EXISTS, TableStore
 from millrace.streams.partitions import SegmentPartitionStorage
 from millrace.streams.producer_ids import ProducerIdAllocator
+from millrace.streams.scaling import StreamScaling
 from millrace.streams.topics import TopicRegistry
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ def build_kafka(
     broker.partitions.load_all()
     broker.topics.listeners.append(broker.partitions.topic_event)
     broker.producer_ids = ProducerIdAllocator(tables)
-    broker.scaling = KafkaScaling(broker)
+    broker.scaling = StreamScaling(broker)
     broker.groups = GroupCoordinator(broker)
     if load_groups:
         broker.groups.load()  # groups and committed offsets come back before the listener opens

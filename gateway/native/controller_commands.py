@@ -22,7 +22,7 @@ from millrace.store.errors import SegmentNotFoundError
 from millrace.store.futures import StoreFuture
 
 if TYPE_CHECKING:
-    from millrace.gateway.kafka.scaling import KafkaScaling
+    from millrace.streams.scaling import StreamScaling
 
 # A Kafka topic's partition slices [(start, end)] by partition, or None for a stream that is no topic.
 PartitionsOf = Callable[[str, str], Sequence[tuple[float, float]] | None]
@@ -187,7 +187,7 @@ def on_pool(pool: ThreadPoolExecutor,
 
 
 def controller_handlers(
-    controller: Controller, pool: ThreadPoolExecutor, scaler: KafkaScaling, partitions_of: PartitionsOf | None = None,
+    controller: Controller, pool: ThreadPoolExecutor, scaler: StreamScaling, partitions_of: PartitionsOf | None = None,
     delete_stream: Callable[[str, str], None] | None = None,
 ) -> dict[int, Callable[[dict[str, Any], bytes], StoreFuture]]:
     """``scaler`` performs manual splits and merges (for Kafka topics it also moves the partition

@@ -15,7 +15,6 @@ from twisted.internet import defer, protocol
 from twisted.python.failure import Failure
 
 from millrace.gateway.framing import DEFAULT_CONNECTION_BUDGET_BYTES, BudgetedReceiver
-from millrace.gateway.kafka.scaling import KafkaScaling
 from millrace.gateway.native.controller_commands import PartitionsOf, controller_handlers
 from millrace.gateway.native.event_commands import event_handlers
 from millrace.gateway.native.host import NativeHost
@@ -37,6 +36,7 @@ from millrace.store.controller import Controller
 from millrace.store.controller.kvtables import KeyValueTables
 from millrace.store.futures import StoreFuture, mapped
 from millrace.streams.futures import on_reactor
+from millrace.streams.scaling import StreamScaling
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +161,7 @@ class NativeProtocol(BudgetedReceiver):
 
 
 class NativeFactory(protocol.ServerFactory):
-    def __init__(self, store: SegmentService, controller: Controller, pool: ThreadPoolExecutor, scaler: KafkaScaling,
+    def __init__(self, store: SegmentService, controller: Controller, pool: ThreadPoolExecutor, scaler: StreamScaling,
                  partitions_of: PartitionsOf | None = None,
                  connection_budget_bytes: int = DEFAULT_CONNECTION_BUDGET_BYTES,
                  broker: NativeHost | None = None, transactions: bool = True) -> None:

@@ -1,11 +1,11 @@
-"""Scaling Kafka topics (and the streams of other scopes that native writers have partitioned): their
-streams split and merge only at partition-slice boundaries, and the partition writers move to the successors between the successors' creation and the predecessors'
+"""Scaling partitioned streams (Kafka topics, and the streams of other scopes that native writers have
+partitioned): they split and merge only at partition-slice boundaries, and the partition writers move to the successors between the successors' creation and the predecessors'
 seal, so no append is lost, duplicated or reordered per partition across the switch."""
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from millrace.store.controller import (
     Controller,
@@ -16,9 +16,9 @@ from millrace.store.controller import (
 )
 from millrace.store.controller.scaling import equal_split_points
 from millrace.streams.futures import call_on_reactor
+from millrace.streams.host import StreamHost
 
 if TYPE_CHECKING:
-    from millrace.gateway.kafka.broker import Broker
     from millrace.store.containers.rates import SegmentRates
 
 log = logging.getLogger(__name__)
@@ -29,8 +29,28 @@ def _nearest(allowed: list[float], point: float) -> float:
     return min(allowed, key=lambda candidate: (abs(candidate - point), candidate))
 
 
-class KafkaScaling:
-    def __init__(self, broker: Broker) -> None:
+class ScopeConfig(Protocol):
+    @property
+    def scope(self) -> str:
+        """The scope whose streams are Kafka topics."""
+        ...
+
+
+class ScalingHost(StreamHost, Protocol):
+    """What scaling needs of its host: the stream layer's parts, the controller and the Kafka scope."""
+
+    @property
+    def controller(self) -> Controller: ...
+
+    @property
+    def config(self) -> ScopeConfig: ...
+
+
+class StreamScaling:
+    """Manual and automatic splits and merges of a stream, kept on partition boundaries where the
+    stream is partitioned; used by both protocol adapters and the auto-scaler."""
+
+    def __init__(self, broker: ScalingHost) -> None:
         self.broker = broker
         self.controller: Controller = broker.controller
         self.scope: str = broker.config.scope
