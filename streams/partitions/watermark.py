@@ -9,7 +9,7 @@ Invariants:
 - A failed append fails itself and every later pending append: none of them can be acknowledged in
   order any more (some may be durable in a successor; the partition reloads and clients retry).
 
-Transactions will hook in here: the last stable offset is the high watermark capped by the first offset
+The last stable offset (partitions/transactions.py) is this high watermark capped by the first offset
 of the oldest open transaction.
 
 Owned by the reactor thread once the partition is installed.
