@@ -8,7 +8,7 @@ connection (sequences 3 and 4) were acknowledged: the leader answered in order b
 requests before the first one, which was still waiting for the topic to load. librdkafka cannot recover
 from that (the producer is dead), and Kafka's rule that a request sees the effects of every earlier
 request on its connection (the design's ordering rule, docs/architecture.md) is broken. A single ``millrace serve`` does not show it (a topic
-is loaded where it is created). ``gateway/kafka/resolve.py`` now makes requests that find a topic being
+is loaded where it is created). ``streams/resolve.py`` now makes requests that find a topic being
 resolved wait behind the one resolving it, in arrival order; without that this test fails in most rounds
 (the third request lands at offset 0, the first two get OUT_OF_ORDER_SEQUENCE).
 """
