@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from twisted.internet import reactor
 from twisted.internet.address import IPv4Address, IPv6Address
@@ -17,6 +17,7 @@ from millrace.gateway.http import StreamViews, http_site
 from millrace.gateway.kafka.broker import Broker, KafkaConfig
 from millrace.gateway.kafka.setup import build_kafka, start_background
 from millrace.gateway.native.handler import NativeFactory
+from millrace.gateway.options import ServerOptions
 from millrace.store.budget import MIB
 from millrace.store.containers.config import ContainerConfig
 from millrace.store.containers.rates import RateConfig
@@ -31,51 +32,6 @@ from millrace.store.segment_store import SegmentStore
 from millrace.store.tables import TableStore
 
 log = logging.getLogger("millrace")
-
-
-@dataclass
-class ServerOptions:
-    data_dir: str = "./millrace-data"
-    host: str = "127.0.0.1"
-    kafka_port: int = 9092
-    native_port: int = 9090
-    http_port: int = 9091
-    kafka_scope: str = "kafka"
-    auto_create_topics: bool = True
-    default_partitions: int = 1
-    retention_check_seconds: float = 30.0
-    transaction_check_seconds: float = 1.0  # how often Kafka transactions past their timeout are aborted
-    producer_id_expiration_ms: int = 86_400_000  # idle producers' idempotence state is forgotten after this
-    native_txn_retention_ms: int = 3_600_000  # how long a finished native transaction's status is kept
-    # Auto-scaling: rate windows (seconds, shortest first), how often policies are evaluated, and how
-    # long a segment made by a scale is left alone.
-    scale_windows: tuple[float, ...] = (2.0, 10.0, 30.0)
-    scale_interval_seconds: float = 1.0
-    scale_cooldown_seconds: float = 10.0
-    containers: int = 4
-    lts: str | None = None  # a path, file:///path or s3://bucket/prefix; default <data_dir>/lts
-    s3_endpoint: str | None = None
-    cache_mb: int = 256
-    # Backpressure (store.budget): bytes one connection's requests and appends may hold, and bytes a
-    # container may hold before they are durable, before the connections feeding them stop reading.
-    connection_budget_mb: int = 32
-    container_budget_mb: int = 64
-    # Replicated durable logs: "host:port,..." of `millrace logd` replicas (None: the local file log),
-    # with the write and ack quorums; the logs' metadata stays in <data_dir>/logmeta for now.
-    log_replicas: str | None = None
-    write_quorum: int = 3
-    ack_quorum: int = 2
-    # A cluster node (gateway/cluster_server.py) when ``zookeeper`` is set: its id (a number, the Kafka
-    # node id too), the peer listener's port, what each listener is advertised as (HOST:PORT; None: the
-    # bind address), the ZooKeeper session timeout and how long a segment operation waits for an owner.
-    zookeeper: str | None = None
-    node_id: str | None = None
-    peer_port: int = 9093
-    advertised_kafka: str | None = None
-    advertised_native: str | None = None
-    advertised_peer: str | None = None
-    session_timeout_seconds: float = 10.0
-    retry_bound_seconds: float = 30.0
 
 
 def log_factory(options: ServerOptions, data_dir: str) -> Callable[[int], DurableDataLog]:
