@@ -28,9 +28,8 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperPro
         server.stop()
 
 
-@pytest.fixture
-def zk_hosts(zookeeper: ZooKeeperProcess) -> str:
-    """A connect string with a chroot of this test's own, so tests in a module never see each other's znodes."""
+def fresh_chroot(zookeeper: ZooKeeperProcess) -> str:
+    """A connect string with a chroot nobody else uses, so tests never see each other's znodes."""
     chroot = f"/test-{next(_chroots)}"
     client = KazooClient(hosts=zookeeper.hosts)
     client.start(timeout=30)
@@ -40,6 +39,18 @@ def zk_hosts(zookeeper: ZooKeeperProcess) -> str:
         client.stop()
         client.close()
     return zookeeper.hosts + chroot
+
+
+@pytest.fixture
+def zk_hosts(zookeeper: ZooKeeperProcess) -> str:
+    """A connect string with a chroot of this test's own."""
+    return fresh_chroot(zookeeper)
+
+
+@pytest.fixture(scope="class")
+def class_zk_hosts(zookeeper: ZooKeeperProcess) -> str:
+    """A connect string with a chroot of one test class's own, for a cluster its tests share."""
+    return fresh_chroot(zookeeper)
 
 
 @pytest.fixture
