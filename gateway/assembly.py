@@ -27,6 +27,7 @@ from millrace.gateway.kafka.broker import Broker, KafkaConfig
 from millrace.gateway.kafka.connection import KafkaFactory
 from millrace.gateway.kafka.setup import build_kafka
 from millrace.gateway.native.handler import NativeFactory
+from millrace.gateway.options import ServerOptions
 from millrace.store.budget import MIB
 from millrace.store.cluster.containers import SegmentContainerHost
 from millrace.store.cluster.layout import NodeInfo, check_node_id
@@ -48,54 +49,6 @@ from millrace.store.segment_store import SegmentStore
 from millrace.store.tables import TableStore
 
 _ANY_ADDRESS = ("0.0.0.0", "::", "")
-
-
-@dataclass
-class ServerOptions:
-    """What ``millrace serve`` was asked for: each field is the flag of the same name (gateway/cli.py)."""
-
-    data_dir: str = "./millrace-data"
-    host: str = "127.0.0.1"
-    kafka_port: int = 9092
-    native_port: int = 9090
-    http_port: int = 9091
-    kafka_scope: str = "kafka"
-    auto_create_topics: bool = True
-    default_partitions: int = 1
-    retention_check_seconds: float = 30.0
-    transaction_check_seconds: float = 1.0  # how often Kafka transactions past their timeout are aborted
-    producer_id_expiration_ms: int = 86_400_000  # idle producers' idempotence state is forgotten after this
-    native_txn_retention_ms: int = 3_600_000  # how long a finished native transaction's status is kept
-    group_initial_rebalance_delay_ms: int = 3000  # a new group's first rebalance waits for more members
-    # Auto-scaling: rate windows (seconds, shortest first), how often policies are evaluated, and how
-    # long a segment made by a scale is left alone.
-    scale_windows: tuple[float, ...] = (2.0, 10.0, 30.0)
-    scale_interval_seconds: float = 1.0
-    scale_cooldown_seconds: float = 10.0
-    containers: int = 4
-    lts: str | None = None  # a path, file:///path or s3://bucket/prefix; default <data_dir>/lts
-    s3_endpoint: str | None = None
-    cache_mb: int = 256
-    # Backpressure (store.budget): bytes one connection's requests and appends may hold, and bytes a
-    # container may hold before they are durable, before the connections feeding them stop reading.
-    connection_budget_mb: int = 32
-    container_budget_mb: int = 64
-    # Replicated durable logs: "host:port,..." of `millrace logd` replicas (None: the local file log),
-    # with the write and ack quorums; the logs' metadata stays in <data_dir>/logmeta for now.
-    log_replicas: str | None = None
-    write_quorum: int = 3
-    ack_quorum: int = 2
-    # A cluster node (gateway/cluster_server.py) when ``zookeeper`` is set: its id (a number, the Kafka
-    # node id too), the peer listener's port, what each listener is advertised as (HOST:PORT; None: the
-    # bind address), the ZooKeeper session timeout and how long a segment operation waits for an owner.
-    zookeeper: str | None = None
-    node_id: str | None = None
-    peer_port: int = 9093
-    advertised_kafka: str | None = None
-    advertised_native: str | None = None
-    advertised_peer: str | None = None
-    session_timeout_seconds: float = 10.0
-    retry_bound_seconds: float = 30.0
 
 
 # Stores: the containers, their logs and long-term storage.

@@ -12,9 +12,8 @@ import time
 from dataclasses import fields
 from typing import Any
 
-from millrace.gateway.assembly import ServerOptions
 from millrace.gateway.cluster_cli import add_cluster_parser, run_cluster
-from millrace.gateway.server import serve
+from millrace.gateway.options import ServerOptions
 
 
 def _serve_parser(sub: argparse._SubParsersAction) -> None:
@@ -298,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
         logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         return run_logd(args.data_dir, args.host, args.port)
     if args.command == "serve":
+        from millrace.gateway.server import serve  # only here: logd and the admin commands start without it
+
         logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         options = server_options(args)
         if options.zookeeper:

@@ -11,7 +11,6 @@ from twisted.internet import reactor
 from twisted.internet.interfaces import IListeningPort
 
 from millrace.gateway.assembly import (
-    ServerOptions,
     autoscaler,
     bound_address,
     build_store,
@@ -23,6 +22,7 @@ from millrace.gateway.assembly import (
 )
 from millrace.gateway.http import StreamViews, http_site
 from millrace.gateway.kafka.setup import start_background
+from millrace.gateway.options import ServerOptions
 from millrace.store.controller import Controller
 from millrace.store.tables import TableStore
 

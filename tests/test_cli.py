@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from millrace.gateway.assembly import ServerOptions
 from millrace.gateway.cli import _serve_parser, server_options
+from millrace.gateway.options import ServerOptions
 
 
 def parse_serve(*flags: str) -> ServerOptions:

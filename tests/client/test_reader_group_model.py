@@ -17,6 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -371,8 +372,9 @@ ReaderGroupMachine.TestCase.settings = settings(
     max_examples=500, stateful_step_count=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FailingReaderGroupMachine.TestCase.settings = settings(
     max_examples=200, stateful_step_count=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-TestReaderGroupModel = ReaderGroupMachine.TestCase
-TestReaderGroupModelWithFailures = FailingReaderGroupMachine.TestCase
+# Tens of seconds each on two cores: out of the fast tier.
+TestReaderGroupModel = pytest.mark.slow(ReaderGroupMachine.TestCase)
+TestReaderGroupModelWithFailures = pytest.mark.slow(FailingReaderGroupMachine.TestCase)
 
 
 def test_fair_share_and_release() -> None:

@@ -1,4 +1,4 @@
-"""Fixtures of the cluster tests: one real ZooKeeper per test module, a fresh chroot per test."""
+"""Fixtures of the cluster tests: one real ZooKeeper for the whole run, a fresh chroot per test."""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ from tests.cluster.zookeeper_process import ZooKeeperProcess, zookeeper_availabl
 _chroots = itertools.count(1)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperProcess]:
-    """A standalone ZooKeeper shared by one module's tests (a JVM start costs a second or two)."""
+    """A standalone ZooKeeper shared by every cluster test (a JVM start costs seconds on two cores). Tests
+    cannot see each other's znodes (``zk_hosts`` gives each a chroot), and none stops or pauses this server:
+    the tests that cut a client off from ZooKeeper do it in a TCP proxy of their own."""
     missing = zookeeper_available()
     if missing:
         pytest.skip(missing)
@@ -26,9 +28,8 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperPro
         server.stop()
 
 
-@pytest.fixture
-def zk_hosts(zookeeper: ZooKeeperProcess) -> str:
-    """A connect string with a chroot of this test's own, so tests in a module never see each other's znodes."""
+def fresh_chroot(zookeeper: ZooKeeperProcess) -> str:
+    """A connect string with a chroot nobody else uses, so tests never see each other's znodes."""
     chroot = f"/test-{next(_chroots)}"
     client = KazooClient(hosts=zookeeper.hosts)
     client.start(timeout=30)
@@ -38,6 +39,18 @@ def zk_hosts(zookeeper: ZooKeeperProcess) -> str:
         client.stop()
         client.close()
     return zookeeper.hosts + chroot
+
+
+@pytest.fixture
+def zk_hosts(zookeeper: ZooKeeperProcess) -> str:
+    """A connect string with a chroot of this test's own."""
+    return fresh_chroot(zookeeper)
+
+
+@pytest.fixture(scope="class")
+def class_zk_hosts(zookeeper: ZooKeeperProcess) -> str:
+    """A connect string with a chroot of one test class's own, for a cluster its tests share."""
+    return fresh_chroot(zookeeper)
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ tables' containers creates a scope and a stream through the router."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import threading
@@ -118,8 +119,9 @@ class Cluster:
         return set(self.a.containers.terms())
 
 
-@pytest.fixture
-def cluster(zk_hosts: str, tmp_path: Path) -> Iterator[Cluster]:
+@contextlib.contextmanager
+def running_cluster(zk_hosts: str, tmp_path: Path) -> Iterator[Cluster]:
+    """Node a in this process, node b in a child, over three logd replicas; b holds containers 3 and 4."""
     replicas = Replicas(tmp_path / "replicas", 3).start()
     lts = tmp_path / "lts"
     a = ClusterNode(ClusterNodeConfig(zk_hosts, NodeInfo("a", "127.0.0.1"), CONTAINERS, replicas.config()),
@@ -143,6 +145,13 @@ def cluster(zk_hosts: str, tmp_path: Path) -> Iterator[Cluster]:
             b.stop()
         a.close()
         replicas.close()
+
+
+@pytest.fixture
+def cluster(zk_hosts: str, tmp_path: Path) -> Iterator[Cluster]:
+    """A cluster of the test's own: the test kills a node."""
+    with running_cluster(zk_hosts, tmp_path) as running:
+        yield running
 
 
 def segment_in(containers: set[int], stem: str) -> str:
@@ -216,56 +225,76 @@ def exercise(store: ClusterSegmentStore, name: str) -> list[object]:
     return outcomes
 
 
-def test_a_peer_owned_segment_answers_as_a_local_one(cluster: Cluster) -> None:
-    local_name, remote_name = segment_in(A_CONTAINERS, "here"), segment_in(B_CONTAINERS, "there")
-    assert cluster.owner_now(container_index(remote_name, CONTAINERS)) == "b"
-    local, remote = exercise(cluster.router, local_name), exercise(cluster.router, remote_name)
-    assert remote == local
-    # the sequence met each typed error it meant to (so equal lists are no accident of both failing alike)
-    for error in (SegmentNotFoundError, SegmentExistsError, SegmentSealedError, BadAttributeUpdateError,
-                  OffsetOutOfRangeError, SegmentTruncatedError):
-        assert any(isinstance(o, tuple) and o and o[0] == error.__name__ for o in local), error
-    assert ("BadOffsetError", (3, 11)) in local
+class TestOnOneCluster:
+    """Tests that kill no node and use segments, tables and scopes of their own share one cluster."""
 
-    # created_ms travels too: the remote info is the owner's, not a default
-    cluster.router.create_segment(remote_name).result(30)
-    info = cluster.router.get_info(remote_name)
-    assert isinstance(info, SegmentInfo) and info.created_ms > 0 and info.name == remote_name
+    @pytest.fixture(scope="class")
+    @classmethod
+    def cluster(cls, class_zk_hosts: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+        with running_cluster(class_zk_hosts, tmp_path_factory.mktemp("cluster")) as running:
+            yield running
 
+    def test_a_peer_owned_segment_answers_as_a_local_one(self, cluster: Cluster) -> None:
+        local_name, remote_name = segment_in(A_CONTAINERS, "here"), segment_in(B_CONTAINERS, "there")
+        assert cluster.owner_now(container_index(remote_name, CONTAINERS)) == "b"
+        local, remote = exercise(cluster.router, local_name), exercise(cluster.router, remote_name)
+        assert remote == local
+        # the sequence met each typed error it meant to (so equal lists are no accident of both failing alike)
+        for error in (SegmentNotFoundError, SegmentExistsError, SegmentSealedError, BadAttributeUpdateError,
+                      OffsetOutOfRangeError, SegmentTruncatedError):
+            assert any(isinstance(o, tuple) and o and o[0] == error.__name__ for o in local), error
+        assert ("BadOffsetError", (3, 11)) in local
 
-def test_table_segments_through_a_peer(cluster: Cluster) -> None:
-    tables = TableStore(cluster.router)
-    name = segment_in(B_CONTAINERS, "table")
-    tables.create_table(name)
-    first = tables.put(name, [(b"k1", b"v1", NOT_EXISTS), (b"k2", b"v2")])
-    second = tables.put(name, [(b"k1", b"v1b", first[0])])
-    with pytest.raises(TableKeyVersionMismatchError):
-        tables.put(name, [(b"k1", b"stale", first[0])])
-    tables.remove(name, [b"k2"])
-    assert {k: e.value for k, e in tables.get_all(name).items()} == {b"k1": b"v1b"}
-    # another TableStore (as another node would have) rebuilds the index from the remote segment
-    again = TableStore(cluster.router).get(name, [b"k1", b"k2"])
-    assert again[0] is not None and again[0].version == second[0] and again[1] is None
+        # created_ms travels too: the remote info is the owner's, not a default
+        cluster.router.create_segment(remote_name).result(30)
+        info = cluster.router.get_info(remote_name)
+        assert isinstance(info, SegmentInfo) and info.created_ms > 0 and info.name == remote_name
 
+    def test_table_segments_through_a_peer(self, cluster: Cluster) -> None:
+        tables = TableStore(cluster.router)
+        name = segment_in(B_CONTAINERS, "table")
+        tables.create_table(name)
+        first = tables.put(name, [(b"k1", b"v1", NOT_EXISTS), (b"k2", b"v2")])
+        second = tables.put(name, [(b"k1", b"v1b", first[0])])
+        with pytest.raises(TableKeyVersionMismatchError):
+            tables.put(name, [(b"k1", b"stale", first[0])])
+        tables.remove(name, [b"k2"])
+        assert {k: e.value for k, e in tables.get_all(name).items()} == {b"k1": b"v1b"}
+        # another TableStore (as another node would have) rebuilds the index from the remote segment
+        again = TableStore(cluster.router).get(name, [b"k1", b"k2"])
+        assert again[0] is not None and again[0].version == second[0] and again[1] is None
 
-def test_a_stale_owner_answers_offline_and_the_router_looks_again(cluster: Cluster) -> None:
-    name = segment_in(A_CONTAINERS, "stale")
-    container_id = container_index(name, CONTAINERS)
-    b_owner = cluster.router.owner_of(min(B_CONTAINERS))
-    assert b_owner is not None and b_owner.node_id == "b"
-    # b's listener serves only its own containers: it refuses a's (no forwarding loop, no guessing) ...
-    conn = NodeConnection(b_owner.host, b_owner.port)
-    try:
-        with pytest.raises(ContainerOfflineError):
-            conn.request(Command.CREATE_SEGMENT, {"segment": name}).result(30)
-    finally:
-        conn.close()
-    # ... so a router that still believes b owns a's container (as after a move it has not seen yet)
-    # is refused, looks the owner up again and runs the call where the container is.
-    cluster.router._owners[container_id] = b_owner  # noqa: SLF001 - planting the stale belief
-    cluster.router.create_segment(name).result(30)
-    assert cluster.owner_now(container_id) == "a"
-    assert cluster.a.containers is not None and cluster.a.containers.container(container_id).exists(name)
+    def test_a_stale_owner_answers_offline_and_the_router_looks_again(self, cluster: Cluster) -> None:
+        name = segment_in(A_CONTAINERS, "stale")
+        container_id = container_index(name, CONTAINERS)
+        b_owner = cluster.router.owner_of(min(B_CONTAINERS))
+        assert b_owner is not None and b_owner.node_id == "b"
+        # b's listener serves only its own containers: it refuses a's (no forwarding loop, no guessing) ...
+        conn = NodeConnection(b_owner.host, b_owner.port)
+        try:
+            with pytest.raises(ContainerOfflineError):
+                conn.request(Command.CREATE_SEGMENT, {"segment": name}).result(30)
+        finally:
+            conn.close()
+        # ... so a router that still believes b owns a's container (as after a move it has not seen yet)
+        # is refused, looks the owner up again and runs the call where the container is.
+        cluster.router._owners[container_id] = b_owner  # noqa: SLF001 - planting the stale belief
+        cluster.router.create_segment(name).result(30)
+        assert cluster.owner_now(container_id) == "a"
+        assert cluster.a.containers is not None and cluster.a.containers.container(container_id).exists(name)
+
+    def test_controller_on_a_node_without_the_system_tables(self, cluster: Cluster) -> None:
+        system_containers = {container_index(t, CONTAINERS) for t in SYSTEM_TABLES}
+        assert not system_containers & cluster.running_on_a()  # every system table lives on b
+        controller = Controller(cluster.router, TableStore(cluster.router))
+        assert controller.create_scope("sales")
+        controller.create_stream("sales", "orders", StreamConfiguration(initial_segments=4))
+        segments = controller.get_current_segments("sales", "orders")
+        assert len(segments) == 4
+        for segment in segments:  # each stream segment exists on whichever node owns it
+            assert cluster.router.get_info(segment.name).length == 0
+        # b's tables hold the records: a second controller (another node's) sees them
+        assert "orders" in Controller(cluster.router, TableStore(cluster.router)).list_streams("sales")
 
 
 def test_calls_survive_the_owners_sigkill(cluster: Cluster) -> None:
@@ -284,20 +313,6 @@ def test_calls_survive_the_owners_sigkill(cluster: Cluster) -> None:
     assert cluster.router.append(name, b"after;").result(30) == len(acknowledged)
     assert cluster.router.get_info(name).length == len(acknowledged) + len(b"after;")
     assert cluster.owner_now(container_index(name, CONTAINERS)) == "a"
-
-
-def test_controller_on_a_node_without_the_system_tables(cluster: Cluster) -> None:
-    system_containers = {container_index(t, CONTAINERS) for t in SYSTEM_TABLES}
-    assert not system_containers & cluster.running_on_a()  # every system table lives on b
-    controller = Controller(cluster.router, TableStore(cluster.router))
-    assert controller.create_scope("sales")
-    controller.create_stream("sales", "orders", StreamConfiguration(initial_segments=4))
-    segments = controller.get_current_segments("sales", "orders")
-    assert len(segments) == 4
-    for segment in segments:  # each stream segment exists on whichever node owns it
-        assert cluster.router.get_info(segment.name).length == 0
-    # b's tables hold the records: a second controller (another node's) sees them
-    assert "orders" in Controller(cluster.router, TableStore(cluster.router)).list_streams("sales")
 
 
 def test_a_container_with_no_owner_is_offline_within_the_bound(zk_client: KazooClient, tmp_path: Path) -> None:

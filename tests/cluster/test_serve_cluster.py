@@ -77,54 +77,151 @@ def batch(values: list[bytes], **kw: Any) -> bytes:
     return build_record_batch([NewRecord(key=b"k", value=v) for v in values], **kw)
 
 
-def test_native_segments_through_any_node_and_peers_serve_only_their_own(cluster: Cluster) -> None:
-    first, second, third = cluster.nodes
-    names = [f"scope/s/{i}" for i in range(8)]  # spread over the four containers
-    assert len({container_index(n, CONTAINERS) for n in names}) > 1
-    with SegmentClient("127.0.0.1", second.native_port) as writer:
-        for i, name in enumerate(names):
-            writer.create_segment(name)
-            assert writer.append(name, f"event {i}".encode()) == 0
-    with SegmentClient("127.0.0.1", third.native_port) as reader:
-        for i, name in enumerate(names):
-            assert reader.read(name, 0).data == f"event {i}".encode()
-            assert reader.get_info(name).length == len(f"event {i}")  # answered from the owner, off the reactor
-        assert set(names) <= set(reader.list_segments())
-    # Each segment is served by exactly one peer listener: its container's owner.
-    served: Counter[str] = Counter()
-    for node in cluster.nodes:
-        conn = NodeConnection("127.0.0.1", node.ports["peer"])
-        try:
-            for name in names:
-                try:
-                    conn.request(Command.GET_INFO, {"segment": name}).result(10)
-                    served[name] += 1
-                except ContainerOfflineError:
-                    pass
-        finally:
-            conn.close()
-    assert served == Counter({name: 1 for name in names})
-    # GET_SEGMENT_OWNER (Pravega's getURI), asked of any node, names the node whose peer listener
-    # served the segment above, with that node's native listener.
-    for name in names:
-        server_of = next(n for n in cluster.nodes if _serves(n, name))
+class TestOnOneCluster:
+    """Tests that kill, pause or restart no node and use topics, groups and segments of their own share one
+    cluster (three nodes and three replicas take seconds to start on two cores)."""
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def cluster(cls, class_zk_hosts: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+        with Cluster(tmp_path_factory.mktemp("cluster"), class_zk_hosts) as c:
+            yield c
+
+    def test_native_segments_through_any_node_and_peers_serve_only_their_own(self, cluster: Cluster) -> None:
+        first, second, third = cluster.nodes
+        names = [f"scope/s/{i}" for i in range(8)]  # spread over the four containers
+        assert len({container_index(n, CONTAINERS) for n in names}) > 1
+        with SegmentClient("127.0.0.1", second.native_port) as writer:
+            for i, name in enumerate(names):
+                writer.create_segment(name)
+                assert writer.append(name, f"event {i}".encode()) == 0
+        with SegmentClient("127.0.0.1", third.native_port) as reader:
+            for i, name in enumerate(names):
+                assert reader.read(name, 0).data == f"event {i}".encode()
+                assert reader.get_info(name).length == len(f"event {i}")  # answered from the owner, off the reactor
+            assert set(names) <= set(reader.list_segments())
+        # Each segment is served by exactly one peer listener: its container's owner.
+        served: Counter[str] = Counter()
         for node in cluster.nodes:
-            with SegmentClient("127.0.0.1", node.native_port) as client:
-                owner = client.segment_owner(name)
-            assert owner == {"container": container_index(name, CONTAINERS), "node": str(server_of.node_id),
-                             "native": f"127.0.0.1:{server_of.native_port}"}, (name, node.node_id, owner)
-    # HTTP on each node: health and /api/segments of its own containers, which together are all of them.
-    containers: list[str] = []
-    listed: list[str] = []
-    for node in cluster.nodes:
-        health = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{node.http_port}/health", timeout=10).read())
-        assert health["healthy"] is True, health
-        containers.extend(health["containers"])
-        segments = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{node.http_port}/api/segments",
-                                                     timeout=10).read())["segments"]
-        listed.extend(s["name"] for s in segments if s["name"] in names)
-    assert sorted(containers, key=int) == [str(c) for c in range(CONTAINERS)]
-    assert sorted(listed) == sorted(names)
+            conn = NodeConnection("127.0.0.1", node.ports["peer"])
+            try:
+                for name in names:
+                    try:
+                        conn.request(Command.GET_INFO, {"segment": name}).result(10)
+                        served[name] += 1
+                    except ContainerOfflineError:
+                        pass
+            finally:
+                conn.close()
+        assert served == Counter({name: 1 for name in names})
+        # GET_SEGMENT_OWNER (Pravega's getURI), asked of any node, names the node whose peer listener
+        # served the segment above, with that node's native listener.
+        for name in names:
+            server_of = next(n for n in cluster.nodes if _serves(n, name))
+            for node in cluster.nodes:
+                with SegmentClient("127.0.0.1", node.native_port) as client:
+                    owner = client.segment_owner(name)
+                assert owner == {"container": container_index(name, CONTAINERS), "node": str(server_of.node_id),
+                                 "native": f"127.0.0.1:{server_of.native_port}"}, (name, node.node_id, owner)
+        # HTTP on each node: health and /api/segments of its own containers, which together are all of them.
+        containers: list[str] = []
+        listed: list[str] = []
+        for node in cluster.nodes:
+            health = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{node.http_port}/health", timeout=10).read())
+            assert health["healthy"] is True, health
+            containers.extend(health["containers"])
+            segments = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{node.http_port}/api/segments",
+                                                         timeout=10).read())["segments"]
+            listed.extend(s["name"] for s in segments if s["name"] in names)
+        assert sorted(containers, key=int) == [str(c) for c in range(CONTAINERS)]
+        assert sorted(listed) == sorted(names)
+
+    def test_kafka_leaders_not_leader_and_coordinator_across_nodes(self, cluster: Cluster) -> None:
+        topic, partitions = "spread", 8
+        with wire(cluster.nodes[0]) as c:
+            c.create(topic, partitions)
+            brokers = c.metadata(12, None).brokers
+        assert sorted(b.node_id for b in brokers) == [1, 2, 3]
+        assert {(b.host, b.port) for b in brokers} == {("127.0.0.1", n.kafka_port) for n in cluster.nodes}
+        leader_of = agreed_leaders(cluster, topic, partitions)
+        assert len(set(leader_of.values())) > 1, leader_of  # four containers over three nodes
+        by_id = {n.node_id: n for n in cluster.nodes}
+        for p, leader in leader_of.items():
+            with wire(by_id[leader]) as c:
+                answer = c.produce(topic, p, batch([f"p{p}".encode()]))
+                assert answer.error_code == 0 and answer.base_offset == 0, answer
+                assert c.fetch(topic, p, 0).high_watermark == 1
+            for other in cluster.nodes:
+                if other.node_id != leader:
+                    with wire(other) as c:
+                        assert c.produce(topic, p, batch([b"no"])).error_code == NOT_LEADER
+                        assert c.fetch(topic, p, 0).error_code == NOT_LEADER
+        # One group coordinator, named alike by every node; the others refuse group requests.
+        named = set()
+        for node in cluster.nodes:
+            with wire(node) as c:
+                answer = c.send(FIND_COORDINATOR, 3, FindCoordinatorRequest(key="g", key_type=0))
+            assert answer.error_code == 0, answer
+            named.add(answer.node_id)
+        (coordinator,) = named
+        for node in cluster.nodes:
+            with wire(node) as c:
+                answer = c.send(JOIN_GROUP, 5, JoinGroupRequest(
+                    group_id="g", session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="",
+                    protocol_type="consumer", protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]))
+            expected = ErrorCode.MEMBER_ID_REQUIRED if node.node_id == coordinator else ErrorCode.NOT_COORDINATOR
+            assert answer.error_code == int(expected), (node.node_id, answer)
+
+    def test_kafka_python_produces_through_one_node_and_a_group_consumes_through_another(self, cluster: Cluster) -> None:
+        from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+
+        first, second, third = cluster.nodes
+        with wire(first) as c:
+            c.create("clients", 6)
+        agreed_leaders(cluster, "clients", 6)
+        admin = KafkaAdminClient(bootstrap_servers=third.bootstrap)
+        assert sorted(b["broker_id"] for b in admin.describe_cluster()["brokers"]) == [1, 2, 3]
+        admin.close()
+        producer = KafkaProducer(bootstrap_servers=second.bootstrap, acks="all")
+        for i in range(300):
+            producer.send("clients", key=str(i).encode(), value=str(i).encode())
+        producer.flush(60)
+        producer.close()
+        consumer = KafkaConsumer("clients", bootstrap_servers=third.bootstrap, group_id="readers",
+                                 auto_offset_reset="earliest")
+        values: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while len(values) < 300 and time.monotonic() < deadline:
+            values.extend(r.value for records in consumer.poll(1000).values() for r in records)
+        values.extend(r.value for records in consumer.poll(1000).values() for r in records)  # no more comes
+        consumer.commit()
+        consumer.close()
+        assert sorted(values, key=int) == [str(i).encode() for i in range(300)]
+
+    def test_a_split_made_through_a_node_that_leads_none_of_its_partitions(self, cluster: Cluster) -> None:
+        """The splitting node's copy of the partitions is stale: it must not move it onto the successors
+        (and serve them from it); every node reloads the topic once the predecessor is sealed."""
+        topic = "splitme"
+        with wire(cluster.nodes[0]) as c:
+            c.create(topic, 4, millrace_segments_initial="2")  # segment 0: partitions 0 and 1
+        leader_of = agreed_leaders(cluster, topic, 4)
+        assert leader_of[0] == leader_of[1]
+        splitter = next(n for n in cluster.nodes if n.node_id not in (leader_of[0], leader_of[2]))
+        load = IdempotentLoad(cluster, topic)
+        wait_for(lambda: len(load.acked) > 300, "acknowledged records before the split")
+        with SegmentClient("127.0.0.1", splitter.native_port) as client:
+            client.split_segment("kafka", topic, 0, 2)
+        split_at = len(load.acked)
+        wait_for(lambda: sum(1 for p in load.acked_partitions[split_at:] if p in (0, 1)) > 300,
+                 "records acknowledged in the split partitions after the split")
+        load.finish()
+        agreed_leaders(cluster, topic, 4)
+        load.check_read_back(cluster.nodes[0].bootstrap)
+        with wire(cluster.nodes[0]) as c:
+            for p in range(4):
+                offsets = c.list_offset(topic, p, -1)
+                if offsets.error_code == 0:
+                    assert offsets.offset == load.acked_partitions.count(p), (p, offsets, leaders(cluster.nodes[0], topic))
 
 
 def _serves(node: NodeProcess, name: str) -> bool:
@@ -176,70 +273,6 @@ def test_nodes_started_together_serve(zk_hosts: str, tmp_path: Path) -> None:
             assert any("millrace: stopped cleanly" in line for line in node.output)
     finally:
         cluster.stop()
-
-
-def test_kafka_leaders_not_leader_and_coordinator_across_nodes(cluster: Cluster) -> None:
-    topic, partitions = "spread", 8
-    with wire(cluster.nodes[0]) as c:
-        c.create(topic, partitions)
-        brokers = c.metadata(12, None).brokers
-    assert sorted(b.node_id for b in brokers) == [1, 2, 3]
-    assert {(b.host, b.port) for b in brokers} == {("127.0.0.1", n.kafka_port) for n in cluster.nodes}
-    leader_of = agreed_leaders(cluster, topic, partitions)
-    assert len(set(leader_of.values())) > 1, leader_of  # four containers over three nodes
-    by_id = {n.node_id: n for n in cluster.nodes}
-    for p, leader in leader_of.items():
-        with wire(by_id[leader]) as c:
-            answer = c.produce(topic, p, batch([f"p{p}".encode()]))
-            assert answer.error_code == 0 and answer.base_offset == 0, answer
-            assert c.fetch(topic, p, 0).high_watermark == 1
-        for other in cluster.nodes:
-            if other.node_id != leader:
-                with wire(other) as c:
-                    assert c.produce(topic, p, batch([b"no"])).error_code == NOT_LEADER
-                    assert c.fetch(topic, p, 0).error_code == NOT_LEADER
-    # One group coordinator, named alike by every node; the others refuse group requests.
-    named = set()
-    for node in cluster.nodes:
-        with wire(node) as c:
-            answer = c.send(FIND_COORDINATOR, 3, FindCoordinatorRequest(key="g", key_type=0))
-        assert answer.error_code == 0, answer
-        named.add(answer.node_id)
-    (coordinator,) = named
-    for node in cluster.nodes:
-        with wire(node) as c:
-            answer = c.send(JOIN_GROUP, 5, JoinGroupRequest(
-                group_id="g", session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="",
-                protocol_type="consumer", protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]))
-        expected = ErrorCode.MEMBER_ID_REQUIRED if node.node_id == coordinator else ErrorCode.NOT_COORDINATOR
-        assert answer.error_code == int(expected), (node.node_id, answer)
-
-
-def test_kafka_python_produces_through_one_node_and_a_group_consumes_through_another(cluster: Cluster) -> None:
-    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
-
-    first, second, third = cluster.nodes
-    with wire(first) as c:
-        c.create("clients", 6)
-    agreed_leaders(cluster, "clients", 6)
-    admin = KafkaAdminClient(bootstrap_servers=third.bootstrap)
-    assert sorted(b["broker_id"] for b in admin.describe_cluster()["brokers"]) == [1, 2, 3]
-    admin.close()
-    producer = KafkaProducer(bootstrap_servers=second.bootstrap, acks="all")
-    for i in range(300):
-        producer.send("clients", key=str(i).encode(), value=str(i).encode())
-    producer.flush(60)
-    producer.close()
-    consumer = KafkaConsumer("clients", bootstrap_servers=third.bootstrap, group_id="readers",
-                             auto_offset_reset="earliest")
-    values: list[bytes] = []
-    deadline = time.monotonic() + 60
-    while len(values) < 300 and time.monotonic() < deadline:
-        values.extend(r.value for records in consumer.poll(1000).values() for r in records)
-    values.extend(r.value for records in consumer.poll(1000).values() for r in records)  # no more comes
-    consumer.commit()
-    consumer.close()
-    assert sorted(values, key=int) == [str(i).encode() for i in range(300)]
 
 
 def test_a_new_leader_serves_what_the_dead_one_acknowledged(cluster: Cluster) -> None:
@@ -371,32 +404,6 @@ class IdempotentLoad:
               f"duplicated {duplicated}, delivery errors {len(self.errors)}")
         assert self.errors == []
         assert lost == 0 and duplicated == 0
-
-
-def test_a_split_made_through_a_node_that_leads_none_of_its_partitions(cluster: Cluster) -> None:
-    """The splitting node's copy of the partitions is stale: it must not move it onto the successors
-    (and serve them from it); every node reloads the topic once the predecessor is sealed."""
-    topic = "splitme"
-    with wire(cluster.nodes[0]) as c:
-        c.create(topic, 4, millrace_segments_initial="2")  # segment 0: partitions 0 and 1
-    leader_of = agreed_leaders(cluster, topic, 4)
-    assert leader_of[0] == leader_of[1]
-    splitter = next(n for n in cluster.nodes if n.node_id not in (leader_of[0], leader_of[2]))
-    load = IdempotentLoad(cluster, topic)
-    wait_for(lambda: len(load.acked) > 300, "acknowledged records before the split")
-    with SegmentClient("127.0.0.1", splitter.native_port) as client:
-        client.split_segment("kafka", topic, 0, 2)
-    split_at = len(load.acked)
-    wait_for(lambda: sum(1 for p in load.acked_partitions[split_at:] if p in (0, 1)) > 300,
-             "records acknowledged in the split partitions after the split")
-    load.finish()
-    agreed_leaders(cluster, topic, 4)
-    load.check_read_back(cluster.nodes[0].bootstrap)
-    with wire(cluster.nodes[0]) as c:
-        for p in range(4):
-            offsets = c.list_offset(topic, p, -1)
-            if offsets.error_code == 0:
-                assert offsets.offset == load.acked_partitions.count(p), (p, offsets, leaders(cluster.nodes[0], topic))
 
 
 def test_the_elected_node_alone_auto_scales_a_topic_led_by_others(zk_hosts: str, tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, precondition, rule
@@ -137,4 +138,4 @@ StoreMachine.TestCase.settings = settings(
     max_examples=40, stateful_step_count=30, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-TestStoreModel = StoreMachine.TestCase
+TestStoreModel = pytest.mark.slow(StoreMachine.TestCase)  # tens of seconds on two cores

@@ -8,6 +8,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -167,4 +168,4 @@ class ScalingModel(RuleBasedStateMachine):
 
 
 ScalingModel.TestCase.settings = settings(max_examples=20, stateful_step_count=15, deadline=None)
-test_scaling_against_model = ScalingModel.TestCase
+test_scaling_against_model = pytest.mark.slow(ScalingModel.TestCase)  # a minute on two cores

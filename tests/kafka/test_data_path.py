@@ -26,7 +26,16 @@ def batch(values: list[bytes], key: bytes | None = b"k", **kw) -> bytes:
 
 @pytest.fixture
 def server(tmp_path):
+    """A server of the test's own: the test stops, kills or restarts it."""
     srv = ServerProcess(str(tmp_path / "data"), "--default-partitions", "2").start()
+    yield srv
+    srv.kill()
+
+
+@pytest.fixture(scope="module")
+def shared_server(tmp_path_factory):
+    """One server for the tests that only talk to it, each on topics of its own (a start costs seconds)."""
+    srv = ServerProcess(str(tmp_path_factory.mktemp("data")), "--default-partitions", "2").start()
     yield srv
     srv.kill()
 
@@ -70,14 +79,14 @@ def test_sigkill_before_the_index_is_written_loses_nothing(server):
         srv.kill()
 
 
-def test_long_poll_waits_for_data_and_times_out(server):
-    c = local(server.kafka_port)
+def test_long_poll_waits_for_data_and_times_out(shared_server):
+    c = local(shared_server.kafka_port)
     c.produce("poll", 0, batch([b"a"]))
     started = time.monotonic()
     empty = c.fetch("poll", 0, 1, max_wait_ms=400)
     assert empty.error_code == 0 and len(empty.records) == 0
     assert time.monotonic() - started >= 0.35
-    other = local(server.kafka_port)
+    other = local(shared_server.kafka_port)
     import threading
 
     produced = []
@@ -93,8 +102,8 @@ def test_long_poll_waits_for_data_and_times_out(server):
     assert [r.base_offset for r in produced] == [1]
 
 
-def test_list_offsets_by_time(server):
-    c = local(server.kafka_port)
+def test_list_offsets_by_time(shared_server):
+    c = local(shared_server.kafka_port)
     base = int(time.time() * 1000) - 100_000
     for i in range(5):
         records = [NewRecord(key=None, value=f"{i}-{j}".encode(), timestamp=base + i * 1000 + j) for j in range(3)]
@@ -186,8 +195,8 @@ def test_a_topic_re_created_after_delete_records_starts_at_offset_0(server):
         srv.kill()
 
 
-def test_bad_batches_get_kafka_errors(server):
-    c = local(server.kafka_port)
+def test_bad_batches_get_kafka_errors(shared_server):
+    c = local(shared_server.kafka_port)
     good = bytearray(batch([b"payload"]))
     good[-1] ^= 0xFF  # breaks the CRC
     assert c.produce("bad", 0, bytes(good)).error_code == ErrorCode.CORRUPT_MESSAGE
@@ -200,8 +209,8 @@ def test_bad_batches_get_kafka_errors(server):
     assert c.produce("bad", 0, batch([b"fine"])).base_offset == 0
 
 
-def test_acks_zero_gets_no_response_but_is_stored(server):
-    c = local(server.kafka_port)
+def test_acks_zero_gets_no_response_but_is_stored(shared_server):
+    c = local(shared_server.kafka_port)
     c.sock.sendall(encode_request(0, 9, 999, P(acks=0, timeout_ms=1000, topic_data=[P.TopicProduceData(
         name="fire", partition_data=[P.PartitionProduceData(index=0, records=batch([b"f"]))])])))
     # The next response on the connection answers the next request, not the acks=0 one.
@@ -268,13 +277,13 @@ def test_partitions_sharing_one_segment(server):
         srv.kill()
 
 
-def test_every_advertised_version_of_the_data_path(server):
+def test_every_advertised_version_of_the_data_path(shared_server):
     """Each version in the registry's range answers: Produce, Fetch (names and, v13+, topic ids),
     ListOffsets, OffsetForLeaderEpoch, DeleteRecords, InitProducerId."""
     from millrace.gateway.kafka.registry import REGISTRY, load_handlers
 
     load_handlers()
-    c = local(server.kafka_port)
+    c = local(shared_server.kafka_port)
     c.produce("sweep", 0, batch([b"seed"]))
     M = request_class(3)
     meta = c.send(3, 12, M(topics=[M.MetadataRequestTopic(name="sweep")], allow_auto_topic_creation=False))

@@ -117,4 +117,4 @@ class TableModel(RuleBasedStateMachine):
 
 
 TableModel.TestCase.settings = settings(max_examples=30, stateful_step_count=30, deadline=None)
-test_table_against_dict_model = TableModel.TestCase
+test_table_against_dict_model = pytest.mark.slow(TableModel.TestCase)  # tens of seconds on two cores
