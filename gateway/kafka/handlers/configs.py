@@ -50,6 +50,7 @@ from millrace.streams.topics import (
     READ_ONLY_CONFIGS,
     TopicError,
     TopicInfo,
+    TopicRegistry,
     legal_topic_name,
 )
 
@@ -262,7 +263,7 @@ def _check_resources(ctx: RequestContext, resources: list[Any]) -> list[_Outcome
     return out
 
 
-def _run_alters(registry: Any, jobs: list[tuple[int, str, Any]], validate_only: bool) -> dict[int, _Outcome]:
+def _run_alters(registry: TopicRegistry, jobs: list[tuple[int, str, Any]], validate_only: bool) -> dict[int, _Outcome]:
     """Blocking: apply each topic's change; ``jobs`` are (index, topic, fn(TopicInfo) -> (changes,
     replace_all)). The changes are computed here, from the topic as it is now, not as it was when the
     request arrived."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
 
 from twisted.internet.defer import Deferred
 
@@ -20,7 +19,7 @@ from millrace.gateway.kafka_protocol.messages.create_partitions import (
     CreatePartitionsRequest,
     CreatePartitionsResponse,
 )
-from millrace.streams.topics import TopicError, legal_topic_name
+from millrace.streams.topics import TopicError, TopicRegistry, legal_topic_name
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +68,7 @@ def _check(ctx: RequestContext, t: CreatePartitionsRequest.CreatePartitionsTopic
     return job
 
 
-def _grow_all(registry: Any, jobs: list[_Job], validate_only: bool) -> None:
+def _grow_all(registry: TopicRegistry, jobs: list[_Job], validate_only: bool) -> None:
     """Blocking: grow every topic that passed the checks (the registry re-checks under its lock)."""
     for job in jobs:
         if job.error:

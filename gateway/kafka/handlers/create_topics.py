@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
 from twisted.internet.defer import Deferred
 
@@ -23,7 +22,7 @@ from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.stream_errors import error_code
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.create_topics import CreateTopicsRequest, CreateTopicsResponse
-from millrace.streams.topics import TopicError, TopicInfo, legal_topic_name
+from millrace.streams.topics import TopicError, TopicInfo, TopicRegistry, legal_topic_name
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +103,7 @@ def _plan(ctx: RequestContext, t: CreateTopicsRequest.CreatableTopic) -> _Plan:
     return plan
 
 
-def _create_all(registry: Any, plans: list[_Plan], validate_only: bool) -> None:
+def _create_all(registry: TopicRegistry, plans: list[_Plan], validate_only: bool) -> None:
     """Blocking: create (or just validate) every topic that passed the checks."""
     for plan in plans:
         if plan.error:

@@ -7,7 +7,6 @@ import logging
 import uuid
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
 
 from twisted.internet.defer import Deferred
 
@@ -17,7 +16,7 @@ from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.stream_errors import error_code
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.delete_topics import DeleteTopicsRequest, DeleteTopicsResponse
-from millrace.streams.topics import TopicError, legal_topic_name
+from millrace.streams.topics import TopicError, TopicRegistry, legal_topic_name
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +54,12 @@ def _resolve(ctx: RequestContext, name: str | None, topic_id: uuid.UUID) -> _Job
     return _Job(name, topic.topic_id)
 
 
-def _delete_all(registry: Any, jobs: list[_Job]) -> None:
+def _delete_all(registry: TopicRegistry, jobs: list[_Job]) -> None:
     """Blocking: delete every topic that resolved."""
     for job in jobs:
         if job.error:
             continue
+        assert job.name is not None, "a job without an error has resolved its topic's name"
         try:
             registry.delete(job.name)
         except TopicError as exc:  # deleted meanwhile by another request

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any
 
 from twisted.internet.defer import Deferred
 
@@ -26,7 +25,7 @@ from millrace.gateway.kafka.stream_errors import error_code
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.metadata import MetadataRequest, MetadataResponse
 from millrace.streams.errors import Reason
-from millrace.streams.topics import TopicError, TopicInfo, legal_topic_name
+from millrace.streams.topics import TopicError, TopicInfo, TopicRegistry, legal_topic_name
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +194,7 @@ def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRe
     return broker.blocking(_auto_create, registry, missing, broker.config.default_partitions).addCallback(created)
 
 
-def _auto_create(registry: Any, names: list[str], partitions: int) -> dict[str, ErrorCode]:
+def _auto_create(registry: TopicRegistry, names: list[str], partitions: int) -> dict[str, ErrorCode]:
     """Blocking: create each missing topic with the broker's defaults; the answer for this round is
     LEADER_NOT_AVAILABLE (as Kafka's broker answers while its controller creates the topic)."""
     errors: dict[str, ErrorCode] = {}
