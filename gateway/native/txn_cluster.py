@@ -38,12 +38,9 @@ from millrace.gateway.kafka.topics import TopicInfo
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.native.event_commands import stream_key
 from millrace.gateway.native.forwarding import HERE, NodeLinks, forwarding
-from millrace.gateway.native.txn_commands import (
-    WRITER_PREFIX,
-    Handler,
-    NativeTransactions,
-    local_batch_appender,
-)
+from millrace.gateway.native.txn_commands import Handler, NativeTransactions
+from millrace.gateway.native.txn_merge import local_batch_appender
+from millrace.gateway.native.txn_state import WRITER_PREFIX
 from millrace.protocol.errors import InvalidRequestError
 from millrace.protocol.wire import Command
 from millrace.store.controller.transactions import NATIVE_TXNS_TABLE, TxnRecord
@@ -90,7 +87,7 @@ def cluster_txn_handlers(broker: Broker, cluster: KafkaCluster,
     stops serving as the table's container comes and goes)."""
     transactions = NativeTransactions(broker, load=False)
     transactions.stop()  # nothing until a term of the table's container begins here
-    transactions.append_batch = leader_batch_appender(broker, cluster, links)
+    transactions.merge.append_batch = leader_batch_appender(broker, cluster, links)
 
     def forget_elsewhere(record: TxnRecord, writer_id: str) -> None:
         header = {"scope": record.scope, "stream": record.stream, "writer_id": writer_id}
