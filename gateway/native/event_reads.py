@@ -46,6 +46,7 @@ from millrace.gateway.kafka.partitions.reads import read_range
 from millrace.gateway.kafka.resolve import record_logs
 from millrace.gateway.kafka.topics import TopicInfo
 from millrace.gateway.native.table_commands import Answer
+from millrace.protocol import messages as m
 from millrace.protocol.errors import InvalidRequestError, RetriableError, WrongHostError
 from millrace.protocol.names import segment_name
 from millrace.store.cluster.routing import ClusterSegmentStore
@@ -132,8 +133,8 @@ def read_events(broker: Broker, record: Callable[[], TopicInfo | None], scope: s
     deadline = time.monotonic() + wait_ms / 1000
 
     def answer(scan: _Scan, end_of_segment: bool) -> Answer:
-        header = {"offset": offset, "next_offset": scan.next_offset, "end_of_segment": end_of_segment,
-                  "batches": scan.batches}
+        header = m.ReadEventsReply(offset=offset, next_offset=scan.next_offset, end_of_segment=end_of_segment,
+                                   batches=tuple((b[0], b[1], b[2]) for b in scan.batches))
         return Answer(header, b"".join(scan.views) if len(scan.views) != 1 else bytes(scan.views[0]))
 
     if end_offset is not None and offset >= end_offset:

@@ -44,8 +44,8 @@ serves a stream's native transactions (the controller's node).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import uuid
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -62,6 +62,7 @@ from millrace.gateway.kafka.resolve import record_logs
 from millrace.gateway.kafka.topics import TopicInfo
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.records import RecordBatchError, validate_produce_records
+from millrace.gateway.native.dispatch import Handlers, handlers, serve
 from millrace.gateway.native.event_commands import partitioned_stream, stream_key
 from millrace.gateway.native.txn_merge import CommitMerge, delete_segments, next_events
 from millrace.gateway.native.txn_state import (
@@ -73,6 +74,8 @@ from millrace.gateway.native.txn_state import (
     not_open,
     now_ms,
 )
+from millrace.protocol import messages as m
+from millrace.protocol.contracts import SegmentInfo
 from millrace.protocol.errors import (
     BadAttributeUpdateError,
     EventsRefusedError,
@@ -85,7 +88,6 @@ from millrace.protocol.errors import (
     TxnFailedError,
 )
 from millrace.protocol.events import OUT_OF_ORDER_SEQUENCE
-from millrace.protocol.wire import Command
 from millrace.store.contracts import AttributeUpdate, AttributeUpdateType
 from millrace.store.controller.transactions import (
     ENDED,
@@ -100,17 +102,6 @@ from millrace.store.errors import TableKeyVersionMismatchError
 log = logging.getLogger(__name__)
 
 MAX_LEASE_MS = 900_000  # as Kafka's transaction.max.timeout.ms and Pravega's default max lease
-
-Handler = Callable[[dict[str, Any], bytes], "defer.Deferred[Any] | dict[str, Any]"]
-
-
-def _txn_id(h: dict[str, Any]) -> uuid.UUID:
-    raw = str(h["txn_id"])
-    try:
-        return uuid.UUID(raw)
-    except ValueError:
-        raise InvalidRequestError(f"txn_id {raw!r} is not a UUID") from None
-
 
 class NativeTransactions:
     """Every native transaction of this node (reactor thread)."""
@@ -208,7 +199,7 @@ class NativeTransactions:
         self.records.remove(txn).addCallback(lambda _: self._delete(record)).addCallbacks(removed, failed)
 
     def _stream_key(self, record: TxnRecord) -> str:
-        return stream_key(self.broker, {"scope": record.scope, "stream": record.stream})
+        return stream_key(self.broker, record.scope, record.stream)
 
     def _forget_merge_writer(self, record: TxnRecord) -> None:
         """A committed transaction's merge never appends again: drop its writer id's event numbers from
@@ -228,13 +219,12 @@ class NativeTransactions:
         log.warning("%s transaction %s failed: %s", doing, txn.record.txn_id, failure.getErrorMessage())
 
     # -- lookups ------------------------------------------------------------------------------------
-    def _find(self, h: dict[str, Any]) -> Txn:
-        return self.records.find(str(h["scope"]), str(h["stream"]), _txn_id(h))
+    def _find(self, r: m.TxnRequest) -> Txn:
+        return self.records.find(r.scope, r.stream, r.txn_id)
 
     # -- commands -----------------------------------------------------------------------------------
-    def begin(self, h: dict[str, Any], _payload: bytes) -> defer.Deferred[dict[str, Any]] | dict[str, Any]:
-        scope, stream, txn_id = str(h["scope"]), str(h["stream"]), _txn_id(h)
-        lease_ms = int(h["lease_ms"])
+    def begin(self, r: m.BeginTxn, _payload: bytes) -> defer.Deferred[m.BeginTxnReply] | m.BeginTxnReply:
+        scope, stream, txn_id, lease_ms = r.scope, r.stream, r.txn_id, r.lease_ms
         if not 0 < lease_ms <= MAX_LEASE_MS:
             raise InvalidRequestError(f"the lease must be 1 ms .. {MAX_LEASE_MS} ms, not {lease_ms}")
         key = record_key(scope, stream, txn_id)
@@ -247,7 +237,7 @@ class NativeTransactions:
         if under_way is not None:  # a resent begin: the same answer
             return under_way.join()
 
-        def located(found: tuple[TopicInfo, list[PartitionLog]]) -> defer.Deferred[dict[str, Any]]:
+        def located(found: tuple[TopicInfo, list[PartitionLog]]) -> defer.Deferred[m.BeginTxnReply]:
             topic, parts = found
             holding: dict[str, list[int]] = defaultdict(list)
             for p in range(topic.partition_count):
@@ -256,7 +246,7 @@ class NativeTransactions:
                     raise RetriableError(f"{scope}/{stream} partition {p} is loading")
                 holding[writer.name].append(p)
             now = now_ms()
-            record = TxnRecord(scope, stream, txn_id, str(h.get("writer_id", "")), TxnState.OPEN, lease_ms,
+            record = TxnRecord(scope, stream, txn_id, r.writer_id, TxnState.OPEN, lease_ms,
                                now + lease_ms, now, 0, tuple(topic.slices),
                                tuple((transaction_segment_name(parent, txn_id), tuple(ps))
                                      for parent, ps in holding.items()))
@@ -281,12 +271,12 @@ class NativeTransactions:
         return shared.join()
 
     @staticmethod
-    def _begun(record: TxnRecord) -> dict[str, Any]:
-        return {"slices": [list(s) for s in record.slices], "lease_ms": record.lease_ms}
+    def _begun(record: TxnRecord) -> m.BeginTxnReply:
+        return m.BeginTxnReply(slices=record.slices, lease_ms=record.lease_ms)
 
-    def append(self, h: dict[str, Any], payload: bytes) -> defer.Deferred[dict[str, Any]]:
-        txn = self._find(h)
-        partition, first, last = int(h["partition"]), int(h["first_event"]), int(h["last_event"])
+    def append(self, r: m.AppendTxnEvents, payload: bytes) -> defer.Deferred[m.OffsetReply]:
+        txn = self._find(r)
+        partition, first, last = r.partition, r.first_event, r.last_event
         if txn.closed:
             raise not_open(txn, "write to it")
         self._expired(txn, "write to it")
@@ -302,7 +292,7 @@ class NativeTransactions:
             raise InvalidRequestError("a transaction's batch is a plain batch: not transactional, no producer id")
         if not 0 <= first <= last or last - first + 1 != header.record_count:
             raise InvalidRequestError(f"events {first}..{last} do not number the batch's {header.record_count}")
-        topic = self.broker.topics.record(stream_key(self.broker, h))
+        topic = self.broker.topics.record(stream_key(self.broker, r.scope, r.stream))
         limit = self.broker.partitions.max_message_bytes
         if topic is not None:
             limit = min(limit, int(topic.config("max.message.bytes")))
@@ -326,16 +316,16 @@ class NativeTransactions:
                 return Failure(not_open(txn, "write to it"))
             return failure
 
-        def settle(info: Any) -> dict[str, Any]:
+        def settle(info: SegmentInfo) -> m.OffsetReply:
             stored = info.attributes.get(events_attribute(partition), -1)
             if stored >= last:
-                return {"offset": first}  # resent after a lost answer: stored once already
+                return m.OffsetReply(offset=first)  # resent after a lost answer: stored once already
             if stored < first - 1:
                 raise EventsRefusedError(f"events {first}..{last} follow {stored}: a gap",
                                          OUT_OF_ORDER_SEQUENCE)
             raise RetriableError(f"events before {last} are being stored")  # the original is not durable yet
 
-        d = self._created(txn, name).addCallback(store).addCallbacks(lambda _: {"offset": first}, refused)
+        d = self._created(txn, name).addCallback(store).addCallbacks(lambda _: m.OffsetReply(offset=first), refused)
         return d.addBoth(txn.appended)
 
     def _created(self, txn: Txn, name: str) -> defer.Deferred[None]:
@@ -356,16 +346,15 @@ class NativeTransactions:
             txn.created[name] = shared
         return shared.join()
 
-    def end(self, h: dict[str, Any], _payload: bytes) -> defer.Deferred[dict[str, Any]] | dict[str, Any]:
-        txn = self._find(h)
-        return self._end(txn, bool(h["commit"]))
+    def end(self, r: m.EndTxn, _payload: bytes) -> defer.Deferred[m.TxnStateReply] | m.TxnStateReply:
+        return self._end(self._find(r), r.commit)
 
-    def _end(self, txn: Txn, commit: bool) -> defer.Deferred[dict[str, Any]] | dict[str, Any]:
+    def _end(self, txn: Txn, commit: bool) -> defer.Deferred[m.TxnStateReply] | m.TxnStateReply:
         state = txn.record.state
         target, final = ((TxnState.COMMITTING, TxnState.COMMITTED) if commit
                          else (TxnState.ABORTING, TxnState.ABORTED))
         if state == final:
-            return {"state": state.value}
+            return m.TxnStateReply(state=state.value)
         if txn.ending is not None and txn.outcome == commit:
             return txn.ending.join()
         if state == target:  # recorded before a restart, or its completion stopped on a failure
@@ -395,7 +384,7 @@ class NativeTransactions:
         return self._track(txn, self._complete(txn))
 
     @staticmethod
-    def _track(txn: Txn, d: defer.Deferred[dict[str, Any]]) -> Shared:
+    def _track(txn: Txn, d: defer.Deferred[m.TxnStateReply]) -> Shared:
         def settled(result: Any) -> Any:
             if txn.ending is shared:
                 txn.ending = None  # ended (the record says so) or stopped (the next END_TXN or check goes on)
@@ -406,7 +395,7 @@ class NativeTransactions:
             txn.ending = shared
         return shared
 
-    def _complete(self, txn: Txn) -> defer.Deferred[dict[str, Any]]:
+    def _complete(self, txn: Txn) -> defer.Deferred[m.TxnStateReply]:
         """Merge (commit) or drop (abort) the transaction segments of a recorded COMMITTING or ABORTING
         transaction, then record its final state; the answer to END_TXN."""
         record = txn.record
@@ -417,11 +406,11 @@ class NativeTransactions:
         def recorded(_: Any) -> defer.Deferred[TxnRecord]:
             return self.records.record(txn, lambda r: r.moved(final, ended_ms=now_ms()))
 
-        def ended(_: Any) -> dict[str, Any]:
+        def ended(_: Any) -> m.TxnStateReply:
             if commit:
                 self._delete(record)
                 self._forget_merge_writer(record)
-            return {"state": final.value}
+            return m.TxnStateReply(state=final.value)
 
         def stopped(failure: Failure) -> Failure:
             self._log_failure(failure, "committing" if commit else "aborting", txn)
@@ -431,20 +420,19 @@ class NativeTransactions:
         return work.addCallback(recorded).addCallbacks(ended, stopped)
 
     # -- status and lease ----------------------------------------------------------------------------
-    def status(self, h: dict[str, Any], _payload: bytes) -> defer.Deferred[dict[str, Any]] | dict[str, Any]:
-        txn = self.records.get(str(h["scope"]), str(h["stream"]), _txn_id(h))
+    def status(self, r: m.GetTxnStatus, _payload: bytes) -> defer.Deferred[m.TxnStatusReply] | m.TxnStatusReply:
+        txn = self.records.get(r.scope, r.stream, r.txn_id)
         if txn is None:
-            return {"state": "UNKNOWN"}
+            return m.TxnStatusReply(state="UNKNOWN")
         record = txn.record
-        answer: dict[str, Any] = {"state": record.state.value, "lease_ms": record.lease_ms,
-                                  "slices": [list(s) for s in record.slices], "sequences": {}}
+        answer = m.TxnStatusReply(state=record.state.value, lease_ms=record.lease_ms, slices=record.slices)
         if record.state != TxnState.OPEN:
             return answer
         return self.broker.blocking(next_events, self.broker, record).addCallback(
-            lambda numbers: {**answer, "sequences": numbers})
+            lambda numbers: dataclasses.replace(answer, sequences=numbers))
 
-    def ping(self, h: dict[str, Any], _payload: bytes) -> defer.Deferred[dict[str, Any]]:
-        txn = self._find(h)
+    def ping(self, r: m.PingTxn, _payload: bytes) -> defer.Deferred[None]:
+        txn = self._find(r)
         if txn.closed:
             raise not_open(txn, "extend its lease")
         self._expired(txn, "extend its lease")
@@ -454,12 +442,15 @@ class NativeTransactions:
                 raise not_open(txn, "extend its lease")
             return record.moved(TxnState.OPEN, deadline_ms=now_ms() + record.lease_ms)
 
-        return self.records.record(txn, extend).addCallback(lambda _: {})
+        return self.records.record(txn, extend).addCallback(lambda _: None)
+
+    def handlers(self) -> Handlers:
+        return handlers(serve(m.BeginTxn, self.begin), serve(m.AppendTxnEvents, self.append),
+                        serve(m.EndTxn, self.end), serve(m.GetTxnStatus, self.status), serve(m.PingTxn, self.ping))
 
 
-def txn_handlers(broker: Broker) -> dict[int, Handler]:
+def txn_handlers(broker: Broker) -> Handlers:
     """The transaction commands; blocking (loads the records): call before the reactor runs."""
     txns = NativeTransactions(broker)
     txns.start()
-    return {Command.BEGIN_TXN: txns.begin, Command.APPEND_TXN_EVENTS: txns.append, Command.END_TXN: txns.end,
-            Command.TXN_STATUS: txns.status, Command.PING_TXN: txns.ping}
+    return txns.handlers()

@@ -31,7 +31,7 @@ from millrace.gateway.kafka_protocol.messages.find_coordinator import FindCoordi
 from millrace.gateway.kafka_protocol.messages.join_group import JoinGroupRequest
 from millrace.gateway.kafka_protocol.records import NewRecord, build_record_batch
 from millrace.protocol.errors import ContainerOfflineError
-from millrace.protocol.wire import Command
+from millrace.protocol.messages import GetSegmentInfo
 from millrace.store.cluster.connection import NodeConnection
 from millrace.store.segment_store import container_index
 from tests.cluster.serve_cluster import CONTAINERS, Cluster, NodeProcess, wait_for
@@ -97,7 +97,7 @@ def test_native_segments_through_any_node_and_peers_serve_only_their_own(cluster
         try:
             for name in names:
                 try:
-                    conn.request(Command.GET_INFO, {"segment": name}).result(10)
+                    conn.request(GetSegmentInfo(segment=name)).result(10)
                     served[name] += 1
                 except ContainerOfflineError:
                     pass
@@ -130,7 +130,7 @@ def test_native_segments_through_any_node_and_peers_serve_only_their_own(cluster
 def _serves(node: NodeProcess, name: str) -> bool:
     conn = NodeConnection("127.0.0.1", node.ports["peer"])
     try:
-        conn.request(Command.GET_INFO, {"segment": name}).result(10)
+        conn.request(GetSegmentInfo(segment=name)).result(10)
         return True
     except ContainerOfflineError:
         return False
