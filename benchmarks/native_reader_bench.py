@@ -46,7 +46,7 @@ from millrace import StreamManager
 from millrace.client.batch import SegmentRange
 from millrace.client.segment_reader import SegmentEvent, read_segment_events
 from millrace.protocol.events import batch_records
-from millrace.protocol.wire import Command
+from millrace.protocol.messages import ReadSegment
 from millrace.streams.partitions.formats import ENVELOPE
 from tests.server_process import ServerProcess
 
@@ -291,9 +291,8 @@ def read_raw(sm: StreamManager, r: SegmentRange) -> bytes:
     chunks = []
     offset = r.start_offset
     while offset < r.end_offset:
-        header, payload = sm.controller.call(Command.READ, {"segment": r.segment_name, "offset": offset,
-                                                            "max_length": min(MIB, r.end_offset - offset),
-                                                            "wait_ms": 0})
+        header, payload = sm.controller.call(ReadSegment(segment=r.segment_name, offset=offset,
+                                                         max_length=min(MIB, r.end_offset - offset)))
         chunks.append(payload)
         offset += len(payload)
     return b"".join(chunks)

@@ -31,10 +31,11 @@ from millrace.client.connection import Reply
 from millrace.client.segment_reader import SegmentEventReader
 from millrace.client.serializers import Serializer
 from millrace.client.streams import Segment, StreamCut, StreamDescription
+from millrace.protocol import messages as m
 from millrace.protocol.contracts import SegmentInfo
 from millrace.protocol.errors import ConnectionLostError, InvalidStreamCutError, SegmentNotFoundError
+from millrace.protocol.messages import decode_reply
 from millrace.protocol.names import segment_name
-from millrace.protocol.wire import Command
 
 if TYPE_CHECKING:
     from millrace.client.manager import StreamManager
@@ -173,13 +174,13 @@ class BatchClient:
     def _infos_once(self, scope: str, stream: str, segment_ids: list[int]) -> dict[int, SegmentInfo]:
         pool, endpoint = self.controller.pool, self.controller.endpoint
         pending: list[tuple[int, Future[Reply]]] = [
-            (sid, pool.request(endpoint, Command.GET_INFO, {"segment": segment_name(scope, stream, sid)}))
+            (sid, pool.request(endpoint, m.GetSegmentInfo(segment=segment_name(scope, stream, sid))))
             for sid in segment_ids
         ]
         infos: dict[int, SegmentInfo] = {}
         for sid, reply in pending:
             with contextlib.suppress(SegmentNotFoundError):  # deleted: wholly before the stream's head
-                infos[sid] = SegmentInfo.from_wire(reply.result(self.controller.timeout)[0])
+                infos[sid] = decode_reply(SegmentInfo, reply.result(self.controller.timeout)[0])
         return infos
 
     # -- reading ------------------------------------------------------------------------------------

@@ -30,19 +30,19 @@ import time
 import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
 
 from millrace.client.connection import Reply
 from millrace.client.controller import ControllerClient
 from millrace.client.streams import StreamCut
-from millrace.protocol.contracts import AttributeUpdate, AttributeUpdateType
+from millrace.protocol import messages as m
+from millrace.protocol.contracts import AttributeUpdate, AttributeUpdateType, SegmentInfo
 from millrace.protocol.errors import (
     BadAttributeUpdateError,
     ConnectionLostError,
     StoreError,
     WriterFencedError,
 )
-from millrace.protocol.wire import Command
+from millrace.protocol.messages import decode_reply
 
 CHUNK_BYTES = 1 << 20  # the most one append carries
 READ_BYTES = 1 << 20  # the most one read asks for
@@ -184,17 +184,17 @@ class ByteStreamWriter(io.BufferedIOBase):
         """Drop the data before ``offset``; readers below it get SegmentTruncatedError. Recorded as
         the stream's head by the controller. An offset at or below the current head changes nothing;
         one past the durable tail raises InvalidStreamCutError."""
-        if offset <= int(self._info()["start_offset"]):
+        if offset <= self._info().start_offset:
             return
         self.controller.truncate_stream(StreamCut(self.scope, self.stream, {self.segment_id: offset}))
 
     def fetch_tail_offset(self) -> int:
         """The durable length: where the next byte written lands once everything buffered has."""
-        return int(self._info()["length"])
+        return self._info().length
 
     def fetch_head_offset(self) -> int:
         """The first offset still readable."""
-        return int(self._info()["start_offset"])
+        return self._info().start_offset
 
     # -- the sender thread --------------------------------------------------------------------------
     def _raise_failure(self) -> None:
@@ -245,16 +245,12 @@ class ByteStreamWriter(io.BufferedIOBase):
 
     def _send(self, append: _Append) -> None:
         expected = append.number - 1
-        header: dict[str, Any] = {
-            "segment": self.segment,
-            "attributes": [AttributeUpdate(self.attribute, append.number, AttributeUpdateType.REPLACE_IF_EQUALS,
-                                           expected).to_wire()],
-        }
+        request = m.AppendToSegment(segment=self.segment, attributes=(
+            AttributeUpdate(self.attribute, append.number, AttributeUpdateType.REPLACE_IF_EQUALS, expected),))
         try:
             # Never waits for a connect: a lost connection fails this append at once, and recovery
             # (which may wait) reconnects.
-            future = self.controller.pool.request_if_connected(self.controller.endpoint, Command.APPEND, header,
-                                                               append.data)
+            future = self.controller.pool.request_if_connected(self.controller.endpoint, request, append.data)
         except ConnectionLostError as exc:
             with self._cond:
                 append.error = exc
@@ -317,7 +313,7 @@ class ByteStreamWriter(io.BufferedIOBase):
 
     def _attribute_value(self) -> int:
         """The writer id's last durable event number, reconnecting as long as the pool allows."""
-        return int(self._info()["attributes"][self.attribute])
+        return self._info().attributes[self.attribute]
 
     def _claim_epoch(self) -> int:
         """Set the writer id's attribute to the start of a new epoch (high bits) and return it. An
@@ -325,21 +321,20 @@ class ByteStreamWriter(io.BufferedIOBase):
         running) expects a value below it, so none of its appends can land after this; a running one
         learns it is fenced from its next refusal."""
         while True:
-            last = self._info()["attributes"].get(self.attribute)
+            last = self._info().attributes.get(self.attribute)
             claim = 0 if last is None else ((int(last) >> EPOCH_SHIFT) + 1) << EPOCH_SHIFT
             update = AttributeUpdate(self.attribute, claim, AttributeUpdateType.REPLACE_IF_EQUALS,
                                      None if last is None else int(last))
             try:
                 # A lost answer is settled by the next look: the attribute then holds the claim.
-                self.controller.call(Command.UPDATE_ATTRIBUTES, {"segment": self.segment,
-                                                                 "attributes": [update.to_wire()]})
+                self.controller.call(m.UpdateSegmentAttributes(segment=self.segment, attributes=(update,)))
                 return claim
             except (BadAttributeUpdateError, ConnectionLostError):
                 time.sleep(0.01)  # an append of the earlier instance is accepted, not yet durable
 
-    def _info(self) -> dict[str, Any]:
+    def _info(self) -> SegmentInfo:
         # retry: the first attempt reconnects through the pool (with its backoff) when needed.
-        return self.controller.call(Command.GET_INFO, {"segment": self.segment}, retry=True)[0]
+        return self.controller.segment_info(self.segment)
 
 
 def _done_future() -> Future[Reply]:
@@ -387,16 +382,15 @@ class ByteStreamReader(io.RawIOBase):
             if deadline is not None:
                 wait_ms = max(0, min(wait_ms, int((deadline - time.monotonic()) * 1000)))
             header, data = self.controller.call(
-                Command.READ,
-                {"segment": self.segment, "offset": self._offset, "max_length": min(len(view), READ_BYTES),
-                 "wait_ms": wait_ms},
+                m.ReadSegment(segment=self.segment, offset=self._offset, max_length=min(len(view), READ_BYTES),
+                              wait_ms=wait_ms),
                 retry=True,
             )
             if data:
                 view[:len(data)] = data
                 self._offset += len(data)
                 return len(data)
-            if header.get("end_of_segment"):
+            if decode_reply(m.ReadReply, header).end_of_segment:
                 return 0
             if deadline is not None and time.monotonic() >= deadline:
                 return None
@@ -429,14 +423,14 @@ class ByteStreamReader(io.RawIOBase):
 
     def fetch_head_offset(self) -> int:
         """The first offset still readable (moved by truncation)."""
-        return int(self._info()["start_offset"])
+        return self._info().start_offset
 
     def fetch_tail_offset(self) -> int:
         """The durable length: everything below it can be read now."""
-        return int(self._info()["length"])
+        return self._info().length
 
-    def _info(self) -> dict[str, Any]:
-        return self.controller.call(Command.GET_INFO, {"segment": self.segment}, retry=True)[0]
+    def _info(self) -> SegmentInfo:
+        return self.controller.segment_info(self.segment)
 
     def __enter__(self) -> ByteStreamReader:
         return self

@@ -20,24 +20,17 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import urlsplit
 
 from millrace.protocol.errors import ConnectionLostError, error_from_status
-from millrace.protocol.wire import (
-    MAX_FRAME_BYTES,
-    PROTOCOL_VERSION,
-    Command,
-    Status,
-    decode_body,
-    encode_frame,
-)
+from millrace.protocol.messages import Header, Hello, HelloReply, Request, decode_reply, to_header
+from millrace.protocol.wire import MAX_FRAME_BYTES, PROTOCOL_VERSION, Status, decode_body, encode_frame
 
 DEFAULT_PORT = 9090
 _LEN = struct.Struct(">I")
 
-# A reply: (header, payload).
-Reply = tuple[dict[str, Any], bytes]
+# A reply: (header, payload); ``protocol.messages.decode_reply`` types the header.
+Reply = tuple[Header, bytes]
 
 
 @dataclass(frozen=True)
@@ -75,20 +68,25 @@ class Connection:
         self._closed = False
         self._receiver = threading.Thread(target=self._receive, name=f"millrace-recv-{endpoint}", daemon=True)
         self._receiver.start()
-        hello = self.request(Command.HELLO).result(connect_timeout)[0]
-        if int(hello.get("version", 0)) < PROTOCOL_VERSION:
+        hello = decode_reply(HelloReply, self.request(Hello()).result(connect_timeout)[0])
+        if hello.version < PROTOCOL_VERSION:
             self.close()
-            raise ConnectionLostError(f"{endpoint} speaks protocol {hello.get('version')}, "
+            raise ConnectionLostError(f"{endpoint} speaks protocol {hello.version}, "
                                       f"this client needs {PROTOCOL_VERSION}")
         # A cluster node names every node's native listener; a single server names none.
-        self.cluster_nodes = tuple(Endpoint.parse(str(address)) for address in hello.get("nodes", ()))
+        self.cluster_nodes = tuple(Endpoint.parse(address) for address in hello.nodes)
 
     @property
     def closed(self) -> bool:
         return self._closed
 
-    def request(self, command: int, header: dict[str, Any] | None = None, payload: bytes = b"") -> Future[Reply]:
+    def request(self, request: Request, payload: bytes = b"") -> Future[Reply]:
         """Send one request; its future holds (header, payload) or the typed error the server answered."""
+        return self.send_frame(request.command, to_header(request), payload)
+
+    def send_frame(self, command: int, header: Header | None, payload: bytes = b"") -> Future[Reply]:
+        """``request`` with the frame's command and header as given, unchecked: what a test of the server's
+        answer to a malformed header sends."""
         fut: Future[Reply] = Future()
         with self._send_lock:
             if self._closed:
@@ -200,19 +198,17 @@ class ConnectionPool:
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
 
-    def request(self, endpoint: Endpoint, command: int, header: dict[str, Any] | None = None,
-                payload: bytes = b"") -> Future[Reply]:
-        return self.get(endpoint).request(command, header, payload)
+    def request(self, endpoint: Endpoint, request: Request, payload: bytes = b"") -> Future[Reply]:
+        return self.get(endpoint).request(request, payload)
 
-    def request_if_connected(self, endpoint: Endpoint, command: int, header: dict[str, Any] | None = None,
-                             payload: bytes = b"") -> Future[Reply]:
+    def request_if_connected(self, endpoint: Endpoint, request: Request, payload: bytes = b"") -> Future[Reply]:
         """Like ``request``, but never waits for a connect: ConnectionLostError at once when there is no
         live connection (for callers that must not block, and reconnect elsewhere)."""
         # No lock: a connect in progress holds it, and a dict read is atomic.
         conn = self._connections.get(endpoint)
         if conn is None or conn.closed:
             raise ConnectionLostError(f"not connected to {endpoint}")
-        return conn.request(command, header, payload)
+        return conn.request(request, payload)
 
     def close(self) -> None:
         with self._lock:

@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import Future
-from typing import Any
+from typing import TypeVar
 
 from millrace.client.connection import ConnectionPool, Endpoint, Reply
 from millrace.client.routing import CONNECT_PATIENCE, SegmentOwners
 from millrace.client.streams import Segment, StreamConfiguration, StreamCut, StreamDescription
+from millrace.protocol import messages as m
+from millrace.protocol.contracts import SegmentInfo
 from millrace.protocol.errors import ConnectionLostError
-from millrace.protocol.wire import Command
+from millrace.protocol.messages import Request, decode_reply
+
+_Reply = TypeVar("_Reply")
 
 
 class ControllerClient:
@@ -31,32 +35,36 @@ class ControllerClient:
         # Where event appends and reads go: each segment's owner (``routing.py``); these calls go here.
         self.owners = SegmentOwners(pool, endpoint, others)
 
-    def call(self, command: Command, header: dict[str, Any] | None = None, payload: bytes = b"", *,
-             retry: bool = False, timeout: float | None = None) -> Reply:
+    def call(self, request: Request, payload: bytes = b"", *, retry: bool = False,
+             timeout: float | None = None) -> Reply:
         """One request, waited for (``timeout``: instead of the client's, e.g. for a long poll).
         ``retry``: resend once on a new connection if the first was lost."""
         wait = self.timeout if timeout is None else timeout
         try:
-            return self._send(command, header, payload).result(wait)
+            return self._send(request, payload).result(wait)
         except ConnectionLostError:
             if not retry:
                 raise
-            return self._send(command, header, payload).result(wait)
+            return self._send(request, payload).result(wait)
 
-    def _send(self, command: Command, header: dict[str, Any] | None, payload: bytes) -> Future[Reply]:
+    def ask(self, request: Request, reply: type[_Reply], payload: bytes = b"", *, retry: bool = False) -> _Reply:
+        """``call``, its answer's header as ``reply``."""
+        return decode_reply(reply, self.call(request, payload, retry=retry)[0])
+
+    def _send(self, request: Request, payload: bytes) -> Future[Reply]:
         """Send to the endpoint; on a cluster whose other nodes the client knows, to the first of them that
         can be reached when it cannot (any node serves these calls; nothing reached the unreachable one,
         so this is safe for every request), which then becomes the endpoint, until the pool's reconnect
         timeout runs out."""
         nodes = self.owners.nodes()
         if len(nodes) < 2:
-            return self.pool.request(self.endpoint, command, header, payload)
+            return self.pool.request(self.endpoint, request, payload)
         deadline = time.monotonic() + self.pool.reconnect_timeout
         lost = ConnectionLostError("no node of the cluster reached")
         while True:
             for node in [self.endpoint, *(n for n in nodes if n != self.endpoint)]:
                 try:
-                    sent = self.pool.get(node, patience=CONNECT_PATIENCE).request(command, header, payload)
+                    sent = self.pool.get(node, patience=CONNECT_PATIENCE).request(request, payload)
                 except ConnectionLostError as exc:
                     lost = exc
                     continue
@@ -66,70 +74,82 @@ class ControllerClient:
                 raise lost
             time.sleep(0.5)
 
+    def segment_info(self, segment: str) -> SegmentInfo:
+        """The segment's facts (a read: resent once if the connection was lost)."""
+        return self.ask(m.GetSegmentInfo(segment=segment), SegmentInfo, retry=True)
+
     # -- scopes ---------------------------------------------------------------------------------------
     def create_scope(self, scope: str) -> bool:
-        return bool(self.call(Command.CREATE_SCOPE, {"scope": scope}, retry=True)[0]["created"])
+        return self.ask(m.CreateScope(scope=scope), m.CreatedReply, retry=True).created
 
     def delete_scope(self, scope: str) -> None:
-        self.call(Command.DELETE_SCOPE, {"scope": scope})
+        self.call(m.DeleteScope(scope=scope))
 
     def list_scopes(self) -> list[str]:
-        return list(self.call(Command.LIST_SCOPES, retry=True)[0]["scopes"])
+        return list(self.ask(m.ListScopes(), m.ScopesReply, retry=True).scopes)
 
     # -- key-value tables -------------------------------------------------------------------------------
     def create_kv_table(self, scope: str, table: str, partitions: int) -> tuple[bool, int]:
         """(created, the table's partition count)."""
-        reply = self.call(Command.CREATE_KV_TABLE, {"scope": scope, "table": table, "partitions": partitions},
-                          retry=True)[0]
-        return bool(reply["created"]), int(reply["partitions"])
+        reply = self.ask(m.CreateKvTable(scope=scope, table=table, partitions=partitions), m.KvTableCreatedReply,
+                         retry=True)
+        return reply.created, reply.partitions
 
     def kv_table_partitions(self, scope: str, table: str) -> int:
-        return int(self.call(Command.GET_KV_TABLE, {"scope": scope, "table": table}, retry=True)[0]["partitions"])
+        return self.ask(m.GetKvTable(scope=scope, table=table), m.KvTableReply, retry=True).partitions
 
     def delete_kv_table(self, scope: str, table: str) -> None:
-        self.call(Command.DELETE_KV_TABLE, {"scope": scope, "table": table}, retry=True)
+        self.call(m.DeleteKvTable(scope=scope, table=table), retry=True)
 
     def list_kv_tables(self, scope: str) -> list[str]:
-        return list(self.call(Command.LIST_KV_TABLES, {"scope": scope}, retry=True)[0]["tables"])
+        return list(self.ask(m.ListKvTables(scope=scope), m.KvTablesReply, retry=True).tables)
 
     # -- streams --------------------------------------------------------------------------------------
     def create_stream(self, scope: str, stream: str, config: StreamConfiguration) -> StreamDescription:
-        header = {"scope": scope, "stream": stream, **config.to_wire()}
-        return StreamDescription.from_wire(self.call(Command.CREATE_STREAM, header)[0])
+        request = m.CreateStream(scope=scope, stream=stream, initial_segments=config.initial_segments,
+                                 scaling=_scaling(config), retention=_retention(config))
+        return StreamDescription.from_wire(self.call(request)[0])
 
     def update_stream(self, scope: str, stream: str, config: StreamConfiguration) -> None:
-        self.call(Command.UPDATE_STREAM, {"scope": scope, "stream": stream, **config.to_wire()}, retry=True)
+        self.call(m.UpdateStream(scope=scope, stream=stream, initial_segments=config.initial_segments,
+                                 scaling=_scaling(config), retention=_retention(config)), retry=True)
 
     def describe_stream(self, scope: str, stream: str) -> StreamDescription:
-        reply = self.call(Command.DESCRIBE_STREAM, {"scope": scope, "stream": stream}, retry=True)
-        return StreamDescription.from_wire(reply[0])
+        return StreamDescription.from_wire(self.call(m.DescribeStream(scope=scope, stream=stream), retry=True)[0])
 
     def list_streams(self, scope: str) -> list[str]:
-        return list(self.call(Command.LIST_STREAMS, {"scope": scope}, retry=True)[0]["streams"])
+        return list(self.ask(m.ListStreams(scope=scope), m.StreamsReply, retry=True).streams)
 
     def segment_for_key(self, scope: str, stream: str, routing_key: str) -> Segment:
-        reply = self.call(Command.GET_SEGMENT_FOR_KEY, {"scope": scope, "stream": stream, "key": routing_key},
-                          retry=True)
-        return Segment.from_wire(reply[0])
+        reply = self.ask(m.GetSegmentForKey(scope=scope, stream=stream, key=routing_key), m.SegmentRangeReply,
+                         retry=True)
+        return Segment(reply.segment_id, reply.name, reply.key_start, reply.key_end)
 
     def seal_stream(self, scope: str, stream: str) -> None:
-        self.call(Command.SEAL_STREAM, {"scope": scope, "stream": stream}, retry=True)
+        self.call(m.SealStream(scope=scope, stream=stream), retry=True)
 
     def delete_stream(self, scope: str, stream: str) -> None:
-        self.call(Command.DELETE_STREAM, {"scope": scope, "stream": stream})
+        self.call(m.DeleteStream(scope=scope, stream=stream))
 
     def truncate_stream(self, cut: StreamCut) -> None:
         # Truncating at the same cut twice is the same as once, so a lost answer may be resent.
-        self.call(Command.TRUNCATE_STREAM, {"scope": cut.scope, "stream": cut.stream, "cut": cut.to_wire()},
-                  retry=True)
+        self.call(m.TruncateStream(scope=cut.scope, stream=cut.stream, cut=cut.to_wire()), retry=True)
 
     def split_segment(self, scope: str, stream: str, segment: Segment, pieces: int = 2) -> StreamDescription:
         # By name: a bare number could be an id or a number in the current epoch.
-        reply = self.call(Command.SPLIT_SEGMENT,
-                          {"scope": scope, "stream": stream, "segment": segment.name, "pieces": pieces})
+        reply = self.call(m.SplitSegment(scope=scope, stream=stream, segment=segment.name, pieces=pieces))
         return StreamDescription.from_wire(reply[0])
 
     def merge_segments(self, scope: str, stream: str, segments: list[Segment]) -> StreamDescription:
-        reply = self.call(Command.MERGE_SEGMENTS,
-                          {"scope": scope, "stream": stream, "segments": [s.name for s in segments]})
+        reply = self.call(m.MergeSegments(scope=scope, stream=stream, segments=tuple(s.name for s in segments)))
         return StreamDescription.from_wire(reply[0])
+
+
+def _scaling(config: StreamConfiguration) -> m.ScalingFields:
+    s = config.scaling
+    return m.ScalingFields(type=s.type.value, target_rate=s.target_rate, scale_factor=s.scale_factor,
+                           min_segments=s.min_segments)
+
+
+def _retention(config: StreamConfiguration) -> m.RetentionFields:
+    return m.RetentionFields(type=config.retention.type.value, value=config.retention.value)

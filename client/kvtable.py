@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from millrace.client.controller import ControllerClient
+from millrace.protocol import messages as m
+from millrace.protocol.messages import decode_reply
 from millrace.protocol.tables import (
     MUST_NOT_EXIST,
     family_prefix,
@@ -23,7 +24,6 @@ from millrace.protocol.tables import (
     stored_key,
     unpack,
 )
-from millrace.protocol.wire import Command
 
 ITERATE_PAGE = 1000
 
@@ -66,10 +66,9 @@ class KeyValueTable:
         expected = [e[2] if len(e) > 2 else None for e in entries]
         key_lengths, key_data = pack(keys)
         value_lengths, value_data = pack(values)
-        header = {**self._where(family, keys[0]), "keys": key_lengths, "values": value_lengths,
-                  "expected": expected}
-        reply, _ = self._call(Command.KV_PUT, header, key_data + value_data)
-        return [int(v) for v in reply["versions"]]
+        request = m.KvPut(scope=self.scope, table=self.table, partition=self._partition(family, keys[0]),
+                          keys=tuple(key_lengths), values=tuple(value_lengths), expected=tuple(expected))
+        return list(self.controller.ask(request, m.KvVersionsReply, key_data + value_data).versions)
 
     def delete(self, key: str, *, if_version: int | None = None, key_family: str | None = None) -> None:
         """Remove ``key`` (a no-op if absent, unless ``if_version`` asks for a version)."""
@@ -85,8 +84,8 @@ class KeyValueTable:
         pairs = [(k, None) if isinstance(k, str) else k for k in keys]
         stored = [stored_key(family, _key(k)) for k, _ in pairs]
         lengths, data = pack(stored)
-        header = {**self._where(family, stored[0]), "keys": lengths, "expected": [v for _, v in pairs]}
-        self._call(Command.KV_REMOVE, header, data)
+        self.controller.call(m.KvRemove(scope=self.scope, table=self.table, partition=self._partition(family, stored[0]),
+                                        keys=tuple(lengths), expected=tuple(v for _, v in pairs)), data)
 
     # -- reads -------------------------------------------------------------------------------------
     def get(self, key: str, *, key_family: str | None = None) -> tuple[bytes, int] | None:
@@ -103,12 +102,13 @@ class KeyValueTable:
         out: list[tuple[bytes, int] | None] = [None] * len(stored)
         for partition, indexes in by_partition.items():
             lengths, data = pack([stored[i] for i in indexes])
-            header = {"scope": self.scope, "table": self.table, "partition": partition, "keys": lengths}
-            reply, payload = self._call(Command.KV_GET, header, data, retry=True)
-            values = iter(unpack(reply["values"], payload))
-            for i, version in zip(indexes, reply["versions"], strict=True):
+            request = m.KvGet(scope=self.scope, table=self.table, partition=partition, keys=tuple(lengths))
+            header, payload = self.controller.call(request, data, retry=True)
+            reply = decode_reply(m.KvGetReply, header)
+            values = iter(unpack(list(reply.values), payload))
+            for i, version in zip(indexes, reply.versions, strict=True):
                 if version is not None:
-                    out[i] = (next(values), int(version))
+                    out[i] = (next(values), version)
         return out
 
     def keys(self, *, key_family: str | None = None) -> Iterator[tuple[str, int]]:
@@ -128,29 +128,22 @@ class KeyValueTable:
         for partition in partitions:
             token: str | None = None
             while True:
-                header = {"scope": self.scope, "table": self.table, "partition": partition,
-                          "continuation": token, "limit": ITERATE_PAGE, "with_values": with_values}
-                reply, payload = self._call(Command.KV_ITERATE, header, prefix, retry=True)
-                key_lengths, value_lengths = reply["keys"], reply["values"]
-                blobs = unpack([*key_lengths, *value_lengths], payload)
-                stored, values = blobs[: len(key_lengths)], blobs[len(key_lengths):]
-                for i, (raw, version) in enumerate(zip(stored, reply["versions"], strict=True)):
+                request = m.KvIterate(scope=self.scope, table=self.table, partition=partition, continuation=token,
+                                      limit=ITERATE_PAGE, with_values=with_values)
+                header, payload = self.controller.call(request, prefix, retry=True)
+                reply = decode_reply(m.KvIterateReply, header)
+                blobs = unpack([*reply.keys, *reply.values], payload)
+                stored, values = blobs[: len(reply.keys)], blobs[len(reply.keys):]
+                for i, (raw, version) in enumerate(zip(stored, reply.versions, strict=True)):
                     _, key = split_stored_key(raw)
-                    yield TableEntry(key.decode(), values[i] if with_values else b"", int(version), key_family)
-                token = reply["continuation"]
+                    yield TableEntry(key.decode(), values[i] if with_values else b"", version, key_family)
+                token = reply.continuation
                 if token is None:
                     break
 
     # -- plumbing ------------------------------------------------------------------------------------
     def _partition(self, family: bytes | None, stored: bytes) -> int:
         return partition_of(family, stored, self.partitions)
-
-    def _where(self, family: bytes | None, stored: bytes) -> dict[str, Any]:
-        return {"scope": self.scope, "table": self.table, "partition": self._partition(family, stored)}
-
-    def _call(self, command: Command, header: dict[str, Any], payload: bytes,
-              retry: bool = False) -> tuple[dict[str, Any], bytes]:
-        return self.controller.call(command, header, payload, retry=retry)
 
     def __repr__(self) -> str:
         return f"KeyValueTable({self.scope}/{self.table}, partitions={self.partitions})"

@@ -41,9 +41,9 @@ from millrace.client.streams import (
 from millrace.client.synchronizer import StateSynchronizer
 from millrace.client.transactions import DEFAULT_LEASE_MS, TransactionalEventStreamWriter
 from millrace.client.writer import EventStreamWriter
+from millrace.protocol import messages as m
 from millrace.protocol.contracts import BYTE_STREAM_ATTRIBUTE, AttributeUpdate
 from millrace.protocol.errors import InvalidRequestError, StreamExistsError, StreamNotFoundError
-from millrace.protocol.wire import Command
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -237,9 +237,8 @@ class StreamManager:
                                           "cannot be a byte stream")
             segment = described.segments[0].segment
             if mark and attempt == 0:
-                self.controller.call(Command.UPDATE_ATTRIBUTES, {
-                    "segment": segment.name, "attributes": [AttributeUpdate(BYTE_STREAM_ATTRIBUTE, 1).to_wire()],
-                }, retry=True)
+                self.controller.call(m.UpdateSegmentAttributes(
+                    segment=segment.name, attributes=(AttributeUpdate(BYTE_STREAM_ATTRIBUTE, 1),)), retry=True)
                 described = self.describe_stream(scope, name)
         return segment.segment_id, segment.name
 

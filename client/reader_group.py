@@ -62,7 +62,6 @@ from millrace.protocol.errors import (
     StoreError,
 )
 from millrace.protocol.names import parse_segment_name, segment_name
-from millrace.protocol.wire import Command
 
 if TYPE_CHECKING:
     from millrace.client.manager import StreamManager
@@ -314,10 +313,9 @@ class ReaderGroup(Generic[T]):
                         seen.add(succ)
                         todo.append(succ)
             for sid in seen:
-                reply, _ = self.controller.call(Command.GET_INFO, {"segment": segment_name(scope, stream, sid)},
-                                                retry=True)
-                start = mine[sid].offset if sid in mine else int(reply["start_offset"])
-                total += max(0, int(reply["length"]) - start)
+                info = self.controller.segment_info(segment_name(scope, stream, sid))
+                start = mine[sid].offset if sid in mine else info.start_offset
+                total += max(0, info.length - start)
         return total
 
     # -- internals ---------------------------------------------------------------------------------------
@@ -500,14 +498,14 @@ class EventStreamReader(Generic[T]):
             event = h.reader.read_next(wait_ms)
         except SegmentTruncatedError:
             # Retention removed what we had not read: go on from what is left.
-            reply, _ = self.controller.call(Command.GET_INFO, {"segment": h.key}, retry=True)
-            h.reader = self._open(h.scope, h.stream, h.key, SegmentPosition(int(reply["start_offset"])))
+            start = self.controller.segment_info(h.key).start_offset
+            h.reader = self._open(h.scope, h.stream, h.key, SegmentPosition(start))
             return None
         except SegmentNotFoundError:
             # The segment deleted (nothing more to read in it; its successors follow), or a segment
             # behind it (a partition's index) not there yet: only the first ends it.
             try:
-                self.controller.call(Command.GET_INFO, {"segment": h.key}, retry=True)
+                self.controller.segment_info(h.key)
             except SegmentNotFoundError:
                 h.reader.at_end = True
             else:

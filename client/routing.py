@@ -22,8 +22,9 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 
 from millrace.client.connection import ConnectionPool, Endpoint, Reply
+from millrace.protocol import messages as m
 from millrace.protocol.errors import ConnectionLostError, StoreError
-from millrace.protocol.wire import Command
+from millrace.protocol.messages import decode_reply
 
 log = logging.getLogger(__name__)
 
@@ -113,16 +114,15 @@ class SegmentOwners:
 
     def _ask(self, node: Endpoint, segments: list[str]) -> list[Endpoint | None]:
         conn = self.pool.get(node, patience=CONNECT_PATIENCE)
-        pending: list[Future[Reply]] = [conn.request(Command.GET_SEGMENT_OWNER, {"segment": s}) for s in segments]
+        pending: list[Future[Reply]] = [conn.request(m.GetSegmentOwner(segment=s)) for s in segments]
         found: list[Endpoint | None] = []
         for segment, reply in zip(segments, pending, strict=True):
-            answer = reply.result(ASK_TIMEOUT)[0]
+            answer = decode_reply(m.SegmentOwnerReply, reply.result(ASK_TIMEOUT)[0])
             self.lookups += 1
-            native = answer.get("native")
-            if native:
+            if answer.native:
                 self.cluster = True
-                owner = Endpoint.parse(str(native))
-            elif answer.get("node") is None and not self.cluster:
+                owner = Endpoint.parse(answer.native)
+            elif answer.node is None and not self.cluster:
                 owner = node  # a single server serves every segment
             else:
                 owner = None  # a cluster container between owners

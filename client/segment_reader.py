@@ -16,14 +16,14 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
 
 from millrace.client.connection import Reply
 from millrace.client.controller import ControllerClient
+from millrace.protocol import messages as m
 from millrace.protocol.errors import ConnectionLostError, RetriableError, WrongHostError
 from millrace.protocol.events import batch_records
+from millrace.protocol.messages import decode_reply
 from millrace.protocol.names import segment_name
-from millrace.protocol.wire import Command
 
 READ_BYTES = 1 << 20
 
@@ -72,26 +72,25 @@ def read_segment_events(controller: ControllerClient, scope: str, stream: str, s
     """The committed events of a segment from the batch boundary ``offset`` (waiting up to
     ``wait_ms`` when there are none yet). Raises SegmentTruncatedError below the segment's start,
     SegmentNotFoundError for a deleted segment, ConnectionLostError when the connection drops."""
-    header: dict[str, object] = {"scope": scope, "stream": stream, "segment_id": segment_id, "offset": offset,
-                                 "max_bytes": max_bytes, "wait_ms": wait_ms}
-    if end_offset is not None:
-        header["end_offset"] = end_offset
-    answer, payload = _routed_read(controller, segment_name(scope, stream, segment_id), header,
+    request = m.ReadEvents(scope=scope, stream=stream, segment_id=segment_id, offset=offset, max_bytes=max_bytes,
+                           wait_ms=wait_ms, end_offset=end_offset)
+    header, payload = _routed_read(controller, segment_name(scope, stream, segment_id), request,
                                    controller.timeout + wait_ms / 1000)
+    answer = decode_reply(m.ReadEventsReply, header)
     events: list[SegmentEvent] = []
     view = memoryview(payload)
     at = 0
     append = events.append
-    for position, partition, first in answer["batches"]:
+    for position, partition, first in answer.batches:
         length = 12 + int.from_bytes(view[at + 8 : at + 12], "big")
         for index, (key, value, offset, timestamp) in enumerate(batch_records(view[at : at + length])):
             if offset >= first:  # a batch straddling its partition's log start
                 append(SegmentEvent(value, key, partition, offset, timestamp, segment_id, position, index))
         at += length
-    return SegmentRead(events, int(answer["next_offset"]), bool(answer["end_of_segment"]))
+    return SegmentRead(events, answer.next_offset, answer.end_of_segment)
 
 
-def _routed_read(controller: ControllerClient, segment: str, header: dict[str, Any], timeout: float) -> Reply:
+def _routed_read(controller: ControllerClient, segment: str, request: m.ReadEvents, timeout: float) -> Reply:
     """READ_EVENTS sent to the segment's owner. A read changes nothing, so after WrongHostError (the
     container moved), a lost connection (the owner died) or RetriableError (a new owner loading) it is
     sent again to the owner looked up anew, backing off, until the pool's reconnect timeout runs out
@@ -105,7 +104,7 @@ def _routed_read(controller: ControllerClient, segment: str, header: dict[str, A
         try:
             owner = owners.owner(segment, max(0.0, deadline - time.monotonic()))
             return controller.pool.get(owner, patience=min(1.0, bound)).request(
-                Command.READ_EVENTS, header).result(timeout)
+                request).result(timeout)
         except (WrongHostError, ConnectionLostError, RetriableError) as exc:
             if owner is not None and not isinstance(exc, RetriableError):
                 owners.forget(segment, owner)

@@ -39,11 +39,12 @@ import time
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from millrace.client.controller import ControllerClient
 from millrace.client.serializers import JsonSerializer, Serializer
 from millrace.client.streams import StreamCut
+from millrace.protocol import messages as m
 from millrace.protocol.errors import (
     BadOffsetError,
     ConnectionLostError,
@@ -51,7 +52,8 @@ from millrace.protocol.errors import (
     SegmentTruncatedError,
     StoreError,
 )
-from millrace.protocol.wire import MAX_FRAME_BYTES, Command
+from millrace.protocol.messages import decode_reply
+from millrace.protocol.wire import MAX_FRAME_BYTES
 
 S = TypeVar("S")
 U = TypeVar("U")
@@ -344,11 +346,8 @@ class StateSynchronizer(Generic[S, U]):
     def _append(self, data: bytes, expected_offset: int | None) -> None:
         if len(data) > MAX_ENTRY_BYTES:
             raise ValueError(f"an entry of {len(data)} bytes exceeds the {MAX_ENTRY_BYTES}-byte limit")
-        header: dict[str, Any] = {"segment": self.segment}
-        if expected_offset is not None:
-            header["expected_offset"] = expected_offset
         # Never resent by the controller client: a lost answer is resolved by reading (see callers).
-        self.controller.call(Command.APPEND, header, data)
+        self.controller.call(m.AppendToSegment(segment=self.segment, expected_offset=expected_offset), data)
 
     def _fetch(self) -> list[Entry]:
         """Read from ``revision`` to the tail and apply every whole entry; the entries applied. A
@@ -361,8 +360,7 @@ class StateSynchronizer(Generic[S, U]):
         while True:
             try:
                 reply, data = self.controller.call(
-                    Command.READ,
-                    {"segment": self.segment, "offset": offset, "max_length": READ_BYTES, "wait_ms": wait_ms},
+                    m.ReadSegment(segment=self.segment, offset=offset, max_length=READ_BYTES, wait_ms=wait_ms),
                     retry=True,
                 )
             except SegmentTruncatedError:
@@ -382,7 +380,7 @@ class StateSynchronizer(Generic[S, U]):
                 # tail (it may yet fail, hence the bound) rather than decide again on a stale state.
                 wait_ms = ACCEPTED_WAIT_MS
                 continue
-            offset = int(reply["offset"]) + len(data)
+            offset = decode_reply(m.ReadReply, reply).offset + len(data)
             wait_ms = 0
             buffer += data
             entries, used = decode_entries(buffer, self._revision)
@@ -393,8 +391,7 @@ class StateSynchronizer(Generic[S, U]):
 
     def _restart_from_start(self) -> int:
         """Drop the local copy and point at the segment's start, where a snapshot lies."""
-        reply, _ = self.controller.call(Command.GET_INFO, {"segment": self.segment}, retry=True)
-        start = int(reply["start_offset"])
+        start = self.controller.segment_info(self.segment).start_offset
         self._revision = start
         self._state = None
         self._initialized = False

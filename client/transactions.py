@@ -28,15 +28,16 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from millrace.client.connection import Reply
 from millrace.client.controller import ControllerClient
 from millrace.client.serializers import Serializer
-from millrace.client.writer import EventPosition, EventSender, _EventFuture, _Partition
+from millrace.client.writer import EventPosition, EventSender, _Batch, _EventFuture, _Partition
+from millrace.protocol import messages as m
 from millrace.protocol.errors import ConnectionLostError, RetriableError, TxnFailedError, TxnNotFoundError
 from millrace.protocol.events import NO_PRODUCER_ID
-from millrace.protocol.wire import Command
+from millrace.protocol.messages import Header, Request, decode_reply
 
 T = TypeVar("T")
 
@@ -58,8 +59,6 @@ class TxnStatus(enum.Enum):
 
 class Transaction(EventSender[T]):
     """One open transaction: ``write_event`` as on a writer, then ``commit()`` or ``abort()``."""
-
-    command = Command.APPEND_TXN_EVENTS
 
     def __init__(self, writer: TransactionalEventStreamWriter[T], txn_id: uuid.UUID,
                  slices: list[tuple[float, float]], lease_ms: int, next_events: dict[int, int] | None = None) -> None:
@@ -88,11 +87,9 @@ class Transaction(EventSender[T]):
             self._enqueue(p, routing_key, data, fut, number)
         return fut
 
-    def _header(self, p: _Partition) -> dict[str, Any]:
-        return {**self._ids(), "partition": p.number}
-
-    def _ids(self) -> dict[str, Any]:
-        return {"scope": self.scope, "stream": self.stream, "txn_id": str(self.txn_id)}
+    def _request(self, p: _Partition, batch: _Batch) -> Request:
+        return m.AppendTxnEvents(scope=self.scope, stream=self.stream, txn_id=self.txn_id, partition=p.number,
+                                 first_event=batch.first_event, last_event=batch.last_event)
 
     def _refuse_writes(self) -> None:
         if self._ended is not None:
@@ -115,8 +112,8 @@ class Transaction(EventSender[T]):
         with self._lock:
             self._ended = TxnStatus.COMMITTING if commit else TxnStatus.ABORTING
             self._closed = True
-        reply = self.writer._call(Command.END_TXN, {**self._ids(), "commit": commit})
-        self._ended = TxnStatus(reply["state"])
+        reply = self.writer._call(m.EndTxn(scope=self.scope, stream=self.stream, txn_id=self.txn_id, commit=commit))
+        self._ended = TxnStatus(decode_reply(m.TxnStateReply, reply).state)
 
     def check_status(self) -> TxnStatus:
         """The transaction's state on the server now."""
@@ -124,7 +121,7 @@ class Transaction(EventSender[T]):
 
     def ping(self) -> None:
         """Restart the lease from now (TxnFailedError if the transaction is no longer open)."""
-        self.writer._call(Command.PING_TXN, self._ids())
+        self.writer._call(m.PingTxn(scope=self.scope, stream=self.stream, txn_id=self.txn_id))
 
     def __enter__(self) -> Transaction[T]:
         return self
@@ -158,9 +155,9 @@ class TransactionalEventStreamWriter(Generic[T]):
         """A new open transaction; its lease starts now."""
         txn_id = uuid.uuid4()
         # The id is ours, so a begin whose answer was lost is resent and answers the same transaction.
-        reply = self._call(Command.BEGIN_TXN, {"scope": self.scope, "stream": self.stream, "txn_id": str(txn_id),
-                                               "lease_ms": self.lease_ms, "writer_id": self.writer_id})
-        return Transaction(self, txn_id, _slices(reply), int(reply["lease_ms"]))
+        reply = decode_reply(m.BeginTxnReply, self._call(m.BeginTxn(
+            scope=self.scope, stream=self.stream, txn_id=txn_id, lease_ms=self.lease_ms, writer_id=self.writer_id)))
+        return Transaction(self, txn_id, list(reply.slices), reply.lease_ms)
 
     def get_txn(self, txn_id: uuid.UUID | str) -> Transaction[T]:
         """The transaction ``txn_id``, begun by this or another process, to inspect, write to, commit or
@@ -169,28 +166,29 @@ class TransactionalEventStreamWriter(Generic[T]):
         not know it."""
         txn_id = uuid.UUID(str(txn_id))
         reply = self._status(txn_id)
-        if reply["state"] == TxnStatus.UNKNOWN.value:
+        if reply.state == TxnStatus.UNKNOWN.value:
             raise TxnNotFoundError(f"no transaction {txn_id} on {self.scope}/{self.stream}")
-        txn = Transaction(self, txn_id, _slices(reply), int(reply["lease_ms"]),
-                          {int(p): int(n) for p, n in reply["sequences"].items()})
-        state = TxnStatus(reply["state"])
+        txn = Transaction(self, txn_id, list(reply.slices), reply.lease_ms,
+                          {int(p): n for p, n in reply.sequences.items()})
+        state = TxnStatus(reply.state)
         if state != TxnStatus.OPEN:
             txn._ended = state
             txn._closed = True
         return txn
 
     def txn_status(self, txn_id: uuid.UUID | str) -> TxnStatus:
-        return TxnStatus(self._status(uuid.UUID(str(txn_id)))["state"])
+        return TxnStatus(self._status(uuid.UUID(str(txn_id))).state)
 
-    def _status(self, txn_id: uuid.UUID) -> dict[str, Any]:
-        return self._call(Command.TXN_STATUS, {"scope": self.scope, "stream": self.stream, "txn_id": str(txn_id)})
+    def _status(self, txn_id: uuid.UUID) -> m.TxnStatusReply:
+        return decode_reply(m.TxnStatusReply, self._call(m.GetTxnStatus(scope=self.scope, stream=self.stream,
+                                                                         txn_id=txn_id)))
 
-    def _call(self, command: Command, header: dict[str, Any]) -> dict[str, Any]:
+    def _call(self, request: Request) -> Header:
         """A transaction request, resent while the server asks for a retry or the connection is lost (every
         transaction request answers the same when repeated), for up to the reconnect timeout (or the
         call timeout, if longer) since the first failure."""
         return _call_until_answered(self.controller, lambda: self.controller.pool.request(
-            self.controller.endpoint, command, header).result(self.controller.timeout))
+            self.controller.endpoint, request).result(self.controller.timeout))
 
     def close(self) -> None:
         """Nothing to release: each transaction ends by commit, abort or its lease."""
@@ -202,11 +200,7 @@ class TransactionalEventStreamWriter(Generic[T]):
         self.close()
 
 
-def _slices(reply: dict[str, Any]) -> list[tuple[float, float]]:
-    return [(float(lo), float(hi)) for lo, hi in reply["slices"]]
-
-
-def _call_until_answered(controller: ControllerClient, call: Callable[[], Reply]) -> dict[str, Any]:
+def _call_until_answered(controller: ControllerClient, call: Callable[[], Reply]) -> Header:
     patience = max(controller.pool.reconnect_timeout, controller.timeout)
     first_failure: float | None = None
     attempt = 0

@@ -36,10 +36,11 @@ from typing import Any, Generic, TypeVar
 from millrace.client.connection import Endpoint, Reply
 from millrace.client.controller import ControllerClient
 from millrace.client.serializers import BytesSerializer, Serializer
+from millrace.protocol import messages as m
 from millrace.protocol.errors import ConnectionLostError, EventsRefusedError, RetriableError, WrongHostError
 from millrace.protocol.events import OUT_OF_ORDER_SEQUENCE, encode_batch
 from millrace.protocol.keys import key_hash
-from millrace.protocol.wire import Command
+from millrace.protocol.messages import Request, decode_reply
 
 log = logging.getLogger(__name__)
 
@@ -189,9 +190,8 @@ class EventSender(Generic[T]):
     """Events of one stream sent as batches per partition with one producer id and epoch: routing,
     sequences, at most ``MAX_IN_FLIGHT`` batches in flight per partition, resends in order after a lost
     connection. Shared by ``EventStreamWriter`` and the transactions of ``client/transactions.py``,
-    which differ only in the command and header a batch goes with."""
+    which differ only in the request a batch goes with (``_request``)."""
 
-    command: Command = Command.APPEND_EVENTS
     transactional = False
     writer_id = ""  # named in the batches of senders that number their events
 
@@ -224,8 +224,12 @@ class EventSender(Generic[T]):
         self._closed = False
         self.resent_batches = 0  # batches sent again after a lost connection or a retriable refusal
 
-    def _header(self, p: _Partition) -> dict[str, Any]:
-        return {"scope": self.scope, "stream": self.stream, "partition": p.number}
+    def _request(self, p: _Partition, batch: _Batch) -> Request:
+        """The request a batch goes with."""
+        if batch.first_event < 0:
+            return m.AppendEvents(scope=self.scope, stream=self.stream, partition=p.number)
+        return m.AppendEvents(scope=self.scope, stream=self.stream, partition=p.number, writer_id=self.writer_id,
+                              first_event=batch.first_event, last_event=batch.last_event)
 
     def _refuse_writes(self) -> None:
         """Raise if no event may be written now (called under the lock)."""
@@ -312,10 +316,7 @@ class EventSender(Generic[T]):
     def _send(self, p: _Partition, batch: _Batch) -> None:
         try:
             # Never connect here: this runs under the lock, and the retry reconnects off it.
-            header = self._header(p)
-            if batch.first_event >= 0:
-                header.update(writer_id=self.writer_id, first_event=batch.first_event, last_event=batch.last_event)
-            outcome = self.controller.pool.request_if_connected(self._endpoint(p), self.command, header,
+            outcome = self.controller.pool.request_if_connected(self._endpoint(p), self._request(p, batch),
                                                                 batch.payload)
         except ConnectionLostError as exc:
             outcome = Future()
@@ -338,7 +339,7 @@ class EventSender(Generic[T]):
                 return  # an earlier attempt's answer; the current attempt decides
             exc = outcome.exception()
             if exc is None:
-                base = int(outcome.result()[0]["offset"])
+                base = decode_reply(m.OffsetReply, outcome.result()[0]).offset
                 p.in_flight.remove(batch)
                 p.acknowledged = True
                 p.attempts = 0
@@ -457,12 +458,11 @@ class EventStreamWriter(EventSender[T]):
                  serializer: Serializer[T] | None = None, writer_id: str | None = None) -> None:
         self.writer_id = writer_id or uuid.uuid4().hex
         self._numbered = writer_id is not None
-        opened = controller.call(Command.OPEN_WRITER,
-                                 {"scope": scope, "stream": stream, "writer_id": self.writer_id}, retry=True)[0]
-        super().__init__(controller, scope, stream, serializer, int(opened["producer_id"]), int(opened["epoch"]),
-                         [(float(lo), float(hi)) for lo, hi in opened["slices"]], f"writer {self.writer_id}",
-                         segments=opened.get("segments"))
-        recorded = {int(p): int(n) for p, n in opened.get("event_numbers", {}).items()}
+        opened = controller.ask(m.OpenWriter(scope=scope, stream=stream, writer_id=self.writer_id),
+                                m.OpenWriterReply, retry=True)
+        super().__init__(controller, scope, stream, serializer, opened.producer_id, opened.epoch,
+                         list(opened.slices), f"writer {self.writer_id}", segments=list(opened.segments))
+        recorded = {int(p): n for p, n in opened.event_numbers.items()}
         # Per partition, the last event number the stream held for this writer id when it opened.
         self._written_before = [recorded.get(p, -1) for p in range(len(self.slices))]
         self._previous = -1  # the number of this instance's previous event

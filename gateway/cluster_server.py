@@ -62,9 +62,11 @@ from millrace.gateway.kafka.cluster import (
 )
 from millrace.gateway.kafka.connection import KafkaFactory
 from millrace.gateway.kafka.setup import start_background
+from millrace.gateway.native.dispatch import handlers, serve
 from millrace.gateway.native.forwarding import HERE, NodeLinks, forwarding
 from millrace.gateway.native.handler import NativeProtocol
 from millrace.gateway.native.txn_cluster import cluster_txn_handlers
+from millrace.protocol import messages as m
 from millrace.protocol.contracts import SegmentInfo
 from millrace.protocol.wire import PROTOCOL_VERSION, Command
 from millrace.store.cluster.node import ClusterNode
@@ -295,13 +297,20 @@ class ClusterServer:
 
         for command in CONTROLLER_CHANGES:
             native_factory.controller_commands[command] = forwarding(
-                native_factory.controller_commands[command], command, controller_place, self.links, "the controller")
-        # Clients learn every node from the first they reach (the Kafka side's Metadata does the same).
-        native_factory.controller_commands[Command.HELLO] = \
-            lambda h, p: {"version": PROTOCOL_VERSION, "nodes": cluster.native_endpoints()}
-        # Pravega's getURI: which node serves a segment (from the watched assignments: no I/O on the reactor).
-        native_factory.controller_commands[Command.GET_SEGMENT_OWNER] = \
-            lambda h, p: cluster.segment_owner(h["segment"])
+                native_factory.controller_commands[command], controller_place, self.links, "the controller")
+
+        def owner(r: m.GetSegmentOwner, _payload: bytes) -> m.SegmentOwnerReply:
+            found = cluster.segment_owner(r.segment)
+            return m.SegmentOwnerReply(container=found["container"], node=found["node"], native=found["native"])
+
+        native_factory.controller_commands.update(handlers(
+            # Clients learn every node from the first they reach (the Kafka side's Metadata does the same).
+            serve(m.Hello, lambda r, p: m.HelloReply(version=PROTOCOL_VERSION,
+                                                     nodes=tuple(cluster.native_endpoints()))),
+            # Pravega's getURI: which node serves a segment (from the watched assignments: no I/O on the
+            # reactor).
+            serve(m.GetSegmentOwner, owner),
+        ))
         self.native_front.inner = native_factory
         views = StreamViews(controller, self.pool, broker.scaling, topic_partitions(broker))
         self.http_front.inner = http_site(NodeHttpView(self.router.local, self.router), views)

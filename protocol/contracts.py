@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
 
 
 class AttributeUpdateType(enum.IntEnum):
@@ -24,15 +23,6 @@ class AttributeUpdate:
     type: AttributeUpdateType = AttributeUpdateType.REPLACE
     expected: int | None = None
 
-    def to_wire(self) -> dict[str, Any]:
-        return {"key": self.key, "value": self.value, "type": int(self.type), "expected": self.expected}
-
-    @classmethod
-    def from_wire(cls, raw: dict[str, Any]) -> AttributeUpdate:
-        expected = raw.get("expected")
-        return cls(str(raw["key"]), int(raw.get("value", 0)), AttributeUpdateType(int(raw.get("type", 0))),
-                   None if expected is None else int(expected))
-
 
 @dataclass(frozen=True)
 class SegmentInfo:
@@ -44,17 +34,6 @@ class SegmentInfo:
     attributes: dict[str, int] = field(default_factory=dict)
     created_ms: int = 0
     last_modified_ms: int = 0
-
-    def to_wire(self) -> dict[str, Any]:
-        return {"name": self.name, "start_offset": self.start_offset, "length": self.length,
-                "sealed": self.sealed, "storage_length": self.storage_length, "attributes": self.attributes,
-                "created_ms": self.created_ms, "last_modified_ms": self.last_modified_ms}
-
-    @classmethod
-    def from_wire(cls, raw: dict[str, Any]) -> SegmentInfo:
-        return cls(str(raw["name"]), int(raw["start_offset"]), int(raw["length"]), bool(raw["sealed"]),
-                   int(raw["storage_length"]), {str(k): int(v) for k, v in raw.get("attributes", {}).items()},
-                   int(raw.get("created_ms", 0)), int(raw.get("last_modified_ms", 0)))
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,9 @@ A frame is a 4-byte big-endian length followed by the body. A request body is
 ``status:u8 request_id:u64 header_len:u32 header(JSON) payload``. Payloads carry segment bytes
 untouched, so appends and reads move data without re-encoding. Requests on a connection may be
 pipelined; responses carry the request id and may complete out of order across segments.
+
+What each command's header holds (and each reply's) is typed in ``protocol.messages``: one frozen
+dataclass per request, checked field by field when a header is decoded.
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ from __future__ import annotations
 import enum
 import json
 import struct
-from typing import Any
 
 PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 32 * 1024 * 1024
@@ -115,13 +117,13 @@ class WireError(ValueError):
     """A frame that does not parse."""
 
 
-def encode_frame(code: int, request_id: int, header: dict[str, Any] | None = None, payload: bytes = b"") -> bytes:
+def encode_frame(code: int, request_id: int, header: dict[str, object] | None = None, payload: bytes = b"") -> bytes:
     head = json.dumps(header, separators=(",", ":")).encode() if header else b""
     body_len = _BODY.size + len(head) + len(payload)
     return b"".join((_LEN.pack(body_len), _BODY.pack(code, request_id, len(head)), head, payload))
 
 
-def decode_body(body: bytes | memoryview) -> tuple[int, int, dict[str, Any], bytes | memoryview]:
+def decode_body(body: bytes | memoryview) -> tuple[int, int, dict[str, object], bytes | memoryview]:
     """(command or status, request id, header, payload) of one frame body. The payload is a slice of
     ``body``: a view, not a copy, when ``body`` is a memoryview."""
     if len(body) < _BODY.size:

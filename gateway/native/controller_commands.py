@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from millrace.gateway.native.dispatch import Handler, Handlers, handlers, serve
+from millrace.protocol import messages as m
+from millrace.protocol.errors import InvalidRequestError
+from millrace.protocol.messages import Request
 from millrace.protocol.wire import Command
 from millrace.store.controller import (
     Controller,
@@ -15,6 +19,7 @@ from millrace.store.controller import (
     RetentionType,
     ScalingPolicy,
     ScalingType,
+    SegmentRange,
     StreamConfiguration,
     segment_name,
 )
@@ -23,6 +28,7 @@ from millrace.store.futures import StoreFuture
 
 if TYPE_CHECKING:
     from millrace.streams.scaling import StreamScaling
+_Req = TypeVar("_Req", bound=Request)
 
 # A Kafka topic's partition slices [(start, end)] by partition, or None for a stream that is no topic.
 PartitionsOf = Callable[[str, str], Sequence[tuple[float, float]] | None]
@@ -149,34 +155,30 @@ def _history(scope: str, stream: str, history: list[EpochRecord]) -> list[dict[s
     return out
 
 
-def stream_configuration(header: dict[str, Any]) -> StreamConfiguration:
-    scaling = header.get("scaling", {})
-    retention = header.get("retention", {})
-    config = StreamConfiguration(
-        initial_segments=int(header.get("initial_segments", 1)),
-        scaling=ScalingPolicy(
-            ScalingType[str(scaling.get("type", "fixed_num_segments")).upper()],
-            int(scaling.get("target_rate", 0)),
-            int(scaling.get("scale_factor", 0)),
-            int(scaling.get("min_segments", 1)),
-        ),
-        retention=RetentionPolicy(RetentionType[str(retention.get("type", "none")).upper()],
-                                  int(retention.get("value", 0))),
-    )
+def stream_configuration(request: m.StreamConfigRequest) -> StreamConfiguration:
+    scaling, retention = request.scaling, request.retention
+    try:
+        config = StreamConfiguration(
+            initial_segments=request.initial_segments,
+            scaling=ScalingPolicy(ScalingType[scaling.type.upper()], scaling.target_rate, scaling.scale_factor,
+                                  scaling.min_segments),
+            retention=RetentionPolicy(RetentionType[retention.type.upper()], retention.value),
+        )
+    except KeyError as exc:
+        raise InvalidRequestError(f"no such policy type {exc}") from None
     config.validate()
     return config
 
 
-def on_pool(pool: ThreadPoolExecutor,
-            fn: Callable[[dict[str, Any], bytes], Any]) -> Callable[[dict[str, Any], bytes], StoreFuture]:
-    """A command handler that runs ``fn(header, payload)`` (blocking) on ``pool``; its result or
+def on_pool(pool: ThreadPoolExecutor, fn: Callable[[_Req, bytes], object]) -> Callable[[_Req, bytes], StoreFuture]:
+    """A command handler that runs ``fn(request, payload)`` (blocking) on ``pool``; its result or
     exception completes the returned future."""
-    def run(header: dict[str, Any], payload: bytes) -> StoreFuture:
+    def run(request: _Req, payload: bytes) -> StoreFuture:
         result: StoreFuture = StoreFuture()
 
         def call() -> None:
             try:
-                result.set_result(fn(header, payload))
+                result.set_result(fn(request, payload))
             except Exception as exc:  # noqa: BLE001 - becomes an error status for the caller
                 result.set_exception(exc)
 
@@ -189,47 +191,56 @@ def on_pool(pool: ThreadPoolExecutor,
 def controller_handlers(
     controller: Controller, pool: ThreadPoolExecutor, scaler: StreamScaling, partitions_of: PartitionsOf | None = None,
     delete_stream: Callable[[str, str], None] | None = None,
-) -> dict[int, Callable[[dict[str, Any], bytes], StoreFuture]]:
+) -> Handlers:
     """``scaler`` performs manual splits and merges (for Kafka topics it also moves the partition
     writers, so it is the gateway's, not the bare controller's). ``partitions_of(scope, stream)``
     gives a Kafka topic's partition slices (None for other streams), for descriptions.
     ``delete_stream(scope, stream)`` deletes a sealed stream (blocking); the gateway's also drops the
     partitions event writers gave it (default: the controller's alone)."""
-    def blocking(fn: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any], bytes], StoreFuture]:
-        return on_pool(pool, lambda header, _payload: fn(header))
+    def blocking(request: type[_Req], fn: Callable[[_Req], object]) -> tuple[Command, Handler]:
+        return serve(request, on_pool(pool, lambda r, _payload: fn(r)))
 
     c = controller
     delete = delete_stream if delete_stream is not None else c.delete_stream
 
-    def describe(h: dict[str, Any]) -> dict[str, Any]:
-        return describe_stream(c, h["scope"], h["stream"], partitions_of)
+    def describe(scope: str, stream: str) -> dict[str, Any]:
+        return describe_stream(c, scope, stream, partitions_of)
 
-    return {
-        Command.CREATE_SCOPE: blocking(lambda h: {"created": c.create_scope(h["scope"])}),
-        Command.DELETE_SCOPE: blocking(lambda h: c.delete_scope(h["scope"])),
-        Command.LIST_SCOPES: blocking(lambda h: {"scopes": c.list_scopes()}),
-        Command.CREATE_STREAM: blocking(
-            lambda h: (c.create_stream(h["scope"], h["stream"], stream_configuration(h)),
-                       describe(h))[1]
-        ),
-        Command.UPDATE_STREAM: blocking(
-            lambda h: {"version": c.update_stream(h["scope"], h["stream"], stream_configuration(h),
-                                                  h.get("expected_version"))}
-        ),
-        Command.DESCRIBE_STREAM: blocking(lambda h: describe(h)),
-        Command.LIST_STREAMS: blocking(lambda h: {"streams": c.list_streams(h["scope"])}),
-        Command.GET_SEGMENT_FOR_KEY: blocking(lambda h: _segment(c.get_segment_for_key(h["scope"], h["stream"],
-                                                                                        h["key"]))),
-        Command.SEAL_STREAM: blocking(lambda h: c.seal_stream(h["scope"], h["stream"])),
-        Command.DELETE_STREAM: blocking(lambda h: delete(h["scope"], h["stream"])),
-        Command.TRUNCATE_STREAM: blocking(lambda h: c.truncate_stream(h["scope"], h["stream"], h["cut"])),
-        Command.SPLIT_SEGMENT: blocking(lambda h: (
-            scaler.split(h["scope"], h["stream"], h["segment"], int(h.get("pieces", 2)), h.get("at")),
-            describe(h))[1]),
-        Command.MERGE_SEGMENTS: blocking(lambda h: (
-            scaler.merge(h["scope"], h["stream"], h["segments"]), describe(h))[1]),
-    }
+    def create(r: m.CreateStream) -> dict[str, Any]:
+        c.create_stream(r.scope, r.stream, stream_configuration(r))
+        return describe(r.scope, r.stream)
+
+    def split(r: m.SplitSegment) -> dict[str, Any]:
+        scaler.split(r.scope, r.stream, r.segment, r.pieces, None if r.at is None else list(r.at))
+        return describe(r.scope, r.stream)
+
+    def merge(r: m.MergeSegments) -> dict[str, Any]:
+        scaler.merge(r.scope, r.stream, list(r.segments))
+        return describe(r.scope, r.stream)
+
+    return handlers(
+        blocking(m.CreateScope, lambda r: m.CreatedReply(created=c.create_scope(r.scope))),
+        blocking(m.DeleteScope, lambda r: c.delete_scope(r.scope)),
+        blocking(m.ListScopes, lambda r: m.ScopesReply(scopes=tuple(c.list_scopes()))),
+        blocking(m.CreateStream, create),
+        blocking(m.UpdateStream, lambda r: m.VersionReply(version=c.update_stream(
+            r.scope, r.stream, stream_configuration(r), r.expected_version))),
+        blocking(m.DescribeStream, lambda r: describe(r.scope, r.stream)),
+        blocking(m.ListStreams, lambda r: m.StreamsReply(streams=tuple(c.list_streams(r.scope)))),
+        blocking(m.GetSegmentForKey, lambda r: _segment(c.get_segment_for_key(r.scope, r.stream, r.key))),
+        blocking(m.SealStream, lambda r: c.seal_stream(r.scope, r.stream)),
+        blocking(m.DeleteStream, lambda r: delete(r.scope, r.stream)),
+        blocking(m.TruncateStream, lambda r: c.truncate_stream(r.scope, r.stream, _cut(r.cut))),
+        blocking(m.SplitSegment, split),
+        blocking(m.MergeSegments, merge),
+    )
 
 
-def _segment(seg: Any) -> dict[str, Any]:
-    return {"segment_id": seg.segment_id, "name": seg.name, "key_start": seg.key_start, "key_end": seg.key_end}
+def _cut(cut: dict[str, int]) -> dict[int | str, int]:
+    """A stream cut by segment name (JSON keys are strings; the controller reads one as a name)."""
+    return {name: offset for name, offset in cut.items()}
+
+
+def _segment(seg: SegmentRange) -> m.SegmentRangeReply:
+    return m.SegmentRangeReply(segment_id=seg.segment_id, name=seg.name, key_start=seg.key_start,
+                               key_end=seg.key_end)

@@ -21,16 +21,16 @@ after which the partition storage serves it under the key ``scope/stream`` exact
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
 from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.gateway.native.dispatch import Handlers, handlers, serve
 from millrace.gateway.native.event_reads import read_events, served_here
 from millrace.gateway.native.host import NativeHost
 from millrace.gateway.native.stream_errors import native_refusal
+from millrace.gateway.native.table_commands import Answer
+from millrace.protocol import messages as m
 from millrace.protocol.errors import (
     EventsRefusedError,
     InvalidRequestError,
@@ -38,7 +38,6 @@ from millrace.protocol.errors import (
     StreamNotFoundError,
     WriterFencedError,
 )
-from millrace.protocol.wire import Command
 from millrace.streams.partitions import PartitionError, PartitionLog
 from millrace.streams.partitions.writer_events import WriterEvents
 from millrace.streams.resolve import record_logs, refreshed
@@ -74,9 +73,9 @@ def known_record(broker: NativeHost, name: str) -> defer.Deferred[TopicInfo | No
     return refreshed(broker, name, broker.topics.record)
 
 
-def stream_key(broker: NativeHost, h: dict[str, Any]) -> str:
-    """The registry key of the request's stream."""
-    return broker.topics.key(str(h["scope"]), str(h["stream"]))
+def stream_key(broker: NativeHost, scope: str, stream: str) -> str:
+    """The registry key of a stream."""
+    return broker.topics.key(scope, stream)
 
 
 def _adopt(broker: NativeHost, scope: str, stream: str) -> TopicInfo:
@@ -99,34 +98,31 @@ def partitioned_stream(broker: NativeHost, scope: str, stream: str) -> defer.Def
     return broker.blocking(_adopt, broker, scope, stream)
 
 
-def event_handlers(broker: NativeHost) -> dict[int, Callable[[dict[str, Any], bytes], defer.Deferred[Any]]]:
-    def topic_of(h: dict[str, Any]) -> str:
-        return stream_key(broker, h)
-
-    def open_writer(h: dict[str, Any], _payload: bytes) -> defer.Deferred[Any]:
-        scope, stream, name = str(h["scope"]), str(h["stream"]), topic_of(h)
-        writer_id = str(h["writer_id"])
+def event_handlers(broker: NativeHost) -> Handlers:
+    def open_writer(r: m.OpenWriter, _payload: bytes) -> defer.Deferred[m.OpenWriterReply]:
+        scope, stream, name = r.scope, r.stream, stream_key(broker, r.scope, r.stream)
+        writer_id = r.writer_id
         if not writer_id:
             raise InvalidRequestError("a writer id is not empty")
         found = partitioned_stream(broker, scope, stream)
 
-        def init(topic: TopicInfo) -> defer.Deferred[dict[str, Any]]:
-            def opened(outcome: tuple[ErrorCode, int, int]) -> defer.Deferred[dict[str, Any]]:
+        def init(topic: TopicInfo) -> defer.Deferred[m.OpenWriterReply]:
+            def opened(outcome: tuple[ErrorCode, int, int]) -> defer.Deferred[m.OpenWriterReply]:
                 error, producer_id, epoch = outcome
                 if error != ErrorCode.NONE:
                     raise refusal(error, f"opening writer {writer_id}: {error.name}")
                 current = broker.topics.record(name) or topic
 
-                def answer(found: tuple[TopicInfo, list[PartitionLog]]) -> dict[str, Any]:
+                def answer(found: tuple[TopicInfo, list[PartitionLog]]) -> m.OpenWriterReply:
                     # After the epoch bump: an older instance can append nothing more, so these numbers
                     # stay the last ones until this instance writes.
                     numbers = {str(p.partition): n for p in found[1]
                                if (n := p.writer_events.last(writer_id)) is not None}
                     # Each partition's open segment: a cluster client sends its batches to that
                     # segment's owner (GET_SEGMENT_OWNER) instead of learning it from WRONG_HOST.
-                    segments = [p.writer.name if p.writer is not None else None for p in found[1]]
-                    return {"producer_id": producer_id, "epoch": epoch, "slices": [list(s) for s in current.slices],
-                            "event_numbers": numbers, "segments": segments}
+                    segments = tuple(p.writer.name if p.writer is not None else None for p in found[1])
+                    return m.OpenWriterReply(producer_id=producer_id, epoch=epoch, slices=tuple(current.slices),
+                                             event_numbers=numbers, segments=segments)
 
                 return record_logs(broker, current).addCallback(answer)
 
@@ -135,13 +131,15 @@ def event_handlers(broker: NativeHost) -> dict[int, Callable[[dict[str, Any], by
 
         return found.addCallback(init)
 
-    def append_events(h: dict[str, Any], payload: bytes) -> defer.Deferred[Any]:
-        stream = f"{h['scope']}/{h['stream']}"
-        partition = int(h["partition"])
+    def append_events(r: m.AppendEvents, payload: bytes) -> defer.Deferred[m.OffsetReply]:
+        stream = f"{r.scope}/{r.stream}"
+        partition = r.partition
         events = None
-        if h.get("writer_id") is not None:
+        if r.writer_id is not None:
+            if r.first_event is None or r.last_event is None:
+                raise InvalidRequestError("a writer's batch names its first and last event numbers")
             try:
-                events = WriterEvents(str(h["writer_id"]), int(h["first_event"]), int(h["last_event"]))
+                events = WriterEvents(r.writer_id, r.first_event, r.last_event)
             except PartitionError as exc:
                 raise InvalidRequestError(str(exc)) from None
 
@@ -165,19 +163,16 @@ def event_handlers(broker: NativeHost) -> dict[int, Callable[[dict[str, Any], by
                 raise StreamNotFoundError(stream)
             return record_logs(broker, topic)
 
-        return known_record(broker, topic_of(h)).addCallback(logs).addCallback(append).addCallbacks(
-            lambda base: {"offset": base}, refused)
+        return known_record(broker, stream_key(broker, r.scope, r.stream)).addCallback(logs).addCallback(
+            append).addCallbacks(lambda base: m.OffsetReply(offset=base), refused)
 
-    def read_segment_events(h: dict[str, Any], _payload: bytes) -> defer.Deferred[Any]:
-        scope, stream = str(h["scope"]), str(h["stream"])
-        offset, max_bytes, wait_ms = int(h["offset"]), int(h["max_bytes"]), int(h.get("wait_ms", 0))
-        end = h.get("end_offset")
-        if offset < 0 or max_bytes <= 0 or wait_ms < 0:
+    def read_segment_events(r: m.ReadEvents, _payload: bytes) -> defer.Deferred[Answer]:
+        if r.offset < 0 or r.max_bytes <= 0 or r.wait_ms < 0:
             raise InvalidRequestError("offset and wait_ms are not negative, max_bytes is positive")
-        name = topic_of(h)
+        name = stream_key(broker, r.scope, r.stream)
         return known_record(broker, name).addCallback(lambda _: read_events(
-            broker, lambda: broker.topics.record(name), scope, stream, int(h["segment_id"]), offset, max_bytes,
-            wait_ms, None if end is None else int(end)))
+            broker, lambda: broker.topics.record(name), r.scope, r.stream, r.segment_id, r.offset, r.max_bytes,
+            r.wait_ms, r.end_offset))
 
-    return {Command.OPEN_WRITER: open_writer, Command.APPEND_EVENTS: append_events,
-            Command.READ_EVENTS: read_segment_events}
+    return handlers(serve(m.OpenWriter, open_writer), serve(m.AppendEvents, append_events),
+                    serve(m.ReadEvents, read_segment_events))

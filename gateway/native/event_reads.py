@@ -34,6 +34,7 @@ from twisted.internet import defer
 
 from millrace.gateway.native.host import NativeHost
 from millrace.gateway.native.table_commands import Answer
+from millrace.protocol import messages as m
 from millrace.protocol.errors import InvalidRequestError, RetriableError, WrongHostError
 from millrace.protocol.names import segment_name
 from millrace.store.contracts import ReadResult
@@ -131,8 +132,8 @@ def read_events(broker: NativeHost, record: Callable[[], TopicInfo | None], scop
     deadline = time.monotonic() + wait_ms / 1000
 
     def answer(scan: _Scan, end_of_segment: bool) -> Answer:
-        header = {"offset": offset, "next_offset": scan.next_offset, "end_of_segment": end_of_segment,
-                  "batches": scan.batches}
+        header = m.ReadEventsReply(offset=offset, next_offset=scan.next_offset, end_of_segment=end_of_segment,
+                                   batches=tuple((b[0], b[1], b[2]) for b in scan.batches))
         return Answer(header, b"".join(scan.views) if len(scan.views) != 1 else bytes(scan.views[0]))
 
     if end_offset is not None and offset >= end_offset:

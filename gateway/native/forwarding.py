@@ -15,6 +15,7 @@ come back to the reactor through ``to_deferred``.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,16 +23,15 @@ from typing import Any
 from twisted.internet import defer, reactor, task
 from twisted.python.failure import Failure
 
+from millrace.gateway.native.dispatch import Handler
 from millrace.gateway.native.host import NativeHost
 from millrace.gateway.native.table_commands import Answer
 from millrace.protocol.errors import ConnectionLostError, RetriableError
-from millrace.protocol.wire import Command
+from millrace.protocol.messages import Header, Request
 from millrace.store.cluster.connection import NodeConnection, NotSentError
 from millrace.store.futures import StoreFuture
 from millrace.streams.futures import to_deferred
 
-Handler = Callable[[dict[str, Any], bytes], Any]
-FORWARDED = "forwarded"  # header flag of a request one node sent on to another
 HERE = "here"  # where a request is served: this node
 DEFAULT_RETRY_BOUND = 30.0
 _FIRST_BACKOFF, _MAX_BACKOFF = 0.05, 1.0
@@ -47,14 +47,14 @@ class NodeLinks:
         self._links: dict[str, NodeConnection] = {}
         self._waiting: dict[str, list[defer.Deferred[NodeConnection]]] = {}  # address -> callers, in order
 
-    def request(self, address: str, command: Command, header: dict[str, Any],
-                payload: bytes = b"") -> defer.Deferred[tuple[dict[str, Any], bytes]]:
+    def request(self, address: str, request: Request,
+                payload: bytes = b"") -> defer.Deferred[tuple[Header, bytes]]:
         """The node's answer: (header, payload)."""
         link = self._links.get(address)
         if link is not None and not link.closed and address not in self._waiting:
-            return self._send(link, command, header, payload)
+            return self._send(link, request, payload)
         waiter: defer.Deferred[NodeConnection] = defer.Deferred()
-        answer = waiter.addCallback(self._send, command, header, payload)
+        answer = waiter.addCallback(self._send, request, payload)
         connecting = address in self._waiting
         self._waiting.setdefault(address, []).append(waiter)
         if not connecting:
@@ -63,10 +63,10 @@ class NodeLinks:
             self.broker.blocking(self._connect, address).addBoth(self._connected, address)
         return answer
 
-    def _send(self, link: NodeConnection, command: Command, header: dict[str, Any],
-              payload: bytes) -> defer.Deferred[tuple[dict[str, Any], bytes]]:
+    def _send(self, link: NodeConnection, request: Request,
+              payload: bytes) -> defer.Deferred[tuple[Header, bytes]]:
         try:
-            sent = link.request(command, header, payload)
+            sent = link.request(request, payload)
         except NotSentError:  # the connection closed (its node died): the next request connects again
             if self._links.get(link.address) is link:
                 del self._links[link.address]
@@ -97,7 +97,7 @@ class NodeLinks:
         self._links = {}
 
 
-def forwarding(handler: Handler, command: Command, place: Callable[[], str | None], links: NodeLinks,
+def forwarding(handler: Handler, place: Callable[[], str | None], links: NodeLinks,
                what: str, retry_bound: float = DEFAULT_RETRY_BOUND) -> Handler:
     """``handler`` where ``place()`` says HERE; sent on to the native listener it names otherwise. While
     it names none, or that node did not get the request or answers retriably (it does not serve it
@@ -105,21 +105,21 @@ def forwarding(handler: Handler, command: Command, place: Callable[[], str | Non
     ``retry_bound`` seconds (an election or a container move takes up to a session timeout), so clients
     see the move as a slower answer, as the segment router does. ``what``: whom the request is for."""
 
-    def handle(h: dict[str, Any], payload: bytes) -> Any:
-        if h.get(FORWARDED):
+    def handle(request: Request, payload: bytes) -> object:
+        if request.forwarded:
             if place() != HERE:
                 raise RetriableError(f"this node does not serve {what} (a forward crossed a move); retry")
-            return handler(h, payload)
-        return attempt(h, payload, time.monotonic() + retry_bound, _FIRST_BACKOFF)
+            return handler(request, payload)
+        return attempt(request, payload, time.monotonic() + retry_bound, _FIRST_BACKOFF)
 
-    def attempt(h: dict[str, Any], payload: bytes, deadline: float, backoff: float) -> defer.Deferred[Any]:
+    def attempt(request: Request, payload: bytes, deadline: float, backoff: float) -> defer.Deferred[Any]:
         where = place()
         if where == HERE:
-            return _deferred(handler, h, payload)
+            return _deferred(handler, request, payload)
         if where is None:
             tried: defer.Deferred[Any] = defer.fail(RetriableError(f"{what} is not known here yet"))
         else:
-            tried = links.request(where, command, {**h, FORWARDED: True}, payload).addCallback(
+            tried = links.request(where, dataclasses.replace(request, forwarded=True), payload).addCallback(
                 lambda answer: Answer(*answer) if answer[1] else answer[0])
 
         def again(failure: Failure) -> Any:
@@ -130,7 +130,7 @@ def forwarding(handler: Handler, command: Command, place: Callable[[], str | Non
             if time.monotonic() + backoff > deadline:
                 return Failure(RetriableError(f"{what} unreachable for {retry_bound:g} s: "
                                               f"{failure.getErrorMessage()}"))
-            return task.deferLater(reactor, backoff, attempt, h, payload, deadline,
+            return task.deferLater(reactor, backoff, attempt, request, payload, deadline,
                                    min(_MAX_BACKOFF, backoff * 2))
 
         return tried.addErrback(again)
@@ -138,10 +138,10 @@ def forwarding(handler: Handler, command: Command, place: Callable[[], str | Non
     return handle
 
 
-def _deferred(handler: Handler, h: dict[str, Any], payload: bytes) -> defer.Deferred[Any]:
+def _deferred(handler: Handler, request: Request, payload: bytes) -> defer.Deferred[Any]:
     """A handler's outcome (a value, a Deferred or a store future) as a Deferred."""
     try:
-        outcome = handler(h, payload)
+        outcome = handler(request, payload)
     except Exception:  # noqa: BLE001 - the caller's errback answers it
         return defer.fail()
     if isinstance(outcome, defer.Deferred):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -16,21 +15,24 @@ from twisted.python.failure import Failure
 
 from millrace.gateway.framing import DEFAULT_CONNECTION_BUDGET_BYTES, BudgetedReceiver
 from millrace.gateway.native.controller_commands import PartitionsOf, controller_handlers
+from millrace.gateway.native.dispatch import Handlers, handlers, serve
 from millrace.gateway.native.event_commands import event_handlers
 from millrace.gateway.native.host import NativeHost
 from millrace.gateway.native.table_commands import Answer, table_handlers
 from millrace.gateway.native.txn_commands import txn_handlers
-from millrace.protocol.contracts import AttributeUpdate, ReadResult, SegmentInfo
-from millrace.protocol.errors import error_details, status_of
+from millrace.protocol import messages as m
+from millrace.protocol.contracts import ReadResult
+from millrace.protocol.errors import UnknownCommandError, error_details, status_of
+from millrace.protocol.messages import decode_request
 from millrace.protocol.wire import (
     MAX_FRAME_BYTES,
     PROTOCOL_VERSION,
-    Command,
     Status,
     WireError,
     decode_body,
     encode_frame,
 )
+from millrace.store.containers.rates import SegmentRates
 from millrace.store.contracts import SegmentService
 from millrace.store.controller import Controller
 from millrace.store.controller.kvtables import KeyValueTables
@@ -41,43 +43,55 @@ from millrace.streams.scaling import StreamScaling
 log = logging.getLogger(__name__)
 
 
-def _attribute_updates(raw: list[dict[str, Any]]) -> list[AttributeUpdate]:
-    return [AttributeUpdate.from_wire(u) for u in raw]
+def _rates_reply(rates: SegmentRates) -> m.SegmentRatesReply:
+    return m.SegmentRatesReply(windows=rates.windows, events_per_s=rates.events_per_s,
+                               bytes_per_s=rates.bytes_per_s, age_s=rates.age_s)
+
+
+def _header_of(value: object) -> m.Header | None:
+    """The reply header of a handler's answer: a reply message, a header relayed as is (a forwarded
+    request's answer, a stream's description), or nothing."""
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        return value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return m.to_header(value)
+    raise TypeError(f"a handler answered {type(value).__name__}, which is no reply")
 
 
 class NativeProtocol(BudgetedReceiver):
     MAX_LENGTH = MAX_FRAME_BYTES
 
-    def __init__(self, store: SegmentService, controller_commands: dict[int, Callable],
+    def __init__(self, store: SegmentService, controller_commands: Handlers,
                  budget_bytes: int = DEFAULT_CONNECTION_BUDGET_BYTES) -> None:
         super().__init__(budget_bytes, "native-connection")
         self.store = store
-        self._handlers: dict[int, Callable[[dict[str, Any], bytes], StoreFuture | Any]] = {
+        self._handlers: Handlers = {
             # One server serves every segment; a cluster node's controller_commands answer with the owner.
-            Command.GET_SEGMENT_OWNER: lambda h, p: {"container": store.container_id_of(h["segment"]),
-                                                     "node": None, "native": None},
-            # A cluster node's HELLO also names every node (``cluster_server``).
-            Command.HELLO: lambda h, p: {"version": PROTOCOL_VERSION},
+            **handlers(
+                serve(m.GetSegmentOwner, lambda r, p: m.SegmentOwnerReply(
+                    container=store.container_id_of(r.segment))),
+                # A cluster node's HELLO also names every node (``cluster_server``).
+                serve(m.Hello, lambda r, p: m.HelloReply(version=PROTOCOL_VERSION)),
+            ),
             **controller_commands,
-            Command.CREATE_SEGMENT: lambda h, p: store.create_segment(h["segment"], h.get("attributes")),
-            Command.APPEND: lambda h, p: store.append(
-                h["segment"], p, h.get("expected_offset"), _attribute_updates(h.get("attributes", [])),
-                int(h.get("events", 1)),  # a cluster node forwarding a Kafka batch keeps its rate count
+            **handlers(
+                serve(m.CreateSegment, lambda r, p: store.create_segment(r.segment, r.attributes)),
+                serve(m.AppendToSegment, lambda r, p: store.append(
+                    r.segment, p, r.expected_offset, list(r.attributes), r.events)),
+                serve(m.ReadSegment, lambda r, p: store.read(r.segment, r.offset, r.max_length, r.wait_ms / 1000)),
+                # Queries in their never-blocking forms: a cluster node's router asks another node.
+                serve(m.GetSegmentInfo, lambda r, p: store.get_info_future(r.segment)),
+                serve(m.SealSegment, lambda r, p: store.seal(r.segment)),
+                serve(m.TruncateSegment, lambda r, p: store.truncate(r.segment, r.offset)),
+                serve(m.DeleteSegment, lambda r, p: store.delete(r.segment)),
+                serve(m.MergeIntoSegment, lambda r, p: store.merge(r.target, r.source)),
+                serve(m.UpdateSegmentAttributes, lambda r, p: store.update_attributes(r.segment, list(r.attributes))),
+                serve(m.ListSegments, lambda r, p: mapped(store.list_segments_future(),
+                                                          lambda names: m.SegmentsReply(segments=tuple(names)))),
+                serve(m.GetSegmentRates, lambda r, p: mapped(store.segment_rates_future(r.segment), _rates_reply)),
             ),
-            Command.READ: lambda h, p: store.read(
-                h["segment"], int(h["offset"]), int(h["max_length"]), float(h.get("wait_ms", 0)) / 1000
-            ),
-            # Queries in their never-blocking forms: a cluster node's router asks another node.
-            Command.GET_INFO: lambda h, p: store.get_info_future(h["segment"]),
-            Command.SEAL: lambda h, p: store.seal(h["segment"]),
-            Command.TRUNCATE: lambda h, p: store.truncate(h["segment"], int(h["offset"])),
-            Command.DELETE: lambda h, p: store.delete(h["segment"]),
-            Command.MERGE: lambda h, p: store.merge(h["target"], h["source"]),
-            Command.UPDATE_ATTRIBUTES: lambda h, p: store.update_attributes(
-                h["segment"], _attribute_updates(h["attributes"])
-            ),
-            Command.LIST_SEGMENTS: lambda h, p: mapped(store.list_segments_future(), lambda names: {"segments": names}),
-            Command.SEGMENT_RATES: lambda h, p: mapped(store.segment_rates_future(h["segment"]), dataclasses.asdict),
         }
 
     def connectionMade(self) -> None:  # noqa: N802 - Twisted's name
@@ -92,14 +106,14 @@ class NativeProtocol(BudgetedReceiver):
             log.info("closing native connection from %s: %s", self.tcp.getPeer(), exc)
             self.tcp.loseConnection()
             return
-        handler = self._handlers.get(code)
-        if handler is None:
-            self._reply_error(request_id, size, Status.UNKNOWN_COMMAND, f"unknown command {code}")
-            return
         try:
+            request = decode_request(code, header)
+            handler = self._handlers.get(request.command)
+            if handler is None:
+                raise UnknownCommandError(f"command {request.command.name} is not served here")
             # The payload's one copy (the frame is a view of what the socket read); the container
             # keeps this very object.
-            outcome = handler(header, bytes(payload))
+            outcome = handler(request, bytes(payload))
         except Exception as exc:  # noqa: BLE001 - every failure becomes an error status
             self._reply_exception(request_id, size, exc)
             return
@@ -134,19 +148,16 @@ class NativeProtocol(BudgetedReceiver):
         self.tcp.write(frame)
         self.answered(size)
 
-    def _reply_value(self, request_id: int, size: int, value: Any) -> None:
+    def _reply_value(self, request_id: int, size: int, value: object) -> None:
         if isinstance(value, ReadResult):
-            frame = encode_frame(
-                Status.OK, request_id, {"offset": value.offset, "end_of_segment": value.end_of_segment}, value.data
-            )
+            reply = m.ReadReply(offset=value.offset, end_of_segment=value.end_of_segment)
+            frame = encode_frame(Status.OK, request_id, m.to_header(reply), value.data)
         elif isinstance(value, Answer):
-            frame = encode_frame(Status.OK, request_id, value.header, value.payload)
-        elif isinstance(value, SegmentInfo):
-            frame = encode_frame(Status.OK, request_id, value.to_wire())
-        elif isinstance(value, dict):
-            frame = encode_frame(Status.OK, request_id, value)
+            frame = encode_frame(Status.OK, request_id, _header_of(value.header), value.payload)
+        elif isinstance(value, int) and not isinstance(value, bool):  # an append's offset, a seal's length
+            frame = encode_frame(Status.OK, request_id, m.to_header(m.ValueReply(value=value)))
         else:
-            frame = encode_frame(Status.OK, request_id, {"value": value} if value is not None else None)
+            frame = encode_frame(Status.OK, request_id, _header_of(value))
         self._reply(frame, size)
 
     def _reply_exception(self, request_id: int, size: int, exc: BaseException) -> None:
@@ -169,7 +180,7 @@ class NativeFactory(protocol.ServerFactory):
         listener serves no event writers); ``transactions``: serve its native transactions here (a
         cluster node installs the cluster's own handlers instead: ``txn_cluster``)."""
         self.store = store
-        self.controller_commands = {
+        self.controller_commands: Handlers = {
             **controller_handlers(controller, pool, scaler, partitions_of,
                                   broker.topics.delete_stream if broker is not None else None),
             **table_handlers(KeyValueTables(controller), controller.tables, pool),

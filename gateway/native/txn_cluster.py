@@ -30,17 +30,16 @@ from typing import Any
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
+from millrace.gateway.native.dispatch import Handlers, handlers, serve
 from millrace.gateway.native.event_commands import stream_key
 from millrace.gateway.native.forwarding import HERE, NodeLinks, forwarding
 from millrace.gateway.native.host import NativeCluster, NativeHost
-from millrace.gateway.native.txn_commands import (
-    WRITER_PREFIX,
-    Handler,
-    NativeTransactions,
-    local_batch_appender,
-)
+from millrace.gateway.native.txn_commands import NativeTransactions
+from millrace.gateway.native.txn_merge import local_batch_appender
+from millrace.gateway.native.txn_state import WRITER_PREFIX
+from millrace.protocol import messages as m
 from millrace.protocol.errors import InvalidRequestError
-from millrace.protocol.wire import Command
+from millrace.protocol.messages import decode_reply
 from millrace.store.cluster.layout import native_endpoint
 from millrace.store.controller.transactions import NATIVE_TXNS_TABLE, TxnRecord
 from millrace.streams.errors import Reason
@@ -85,15 +84,15 @@ class NativeTxnCoordination:
 
 
 def cluster_txn_handlers(broker: NativeHost, cluster: NativeCluster,
-                         links: NodeLinks) -> tuple[dict[int, Handler], Callable[[], bool]]:
+                         links: NodeLinks) -> tuple[Handlers, Callable[[], bool]]:
     """The transaction commands of a cluster node, and the check to run periodically (it starts and
     stops serving as the table's container comes and goes)."""
     transactions = NativeTransactions(broker, load=False)
     transactions.stop()  # nothing until a term of the table's container begins here
-    transactions.append_batch = leader_batch_appender(broker, cluster, links)
+    transactions.merge.append_batch = leader_batch_appender(broker, cluster, links)
 
     def forget_elsewhere(record: TxnRecord, writer_id: str) -> None:
-        header = {"scope": record.scope, "stream": record.stream, "writer_id": writer_id}
+        request = m.ForgetTxnWriter(scope=record.scope, stream=record.stream, writer_id=writer_id)
 
         def missed(failure: Failure, node: str) -> None:
             # It keeps one attribute per partition of the stream it leads; a later load reads it back.
@@ -102,15 +101,13 @@ def cluster_txn_handlers(broker: NativeHost, cluster: NativeCluster,
         for info in cluster.other_nodes():
             address = native_endpoint(info)
             if address is not None:
-                links.request(address, Command.FORGET_TXN_WRITER, header).addErrback(missed, info.node_id)
+                links.request(address, request).addErrback(missed, info.node_id)
 
-    def forget(h: dict[str, Any], _payload: bytes) -> dict[str, Any]:
+    def forget(r: m.ForgetTxnWriter, _payload: bytes) -> None:
         """Another node's committed transaction: drop its merge writer's numbers from partitions led here."""
-        writer_id = str(h["writer_id"])
-        if not writer_id.startswith(WRITER_PREFIX):
-            raise InvalidRequestError(f"{writer_id!r} is not a transaction's merge writer")
-        broker.partitions.forget_writer(stream_key(broker, h), writer_id)
-        return {}
+        if not r.writer_id.startswith(WRITER_PREFIX):
+            raise InvalidRequestError(f"{r.writer_id!r} is not a transaction's merge writer")
+        broker.partitions.forget_writer(stream_key(broker, r.scope, r.stream), r.writer_id)
 
     transactions.forget_elsewhere = forget_elsewhere
     coordination = NativeTxnCoordination(cluster, transactions)
@@ -122,12 +119,9 @@ def cluster_txn_handlers(broker: NativeHost, cluster: NativeCluster,
             return None  # ours, loading: the client retries
         return cluster.segment_owner(NATIVE_TXNS_TABLE)["native"]
 
-    handlers = {Command.BEGIN_TXN: transactions.begin, Command.APPEND_TXN_EVENTS: transactions.append,
-                Command.END_TXN: transactions.end, Command.TXN_STATUS: transactions.status,
-                Command.PING_TXN: transactions.ping}
-    routed: dict[int, Handler] = {command: forwarding(handler, command, place, links, "the native transactions' node")
-                                  for command, handler in handlers.items()}
-    routed[Command.FORGET_TXN_WRITER] = forget
+    routed: Handlers = {command: forwarding(handler, place, links, "the native transactions' node")
+                        for command, handler in transactions.handlers().items()}
+    routed.update(handlers(serve(m.ForgetTxnWriter, forget)))
     return routed, coordination.check
 
 
@@ -148,8 +142,9 @@ def leader_batch_appender(broker: NativeHost, cluster: NativeCluster,
         if owner is None or owner["node"] == cluster.node_id:
             return local(topic, partition, batch, events)
         scope, stream = broker.topics.stream_of(topic.name)
-        header = {"scope": scope, "stream": stream, "partition": partition.partition, "writer_id": events.writer_id,
-                  "first_event": events.first_event, "last_event": events.last_event}
+        request = m.AppendEvents(scope=scope, stream=stream, partition=partition.partition,
+                                 writer_id=events.writer_id, first_event=events.first_event,
+                                 last_event=events.last_event)
         key = (topic.name, partition.partition)
         previous = tails.get(key)
         settled: defer.Deferred[bool] = defer.Deferred()
@@ -160,8 +155,8 @@ def leader_batch_appender(broker: NativeHost, cluster: NativeCluster,
             if not landed_before or address is None:
                 raise PartitionError(Reason.NOT_OWNER,
                                      f"{topic.name}-{partition.partition}: no leader, or a batch before failed")
-            return links.request(address, Command.APPEND_EVENTS, header, batch).addCallback(
-                lambda answer: int(answer[0]["offset"]))
+            return links.request(address, request, batch).addCallback(
+                lambda answer: decode_reply(m.OffsetReply, answer[0]).offset)
 
         def settle(outcome: Any) -> Any:
             if tails.get(key) is settled:

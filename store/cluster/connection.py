@@ -20,16 +20,16 @@ import logging
 import socket
 import struct
 import threading
-from typing import Any
 
 from millrace.protocol.errors import ConnectionLostError, error_from_status
-from millrace.protocol.wire import MAX_FRAME_BYTES, Command, Status, WireError, decode_body, encode_frame
+from millrace.protocol.messages import Header, Request, encode_request
+from millrace.protocol.wire import MAX_FRAME_BYTES, Status, WireError, decode_body
 from millrace.store.futures import StoreFuture
 
 log = logging.getLogger(__name__)
 
 _LEN = struct.Struct(">I")
-Answer = tuple[dict[str, Any], bytes]
+Answer = tuple[Header, bytes]
 
 
 class NotSentError(ConnectionError):
@@ -59,8 +59,7 @@ class NodeConnection:
     def closed(self) -> bool:
         return self._closed
 
-    def request(self, command: Command, header: dict[str, Any] | None = None,
-                payload: bytes = b"") -> StoreFuture[Answer]:
+    def request(self, request: Request, payload: bytes = b"") -> StoreFuture[Answer]:
         """Send one request; the future gives the answer's (header, payload). NotSentError if the
         connection is closed or the send failed (the peer never received the whole frame)."""
         fut: StoreFuture[Answer] = StoreFuture()
@@ -71,7 +70,7 @@ class NodeConnection:
                 request_id = next(self._ids)
                 self._pending[request_id] = fut
             try:
-                self._sock.sendall(encode_frame(command, request_id, header, payload))
+                self._sock.sendall(encode_request(request_id, request, payload))
             except OSError as exc:
                 # sendall failing means the frame did not all go out: the peer cannot have parsed it.
                 with self._pending_lock:

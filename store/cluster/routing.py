@@ -41,9 +41,10 @@ from typing import Any, TypeVar
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 
+from millrace.protocol import messages as m
 from millrace.protocol.contracts import AttributeUpdate, ReadResult, SegmentInfo
 from millrace.protocol.errors import ConnectionLostError, ContainerOfflineError, SegmentNotFoundError
-from millrace.protocol.wire import Command
+from millrace.protocol.messages import decode_reply
 from millrace.store.budget import current_admission
 from millrace.store.cluster.connection import Answer, NodeConnection, NotSentError
 from millrace.store.cluster.containers import SegmentContainerHost
@@ -472,22 +473,22 @@ class ClusterSegmentStore:
 
     # -- the SegmentService operations --------------------------------------------------------------
     def create_segment(self, name: str, attributes: dict[str, int] | None = None) -> StoreFuture[None]:
-        header = {"segment": name, "attributes": attributes or {}}
+        request = m.CreateSegment(segment=name, attributes=attributes or {})
         return self._route(name, lambda s: s.create_segment(name, attributes),
-                           lambda c: mapped(c.request(Command.CREATE_SEGMENT, header), _nothing), False)
+                           lambda c: mapped(c.request(request), _nothing), False)
 
     def append(self, name: str, data: bytes, expected_offset: int | None = None,
                attributes: Sequence[AttributeUpdate] = (), events: int = 1) -> StoreFuture[int]:
-        header = {"segment": name, "expected_offset": expected_offset,
-                  "attributes": [a.to_wire() for a in attributes], "events": events}
+        request = m.AppendToSegment(segment=name, expected_offset=expected_offset, attributes=tuple(attributes),
+                                    events=events)
         return self._route(
             name, lambda s: s.append(name, data, expected_offset, attributes, events),
-            lambda c: _charged(mapped(c.request(Command.APPEND, header, data), _value_int), len(data)), False)
+            lambda c: _charged(mapped(c.request(request, data), _value_int), len(data)), False)
 
     def read(self, name: str, offset: int, max_length: int, wait_timeout: float = 0.0) -> StoreFuture[ReadResult]:
-        header = {"segment": name, "offset": offset, "max_length": max_length, "wait_ms": wait_timeout * 1000}
+        request = m.ReadSegment(segment=name, offset=offset, max_length=max_length, wait_ms=wait_timeout * 1000)
         return self._route(name, lambda s: s.read(name, offset, max_length, wait_timeout),
-                           lambda c: mapped(c.request(Command.READ, header), _read_result), True)
+                           lambda c: mapped(c.request(request), _read_result), True)
 
     def get_info(self, name: str) -> SegmentInfo:
         """Blocks (up to the retry bound plus the owner's answer): call it off the reactor."""
@@ -496,7 +497,7 @@ class ClusterSegmentStore:
     def get_info_future(self, name: str) -> StoreFuture[SegmentInfo]:
         """``get_info`` without waiting (what a listener on the reactor calls)."""
         return self._route(name, lambda s: s.get_info_future(name),
-                           lambda c: mapped(c.request(Command.GET_INFO, {"segment": name}), _segment_info),
+                           lambda c: mapped(c.request(m.GetSegmentInfo(segment=name)), _segment_info),
                            True)
 
     def exists(self, name: str) -> bool:
@@ -513,7 +514,7 @@ class ClusterSegmentStore:
     def segment_rates_future(self, name: str) -> StoreFuture[SegmentRates]:
         """``segment_rates`` without waiting (what a listener on the reactor calls)."""
         return self._route(name, lambda s: s.segment_rates_future(name),
-                           lambda c: mapped(c.request(Command.SEGMENT_RATES, {"segment": name}), _segment_rates),
+                           lambda c: mapped(c.request(m.GetSegmentRates(segment=name)), _segment_rates),
                            True)
 
     @property
@@ -526,26 +527,26 @@ class ClusterSegmentStore:
 
     def seal(self, name: str) -> StoreFuture[int]:
         return self._route(name, lambda s: s.seal(name),
-                           lambda c: mapped(c.request(Command.SEAL, {"segment": name}), _value_int), False)
+                           lambda c: mapped(c.request(m.SealSegment(segment=name)), _value_int), False)
 
     def merge(self, target: str, source: str) -> StoreFuture[int]:
-        header = {"target": target, "source": source}
+        request = m.MergeIntoSegment(target=target, source=source)
         return self._route(target, lambda s: s.merge(target, source),
-                           lambda c: mapped(c.request(Command.MERGE, header), _value_int), False)
+                           lambda c: mapped(c.request(request), _value_int), False)
 
     def truncate(self, name: str, offset: int) -> StoreFuture[None]:
-        header = {"segment": name, "offset": offset}
+        request = m.TruncateSegment(segment=name, offset=offset)
         return self._route(name, lambda s: s.truncate(name, offset),
-                           lambda c: mapped(c.request(Command.TRUNCATE, header), _nothing), False)
+                           lambda c: mapped(c.request(request), _nothing), False)
 
     def delete(self, name: str) -> StoreFuture[None]:
         return self._route(name, lambda s: s.delete(name),
-                           lambda c: mapped(c.request(Command.DELETE, {"segment": name}), _nothing), False)
+                           lambda c: mapped(c.request(m.DeleteSegment(segment=name)), _nothing), False)
 
     def update_attributes(self, name: str, updates: Sequence[AttributeUpdate]) -> StoreFuture[None]:
-        header = {"segment": name, "attributes": [u.to_wire() for u in updates]}
+        request = m.UpdateSegmentAttributes(segment=name, attributes=tuple(updates))
         return self._route(name, lambda s: s.update_attributes(name, updates),
-                           lambda c: mapped(c.request(Command.UPDATE_ATTRIBUTES, header), _nothing), False)
+                           lambda c: mapped(c.request(request), _nothing), False)
 
     def list_segments(self) -> list[str]:
         """Every segment in the cluster: each container's owner asked once (a container with no live
@@ -557,7 +558,7 @@ class ClusterSegmentStore:
         asked: dict[str, StoreFuture[list[str]]] = {}
         for container_id in range(self.container_count):
             call = _Call(self, container_id, lambda s: s.list_segments_future(),
-                         lambda c: mapped(c.request(Command.LIST_SEGMENTS), _segment_names), True)
+                         lambda c: mapped(c.request(m.ListSegments()), _segment_names), True)
             owner = self.owner_of(container_id)
             key = owner.node_id if owner is not None else f"unowned-{container_id}"
             if key not in asked:
@@ -571,23 +572,23 @@ def _nothing(_: Answer) -> None:
 
 
 def _value_int(answer: Answer) -> int:
-    return int(answer[0]["value"])
+    return decode_reply(m.ValueReply, answer[0]).value
 
 
 def _read_result(answer: Answer) -> ReadResult:
     header, payload = answer
-    return ReadResult(int(header["offset"]), payload, bool(header.get("end_of_segment", False)))
+    reply = decode_reply(m.ReadReply, header)
+    return ReadResult(reply.offset, payload, reply.end_of_segment)
 
 
 def _segment_info(answer: Answer) -> SegmentInfo:
-    return SegmentInfo.from_wire(answer[0])
+    return decode_reply(SegmentInfo, answer[0])
 
 
 def _segment_rates(answer: Answer) -> SegmentRates:
-    raw = answer[0]
-    return SegmentRates(tuple(float(w) for w in raw["windows"]), tuple(float(e) for e in raw["events_per_s"]),
-                        tuple(float(b) for b in raw["bytes_per_s"]), float(raw["age_s"]))
+    reply = decode_reply(m.SegmentRatesReply, answer[0])
+    return SegmentRates(reply.windows, reply.events_per_s, reply.bytes_per_s, reply.age_s)
 
 
 def _segment_names(answer: Answer) -> list[str]:
-    return [str(n) for n in answer[0]["segments"]]
+    return list(decode_reply(m.SegmentsReply, answer[0]).segments)

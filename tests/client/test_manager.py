@@ -23,7 +23,7 @@ from millrace import (
     StreamSealedError,
 )
 from millrace.client.segments import SegmentClient
-from millrace.protocol.errors import InvalidRequestError, SegmentNotFoundError
+from millrace.protocol.errors import InvalidRequestError, SegmentNotFoundError, UnknownCommandError
 from millrace.protocol.wire import Command
 from tests.server_process import ServerProcess
 
@@ -121,24 +121,28 @@ def test_stream_cuts_through_scaling_and_truncation(uri: str, server: ServerProc
 def test_malformed_requests_get_an_error_status_and_the_server_lives(uri: str, server: ServerProcess) -> None:
     with SegmentClient("127.0.0.1", server.native_port) as raw:
         with pytest.raises(InvalidRequestError):
-            raw.call(Command.CREATE_STREAM, {"stream": "no-scope"})
+            raw.call_raw(Command.CREATE_STREAM, {"stream": "no-scope"})
         with pytest.raises(InvalidRequestError):
-            raw.call(Command.CREATE_STREAM, {"scope": "x", "stream": "y", "initial_segments": "many"})
+            raw.call_raw(Command.CREATE_STREAM, {"scope": "x", "stream": "y", "initial_segments": "many"})
         with pytest.raises(InvalidRequestError):
-            raw.call(Command.READ, {"segment": "x/y/0.#epoch.0", "offset": "zero"})
+            raw.call_raw(Command.READ, {"segment": "x/y/0.#epoch.0", "offset": "zero"})
+        with pytest.raises(InvalidRequestError, match="unknown field"):  # a misspelt field is no default
+            raw.call_raw(Command.CREATE_SCOPE, {"scope": "x", "scpoe": "y"})
+        with pytest.raises(UnknownCommandError):
+            raw.call_raw(99, {})
         # Key-value and event commands refuse what does not add up, without harm.
         raw.create_scope("malformed")
-        raw.call(Command.CREATE_KV_TABLE, {"scope": "malformed", "table": "t"})
+        raw.call_raw(Command.CREATE_KV_TABLE, {"scope": "malformed", "table": "t"})
         with pytest.raises(InvalidRequestError):
-            raw.call(Command.KV_PUT, {"scope": "malformed", "table": "t", "partition": 0, "keys": [3],
+            raw.call_raw(Command.KV_PUT, {"scope": "malformed", "table": "t", "partition": 0, "keys": [3],
                                       "values": [5], "expected": [None]}, b"abc")  # 3 bytes short
         with pytest.raises(InvalidRequestError):
-            raw.call(Command.KV_GET, {"scope": "malformed", "table": "t", "partition": 7, "keys": []})
+            raw.call_raw(Command.KV_GET, {"scope": "malformed", "table": "t", "partition": 7, "keys": []})
         with pytest.raises(StreamNotFoundError):
-            raw.call(Command.OPEN_WRITER, {"scope": "kafka", "stream": "no-such-topic", "writer_id": "w"})
-        raw.call(Command.CREATE_STREAM, {"scope": "kafka", "stream": "not-a-topic"})
+            raw.call_raw(Command.OPEN_WRITER, {"scope": "kafka", "stream": "no-such-topic", "writer_id": "w"})
+        raw.call_raw(Command.CREATE_STREAM, {"scope": "kafka", "stream": "not-a-topic"})
         with pytest.raises(StreamNotFoundError):  # a stream in the Kafka scope, but no topic record
-            raw.call(Command.APPEND_EVENTS, {"scope": "kafka", "stream": "not-a-topic", "partition": 0}, b"x")
+            raw.call_raw(Command.APPEND_EVENTS, {"scope": "kafka", "stream": "not-a-topic", "partition": 0}, b"x")
         assert raw.list_scopes()  # the same connection still works
     with StreamManager(uri) as sm:
         assert "kafka" in sm.list_scopes()

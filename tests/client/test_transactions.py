@@ -35,6 +35,7 @@ from millrace.client.segment_reader import SegmentEvent, read_segment_events
 from millrace.client.segments import SegmentClient
 from millrace.protocol.errors import InvalidRequestError, StreamNotFoundError
 from millrace.protocol.events import encode_batch
+from millrace.protocol.messages import EndTxn, ListSegments, SegmentsReply
 from millrace.protocol.wire import Command
 from tests.server_process import ServerProcess, create_topic
 
@@ -233,7 +234,7 @@ def test_commit_abort_and_timeout_under_a_concurrent_scale(server: ServerProcess
 
 def transaction_segments(sm: StreamManager, txn: Transaction[Any]) -> list[str]:
     """The store's segments of ``txn`` (``<parent>#transaction.<uuid hex>``)."""
-    segments = sm.controller.call(Command.LIST_SEGMENTS, {})[0]["segments"]
+    segments = sm.controller.ask(ListSegments(), SegmentsReply).segments
     return [s for s in segments if s.endswith(f"#transaction.{txn.txn_id.hex}")]
 
 
@@ -296,7 +297,11 @@ def merge_writer_attributes(sm: StreamManager, scope: str, stream: str) -> list[
 def test_malformed_transaction_requests_get_error_statuses(server: ServerProcess, uri: str) -> None:
     create_topic(server, "txn-garbage", 1)
     with StreamManager(uri) as sm:
-        call = sm.controller.call
+        conn = sm.controller.pool.get(sm.controller.endpoint)
+
+        def call(command: Command, header: dict[str, object], payload: bytes = b"") -> object:
+            return conn.send_frame(command, header, payload).result(30)
+
         base = {"scope": "kafka", "stream": "txn-garbage"}
         with pytest.raises(InvalidRequestError):
             call(Command.BEGIN_TXN, {**base, "txn_id": "not-a-uuid", "lease_ms": 1000})
@@ -318,7 +323,7 @@ def test_malformed_transaction_requests_get_error_statuses(server: ServerProcess
         with pytest.raises(StreamNotFoundError):
             call(Command.APPEND_TXN_EVENTS, {**ids, "partition": 1}, encode_batch([(None, b"x")], 0))
         with pytest.raises(TxnNotFoundError):
-            call(Command.END_TXN, {**ids, "txn_id": str(uuid.uuid4()), "commit": True})
+            call(Command.END_TXN, {**base, "txn_id": str(uuid.uuid4()), "commit": True})
         with pytest.raises(TxnNotFoundError):
             txw.get_txn(uuid.uuid4())
         assert txw.txn_status(uuid.uuid4()) == TxnStatus.UNKNOWN
@@ -400,7 +405,8 @@ def test_transactions_across_a_server_sigkill(own_server: tuple[str, tuple[str, 
         while len(streamed) < 1000:
             time.sleep(0.01)
         # The commit request is on the wire when the server dies: it may or may not have been prepared.
-        sm.controller.pool.request(sm.controller.endpoint, Command.END_TXN, {**committing._ids(), "commit": True})
+        sm.controller.pool.request(sm.controller.endpoint, EndTxn(scope=committing.scope, stream=committing.stream,
+                                                                  txn_id=committing.txn_id, commit=True))
         server.kill()
         server = ServerProcess(data, *args).start()
         restarted.set()
@@ -471,7 +477,8 @@ def test_a_server_sigkill_in_the_middle_of_a_commit_lands_every_event_once(
         probe = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "probe"})
         first = TopicPartition("txn-mid-commit", 0)
         assert probe.get_watermark_offsets(first, 5, False) == (0, 0)  # connected before the clock matters
-        sm.controller.pool.request(sm.controller.endpoint, Command.END_TXN, {**txn._ids(), "commit": True})
+        sm.controller.pool.request(sm.controller.endpoint, EndTxn(scope=txn.scope, stream=txn.stream,
+                                                                  txn_id=txn.txn_id, commit=True))
         deadline = time.monotonic() + 60
         while probe.get_watermark_offsets(first, 5, False)[1] == 0:  # a commit appends a window at a time
             assert time.monotonic() < deadline, "the commit never began appending"

@@ -26,7 +26,7 @@ from millrace import (
     WriterFencedError,
 )
 from millrace.protocol.errors import EventsRefusedError
-from millrace.protocol.wire import Command
+from millrace.protocol.messages import AppendEvents
 from tests.server_process import ServerProcess, create_topic
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -198,8 +198,7 @@ def test_a_batch_that_does_not_parse_is_refused_and_the_server_lives(server: Ser
     with StreamManager(uri) as sm:
         for payload in (b"", b"not a record batch", b"\x00" * 80):
             with pytest.raises(EventsRefusedError):
-                sm.controller.call(Command.APPEND_EVENTS, {"scope": "kafka", "stream": "garbage", "partition": 0},
-                                   payload)
+                sm.controller.call(AppendEvents(scope="kafka", stream="garbage", partition=0), payload)
         writer = sm.create_writer("kafka", "garbage")
         assert writer.write_event(b"fine", routing_key="k").result(30).offset == 0
         writer.close()

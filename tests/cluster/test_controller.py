@@ -27,9 +27,8 @@ from millrace.gateway.kafka_protocol.messages.create_topics import CreateTopicsR
 from millrace.gateway.kafka_protocol.messages.describe_configs import DescribeConfigsRequest
 from millrace.gateway.kafka_protocol.messages.incremental_alter_configs import IncrementalAlterConfigsRequest
 from millrace.gateway.local_cluster import zookeeper_missing
-from millrace.gateway.native.forwarding import FORWARDED
 from millrace.protocol.errors import RetriableError, StreamExistsError
-from millrace.protocol.wire import Command
+from millrace.protocol.messages import CreatedReply, CreateScope
 from tests.cluster.local_cluster import LocalClusterCli
 from tests.cluster.test_local_cluster import CONTAINERS, all_owned, wait_status
 from tests.kafka.wire import KafkaWire
@@ -162,10 +161,10 @@ def test_topic_and_stream_changes_run_on_the_elected_controller(tmp_path: Path) 
             sm.create_stream("ctl", "s", initial_segments=2)
             assert "s" in sm.list_streams("ctl")
             with pytest.raises(RetriableError):
-                sm.controller.call(Command.CREATE_SCOPE, {"scope": "sneaky", FORWARDED: True})
+                sm.controller.call(CreateScope(scope="sneaky", forwarded=True))
             assert "sneaky" not in sm.list_scopes()
         with StreamManager(addresses[controller][1], timeout=30.0) as sm:
-            assert sm.controller.call(Command.CREATE_SCOPE, {"scope": "direct", FORWARDED: True})[0]["created"]
+            assert sm.controller.ask(CreateScope(scope="direct", forwarded=True), CreatedReply).created
 
         # The controller's node dies: another is elected; changes through a survivor work again.
         cluster.kill(f"node-{controller}", signal.SIGKILL)

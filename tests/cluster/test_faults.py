@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from millrace.gateway.local_cluster import zookeeper_missing
-from millrace.protocol.wire import Command
+from millrace.protocol.messages import AppendEvents, GetSegmentOwner, ReadEvents
 from tests.cluster.faults import KafkaLoad, NativeLoad, read_partitions, tally
 from tests.cluster.local_cluster import LocalClusterCli, pid_alive
 from tests.cluster.proxy import TcpProxy
@@ -55,7 +55,7 @@ def segments_owner(cluster: LocalClusterCli, scope: str, stream: str) -> tuple[s
 
     wait_status(cluster, all_owned, "every container owned")
     with StreamManager(cluster.summary["native"][0]) as manager:
-        owners = Counter(str(manager.controller.call(Command.GET_SEGMENT_OWNER, {"segment": s.segment.name})[0]["native"])
+        owners = Counter(str(manager.controller.call(GetSegmentOwner(segment=s.segment.name))[0]["native"])
                          for s in manager.controller.describe_stream(scope, stream).segments)
     busiest = owners.most_common(1)[0][0]
     nodes = [p for p in cluster.summary["processes"] if p["role"] == "node"]
@@ -189,17 +189,17 @@ def check_wrong_host(manager: Any, slices: list[tuple[float, float]], natives: l
     from millrace.protocol.errors import WrongHostError
 
     segment = manager.controller.describe_stream("rg", "failover").segments[0].segment
-    owner = str(manager.controller.call(Command.GET_SEGMENT_OWNER, {"segment": segment.name})[0]["native"])
+    owner = str(manager.controller.call(GetSegmentOwner(segment=segment.name))[0]["native"])
     partition = next(n for n, (lo, _) in enumerate(slices) if segment.key_start <= lo < segment.key_end)
     other = Connection(Endpoint.parse(next(e for e in natives if e != owner)))
     try:
         began = time.monotonic()
         with pytest.raises(WrongHostError) as refused:
-            other.request(Command.READ_EVENTS, {"scope": "rg", "stream": "failover", "segment_id": segment.segment_id,
-                                                "offset": 0, "max_bytes": 1 << 16, "wait_ms": 5000}).result(10)
+            other.request(ReadEvents(scope="rg", stream="failover", segment_id=segment.segment_id, offset=0,
+                                     max_bytes=1 << 16, wait_ms=5000)).result(10)
         assert refused.value.segment == segment.name and time.monotonic() - began < 2
         with pytest.raises(WrongHostError) as refused:
-            other.request(Command.APPEND_EVENTS, {"scope": "rg", "stream": "failover", "partition": partition},
+            other.request(AppendEvents(scope="rg", stream="failover", partition=partition),
                           b"not looked at").result(10)
         assert refused.value.segment == segment.name
     finally:

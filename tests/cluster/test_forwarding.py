@@ -11,7 +11,7 @@ from twisted.python.failure import Failure
 
 from millrace.gateway.kafka.broker import Broker
 from millrace.gateway.native.forwarding import NodeLinks
-from millrace.protocol.wire import Command
+from millrace.protocol.messages import CreateScope
 from millrace.store.cluster.connection import NotSentError
 from tests.cluster.zookeeper_process import free_port
 
@@ -35,9 +35,9 @@ def test_a_connect_that_fails_at_once_fails_its_request_as_not_sent() -> None:
     links = NodeLinks(cast(Broker, pool))
     outcomes: list[Failure] = []
     address = f"127.0.0.1:{free_port()}"  # nothing listens there
-    links.request(address, Command.CREATE_SCOPE, {"scope": "s"}).addErrback(outcomes.append)
+    links.request(address, CreateScope(scope="s")).addErrback(outcomes.append)
     assert len(outcomes) == 1 and outcomes[0].check(NotSentError), outcomes
     # The failed connect left nothing waiting: the next request connects again.
-    links.request(address, Command.CREATE_SCOPE, {"scope": "s"}).addErrback(outcomes.append)
+    links.request(address, CreateScope(scope="s")).addErrback(outcomes.append)
     assert len(outcomes) == 2 and outcomes[1].check(NotSentError)
     assert pool.connects == 2

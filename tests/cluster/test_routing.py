@@ -34,7 +34,7 @@ from millrace.protocol.errors import (
     StoreError,
     TableKeyVersionMismatchError,
 )
-from millrace.protocol.wire import Command
+from millrace.protocol.messages import CreateSegment
 from millrace.store.cluster.connection import NodeConnection
 from millrace.store.cluster.containers import SegmentContainerHost
 from millrace.store.cluster.layout import ClusterPaths, NodeInfo
@@ -273,7 +273,7 @@ class TestOnOneCluster:
         conn = NodeConnection(b_owner.host, b_owner.port)
         try:
             with pytest.raises(ContainerOfflineError):
-                conn.request(Command.CREATE_SEGMENT, {"segment": name}).result(30)
+                conn.request(CreateSegment(segment=name)).result(30)
         finally:
             conn.close()
         # ... so a router that still believes b owns a's container (as after a move it has not seen yet)

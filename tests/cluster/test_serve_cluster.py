@@ -30,8 +30,8 @@ from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.find_coordinator import FindCoordinatorRequest
 from millrace.gateway.kafka_protocol.messages.join_group import JoinGroupRequest
 from millrace.protocol.errors import ContainerOfflineError
+from millrace.protocol.messages import GetSegmentInfo
 from millrace.protocol.records import NewRecord, build_record_batch
-from millrace.protocol.wire import Command
 from millrace.store.cluster.connection import NodeConnection
 from millrace.store.segment_store import container_index
 from tests.cluster.serve_cluster import CONTAINERS, Cluster, NodeProcess, wait_for
@@ -107,7 +107,7 @@ class TestOnOneCluster:
             try:
                 for name in names:
                     try:
-                        conn.request(Command.GET_INFO, {"segment": name}).result(10)
+                        conn.request(GetSegmentInfo(segment=name)).result(10)
                         served[name] += 1
                     except ContainerOfflineError:
                         pass
@@ -227,7 +227,7 @@ class TestOnOneCluster:
 def _serves(node: NodeProcess, name: str) -> bool:
     conn = NodeConnection("127.0.0.1", node.ports["peer"])
     try:
-        conn.request(Command.GET_INFO, {"segment": name}).result(10)
+        conn.request(GetSegmentInfo(segment=name)).result(10)
         return True
     except ContainerOfflineError:
         return False

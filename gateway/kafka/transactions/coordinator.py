@@ -59,7 +59,7 @@ from millrace.gateway.kafka.transactions.state import (
 )
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.store.errors import SegmentExistsError
-from millrace.store.tables import TableStore
+from millrace.store.tables.coalescing import CoalescingWriter
 from millrace.streams.errors import Reason
 from millrace.streams.partitions import PartitionError
 from millrace.streams.partitions.producers import MARKER_COORDINATOR_EPOCH
@@ -93,61 +93,6 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class _TableWriter:
-    """Writes transaction records one batch at a time, in call order; puts waiting while a batch is
-    written go together in the next one (the latest record of an id wins; None removes the record)."""
-
-    def __init__(self, tables: TableStore, blocking: Callable[..., defer.Deferred[Any]]) -> None:
-        self.tables = tables
-        self.blocking = blocking
-        self._queue: list[tuple[bytes, bytes | None, defer.Deferred[None]]] = []
-        self._busy = False
-        # On a cluster (any thread): whether this node still holds the term its transaction state is of.
-        # Checked right before each write, so records queued before the term ended are not written over
-        # the next coordinator's.
-        self.term_held: Callable[[], bool] | None = None
-
-    def put(self, key: bytes, value: bytes | None) -> defer.Deferred[None]:
-        d: defer.Deferred[None] = defer.Deferred()
-        self._queue.append((key, value, d))
-        self._pump()
-        return d
-
-    def _pump(self) -> None:
-        if self._busy or not self._queue:
-            return
-        batch, self._queue = self._queue, []
-        latest = {key: value for key, value, _ in batch}
-        self._busy = True
-        self.blocking(self._write, latest).addBoth(self._written, batch)
-
-    def _write(self, latest: dict[bytes, bytes | None]) -> set[bytes]:
-        """Blocking: one put of the records, one removal of the expired ones; the keys refused because
-        this node's term is over (Kafka transactional ids only)."""
-        refused: set[bytes] = set()
-        if self.term_held is not None and not self.term_held():
-            refused = {key for key in latest if coordinated(key.decode())}
-            latest = {key: value for key, value in latest.items() if key not in refused}
-        puts = [(key, value) for key, value in latest.items() if value is not None]
-        if puts:
-            self.tables.put(TRANSACTIONS_TABLE, puts)
-        removed = [key for key, value in latest.items() if value is None]
-        if removed:
-            self.tables.remove(TRANSACTIONS_TABLE, removed)
-        return refused
-
-    def _written(self, outcome: Any, batch: list[tuple[bytes, bytes | None, defer.Deferred[None]]]) -> None:
-        self._busy = False
-        for key, _, d in batch:
-            if isinstance(outcome, Failure):
-                d.errback(outcome)
-            elif key in outcome:
-                d.errback(NotCoordinatingError(key.decode()))
-            else:
-                d.callback(None)
-        self._pump()
-
-
 class TransactionCoordinator:
     """Transactions of every transactional id (reactor thread)."""
 
@@ -159,7 +104,12 @@ class TransactionCoordinator:
         self._by_pid: dict[int, TransactionMetadata] = {}
         self._completing: dict[str, defer.Deferred[ErrorCode]] = {}  # transactional id -> its completion
         self._initializing: set[str] = set()
-        self._writer = _TableWriter(broker.tables, broker.blocking)
+        self._writer: CoalescingWriter[tuple[bytes, bytes | None], None] = CoalescingWriter(
+            self._write_records, broker.blocking)
+        # On a cluster (any thread): whether this node still holds the term its transaction state is of.
+        # Checked right before each write, so records queued before the term ended are not written over
+        # the next coordinator's.
+        self._term_held: Callable[[], bool] | None = None
         self._loop: task.LoopingCall | None = None
         self.markers = MarkerWriter(broker.partitions)
         # On a cluster: None while this node coordinates with state of its current term, else the error
@@ -215,7 +165,23 @@ class TransactionCoordinator:
     def fence_writes(self, term_held: Callable[[], bool]) -> None:
         """On a cluster: ``term_held`` (any thread) says whether this node still holds the term of its
         state; transaction records are written only while it does."""
-        self._writer.term_held = term_held
+        self._term_held = term_held
+
+    def _write_records(self, changes: list[tuple[bytes, bytes | None]]) -> list[Exception | None]:
+        """Blocking: one put of the records (the latest of an id wins; None removes it), one removal;
+        per change, NotCoordinatingError if this node's term is over (Kafka transactional ids only)."""
+        latest = dict(changes)
+        refused: set[bytes] = set()
+        if self._term_held is not None and not self._term_held():
+            refused = {key for key in latest if coordinated(key.decode())}
+            latest = {key: value for key, value in latest.items() if key not in refused}
+        puts = [(key, value) for key, value in latest.items() if value is not None]
+        if puts:
+            self.broker.tables.put(TRANSACTIONS_TABLE, puts)
+        removed = [key for key, value in latest.items() if value is None]
+        if removed:
+            self.broker.tables.remove(TRANSACTIONS_TABLE, removed)
+        return [NotCoordinatingError(key.decode()) if key in refused else None for key, _ in changes]
 
     def check(self) -> ErrorCode | None:
         """None when this node coordinates transactions now, else the error to answer."""
@@ -584,4 +550,4 @@ class TransactionCoordinator:
         if coordinated(meta.transactional_id) and (self.txns.get(meta.transactional_id) is not meta
                                                    or self.check() is not None):
             return defer.fail(NotCoordinatingError(meta.transactional_id))
-        return self._writer.put(meta.transactional_id.encode(), meta.encode())
+        return self._writer.write((meta.transactional_id.encode(), meta.encode()))

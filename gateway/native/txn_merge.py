@@ -1,0 +1,178 @@
+"""A native transaction's segments: how a commit lands their batches in the stream's partitions (the
+merge), and the blocking segment I/O around them (seal and read back, delete, the event numbers stored).
+
+A commit seals each transaction segment, reads its batches and appends them, in order, to their
+partitions' *current* segments under the writer id ``txn:<uuid>`` with the batch's index in its
+transaction segment as its event number, so the partition assigns Kafka offsets now and a batch appended
+again after a crash answers ALREADY_WRITTEN instead of landing twice.
+
+Threads: the reactor; segment I/O that blocks runs on the worker pool (``NativeHost.blocking``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from twisted.internet import defer, task
+from twisted.internet.interfaces import IReactorTime
+
+from millrace.gateway.native.host import NativeHost
+from millrace.gateway.native.txn_state import WRITER_PREFIX, events_attribute
+from millrace.protocol.errors import SegmentNotFoundError
+from millrace.store.controller.transactions import TxnRecord
+from millrace.streams.errors import Reason
+from millrace.streams.partitions import PartitionError, PartitionLog
+from millrace.streams.partitions.formats import ENVELOPE, ENVELOPE_MAGIC
+from millrace.streams.partitions.writer_events import ALREADY_WRITTEN, WriterEvents
+from millrace.streams.resolve import record_logs
+from millrace.streams.topics import TopicInfo
+
+log = logging.getLogger(__name__)
+
+RETRY_SECONDS = 0.2
+MAX_RETRY_SECONDS = 5.0
+READ_CHUNK = 4 * 1024 * 1024
+MERGE_WINDOW = 16  # a partition's batches appended at once during a commit
+BLOCKING_TIMEOUT = 60.0
+
+_Batches = list[tuple[int, int, bytes]]  # (partition, index in the transaction segment, batch)
+BatchAppender = Callable[[TopicInfo, PartitionLog, bytes, WriterEvents], "defer.Deferred[int]"]
+
+
+def local_batch_appender(broker: NativeHost) -> BatchAppender:
+    """Commits append through this node's partition storage (a single server leads every partition)."""
+    return lambda topic, log_, batch, events: broker.partitions.append(topic, log_, memoryview(batch),
+                                                                       events=events)
+
+
+def sealed_batches(broker: NativeHost, name: str) -> _Batches:
+    """Blocking: seal a transaction segment and read its batches back, in order (none if it was never
+    made or is gone)."""
+    store = broker.store
+    try:
+        length = store.seal(name).result(BLOCKING_TIMEOUT)
+    except SegmentNotFoundError:
+        return []
+    data = bytearray()
+    while len(data) < length:
+        read = store.read(name, len(data), min(READ_CHUNK, length - len(data))).result(BLOCKING_TIMEOUT)
+        if not read.data:
+            raise RuntimeError(f"{name}: no data at {len(data)} below its length {length}")
+        data += read.data
+    batches: _Batches = []
+    pos = 0
+    while pos < length:
+        magic, _version, partition, size = ENVELOPE.unpack_from(data, pos)
+        if magic != ENVELOPE_MAGIC or pos + ENVELOPE.size + size > length:
+            raise RuntimeError(f"{name}: no batch envelope at {pos}")
+        start = pos + ENVELOPE.size
+        batches.append((partition, len(batches), bytes(data[start:start + size])))
+        pos = start + size
+    return batches
+
+
+def delete_segments(broker: NativeHost, names: list[str]) -> None:
+    """Blocking: delete transaction segments that exist."""
+    for name in names:
+        with contextlib.suppress(SegmentNotFoundError):
+            broker.store.delete(name).result(BLOCKING_TIMEOUT)
+
+
+def next_events(broker: NativeHost, record: TxnRecord) -> dict[str, int]:
+    """Blocking: per partition written so far, the next event number its transaction segment expects."""
+    answer: dict[str, int] = {}
+    for name, partitions in record.segments:
+        try:
+            attributes = broker.store.get_info(name).attributes
+        except SegmentNotFoundError:
+            continue
+        for p in partitions:
+            last = attributes.get(events_attribute(p))
+            if last is not None:
+                answer[str(p)] = last + 1
+    return answer
+
+
+class CommitMerge:
+    """Lands committed transactions' batches in their partitions, retrying until every one has landed
+    (or ``stopped()``: another node serves the transactions now and finishes the commit)."""
+
+    def __init__(self, broker: NativeHost, clock: IReactorTime, stream_key: Callable[[TxnRecord], str],
+                 stopped: Callable[[], bool]) -> None:
+        self.broker = broker
+        self.clock = clock
+        self.stream_key = stream_key
+        self.stopped = stopped
+        # How a commit lands a batch in its partition: here, through this node's partition storage; a
+        # cluster node sends the batches of partitions another node leads to that node (``txn_cluster``).
+        self.append_batch: BatchAppender = local_batch_appender(broker)
+
+    def merge(self, record: TxnRecord) -> defer.Deferred[None]:
+        """Append every batch of the transaction segments to its partition, in order (retried until done)."""
+        name = self.stream_key(record)
+        writer_id = f"{WRITER_PREFIX}{record.txn_id}"
+
+        counts = [0, 0]  # batches, and those a commit before a crash had appended already
+
+        def merge_segment(batches: _Batches) -> defer.Deferred[Any]:
+            by_partition: dict[int, list[tuple[int, bytes]]] = defaultdict(list)
+            for partition, index, batch in batches:
+                by_partition[partition].append((index, batch))
+            counts[0] += len(batches)
+            return defer.gatherResults([self._land(name, writer_id, p, todo, 0, counts)
+                                        for p, todo in by_partition.items()], consumeErrors=True)
+
+        def merged(_: Any) -> None:
+            if counts[1]:
+                log.info("transaction %s: commit resumed, %d of its %d batches had been appended already",
+                         record.txn_id, counts[1], counts[0])
+
+        return defer.gatherResults([
+            self.broker.blocking(sealed_batches, self.broker, segment).addCallback(merge_segment)
+            for segment, _ in record.segments], consumeErrors=True).addCallback(merged)
+
+    def _land(self, name: str, writer_id: str, partition: int, batches: list[tuple[int, bytes]],
+              attempt: int, counts: list[int]) -> defer.Deferred[None]:
+        """Append ``batches`` to the partition's current segment, ``MERGE_WINDOW`` at a time (a big
+        transaction neither holds the reactor for one long turn nor floods the container); from the first
+        that failed, again later (those that had landed answer ALREADY_WRITTEN)."""
+        topic = self.broker.topics.record(name)
+        if topic is None:
+            log.warning("committing into %s: the stream is gone, %d batches of partition %d dropped", name,
+                        len(batches), partition)
+            return defer.succeed(None)
+
+        def append_all(found: tuple[TopicInfo, list[PartitionLog]]) -> defer.Deferred[Any]:
+            current, parts = found
+            acks: list[defer.Deferred[int]] = []
+            for index, batch in batches[:MERGE_WINDOW]:
+                try:
+                    acks.append(self.append_batch(current, parts[partition], batch,
+                                                  WriterEvents(writer_id, index, index)))
+                except PartitionError as exc:
+                    acks.append(defer.fail(exc))
+                    break
+            return defer.DeferredList(acks, consumeErrors=True)
+
+        def landed(results: list[tuple[bool, Any]]) -> defer.Deferred[None] | None:
+            if self.stopped():
+                return None  # another node serves the transactions now and finishes this commit
+            failed = next((i for i, (ok, _) in enumerate(results) if not ok), len(results))
+            counts[1] += sum(1 for _, offset in results[:failed] if offset == ALREADY_WRITTEN)
+            if failed == len(results):
+                rest = batches[failed:]
+                return self._land(name, writer_id, partition, rest, 0, counts) if rest else None
+            reason = results[failed][1]
+            delay = min(MAX_RETRY_SECONDS, RETRY_SECONDS * 2 ** min(attempt, 5))
+            level = logging.DEBUG if isinstance(reason.value, PartitionError) and reason.value.reason in (
+                Reason.NOT_OWNER, Reason.LOADING, Reason.SEGMENT_SEALED) else logging.WARNING
+            log.log(level, "committing into %s-%d: %s; again in %.1f s", name, partition,
+                    reason.getErrorMessage(), delay)
+            return task.deferLater(self.clock, delay, lambda: None).addCallback(
+                lambda _: self._land(name, writer_id, partition, batches[failed:], attempt + 1, counts))
+
+        return record_logs(self.broker, topic).addCallback(append_all).addCallback(landed)

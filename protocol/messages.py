@@ -1,0 +1,742 @@
+"""The native protocol's commands as typed messages (as Pravega's WireCommands): one frozen dataclass per
+request, and one per reply header that has fields, with one generic codec for all of them.
+
+A frame still carries its header as a JSON object (``protocol.wire``), so payloads stay untouched; this
+module says what each header holds. ``encode_request`` frames a request (its class names its command);
+``decode_request`` turns a command and a header back into the request, checking every field's type from
+the class's annotations, and raises ``InvalidRequestError`` for a malformed header and
+``UnknownCommandError`` for a command no class serves, which the server answers as ``INVALID_REQUEST``
+and ``UNKNOWN_COMMAND`` (the client raises the same classes again). ``decode_reply`` does the same for a
+reply header. Fields that are None by default and None are left out of the JSON, as is ``forwarded``
+while False.
+
+Supported field types: str, int, float, bool, uuid.UUID (as its string), enums (as their value),
+``X | None``, unions of scalars, ``tuple[X, ...]`` and fixed tuples (JSON lists), ``dict[str, X]``,
+nested dataclasses (JSON objects) and ``object`` (any JSON value, passed through).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import types
+import typing
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import ClassVar, TypeVar
+
+from millrace.protocol.contracts import AttributeUpdate, SegmentInfo
+from millrace.protocol.errors import InvalidRequestError, ServerError, UnknownCommandError
+from millrace.protocol.wire import Command, encode_frame
+
+#: A decoded JSON header (what ``protocol.wire.decode_body`` gives).
+Header = dict[str, object]
+
+
+class MessageError(ValueError):
+    """A header that does not hold its message: a missing, unknown or ill-typed field."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Request:
+    """A request of the native protocol; each subclass serves one ``Command``."""
+
+    command: ClassVar[Command]
+    # Node to node: a request one cluster node sent on to the node that serves it (``forwarding``).
+    forwarded: bool = False
+
+
+REQUESTS: dict[Command, type[Request]] = {}
+_R = TypeVar("_R", bound=type[Request])
+
+
+def _serves(command: Command) -> Callable[[_R], _R]:
+    """Class decorator: the request class of ``command``."""
+
+    def register(cls: _R) -> _R:
+        if command in REQUESTS:
+            raise TypeError(f"{command.name} has two request classes")
+        cls.command = command
+        REQUESTS[command] = cls
+        return cls
+
+    return register
+
+
+@dataclass(frozen=True, kw_only=True)
+class SegmentRequest(Request):
+    """A request about one segment."""
+
+    segment: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScopeRequest(Request):
+    scope: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamRequest(ScopeRequest):
+    """A request about one stream."""
+
+    stream: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class TableRequest(ScopeRequest):
+    """A request about one key-value table."""
+
+    table: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class TablePartitionRequest(TableRequest):
+    """A request about one table segment of a key-value table."""
+
+    partition: int
+
+
+# -- segments ------------------------------------------------------------------------------------------
+@_serves(Command.HELLO)
+@dataclass(frozen=True, kw_only=True)
+class Hello(Request):
+    pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class HelloReply:
+    version: int
+    nodes: tuple[str, ...] = ()  # a cluster node names every node's native listener
+
+
+@_serves(Command.CREATE_SEGMENT)
+@dataclass(frozen=True, kw_only=True)
+class CreateSegment(SegmentRequest):
+    attributes: dict[str, int] = field(default_factory=dict)
+
+
+@_serves(Command.APPEND)
+@dataclass(frozen=True, kw_only=True)
+class AppendToSegment(SegmentRequest):
+    expected_offset: int | None = None
+    attributes: tuple[AttributeUpdate, ...] = ()
+    events: int = 1  # a cluster node forwarding a Kafka batch keeps its rate count
+
+
+@dataclass(frozen=True, kw_only=True)
+class ValueReply:
+    """An append's offset, a seal's or a merge's length."""
+
+    value: int
+
+
+@_serves(Command.READ)
+@dataclass(frozen=True, kw_only=True)
+class ReadSegment(SegmentRequest):
+    offset: int
+    max_length: int
+    wait_ms: float = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReadReply:
+    """Beside the bytes read (the payload)."""
+
+    offset: int
+    end_of_segment: bool = False
+
+
+@_serves(Command.GET_INFO)
+@dataclass(frozen=True, kw_only=True)
+class GetSegmentInfo(SegmentRequest):
+    """Answers a SegmentInfo."""
+
+
+@_serves(Command.SEAL)
+@dataclass(frozen=True, kw_only=True)
+class SealSegment(SegmentRequest):
+    pass
+
+
+@_serves(Command.TRUNCATE)
+@dataclass(frozen=True, kw_only=True)
+class TruncateSegment(SegmentRequest):
+    offset: int
+
+
+@_serves(Command.DELETE)
+@dataclass(frozen=True, kw_only=True)
+class DeleteSegment(SegmentRequest):
+    pass
+
+
+@_serves(Command.MERGE)
+@dataclass(frozen=True, kw_only=True)
+class MergeIntoSegment(Request):
+    target: str
+    source: str
+
+
+@_serves(Command.UPDATE_ATTRIBUTES)
+@dataclass(frozen=True, kw_only=True)
+class UpdateSegmentAttributes(SegmentRequest):
+    attributes: tuple[AttributeUpdate, ...]
+
+
+@_serves(Command.LIST_SEGMENTS)
+@dataclass(frozen=True, kw_only=True)
+class ListSegments(Request):
+    pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class SegmentsReply:
+    segments: tuple[str, ...]
+
+
+@_serves(Command.GET_SEGMENT_OWNER)
+@dataclass(frozen=True, kw_only=True)
+class GetSegmentOwner(SegmentRequest):
+    pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class SegmentOwnerReply:
+    """Where a segment is served; node and native are None from a single server (this one) and while a
+    cluster container has no live owner."""
+
+    container: int
+    node: str | None = None
+    native: str | None = None
+
+
+@_serves(Command.SEGMENT_RATES)
+@dataclass(frozen=True, kw_only=True)
+class GetSegmentRates(SegmentRequest):
+    pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class SegmentRatesReply:
+    """``store.containers.rates.SegmentRates``: one value per window."""
+
+    windows: tuple[float, ...]
+    events_per_s: tuple[float, ...]
+    bytes_per_s: tuple[float, ...]
+    age_s: float
+
+
+# -- controller: scopes and streams --------------------------------------------------------------------
+@_serves(Command.CREATE_SCOPE)
+@dataclass(frozen=True, kw_only=True)
+class CreateScope(ScopeRequest):
+    pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class CreatedReply:
+    created: bool
+
+
+@_serves(Command.DELETE_SCOPE)
+@dataclass(frozen=True, kw_only=True)
+class DeleteScope(ScopeRequest):
+    pass
+
+
+@_serves(Command.LIST_SCOPES)
+@dataclass(frozen=True, kw_only=True)
+class ListScopes(Request):
+    pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScopesReply:
+    scopes: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScalingFields:
+    type: str = "fixed_num_segments"
+    target_rate: int = 0
+    scale_factor: int = 0
+    min_segments: int = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetentionFields:
+    type: str = "none"
+    value: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamConfigRequest(StreamRequest):
+    """A stream's configuration (``store.controller.StreamConfiguration``)."""
+
+    initial_segments: int = 1
+    scaling: ScalingFields = ScalingFields()
+    retention: RetentionFields = RetentionFields()
+
+
+@_serves(Command.CREATE_STREAM)
+@dataclass(frozen=True, kw_only=True)
+class CreateStream(StreamConfigRequest):
+    """Answers the stream's description (``gateway.native.controller_commands.describe_stream``)."""
+
+
+@_serves(Command.UPDATE_STREAM)
+@dataclass(frozen=True, kw_only=True)
+class UpdateStream(StreamConfigRequest):
+    expected_version: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class VersionReply:
+    version: int
+
+
+@_serves(Command.DESCRIBE_STREAM)
+@dataclass(frozen=True, kw_only=True)
+class DescribeStream(StreamRequest):
+    pass
+
+
+@_serves(Command.LIST_STREAMS)
+@dataclass(frozen=True, kw_only=True)
+class ListStreams(ScopeRequest):
+    pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamsReply:
+    streams: tuple[str, ...]
+
+
+@_serves(Command.GET_SEGMENT_FOR_KEY)
+@dataclass(frozen=True, kw_only=True)
+class GetSegmentForKey(StreamRequest):
+    key: str  # a routing key
+
+
+@dataclass(frozen=True, kw_only=True)
+class SegmentRangeReply:
+    segment_id: int
+    name: str
+    key_start: float
+    key_end: float
+
+
+@_serves(Command.SEAL_STREAM)
+@dataclass(frozen=True, kw_only=True)
+class SealStream(StreamRequest):
+    pass
+
+
+@_serves(Command.DELETE_STREAM)
+@dataclass(frozen=True, kw_only=True)
+class DeleteStream(StreamRequest):
+    pass
+
+
+@_serves(Command.TRUNCATE_STREAM)
+@dataclass(frozen=True, kw_only=True)
+class TruncateStream(StreamRequest):
+    cut: dict[str, int]  # segment name (or id as a string) -> offset
+
+
+@_serves(Command.SPLIT_SEGMENT)
+@dataclass(frozen=True, kw_only=True)
+class SplitSegment(StreamRequest):
+    """Answers the stream's description after the split."""
+
+    segment: int | str  # id, number or name
+    pieces: int = 2
+    at: tuple[float, ...] | None = None
+
+
+@_serves(Command.MERGE_SEGMENTS)
+@dataclass(frozen=True, kw_only=True)
+class MergeSegments(StreamRequest):
+    """Answers the stream's description after the merge."""
+
+    segments: tuple[int | str, ...]
+
+
+# -- key-value tables (``protocol.tables`` lays out their payloads) ------------------------------------
+@_serves(Command.CREATE_KV_TABLE)
+@dataclass(frozen=True, kw_only=True)
+class CreateKvTable(TableRequest):
+    partitions: int = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class KvTableCreatedReply:
+    created: bool
+    partitions: int
+
+
+@_serves(Command.DELETE_KV_TABLE)
+@dataclass(frozen=True, kw_only=True)
+class DeleteKvTable(TableRequest):
+    pass
+
+
+@_serves(Command.LIST_KV_TABLES)
+@dataclass(frozen=True, kw_only=True)
+class ListKvTables(ScopeRequest):
+    pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class KvTablesReply:
+    tables: tuple[str, ...]
+
+
+@_serves(Command.GET_KV_TABLE)
+@dataclass(frozen=True, kw_only=True)
+class GetKvTable(TableRequest):
+    pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class KvTableReply:
+    scope: str
+    table: str
+    partitions: int
+    created_ms: int
+
+
+@_serves(Command.KV_PUT)
+@dataclass(frozen=True, kw_only=True)
+class KvPut(TablePartitionRequest):
+    """The payload holds the keys, then the values, of these lengths."""
+
+    keys: tuple[int, ...]
+    values: tuple[int, ...]
+    expected: tuple[int | None, ...]  # per entry: None, a version, or MUST_NOT_EXIST
+
+
+@dataclass(frozen=True, kw_only=True)
+class KvVersionsReply:
+    versions: tuple[int, ...]
+
+
+@_serves(Command.KV_REMOVE)
+@dataclass(frozen=True, kw_only=True)
+class KvRemove(TablePartitionRequest):
+    keys: tuple[int, ...]
+    expected: tuple[int | None, ...]
+
+
+@_serves(Command.KV_GET)
+@dataclass(frozen=True, kw_only=True)
+class KvGet(TablePartitionRequest):
+    keys: tuple[int, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class KvGetReply:
+    """Per key its version (None: absent); the payload holds the found values, of these lengths."""
+
+    versions: tuple[int | None, ...]
+    values: tuple[int, ...]
+
+
+@_serves(Command.KV_ITERATE)
+@dataclass(frozen=True, kw_only=True)
+class KvIterate(TablePartitionRequest):
+    """The payload is the key prefix."""
+
+    limit: int = 1000
+    continuation: str | None = None  # hex
+    with_values: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class KvIterateReply:
+    keys: tuple[int, ...]
+    values: tuple[int, ...]
+    versions: tuple[int, ...]
+    continuation: str | None = None
+
+
+# -- event writers and readers (``protocol.events`` encodes the batches) -------------------------------
+@_serves(Command.OPEN_WRITER)
+@dataclass(frozen=True, kw_only=True)
+class OpenWriter(StreamRequest):
+    writer_id: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class OpenWriterReply:
+    producer_id: int
+    epoch: int
+    slices: tuple[tuple[float, float], ...]  # partition p's routing-key slice
+    event_numbers: dict[str, int] = field(default_factory=dict)  # partition -> the id's last event number
+    segments: tuple[str | None, ...] = ()  # each partition's open segment
+
+
+@_serves(Command.APPEND_EVENTS)
+@dataclass(frozen=True, kw_only=True)
+class AppendEvents(StreamRequest):
+    partition: int
+    writer_id: str | None = None  # with the batch's event numbers, for a writer opened with its own id
+    first_event: int | None = None
+    last_event: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class OffsetReply:
+    offset: int
+
+
+@_serves(Command.READ_EVENTS)
+@dataclass(frozen=True, kw_only=True)
+class ReadEvents(StreamRequest):
+    segment_id: int
+    offset: int
+    max_bytes: int
+    wait_ms: int = 0
+    end_offset: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReadEventsReply:
+    """Beside the batches read (the payload): per batch its (position, partition, first offset)."""
+
+    offset: int
+    next_offset: int
+    end_of_segment: bool
+    batches: tuple[tuple[int, int, int], ...] = ()
+
+
+# -- transactions of native writers ---------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class TxnRequest(StreamRequest):
+    """A request about one transaction."""
+
+    txn_id: uuid.UUID
+
+
+@_serves(Command.BEGIN_TXN)
+@dataclass(frozen=True, kw_only=True)
+class BeginTxn(TxnRequest):
+    lease_ms: int
+    writer_id: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BeginTxnReply:
+    slices: tuple[tuple[float, float], ...]
+    lease_ms: int
+
+
+@_serves(Command.APPEND_TXN_EVENTS)
+@dataclass(frozen=True, kw_only=True)
+class AppendTxnEvents(TxnRequest):
+    partition: int
+    first_event: int
+    last_event: int
+
+
+@_serves(Command.END_TXN)
+@dataclass(frozen=True, kw_only=True)
+class EndTxn(TxnRequest):
+    commit: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class TxnStateReply:
+    state: str
+
+
+@_serves(Command.TXN_STATUS)
+@dataclass(frozen=True, kw_only=True)
+class GetTxnStatus(TxnRequest):
+    pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class TxnStatusReply:
+    """UNKNOWN names the state alone; while OPEN, ``sequences`` gives per partition the next event
+    number its transaction segment expects."""
+
+    state: str
+    lease_ms: int = 0
+    slices: tuple[tuple[float, float], ...] = ()
+    sequences: dict[str, int] = field(default_factory=dict)
+
+
+@_serves(Command.PING_TXN)
+@dataclass(frozen=True, kw_only=True)
+class PingTxn(TxnRequest):
+    pass
+
+
+@_serves(Command.FORGET_TXN_WRITER)
+@dataclass(frozen=True, kw_only=True)
+class ForgetTxnWriter(StreamRequest):
+    writer_id: str
+
+
+# -- the codec -----------------------------------------------------------------------------------------
+def encode_request(request_id: int, request: Request, payload: bytes = b"") -> bytes:
+    """The frame of ``request``."""
+    return encode_frame(request.command, request_id, to_header(request), payload)
+
+
+def decode_request(command: int, header: Header) -> Request:
+    """The request a frame carries. UnknownCommandError for a command no class serves,
+    InvalidRequestError for a header that does not hold the command's request."""
+    try:
+        cls = REQUESTS[Command(command)]
+    except (ValueError, KeyError):
+        raise UnknownCommandError(f"unknown command {command}") from None
+    try:
+        return from_header(cls, header)
+    except MessageError as exc:
+        raise InvalidRequestError(f"{cls.command.name}: {exc}") from None
+
+
+_M = TypeVar("_M")
+
+
+def decode_reply(cls: type[_M], header: Header) -> _M:
+    """A reply header as ``cls``; ServerError if it does not hold one (a server out of step)."""
+    try:
+        return from_header(cls, header)
+    except MessageError as exc:
+        raise ServerError(f"malformed {cls.__name__}: {exc}") from None
+
+
+def to_header(message: object) -> Header:
+    """A message (any dataclass of the supported field types) as a JSON object."""
+    out: Header = {}
+    for f, _ in _fields(type(message)):
+        value = getattr(message, f.name)
+        if value is None and f.default is None:
+            continue
+        if f.name == "forwarded" and not value:
+            continue
+        out[f.name] = _to_json(value)
+    return out
+
+
+def from_header(cls: type[_M], header: object) -> _M:
+    """``cls`` (a dataclass) from a JSON object, each field checked against its annotation."""
+    if not isinstance(header, dict):
+        raise MessageError(f"{cls.__name__} is a JSON object, not {type(header).__name__}")
+    fields = _fields(cls)
+    unknown = set(header) - {f.name for f, _ in fields}
+    if unknown:
+        raise MessageError(f"unknown field(s) {', '.join(sorted(map(str, unknown)))}")
+    values: dict[str, object] = {}
+    for f, annotation in fields:
+        if f.name in header:
+            values[f.name] = _from_json(annotation, header[f.name], f.name)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise MessageError(f"missing field {f.name!r}")
+    return cls(**values)
+
+
+_FIELDS: dict[type, list[tuple[dataclasses.Field[object], object]]] = {}
+
+
+def _fields(cls: type) -> list[tuple[dataclasses.Field[object], object]]:
+    """The init fields of a dataclass with their resolved annotations (cached)."""
+    known = _FIELDS.get(cls)
+    if known is None:
+        hints = typing.get_type_hints(cls)
+        known = _FIELDS[cls] = [(f, hints[f.name]) for f in dataclasses.fields(cls) if f.init]
+    return known
+
+
+def _to_json(value: object) -> object:
+    if isinstance(value, bool | int | float | str) and not isinstance(value, enum.Enum):
+        return value
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, tuple | list):
+        return [_to_json(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _to_json(v) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _to_json(getattr(value, f.name)) for f, _ in _fields(type(value))}
+    return value
+
+
+def _from_json(annotation: object, raw: object, where: str) -> object:
+    """``raw`` as ``annotation``; MessageError naming the field (``where``) if it is not one."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if annotation is object:
+        return raw
+    if origin in (typing.Union, types.UnionType):
+        if raw is None and type(None) in args:
+            return None
+        for option in args:
+            if option is type(None):
+                continue
+            try:
+                return _from_json(option, raw, where)
+            except MessageError:
+                continue
+        raise _ill_typed(where, annotation, raw)
+    if annotation is bool:
+        if isinstance(raw, bool):
+            return raw
+        raise _ill_typed(where, annotation, raw)
+    if annotation is int:
+        if isinstance(raw, int) and not isinstance(raw, bool):
+            return raw
+        raise _ill_typed(where, annotation, raw)
+    if annotation is float:
+        if isinstance(raw, int | float) and not isinstance(raw, bool):
+            return float(raw)
+        raise _ill_typed(where, annotation, raw)
+    if annotation is str:
+        if isinstance(raw, str):
+            return raw
+        raise _ill_typed(where, annotation, raw)
+    if annotation is uuid.UUID:
+        if not isinstance(raw, str):
+            raise _ill_typed(where, annotation, raw)
+        try:
+            return uuid.UUID(raw)
+        except ValueError:
+            raise MessageError(f"{where}: {raw!r} is not a UUID") from None
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        try:
+            return annotation(raw)
+        except ValueError:
+            raise MessageError(f"{where}: {raw!r} is no {annotation.__name__}") from None
+    if origin is tuple:
+        if not isinstance(raw, list):
+            raise _ill_typed(where, annotation, raw)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_from_json(args[0], v, f"{where}[{i}]") for i, v in enumerate(raw))
+        if len(raw) != len(args):
+            raise MessageError(f"{where}: {len(raw)} items, not {len(args)}")
+        return tuple(_from_json(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, raw, strict=True)))
+    if origin is dict:
+        if not isinstance(raw, dict):
+            raise _ill_typed(where, annotation, raw)
+        return {str(k): _from_json(args[1], v, f"{where}[{k!r}]") for k, v in raw.items()}
+    if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
+        try:
+            return from_header(annotation, raw)
+        except MessageError as exc:
+            raise MessageError(f"{where}: {exc}") from None
+    raise TypeError(f"{where}: no codec for {annotation!r}")  # a message class the codec cannot carry
+
+
+def _ill_typed(where: str, annotation: object, raw: object) -> MessageError:
+    name = getattr(annotation, "__name__", None) or str(annotation)
+    return MessageError(f"{where}: {raw!r} is not {name}")
+
+
+__all__ = ["REQUESTS", "AttributeUpdate", "Header", "MessageError", "Request", "SegmentInfo", "decode_reply",
+           "decode_request", "encode_request", "from_header", "to_header"]
