@@ -39,7 +39,8 @@ them, ``txn_merge`` lands a commit's batches.
 
 Threads: the reactor owns ``NativeTransactions``; table and segment I/O that blocks runs on the worker
 pool (``NativeHost.blocking``). Per transaction one table write at a time (a DeferredLock); one process
-serves a stream's native transactions (the controller's node).
+serves the native transactions: the single server, or on a cluster the owner of the native transactions
+table's container (``txn_cluster``), to which the other nodes forward.
 """
 
 from __future__ import annotations
