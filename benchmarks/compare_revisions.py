@@ -81,17 +81,23 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--messages", type=int, default=100_000, help="Kafka messages per case")
     parser.add_argument("--events", type=int, default=10_000, help="native events per case")
+    parser.add_argument("--only", choices=("kafka", "native"), help="run one of the two benchmarks")
     args = parser.parse_args()
     samples: dict[str, dict[str, list[float]]] = {"base": {}, "head": {}}
     with tempfile.TemporaryDirectory(prefix="millrace-base-") as scratch:
         trees = {"base": export_revision(args.base, Path(scratch)), "head": REPO}
         for round_number in range(args.rounds):
             for label, tree in trees.items():
-                kafka = run_benchmark(tree, "benchmarks.kafka_bench", "--json", "--runs", "1",
-                                      "--messages", str(args.messages), "--kcat-messages", "0")[0]
-                native = run_benchmark(tree, "benchmarks.native_client_bench", "--runs", "1",
-                                       "--events", str(args.events), "--cases", "plain")
-                for name, value in {**kafka_figures(kafka), **native_figures(native)}.items():
+                figures: dict[str, float] = {}
+                if args.only != "native":
+                    figures.update(kafka_figures(run_benchmark(
+                        tree, "benchmarks.kafka_bench", "--json", "--runs", "1", "--messages", str(args.messages),
+                        "--kcat-messages", "0")[0]))
+                if args.only != "kafka":
+                    figures.update(native_figures(run_benchmark(
+                        tree, "benchmarks.native_client_bench", "--runs", "1", "--events", str(args.events),
+                        "--cases", "plain")))
+                for name, value in figures.items():
                     samples[label].setdefault(name, []).append(float(value))
                 print(f"round {round_number + 1}/{args.rounds}: {label} done", file=sys.stderr, flush=True)
     print(f"{'figure':<48} {'base':>12} {'head':>12} {'head/base':>9}")

@@ -48,6 +48,7 @@ class Request:
 
 
 REQUESTS: dict[Command, type[Request]] = {}
+_BY_CODE: dict[int, type[Request]] = {}  # the same, keyed by plain ints (what a frame carries)
 _R = TypeVar("_R", bound=type[Request])
 
 
@@ -58,7 +59,7 @@ def _serves(command: Command) -> Callable[[_R], _R]:
         if command in REQUESTS:
             raise TypeError(f"{command.name} has two request classes")
         cls.command = command
-        REQUESTS[command] = cls
+        REQUESTS[command] = _BY_CODE[int(command)] = cls
         return cls
 
     return register
@@ -589,10 +590,9 @@ def encode_request(request_id: int, request: Request, payload: bytes = b"") -> b
 def decode_request(command: int, header: Header) -> Request:
     """The request a frame carries. UnknownCommandError for a command no class serves,
     InvalidRequestError for a header that does not hold the command's request."""
-    try:
-        cls = REQUESTS[Command(command)]
-    except (ValueError, KeyError):
-        raise UnknownCommandError(f"unknown command {command}") from None
+    cls = _BY_CODE.get(command)
+    if cls is None:
+        raise UnknownCommandError(f"unknown command {command}")
     try:
         return from_header(cls, header)
     except MessageError as exc:
@@ -613,13 +613,13 @@ def decode_reply(cls: type[_M], header: Header) -> _M:
 def to_header(message: object) -> Header:
     """A message (any dataclass of the supported field types) as a JSON object."""
     out: Header = {}
-    for f, _ in _fields(type(message)):
-        value = getattr(message, f.name)
-        if value is None and f.default is None:
+    for name, encode, omit_none in _plan(type(message)).encoders:
+        value = getattr(message, name)
+        if value is None and omit_none:
             continue
-        if f.name == "forwarded" and not value:
+        if name == "forwarded" and not value:
             continue
-        out[f.name] = _to_json(value)
+        out[name] = encode(value)
     return out
 
 
@@ -627,29 +627,82 @@ def from_header(cls: type[_M], header: object) -> _M:
     """``cls`` (a dataclass) from a JSON object, each field checked against its annotation."""
     if not isinstance(header, dict):
         raise MessageError(f"{cls.__name__} is a JSON object, not {type(header).__name__}")
-    fields = _fields(cls)
-    unknown = set(header) - {f.name for f, _ in fields}
-    if unknown:
+    plan = _plan(cls)
+    if not plan.names.issuperset(header):
+        unknown = set(header) - plan.names
         raise MessageError(f"unknown field(s) {', '.join(sorted(map(str, unknown)))}")
-    values: dict[str, object] = {}
-    for f, annotation in fields:
-        if f.name in header:
-            values[f.name] = _from_json(annotation, header[f.name], f.name)
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise MessageError(f"missing field {f.name!r}")
-    return cls(**values)
+    values = dict(plan.defaults)
+    for name, factory in plan.factories:
+        values[name] = factory()
+    for name, decode, required in plan.decoders:
+        raw = header.get(name, _ABSENT)
+        if raw is _ABSENT:
+            if required:
+                raise MessageError(f"missing field {name!r}")
+            continue
+        values[name] = decode(raw, name)
+    # What the generated __init__ would do, without its per-field object.__setattr__ calls (a frozen
+    # dataclass's), which cost more than the decoding: every field is set, none has a __post_init__.
+    message = object.__new__(cls)
+    message.__dict__.update(values)
+    return message
 
 
-_FIELDS: dict[type, list[tuple[dataclasses.Field[object], object]]] = {}
+# The codec works from plans compiled once per class (and converters once per annotation): a request's
+# header is decoded on every append, so reading annotations per call would cost the hot path dearly.
+_ABSENT = object()
+_Encode = Callable[[object], object]
+_Decode = Callable[[object, str], object]
 
 
-def _fields(cls: type) -> list[tuple[dataclasses.Field[object], object]]:
-    """The init fields of a dataclass with their resolved annotations (cached)."""
-    known = _FIELDS.get(cls)
-    if known is None:
+class _Plan(typing.NamedTuple):
+    names: frozenset[str]
+    # (field, its encoder, left out when None)
+    encoders: tuple[tuple[str, _Encode, bool], ...]
+    # (field, its decoder, required)
+    decoders: tuple[tuple[str, _Decode, bool], ...]
+    # What __init__ would set for the fields a header leaves out: plain defaults, and factories to call.
+    defaults: dict[str, object]
+    factories: tuple[tuple[str, Callable[[], object]], ...]
+
+
+_PLANS: dict[type, _Plan] = {}
+_DECODERS: dict[object, _Decode] = {}
+
+
+def _plan(cls: type) -> _Plan:
+    plan = _PLANS.get(cls)
+    if plan is None:
         hints = typing.get_type_hints(cls)
-        known = _FIELDS[cls] = [(f, hints[f.name]) for f in dataclasses.fields(cls) if f.init]
-    return known
+        fields = [f for f in dataclasses.fields(cls) if f.init]
+        plan = _PLANS[cls] = _Plan(
+            names=frozenset(f.name for f in fields),
+            encoders=tuple((f.name, _encoder(hints[f.name]), f.default is None) for f in fields),
+            decoders=tuple(
+                (f.name, _decoder(hints[f.name]),
+                 f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+                for f in fields),
+            defaults={f.name: f.default for f in fields if f.default is not dataclasses.MISSING},
+            factories=tuple((f.name, f.default_factory) for f in fields
+                            if f.default_factory is not dataclasses.MISSING),
+        )
+    return plan
+
+
+_SCALARS = (bool, int, float, str)
+
+
+def _identity(value: object) -> object:
+    return value
+
+
+def _encoder(annotation: object) -> _Encode:
+    """Scalars go to JSON as they are; anything else through ``_to_json``."""
+    options = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) \
+        else (annotation,)
+    if all(option in _SCALARS or option is type(None) for option in options):
+        return _identity
+    return _to_json
 
 
 def _to_json(value: object) -> object:
@@ -664,73 +717,119 @@ def _to_json(value: object) -> object:
     if isinstance(value, dict):
         return {str(k): _to_json(v) for k, v in value.items()}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _to_json(getattr(value, f.name)) for f, _ in _fields(type(value))}
+        return {name: encode(getattr(value, name)) for name, encode, _ in _plan(type(value)).encoders}
     return value
 
 
-def _from_json(annotation: object, raw: object, where: str) -> object:
-    """``raw`` as ``annotation``; MessageError naming the field (``where``) if it is not one."""
+def _decoder(annotation: object) -> _Decode:
+    """The converter of JSON values to ``annotation`` (cached); it raises MessageError naming the field."""
+    decode = _DECODERS.get(annotation)
+    if decode is None:
+        decode = _DECODERS[annotation] = _make_decoder(annotation)
+    return decode
+
+
+def _make_decoder(annotation: object) -> _Decode:
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
     if annotation is object:
-        return raw
+        return lambda raw, where: raw
     if origin in (typing.Union, types.UnionType):
-        if raw is None and type(None) in args:
-            return None
-        for option in args:
-            if option is type(None):
-                continue
+        return _union_decoder(annotation, args)
+    if annotation is bool:
+        return _exact_decoder(annotation, lambda raw: isinstance(raw, bool))
+    if annotation is int:
+        return _exact_decoder(annotation, lambda raw: isinstance(raw, int) and not isinstance(raw, bool))
+    if annotation is str:
+        return _exact_decoder(annotation, lambda raw: isinstance(raw, str))
+    if annotation is float:
+        def as_float(raw: object, where: str) -> object:
+            if isinstance(raw, int | float) and not isinstance(raw, bool):
+                return float(raw)
+            raise _ill_typed(where, annotation, raw)
+        return as_float
+    if annotation is uuid.UUID:
+        def as_uuid(raw: object, where: str) -> object:
+            if not isinstance(raw, str):
+                raise _ill_typed(where, annotation, raw)
             try:
-                return _from_json(option, raw, where)
+                return uuid.UUID(raw)
+            except ValueError:
+                raise MessageError(f"{where}: {raw!r} is not a UUID") from None
+        return as_uuid
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        enum_type = annotation
+
+        def as_enum(raw: object, where: str) -> object:
+            try:
+                return enum_type(raw)
+            except ValueError:
+                raise MessageError(f"{where}: {raw!r} is no {enum_type.__name__}") from None
+        return as_enum
+    if origin is tuple:
+        return _tuple_decoder(annotation, args)
+    if origin is dict:
+        value_decoder = _decoder(args[1])
+
+        def as_dict(raw: object, where: str) -> object:
+            if not isinstance(raw, dict):
+                raise _ill_typed(where, annotation, raw)
+            return {str(k): value_decoder(v, f"{where}[{k!r}]") for k, v in raw.items()}
+        return as_dict
+    if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
+        message_type = annotation
+
+        def as_message(raw: object, where: str) -> object:
+            try:
+                return from_header(message_type, raw)
+            except MessageError as exc:
+                raise MessageError(f"{where}: {exc}") from None
+        return as_message
+    raise TypeError(f"no codec for {annotation!r}")  # a message class the codec cannot carry
+
+
+def _exact_decoder(annotation: object, holds: Callable[[object], bool]) -> _Decode:
+    def exact(raw: object, where: str) -> object:
+        if holds(raw):
+            return raw
+        raise _ill_typed(where, annotation, raw)
+    return exact
+
+
+def _union_decoder(annotation: object, args: tuple[object, ...]) -> _Decode:
+    optional = type(None) in args
+    options = [_decoder(option) for option in args if option is not type(None)]
+
+    def one_of(raw: object, where: str) -> object:
+        if raw is None and optional:
+            return None
+        for option in options:
+            try:
+                return option(raw, where)
             except MessageError:
                 continue
         raise _ill_typed(where, annotation, raw)
-    if annotation is bool:
-        if isinstance(raw, bool):
-            return raw
-        raise _ill_typed(where, annotation, raw)
-    if annotation is int:
-        if isinstance(raw, int) and not isinstance(raw, bool):
-            return raw
-        raise _ill_typed(where, annotation, raw)
-    if annotation is float:
-        if isinstance(raw, int | float) and not isinstance(raw, bool):
-            return float(raw)
-        raise _ill_typed(where, annotation, raw)
-    if annotation is str:
-        if isinstance(raw, str):
-            return raw
-        raise _ill_typed(where, annotation, raw)
-    if annotation is uuid.UUID:
-        if not isinstance(raw, str):
-            raise _ill_typed(where, annotation, raw)
-        try:
-            return uuid.UUID(raw)
-        except ValueError:
-            raise MessageError(f"{where}: {raw!r} is not a UUID") from None
-    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
-        try:
-            return annotation(raw)
-        except ValueError:
-            raise MessageError(f"{where}: {raw!r} is no {annotation.__name__}") from None
-    if origin is tuple:
+    return one_of
+
+
+def _tuple_decoder(annotation: object, args: tuple[object, ...]) -> _Decode:
+    if len(args) == 2 and args[1] is Ellipsis:
+        item = _decoder(args[0])
+
+        def as_sequence(raw: object, where: str) -> object:
+            if not isinstance(raw, list):
+                raise _ill_typed(where, annotation, raw)
+            return tuple(item(v, f"{where}[{i}]") for i, v in enumerate(raw))
+        return as_sequence
+    items = [_decoder(a) for a in args]
+
+    def as_fixed(raw: object, where: str) -> object:
         if not isinstance(raw, list):
             raise _ill_typed(where, annotation, raw)
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_from_json(args[0], v, f"{where}[{i}]") for i, v in enumerate(raw))
-        if len(raw) != len(args):
-            raise MessageError(f"{where}: {len(raw)} items, not {len(args)}")
-        return tuple(_from_json(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, raw, strict=True)))
-    if origin is dict:
-        if not isinstance(raw, dict):
-            raise _ill_typed(where, annotation, raw)
-        return {str(k): _from_json(args[1], v, f"{where}[{k!r}]") for k, v in raw.items()}
-    if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
-        try:
-            return from_header(annotation, raw)
-        except MessageError as exc:
-            raise MessageError(f"{where}: {exc}") from None
-    raise TypeError(f"{where}: no codec for {annotation!r}")  # a message class the codec cannot carry
+        if len(raw) != len(items):
+            raise MessageError(f"{where}: {len(raw)} items, not {len(items)}")
+        return tuple(decode(v, f"{where}[{i}]") for i, (decode, v) in enumerate(zip(items, raw, strict=True)))
+    return as_fixed
 
 
 def _ill_typed(where: str, annotation: object, raw: object) -> MessageError:
