@@ -3,12 +3,14 @@
 A change that should not alter speed (a refactoring, a new seam) is judged against the revision before
 it on the same machine at the same time: the base revision is exported into a scratch directory, then
 each round runs ``benchmarks.kafka_bench`` and ``benchmarks.native_client_bench`` once on the base and
-once on the working tree, alternating (base, head, base, head, ...) so drift in the machine's speed
-falls on both. Each run starts its own server from its own tree (``PYTHONPATH`` names the tree, so
+once on the working tree, in ABBA order (base first in odd rounds, head first in even ones), because the
+second run of a round meets the first one's writeback and is measurably slower even when both trees
+are the same, and drift in the machine's speed falls on both. Each run starts its own server from its own tree (``PYTHONPATH`` names the tree, so
 ``millrace`` resolves there). Prints, per case, the medians over the rounds and the ratio head/base:
 produce and consume msgs/s and server CPU seconds per million messages (Kafka, librdkafka producers,
 acks=all, idempotent), native writer events/s beside confluent-kafka on the same server, and the
-disk's raw sequential write and fsync rates measured in each Kafka run.
+disk's raw sequential write and fsync rates measured in each Kafka run. The ratio is the median of the
+rounds' own head/base ratios, as pairs taken side by side.
 
     .venv/bin/python -m benchmarks.compare_revisions BASE [--rounds 3] [--messages 100000] [--events 10000]
 """
@@ -87,7 +89,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="millrace-base-") as scratch:
         trees = {"base": export_revision(args.base, Path(scratch)), "head": REPO}
         for round_number in range(args.rounds):
-            for label, tree in trees.items():
+            order = list(trees.items()) if round_number % 2 == 0 else list(reversed(trees.items()))
+            for label, tree in order:
                 figures: dict[str, float] = {}
                 if args.only != "native":
                     figures.update(kafka_figures(run_benchmark(
@@ -100,14 +103,15 @@ def main() -> None:
                 for name, value in figures.items():
                     samples[label].setdefault(name, []).append(float(value))
                 print(f"round {round_number + 1}/{args.rounds}: {label} done", file=sys.stderr, flush=True)
-    print(f"{'figure':<48} {'base':>12} {'head':>12} {'head/base':>9}")
+    print(f"{'figure':<48} {'base':>12} {'head':>12} {'head/base':>9} {'min':>6} {'max':>6}")
     for name, base_values in samples["base"].items():
-        base = statistics.median(base_values)
-        head = statistics.median(samples["head"][name])
-        ratio = head / base if base else float("nan")
-        print(f"{name:<48} {base:>12.1f} {head:>12.1f} {ratio:>9.3f}")
-    print(f"medians of {args.rounds} alternating rounds; base {args.base}, head the working tree; "
-          f"{args.messages} Kafka messages and {args.events} native events per case")
+        head_values = samples["head"][name]
+        ratios = [h / b for b, h in zip(base_values, head_values, strict=True) if b]
+        print(f"{name:<48} {statistics.median(base_values):>12.1f} {statistics.median(head_values):>12.1f} "
+              f"{statistics.median(ratios):>9.3f} {min(ratios):>6.2f} {max(ratios):>6.2f}")
+    print(f"medians of {args.rounds} rounds in ABBA order (ratio: the median of the rounds' ratios, with their "
+          f"min and max); base {args.base}, head the working tree; {args.messages} Kafka messages and "
+          f"{args.events} native events per case")
 
 
 if __name__ == "__main__":
