@@ -28,7 +28,7 @@ from millrace.streams.errors import Reason
 from millrace.streams.partitions import PartitionError, PartitionLog
 from millrace.streams.partitions.formats import ENVELOPE, ENVELOPE_MAGIC
 from millrace.streams.partitions.writer_events import ALREADY_WRITTEN, WriterEvents
-from millrace.streams.resolve import record_logs
+from millrace.streams.resolve import record_logs, refreshed
 from millrace.streams.topics import TopicInfo
 
 log = logging.getLogger(__name__)
@@ -141,11 +141,23 @@ class CommitMerge:
         transaction neither holds the reactor for one long turn nor floods the container); from the first
         that failed, again later (those that had landed answer ALREADY_WRITTEN)."""
         topic = self.broker.topics.record(name)
-        if topic is None:
-            log.warning("committing into %s: the stream is gone, %d batches of partition %d dropped", name,
-                        len(batches), partition)
-            return defer.succeed(None)
+        if topic is not None:
+            return self._land_in(topic, name, writer_id, partition, batches, attempt, counts)
 
+        # Not known here is not gone: a node that took over the transactions may not have read the topics
+        # table since the stream was made through another node (it refreshes it periodically). Only a
+        # stream still missing after a fresh read was deleted, and its batches have nowhere to go.
+        def found(topic: TopicInfo | None) -> defer.Deferred[None]:
+            if topic is None:
+                log.warning("committing into %s: the stream is gone, %d batches of partition %d dropped", name,
+                            len(batches), partition)
+                return defer.succeed(None)
+            return self._land_in(topic, name, writer_id, partition, batches, attempt, counts)
+
+        return refreshed(self.broker, name, self.broker.topics.record).addCallback(found)
+
+    def _land_in(self, topic: TopicInfo, name: str, writer_id: str, partition: int,
+                 batches: list[tuple[int, bytes]], attempt: int, counts: list[int]) -> defer.Deferred[None]:
         def append_all(found: tuple[TopicInfo, list[PartitionLog]]) -> defer.Deferred[Any]:
             current, parts = found
             acks: list[defer.Deferred[int]] = []

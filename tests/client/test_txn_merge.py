@@ -1,0 +1,65 @@
+"""A commit's merge looks a stream up afresh before it calls it gone.
+
+A cluster node that takes over the native transactions may not have read the topics table since the
+stream was made through another node: it used to drop the committed batches as if the stream had been
+deleted (seen under load in ``tests/cluster/test_native_transactions.py``: a transaction recorded
+COMMITTED with none of its events in the stream).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet import defer
+from twisted.internet.task import Clock
+
+from millrace.gateway.native.txn_merge import CommitMerge
+
+
+class _Topics:
+    """A registry that knows the stream only after a read of the topics table."""
+
+    def __init__(self, exists: bool) -> None:
+        self.exists = exists
+        self.refreshes = 0
+
+    def record(self, name: str) -> Any:
+        return f"record of {name}" if self.refreshes and self.exists else None
+
+    def refresh(self) -> None:
+        self.refreshes += 1
+
+
+class _Host:
+    def __init__(self, topics: _Topics) -> None:
+        self.topics = topics
+
+    def blocking(self, fn: Any, *args: Any, **kwargs: Any) -> defer.Deferred[Any]:
+        return defer.succeed(fn(*args, **kwargs))
+
+
+def _merge(exists: bool) -> tuple[CommitMerge, list[Any], _Topics]:
+    topics = _Topics(exists)
+    merge = CommitMerge(_Host(topics), Clock(), lambda record: "kafka/orders", lambda: False)  # type: ignore[arg-type]
+    landed: list[Any] = []
+
+    def land_in(topic: Any, *args: Any) -> defer.Deferred[None]:
+        landed.append(topic)
+        return defer.succeed(None)
+
+    merge._land_in = land_in  # type: ignore[method-assign]  # noqa: SLF001 - what the lookup hands on
+    return merge, landed, topics
+
+
+def test_a_stream_this_node_has_not_read_yet_is_looked_up_again_and_merged() -> None:
+    merge, landed, topics = _merge(exists=True)
+    merge._land("kafka/orders", "txn:1", 0, [(0, b"batch")], 0, [0, 0])  # noqa: SLF001
+    assert topics.refreshes == 1
+    assert landed == ["record of kafka/orders"]
+
+
+def test_a_stream_missing_after_a_fresh_read_is_gone() -> None:
+    merge, landed, topics = _merge(exists=False)
+    done = merge._land("kafka/orders", "txn:1", 0, [(0, b"batch")], 0, [0, 0])  # noqa: SLF001
+    assert topics.refreshes == 1 and landed == []
+    assert done.called
