@@ -22,7 +22,7 @@ from twisted.internet.interfaces import IReactorTime
 
 from millrace.gateway.native.host import NativeHost
 from millrace.gateway.native.txn_state import WRITER_PREFIX, events_attribute
-from millrace.protocol.errors import SegmentNotFoundError
+from millrace.protocol.errors import RetriableError, SegmentNotFoundError
 from millrace.store.controller.transactions import TxnRecord
 from millrace.streams.errors import Reason
 from millrace.streams.partitions import PartitionError, PartitionLog
@@ -172,7 +172,11 @@ class CommitMerge:
 
         def landed(results: list[tuple[bool, Any]]) -> defer.Deferred[None] | None:
             if self.stopped():
-                return None  # another node serves the transactions now and finishes this commit
+                # Another node serves the transactions now and finishes this commit from its COMMITTING
+                # record. Failing keeps this node from recording COMMITTED over batches it never landed
+                # (a conditional write that nothing else had changed yet would have gone through).
+                raise RetriableError("this node no longer serves the native transactions; the one that does "
+                                     "finishes the commit")
             failed = next((i for i, (ok, _) in enumerate(results) if not ok), len(results))
             counts[1] += sum(1 for _, offset in results[:failed] if offset == ALREADY_WRITTEN)
             if failed == len(results):

@@ -1,4 +1,5 @@
-"""A commit's merge looks a stream up afresh before it calls it gone.
+"""A commit's merge lands every batch or fails: it looks a stream up afresh before it calls it gone, and
+it fails, rather than finish, once its node no longer serves the transactions.
 
 A cluster node that takes over the native transactions may not have read the topics table since the
 stream was made through another node: it used to drop the committed batches as if the stream had been
@@ -63,3 +64,26 @@ def test_a_stream_missing_after_a_fresh_read_is_gone() -> None:
     done = merge._land("kafka/orders", "txn:1", 0, [(0, b"batch")], 0, [0, 0])  # noqa: SLF001
     assert topics.refreshes == 1 and landed == []
     assert done.called
+
+
+def test_a_merge_whose_node_stops_serving_fails_instead_of_finishing(monkeypatch: Any) -> None:
+    """Once another node serves the transactions, this node must not answer its merge as done: the
+    caller would record COMMITTED over batches it never landed."""
+    from millrace.gateway.native import txn_merge
+    from millrace.protocol.errors import RetriableError
+
+    topics = _Topics(exists=True)
+    topics.refreshes = 1  # known here already
+    stopped = [False]
+    merge = CommitMerge(_Host(topics), Clock(), lambda record: "kafka/orders", lambda: stopped[0])  # type: ignore[arg-type]
+    monkeypatch.setattr(txn_merge, "record_logs", lambda host, topic: defer.succeed((topic, ["partition 0"])))
+
+    def append(topic: Any, log: Any, batch: bytes, events: Any) -> defer.Deferred[int]:
+        stopped[0] = True  # the term ends while the batch is on its way
+        return defer.succeed(7)
+
+    merge.append_batch = append
+    outcome = merge._land("kafka/orders", "txn:1", 0, [(0, b"batch")], 0, [0, 0])  # noqa: SLF001
+    failures: list[Any] = []
+    outcome.addErrback(failures.append)
+    assert len(failures) == 1 and failures[0].check(RetriableError)
