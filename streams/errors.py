@@ -2,8 +2,8 @@
 
 The partition logs and the topics registry raise ``PartitionError`` and ``TopicError``, each naming a
 ``Reason``; they never name a wire protocol's code. Each protocol adapter turns a reason into its own
-answer in one table: the Kafka gateway into an ``ErrorCode`` (``gateway/kafka/errors.py``), the native
-gateway into a native status (``gateway/native/errors.py``). A failure of the segment store under a
+answer in one table: the Kafka gateway into an ``ErrorCode`` (``gateway/kafka/stream_errors.py``), the native
+gateway into a native error (``gateway/native/stream_errors.py``). A failure of the segment store under a
 partition becomes a reason here too (``store_failure``), so an adapter never has to guess what a store
 exception means: an ownership change is not a broken disk.
 """
