@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -78,7 +79,7 @@ log = logging.getLogger(__name__)
 # ListOffsets' special timestamps
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
-RELOAD_DELAY_SECONDS = 0.5  # lets a failed partition's in-flight appends settle before the reload reads
+RELOAD_DELAY_SECONDS = 0.5  # a pause before a reload, so a load that fails is not retried in a tight loop
 
 
 # compression.type -> the codec a topic stores its batches with (``producer``: as the producer sent them)
@@ -249,6 +250,9 @@ class SegmentPartitionStorage(PartitionStorage):
         self._writers: dict[str, SegmentWriter] = {}  # data segment name -> its writer
         self._loading: dict[str, list[defer.Deferred[None]]] = {}  # topic -> callers waiting for its load
         self._reloading: set[str] = set()
+        # topic -> its store appends not answered yet, and reloads waiting for them to be (``_settled``)
+        self._in_flight: Counter[str] = Counter()
+        self._settle_waiters: dict[str, list[defer.Deferred[None]]] = {}
         self._log_start_writes: dict[PartitionLog, _LogStartWrites] = {}  # partitions whose start moved
         # Raises PartitionError unless (topic, partition) is in the ongoing transaction of the producer
         # id at that epoch; set by the transaction coordinator (None: transactional batches refused).
@@ -427,9 +431,15 @@ class SegmentPartitionStorage(PartitionStorage):
 
     def _reload_after_failure(self, topic: str) -> None:
         """After a failed append the partition's offsets and the segment tails this gateway assumed are
-        unknown: once in-flight appends settle, rebuild the topic from the store (the truth). Produce
-        answers NOT_LEADER_OR_FOLLOWER (retriable) meanwhile; the rebuilt producer state recognises
-        idempotent retries."""
+        unknown: once every append of the topic still in flight in the store has its answer, rebuild the
+        topic from the store (the truth). Produce answers NOT_LEADER_OR_FOLLOWER (retriable) meanwhile;
+        the rebuilt producer state recognises idempotent retries.
+
+        The wait is what makes that last clause hold: an append failed as doomed (behind a failed one)
+        may still land, and a load that read the segment before it did would install producer state
+        without it, so the client's retry of that batch would be written a second time, and the
+        producer's next batch refused as out of order (which makes librdkafka bump its epoch and
+        resend its unacknowledged batches as new ones)."""
         if topic in self._reloading:
             return
         self._reloading.add(topic)
@@ -446,7 +456,28 @@ class SegmentPartitionStorage(PartitionStorage):
             if isinstance(result, Failure):
                 log.error("reloading %s failed: %s", topic, result.getErrorMessage())
 
-        self.clock.callLater(RELOAD_DELAY_SECONDS, lambda: reload().addBoth(finished))
+        self.clock.callLater(RELOAD_DELAY_SECONDS,
+                             lambda: self._settled(topic).addCallback(lambda _: reload()).addBoth(finished))
+
+    def _settled(self, topic: str) -> defer.Deferred[None]:
+        """Fires once no append to ``topic`` is in flight in the store. While the topic reloads none
+        starts (``_writable``), and every store append is answered in the end (the durable log's
+        timeouts fail its container), so this fires."""
+        if not self._in_flight[topic]:
+            return defer.succeed(None)
+        log.info("reloading %s after its %d appends in flight are answered", topic, self._in_flight[topic])
+        waiter: defer.Deferred[None] = defer.Deferred()
+        self._settle_waiters.setdefault(topic, []).append(waiter)
+        return waiter
+
+    def _answered(self, result: Any, topic: str) -> Any:
+        """A store append of ``topic`` was answered (after its outcome was handled)."""
+        self._in_flight[topic] -= 1
+        if self._in_flight[topic] <= 0:
+            del self._in_flight[topic]
+            for waiter in self._settle_waiters.pop(topic, []):
+                waiter.callback(None)
+        return result
 
     # -- scaling -------------------------------------------------------------------------------------
     def prepare_successors(self, names: list[str]) -> None:
@@ -615,8 +646,9 @@ class SegmentPartitionStorage(PartitionStorage):
         attributes = () if events is None else (p.writer_events.appending(events, acked, writer.name),)
         stored = self.store.append(writer.name, data, expected_offset=expected, attributes=attributes,
                                    events=h.last_offset_delta + 1)
+        self._in_flight[p.topic] += 1
         to_deferred(stored).addCallbacks(self._durable, self._failed, callbackArgs=(p, writer, entry, pending),
-                                         errbackArgs=(p, writer, pending))
+                                         errbackArgs=(p, writer, pending)).addBoth(self._answered, p.topic)
         return acked
 
     @staticmethod

@@ -5,6 +5,8 @@ that reads everything back and counts acknowledged / read / lost / duplicated / 
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 import threading
 import time
 from collections import Counter, defaultdict
@@ -39,6 +41,17 @@ class Tally:
         return self.lost == 0 and self.duplicated == 0 and self.misplaced == 0 and self.out_of_order == 0
 
 
+def _file_logger(path: str) -> logging.Logger:
+    logger = logging.getLogger(f"librdkafka.{path}")
+    if not logger.handlers:
+        handler = logging.FileHandler(path)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG)
+        logger.propagate = False
+    return logger
+
+
 class KafkaLoad:
     """``producers`` idempotent acks=all producers, each in a thread, writing ``"<producer>:<n>"`` values
     (key = value) to ``topic`` until ``finish``; ``acked`` maps each acknowledged value to (partition,
@@ -52,13 +65,17 @@ class KafkaLoad:
         self.errors: list[str] = []
         self._stop = threading.Event()
         self._pause = pause
-        self.producers = [Producer({
+        config: dict[str, Any] = {
             "bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 5,
             # Long enough to ride out a node's failover or a whole-cluster restart: a record is either
             # acknowledged or, after this, reported as an error (never silently dropped).
             "message.timeout.ms": 180000, "metadata.max.age.ms": 2000, "retry.backoff.ms": 100,
             "reconnect.backoff.max.ms": 1000,
-        }) for _ in range(producers)]
+        }
+        debug_log = os.environ.get("MILLRACE_KAFKA_DEBUG_LOG")
+        if debug_log:  # librdkafka's idempotence decisions (epoch bumps, retries), to trace a failed check
+            config |= {"debug": "eos,msg", "logger": _file_logger(debug_log)}
+        self.producers = [Producer({**config, "client.id": f"load-{i}"}) for i in range(producers)]
         self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(producers)]
         for t in self.threads:
             t.start()

@@ -4,7 +4,10 @@ recovery's contiguity rule and retention."""
 
 from __future__ import annotations
 
+import time
 import uuid
+from concurrent.futures import Future
+from typing import Any
 
 import pytest
 from twisted.internet import defer
@@ -12,8 +15,11 @@ from twisted.internet.task import Clock
 
 from millrace.gateway.kafka.stream_errors import error_code
 from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.protocol.records import NewRecord, build_record_batch
+from millrace.store.errors import ContainerOfflineError
 from millrace.streams.errors import PartitionError
-from millrace.streams.partitions.formats import IndexEntry
+from millrace.streams.partitions import storage as storage_module
+from millrace.streams.partitions.formats import INDEX_SUFFIX, IndexEntry
 from millrace.streams.partitions.loading import LoadedTopic
 from millrace.streams.partitions.offset_index import OffsetIndex
 from millrace.streams.partitions.partition import PartitionLog
@@ -24,7 +30,7 @@ from millrace.streams.partitions.retention import (
     truncation_points,
 )
 from millrace.streams.partitions.segments import SegmentWriter
-from millrace.streams.partitions.storage import SegmentPartitionStorage
+from millrace.streams.partitions.storage import RELOAD_DELAY_SECONDS, SegmentPartitionStorage
 from millrace.streams.partitions.waiters import Waiters, wait_for_any
 from millrace.streams.partitions.watermark import HighWatermark
 from millrace.streams.topics import TopicInfo
@@ -270,3 +276,56 @@ def test_a_load_of_a_topic_deleted_and_created_again_meanwhile_is_not_installed(
     storage = SegmentPartitionStorage(None, _Topics(new), _Tables(), None, Clock(), 1 << 20)  # fakes: only the install path runs
     storage._install(loaded_topic(old, ["s0"]))
     assert storage.loaded("t") is None
+
+
+class _HeldStore:
+    """A segment store whose data appends wait until the test answers them (index appends land at once)."""
+
+    def __init__(self) -> None:
+        self.held: list[Future[int]] = []
+
+    def append(self, name: str, data: Any, **_: Any) -> Future[int]:
+        future: Future[int] = Future()
+        if name.endswith(INDEX_SUFFIX):
+            future.set_result(0)
+        else:
+            self.held.append(future)
+        return future
+
+
+def _answered_at_once(fut: Future[Any]) -> defer.Deferred[Any]:
+    """``to_deferred`` for a test whose thread plays the reactor's: fires where the future completes."""
+    d: defer.Deferred[Any] = defer.Deferred()
+    fut.add_done_callback(lambda f: d.errback(f.exception()) if f.exception() else d.callback(f.result()))
+    return d
+
+
+def test_a_reload_waits_until_every_append_in_flight_is_answered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An append failed because one before it failed may still land; a reload that read the segment
+    before it did would lose its producer state, and the retry of that batch would be written twice."""
+    monkeypatch.setattr(storage_module, "to_deferred", _answered_at_once)
+    topic = TopicInfo("t", uuid.uuid4(), ((0.0, 1.0),))
+    clock = Clock()
+    clock.advance(time.time())
+    store = _HeldStore()
+    storage = SegmentPartitionStorage(store, _Topics(topic), _Tables(), defer.maybeDeferred,  # type: ignore[arg-type]
+                                      clock, 1 << 20)
+    (p,) = storage._install(loaded_topic(topic, ["s0"]))
+    loads: list[int] = []
+
+    def load(info: TopicInfo) -> LoadedTopic:
+        loads.append(sum(not f.done() for f in store.held))  # appends still in flight when the load reads
+        return loaded_topic(topic, ["s0"])
+
+    monkeypatch.setattr(storage, "_load", load)
+    acks = [storage.append(topic, p, build_record_batch([NewRecord(key=None, value=b"v")], producer_id=7, producer_epoch=0,
+                                                        base_sequence=seq)) for seq in (0, 1)]
+    outcomes: list[Any] = []
+    for ack in acks:
+        ack.addBoth(outcomes.append)
+    store.held[0].set_exception(ContainerOfflineError("container 0 moved"))
+    assert [type(o.value) for o in outcomes] == [PartitionError, PartitionError]  # the second fails behind it
+    clock.advance(10 * RELOAD_DELAY_SECONDS)
+    assert loads == []  # the second append's outcome is still unknown: no load may read yet
+    store.held[1].set_result(0)
+    assert loads == [0]
