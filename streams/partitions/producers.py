@@ -98,6 +98,16 @@ class Producers:
             state.batches.append((first_sequence, last_sequence, base))
         state.last_ms = max(state.last_ms, timestamp_ms)
 
+    def stored_base(self, producer_id: int, epoch: int, first_sequence: int, last_sequence: int) -> int | None:
+        """The base offset of this producer's batch if it is among the last few this partition holds."""
+        state = self._states.get(producer_id)
+        if state is None or state.epoch != epoch:
+            return None
+        for seen_first, seen_last, base in state.batches:
+            if (seen_first, seen_last) == (first_sequence, last_sequence) and base not in state.in_flight:
+                return base
+        return None
+
     def fence(self, producer_id: int, epoch: int, now_ms: int, coordinator_epoch: int) -> None:
         """A transaction marker of ``epoch`` was written: older epochs of the producer are refused from
         now on (a coordinator that aborts a zombie's transaction writes its marker with a bumped epoch)."""

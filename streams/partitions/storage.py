@@ -70,7 +70,7 @@ from millrace.streams.partitions.partition import PartitionLog, PartitionOffsets
 from millrace.streams.partitions.producers import MARKER_COORDINATOR_EPOCH, ProducerState
 from millrace.streams.partitions.segments import BLOCKING_TIMEOUT, SegmentWriter, create_index_segment
 from millrace.streams.partitions.waiters import wait_for_any
-from millrace.streams.partitions.watermark import PendingAppend
+from millrace.streams.partitions.watermark import IdempotentBatch, PendingAppend
 from millrace.streams.partitions.writer_events import WriterEvents, attribute_key
 from millrace.streams.topics import TopicInfo, TopicRegistry, deletes_old_data
 
@@ -251,6 +251,8 @@ class SegmentPartitionStorage(PartitionStorage):
         self._loading: dict[str, list[defer.Deferred[None]]] = {}  # topic -> callers waiting for its load
         self._reloading: set[str] = set()
         # topic -> its store appends not answered yet, and reloads waiting for them to be (``_settled``)
+        # topic -> failed idempotent batches (partition, pending append, refusal) the next reload answers
+        self._unresolved: dict[str, list[tuple[int, PendingAppend, Failure]]] = {}
         self._in_flight: Counter[str] = Counter()
         self._settle_waiters: dict[str, list[defer.Deferred[None]]] = {}
         self._log_start_writes: dict[PartitionLog, _LogStartWrites] = {}  # partitions whose start moved
@@ -455,6 +457,10 @@ class SegmentPartitionStorage(PartitionStorage):
             self._reloading.discard(topic)
             if isinstance(result, Failure):
                 log.error("reloading %s failed: %s", topic, result.getErrorMessage())
+                if topic in self._unresolved:
+                    self._reload_after_failure(topic)  # their answers wait for a reload that succeeds
+                return
+            self._resolve_after_reload(topic)
 
         self.clock.callLater(RELOAD_DELAY_SECONDS,
                              lambda: self._settled(topic).addCallback(lambda _: reload()).addBoth(finished))
@@ -641,7 +647,9 @@ class SegmentPartitionStorage(PartitionStorage):
         if producer is not None:
             producer.batches.append((h.base_sequence, h.base_sequence + h.last_offset_delta, base))
             producer.in_flight[base] = retries
-        pending = p.watermark.track(last)
+        identity = None if producer is None else IdempotentBatch(h.producer_id, h.producer_epoch, h.base_sequence,
+                                                                 h.base_sequence + h.last_offset_delta)
+        pending = p.watermark.track(last, identity)
         acked = pending.acked.addBoth(self._settle, producer, base, retries)
         attributes = () if events is None else (p.writer_events.appending(events, acked, writer.name),)
         stored = self.store.append(writer.name, data, expected_offset=expected, attributes=attributes,
@@ -662,21 +670,49 @@ class SegmentPartitionStorage(PartitionStorage):
             p.waiters.wake()
 
     def _failed(self, failure: Failure, p: PartitionLog, writer: SegmentWriter, pending: PendingAppend) -> None:
+        """Nothing from this batch on can be acknowledged in order any more. Each is refused, in the stream
+        layer's terms (a moved container is not a broken disk), except an idempotent producer's batch: the
+        store may hold it all the same (a container that failed mid-append recovers what its log had,
+        and the batches behind it may land too), and a refusal tells the client it was not written, so
+        once the client has bumped its epoch (librdkafka does, for an out-of-order answer on any
+        partition) it would write it again as a new batch. Such a batch is answered after the reload,
+        by whether the store holds it (``_resolve_after_reload``), as Kafka answers a produce only once
+        its fate is known."""
         log.error("append to %s failed: %s", writer.name, failure.getErrorMessage())
         writer.failed = failure.value
-        self._reload_after_failure(p.topic)
-        # The appender hears why in the stream layer's terms: a moved container is not a broken disk.
         refusal = Failure(store_failure(failure.value, f"append to {p.topic}-{p.partition}"))
-        # Nothing after this batch can be acknowledged in order any more: fail those too (they may
-        # already be durable in a successor); clients retry and the reload dedupes them.
         for doomed in p.watermark.failed(pending):
-            doomed.acked.errback(refusal)
+            if doomed.batch is None:
+                doomed.acked.errback(refusal)
+            else:
+                self._unresolved.setdefault(p.topic, []).append((p.partition, doomed, refusal))
+        self._reload_after_failure(p.topic)
+
+    def _resolve_after_reload(self, topic: str) -> None:
+        """Answer the failed idempotent batches of ``topic`` by what the reloaded partitions hold: the
+        stored base offset of one the store has, the refusal for one it does not (which nothing can
+        append any more: every append was answered before the load read, and a moved container's log is
+        fenced)."""
+        parts = self._topics.get(topic)
+        for partition, pending, refusal in self._unresolved.pop(topic, []):
+            assert pending.batch is not None
+            base = parts[partition].producers.stored_base(*pending.batch) \
+                if parts is not None and partition < len(parts) else None
+            if base is None:
+                pending.acked.errback(refusal)
+            else:
+                log.info("%s-%d: a failed append of producer %d was found stored at offset %d", topic,
+                         partition, pending.batch.producer_id, base)
+                pending.acked.callback(base)
 
     @staticmethod
     def _settle(result: Any, producer: ProducerState | None, base: int, retries: list[defer.Deferred[int]]) -> Any:
-        """The append's outcome: its base offset, also for retries that waited on it."""
+        """The append's outcome: its base offset (as stored, when a reload found it), also for retries that
+        waited on it."""
         if producer is not None:
             producer.in_flight.pop(base, None)
+        if not isinstance(result, Failure) and result is not None:
+            base = result
         for retry in retries:
             if isinstance(result, Failure):
                 retry.errback(result)

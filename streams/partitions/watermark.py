@@ -7,7 +7,9 @@ Invariants:
 - Acknowledgements are released in offset order, when the high watermark passes them, so a client never
   hears of a batch before every earlier batch of the partition is durable.
 - A failed append fails itself and every later pending append: none of them can be acknowledged in
-  order any more (some may be durable in a successor; the partition reloads and clients retry).
+  order any more (some may be durable in a successor; the partition reloads and clients retry). An
+  idempotent producer's batch among them is answered only after the reload, by whether the store holds
+  it (``storage``): its outcome is unknown until then.
 
 The last stable offset (partitions/transactions.py) is this high watermark capped by the first offset
 of the oldest open transaction.
@@ -18,21 +20,34 @@ Owned by the reactor thread once the partition is installed.
 from __future__ import annotations
 
 from collections import deque
+from typing import NamedTuple
 
 from twisted.internet import defer
 
 _PENDING, _DURABLE, _FAILED = 0, 1, 2
 
 
+class IdempotentBatch(NamedTuple):
+    """What identifies an idempotent producer's batch in a partition's producer state."""
+
+    producer_id: int
+    epoch: int
+    first_sequence: int
+    last_sequence: int
+
+
 class PendingAppend:
     """An append handed to the store whose acknowledgement waits for the high watermark."""
 
-    __slots__ = ("last_offset", "state", "acked")
+    __slots__ = ("last_offset", "state", "acked", "batch")
 
-    def __init__(self, last_offset: int) -> None:
+    def __init__(self, last_offset: int, batch: IdempotentBatch | None = None) -> None:
         self.last_offset = last_offset
         self.state = _PENDING
-        self.acked: defer.Deferred[None] = defer.Deferred()
+        # Fires with None once the high watermark passes it, or with the batch's stored base offset when a
+        # reload found it durable after its append failed.
+        self.acked: defer.Deferred[int | None] = defer.Deferred()
+        self.batch = batch  # an idempotent producer's batch: found again after a failure by its identity
 
 
 class HighWatermark:
@@ -42,13 +57,13 @@ class HighWatermark:
         self.offset = offset
         self._pending: deque[PendingAppend] = deque()  # in offset order
 
-    def track(self, last_offset: int) -> PendingAppend:
+    def track(self, last_offset: int, batch: IdempotentBatch | None = None) -> PendingAppend:
         """Register the next append of the partition (offsets ascending)."""
-        append = PendingAppend(last_offset)
+        append = PendingAppend(last_offset, batch)
         self._pending.append(append)
         return append
 
-    def made_durable(self, append: PendingAppend) -> list[defer.Deferred[None]]:
+    def made_durable(self, append: PendingAppend) -> list[defer.Deferred[int | None]]:
         """Note that ``append`` is durable; returns the acknowledgements the watermark now passes, in
         offset order (the caller fires them, then wakes the partition's fetchers)."""
         if append.state != _PENDING:

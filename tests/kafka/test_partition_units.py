@@ -300,9 +300,7 @@ def _answered_at_once(fut: Future[Any]) -> defer.Deferred[Any]:
     return d
 
 
-def test_a_reload_waits_until_every_append_in_flight_is_answered(monkeypatch: pytest.MonkeyPatch) -> None:
-    """An append failed because one before it failed may still land; a reload that read the segment
-    before it did would lose its producer state, and the retry of that batch would be written twice."""
+def _held_storage(monkeypatch: pytest.MonkeyPatch) -> tuple[SegmentPartitionStorage, _HeldStore, Clock, TopicInfo]:
     monkeypatch.setattr(storage_module, "to_deferred", _answered_at_once)
     topic = TopicInfo("t", uuid.uuid4(), ((0.0, 1.0),))
     clock = Clock()
@@ -310,7 +308,26 @@ def test_a_reload_waits_until_every_append_in_flight_is_answered(monkeypatch: py
     store = _HeldStore()
     storage = SegmentPartitionStorage(store, _Topics(topic), _Tables(), defer.maybeDeferred,  # type: ignore[arg-type]
                                       clock, 1 << 20)
-    (p,) = storage._install(loaded_topic(topic, ["s0"]))
+    storage._install(loaded_topic(topic, ["s0"]))
+    return storage, store, clock, topic
+
+
+def _produce_batches(storage: SegmentPartitionStorage, topic: TopicInfo, producer_id: int, count: int) -> list[Any]:
+    """Append ``count`` one-record batches of ``producer_id`` (sequences 0, 1, ...); their outcomes, as
+    they come."""
+    (p,) = storage.loaded(topic.name) or []
+    outcomes: list[Any] = []
+    for seq in range(count):
+        batch = build_record_batch([NewRecord(key=None, value=b"v")], producer_id=producer_id, producer_epoch=0,
+                                   base_sequence=seq)
+        storage.append(topic, p, batch).addBoth(outcomes.append)
+    return outcomes
+
+
+def test_a_reload_waits_until_every_append_in_flight_is_answered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An append failed because one before it failed may still land; a reload that read the segment
+    before it did would lose its producer state, and the retry of that batch would be written twice."""
+    storage, store, clock, topic = _held_storage(monkeypatch)
     loads: list[int] = []
 
     def load(info: TopicInfo) -> LoadedTopic:
@@ -318,14 +335,34 @@ def test_a_reload_waits_until_every_append_in_flight_is_answered(monkeypatch: py
         return loaded_topic(topic, ["s0"])
 
     monkeypatch.setattr(storage, "_load", load)
-    acks = [storage.append(topic, p, build_record_batch([NewRecord(key=None, value=b"v")], producer_id=7, producer_epoch=0,
-                                                        base_sequence=seq)) for seq in (0, 1)]
-    outcomes: list[Any] = []
-    for ack in acks:
-        ack.addBoth(outcomes.append)
+    plain = _produce_batches(storage, topic, -1, 1)  # no producer id: refused at once
+    _produce_batches(storage, topic, 7, 2)
     store.held[0].set_exception(ContainerOfflineError("container 0 moved"))
-    assert [type(o.value) for o in outcomes] == [PartitionError, PartitionError]  # the second fails behind it
+    assert [type(o.value) for o in plain] == [PartitionError]
     clock.advance(10 * RELOAD_DELAY_SECONDS)
-    assert loads == []  # the second append's outcome is still unknown: no load may read yet
-    store.held[1].set_result(0)
+    assert loads == []  # the idempotent appends' outcomes are still unknown: no load may read yet
+    store.held[1].set_exception(ContainerOfflineError("container 0 moved"))
+    assert loads == []  # nor while the third is in flight
+    store.held[2].set_result(0)
     assert loads == [0]
+
+
+@pytest.mark.parametrize("stored", [(), (0,), (0, 1)])
+def test_a_failed_idempotent_append_is_answered_by_what_the_store_holds(monkeypatch: pytest.MonkeyPatch,
+                                                                       stored: tuple[int, ...]) -> None:
+    """A container that failed mid-append recovers what its log had: an idempotent batch whose append
+    failed may be stored all the same. A refusal would tell the client it was not written (librdkafka
+    writes it again as a new batch after it bumps its epoch), so it is answered after the reload:
+    its stored offset when the store holds it, the refusal when not."""
+    storage, store, clock, topic = _held_storage(monkeypatch)
+    reloaded = loaded_topic(topic, ["s0"])
+    for seq in stored:  # what the container recovered: batches 0 and 1 of producer 7 at offsets 0 and 1
+        reloaded.partitions[0].producers.recovered(7, 0, seq, seq, seq, 0)
+    monkeypatch.setattr(storage, "_load", lambda info: reloaded)
+    outcomes = _produce_batches(storage, topic, 7, 2)
+    for held in store.held:
+        held.set_exception(ContainerOfflineError("container 0 failed"))
+    assert outcomes == []  # their fate is unknown until the reload
+    clock.advance(RELOAD_DELAY_SECONDS)
+    answers = [o if isinstance(o, int) else error_code(o.value) for o in outcomes]
+    assert answers == [*stored, *[ErrorCode.NOT_LEADER_OR_FOLLOWER] * (2 - len(stored))]
