@@ -6,6 +6,10 @@ only ever add dirty entries at the tail and the storage writer flushes dirty ent
 order, so the dirty entries are always a suffix of a segment's entries. Only clean entries are
 evicted, least recently used segment first: evicting never loses data.
 
+The budget counts what an entry costs in memory, not only its data: a single-record batch of a
+hundred bytes costs about as much again in the objects that hold it (its bytes object's header, its
+offset, two list slots), so a cache of small appends counted by data alone held twice its budget.
+
 Reads at a segment's tail park in ``TailReads`` (Pravega's future reads) until an append or a seal
 makes them answerable, the segment goes away, or their timer fires.
 """
@@ -13,11 +17,16 @@ makes them answerable, the segment goes away, or their timer fires.
 from __future__ import annotations
 
 import bisect
+import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 
 from millrace.store.scheduler import TimerHandle
+
+# What a cached entry costs beyond its data: its bytes object's header, its offset (an int object), and
+# its slots in the two lists.
+ENTRY_OVERHEAD = sys.getsizeof(b"") + sys.getsizeof(1 << 40) + 2 * 8
 
 # How a parked read ends: True = the tail moved (read again), False = its wait timed out,
 # an exception = the read fails with it.
@@ -41,7 +50,7 @@ class SegmentCache:
             self.dirty_since = time.monotonic()
         self.offsets.append(offset)
         self.blocks.append(data)
-        self.cached_bytes += len(data)
+        self.cached_bytes += len(data) + ENTRY_OVERHEAD
         self.dirty_bytes += len(data)
 
     def read(self, offset: int, max_length: int) -> tuple[bytes | None, int | None]:
@@ -98,7 +107,7 @@ class SegmentCache:
         """Drop clean entries from the front until ``want`` bytes are freed; return bytes freed."""
         freed = 0
         while self.head < self.dirty and freed < want:
-            freed += len(self.blocks[self.head])
+            freed += len(self.blocks[self.head]) + ENTRY_OVERHEAD
             self.blocks[self.head] = b""
             self.head += 1
         self.cached_bytes -= freed
@@ -110,7 +119,7 @@ class SegmentCache:
         freed = 0
         while self.head < len(self.offsets) and self.offsets[self.head] + len(self.blocks[self.head]) <= offset:
             size = len(self.blocks[self.head])
-            freed += size
+            freed += size + ENTRY_OVERHEAD
             if self.head >= self.dirty:
                 self.dirty_bytes -= size
                 self.dirty = self.head + 1
@@ -150,7 +159,7 @@ class ReadIndex:
     def append(self, segment_id: int, offset: int, data: bytes) -> None:
         cache = self.cache(segment_id)
         cache.add_dirty(offset, data)
-        self.total_bytes += len(data)
+        self.total_bytes += len(data) + ENTRY_OVERHEAD
         self._caches.move_to_end(segment_id)
         if self.total_bytes > self.max_bytes:
             self.evict()
