@@ -70,10 +70,18 @@ class MillraceProcess:
             self.proc.wait(30)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int:
+        """Send ``sig`` and wait for the exit status; a process that does not exit in time is asked for
+        a dump of its threads' stacks (SIGUSR1, ``faulthandler``), which the error carries."""
         assert self.proc is not None
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
-        return self.proc.wait(timeout)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGUSR1)
+            time.sleep(2)
+            raise AssertionError(f"{self.name} did not exit within {timeout} s of {signal.Signals(sig).name}; "
+                                 "its output and a dump of its threads:\n" + "".join(self.output)) from None
 
     def pause(self) -> None:
         assert self.proc is not None
