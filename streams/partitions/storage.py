@@ -251,10 +251,10 @@ class SegmentPartitionStorage(PartitionStorage):
         self._loading: dict[str, list[defer.Deferred[None]]] = {}  # topic -> callers waiting for its load
         self._reloading: set[str] = set()
         # topic -> its store appends not answered yet, and reloads waiting for them to be (``_settled``)
-        # topic -> failed idempotent batches (partition, pending append, refusal) the next reload answers
-        self._unresolved: dict[str, list[tuple[int, PendingAppend, Failure]]] = {}
         self._in_flight: Counter[str] = Counter()
         self._settle_waiters: dict[str, list[defer.Deferred[None]]] = {}
+        # topic -> failed idempotent batches (partition, pending append, refusal) the next reload answers
+        self._unresolved: dict[str, list[tuple[int, PendingAppend, Failure]]] = {}
         self._log_start_writes: dict[PartitionLog, _LogStartWrites] = {}  # partitions whose start moved
         # Raises PartitionError unless (topic, partition) is in the ongoing transaction of the producer
         # id at that epoch; set by the transaction coordinator (None: transactional batches refused).
