@@ -40,7 +40,7 @@ class MillraceProcess:
         self.output = []
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "millrace", *self.command()], stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True, env=self.env, cwd=REPO_ROOT,
+            stderr=subprocess.STDOUT, text=True, env=self.env, cwd=REPO_ROOT, preexec_fn=_default_sigint,
         )
         ready = threading.Event()
 
@@ -96,6 +96,13 @@ class MillraceProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.kill()
+
+
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT stops it, whatever the test runner's disposition. A process
+    inherits an ignored SIGINT (pytest-xdist's workers ignore it, as do a shell's background jobs), and
+    then neither Python nor Twisted installs a handler: a test's SIGINT would be ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 class ServerProcess(MillraceProcess):
