@@ -48,6 +48,14 @@ class ProducerState:
     coordinator_epoch: int = -1
 
 
+def _in_window(state: ProducerState, first_sequence: int, last_sequence: int) -> int | None:
+    """The base offset of the producer's batch with these sequences among its last few, if there."""
+    for seen_first, seen_last, base in state.batches:
+        if seen_first == first_sequence and seen_last == last_sequence:
+            return base
+    return None
+
+
 class Producers:
     """The producer states of one partition."""
 
@@ -73,14 +81,14 @@ class Producers:
                                      f"new epoch {epoch} must start at sequence 0, not {first_sequence}")
             state = self._states[producer_id] = ProducerState(epoch)
             return state, None
-        for seen_first, seen_last, base in state.batches:
-            if seen_first == first_sequence and seen_last == last_sequence:
-                retries = state.in_flight.get(base)
-                if retries is None:
-                    return state, defer.succeed(base)
-                duplicate: defer.Deferred[int] = defer.Deferred()
-                retries.append(duplicate)
-                return state, duplicate
+        base = _in_window(state, first_sequence, last_sequence)
+        if base is not None:
+            retries = state.in_flight.get(base)
+            if retries is None:
+                return state, defer.succeed(base)
+            duplicate: defer.Deferred[int] = defer.Deferred()
+            retries.append(duplicate)
+            return state, duplicate
         if state.batches:
             expected = (state.batches[-1][1] + 1) & _SEQUENCE_MASK
             if first_sequence != expected:
@@ -103,10 +111,8 @@ class Producers:
         state = self._states.get(producer_id)
         if state is None or state.epoch != epoch:
             return None
-        for seen_first, seen_last, base in state.batches:
-            if (seen_first, seen_last) == (first_sequence, last_sequence) and base not in state.in_flight:
-                return base
-        return None
+        base = _in_window(state, first_sequence, last_sequence)
+        return None if base is None or base in state.in_flight else base
 
     def fence(self, producer_id: int, epoch: int, now_ms: int, coordinator_epoch: int) -> None:
         """A transaction marker of ``epoch`` was written: older epochs of the producer are refused from
