@@ -36,19 +36,26 @@ def percentile(values: list[float], p: float) -> float:
 
 
 class RssSampler(threading.Thread):
-    def __init__(self, pid: int) -> None:
+    """A process's RSS every ``every`` seconds: its peak, and (seconds since start, bytes) samples."""
+
+    def __init__(self, pid: int, every: float = 0.2) -> None:
         super().__init__(daemon=True)
         self.proc = psutil.Process(pid)
+        self.every = every
         self.peak = 0
+        self.samples: list[tuple[float, int]] = []
         self.stop = threading.Event()
+        self.began = time.monotonic()
 
     def run(self) -> None:
         while not self.stop.is_set():
             try:
-                self.peak = max(self.peak, self.proc.memory_info().rss)
+                rss = self.proc.memory_info().rss
             except psutil.Error:
                 return
-            self.stop.wait(0.2)
+            self.peak = max(self.peak, rss)
+            self.samples.append((time.monotonic() - self.began, rss))
+            self.stop.wait(self.every)
 
 
 def measure_latency(bootstrap: str, topic: str, size: int, partitions: int, rate: int, seconds: float) -> list[float]:

@@ -18,34 +18,14 @@ import json
 import os
 import shutil
 import tempfile
-import threading
 import time
 
 import psutil
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from benchmarks.kafka_bench import RssSampler
 from tests.server_process import ServerProcess
-
-
-class RssTrace(threading.Thread):
-    """The RSS of one process, sampled every ``every`` seconds: (seconds since start, bytes)."""
-
-    def __init__(self, pid: int, every: float = 1.0) -> None:
-        super().__init__(daemon=True)
-        self.proc = psutil.Process(pid)
-        self.every = every
-        self.samples: list[tuple[float, int]] = []
-        self.done = threading.Event()
-        self.began = time.monotonic()
-
-    def run(self) -> None:
-        while not self.done.is_set():
-            try:
-                self.samples.append((time.monotonic() - self.began, self.proc.memory_info().rss))
-            except psutil.Error:
-                return
-            self.done.wait(self.every)
 
 
 def produce_single_record_batches(bootstrap: str, topic: str, batches: int, partitions: int,
@@ -79,13 +59,13 @@ def run(batches: int, partitions: int, size: int, cache_mb: int) -> dict:
     args = ("--cache-mb", str(cache_mb))
     server = ServerProcess(data_dir, *args).start()
     try:
-        trace = RssTrace(server.proc.pid)
+        trace = RssSampler(server.proc.pid, every=1.0)
         trace.start()
         admin = AdminClient({"bootstrap.servers": server.bootstrap})
         admin.create_topics([NewTopic("soak", partitions, 1)])["soak"].result(30)
         seconds, errors = produce_single_record_batches(server.bootstrap, "soak", batches, partitions, size)
         time.sleep(2)
-        trace.done.set()
+        trace.stop.set()
         trace.join()
         server.kill()
         restart_began = time.perf_counter()
