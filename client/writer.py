@@ -351,7 +351,7 @@ class EventSender(Generic[T]):
                 self._pump(p)
             elif isinstance(exc, (ConnectionLostError, RetriableError, WrongHostError)) or (
                     # A batch behind one that failed finds a gap in the sequence: ours, not a refusal.
-                    isinstance(exc, EventsRefusedError) and exc.kafka_error == OUT_OF_ORDER_SEQUENCE
+                    isinstance(exc, EventsRefusedError) and exc.reason == OUT_OF_ORDER_SEQUENCE
                     and p.in_flight[0] is not batch):
                 p.retrying = True
                 if isinstance(exc, (WrongHostError, ConnectionLostError)):

@@ -126,13 +126,13 @@ class WriterFencedError(StoreError):
 
 
 class EventsRefusedError(StoreError):
-    """The partition refused an event batch for good (too large, out of sequence, ...); ``kafka_error``
-    is the Kafka error code when the refusal came in Kafka's terms (the transaction coordinator's
-    answer to a writer), else -1."""
+    """The partition refused an event batch for good (too large, out of sequence, ...). ``reason`` says
+    why in the stream layer's words (``streams.errors.Reason``'s value, e.g. ``protocol.events.
+    OUT_OF_ORDER_SEQUENCE``), so a client can tell the refusals apart without a wire protocol's codes."""
 
-    def __init__(self, message: str, kafka_error: int = -1) -> None:
+    def __init__(self, message: str, reason: str = "") -> None:
         super().__init__(message)
-        self.kafka_error = kafka_error
+        self.reason = reason
 
 
 # -- transactions of native writers (gateway/native/txn_commands.py) --------------------------------
@@ -210,7 +210,7 @@ def error_details(exc: BaseException) -> dict[str, Any]:
     if isinstance(exc, BadOffsetError):
         return {"expected": exc.expected, "actual": exc.actual}
     if isinstance(exc, EventsRefusedError):
-        return {"kafka_error": exc.kafka_error}
+        return {"reason": exc.reason}
     if isinstance(exc, WrongHostError):
         return {"segment": exc.segment}
     return {}
@@ -222,7 +222,7 @@ def error_from_status(status: int, header: dict[str, Any]) -> StoreError:
     if status == Status.BAD_OFFSET:
         return BadOffsetError(message, int(header.get("expected", -1)), int(header.get("actual", -1)))
     if status == Status.EVENTS_REFUSED:
-        return EventsRefusedError(message, int(header.get("kafka_error", -1)))
+        return EventsRefusedError(message, str(header.get("reason", "")))
     if status == Status.WRONG_HOST:
         return WrongHostError(message, str(header.get("segment", "")))
     return _ERROR_OF.get(status, StoreError)(message)

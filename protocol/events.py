@@ -28,7 +28,8 @@ _CRC_FROM = _PREFIX.size  # the CRC covers everything after itself
 _COMPRESSION_MASK = 0x07
 TRANSACTIONAL_ATTRIBUTE = 0x10  # Kafka's isTransactional bit of a batch's attributes
 NO_PRODUCER_ID = -1
-OUT_OF_ORDER_SEQUENCE = 45  # Kafka's OUT_OF_ORDER_SEQUENCE_NUMBER: a batch does not continue its sequence
+# The refusal reason (EventsRefusedError.reason) of a batch that does not continue its sequence
+OUT_OF_ORDER_SEQUENCE = "out of order sequence"
 
 
 class EventRecord(NamedTuple):

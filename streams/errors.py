@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 
+from millrace.protocol import events
 from millrace.protocol.errors import (
     BadOffsetError,
     ConnectionLostError,
@@ -47,10 +48,12 @@ class Reason(enum.Enum):
     OFFSET_OUT_OF_RANGE = "offset out of range"
     # Idempotent and transactional producers (and native writers, which append under producer ids)
     PRODUCER_FENCED = "producer fenced"  # an older epoch than the partition or coordinator knows
-    OUT_OF_ORDER_SEQUENCE = "out of order sequence"
+    OUT_OF_ORDER_SEQUENCE = events.OUT_OF_ORDER_SEQUENCE  # the native writer retries on this one
     UNKNOWN_PRODUCER = "unknown producer"  # a transactional batch of a producer id no transaction has
     NOT_IN_TRANSACTION = "not in transaction"  # the partition is not in the producer's ongoing one
     COORDINATOR_FENCED = "coordinator fenced"  # a marker of a former transaction coordinator term
+    # Another operation on the same producer or writer id is completing (a transaction ends): try again.
+    BUSY = "busy"
     # Records
     CORRUPT_RECORD = "corrupt record"  # truncated, bad length, CRC mismatch, undecodable compression
     INVALID_RECORD = "invalid record"  # well-formed but against the rules (control batch, no key, ...)
@@ -66,8 +69,8 @@ class Reason(enum.Enum):
         return self in _RETRIABLE
 
 
-_RETRIABLE = frozenset({Reason.NOT_OWNER, Reason.LOADING, Reason.SEGMENT_SEALED, Reason.STORAGE_FAILURE,
-                        Reason.TIMEOUT})
+_RETRIABLE = frozenset({Reason.NOT_OWNER, Reason.LOADING, Reason.SEGMENT_SEALED, Reason.BUSY,
+                        Reason.STORAGE_FAILURE, Reason.TIMEOUT})
 
 
 class StreamError(Exception):

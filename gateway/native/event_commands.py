@@ -24,7 +24,6 @@ from __future__ import annotations
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
-from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.native.dispatch import Handlers, handlers, serve
 from millrace.gateway.native.event_reads import read_events, served_here
 from millrace.gateway.native.host import NativeHost
@@ -32,12 +31,10 @@ from millrace.gateway.native.stream_errors import native_refusal
 from millrace.gateway.native.table_commands import Answer
 from millrace.protocol import messages as m
 from millrace.protocol.errors import (
-    EventsRefusedError,
     InvalidRequestError,
-    RetriableError,
     StreamNotFoundError,
-    WriterFencedError,
 )
+from millrace.streams.errors import StreamError
 from millrace.streams.partitions import PartitionError, PartitionLog
 from millrace.streams.partitions.writer_events import WriterEvents
 from millrace.streams.resolve import record_logs, refreshed
@@ -45,22 +42,6 @@ from millrace.streams.topics import TopicError, TopicInfo
 
 WRITER_ID_PREFIX = "millrace.writer:"  # keeps writer ids apart from Kafka transactional ids
 WRITER_LEASE_MS = 15 * 60 * 1000  # a writer holds no transaction, so the coordinator never times it out
-
-_RETRIABLE = {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.CONCURRENT_TRANSACTIONS,
-              ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.KAFKA_STORAGE_ERROR,
-              ErrorCode.UNKNOWN_SERVER_ERROR}
-_FENCED = {ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH}
-
-
-def refusal(code: ErrorCode, message: str) -> Exception:
-    """The native answer to the Kafka transaction coordinator, which leases writer ids (InitProducerId)."""
-    if code in _RETRIABLE:
-        return RetriableError(message)
-    if code in _FENCED:
-        return WriterFencedError(message)
-    if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-        return StreamNotFoundError(message)
-    return EventsRefusedError(message, int(code))
 
 
 def known_record(broker: NativeHost, name: str) -> defer.Deferred[TopicInfo | None]:
@@ -107,10 +88,8 @@ def event_handlers(broker: NativeHost) -> Handlers:
         found = partitioned_stream(broker, scope, stream)
 
         def init(topic: TopicInfo) -> defer.Deferred[m.OpenWriterReply]:
-            def opened(outcome: tuple[ErrorCode, int, int]) -> defer.Deferred[m.OpenWriterReply]:
-                error, producer_id, epoch = outcome
-                if error != ErrorCode.NONE:
-                    raise refusal(error, f"opening writer {writer_id}: {error.name}")
+            def opened(lease: tuple[int, int]) -> defer.Deferred[m.OpenWriterReply]:
+                producer_id, epoch = lease
                 current = broker.topics.record(name) or topic
 
                 def answer(found: tuple[TopicInfo, list[PartitionLog]]) -> m.OpenWriterReply:
@@ -126,8 +105,13 @@ def event_handlers(broker: NativeHost) -> Handlers:
 
                 return record_logs(broker, current).addCallback(answer)
 
-            return broker.transactions.init_producer_id(WRITER_ID_PREFIX + writer_id, WRITER_LEASE_MS, -1,
-                                                        -1).addCallback(opened)
+            def refused(failure: Failure) -> Failure:
+                if isinstance(failure.value, StreamError):
+                    return Failure(native_refusal(failure.value))
+                return failure
+
+            return broker.transactions.lease_writer(WRITER_ID_PREFIX + writer_id, WRITER_LEASE_MS).addCallbacks(
+                opened, refused)
 
         return found.addCallback(init)
 

@@ -52,12 +52,11 @@ class NativeCluster(Protocol):
 
 
 class WriterLeases(Protocol):
-    """Producer ids with epochs for writer ids: Kafka's InitProducerId on a transactional id, which
-    fences an older instance of the same writer."""
+    """Producer ids with epochs for writer ids (the transaction coordinator's InitProducerId on the id),
+    each lease fencing an older instance of the same writer."""
 
-    def init_producer_id(self, transactional_id: str, timeout_ms: int, producer_id: int,
-                         epoch: int) -> Deferred[Any]:
-        """Fires with (Kafka error code, producer id, epoch)."""
+    def lease_writer(self, transactional_id: str, lease_ms: int) -> Deferred[tuple[int, int]]:
+        """Fires with (producer id, epoch), or fails with a ``streams.errors.StreamError``."""
         ...
 
 

@@ -29,6 +29,7 @@ REFUSALS: dict[Reason, Callable[[str], StoreError]] = {
     Reason.NOT_OWNER: RetriableError,
     Reason.LOADING: RetriableError,
     Reason.SEGMENT_SEALED: RetriableError,
+    Reason.BUSY: RetriableError,
     Reason.STORAGE_FAILURE: RetriableError,
     Reason.TIMEOUT: RetriableError,
     Reason.UNEXPECTED: RetriableError,
@@ -55,7 +56,11 @@ REFUSALS: dict[Reason, Callable[[str], StoreError]] = {
 
 
 def native_refusal(exc: StreamError) -> Exception:
-    """The native answer to ``exc``: the store's own error when the store caused it, else the table's."""
+    """The native answer to ``exc``: the store's own error when the store caused it, else the table's (a
+    refusal for good names its reason, which the writer reads)."""
     if isinstance(exc.__cause__, StoreError):
         return exc.__cause__
-    return REFUSALS[exc.reason](str(exc))
+    error = REFUSALS[exc.reason]
+    if error is EventsRefusedError:
+        return EventsRefusedError(str(exc), exc.reason.value)
+    return error(str(exc))

@@ -55,7 +55,6 @@ from twisted.internet import defer, reactor, task
 from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
 
-from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.native.dispatch import Handlers, handlers, serve
 from millrace.gateway.native.event_commands import partitioned_stream, stream_key
 from millrace.gateway.native.host import NativeHost
@@ -95,7 +94,7 @@ from millrace.store.controller.transactions import (
     transaction_segment_name,
 )
 from millrace.store.errors import TableKeyVersionMismatchError
-from millrace.streams.errors import batch_refusal
+from millrace.streams.errors import Reason, StreamError, batch_refusal
 from millrace.streams.futures import to_deferred
 from millrace.streams.partitions import PartitionLog
 from millrace.streams.partitions.formats import envelope
@@ -300,8 +299,8 @@ class NativeTransactions:
         if topic is not None:
             limit = min(limit, int(topic.config("max.message.bytes")))
         if header.size > limit:
-            raise EventsRefusedError(f"batch of {header.size} bytes exceeds max.message.bytes={limit}",
-                                     int(ErrorCode.MESSAGE_TOO_LARGE))
+            raise native_refusal(StreamError(Reason.RECORD_TOO_LARGE,
+                                             f"batch of {header.size} bytes exceeds max.message.bytes={limit}"))
         name = record.segment_of(partition)
         data = envelope(partition, header.size) + payload
         condition = AttributeUpdate(events_attribute(partition), last, AttributeUpdateType.REPLACE_IF_EQUALS,

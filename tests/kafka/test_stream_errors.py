@@ -3,6 +3,7 @@ and a produce the store fails is answered by what the failure means, not always 
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -11,11 +12,14 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from twisted.internet import defer
 from twisted.internet.task import Clock
 from twisted.python import threadable
+from twisted.python.failure import Failure
 
 from millrace.gateway.kafka.handlers.produce import _produce_partition
 from millrace.gateway.kafka.stream_errors import ERROR_CODES, error_code
+from millrace.gateway.kafka.transactions.coordinator import TransactionCoordinator
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.produce import ProduceRequest, ProduceResponse
 from millrace.gateway.native.stream_errors import REFUSALS, native_refusal
@@ -24,17 +28,22 @@ from millrace.protocol.errors import (
     ConnectionLostError,
     ContainerOfflineError,
     EventsRefusedError,
+    InvalidRequestError,
     RetriableError,
     SegmentNotFoundError,
     SegmentSealedError,
     StoreError,
     WriterFencedError,
     WrongHostError,
+    error_details,
+    error_from_status,
+    status_of,
 )
+from millrace.protocol.events import OUT_OF_ORDER_SEQUENCE
 from millrace.protocol.records import NewRecord, build_record_batch
 from millrace.store.cluster.log_metadata import OwnershipLostError
 from millrace.store.errors import DataCorruptionError, DataLogWriterFencedError
-from millrace.streams.errors import PartitionError, Reason, reason_of, store_failure
+from millrace.streams.errors import PartitionError, Reason, StreamError, reason_of, store_failure
 from millrace.streams.partitions.storage import SegmentPartitionStorage
 from millrace.streams.topics import TopicInfo
 from tests.kafka.test_partition_units import _Tables, _Topics, loaded_topic
@@ -135,6 +144,38 @@ def test_the_native_adapter_passes_the_store_error_on() -> None:
     assert isinstance(native_refusal(PartitionError(Reason.PRODUCER_FENCED)), WriterFencedError)
     refused = native_refusal(PartitionError(Reason.OUT_OF_ORDER_SEQUENCE, "sequence 5, expected 3"))
     assert isinstance(refused, EventsRefusedError) and str(refused) == "sequence 5, expected 3"
+
+
+def test_a_native_refusal_names_its_reason_on_the_wire() -> None:
+    """The writer resends a batch refused as out of sequence behind one that failed, and gives up on any
+    other refusal: the reason must reach it, in the stream layer's words, not as a Kafka code."""
+    refused = native_refusal(PartitionError(Reason.OUT_OF_ORDER_SEQUENCE, "sequence 5, expected 3"))
+    status = status_of(refused)
+    header = {"error": str(refused), **error_details(refused)}
+    received = error_from_status(status, json.loads(json.dumps(header)))
+    assert isinstance(received, EventsRefusedError) and received.reason == OUT_OF_ORDER_SEQUENCE
+    too_large = native_refusal(PartitionError(Reason.RECORD_TOO_LARGE, "2 MB"))
+    assert isinstance(too_large, EventsRefusedError) and too_large.reason == "record too large"
+
+
+@pytest.mark.parametrize(("code", "native"), [
+    (ErrorCode.CONCURRENT_TRANSACTIONS, RetriableError),  # the id's old transaction is being fenced
+    (ErrorCode.NOT_COORDINATOR, RetriableError),
+    (ErrorCode.COORDINATOR_NOT_AVAILABLE, RetriableError),
+    (ErrorCode.PRODUCER_FENCED, WriterFencedError),
+    (ErrorCode.INVALID_TRANSACTION_TIMEOUT, InvalidRequestError),
+    (ErrorCode.UNKNOWN_SERVER_ERROR, RetriableError),
+])
+def test_a_refused_writer_lease_is_answered_in_native_terms(code: ErrorCode, native: type[Exception]) -> None:
+    """OPEN_WRITER leases the writer id from the transaction coordinator, whose answers are Kafka codes;
+    the native writer gets the stream layer's reason through the native table instead."""
+    coordinator = TransactionCoordinator.__new__(TransactionCoordinator)
+    coordinator.init_producer_id = lambda *_: defer.succeed((code, -1, -1))  # type: ignore[method-assign]
+    failures: list[Failure] = []
+    coordinator.lease_writer("millrace.writer:w", 60_000).addErrback(failures.append)
+    (failure,) = failures
+    assert isinstance(failure.value, StreamError)
+    assert isinstance(native_refusal(failure.value), native)
 
 
 def test_kafka_answers_a_refusal_by_its_reason() -> None:

@@ -60,7 +60,7 @@ from millrace.gateway.kafka.transactions.state import (
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.store.errors import SegmentExistsError
 from millrace.store.tables.coalescing import CoalescingWriter
-from millrace.streams.errors import Reason
+from millrace.streams.errors import Reason, StreamError
 from millrace.streams.partitions import PartitionError
 from millrace.streams.partitions.producers import MARKER_COORDINATOR_EPOCH
 
@@ -68,6 +68,16 @@ if TYPE_CHECKING:
     from millrace.gateway.kafka.broker import Broker
 
 log = logging.getLogger(__name__)
+
+# InitProducerId's refusals of a native writer's lease, in the stream layer's words.
+LEASE_REFUSALS: dict[ErrorCode, Reason] = {
+    ErrorCode.CONCURRENT_TRANSACTIONS: Reason.BUSY,  # the id's transaction is completing, or being fenced
+    ErrorCode.COORDINATOR_NOT_AVAILABLE: Reason.STORAGE_FAILURE,  # the state write failed
+    ErrorCode.NOT_COORDINATOR: Reason.NOT_OWNER,  # this node's coordinator term ended meanwhile
+    ErrorCode.PRODUCER_FENCED: Reason.PRODUCER_FENCED,
+    ErrorCode.INVALID_PRODUCER_EPOCH: Reason.PRODUCER_FENCED,
+    ErrorCode.INVALID_TRANSACTION_TIMEOUT: Reason.INVALID_REQUEST,
+}
 
 MAX_TIMEOUT_MS = 900_000  # Kafka's transaction.max.timeout.ms default
 MAX_EPOCH = 32767
@@ -298,6 +308,19 @@ class TransactionCoordinator:
 
         return new_id.addCallback(bump).addErrback(self._unavailable, (-1, -1)).addBoth(
             self._done_initializing, transactional_id)
+
+    def lease_writer(self, transactional_id: str, lease_ms: int) -> defer.Deferred[tuple[int, int]]:
+        """A native writer's producer id and epoch (InitProducerId on its id, fencing older instances),
+        or a ``StreamError`` saying in the stream layer's words why not: native writers do not speak
+        Kafka's codes."""
+        def answered(outcome: tuple[ErrorCode, int, int]) -> tuple[int, int]:
+            error, producer_id, epoch = outcome
+            if error != ErrorCode.NONE:
+                raise StreamError(LEASE_REFUSALS.get(error, Reason.UNEXPECTED),
+                                  f"leasing writer id {transactional_id}: {error.name}")
+            return producer_id, epoch
+
+        return self.init_producer_id(transactional_id, lease_ms, -1, -1).addCallback(answered)
 
     def _done_initializing(self, result: Any, transactional_id: str) -> Any:
         self._initializing.discard(transactional_id)
