@@ -108,14 +108,14 @@ class ControllerClient:
     def create_stream(self, scope: str, stream: str, config: StreamConfiguration) -> StreamDescription:
         request = m.CreateStream(scope=scope, stream=stream, initial_segments=config.initial_segments,
                                  scaling=_scaling(config), retention=_retention(config))
-        return StreamDescription.from_wire(self.call(request)[0])
+        return self._described(request)
 
     def update_stream(self, scope: str, stream: str, config: StreamConfiguration) -> None:
         self.call(m.UpdateStream(scope=scope, stream=stream, initial_segments=config.initial_segments,
                                  scaling=_scaling(config), retention=_retention(config)), retry=True)
 
     def describe_stream(self, scope: str, stream: str) -> StreamDescription:
-        return StreamDescription.from_wire(self.call(m.DescribeStream(scope=scope, stream=stream), retry=True)[0])
+        return self._described(m.DescribeStream(scope=scope, stream=stream), retry=True)
 
     def list_streams(self, scope: str) -> list[str]:
         return list(self.ask(m.ListStreams(scope=scope), m.StreamsReply, retry=True).streams)
@@ -137,12 +137,14 @@ class ControllerClient:
 
     def split_segment(self, scope: str, stream: str, segment: Segment, pieces: int = 2) -> StreamDescription:
         # By name: a bare number could be an id or a number in the current epoch.
-        reply = self.call(m.SplitSegment(scope=scope, stream=stream, segment=segment.name, pieces=pieces))
-        return StreamDescription.from_wire(reply[0])
+        return self._described(m.SplitSegment(scope=scope, stream=stream, segment=segment.name, pieces=pieces))
 
     def merge_segments(self, scope: str, stream: str, segments: list[Segment]) -> StreamDescription:
-        reply = self.call(m.MergeSegments(scope=scope, stream=stream, segments=tuple(s.name for s in segments)))
-        return StreamDescription.from_wire(reply[0])
+        return self._described(m.MergeSegments(scope=scope, stream=stream, segments=tuple(s.name for s in segments)))
+
+    def _described(self, request: Request, *, retry: bool = False) -> StreamDescription:
+        """``call`` for a request answered by the stream's description."""
+        return StreamDescription.from_reply(self.ask(request, m.StreamDescriptionReply, retry=retry))
 
 
 def _scaling(config: StreamConfiguration) -> m.ScalingFields:

@@ -1,7 +1,7 @@
 """Stream-level value types of the client: configurations, descriptions and stream cuts.
 
-They mirror the controller's records as the native protocol carries them (JSON headers) without
-importing the server's classes: the client is a peer of the server, not a user of its modules.
+They are built from the native protocol's messages (``protocol.messages``) without importing the
+server's classes: the client is a peer of the server, not a user of its modules.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
+from millrace.protocol import messages as m
 from millrace.protocol.names import segment_name
 
 
@@ -50,15 +50,6 @@ class ScalingPolicy:
     def by_data_rate(cls, kib_per_second: int, scale_factor: int = 2, min_segments: int = 1) -> ScalingPolicy:
         return cls(ScalingType.BY_RATE_IN_KBYTES_PER_SEC, kib_per_second, scale_factor, min_segments)
 
-    def to_wire(self) -> dict[str, Any]:
-        return {"type": self.type.value, "target_rate": self.target_rate, "scale_factor": self.scale_factor,
-                "min_segments": self.min_segments}
-
-    @classmethod
-    def from_wire(cls, raw: Mapping[str, Any]) -> ScalingPolicy:
-        return cls(ScalingType(raw["type"]), int(raw["target_rate"]), int(raw["scale_factor"]),
-                   int(raw["min_segments"]))
-
 
 @dataclass(frozen=True)
 class RetentionPolicy:
@@ -76,28 +67,12 @@ class RetentionPolicy:
     def by_size(cls, size_bytes: int) -> RetentionPolicy:
         return cls(RetentionType.SIZE, size_bytes)
 
-    def to_wire(self) -> dict[str, Any]:
-        return {"type": self.type.value, "value": self.value}
-
-    @classmethod
-    def from_wire(cls, raw: Mapping[str, Any]) -> RetentionPolicy:
-        return cls(RetentionType(raw["type"]), int(raw["value"]))
-
 
 @dataclass(frozen=True)
 class StreamConfiguration:
     initial_segments: int = 1
     scaling: ScalingPolicy = field(default_factory=ScalingPolicy)
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
-
-    def to_wire(self) -> dict[str, Any]:
-        return {"initial_segments": self.initial_segments, "scaling": self.scaling.to_wire(),
-                "retention": self.retention.to_wire()}
-
-    @classmethod
-    def from_wire(cls, raw: Mapping[str, Any]) -> StreamConfiguration:
-        return cls(int(raw["initial_segments"]), ScalingPolicy.from_wire(raw["scaling"]),
-                   RetentionPolicy.from_wire(raw["retention"]))
 
 
 @dataclass(frozen=True)
@@ -120,10 +95,6 @@ class Segment:
 
     def holds(self, key_hash: float) -> bool:
         return self.key_start <= key_hash < self.key_end or (key_hash == 1.0 and self.key_end == 1.0)
-
-    @classmethod
-    def from_wire(cls, raw: Mapping[str, Any]) -> Segment:
-        return cls(int(raw["segment_id"]), str(raw["name"]), float(raw["key_start"]), float(raw["key_end"]))
 
 
 @dataclass(frozen=True)
@@ -167,20 +138,28 @@ class StreamDescription:
         return self.state in ("sealing", "sealed")
 
     @classmethod
-    def from_wire(cls, raw: Mapping[str, Any]) -> StreamDescription:
+    def from_reply(cls, reply: m.StreamDescriptionReply) -> StreamDescription:
         segments = tuple(
-            SegmentState(Segment.from_wire(s), s.get("start_offset"), s.get("length"), s.get("sealed"))
-            for s in raw["segments"]
+            SegmentState(Segment(s.segment_id, s.name, s.key_start, s.key_end), s.start_offset, s.length, s.sealed)
+            for s in reply.segments
         )
         history = tuple(
-            Epoch(int(e["epoch"]), int(e["created_ms"]), str(e["reason"]),
-                  tuple(Segment.from_wire(s) for s in e["sealed"] if s.get("key_start") is not None),
-                  tuple(Segment.from_wire(s) for s in e["created"]))
-            for e in raw["history"]
+            Epoch(e.epoch, e.created_ms, e.reason, _known_ranges(e.sealed), _known_ranges(e.created))
+            for e in reply.history
         )
-        return cls(str(raw["scope"]), str(raw["stream"]), str(raw["state"]), int(raw["epoch"]),
-                   int(raw["created_ms"]), StreamConfiguration.from_wire(raw["config"]), segments, history,
-                   {int(k): int(v) for k, v in raw.get("truncation", {}).items()}, raw.get("partition_count"))
+        config = reply.config
+        return cls(reply.scope, reply.stream, reply.state, reply.epoch, reply.created_ms,
+                   StreamConfiguration(config.initial_segments,
+                                       ScalingPolicy(ScalingType(config.scaling.type), config.scaling.target_rate,
+                                                     config.scaling.scale_factor, config.scaling.min_segments),
+                                       RetentionPolicy(RetentionType(config.retention.type), config.retention.value)),
+                   segments, history, {int(k): v for k, v in reply.truncation.items()}, reply.partition_count)
+
+
+def _known_ranges(ranges: tuple[m.KeyRange, ...]) -> tuple[Segment, ...]:
+    """The ranges whose bounds the history still knows, as segments."""
+    return tuple(Segment(r.segment_id, r.name, r.key_start, r.key_end) for r in ranges
+                 if r.key_start is not None and r.key_end is not None)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ Endpoints:
 - ``GET /api/segments``: every segment the store holds, with sizes.
 - ``GET /api/streams``: ``{"scopes": [...]}``.
 - ``GET /api/streams/SCOPE``: ``{"scope": ..., "streams": [...]}``.
-- ``GET /api/streams/SCOPE/STREAM``: the stream's description (``describe_stream``'s JSON).
+- ``GET /api/streams/SCOPE/STREAM``: the stream's description (````StreamDescriptionReply`` as JSON).
 - ``POST /api/streams/SCOPE/STREAM/split`` with ``{"segment": name|id|number, "pieces": N}`` or
   ``{"segment": ..., "at": [key, ...]}``; ``POST .../merge`` with ``{"segments": [...]}``: scale
   manually, answering the new description.
@@ -42,6 +42,7 @@ from twisted.python.failure import Failure
 from twisted.web import resource, server
 
 from millrace.gateway.native.controller_commands import PartitionsOf, describe_stream
+from millrace.protocol.messages import to_header
 from millrace.store.containers.container import SegmentContainer
 from millrace.store.containers.rates import SegmentRates
 from millrace.store.contracts import SegmentInfo
@@ -84,7 +85,7 @@ class StreamViews:
             return defer.fail(exc)
 
     def describe(self, scope: str, stream: str) -> dict[str, Any]:
-        return describe_stream(self.controller, scope, stream, self.partitions_of)
+        return to_header(describe_stream(self.controller, scope, stream, self.partitions_of))
 
 
 def _json(request: server.Request, status: int, body: Any) -> bytes:

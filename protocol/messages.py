@@ -300,7 +300,98 @@ class VersionReply:
 @_serves(Command.DESCRIBE_STREAM)
 @dataclass(frozen=True, kw_only=True)
 class DescribeStream(StreamRequest):
-    pass
+    """Answers ``StreamDescriptionReply``."""
+
+
+# -- a stream's description: the answer to DESCRIBE_STREAM, CREATE_STREAM and manual scales, and the JSON
+# of the CLI and the HTTP API. Fields are only ever added; every field is always present (null where
+# unknown), so the JSON keeps one shape.
+@dataclass(frozen=True, kw_only=True)
+class StreamConfigFields:
+    initial_segments: int
+    scaling: ScalingFields
+    retention: RetentionFields
+
+
+@dataclass(frozen=True, kw_only=True)
+class SegmentRate:
+    """A segment's measured rate over one window (``store.containers`` rate windows)."""
+
+    window_s: float
+    events_per_s: float
+    bytes_per_s: float
+    kib_per_s: float
+    warm: bool  # a whole window measured
+
+
+@dataclass(frozen=True, kw_only=True)
+class SegmentDescription:
+    """A segment of the current epoch, with what the store knows of it (null where it does not: a
+    stream being created or deleted)."""
+
+    segment_id: int
+    name: str
+    number: int
+    epoch: int  # the epoch that created it
+    key_start: float
+    key_end: float
+    container: int
+    partitions: tuple[int, ...] | None  # topic partitions whose slice starts in the range; null: no topic
+    length: int | None
+    storage_length: int | None
+    start_offset: int | None
+    sealed: bool | None
+    rates: tuple[SegmentRate, ...]  # one per rate window, shortest first
+
+
+@dataclass(frozen=True, kw_only=True)
+class KeyRange:
+    """A segment and its slice of the key space (null bounds: a range older than the history kept)."""
+
+    segment_id: int
+    name: str
+    key_start: float | None
+    key_end: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class EpochDescription:
+    """One epoch of the history: the scale that made it, what it sealed and what it created."""
+
+    epoch: int
+    created_ms: int
+    reason: str  # "create" | "manual" | "scale-up" | "scale-down"
+    sealed_ids: tuple[int, ...]  # ascending
+    created_ids: tuple[int, ...]
+    sealed: tuple[KeyRange, ...]
+    created: tuple[KeyRange, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PendingScale:
+    """A scale recorded but not committed yet."""
+
+    epoch: int
+    reason: str
+    created_ms: int
+    sealed_ids: tuple[int, ...]
+    created: tuple[KeyRange, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamDescriptionReply:
+    scope: str
+    stream: str
+    state: str  # "active" | "scaling" | "sealing" | "sealed" | ...
+    epoch: int  # the current epoch (the last one in ``history``)
+    created_ms: int
+    config: StreamConfigFields
+    truncation: dict[str, int]  # the stream's head as a cut: segment id -> offset
+    partition_count: int | None  # a Kafka topic's partitions; null for other streams
+    rate_windows: tuple[float, ...]  # seconds, shortest first
+    segments: tuple[SegmentDescription, ...]  # the current epoch's, by key range
+    history: tuple[EpochDescription, ...]  # every epoch, oldest first
+    pending_scale: PendingScale | None
 
 
 @_serves(Command.LIST_STREAMS)

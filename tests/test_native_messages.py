@@ -91,6 +91,23 @@ def test_defaults_and_nones_stay_off_the_wire() -> None:
     assert m.to_header(m.CreateScope(scope="s", forwarded=True))["forwarded"] is True
 
 
+def test_a_description_keeps_one_shape_with_nulls_where_unknown() -> None:
+    """The CLI and the HTTP API print the description as it comes, so unknown values stay as null."""
+    segment = m.SegmentDescription(segment_id=1, name="s/t/1", number=1, epoch=0, key_start=0, key_end=1,
+                                   container=0, partitions=None, length=None, storage_length=None,
+                                   start_offset=None, sealed=None, rates=())
+    described = m.StreamDescriptionReply(
+        scope="s", stream="t", state="active", epoch=0, created_ms=5,
+        config=m.StreamConfigFields(initial_segments=1, scaling=m.ScalingFields(), retention=m.RetentionFields()),
+        truncation={}, partition_count=None, rate_windows=(60.0,), segments=(segment,), history=(),
+        pending_scale=None)
+    header = m.to_header(described)
+    assert header["partition_count"] is None and header["pending_scale"] is None
+    assert {k for k, v in header["segments"][0].items() if v is None} == {
+        "partitions", "length", "storage_length", "start_offset", "sealed"}
+    assert m.decode_reply(m.StreamDescriptionReply, header) == described
+
+
 @pytest.mark.parametrize(("header", "complaint"), [
     ({"stream": "t", "txn_id": str(uuid.uuid4()), "lease_ms": 1}, "missing field 'scope'"),
     ({"scope": "s", "stream": "t", "txn_id": "not-a-uuid", "lease_ms": 1}, "is not a UUID"),

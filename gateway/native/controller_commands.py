@@ -36,37 +36,9 @@ PartitionsOf = Callable[[str, str], Sequence[tuple[float, float]] | None]
 
 def describe_stream(
     controller: Controller, scope: str, stream: str, partitions_of: PartitionsOf | None = None
-) -> dict[str, Any]:
-    """A stream as the CLI and HTTP API show it (blocking: controller and store calls).
-
-    The JSON is stable; fields are only ever added::
-
-        {"scope": str, "stream": str,
-         "state": "active" | "scaling" | "sealing" | "sealed" | ...,
-         "epoch": int,                      # the current epoch (the last one in "history")
-         "created_ms": int,
-         "config": {"initial_segments": int,
-                    "scaling": {"type": str, "target_rate": int, "scale_factor": int, "min_segments": int},
-                    "retention": {"type": str, "value": int}},
-         "truncation": {segment_id (str): offset},
-         "partition_count": int | null,     # a Kafka topic's partitions; null for other streams
-         "rate_windows": [float],           # seconds, shortest first
-         "segments": [                      # the current epoch's segments, by key range
-             {"segment_id": int, "name": str, "number": int, "epoch": int (that created it),
-              "key_start": float, "key_end": float, "container": int,
-              "partitions": [int] | null,   # topic partitions whose slice starts in the range
-              "length": int | null, "storage_length": int | null, "start_offset": int | null,
-              "sealed": bool | null,        # null: the store does not know the segment
-              "rates": [{"window_s": float, "events_per_s": float, "bytes_per_s": float,
-                         "kib_per_s": float, "warm": bool (a whole window measured)}]}],
-         "history": [                       # every epoch, oldest first
-             {"epoch": int, "created_ms": int, "reason": "create" | "manual" | "scale-up" | "scale-down",
-              "sealed_ids": [int] (ascending), "created_ids": [int],
-              "sealed": [{"segment_id", "name", "key_start", "key_end"}],
-              "created": [{"segment_id", "name", "key_start", "key_end"}]}],
-         "pending_scale": null | {"epoch": int, "reason": str, "created_ms": int, "sealed_ids": [int],
-                                  "created": [{"segment_id", "name", "key_start", "key_end"}]}}
-    """
+) -> m.StreamDescriptionReply:
+    """A stream as the native client, the CLI and the HTTP API see it (blocking: controller and store
+    calls); ``m.StreamDescriptionReply`` says what each field means."""
     info = controller.get_stream(scope, stream)
     # Segments come from the history's last epoch, so the two always agree even if a scale
     # commits between these calls.
@@ -74,67 +46,57 @@ def describe_stream(
     current = history[-1]
     slices = partitions_of(scope, stream) if partitions_of is not None else None
     store = controller.store
-    windows = [float(w) for w in store.rate_config.windows]
     described = []
     for seg in current.ranges(scope, stream):
-        entry: dict[str, Any] = {
-            "segment_id": seg.segment_id,
-            "name": seg.name,
-            "number": seg.number,
-            "epoch": seg.creation_epoch,
-            "key_start": seg.key_start,
-            "key_end": seg.key_end,
-            "container": store.container_id_of(seg.name),
-            "partitions": None if slices is None else [p for p, (lo, _) in enumerate(slices) if seg.contains(lo)],
-            "length": None, "storage_length": None, "start_offset": None, "sealed": None,
-            "rates": [],
-        }
+        partitions = None if slices is None else tuple(p for p, (lo, _) in enumerate(slices) if seg.contains(lo))
+        known: dict[str, Any] = {"length": None, "storage_length": None, "start_offset": None, "sealed": None,
+                                 "rates": ()}
         try:
             si = store.get_info(seg.name)
             rates = store.segment_rates(seg.name)
         except SegmentNotFoundError:
             pass  # a stream being created or deleted: show the range without store facts
         else:
-            entry.update(length=si.length, start_offset=si.start_offset, sealed=si.sealed,
-                         storage_length=si.storage_length)
-            entry["rates"] = [
-                {"window_s": w, "events_per_s": ev, "bytes_per_s": by, "kib_per_s": by / 1024, "warm": rates.warm(i)}
-                for i, (w, ev, by) in enumerate(zip(rates.windows, rates.events_per_s, rates.bytes_per_s,
-                                                    strict=True))
-            ]
-        described.append(entry)
+            known = {"length": si.length, "storage_length": si.storage_length, "start_offset": si.start_offset,
+                     "sealed": si.sealed, "rates": tuple(
+                         m.SegmentRate(window_s=w, events_per_s=ev, bytes_per_s=by, kib_per_s=by / 1024,
+                                       warm=rates.warm(i))
+                         for i, (w, ev, by) in enumerate(zip(rates.windows, rates.events_per_s, rates.bytes_per_s,
+                                                             strict=True)))}
+        described.append(m.SegmentDescription(
+            segment_id=seg.segment_id, name=seg.name, number=seg.number, epoch=seg.creation_epoch,
+            key_start=seg.key_start, key_end=seg.key_end, container=store.container_id_of(seg.name),
+            partitions=partitions, **known))
     cfg = info.config
     pending = info.pending_scale
-    return {
-        "scope": scope,
-        "stream": stream,
-        "state": info.state.name.lower(),
-        "epoch": current.epoch,
-        "created_ms": info.created_ms,
-        "config": {
-            "initial_segments": cfg.initial_segments,
-            "scaling": {"type": cfg.scaling.type.name.lower(), "target_rate": cfg.scaling.target_rate,
-                        "scale_factor": cfg.scaling.scale_factor, "min_segments": cfg.scaling.min_segments},
-            "retention": {"type": cfg.retention.type.name.lower(), "value": cfg.retention.value},
-        },
-        "truncation": {str(k): v for k, v in info.truncation.items()},
-        "partition_count": None if slices is None else len(slices),
-        "rate_windows": windows,
-        "segments": described,
-        "history": _history(scope, stream, history),
-        "pending_scale": None if pending is None else {
-            "epoch": pending.epoch, "reason": pending.reason, "created_ms": pending.created_ms,
-            "sealed_ids": list(pending.sealed),
-            "created": [_range(scope, stream, sid, lo, hi) for sid, lo, hi in pending.successors],
-        },
-    }
+    return m.StreamDescriptionReply(
+        scope=scope,
+        stream=stream,
+        state=info.state.name.lower(),
+        epoch=current.epoch,
+        created_ms=info.created_ms,
+        config=m.StreamConfigFields(
+            initial_segments=cfg.initial_segments,
+            scaling=m.ScalingFields(type=cfg.scaling.type.name.lower(), target_rate=cfg.scaling.target_rate,
+                                    scale_factor=cfg.scaling.scale_factor, min_segments=cfg.scaling.min_segments),
+            retention=m.RetentionFields(type=cfg.retention.type.name.lower(), value=cfg.retention.value)),
+        truncation={str(k): v for k, v in info.truncation.items()},
+        partition_count=None if slices is None else len(slices),
+        rate_windows=tuple(float(w) for w in store.rate_config.windows),
+        segments=tuple(described),
+        history=_history(scope, stream, history),
+        pending_scale=None if pending is None else m.PendingScale(
+            epoch=pending.epoch, reason=pending.reason, created_ms=pending.created_ms,
+            sealed_ids=tuple(pending.sealed),
+            created=tuple(_range(scope, stream, sid, lo, hi) for sid, lo, hi in pending.successors)),
+    )
 
 
-def _range(scope: str, stream: str, sid: int, lo: float | None, hi: float | None) -> dict[str, Any]:
-    return {"segment_id": sid, "name": segment_name(scope, stream, sid), "key_start": lo, "key_end": hi}
+def _range(scope: str, stream: str, sid: int, lo: float | None, hi: float | None) -> m.KeyRange:
+    return m.KeyRange(segment_id=sid, name=segment_name(scope, stream, sid), key_start=lo, key_end=hi)
 
 
-def _history(scope: str, stream: str, history: list[EpochRecord]) -> list[dict[str, Any]]:
+def _history(scope: str, stream: str, history: list[EpochRecord]) -> tuple[m.EpochDescription, ...]:
     """Each epoch with what its scale sealed (ranges from the epoch before) and created."""
     out = []
     previous: dict[int, tuple[float, float]] = {}
@@ -142,17 +104,17 @@ def _history(scope: str, stream: str, history: list[EpochRecord]) -> list[dict[s
         ranges = {sid: (lo, hi) for sid, lo, hi in epoch.segments}
         sealed = epoch.sealed_ids
         created = epoch.created_ids
-        out.append({
-            "epoch": epoch.epoch,
-            "created_ms": epoch.created_ms,
-            "reason": epoch.reason,
-            "sealed_ids": sealed,
-            "created_ids": created,
-            "sealed": [_range(scope, stream, sid, *previous.get(sid, (None, None))) for sid in sealed],
-            "created": [_range(scope, stream, sid, *ranges[sid]) for sid in created],
-        })
+        out.append(m.EpochDescription(
+            epoch=epoch.epoch,
+            created_ms=epoch.created_ms,
+            reason=epoch.reason,
+            sealed_ids=tuple(sealed),
+            created_ids=tuple(created),
+            sealed=tuple(_range(scope, stream, sid, *previous.get(sid, (None, None))) for sid in sealed),
+            created=tuple(_range(scope, stream, sid, *ranges[sid]) for sid in created),
+        ))
         previous = ranges
-    return out
+    return tuple(out)
 
 
 def stream_configuration(request: m.StreamConfigRequest) -> StreamConfiguration:
@@ -203,18 +165,18 @@ def controller_handlers(
     c = controller
     delete = delete_stream if delete_stream is not None else c.delete_stream
 
-    def describe(scope: str, stream: str) -> dict[str, Any]:
+    def describe(scope: str, stream: str) -> m.StreamDescriptionReply:
         return describe_stream(c, scope, stream, partitions_of)
 
-    def create(r: m.CreateStream) -> dict[str, Any]:
+    def create(r: m.CreateStream) -> m.StreamDescriptionReply:
         c.create_stream(r.scope, r.stream, stream_configuration(r))
         return describe(r.scope, r.stream)
 
-    def split(r: m.SplitSegment) -> dict[str, Any]:
+    def split(r: m.SplitSegment) -> m.StreamDescriptionReply:
         scaler.split(r.scope, r.stream, r.segment, r.pieces, None if r.at is None else list(r.at))
         return describe(r.scope, r.stream)
 
-    def merge(r: m.MergeSegments) -> dict[str, Any]:
+    def merge(r: m.MergeSegments) -> m.StreamDescriptionReply:
         scaler.merge(r.scope, r.stream, list(r.segments))
         return describe(r.scope, r.stream)
 
