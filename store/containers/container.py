@@ -319,17 +319,13 @@ class SegmentContainer:
     def serving(self) -> bool:
         return self._state in (RUNNING, CLOSING)
 
-    def cached_bytes(self) -> int:
-        return self._read_index.total_bytes  # one int, read without the lock: a hint for pressure
-
     def attach_budget(self, budget: ByteBudget) -> None:
         """Hold every queued operation's bytes against ``budget`` until it is applied."""
         self._processor.attach_budget(budget)
 
     def unflushed_bytes(self) -> int:
         """Durable data that long-term storage does not hold yet (the cache cannot evict it)."""
-        with self._lock:  # a sum over the segments' caches, which the log writer changes
-            return self._read_index.dirty_bytes
+        return self._read_index.dirty_bytes  # one int, read without the lock: a hint
 
     def dirty_segments(self) -> list[DirtySegment]:
         with self._lock:

@@ -196,7 +196,7 @@ class Append(Operation):
         read_index = state.read_index
         if end > seg.durable_start_offset and end > seg.storage_length:
             read_index.append(self.segment_id, self.offset, self.data)
-            state.writer.notice_dirty(read_index.total_bytes)
+            state.writer.notice_dirty(read_index.dirty_bytes)
         read_index.tail_reads.tail_moved(self.segment_id, seg.durable_length, seg.durable_sealed)
         stats = state.stats
         stats["appends"] += 1

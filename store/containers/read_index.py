@@ -144,6 +144,7 @@ class ReadIndex:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self.total_bytes = 0
+        self.dirty_bytes = 0  # of every segment: what long-term storage does not hold yet
         self._caches: OrderedDict[int, SegmentCache] = OrderedDict()
         self.tail_reads = TailReads()
 
@@ -160,6 +161,7 @@ class ReadIndex:
         cache = self.cache(segment_id)
         cache.add_dirty(offset, data)
         self.total_bytes += len(data) + ENTRY_OVERHEAD
+        self.dirty_bytes += len(data)
         self._caches.move_to_end(segment_id)
         if self.total_bytes > self.max_bytes:
             self.evict()
@@ -174,17 +176,22 @@ class ReadIndex:
     def mark_clean(self, segment_id: int, upto: int) -> None:
         cache = self._caches.get(segment_id)
         if cache is not None:
+            dirty = cache.dirty_bytes
             cache.mark_clean(upto)
+            self.dirty_bytes -= dirty - cache.dirty_bytes
 
     def drop_below(self, segment_id: int, offset: int) -> None:
         cache = self._caches.get(segment_id)
         if cache is not None:
+            dirty = cache.dirty_bytes
             self.total_bytes -= cache.drop_below(offset)
+            self.dirty_bytes -= dirty - cache.dirty_bytes
 
     def remove(self, segment_id: int) -> None:
         cache = self._caches.pop(segment_id, None)
         if cache is not None:
             self.total_bytes -= cache.cached_bytes
+            self.dirty_bytes -= cache.dirty_bytes
 
     def evict(self) -> None:
         excess = self.total_bytes - self.max_bytes
@@ -194,10 +201,6 @@ class ReadIndex:
             freed = cache.evict_clean(excess)
             self.total_bytes -= freed
             excess -= freed
-
-    @property
-    def dirty_bytes(self) -> int:
-        return sum(c.dirty_bytes for c in self._caches.values())
 
     def dirty_segments(self) -> list[tuple[int, SegmentCache]]:
         return [(sid, c) for sid, c in self._caches.items() if c.dirty_bytes > 0]

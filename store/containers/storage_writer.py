@@ -62,7 +62,9 @@ class WriterDataSource(Protocol):
         """Running or closing: a failure of the writer then deserves a report."""
         ...
 
-    def cached_bytes(self) -> int: ...
+    def unflushed_bytes(self) -> int:
+        """Durable data long-term storage does not hold yet (a hint: read without the lock)."""
+        ...
 
     def dirty_segments(self) -> list[DirtySegment]: ...
 
@@ -127,9 +129,10 @@ class StorageWriter:
             self._woken = True
             self._cond.notify()
 
-    def notice_dirty(self, cached_bytes: int) -> None:
-        """Called on every durable append: wake up early when the cache is filling with dirty data."""
-        if cached_bytes > self._config.cache_max_bytes // 2 and not self._woken:
+    def notice_dirty(self, unflushed_bytes: int) -> None:
+        """Called on every durable append with the container's un-flushed bytes: wake up early when they
+        fill half the cache, which can evict only what long-term storage holds."""
+        if unflushed_bytes > self._config.cache_max_bytes // 2 and not self._woken:
             self.wake()
 
     def request_flush(self, segment_id: int) -> StoreFuture[None]:
@@ -178,7 +181,11 @@ class StorageWriter:
     def _flush_round(self, force: bool) -> None:
         config = self._config
         now = time.monotonic()
-        pressure = self._source.cached_bytes() > config.cache_max_bytes // 2
+        # Flush everything early only when un-flushed data crowds the cache. A cache full of data long-term
+        # storage holds is no reason: eviction makes room. (Counting that too flushed each segment on
+        # every append once the cache was half full: a chunk, and a chunk reference kept in memory, per
+        # few appends.)
+        pressure = self._source.unflushed_bytes() > config.cache_max_bytes // 2
         with self._cond:
             requested = set(self._flush_requests)
         due = [

@@ -35,3 +35,20 @@ def test_the_overhead_is_what_an_entry_costs() -> None:
     assert index.total_bytes == 10 + ENTRY_OVERHEAD
     index.drop_below(7, 10)
     assert index.total_bytes == 0
+
+
+def test_unflushed_bytes_are_counted_as_they_come_and_go() -> None:
+    """The storage writer reads the container's un-flushed bytes on every append, so the index keeps the
+    sum instead of adding up its segments each time."""
+    index = ReadIndex(1 << 20)
+    for segment in (1, 2, 3):
+        for i in range(10):
+            index.append(segment, i * 100, bytes(100))
+    assert index.dirty_bytes == 3000
+    index.mark_clean(1, 450)  # whole entries only: four of them
+    assert index.dirty_bytes == 2600
+    index.drop_below(2, 300)
+    assert index.dirty_bytes == 2300
+    index.remove(3)
+    assert index.dirty_bytes == 1300
+    assert index.dirty_bytes == sum(cache.dirty_bytes for _, cache in index.dirty_segments())

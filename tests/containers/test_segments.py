@@ -223,6 +223,33 @@ def test_segment_far_beyond_cache_and_log(tmp_path):
         store.close()
 
 
+def test_a_cache_full_of_flushed_data_does_not_make_every_append_a_chunk(tmp_path):
+    """Small appends under a cache that flushed data fills: they wait for the flush age or size like any
+    other. When the full cache counted as pressure, each append was flushed as a chunk of its own, and
+    each chunk left a reference in memory for as long as the segment lived."""
+    store = open_store(str(tmp_path), containers=1, cache_max_bytes=1 << 20, flush_age_seconds=3600.0,
+                       flush_threshold_bytes=8 << 20)
+    try:
+        store.create_segment("old").result(5)
+        for _ in range(16):
+            store.append("old", os.urandom(64 * 1024)).result(10)
+        store.seal("old").result(10)  # a sealed segment is flushed whole: the cache is full of clean data
+        deadline = time.monotonic() + 20
+        while store.get_info("old").storage_length < 16 * 64 * 1024 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert store.containers[0].read_index().total_bytes > (1 << 20) // 2
+        store.create_segment("hot").result(5)
+        appends = [store.append("hot", b"%05d" % i + bytes(95)) for i in range(2000)]
+        for append in appends:
+            append.result(10)
+        time.sleep(1.0)  # many storage writer rounds (it polls every 50 ms here)
+        hot_chunks = tmp_path / "lts" / "containers" / "0" / "hot"
+        assert not hot_chunks.exists() or not list(hot_chunks.iterdir())
+        assert store.get_info("hot").storage_length == 0
+    finally:
+        store.close()
+
+
 def test_restart_reads_old_data_from_long_term_storage(tmp_path):
     store = open_store(str(tmp_path), containers=2)
     store.create_segment("old").result(5)

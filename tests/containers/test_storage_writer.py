@@ -28,7 +28,7 @@ class FakeSource:
         self.logged: list[tuple[int, int, int, str]] = []
         self.truncations = 0
 
-    def cached_bytes(self) -> int:
+    def unflushed_bytes(self) -> int:
         return 0
 
     def dirty_segments(self) -> list[DirtySegment]:
