@@ -26,6 +26,7 @@ RULES: list[tuple[str, tuple[str, ...], str]] = [
     ("gateway/kafka_protocol", ("millrace.gateway.kafka", "millrace.gateway.native"), "the codec does no I/O"),
     ("gateway/kafka", ("millrace.gateway.native",), "the Kafka adapter stands beside the native one"),
     ("gateway/native", ("millrace.gateway.kafka",), "the native adapter stands beside the Kafka one"),
+    ("gateway/native", ("millrace.gateway.kafka_protocol",), "the native wire carries no Kafka codes"),
 ]
 
 
