@@ -52,6 +52,13 @@ def _file_logger(path: str) -> logging.Logger:
     return logger
 
 
+def librdkafka_trace() -> dict[str, Any]:
+    """Producer settings that log librdkafka's idempotence decisions (epoch bumps, retries, sequences) to
+    the file ``MILLRACE_KAFKA_DEBUG_LOG`` names, to trace a failed check; none when it is not set."""
+    path = os.environ.get("MILLRACE_KAFKA_DEBUG_LOG")
+    return {"debug": "eos,msg", "logger": _file_logger(path)} if path else {}
+
+
 class KafkaLoad:
     """``producers`` idempotent acks=all producers, each in a thread, writing ``"<producer>:<n>"`` values
     (key = value) to ``topic`` until ``finish``; ``acked`` maps each acknowledged value to (partition,
@@ -72,9 +79,7 @@ class KafkaLoad:
             "message.timeout.ms": 180000, "metadata.max.age.ms": 2000, "retry.backoff.ms": 100,
             "reconnect.backoff.max.ms": 1000,
         }
-        debug_log = os.environ.get("MILLRACE_KAFKA_DEBUG_LOG")
-        if debug_log:  # librdkafka's idempotence decisions (epoch bumps, retries), to trace a failed check
-            config |= {"debug": "eos,msg", "logger": _file_logger(debug_log)}
+        config |= librdkafka_trace()
         self.producers = [Producer({**config, "client.id": f"load-{i}"}) for i in range(producers)]
         self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(producers)]
         for t in self.threads:

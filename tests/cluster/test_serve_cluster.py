@@ -34,6 +34,7 @@ from millrace.protocol.messages import GetSegmentInfo
 from millrace.protocol.records import NewRecord, build_record_batch
 from millrace.store.cluster.connection import NodeConnection
 from millrace.store.segment_store import container_index
+from tests.cluster.faults import librdkafka_trace
 from tests.cluster.serve_cluster import CONTAINERS, Cluster, NodeProcess, wait_for
 from tests.kafka.wire import KafkaWire
 from tests.server_process import ServerProcess
@@ -358,10 +359,11 @@ class IdempotentLoad:
         self.topic = topic
         self.acked: list[bytes] = []
         self.acked_partitions: list[int] = []
+        self.acked_at: dict[bytes, tuple[int, int]] = {}
         self.errors: list[str] = []
         self.producer = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True,
                                   "acks": "all", "linger.ms": 5, "message.timeout.ms": 120000,
-                                  "metadata.max.age.ms": 1000, **config})
+                                  "metadata.max.age.ms": 1000, **librdkafka_trace(), **config})
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -370,6 +372,7 @@ class IdempotentLoad:
         if err is None:
             self.acked.append(msg.value())
             self.acked_partitions.append(msg.partition())
+            self.acked_at[msg.value()] = (msg.partition(), msg.offset())
         else:
             self.errors.append(str(err))
 
@@ -394,24 +397,27 @@ class IdempotentLoad:
                              "auto.offset.reset": "earliest", "enable.auto.commit": False})
         consumer.subscribe([self.topic])
         read: list[bytes] = []
+        positions: dict[bytes, list[tuple[int, int]]] = {}
         wanted = set(self.acked)
+
+        def take(msg: Any) -> None:
+            if msg is not None and msg.error() is None and msg.value() is not None:
+                read.append(msg.value())
+                positions.setdefault(msg.value(), []).append((msg.partition(), msg.offset()))
+
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline and not wanted <= set(read):
-            msg = consumer.poll(1.0)
-            value = msg.value() if msg is not None and msg.error() is None else None
-            if value is not None:
-                read.append(value)
+            take(consumer.poll(1.0))
         for _ in range(3):  # anything more than the acknowledged records (a duplicate) comes now
-            msg = consumer.poll(1.0)
-            value = msg.value() if msg is not None and msg.error() is None else None
-            if value is not None:
-                read.append(value)
+            take(consumer.poll(1.0))
         consumer.close()
         counts = Counter(read)
         lost = len(wanted - set(read))
         duplicated = sum(1 for v in wanted if counts[v] > 1)
         print(f"{self.topic}: acknowledged {len(self.acked)}, read {len(read)}, lost {lost}, "
               f"duplicated {duplicated}, delivery errors {len(self.errors)}")
+        for value in [v for v in wanted if counts[v] > 1][:10]:
+            print(f"  {value!r} acknowledged at {self.acked_at.get(value)}, read at {positions[value]}")
         assert self.errors == []
         assert lost == 0 and duplicated == 0
 
