@@ -138,6 +138,62 @@ class Producers:
     def get(self, producer_id: int) -> ProducerState | None:
         return self._states.get(producer_id)
 
+    def next_sequence(self, producer_id: int, epoch: int) -> int | None:
+        """The sequence the producer's next batch must start at, if the partition knows its last one."""
+        state = self._states.get(producer_id)
+        if state is None or state.epoch != epoch or not state.batches:
+            return None
+        return (state.batches[-1][1] + 1) & _SEQUENCE_MASK
+
     def states(self) -> list[tuple[int, ProducerState]]:
         """Every producer this partition keeps, by producer id."""
         return sorted(self._states.items())
+
+
+class RefusedSequences:
+    """Per partition and producer, the first sequence refused with a retriable answer (the partition
+    loading, its container elsewhere, a failed append found not stored) and not stored since. It
+    outlives the partition's reloads (the storage keeps it, by topic and partition).
+
+    A client pipelines up to five batches per partition. When the first is refused as retriable while
+    the partition reloads and the next arrives once the reload is done, the next one's sequence
+    skips the refused batch's: Kafka's rules answer OUT_OF_ORDER_SEQUENCE, and librdkafka answers that
+    by bumping the producer's epoch and resending every batch it holds unacknowledged, on every
+    partition, as new ones. A batch among them that some partition stored, though its answer was lost,
+    is then written twice. So a gap that a refusal here explains is answered as retriable too: the
+    client resends from the refused batch, in order, under the same epoch."""
+
+    __slots__ = ("_first",)
+
+    def __init__(self) -> None:
+        self._first: dict[tuple[str, int], dict[int, tuple[int, int]]] = {}
+
+    def refused(self, topic: str, partition: int, producer_id: int, epoch: int, first_sequence: int) -> None:
+        producers = self._first.setdefault((topic, partition), {})
+        seen = producers.get(producer_id)
+        if seen is None or epoch > seen[0] or (epoch == seen[0] and first_sequence < seen[1]):
+            producers[producer_id] = (epoch, first_sequence)
+
+    def explains_gap(self, topic: str, partition: int, producer_id: int, epoch: int, expected: int | None,
+                     first_sequence: int) -> bool:
+        """Whether a batch refused here lies in the gap before ``first_sequence`` (from ``expected``, the
+        sequence the partition waits for; None: it knows none)."""
+        seen = self._first.get((topic, partition), {}).get(producer_id)
+        if seen is None or seen[0] != epoch:
+            return False
+        return (expected is None or expected <= seen[1]) and seen[1] < first_sequence
+
+    def stored(self, topic: str, partition: int, producer_id: int, epoch: int, last_sequence: int) -> None:
+        """The producer's batch up to ``last_sequence`` was taken: refusals up to it (or of an older
+        epoch) are answered."""
+        producers = self._first.get((topic, partition))
+        if producers is not None:
+            seen = producers.get(producer_id)
+            if seen is not None and (seen[0] != epoch or seen[1] <= last_sequence):
+                del producers[producer_id]
+                if not producers:
+                    del self._first[(topic, partition)]
+
+    def forget(self, topic: str) -> None:
+        for key in [key for key in self._first if key[0] == topic]:
+            del self._first[key]

@@ -67,7 +67,7 @@ from millrace.streams.partitions.loading import (
     segments_of_partitions,
 )
 from millrace.streams.partitions.partition import PartitionLog, PartitionOffsets
-from millrace.streams.partitions.producers import MARKER_COORDINATOR_EPOCH, ProducerState
+from millrace.streams.partitions.producers import MARKER_COORDINATOR_EPOCH, ProducerState, RefusedSequences
 from millrace.streams.partitions.segments import BLOCKING_TIMEOUT, SegmentWriter, create_index_segment
 from millrace.streams.partitions.waiters import wait_for_any
 from millrace.streams.partitions.watermark import IdempotentBatch, PendingAppend
@@ -255,6 +255,7 @@ class SegmentPartitionStorage(PartitionStorage):
         self._settle_waiters: dict[str, list[defer.Deferred[None]]] = {}
         # topic -> failed idempotent batches (partition, pending append, refusal) the next reload answers
         self._unresolved: dict[str, list[tuple[int, PendingAppend, Failure]]] = {}
+        self._refused = RefusedSequences()  # so a batch behind a retriable refusal is not out of sequence
         self._log_start_writes: dict[PartitionLog, _LogStartWrites] = {}  # partitions whose start moved
         # Raises PartitionError unless (topic, partition) is in the ongoing transaction of the producer
         # id at that epoch; set by the transaction coordinator (None: transactional batches refused).
@@ -400,6 +401,7 @@ class SegmentPartitionStorage(PartitionStorage):
             self._install_grown(segment_names, topic)
 
     def _forget(self, name: str) -> None:
+        self._refused.forget(name)
         for p in self._topics.pop(name, []):
             p.waiters.wake()
             self._log_start_writes.pop(p, None)
@@ -571,14 +573,29 @@ class SegmentPartitionStorage(PartitionStorage):
             # The partition must be in the producer's ongoing transaction at this epoch (KIP-890's
             # verification, here an in-process lookup): a late batch can never reopen a finished one.
             self.transaction_check(p.topic, p.partition, h.producer_id, h.producer_epoch)
-        writer = self._writable(p)
+        try:
+            writer = self._writable(p)
+        except PartitionError as exc:
+            if h.producer_id >= 0 and exc.reason.retriable:
+                self._refused.refused(p.topic, p.partition, h.producer_id, h.producer_epoch, h.base_sequence)
+            raise
         producer = None
         if h.producer_id >= 0:
             last_sequence = h.base_sequence + h.last_offset_delta
-            producer, duplicate = p.producers.check(h.producer_id, h.producer_epoch, h.base_sequence, last_sequence)
+            try:
+                producer, duplicate = p.producers.check(h.producer_id, h.producer_epoch, h.base_sequence,
+                                                        last_sequence)
+            except PartitionError as exc:
+                expected = p.producers.next_sequence(h.producer_id, h.producer_epoch)
+                if exc.reason is Reason.OUT_OF_ORDER_SEQUENCE and self._refused.explains_gap(
+                        p.topic, p.partition, h.producer_id, h.producer_epoch, expected, h.base_sequence):
+                    raise PartitionError(Reason.LOADING, f"{p.topic}-{p.partition}: producer {h.producer_id}'s "
+                                         f"batch at sequence {expected} was refused here: resend from it") from exc
+                raise
             producer.last_ms = self._now_ms()
             if duplicate is not None:
                 return duplicate
+            self._refused.stored(p.topic, p.partition, h.producer_id, h.producer_epoch, last_sequence)
         if events is not None:
             written = p.writer_events.check(events)
             if written is not None:
@@ -699,6 +716,8 @@ class SegmentPartitionStorage(PartitionStorage):
             base = parts[partition].producers.stored_base(*pending.batch) \
                 if parts is not None and partition < len(parts) else None
             if base is None:
+                batch = pending.batch
+                self._refused.refused(topic, partition, batch.producer_id, batch.epoch, batch.first_sequence)
                 pending.acked.errback(refusal)
             else:
                 log.info("%s-%d: a failed append of producer %d was found stored at offset %d", topic,

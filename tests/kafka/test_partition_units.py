@@ -312,15 +312,16 @@ def _held_storage(monkeypatch: pytest.MonkeyPatch) -> tuple[SegmentPartitionStor
     return storage, store, clock, topic
 
 
-def _produce_batches(storage: SegmentPartitionStorage, topic: TopicInfo, producer_id: int, count: int) -> list[Any]:
-    """Append ``count`` one-record batches of ``producer_id`` (sequences 0, 1, ...); their outcomes, as
-    they come."""
+def _produce_batches(storage: SegmentPartitionStorage, topic: TopicInfo, producer_id: int, count: int,
+                     first_sequence: int = 0) -> list[Any]:
+    """Append ``count`` one-record batches of ``producer_id`` (sequences ``first_sequence``, and on); their
+    outcomes, as they come."""
     (p,) = storage.loaded(topic.name) or []
     outcomes: list[Any] = []
-    for seq in range(count):
+    for seq in range(first_sequence, first_sequence + count):
         batch = build_record_batch([NewRecord(key=None, value=b"v")], producer_id=producer_id, producer_epoch=0,
                                    base_sequence=seq)
-        storage.append(topic, p, batch).addBoth(outcomes.append)
+        defer.maybeDeferred(storage.append, topic, p, batch).addBoth(outcomes.append)
     return outcomes
 
 
@@ -366,3 +367,30 @@ def test_a_failed_idempotent_append_is_answered_by_what_the_store_holds(monkeypa
     clock.advance(RELOAD_DELAY_SECONDS)
     answers = [o if isinstance(o, int) else error_code(o.value) for o in outcomes]
     assert answers == [*stored, *[ErrorCode.NOT_LEADER_OR_FOLLOWER] * (2 - len(stored))]
+
+
+def test_a_batch_behind_one_refused_while_loading_is_not_out_of_sequence(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client pipelines batches. When the first is refused while the partition reloads and the next
+    arrives once the reload is done, the next one's sequence skips the refused one's. Answered out of
+    sequence, librdkafka bumps its epoch and resends every batch it holds unacknowledged as a new one
+    (a duplicate of any that a partition stored without the client hearing so): it is refused as
+    retriable too, until the client resends from the refused batch."""
+    storage, store, clock, topic = _held_storage(monkeypatch)
+    reloaded = loaded_topic(topic, ["s0"])
+    reloaded.partitions[0].producers.recovered(7, 0, 0, 0, 0, 0)  # batch 0, stored before the reload
+    monkeypatch.setattr(storage, "_load", lambda info: reloaded)
+    first = _produce_batches(storage, topic, 7, 1)
+    store.held[0].set_result(0)
+    assert first == [0]
+    storage.reload(topic.name)  # a takeover of its container, say
+    refused = _produce_batches(storage, topic, 7, 1, first_sequence=1)
+    assert [error_code(o.value) for o in refused] == [ErrorCode.NOT_LEADER_OR_FOLLOWER]
+    clock.advance(RELOAD_DELAY_SECONDS)  # the reload is done
+    behind = _produce_batches(storage, topic, 7, 1, first_sequence=2)
+    assert [error_code(o.value) for o in behind] == [ErrorCode.NOT_LEADER_OR_FOLLOWER]
+    resent = _produce_batches(storage, topic, 7, 2, first_sequence=1)
+    for held in store.held[1:]:
+        held.set_result(0)
+    assert len(resent) == 2 and resent[1] == resent[0] + 1  # both stored, in order
+    gap = _produce_batches(storage, topic, 7, 1, first_sequence=5)  # a gap nothing here explains
+    assert [error_code(o.value) for o in gap] == [ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER]
