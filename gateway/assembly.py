@@ -130,7 +130,8 @@ def build_cluster_node(options: ServerOptions, setup: ClusterNodeSetup, ports: M
     config = ClusterNodeConfig(options.zookeeper or "", info, options.containers, setup.replication,
                                options.session_timeout_seconds)
     return ClusterNode(config, setup.storage, container_config(options),
-                       host_factory=partial(SegmentContainerHost, rates=rate_config(options)))
+                       host_factory=partial(SegmentContainerHost, rates=rate_config(options),
+                                            container_budget_bytes=options.container_budget_mb * MIB))
 
 
 def cluster_router(options: ServerOptions, node: ClusterNode, local: LocalSegments) -> ClusterSegmentStore:

@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from millrace.store.budget import ByteBudget
 from millrace.store.cluster.log_metadata import ZooKeeperLogMetadataStore
 from millrace.store.cluster.member import OwnershipTerm
 from millrace.store.containers.config import ContainerConfig
@@ -32,6 +33,7 @@ from millrace.store.durablelog.replication_config import ReplicationConfig
 from millrace.store.errors import ContainerOfflineError
 from millrace.store.lts.interface import ChunkStorage
 from millrace.store.scheduler import Scheduler
+from millrace.store.segment_store import DEFAULT_CONTAINER_BUDGET_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +54,8 @@ class SegmentContainerHost:
     """The containers this node runs (a ``ContainerHost`` for ``ClusterMember``)."""
 
     def __init__(self, storage: ChunkStorage, log_for_term: Callable[[OwnershipTerm], DurableDataLog],
-                 config: ContainerConfig | None = None, rates: RateConfig | None = None) -> None:
+                 config: ContainerConfig | None = None, rates: RateConfig | None = None,
+                 container_budget_bytes: int = DEFAULT_CONTAINER_BUDGET_BYTES) -> None:
         self.storage = storage
         self.log_for_term = log_for_term
         self.config = config or ContainerConfig()
@@ -62,10 +65,17 @@ class SegmentContainerHost:
         self._read_pool = ThreadPoolExecutor(self.config.storage_read_threads * 2, "lts-read")
         self._lock = threading.Lock()
         self._running: dict[int, tuple[OwnershipTerm, SegmentContainer]] = {}
+        # Each container's byte budget, as in one process (``SegmentStore.budgets``): what it holds that
+        # it cannot drop, so a flood slows to what its log and long-term storage sustain.
+        self.container_budget_bytes = container_budget_bytes
+        self._budgets: dict[int, ByteBudget] = {}
 
     def start_container(self, term: OwnershipTerm) -> None:
         container = SegmentContainer(term.container_id, self.log_for_term(term), self.storage, self.config,
                                      self.scheduler, self._read_pool, rates=RateRegistry(self.rates))
+        budget = ByteBudget(self.container_budget_bytes, f"container-{term.container_id}",
+                            backlog=container.unflushed_bytes, call_later=self.scheduler.call_later)
+        container.attach_budget(budget)
         try:
             container.start()  # fences the previous owner's log and recovers
         except BaseException:
@@ -73,12 +83,14 @@ class SegmentContainerHost:
             raise
         with self._lock:
             self._running[term.container_id] = (term, container)
+            self._budgets[term.container_id] = budget
         log.info("container %d: started in ownership epoch %d (log epoch %d)", term.container_id, term.epoch,
                  container.epoch)
 
     def stop_container(self, container_id: int) -> None:
         with self._lock:
             _, container = self._running.pop(container_id)
+            self._budgets.pop(container_id, None)
         container.close()
         log.info("container %d: stopped", container_id)
 
@@ -88,6 +100,14 @@ class SegmentContainerHost:
         if entry is None:
             raise ContainerOfflineError(f"container {container_id} does not run on this node")
         return entry[1]
+
+    def budget(self, container_id: int) -> ByteBudget:
+        """The byte budget of a container running here."""
+        with self._lock:
+            budget = self._budgets.get(container_id)
+        if budget is None:
+            raise ContainerOfflineError(f"container {container_id} does not run on this node")
+        return budget
 
     def failed_containers(self) -> set[int]:
         with self._lock:

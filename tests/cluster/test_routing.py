@@ -38,11 +38,13 @@ from millrace.protocol.messages import CreateSegment
 from millrace.store.cluster.connection import NodeConnection
 from millrace.store.cluster.containers import SegmentContainerHost
 from millrace.store.cluster.layout import ClusterPaths, NodeInfo
+from millrace.store.cluster.member import OwnershipTerm
 from millrace.store.cluster.node import ClusterNode, ClusterNodeConfig
 from millrace.store.cluster.routing import ClusterSegmentStore, LocalSegments
 from millrace.store.contracts import SegmentService
 from millrace.store.controller import Controller, StreamConfiguration
 from millrace.store.controller.controller import SYSTEM_TABLES
+from millrace.store.durablelog.local import FileDurableDataLog
 from millrace.store.lts.filesystem import FileSystemChunkStorage
 from millrace.store.segment_store import SegmentStore, container_index
 from millrace.store.tables import NOT_EXISTS, TableStore
@@ -396,3 +398,23 @@ def test_a_node_cut_off_past_its_session_fails_calls_at_once(zk_client: KazooCli
     finally:
         router.close()
         storage.close()
+
+
+def test_a_cluster_node_holds_each_container_it_runs_to_its_byte_budget(tmp_path: Path) -> None:
+    """As in one process (``SegmentStore.budgets``): a container a node runs counts what it cannot drop
+    against ``--container-budget-mb``, so a flood slows to what its log and long-term storage sustain
+    instead of filling the node's memory. Cluster nodes used to run their containers with no budget."""
+    host = SegmentContainerHost(FileSystemChunkStorage(str(tmp_path / "lts")),
+                                lambda term: FileDurableDataLog(str(tmp_path / f"log-{term.container_id}")),
+                                container_budget_bytes=3 << 20)
+    try:
+        host.start_container(OwnershipTerm(2, 1, None))  # type: ignore[arg-type]
+        budget = host.budget(2)
+        assert (budget.name, budget.limit) == ("container-2", 3 << 20)
+        with pytest.raises(ContainerOfflineError):
+            host.budget(0)
+        host.stop_container(2)
+        with pytest.raises(ContainerOfflineError):
+            host.budget(2)
+    finally:
+        host.close()
