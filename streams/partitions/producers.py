@@ -168,6 +168,10 @@ class RefusedSequences:
     def __init__(self) -> None:
         self._first: dict[tuple[str, int], dict[int, tuple[int, int]]] = {}
 
+    def __bool__(self) -> bool:
+        """Whether any refusal waits for its resend (the append path asks before anything else)."""
+        return bool(self._first)
+
     def refused(self, topic: str, partition: int, producer_id: int, epoch: int, first_sequence: int) -> None:
         producers = self._first.setdefault((topic, partition), {})
         seen = producers.get(producer_id)

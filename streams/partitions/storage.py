@@ -595,7 +595,8 @@ class SegmentPartitionStorage(PartitionStorage):
             producer.last_ms = self._now_ms()
             if duplicate is not None:
                 return duplicate
-            self._refused.stored(p.topic, p.partition, h.producer_id, h.producer_epoch, last_sequence)
+            if self._refused:
+                self._refused.stored(p.topic, p.partition, h.producer_id, h.producer_epoch, last_sequence)
         if events is not None:
             written = p.writer_events.check(events)
             if written is not None:
