@@ -82,8 +82,14 @@ def test_merge_and_split_under_live_clients(server: ServerProcess, topic: str, g
     consumer_error: list[BaseException] = []
 
     def consume() -> None:
-        c = KafkaConsumer(topic, bootstrap_servers=server.bootstrap, group_id=group, auto_offset_reset="earliest",
+        c = KafkaConsumer(bootstrap_servers=server.bootstrap, group_id=group, auto_offset_reset="earliest",
                           enable_auto_commit=False, fetch_max_wait_ms=200)
+        # The topic's metadata first: a kafka-python 3.0.12 leader that joins without it assigns nothing and
+        # rejoins at once, and if a poll's timeout ends while that second join is in flight, the client
+        # drops the assignment it brings (join_group_async finds need_rejoin false and never completes the
+        # join), so the consumer would sit with no partitions.
+        c.partitions_for_topic(topic)
+        c.subscribe([topic])
         try:
             while not stop.is_set():
                 for msgs in c.poll(timeout_ms=200).values():

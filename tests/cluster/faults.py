@@ -27,14 +27,17 @@ class Tally:
     duplicated: int
     misplaced: int  # acknowledged at one offset, read at another
     out_of_order: int  # a writer's later record before its earlier one in a partition
-    resent: int  # native events acknowledged as ALREADY_WRITTEN: a resend after a failover found them landed
+    # Acknowledged without an offset: native events answered ALREADY_WRITTEN (a resend after a failover
+    # found them landed), and librdkafka's implicit acks (a producer's later batch was acknowledged while
+    # this one waited to be retried: the partition's sequence check proves it landed, at no known offset).
+    resent: int
     errors: list[str] = field(default_factory=list)
     examples: list[str] = field(default_factory=list)  # a few misplaced and lost records, to trace them
 
     def line(self) -> str:
         return (f"{self.name}: acknowledged {self.acknowledged}, read {self.read}, lost {self.lost}, "
                 f"duplicated {self.duplicated}, misplaced {self.misplaced}, out of order {self.out_of_order}, "
-                f"client errors {len(self.errors)} (acknowledged as already written: {self.resent})" + "".join(f"\n  {e}" for e in self.examples))
+                f"client errors {len(self.errors)} (acknowledged without an offset: {self.resent})" + "".join(f"\n  {e}" for e in self.examples))
 
     @property
     def ok(self) -> bool:
@@ -68,7 +71,7 @@ class KafkaLoad:
         from confluent_kafka import Producer
 
         self.topic = topic
-        self.acked: dict[bytes, tuple[int, int]] = {}
+        self.acked: dict[bytes, tuple[int, int | None]] = {}
         self.errors: list[str] = []
         self._stop = threading.Event()
         self._pause = pause
@@ -182,18 +185,25 @@ def read_partitions(bootstrap: str, topic: str, partitions: int, timeout: float)
         consumer.close()
 
 
-def _lies_at(read_at: tuple[int, int], acked_at: tuple[int, int]) -> bool:
-    """Whether a record read at ``read_at`` is where it was acknowledged. A native writer that resends
-    after a failover gets ``ALREADY_WRITTEN`` (no offset) for an event whose first append landed but
-    whose answer was lost: its partition is still known."""
-    if acked_at[1] == ALREADY_WRITTEN:
+def _without_offset(offset: int | None) -> bool:
+    """An acknowledgement that names no offset: ``ALREADY_WRITTEN`` for a native writer that resent an
+    event whose first append landed but whose answer was lost; None (confluent-kafka's offset for
+    librdkafka's implicit ack) for a batch waiting to be retried when a later batch of the same producer
+    was acknowledged, which the partition accepts only in sequence after it."""
+    return offset is None or offset == ALREADY_WRITTEN
+
+
+def _lies_at(read_at: tuple[int, int], acked_at: tuple[int, int | None]) -> bool:
+    """Whether a record read at ``read_at`` is where it was acknowledged (only its partition is known for
+    an acknowledgement without an offset)."""
+    if _without_offset(acked_at[1]):
         return read_at[0] == acked_at[0]
     return read_at == acked_at
 
 
-def tally(name: str, acked: dict[bytes, tuple[int, int]], read: dict[int, list[tuple[int, bytes]]],
+def tally(name: str, acked: dict[bytes, tuple[int, int | None]], read: dict[int, list[tuple[int, bytes]]],
           errors: list[str]) -> Tally:
-    """Compare acknowledged records (value -> partition, offset; values are ``writer:n``) with those read."""
+    """Compare acknowledged records (value -> partition, offset or None; values are ``writer:n``) with those read."""
     counts: Counter[bytes] = Counter()
     where: dict[bytes, tuple[int, int]] = {}
     out_of_order = 0
@@ -214,7 +224,7 @@ def tally(name: str, acked: dict[bytes, tuple[int, int]], read: dict[int, list[t
     examples = [f"{v.decode()} acknowledged at {acked[v]} (where {stored.get(acked[v], b'nothing').decode()} is), "
                 f"read at {where[v]}" for v in sorted(misplaced_values)[:5]]
     examples += [f"{v.decode()} acknowledged at {acked[v]}, not read" for v in acked if counts[v] == 0][:5]
-    resent = sum(1 for _, offset in acked.values() if offset == ALREADY_WRITTEN)
+    resent = sum(1 for _, offset in acked.values() if _without_offset(offset))
     return Tally(name, len(acked), sum(counts.values()), lost, duplicated, len(misplaced_values), out_of_order,
                  resent, errors, examples)
 

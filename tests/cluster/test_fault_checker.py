@@ -35,3 +35,14 @@ def test_an_event_acknowledged_as_already_written_counts_by_its_partition() -> N
     assert (moved.misplaced, moved.resent) == (2, 2) and not moved.ok
     twice = tally("t", acked, {0: [(0, b"0:0"), (1, b"0:1"), (2, b"0:1")], 1: [(0, b"1:0")]}, [])
     assert twice.duplicated == 1 and not twice.ok
+
+
+def test_an_implicit_ack_without_offset_counts_by_its_partition() -> None:
+    """librdkafka acknowledges a batch waiting to be retried when a later batch of its producer is
+    acknowledged (``rd_kafka_dr_implicit_ack``): confluent-kafka reports no offset (None). Read once in
+    its partition it is in place; read in another, it is misplaced."""
+    acked: dict[bytes, tuple[int, int | None]] = {b"0:0": (0, 0), b"0:1": (0, None), b"0:2": (0, 2)}
+    in_place = tally("t", acked, {0: [(0, b"0:0"), (1, b"0:1"), (2, b"0:2")]}, [])
+    assert in_place.ok and in_place.resent == 1
+    moved = tally("t", acked, {0: [(0, b"0:0"), (2, b"0:2")], 1: [(0, b"0:1")]}, [])
+    assert moved.misplaced == 1 and not moved.ok
