@@ -56,6 +56,8 @@ MAX_READ_BYTES = 8 << 20
 _BASE_AND_LENGTH = struct.Struct(">qi")
 _ATTRIBUTES = struct.Struct(">h")
 _PRODUCER_ID = struct.Struct(">q")
+_LAST_OFFSET_DELTA = struct.Struct(">i")
+_LAST_OFFSET_DELTA_AT = 23
 _ATTRIBUTES_AT = 21
 _PRODUCER_ID_AT = 43
 _BATCH_HEADER_SIZE = 61
@@ -72,15 +74,21 @@ class _Scan:
     short: int = 0  # bytes needed to see the whole first batch, when the read cut it
 
 
-def _held_range(p: PartitionLog, base: int, position: int, segment: str) -> tuple[int, int] | None:
+def _held_range(p: PartitionLog, base: int, last: int, position: int, segment: str) -> tuple[int, int] | None:
     """(first offset a reader may see, last offset) of the batch at ``position``: the first is its
-    base or the log start it straddles; None when the partition does not hold that batch there."""
+    base or the log start it straddles; None when the partition does not hold that batch there (its
+    index entry, or the folded entry it lies inside, is elsewhere)."""
     index = p.index
     i = index.entry_at(base)
-    if (i >= len(index) or index.base[i] != base or index.pos[i] != position
-            or p.segments[index.seg[i]].name != segment):
+    if i >= len(index) or p.segments[index.seg[i]].name != segment:
         return None
-    return max(base, p.log_start), index.last[i]
+    if index.count[i] == 1:
+        if index.base[i] != base or index.pos[i] != position:
+            return None
+    elif not (index.base[i] <= base and last <= index.last[i]
+              and index.pos[i] <= position < index.pos[i] + index.length[i]):
+        return None
+    return max(base, p.log_start), last
 
 
 def _scan(data: bytes, start: int, segment: str, parts: list[PartitionLog], end_offset: int | None) -> _Scan:
@@ -104,7 +112,8 @@ def _scan(data: bytes, start: int, segment: str, parts: list[PartitionLog], end_
             raise InvalidRequestError(f"{segment}: batch at {position} is shorter than its header")
         p = parts[partition]
         base, _ = _BASE_AND_LENGTH.unpack_from(view, batch_at)
-        held = _held_range(p, base, position + ENVELOPE.size, segment)
+        (delta,) = _LAST_OFFSET_DELTA.unpack_from(view, batch_at + _LAST_OFFSET_DELTA_AT)
+        held = _held_range(p, base, base + delta, position + ENVELOPE.size, segment)
         if held is not None:
             if base >= p.txns.last_stable(p.high_watermark):
                 scan.blocked_on = p

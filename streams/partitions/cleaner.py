@@ -138,6 +138,8 @@ class LogCleaner:
         if not compacts({"cleanup.policy": topic.config("cleanup.policy")}):
             return []
         parts = self._host.loaded(topic.name) or []
+        for p in parts:
+            p.folds = False  # plans and installs cut the index at batch boundaries from here on
         if self._host.is_reloading(topic.name) or self._stopping.is_set():
             return []
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms

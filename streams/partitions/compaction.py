@@ -54,6 +54,7 @@ from millrace.streams.partitions.formats import (
     ENVELOPE,
     INDEX_SUFFIX,
     IndexEntry,
+    batches_in_span,
     envelope,
 )
 from millrace.streams.partitions.partition import PartitionLog
@@ -186,9 +187,14 @@ def plan(p: PartitionLog, scope: str, stream: str, generation: int, end: int, no
          delete_retention_ms: int) -> CleaningPlan:
     """Snapshot the batches of ``[log start, end)`` (reactor thread)."""
     index = p.index
+    stop = index.entries_below(end)
+    if stop and index.last[stop - 1] >= end and index.count[stop - 1] > 1:
+        # A folded entry (from before the topic compacted) straddles the end: clean up to its start.
+        stop -= 1
+        end = max(p.log_start, index.base[stop])
     batches = [
         SourceBatch(p.segments[index.seg[i]].name, index.pos[i], index.length[i], index.base[i], index.last[i])
-        for i in range(index.entry_at(p.log_start), index.entries_below(end))
+        for i in range(index.entry_at(p.log_start), stop)
     ]
     aborted = [(a.producer_id, a.first_offset, a.last_offset) for a in p.txns.aborted if a.first_offset < end]
     dirty_start = p.compaction.end if p.compaction is not None else p.log_start
@@ -369,11 +375,14 @@ def _read_source(store: SegmentService, batches: list[SourceBatch],
             end = batches[j].position + batches[j].length
             j += 1
         blob = memoryview(read_fully(store, first.segment, first.position, end - first.position))
-        for n, b in enumerate(batches[i:j]):
+        n = 0
+        for b in batches[i:j]:
             at = b.position - first.position
-            yield next(iter_batches(blob[at : at + b.length]))
-            if n % 16 == 15:
-                time.sleep(0.001)  # let the reactor and the store's threads have the GIL: produce must not stall
+            for _, _, batch in batches_in_span(blob[at : at + b.length]):  # a folded entry holds several
+                yield next(iter_batches(batch))
+                n += 1
+                if n % 16 == 0:
+                    time.sleep(0.001)  # let the reactor and the store's threads have the GIL: produce must not stall
         i = j
 
 

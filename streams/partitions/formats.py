@@ -10,6 +10,7 @@ batch, in the data segment's order.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from crc32c import crc32c
@@ -79,6 +80,28 @@ def recompress(batch: Any, codec: int, level: int | None) -> bytearray:
 def envelope(partition: int, batch_size: int) -> bytes:
     """The envelope stored in front of one batch of ``partition``."""
     return ENVELOPE.pack(ENVELOPE_MAGIC, ENVELOPE_VERSION, partition, batch_size)
+
+
+_BASE_OFFSET = struct.Struct(">q")
+_LAST_OFFSET_DELTA = struct.Struct(">i")
+_LAST_OFFSET_DELTA_AT = 23
+_BATCH_OVERHEAD = 12  # baseOffset and batchLength: batchLength counts the bytes after them
+
+
+def batches_in_span(span: memoryview) -> Iterator[tuple[int, int, memoryview]]:
+    """(base offset, last offset, batch) of each batch in ``span``: bytes of a data segment that start at
+    a batch (after its envelope) and run on through ``envelope + batch`` pairs of the same partition, as
+    a folded offset-index entry covers them. A span cut short ends at its last whole batch."""
+    at, end = 0, len(span)
+    while at + _RECORDS_AT <= end:
+        (length,) = _BATCH_LENGTH.unpack_from(span, at + 8)
+        size = length + _BATCH_OVERHEAD
+        if at + size > end:
+            return
+        (base,) = _BASE_OFFSET.unpack_from(span, at)
+        (delta,) = _LAST_OFFSET_DELTA.unpack_from(span, at + _LAST_OFFSET_DELTA_AT)
+        yield base, base + delta, span[at : at + size]
+        at += size + ENVELOPE.size
 
 
 def set_leader_epoch(head: bytearray, epoch: int) -> None:

@@ -44,10 +44,13 @@ class PartitionOffsets:
 class PartitionLog:
     """One partition (reactor thread once installed)."""
 
-    def __init__(self, topic: str, partition: int, writer: SegmentWriter | None = None) -> None:
+    def __init__(self, topic: str, partition: int, writer: SegmentWriter | None = None, folds: bool = True) -> None:
         self.topic = topic
         self.partition = partition
         self.index = OffsetIndex()
+        # Whether durable index entries fold into runs (``offset_index``): not on a compacted topic, whose
+        # cleaner plans and installs at batch boundaries (the cleaner turns it off when it finds one).
+        self.folds = folds
         self.segments: list[SegmentWriter] = []  # every segment holding data of this partition, oldest first
         self._segment_numbers: dict[str, int] = {}
         self.writer: SegmentWriter | None = None  # the open segment new batches go to
@@ -117,6 +120,8 @@ class PartitionLog:
     def _add(self, writer: SegmentWriter, entry: IndexEntry, commit: bool | None) -> None:
         self.index.append(self.segment_number(writer), entry.base_offset, entry.last_offset, entry.position,
                           entry.length, entry.max_timestamp)
+        if self.folds:  # everything a load finds is durable: the index stays folded as it grows
+            self.index.fold(entry.last_offset + 1)
         if entry.attributes & CONTROL_ATTRIBUTE:
             # The index entry does not keep the marker's coordinator epoch; Millrace's one coordinator
             # writes every marker at MARKER_COORDINATOR_EPOCH (it never moves to another node).
@@ -169,7 +174,7 @@ class PartitionLog:
         renumber = [-1 if s is previous else self.segment_number(s) for s in old_segments]
         for i in range(old_index.entry_at(record.end), len(old_index)):
             self.index.append(renumber[old_index.seg[i]], old_index.base[i], old_index.last[i], old_index.pos[i],
-                              old_index.length[i], old_index.max_ts[i])
+                              old_index.length[i], old_index.max_ts[i], old_index.count[i])
         self.compaction, self.compaction_version = record, version
         self.txns.forget_aborted(removed_markers)
         return previous

@@ -1,5 +1,7 @@
 """Reading a partition's batches: find the first batch through the offset index, coalesce adjacent
-batches of one segment into few store reads, and strip the envelopes between them.
+batches of one segment into few store reads, and strip the envelopes between them. A read that takes
+folded index entries (runs of batches, ``offset_index``) walks their batch headers instead, keeping the
+batches from the one holding the fetch offset on, below the end and within the byte budget.
 
 Runs on the reactor thread. A read served from the store's cache completes in the same reactor turn
 (``to_deferred`` fires at once for a completed future); a read from long-term storage comes back
@@ -16,14 +18,14 @@ from millrace.protocol.records import Record, iter_batches
 from millrace.store.contracts import ReadResult, SegmentService
 from millrace.store.errors import StoreError
 from millrace.streams.futures import to_deferred
-from millrace.streams.partitions.formats import ENVELOPE
+from millrace.streams.partitions.formats import ENVELOPE, batches_in_span
 from millrace.streams.partitions.partition import PartitionLog
 
 READ_RUN = 4 << 20  # the most one store read asks for
 
 
 class _Run:
-    """Adjacent batches of one segment, read with one store read."""
+    """Adjacent index entries of one segment, read with one store read."""
 
     __slots__ = ("segment", "start", "end", "batches")
 
@@ -31,10 +33,10 @@ class _Run:
         self.segment = segment
         self.start = start
         self.end = start + length
-        self.batches = [(0, length)]  # (offset in the run, length) of each batch
+        self.batches = [(0, length)]  # (offset in the run, length) of each entry
 
     def extend(self, position: int, length: int) -> bool:
-        """Add the batch at ``position`` if it directly follows (behind its envelope)."""
+        """Add the entry at ``position`` if it directly follows (behind its envelope)."""
         if self.end + ENVELOPE.size != position or self.end - self.start >= READ_RUN:
             return False
         self.batches.append((position - self.start, length))
@@ -42,35 +44,71 @@ class _Run:
         return True
 
 
-def plan_batches(p: PartitionLog, offset: int, max_bytes: int, end: int, min_one: bool) -> list[_Run]:
+class Plan:
+    """The store reads of one partition's fetch and how many bytes they return: exactly, when every
+    entry is one batch; at most, when the read walks folded entries (``walk``: the fetch offset, the
+    end, the byte budget and min-one, which the walk applies batch by batch)."""
+
+    __slots__ = ("runs", "size", "walk")
+
+    def __init__(self, runs: list[_Run], size: int, walk: tuple[int, int, int, bool] | None) -> None:
+        self.runs = runs
+        self.size = size
+        self.walk = walk
+
+
+def plan_batches(p: PartitionLog, offset: int, max_bytes: int, end: int, min_one: bool) -> Plan:
     """The store reads for whole batches of ``p`` from the one holding ``offset``, none starting at
     or past ``end``, at most ``max_bytes`` together; with ``min_one`` at least the first batch even if
     larger (KIP-74: the first partition with data always makes progress). Pure index work, so a
-    fetch knows at once how much of its response budget a partition takes."""
+    fetch knows at once how much of its response budget a partition takes (at most, for folded
+    entries, whose batches the read finds)."""
     index = p.index
+    count = index.count
     i = index.entry_at(offset)
     runs: list[_Run] = []
     total = 0
+    walks = False
     while i < len(index) and index.base[i] < end:
         length = index.length[i]
-        if total + length > max_bytes and (total or not min_one):
-            break
+        folded = count[i] > 1
+        if total + length > max_bytes and (total or not min_one) and (not folded or total >= max_bytes):
+            break  # (a folded entry that does not fit whole may still give the batches that do)
         segment = p.segments[index.seg[i]].name
         position = index.pos[i]
         if not (runs and runs[-1].segment == segment and runs[-1].extend(position, length)):
             runs.append(_Run(segment, position, length))
+        walks = walks or folded
         total += length
         i += 1
-    return runs
+    return Plan(runs, total, (offset, end, max_bytes, min_one) if walks else None)
 
 
-def planned_size(runs: list[_Run]) -> int:
-    """The bytes ``read_runs`` will return for ``runs`` (envelopes stripped)."""
-    return sum(length for run in runs for _, length in run.batches)
+def read_plan(store: SegmentService, plan: Plan) -> defer.Deferred[bytes]:
+    """The batches of a ``plan``, envelopes stripped."""
+    if plan.walk is None:
+        return read_runs(store, plan.runs)
+    offset, end, max_bytes, min_one = plan.walk
+    reads = [read_range(store, run.segment, run.start, run.end - run.start) for run in plan.runs]
+
+    def walk(blobs: list[bytes]) -> bytes:
+        parts: list[Any] = []
+        total = 0
+        for blob in blobs:
+            for base, last, batch in batches_in_span(memoryview(blob)):
+                if last < offset:
+                    continue
+                if base >= end or (total + len(batch) > max_bytes and (total or not min_one)):
+                    return b"".join(parts)
+                parts.append(batch)
+                total += len(batch)
+        return b"".join(parts)
+
+    return defer.gatherResults(reads, consumeErrors=True).addCallback(walk)
 
 
 def read_runs(store: SegmentService, runs: list[_Run]) -> defer.Deferred[bytes]:
-    """The batches of planned ``runs``, envelopes stripped."""
+    """The batches of planned ``runs`` of one-batch entries, envelopes stripped."""
     if not runs:
         return defer.succeed(b"")
     if len(runs) == 1 and len(runs[0].batches) == 1:
@@ -91,10 +129,11 @@ def read_runs(store: SegmentService, runs: list[_Run]) -> defer.Deferred[bytes]:
 
 
 def batch_records(store: SegmentService, p: PartitionLog, i: int) -> defer.Deferred[list[Record]]:
-    """The decoded records of index entry ``i`` of ``p``."""
+    """The decoded records of index entry ``i`` of ``p`` (of each of its batches, when folded)."""
     index = p.index
     d = read_range(store, p.segments[index.seg[i]].name, index.pos[i], index.length[i])
-    return d.addCallback(lambda blob: list(next(iter_batches(blob)).records()))
+    return d.addCallback(lambda blob: [record for _, _, batch in batches_in_span(memoryview(blob))
+                                       for record in next(iter_batches(batch)).records()])
 
 
 def read_range(store: SegmentService, segment: str, offset: int, length: int) -> defer.Deferred[bytes]:

@@ -372,7 +372,8 @@ class SegmentPartitionStorage(PartitionStorage):
             if writer is None:
                 raise PartitionError(Reason.LOADING,
                                      f"segment {segment_names[number]} of {topic.name} is not loaded yet")
-            parts.append(PartitionLog(topic.name, number, writer))
+            parts.append(PartitionLog(topic.name, number, writer,
+                                      folds=not compacts({"cleanup.policy": topic.config("cleanup.policy")})))
         return parts
 
     def topic_event(self, event: str, topic: TopicInfo) -> None:
@@ -681,6 +682,8 @@ class SegmentPartitionStorage(PartitionStorage):
     def _durable(_: Any, p: PartitionLog, writer: SegmentWriter, entry: IndexEntry, pending: PendingAppend) -> None:
         writer.index(entry)
         passed = p.watermark.made_durable(pending)
+        if p.folds:
+            p.index.fold(p.watermark.offset)
         if passed:
             # Producers hear first: a fetch woken here may answer in this same turn (a cache read).
             for acked in passed:
@@ -753,12 +756,11 @@ class SegmentPartitionStorage(PartitionStorage):
         end = offsets.last_stable if isolation == READ_COMMITTED else offsets.high_watermark
         if offset >= end:
             return PlannedFetch(0, defer.succeed(FetchedRecords(b"", offsets)))
-        runs = reads.plan_batches(p, offset, max_bytes, end, min_one)
+        plan = reads.plan_batches(p, offset, max_bytes, end, min_one)
         aborted: tuple[tuple[int, int], ...] = ()
         if isolation == READ_COMMITTED:
             aborted = tuple((a.producer_id, a.first_offset) for a in p.txns.aborted_between(offset, end))
-        return PlannedFetch(reads.planned_size(runs),
-                            reads.read_runs(self.store, runs).addCallback(FetchedRecords, offsets, aborted))
+        return PlannedFetch(plan.size, reads.read_plan(self.store, plan).addCallback(FetchedRecords, offsets, aborted))
 
     def wait_for_data(self, parts: Sequence[PartitionLog], timeout: float) -> defer.Deferred[None]:
         return wait_for_any(self.clock, [p.waiters for p in parts], timeout)

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
 from millrace.gateway.kafka_protocol.codec import request_class
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.protocol.records import NewRecord, build_record_batch, iter_batches
+from millrace.streams.partitions.offset_index import DENSE_TAIL
 from tests.kafka.wire import FETCH, LIST_OFFSETS, local
 from tests.server_process import ServerProcess
 
@@ -113,12 +116,50 @@ def test_fetch_limits_hold_across_partitions_with_one_batch_of_progress(server):
     c.close()
 
 
+def test_fetches_and_time_lookups_inside_folded_index_entries(server):
+    """Hundreds of single-record batches: beyond the dense tail, durable index entries fold into runs of
+    batches (``offset_index``). A fetch from inside a run starts at its offset, the byte budget holds
+    batch by batch with one batch of progress at least, and ListOffsets by time finds a record inside a
+    run; librdkafka reads the whole partition from the start with a budget below a run."""
+    c = local(server.kafka_port)
+    c.create("folded", 1)
+    total = DENSE_TAIL * 4
+    sizes = set()
+    for i in range(total):
+        one = build_record_batch([NewRecord(key=b"k", value=b"%04d" % i, timestamp=1_000_000 + i)])
+        sizes.add(len(one))
+        assert c.produce("folded", 0, one).error_code == 0
+    (size,) = sizes
+    assert offsets_of(c.fetch("folded", 0, 0).records) == list(range(total))
+    assert offsets_of(c.fetch("folded", 0, 37).records) == list(range(37, total))
+    assert offsets_of(c.fetch("folded", 0, 37, max_bytes=1).records) == [37]
+    assert offsets_of(c.fetch("folded", 0, 37, max_bytes=3 * size + 5).records) == [37, 38, 39]
+    assert offsets_of(c.fetch("folded", 0, total - 3, max_bytes=1 << 20).records) == [total - 3, total - 2, total - 1]
+    found = c.list_offset("folded", 0, 1_000_000 + 50)
+    assert (found.error_code, found.offset, found.timestamp) == (0, 50, 1_000_050)
+    c.close()
+    consumer = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "folded", "enable.auto.commit": False,
+                         "fetch.max.bytes": 1000, "message.max.bytes": 1000, "max.partition.fetch.bytes": 700,
+                         "receive.message.max.bytes": 1512, "fetch.wait.max.ms": 100})
+    try:
+        consumer.assign([TopicPartition("folded", 0, 0)])
+        read: list[int] = []
+        deadline = time.monotonic() + 60
+        while len(read) < total and time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is not None and msg.error() is None:
+                read.append(msg.offset())
+        assert read == list(range(total))
+    finally:
+        consumer.close()
+
+
 def test_librdkafka_consumer_with_small_fetch_limits_reads_every_partition(server):
     """A librdkafka consumer with small fetch.max.bytes and max.partition.fetch.bytes reads all of
     several partitions: it drops the connection on a response larger than receive.message.max.bytes
     (fetch.max.bytes + 512 at least), so a broker that returned a batch from every partition whatever
     the limits kept it from ever reading; Kafka's rule allows only the first batch past them."""
-    from confluent_kafka import Consumer, Producer
+    from confluent_kafka import Producer
 
     topic, partitions, per_partition = "small-fetches", 4, 25
     c = local(server.kafka_port)

@@ -19,9 +19,9 @@ from millrace.protocol.records import NewRecord, build_record_batch
 from millrace.store.errors import ContainerOfflineError
 from millrace.streams.errors import PartitionError
 from millrace.streams.partitions import storage as storage_module
-from millrace.streams.partitions.formats import INDEX_SUFFIX, IndexEntry
+from millrace.streams.partitions.formats import INDEX_SUFFIX, IndexEntry, batches_in_span, envelope
 from millrace.streams.partitions.loading import LoadedTopic
-from millrace.streams.partitions.offset_index import OffsetIndex
+from millrace.streams.partitions.offset_index import DENSE_TAIL, FOLD_BYTES, OffsetIndex
 from millrace.streams.partitions.partition import PartitionLog
 from millrace.streams.partitions.producers import PRODUCER_WINDOW, Producers
 from millrace.streams.partitions.retention import (
@@ -63,6 +63,54 @@ def test_offset_index_timestamps_stay_searchable_after_dropping_a_prefix() -> No
     assert list(index.base) == [1, 2, 3] and list(index.running_max_ts) == [10, 30, 40]
     assert index.first_reaching_timestamp(20) == 1 and index.first_reaching_timestamp(41) == 3
     assert index.bytes == 300
+
+
+def test_durable_entries_beyond_the_dense_tail_fold_into_runs_of_adjacent_batches() -> None:
+    """Folding keeps the newest DENSE_TAIL entries one batch each and folds older durable ones into the
+    entry before them when they lie right behind it in one segment, up to FOLD_BYTES, a DENSE_TAIL of
+    entries at a time; every offset, timestamp and byte count stays where it was."""
+    index = OffsetIndex()
+    batches = 2 * DENSE_TAIL + 10
+    for n in range(batches):  # batches of 2 records, 100 bytes, back to back behind 10-byte envelopes
+        index.append(0, 2 * n, 2 * n + 1, 10 + 110 * n, 100, 1000 + n)
+    index.fold(durable_end=6)  # only the first three batches are durable
+    assert list(index.count[:2]) == [3, 1] and len(index) == batches - 2
+    assert (index.base[0], index.last[0], index.pos[0], index.length[0]) == (0, 5, 10, 320)
+    index.fold(durable_end=10 ** 9)
+    folded = batches - DENSE_TAIL
+    assert len(index) == DENSE_TAIL + 1 and index.count[0] == folded and set(index.count[1:]) == {1}
+    assert index.length[0] == folded * 110 - 10 and index.bytes == sum(index.length)
+    end = 2 * folded
+    assert [index.entry_at(o) for o in (0, end - 1, end, end + 1)] == [0, 0, 1, 1]
+    assert index.running_max_ts[0] == index.max_ts[0] == 1000 + folded - 1
+    assert index.first_reaching_timestamp(1000 + folded - 1) == 0 and index.first_reaching_timestamp(1000 + folded) == 1
+    assert index.batches == batches
+    index.fold(durable_end=10 ** 9)  # nothing more until another DENSE_TAIL of entries has come
+    assert len(index) == DENSE_TAIL + 1
+
+
+def test_folding_stops_at_a_gap_a_segment_change_and_the_fold_size() -> None:
+    index = OffsetIndex()
+    index.append(0, 0, 0, 10, 100, 1)
+    index.append(0, 1, 1, 130, 100, 1)  # another partition's batch lies between: not adjacent
+    index.append(1, 2, 2, 10, 100, 1)  # the next segment
+    index.append(1, 3, 3, 120, FOLD_BYTES - 50, 1)  # adjacent, but the run would exceed FOLD_BYTES
+    for n in range(2 * DENSE_TAIL):
+        index.append(1, 4 + n, 4 + n, 10 ** 6 + 200 * n, 100, 1)  # gaps between them too
+    index.fold(durable_end=10 ** 9)
+    assert set(index.count) == {1} and len(index) == 2 * DENSE_TAIL + 4
+
+
+def test_a_span_of_folded_batches_walks_batch_by_batch() -> None:
+    """``batches_in_span``: a span starts at a batch and runs through envelope + batch pairs; a span cut
+    short ends at its last whole batch."""
+    batches = [build_record_batch([NewRecord(key=None, value=b"v%d" % i)] * (i + 1), base_offset=offset)
+               for i, offset in enumerate((0, 1, 3))]
+    span = batches[0] + b"".join(envelope(0, len(b)) + b for b in batches[1:])
+    walked = list(batches_in_span(memoryview(span)))
+    assert [(base, last) for base, last, _ in walked] == [(0, 0), (1, 2), (3, 5)]
+    assert [bytes(b) for _, _, b in walked] == batches
+    assert [(base, last) for base, last, _ in batches_in_span(memoryview(span[:-5]))] == [(0, 0), (1, 2)]
 
 
 def test_producers_detect_duplicates_gaps_and_fenced_epochs() -> None:
