@@ -104,6 +104,34 @@ def batches_in_span(span: memoryview) -> Iterator[tuple[int, int, memoryview]]:
         at += size + ENVELOPE.size
 
 
+_BASE_AND_LENGTH = struct.Struct(">qi")
+
+
+def take_batches(span: memoryview, offset: int, end: int, budget: int, first_free: bool, parts: list[Any]) -> int:
+    """Append to ``parts`` the batches of ``span`` (laid out as for ``batches_in_span``) that end at or
+    past ``offset`` and start below ``end``, while their sizes fit ``budget`` (``first_free``: the first
+    batch taken goes whatever its size, KIP-74's one batch of progress); the bytes taken, or -1 - (bytes
+    taken) once a batch at or past ``end`` or over the budget ended the taking. One loop over the
+    headers, two unpacks a batch: a catch-up read of small batches runs it for every batch."""
+    unpack_head, unpack_delta = _BASE_AND_LENGTH.unpack_from, _LAST_OFFSET_DELTA.unpack_from
+    append = parts.append
+    taken, at, stop, envelope_size = 0, 0, len(span), ENVELOPE.size
+    while at + _RECORDS_AT <= stop:
+        base, length = unpack_head(span, at)
+        size = length + _BATCH_OVERHEAD
+        if at + size > stop:
+            break
+        if base < offset and base + unpack_delta(span, at + _LAST_OFFSET_DELTA_AT)[0] < offset:
+            at += size + envelope_size
+            continue
+        if base >= end or (taken + size > budget and (taken or not first_free)):
+            return -1 - taken
+        append(span[at : at + size])
+        taken += size
+        at += size + envelope_size
+    return taken
+
+
 def set_leader_epoch(head: bytearray, epoch: int) -> None:
     """Rewrite partitionLeaderEpoch in the first 16 bytes of a batch (outside the CRC)."""
     _LEADER_EPOCH.pack_into(head, 12, epoch)

@@ -18,7 +18,7 @@ from millrace.protocol.records import Record, iter_batches
 from millrace.store.contracts import ReadResult, SegmentService
 from millrace.store.errors import StoreError
 from millrace.streams.futures import to_deferred
-from millrace.streams.partitions.formats import ENVELOPE, batches_in_span
+from millrace.streams.partitions.formats import ENVELOPE, batches_in_span, take_batches
 from millrace.streams.partitions.partition import PartitionLog
 
 READ_RUN = 4 << 20  # the most one store read asks for
@@ -95,13 +95,10 @@ def read_plan(store: SegmentService, plan: Plan) -> defer.Deferred[bytes]:
         parts: list[Any] = []
         total = 0
         for blob in blobs:
-            for base, last, batch in batches_in_span(memoryview(blob)):
-                if last < offset:
-                    continue
-                if base >= end or (total + len(batch) > max_bytes and (total or not min_one)):
-                    return b"".join(parts)
-                parts.append(batch)
-                total += len(batch)
+            taken = take_batches(memoryview(blob), offset, end, max_bytes - total, min_one and not total, parts)
+            if taken < 0:  # a batch past the end or over the budget
+                break
+            total += taken
         return b"".join(parts)
 
     return defer.gatherResults(reads, consumeErrors=True).addCallback(walk)

@@ -19,7 +19,13 @@ from millrace.protocol.records import NewRecord, build_record_batch
 from millrace.store.errors import ContainerOfflineError
 from millrace.streams.errors import PartitionError
 from millrace.streams.partitions import storage as storage_module
-from millrace.streams.partitions.formats import INDEX_SUFFIX, IndexEntry, batches_in_span, envelope
+from millrace.streams.partitions.formats import (
+    INDEX_SUFFIX,
+    IndexEntry,
+    batches_in_span,
+    envelope,
+    take_batches,
+)
 from millrace.streams.partitions.loading import LoadedTopic
 from millrace.streams.partitions.offset_index import DENSE_TAIL, FOLD_BYTES, OffsetIndex
 from millrace.streams.partitions.partition import PartitionLog
@@ -111,6 +117,17 @@ def test_a_span_of_folded_batches_walks_batch_by_batch() -> None:
     assert [(base, last) for base, last, _ in walked] == [(0, 0), (1, 2), (3, 5)]
     assert [bytes(b) for _, _, b in walked] == batches
     assert [(base, last) for base, last, _ in batches_in_span(memoryview(span[:-5]))] == [(0, 0), (1, 2)]
+    # take_batches: from the batch holding an offset, below an end, within a budget (the first batch free).
+    sizes = [len(b) for b in batches]
+    parts: list[memoryview] = []
+    assert take_batches(memoryview(span), 2, 10, 10 ** 6, False, parts) == sizes[1] + sizes[2]
+    assert [bytes(p) for p in parts] == batches[1:]
+    parts = []
+    assert take_batches(memoryview(span), 0, 3, 10 ** 6, False, parts) == -1 - sizes[0] - sizes[1]  # ends at 3
+    parts = []
+    assert take_batches(memoryview(span), 1, 10, 1, True, parts) == -1 - sizes[1] and len(parts) == 1
+    parts = []
+    assert take_batches(memoryview(span), 1, 10, 1, False, parts) == -1 and parts == []
 
 
 def test_producers_detect_duplicates_gaps_and_fenced_epochs() -> None:
