@@ -7,7 +7,8 @@ its envelope), its length every byte from there to the end of the last batch. Fo
 stream lives in finite memory, as Kafka's sparse ``.index`` files (an entry per ``index.interval.bytes``)
 let it: the newest ``DENSE_TAIL`` entries stay one batch each, so reads at the tail find their batch at
 once; older durable entries fold into runs of up to ``FOLD_BYTES``, and a read that starts inside a run
-walks its batch headers (``formats.batches_in_span``). The index segments keep one entry per batch.
+walks its batch headers (``formats.take_batches``; ``batches_in_span`` where records are decoded). The
+index segments keep one entry per batch.
 
 Invariants (checked by the partition that owns the index, relied on by every search here):
 - entries are in offset order and dense: ``base[i] == last[i - 1] + 1``;
