@@ -241,7 +241,7 @@ class LocalCluster:
                    "--node-id", str(process.index), "--log-replicas", ",".join(self.log_replicas),
                    "--write-quorum", str(s.write_quorum), "--ack-quorum", str(s.ack_quorum),
                    "--lts", lts, "--containers", str(s.containers), "--session-timeout", str(s.session_timeout),
-                   "--log-level", "WARNING"]
+                   "--log-level", os.environ.get("MILLRACE_CLUSTER_LOG_LEVEL", "WARNING")]
         if s.s3_endpoint:
             command += ["--s3-endpoint", s.s3_endpoint]
         return [*command, *s.node_args]

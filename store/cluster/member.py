@@ -31,8 +31,10 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -55,6 +57,45 @@ from millrace.store.cluster.layout import (
 from millrace.store.cluster.log_metadata import OwnerGuard
 
 log = logging.getLogger(__name__)
+
+SLOW_TRANSITION_SECONDS = 60.0
+
+
+class _SlowTransitionAlarm:
+    """Warns, with the stack it is stuck at, each ``after`` seconds a container's start or stop runs.
+    A stop that never ends holds a handover (the container is offline until it is released) and a start
+    that never ends keeps the container offline; neither says so on its own."""
+
+    def __init__(self, what: str, after: float) -> None:
+        self.what = what
+        self.after = after
+        self.began = time.monotonic()
+        self._thread_id = threading.get_ident()
+        self._lock = threading.Lock()
+        self._done = False
+        self._timer: threading.Timer | None = None
+        self._arm()
+
+    def _arm(self) -> None:
+        self._timer = threading.Timer(self.after, self._warn)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _warn(self) -> None:
+        frame = sys._current_frames().get(self._thread_id)
+        stack = "".join(traceback.format_stack(frame)) if frame is not None else "(thread gone)\n"
+        with self._lock:
+            if self._done:
+                return
+            log.warning("%s: still running after %.0f s, at\n%s", self.what, time.monotonic() - self.began,
+                        stack.rstrip())
+            self._arm()
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._done = True
+            if self._timer is not None:
+                self._timer.cancel()
 
 
 @dataclass(frozen=True)
@@ -178,6 +219,7 @@ class ClusterMember:
 
     # How often running containers are checked for having failed on their own (a local check).
     health_check_seconds = 1.0
+    slow_transition_seconds = SLOW_TRANSITION_SECONDS
 
     def __init__(self, client: KazooClient, info: NodeInfo, container_count: int, host: ContainerHost,
                  paths: ClusterPaths | None = None, session_timeout: float = 10.0) -> None:
@@ -497,9 +539,13 @@ class ClusterMember:
         self._transitions.submit(self._transition, container_id, transition, argument)
 
     def _transition(self, container_id: int, transition: Callable[[Any], None], argument: object) -> None:
+        alarm = _SlowTransitionAlarm(
+            f"cluster member {self.info.node_id}: {transition.__name__.strip('_')} of container {container_id}",
+            self.slow_transition_seconds)
         try:
             transition(argument)
         finally:
+            alarm.cancel()
             with self._containers:
                 self._busy.discard(container_id)
                 self._containers.notify_all()

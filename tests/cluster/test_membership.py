@@ -5,6 +5,7 @@ when the elected one dies."""
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import threading
@@ -244,7 +245,10 @@ def test_a_clean_leave_hands_containers_over(cluster: Cluster) -> None:
     leaving.client.close()
 
 
-def test_a_slow_container_start_holds_up_neither_other_containers_nor_the_assigner(cluster: Cluster) -> None:
+def test_a_slow_container_start_holds_up_neither_other_containers_nor_the_assigner(
+        cluster: Cluster, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(ClusterMember, "slow_transition_seconds", 0.3)
+    caplog.set_level(logging.WARNING, "millrace.store.cluster.member")
     slow = SlowHost("a", cluster.everywhere, slow={0})
     a = cluster.join("a", host=slow)
     wait_until(lambda: set(slow.running) == set(range(1, CONTAINERS)), "a runs all but the slow container")
@@ -253,6 +257,10 @@ def test_a_slow_container_start_holds_up_neither_other_containers_nor_the_assign
     wait_until(lambda: set(cluster.nodes["b"].host.running) == half, "b runs the upper half")
     assert 0 not in slow.running and not slow.proceed.is_set()
     assert a.member.is_leader
+    # The stuck start says so, with where it is stuck, and keeps saying so.
+    wait_until(lambda: sum("start of container 0: still running" in r.getMessage() for r in caplog.records) >= 2,
+               "the slow start reported twice")
+    assert any("self.proceed.wait" in r.getMessage() for r in caplog.records)
     slow.proceed.set()
     wait_until(lambda: cluster.settled(["a", "b"]), "a runs the lower half, container 0 included")
     assert cluster.everywhere.overlaps == []
