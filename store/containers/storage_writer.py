@@ -189,7 +189,7 @@ class StorageWriter:
         with self._cond:
             requested = set(self._flush_requests)
         due = [
-            dirty.segment_id
+            dirty
             for dirty in self._source.dirty_segments()
             if force
             or pressure
@@ -198,15 +198,19 @@ class StorageWriter:
             or dirty.dirty_bytes >= config.flush_threshold_bytes
             or now - dirty.dirty_since >= config.flush_age_seconds
         ]
-        for segment_id in due:
-            if not self._flush_segment(segment_id):
+        for dirty in due:
+            if not self._flush_segment(dirty.segment_id, dirty.dirty_bytes):
                 break  # long-term storage is failing; back off until the next round
 
-    def _flush_segment(self, segment_id: int) -> bool:
-        """Write every dirty run of one segment. False when long-term storage failed."""
+    def _flush_segment(self, segment_id: int, dirty_bytes: int) -> bool:
+        """Write the ``dirty_bytes`` a segment had when the round began, in runs of at most a chunk's
+        size. What arrives meanwhile waits for its own age or size: chasing the tail of a busy segment
+        wrote a chunk, a StorageFlushed operation and a chunk reference kept in memory for every few
+        appends. False when long-term storage failed."""
         source = self._source
-        while True:
-            run = source.dirty_run(segment_id, self._config.max_chunk_bytes)
+        remaining = dirty_bytes
+        while remaining > 0:
+            run = source.dirty_run(segment_id, min(self._config.max_chunk_bytes, remaining))
             if run is None:
                 return True
             chunk = (
@@ -229,6 +233,8 @@ class StorageWriter:
             logged.result()
             self.chunks_written += 1
             self.bytes_written += len(data)
+            remaining -= len(data)
+        return True
 
     def _complete_flush_requests(self) -> None:
         with self._cond:

@@ -110,3 +110,41 @@ def test_the_start_sweeps_chunks_no_segment_references(tmp_path):
         writer.stop(final_flush=False)
     assert storage.list("containers/7/") == [source.logged[0][3]]
     assert storage.list("containers/8/") == ["containers/8/s/b/E1-O0-other"]
+
+
+class BusySource(FakeSource):
+    """An open segment whose appends keep arriving: each flush that is logged lets ``arrivals`` more
+    single-block appends in, as a busy segment's do while a chunk is written."""
+
+    def __init__(self, arrivals: int) -> None:
+        super().__init__([DirtyRun("s/a", 0, [b"x" * 10]), DirtyRun("s/a", 10, [b"y" * 10])])
+        self.arrivals = arrivals
+        self.asked: list[int] = []
+
+    def dirty_segments(self) -> list[DirtySegment]:
+        return [replace(d, sealed=False) for d in super().dirty_segments()]
+
+    def dirty_run(self, segment_id: int, max_bytes: int) -> DirtyRun | None:
+        self.asked.append(max_bytes)
+        return super().dirty_run(segment_id, max_bytes)
+
+    def log_storage_flushed(self, segment_id: int, offset: int, length: int, chunk: str) -> StoreFuture[None] | None:
+        logged = super().log_storage_flushed(segment_id, offset, length, chunk)
+        with self._lock:
+            if self.arrivals > 0:
+                self.arrivals -= 1
+                end = self._runs[-1].offset + 10 if self._runs else offset + length
+                self._runs.append(DirtyRun("s/a", end, [b"z" * 10]))
+        return logged
+
+
+def test_a_round_flushes_what_was_dirty_when_it_began_not_what_keeps_arriving(tmp_path):
+    """A busy open segment is written in chunks of its age's or size's worth, never a chunk per few
+    appends: the two runs dirty at the round's start are written; the appends that arrived while they
+    were wait for a later round."""
+    source = BusySource(arrivals=50)
+    writer = StorageWriter(source, FileSystemChunkStorage(str(tmp_path)), replace(CONFIG, flush_age_seconds=0.0))
+    writer._flush_round(force=False)
+    assert [(offset, length) for _, offset, length, _ in source.logged] == [(0, 10), (10, 10)]
+    assert source.asked == [20, 10]  # no chunk is asked for more than the round still owes
+    assert len(source.dirty_segments()) == 1  # the arrivals: left for the next round
