@@ -67,7 +67,10 @@ class Row:
 
     def settings(self) -> dict[str, str]:
         if self.single:
-            return {**PRODUCER, "linger.ms": "0", "batch.num.messages": "1"}
+            # A short queue, as an application sending each event as it happens has: a queue of the
+            # whole run costs librdkafka a core of its own on this machine (it scans it), a core the
+            # servers need.
+            return {**PRODUCER, "linger.ms": "0", "batch.num.messages": "1", "queue.buffering.max.messages": "1000"}
         return {**PRODUCER, "linger.ms": "5"}
 
 
