@@ -54,7 +54,7 @@ from millrace.store.containers.config import ContainerConfig
 from millrace.store.containers.lock import ContainerLock
 from millrace.store.containers.memory_state import MemoryState
 from millrace.store.containers.metadata import ContainerMetadata
-from millrace.store.containers.operation_processor import OperationProcessor
+from millrace.store.containers.operation_processor import OperationProcessor, complete_with
 from millrace.store.containers.rates import RateRegistry, SegmentRates
 from millrace.store.containers.read_index import ReadIndex
 from millrace.store.containers.reader import SegmentReader
@@ -240,7 +240,7 @@ class SegmentContainer:
                 result.set_exception(exc)
             return result
         if isinstance(verdict, ops.AlreadyDone):
-            result.set_result(verdict.value())
+            complete_with(result, verdict.value)
         else:
             # Outside the lock: the flush may be done already and prepare again at once.
             flushed.add_done_callback(lambda f: self._prepare_again(f, prepare, result))

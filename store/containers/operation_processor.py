@@ -30,6 +30,7 @@ from millrace.store.containers.memory_state import MemoryState
 from millrace.store.containers.operations import Checkpoint, Operation
 from millrace.store.containers.read_index import ParkedRead, TailOutcome
 from millrace.store.durablelog.interface import DurableDataLog, LogAddress
+from millrace.store.errors import StoreError
 from millrace.store.futures import StoreFuture
 
 # Frames handed to the durable log and not yet acknowledged. One is enough to keep the disk busy
@@ -55,6 +56,16 @@ class _Pending:
         self.value: Any = None
         # Futures of no-op requests that complete when this operation does, with value().
         self.followers: list[tuple[StoreFuture[Any], Callable[[], Any]]] | None = None
+
+
+def complete_with(result: StoreFuture[Any], value: Callable[[], Any]) -> None:
+    """Complete ``result`` with ``value()``, or with the ``StoreError`` it raises (``AlreadyDone``)."""
+    try:
+        outcome = value()
+    except StoreError as exc:
+        result.set_exception(exc)
+        return
+    result.set_result(outcome)
 
 
 class OperationProcessor:
@@ -208,4 +219,4 @@ class OperationProcessor:
             if p.followers:
                 for follower, value in p.followers:
                     if not follower.done():
-                        follower.set_result(value())
+                        complete_with(follower, value)

@@ -26,6 +26,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, ClassVar, Self
 
 from millrace.store.containers.memory_state import MemoryState
@@ -50,14 +51,19 @@ from millrace.store.errors import (
 )
 
 
+def _refuse(error: StoreError) -> Any:
+    raise error
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
 
 @dataclass(frozen=True, slots=True)
 class AlreadyDone:
-    """Validation found nothing to log (an idempotent retry): the caller gets ``value()`` once every
-    operation accepted before is durable."""
+    """Validation found nothing to log (an idempotent retry, or a refusal that must wait): the caller
+    gets ``value()`` once every operation accepted before is durable; a ``StoreError`` it raises is the
+    caller's answer."""
 
     value: Callable[[], Any]
 
@@ -233,8 +239,14 @@ class Create(_JsonOperation):
     created_ms: int
 
     @classmethod
-    def prepare(cls, metadata: ContainerMetadata, name: str, attributes: dict[str, int]) -> Create:
-        if name in metadata.by_name:
+    def prepare(cls, metadata: ContainerMetadata, name: str, attributes: dict[str, int]) -> Create | AlreadyDone:
+        accepted = metadata.by_name.get(name)
+        if accepted is not None:
+            if metadata.visible.get(name) is not accepted:
+                # Another caller's creation is still in flight: refuse once it is durable, so that a
+                # caller told "exists" finds the segment (a load that creates its index segment if
+                # missing, racing the topic's creation, then failed to read it).
+                return AlreadyDone(partial(_refuse, SegmentExistsError(name)))
             raise SegmentExistsError(name)
         return cls(metadata.next_id, name, dict(attributes), now_ms())
 

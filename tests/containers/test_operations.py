@@ -86,6 +86,12 @@ def _metadata_with(name: str) -> ContainerMetadata:
 
 def test_prepare_validates_against_the_accepted_layer():
     metadata = _metadata_with("s/a")
+    # Its creation is accepted, not durable: a second create is refused once it is (readers see it).
+    again = ops.Create.prepare(metadata, "s/a", {})
+    assert isinstance(again, ops.AlreadyDone)
+    with pytest.raises(SegmentExistsError):
+        again.value()
+    metadata.visible["s/a"] = metadata.by_name["s/a"]
     with pytest.raises(SegmentExistsError):
         ops.Create.prepare(metadata, "s/a", {})
     with pytest.raises(SegmentNotFoundError):

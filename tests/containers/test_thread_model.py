@@ -12,7 +12,7 @@ import pytest
 from millrace.store.containers.container import FAILED
 from millrace.store.durablelog.interface import LogAddress
 from millrace.store.durablelog.local import FileDurableDataLog
-from millrace.store.errors import DataLogWriterFencedError, SegmentNotFoundError
+from millrace.store.errors import DataLogWriterFencedError, SegmentExistsError, SegmentNotFoundError
 from millrace.store.futures import StoreFuture
 from millrace.store.lts.filesystem import FileSystemChunkStorage
 from millrace.store.segment_store import SegmentStore
@@ -79,6 +79,59 @@ def test_a_repeated_seal_answers_once_everything_before_is_durable(store):
     again = store.seal("t/d")  # accepted while the first may still be in flight
     assert again.result(5) == 3 and first.result(5) == 3
     assert store.get_info("t/d").sealed
+
+
+class _HeldLog(FileDurableDataLog):
+    """A file log that, while ``holding``, keeps appends back (in order) until ``release``."""
+
+    holding = False
+
+    def __init__(self, directory: str) -> None:
+        super().__init__(directory)
+        self.held: list[tuple[bytes, Future[LogAddress]]] = []
+
+    def append(self, payload: bytes) -> Future[LogAddress]:
+        if not self.holding:
+            return super().append(payload)
+        later: Future[LogAddress] = Future()
+        self.held.append((payload, later))
+        return later
+
+    def release(self) -> None:
+        self.holding = False
+        for payload, later in self.held:
+            written = super().append(payload)
+            written.add_done_callback(lambda f, later=later: later.set_result(f.result()))
+
+
+def test_a_create_racing_one_in_flight_is_refused_only_once_the_segment_is_visible(tmp_path):
+    """Two callers create one segment; the second is told it exists only once the first creation is
+    durable, so it can read the segment at once. Refused at once, a partition load that creates its
+    index segment if missing (racing the topic's creation on a cluster) then found no such segment."""
+    logs: list[_HeldLog] = []
+
+    def new_log(cid: int) -> _HeldLog:
+        logs.append(_HeldLog(str(tmp_path / f"log-{cid}")))
+        return logs[-1]
+
+    store = SegmentStore(1, new_log, FileSystemChunkStorage(str(tmp_path / "lts")), TEST_CONFIG)
+    store.start()
+    try:
+        logs[0].holding = True
+        first = store.create_segment("s/index")
+        second = store.create_segment("s/index")
+        assert not second.done()  # not refused while the segment is invisible to readers
+        with pytest.raises(SegmentNotFoundError):
+            store.get_info("s/index")
+        logs[0].release()
+        first.result(timeout=10)
+        with pytest.raises(SegmentExistsError):
+            second.result(timeout=10)
+        assert store.get_info("s/index").length == 0
+        with pytest.raises(SegmentExistsError):  # and at once, now that it is visible
+            store.create_segment("s/index").result(timeout=0)
+    finally:
+        store.close()
 
 
 class _GatedStorage(FileSystemChunkStorage):
