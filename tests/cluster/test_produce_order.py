@@ -15,6 +15,7 @@ resolved wait behind the one resolving it, in arrival order; without that this t
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,18 @@ def produce_request(topic: str, partition: int, batch: bytes) -> ProduceRequest:
         name=topic, partition_data=[ProduceRequest.PartitionProduceData(index=partition, records=batch)])])
 
 
+def partition_leaders(wire: KafkaWire, topic: str, timeout: float = 30.0) -> dict[int, int]:
+    """Each partition's leader, asked again (as a client refreshes its metadata) while the node answering
+    has not loaded the new topic yet and names none (-1)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        leaders = {p.partition_index: p.leader_id for p in wire.metadata(12, [topic]).topics[0].partitions}
+        if leaders and min(leaders.values()) >= 0:
+            return leaders
+        assert time.monotonic() < deadline, f"{topic}: no leader for some partitions: {leaders}"
+        time.sleep(0.1)
+
+
 def test_pipelined_produce_to_a_topic_created_through_another_node_applies_in_order(tmp_path: Path) -> None:
     with LocalClusterCli(tmp_path / "cluster", "--nodes", "3", "--containers", "4") as cluster:
         bootstraps = cluster.bootstrap.split(",")
@@ -44,8 +57,7 @@ def test_pipelined_produce_to_a_topic_created_through_another_node_applies_in_or
             topic = f"fresh{round_}"
             with KafkaWire.connect(bootstraps[0]) as creator:
                 creator.create(topic, 6)
-                leaders = {p.partition_index: p.leader_id
-                           for p in creator.metadata(12, [topic]).topics[0].partitions}
+                leaders = partition_leaders(creator, topic)
             # A partition led by a node that did not create the topic, so it has not loaded it yet.
             partition, leader = next((p, n) for p, n in sorted(leaders.items()) if n != 1)
             with KafkaWire.connect(bootstraps[leader - 1]) as wire:
