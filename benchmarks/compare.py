@@ -49,6 +49,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from benchmarks.disk_limits import fsync_rate, sequential_write_mb_s
 from benchmarks.native_reader_bench import loopback_tcp_mb_s
+from millrace.gateway.local_cluster import free_ports
 from tests.durablelog.logd_process import Replicas
 from tests.server_process import ServerProcess
 
@@ -119,12 +120,6 @@ def tansu_binary(cache: Path, given: str | None) -> Path:
     return binary
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
 def millrace(root: Path, *args: str) -> Iterator[Target]:
     server = ServerProcess(str(root / "server"), *args).start()
@@ -156,7 +151,7 @@ def replicated(root: Path, tansu: Path) -> Iterator[Target]:
 
 @contextmanager
 def tansu(root: Path, binary: Path) -> Iterator[Target]:
-    port = free_port()
+    (port,) = free_ports(1)
     url = f"tcp://127.0.0.1:{port}"
     with open(root / "tansu.log", "wb") as out:
         proc = subprocess.Popen([str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
