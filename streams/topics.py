@@ -22,6 +22,7 @@ the reactor themselves.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
 import threading
@@ -82,6 +83,20 @@ def legal_topic_name(name: str | None) -> bool:
     return name is not None and name not in (".", "..") and _LEGAL_TOPIC.fullmatch(name) is not None
 
 
+@dataclass(frozen=True, slots=True)
+class AppendRules:
+    """The configs an append checks, read once per ``TopicInfo`` (a config change makes a new one), so
+    a produce request does not look each up per batch."""
+
+    log_append_time: bool  # message.timestamp.type: the broker stamps batches
+    timestamp_before_max_ms: int
+    timestamp_after_max_ms: int
+    compacted: bool  # cleanup.policy holds compact: every record needs a key
+    compression: str  # compression.type
+    max_message_bytes: int
+    min_insync_replicas: int
+
+
 @dataclass(frozen=True)
 class TopicInfo:
     name: str
@@ -96,6 +111,18 @@ class TopicInfo:
 
     def config(self, key: str) -> str:
         return self.configs.get(key, DEFAULT_CONFIGS.get(key, ""))
+
+    @functools.cached_property
+    def append_rules(self) -> AppendRules:
+        config = self.config
+        return AppendRules(
+            log_append_time=config("message.timestamp.type") == "LogAppendTime",
+            timestamp_before_max_ms=int(config("message.timestamp.before.max.ms")),
+            timestamp_after_max_ms=int(config("message.timestamp.after.max.ms")),
+            compacted="compact" in topic_configs.parse_list(config("cleanup.policy")),
+            compression=config("compression.type"),
+            max_message_bytes=int(config("max.message.bytes")),
+            min_insync_replicas=int(config("min.insync.replicas")))
 
     def partition_for_key(self, routing_key: str) -> int:
         """The partition whose slice holds ``key_hash(routing_key)``: how native writers land in

@@ -118,10 +118,11 @@ def _check_timestamps(topic: TopicInfo, batch: BatchView, now_ms: int) -> None:
         reason = "Invalid timestamp type in message: producer should not set timestamp type to LogAppendTime."
         raise PartitionError(Reason.INVALID_TIMESTAMP, "One or more records have been rejected due to invalid "
                              "timestamp", tuple((i, reason) for i in range(h.record_count)))
-    if topic.config("message.timestamp.type") != "CreateTime":
+    rules = topic.append_rules
+    if rules.log_append_time:
         return
-    before = int(topic.config("message.timestamp.before.max.ms"))
-    after = int(topic.config("message.timestamp.after.max.ms"))
+    before = rules.timestamp_before_max_ms
+    after = rules.timestamp_after_max_ms
     if h.max_timestamp <= now_ms + after and before >= now_ms:
         return
     try:
@@ -141,7 +142,7 @@ def _check_timestamps(topic: TopicInfo, batch: BatchView, now_ms: int) -> None:
 def _check_keys(topic: TopicInfo, p: PartitionLog, batch: BatchView) -> None:
     """Kafka's LogValidator on a compacted topic: every record needs a key (compaction keeps the latest
     record per key), else the batch fails with INVALID_RECORD and a record error per keyless record."""
-    if batch.header.is_control or not compacts({"cleanup.policy": topic.config("cleanup.policy")}):
+    if batch.header.is_control or not topic.append_rules.compacted:
         return
     try:
         keys = [r.key for r in batch.records()]
@@ -549,18 +550,19 @@ class SegmentPartitionStorage(PartitionStorage):
         now_ms = self._now_ms() if now_ms is None else now_ms
         _check_timestamps(topic, batch, now_ms)
         _check_keys(topic, p, batch)
-        codec = TOPIC_CODECS.get(str(topic.config("compression.type")))
+        rules = topic.append_rules
+        codec = TOPIC_CODECS.get(rules.compression)
         if codec is not None and batch.header.compression != codec:
             # Only for topics that name a codec: batches of compression.type=producer stay zero-copy.
             try:
                 batch = next(iter_batches(recompress(batch.data, codec, _codec_level(topic, codec))))
             except CompressionError as exc:
                 raise PartitionError(Reason.CORRUPT_RECORD, str(exc)) from exc
-        if topic.config("message.timestamp.type") == "LogAppendTime":
+        if rules.log_append_time:
             # Rewritten, CRC and all, only for such topics: CreateTime batches stay zero-copy.
             batch = next(iter_batches(stamp_log_append_time(batch.data, now_ms)))
         h = batch.header
-        limit = min(int(topic.config("max.message.bytes")), self.max_message_bytes)
+        limit = min(rules.max_message_bytes, self.max_message_bytes)
         if h.size > limit:
             raise PartitionError(Reason.RECORD_TOO_LARGE,
                                  f"batch of {h.size} bytes exceeds max.message.bytes={limit}")
