@@ -28,13 +28,22 @@ def refreshed(host: StreamHost, name: str,
 
 def record_logs(host: StreamHost, topic: TopicInfo) -> defer.Deferred[Logs]:
     """Deferred of (TopicInfo, [PartitionLog]) of a topic or partitioned stream, at once when loaded."""
+    ready = loaded_logs(host, topic)
+    if ready is not None:
+        return defer.succeed(ready)
     waiting = resolving(host).get(topic.name)
     if waiting is not None:
         return behind(waiting, lambda: record_logs(host, topic))
-    parts = host.partitions.loaded(topic.name)
-    if parts is not None and len(parts) >= topic.partition_count:
-        return defer.succeed((topic, parts))
     return in_arrival_order(host, topic.name, lambda: load(host, topic))
+
+
+def loaded_logs(host: StreamHost, topic: TopicInfo) -> Logs | None:
+    """(TopicInfo, [PartitionLog]) when the partitions are loaded and no request waits to resolve the
+    topic (it goes first): what ``record_logs`` answers at once, without a Deferred."""
+    if topic.name in resolving(host):
+        return None
+    parts = host.partitions.loaded(topic.name)
+    return (topic, parts) if parts is not None and len(parts) >= topic.partition_count else None
 
 
 def load(host: StreamHost, topic: TopicInfo) -> defer.Deferred[Logs]:

@@ -16,7 +16,16 @@ from millrace.gateway.kafka.node_requests import request_node
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.create_topics import CreateTopicsRequest
 from millrace.streams.partitions import PartitionLog
-from millrace.streams.resolve import Logs, behind, in_arrival_order, load, record_logs, refreshed, resolving
+from millrace.streams.resolve import (
+    Logs,
+    behind,
+    in_arrival_order,
+    load,
+    loaded_logs,
+    record_logs,
+    refreshed,
+    resolving,
+)
 from millrace.streams.topics import TopicError, TopicInfo
 
 CREATE_TOPICS_VERSION = 4
@@ -54,6 +63,13 @@ def _ask_controller(broker: Broker, name: str) -> defer.Deferred[TopicInfo | Non
 
     return request_node(node.host, node.port, request, CREATE_TOPICS_VERSION,
                         f"millrace-node-{broker.config.node_id}").addCallbacks(answered, unreachable)
+
+
+def loaded_topic_logs(broker: Broker, name: str) -> Logs | None:
+    """What ``topic_logs`` answers at once for a known, loaded topic, without a Deferred; None when it
+    would wait or the topic is unknown."""
+    topic = broker.topics.get(name)
+    return None if topic is None else loaded_logs(broker, topic)
 
 
 def topic_logs(broker: Broker, name: str,

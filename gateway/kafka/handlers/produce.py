@@ -4,17 +4,19 @@ too (see ``partitions.storage``). Clients may not append to the internal topics 
 
 from __future__ import annotations
 
+from typing import cast
+
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
 from millrace.gateway.kafka.broker import Broker, RequestContext
 from millrace.gateway.kafka.internal_topics import internal_topic
 from millrace.gateway.kafka.registry import NO_RESPONSE, NoResponse, api
-from millrace.gateway.kafka.resolve import topic_logs
+from millrace.gateway.kafka.resolve import loaded_topic_logs, topic_logs
 from millrace.gateway.kafka.stream_errors import error_code
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.produce import ProduceRequest, ProduceResponse
-from millrace.streams.partitions import PartitionError, PartitionLog
+from millrace.streams.partitions import PartitionError, PartitionLog, SegmentPartitionStorage
 from millrace.streams.topics import TopicInfo
 
 PRODUCE = ProduceRequest.API_KEY
@@ -32,60 +34,113 @@ def _partition_result(index: int, error: int, base_offset: int = -1, log_start: 
     )
 
 
-def _produce_topic(ctx: RequestContext, topic_data: ProduceRequest.TopicProduceData, acks: int) -> defer.Deferred:
-    broker = ctx.broker
+PartitionAnswer = ProduceResponse.PartitionProduceResponse
+
+
+class _Answers:
+    """One Produce request's partition answers in request order, filled in as each partition's append
+    settles; ``done`` fires with the response once the last is in. (``gatherResults`` per topic and per
+    request would do the same with two DeferredLists; a small request's cost is the hot path.)"""
+
+    def __init__(self, request: ProduceRequest) -> None:
+        self.request = request
+        self.results: list[list[PartitionAnswer | None]] = [[None] * len(td.partition_data)
+                                                            for td in request.topic_data]
+        self.waiting = 1  # the handler's own hold, released once every partition is on its way
+        self.done: defer.Deferred[ProduceResponse] = defer.Deferred()
+
+    def wait(self, d: defer.Deferred[PartitionAnswer], t: int, i: int) -> None:
+        self.waiting += 1
+        d.addCallbacks(self.put, self.fail, callbackArgs=(t, i))
+
+    def hold_until(self, d: defer.Deferred[None]) -> None:
+        """Answer only once ``d`` (a topic's resolution, which starts its partitions' appends) fired."""
+        self.waiting += 1
+        d.addCallbacks(lambda _: self.release(), self.fail)
+
+    def put(self, answer: PartitionAnswer, t: int, i: int) -> None:
+        self.results[t][i] = answer
+        self.release()
+
+    def release(self) -> None:
+        self.waiting -= 1
+        if self.waiting == 0:
+            self.done.callback(Response(responses=[
+                # Every slot is filled by now.
+                Response.TopicProduceResponse(name=td.name, partition_responses=cast("list[PartitionAnswer]", partitions))
+                for td, partitions in zip(self.request.topic_data, self.results, strict=True)]))
+
+    def fail(self, failure: Failure) -> None:
+        # A bug, not a refusal (refusals are answers): the connection logs it and closes.
+        if self.waiting > 0:
+            self.waiting = 0
+            self.done.errback(failure)
+
+
+def _produce_topic(ctx: RequestContext, t: int, answers: _Answers) -> None:
+    topic_data = answers.request.topic_data[t]
     if internal_topic(topic_data.name) is not None:
         # Kafka's ReplicaManager refuses clients' appends to internal topics.
-        return defer.succeed([
+        answers.results[t] = [
             _partition_result(pd.index, ErrorCode.INVALID_TOPIC_EXCEPTION,
                               message=f"Cannot append to internal topic {topic_data.name}")
-            for pd in topic_data.partition_data])
+            for pd in topic_data.partition_data]
+        return
 
-    def with_logs(found: tuple[TopicInfo, list[PartitionLog]] | None) -> defer.Deferred:
+    def with_logs(found: tuple[TopicInfo, list[PartitionLog]] | None) -> None:
         if found is None:
-            return defer.succeed([
-                _partition_result(pd.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                for pd in topic_data.partition_data])
+            answers.results[t] = [_partition_result(pd.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                                  for pd in topic_data.partition_data]
+            return
         topic, parts = found
-        results: list[defer.Deferred] = []
-        for pd in topic_data.partition_data:
-            results.append(_produce_partition(broker, topic, parts, pd, acks))
-        return defer.gatherResults(results)
+        acks = answers.request.acks
+        for i, pd in enumerate(topic_data.partition_data):
+            answer = _produce_partition(ctx.broker, topic, parts, pd, acks)
+            if isinstance(answer, defer.Deferred):
+                answers.wait(answer, t, i)
+            else:
+                answers.results[t][i] = answer
 
-    return topic_logs(broker, topic_data.name, auto_create=True).addCallback(with_logs)
+    ready = loaded_topic_logs(ctx.broker, topic_data.name)
+    if ready is not None:
+        with_logs(ready)  # the common case: no Deferred to wait on
+        return
+    answers.hold_until(topic_logs(ctx.broker, topic_data.name, auto_create=True).addCallback(with_logs))
 
 
 def _produce_partition(broker: Broker, topic: TopicInfo, parts: list[PartitionLog],
-                       pd: ProduceRequest.PartitionProduceData, acks: int) -> defer.Deferred:
+                       pd: ProduceRequest.PartitionProduceData,
+                       acks: int) -> PartitionAnswer | defer.Deferred[PartitionAnswer]:
     if not 0 <= pd.index < len(parts) or pd.records is None:
-        return defer.succeed(_partition_result(pd.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+        return _partition_result(pd.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     p = parts[pd.index]
-    min_insync = int(topic.config("min.insync.replicas"))
-    if acks == -1 and min_insync > 1:
+    rules = topic.append_rules
+    if acks == -1 and rules.min_insync_replicas > 1:
         # A partition has one replica, so its ISR is this node alone: Kafka's answer on one broker.
-        return defer.succeed(_partition_result(
+        return _partition_result(
             pd.index, ErrorCode.NOT_ENOUGH_REPLICAS,
             message=f"The size of the current ISR Set({broker.config.node_id}) is insufficient to satisfy the "
-                    f"min.isr requirement of {min_insync} for partition {topic.name}-{pd.index}"))
+                    f"min.isr requirement of {rules.min_insync_replicas} for partition {topic.name}-{pd.index}")
     storage = broker.partitions
     now_ms = storage.now_ms()
-    append_time = now_ms if topic.config("message.timestamp.type") == "LogAppendTime" else -1
+    append_time = now_ms if rules.log_append_time else -1
     try:
         d = storage.append(topic, p, pd.records, now_ms)
     except PartitionError as exc:
-        return defer.succeed(_partition_result(pd.index, error_code(exc), message=str(exc),
-                                               record_errors=exc.record_errors))
+        return _partition_result(pd.index, error_code(exc), message=str(exc), record_errors=exc.record_errors)
+    return d.addCallbacks(_appended, _refused, callbackArgs=(pd.index, storage, p, append_time),
+                          errbackArgs=(pd.index,))
 
-    def ok(base: int) -> ProduceResponse.PartitionProduceResponse:
-        return _partition_result(pd.index, ErrorCode.NONE, base, storage.offsets(p).log_start,
-                                 log_append_time=append_time)
 
-    def failed(failure: Failure) -> ProduceResponse.PartitionProduceResponse:
-        # The store refused or failed the append: nothing was acknowledged. The reason says whether the
-        # client should look for the partition elsewhere (NOT_LEADER_OR_FOLLOWER) or the store failed.
-        return _partition_result(pd.index, error_code(failure.value), message=failure.getErrorMessage())
+def _appended(base: int, index: int, storage: SegmentPartitionStorage, p: PartitionLog,
+              append_time: int) -> PartitionAnswer:
+    return _partition_result(index, ErrorCode.NONE, base, storage.offsets(p).log_start, log_append_time=append_time)
 
-    return d.addCallbacks(ok, failed)
+
+def _refused(failure: Failure, index: int) -> PartitionAnswer:
+    # The store refused or failed the append: nothing was acknowledged. The reason says whether the
+    # client should look for the partition elsewhere (NOT_LEADER_OR_FOLLOWER) or the store failed.
+    return _partition_result(index, error_code(failure.value), message=failure.getErrorMessage())
 
 
 @api(ProduceRequest, 3, 11)
@@ -93,12 +148,11 @@ def handle_produce(ctx: RequestContext,
                    request: ProduceRequest) -> defer.Deferred[ProduceResponse] | NoResponse:
     # A transactional batch is admitted by its partition only inside its producer's ongoing transaction
     # (the partition storage asks the transaction coordinator), whatever transactional id is named here.
-    per_topic = [_produce_topic(ctx, td, request.acks) for td in request.topic_data]
-    gathered = defer.gatherResults(per_topic, consumeErrors=True)
+    answers = _Answers(request)
+    for t in range(len(request.topic_data)):
+        _produce_topic(ctx, t, answers)
+    answers.release()
     if request.acks == 0:
-        gathered.addErrback(lambda f: None)  # no one to tell; errors are logged where they happen
+        answers.done.addErrback(lambda f: None)  # no one to tell; errors are logged where they happen
         return NO_RESPONSE
-    return gathered.addCallback(lambda results: Response(responses=[
-        Response.TopicProduceResponse(name=td.name, partition_responses=partitions)
-        for td, partitions in zip(request.topic_data, results, strict=True)
-    ]))
+    return answers.done
