@@ -23,11 +23,14 @@ How results cross: every store or pool future a gateway caller waits on becomes 
 ``to_deferred``, which fires on the reactor thread (at once when the future is already complete and the
 caller is on the reactor, e.g. a read served from the cache: no extra reactor turn). A worker that must
 run something on the reactor uses ``on_reactor`` (fire and forget) or ``call_on_reactor`` (waits for the
-result). Before the reactor runs (``millrace serve`` recovering), the main thread stands in for it.
+result). Completions and ``on_reactor`` calls go through one inbox, in the order posted, and the reactor
+is woken once for all that arrive before it runs them. Before the reactor runs (``millrace serve`` recovering), the main thread stands in for it.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
@@ -39,6 +42,7 @@ from twisted.python import threadable
 from millrace.store.futures import StoreFuture
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 def to_deferred(fut: StoreFuture[T] | Future[T]) -> defer.Deferred[T]:
@@ -55,13 +59,43 @@ def to_deferred(fut: StoreFuture[T] | Future[T]) -> defer.Deferred[T]:
     if fut.done() and threadable.isInIOThread():
         fire(fut)
     else:
-        fut.add_done_callback(lambda f: IReactorFromThreads(reactor).callFromThread(fire, f))
+        fut.add_done_callback(lambda f: _INBOX.post(fire, f))
     return d
+
+
+class _ReactorInbox:
+    """Calls from other threads for the reactor, run in the order posted, handed over in batches: one
+    wake-up of the reactor (a pipe write, a turn of its loop) for all that arrive before it gets to
+    them, where ``callFromThread`` each would cost one (a log write completes a group commit's worth of
+    appends at once)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._calls: list[tuple[Callable[..., object], tuple[Any, ...]]] = []
+
+    def post(self, fn: Callable[..., object], *args: Any) -> None:
+        with self._lock:
+            first = not self._calls
+            self._calls.append((fn, args))
+        if first:
+            IReactorFromThreads(reactor).callFromThread(self._run)
+
+    def _run(self) -> None:
+        with self._lock:
+            calls, self._calls = self._calls, []
+        for fn, args in calls:
+            try:
+                fn(*args)
+            except Exception:  # noqa: BLE001 - one failing call must not drop the rest of the batch
+                log.exception("a call handed to the reactor failed: %r", fn)
+
+
+_INBOX = _ReactorInbox()
 
 
 def on_reactor(fn: Callable[..., object], *args: Any) -> None:
     """Run ``fn(*args)`` on the reactor thread soon (from any thread); in call order."""
-    IReactorFromThreads(reactor).callFromThread(fn, *args)
+    _INBOX.post(fn, *args)
 
 
 def call_on_reactor(fn: Callable[..., T], *args: Any) -> T:

@@ -25,6 +25,7 @@ from millrace.gateway.kafka.classic_groups.group import Group, GroupState, Topic
 from millrace.gateway.kafka.group_status import GroupApi
 from millrace.gateway.kafka.group_store import OffsetAndMetadata
 from millrace.gateway.kafka_protocol.errors import ErrorCode
+from millrace.streams.futures import on_reactor
 
 if TYPE_CHECKING:
     from millrace.gateway.kafka.group_coordinator import GroupCoordinator
@@ -205,10 +206,7 @@ class OffsetManager:
     def on_topic_event(self, event: str, topic: Any) -> None:
         """TopicRegistry listener (called on a worker thread): hop to the reactor."""
         if event == "deleted":
-            from twisted.internet import reactor
-            from twisted.internet.interfaces import IReactorFromThreads
-
-            IReactorFromThreads(reactor).callFromThread(self._topic_deleted, topic.name)
+            on_reactor(self._topic_deleted, topic.name)
 
     def _topic_deleted(self, topic: str) -> None:
         if not self.coordinator.loaded:
