@@ -223,6 +223,30 @@ def retention_policy(configs: dict[str, str]) -> RetentionPolicy:
     return RetentionPolicy()
 
 
+class _Records(dict[str, TopicInfo]):
+    """The registry's records by key, with the Kafka topics also by topic id (requests since Fetch v13
+    and Metadata v12 name topics by id: a lookup must not walk every topic). Written only through
+    ``[key] = record`` and ``del [key]``, under the registry's lock."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by_id: dict[uuid.UUID, TopicInfo] = {}
+
+    def __setitem__(self, key: str, topic: TopicInfo) -> None:
+        old = self.get(key)
+        super().__setitem__(key, topic)
+        if old is not None and self.by_id.get(old.topic_id) is old:
+            del self.by_id[old.topic_id]
+        if "/" not in key:  # a native stream of another scope is no Kafka topic
+            self.by_id[topic.topic_id] = topic
+
+    def __delitem__(self, key: str) -> None:
+        old = self[key]
+        super().__delitem__(key)
+        if self.by_id.get(old.topic_id) is old:
+            del self.by_id[old.topic_id]
+
+
 class TopicRegistry:
     """Every topic's record, kept in a table segment and cached in memory."""
 
@@ -231,7 +255,7 @@ class TopicRegistry:
         self.tables = tables
         self.scope = scope
         self._lock = threading.Lock()  # one writer of topic records at a time in this process
-        self._cache: dict[str, TopicInfo] = {}
+        self._cache = _Records()
         # The topics table's (start, length) when ``refresh`` last read it: any write moves its length.
         self._refreshed_at: tuple[int, int] | None = None
         self.listeners: list[Any] = []  # called with (event, TopicInfo) after create/delete/grow/configs
@@ -266,7 +290,7 @@ class TopicRegistry:
         return self.record(self.key(scope, stream))
 
     def by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
-        return next((t for n, t in self._cache.items() if t.topic_id == topic_id and "/" not in n), None)
+        return self._cache.by_id.get(topic_id)
 
     def names(self) -> list[str]:
         """The Kafka topics (native streams of other scopes are not topics)."""

@@ -55,3 +55,16 @@ def test_a_refresh_reads_the_records_only_when_the_table_moved(store: SegmentSto
     controller_node.delete("orders")
     other_node.refresh()
     assert other_node.record("orders") is None
+
+
+def test_topics_are_found_by_id_through_every_change_and_on_every_node(store: SegmentStore) -> None:
+    controller_node = TopicRegistry(Controller(store, TableStore(store)), TableStore(store), "kafka")
+    created = controller_node.create("orders", 2)
+    assert controller_node.by_id(created.topic_id) is controller_node.get("orders")
+    grown = controller_node.add_partitions("orders", 3)
+    assert controller_node.by_id(created.topic_id) is grown and grown.partition_count == 3
+    other_node = TopicRegistry(Controller(store, TableStore(store)), TableStore(store), "kafka")
+    assert other_node.by_id(created.topic_id) == grown  # read from the table when the registry opens
+    controller_node.delete("orders")
+    other_node.refresh()
+    assert controller_node.by_id(created.topic_id) is None and other_node.by_id(created.topic_id) is None
