@@ -1,0 +1,126 @@
+"""Metadata at scale: many topics and partitions on one embedded server (issue 20's last target).
+
+One fresh ``millrace serve``; then, timed:
+- create: ``--topics`` topics of ``--partitions`` partitions each through the Admin API, ``--per-request``
+  topics a CreateTopics request;
+- metadata: a Metadata request for every topic (``list_topics``), median of 5, and for one topic;
+- produce: one 100 B record to every partition from one confluent-kafka producer (acks=all,
+  idempotent), until the last is acknowledged (the first produce to a topic loads its partitions);
+- restart: SIGTERM, then start on the same data directory until ready, then the same Metadata request
+  and produce round again (each topic is loaded again on its first produce).
+Also the segments the store holds (``GET /api/segments``) and the server's RSS after each phase.
+
+    .venv/bin/python -m benchmarks.metadata_scale [--topics 1000] [--partitions 10] [--per-request 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import tempfile
+import time
+import urllib.request
+
+import psutil
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.server_process import ServerProcess
+
+
+def rss_mb(server: ServerProcess) -> int:
+    return round(psutil.Process(server.proc.pid).memory_info().rss / 1e6)
+
+
+def segment_count(server: ServerProcess) -> int:
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.ports['http']}/api/segments", timeout=120) as reply:
+        body = json.load(reply)
+    return len(body["segments"] if isinstance(body, dict) else body)
+
+
+def create(admin: AdminClient, names: list[str], partitions: int, per_request: int) -> float:
+    began = time.perf_counter()
+    for i in range(0, len(names), per_request):
+        futures = admin.create_topics([NewTopic(n, partitions, 1) for n in names[i:i + per_request]],
+                                      request_timeout=300)
+        for future in futures.values():
+            future.result(300)
+    return time.perf_counter() - began
+
+
+def metadata_seconds(admin: AdminClient, topic: str | None, expected: int) -> float:
+    """Median of 5 Metadata round trips (all topics, or one), each checked for its topic count."""
+    times = []
+    for _ in range(5):
+        began = time.perf_counter()
+        found = admin.list_topics(topic=topic, timeout=120)
+        times.append(time.perf_counter() - began)
+        assert len([t for t in found.topics if not t.startswith("__")]) >= expected, len(found.topics)
+    return statistics.median(times)
+
+
+def produce_everywhere(bootstrap: str, names: list[str], partitions: int) -> float:
+    """One record to every partition; seconds until the last is acknowledged."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                         "linger.ms": 5, "message.timeout.ms": 300_000})
+    failed: list[str] = []
+
+    def delivered(err: object, _msg: object) -> None:
+        if err is not None:
+            failed.append(str(err))
+
+    began = time.perf_counter()
+    for name in names:
+        for p in range(partitions):
+            producer.produce(name, b"x" * 100, partition=p, on_delivery=delivered)
+        producer.poll(0)
+    left = producer.flush(300)
+    seconds = time.perf_counter() - began
+    if left or failed:
+        raise RuntimeError(f"{left} records unacknowledged, {len(failed)} failed: {failed[:3]}")
+    return seconds
+
+
+def run(topics: int, partitions: int, per_request: int) -> dict:
+    data_dir = tempfile.mkdtemp(prefix="millrace-metadata-")
+    names = [f"topic-{i:05d}" for i in range(topics)]
+    result: dict = {"topics": topics, "partitions_per_topic": partitions, "partitions": topics * partitions}
+    server = ServerProcess(data_dir).start()
+    try:
+        admin = AdminClient({"bootstrap.servers": server.bootstrap})
+        result["create_s"] = create(admin, names, partitions, per_request)
+        result["rss_mb_after_create"] = rss_mb(server)
+        result["metadata_all_s"] = metadata_seconds(admin, None, topics)
+        result["metadata_one_s"] = metadata_seconds(admin, names[-1], 1)
+        result["produce_s"] = produce_everywhere(server.bootstrap, names, partitions)
+        result["segments"] = segment_count(server)
+        result["rss_mb_after_produce"] = rss_mb(server)
+        del admin  # closed, so it does not retry the stopped server's address
+        server.stop()
+        began = time.perf_counter()
+        server = ServerProcess(data_dir).start(timeout=600)
+        result["restart_s"] = time.perf_counter() - began
+        result["rss_mb_after_restart"] = rss_mb(server)
+        admin = AdminClient({"bootstrap.servers": server.bootstrap})
+        result["metadata_all_after_restart_s"] = metadata_seconds(admin, None, topics)
+        result["produce_after_restart_s"] = produce_everywhere(server.bootstrap, names, partitions)
+        result["rss_mb_at_end"] = rss_mb(server)
+    finally:
+        server.kill()
+        shutil.rmtree(data_dir, ignore_errors=True)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--topics", type=int, default=1000)
+    parser.add_argument("--partitions", type=int, default=10)
+    parser.add_argument("--per-request", type=int, default=50)
+    args = parser.parse_args()
+    print(json.dumps(run(args.topics, args.partitions, args.per_request), indent=1))
+
+
+if __name__ == "__main__":
+    main()
