@@ -198,18 +198,29 @@ class StorageWriter:
             or dirty.dirty_bytes >= config.flush_threshold_bytes
             or now - dirty.dirty_since >= config.flush_age_seconds
         ]
+        # Each segment's last StorageFlushed is waited for at the end of the round, all together: one log
+        # write for a round's worth of segments, not one per segment (many small segments, each due by
+        # age, otherwise cost a log round trip each, and their fsyncs stood in the appends' way).
+        logged: list[StoreFuture[None]] = []
         for dirty in due:
-            if not self._flush_segment(dirty.segment_id, dirty.dirty_bytes):
+            if not self._flush_segment(dirty.segment_id, dirty.dirty_bytes, logged):
                 break  # long-term storage is failing; back off until the next round
+        for fut in logged:
+            fut.result()
 
-    def _flush_segment(self, segment_id: int, dirty_bytes: int) -> bool:
+    def _flush_segment(self, segment_id: int, dirty_bytes: int, logged: list[StoreFuture[None]]) -> bool:
         """Write the ``dirty_bytes`` a segment had when the round began, in runs of at most a chunk's
         size. What arrives meanwhile waits for its own age or size: chasing the tail of a busy segment
         wrote a chunk, a StorageFlushed operation and a chunk reference kept in memory for every few
-        appends. False when long-term storage failed."""
+        appends. The last run's StorageFlushed goes into ``logged`` for the round to wait on (a run after
+        it reads the state that one leaves). False when long-term storage failed."""
         source = self._source
         remaining = dirty_bytes
+        pending: StoreFuture[None] | None = None
         while remaining > 0:
+            if pending is not None:
+                pending.result()  # the next run of this segment starts where that one's flush ends
+                pending = None
             run = source.dirty_run(segment_id, min(self._config.max_chunk_bytes, remaining))
             if run is None:
                 return True
@@ -226,14 +237,15 @@ class StorageWriter:
                 time.sleep(min(5.0, 0.1 * 2 ** min(self._failures, 6)))
                 return False
             self._failures = 0
-            logged = source.log_storage_flushed(segment_id, run.offset, len(data), chunk)
-            if logged is None:
+            pending = source.log_storage_flushed(segment_id, run.offset, len(data), chunk)
+            if pending is None:
                 self._delete([chunk])
                 return True
-            logged.result()
             self.chunks_written += 1
             self.bytes_written += len(data)
             remaining -= len(data)
+        if pending is not None:
+            logged.append(pending)
         return True
 
     def _complete_flush_requests(self) -> None:

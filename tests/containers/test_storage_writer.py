@@ -148,3 +148,49 @@ def test_a_round_flushes_what_was_dirty_when_it_began_not_what_keeps_arriving(tm
     assert [(offset, length) for _, offset, length, _ in source.logged] == [(0, 10), (10, 10)]
     assert source.asked == [20, 10]  # no chunk is asked for more than the round still owes
     assert len(source.dirty_segments()) == 1  # the arrivals: left for the next round
+
+
+class ManySegments(FakeSource):
+    """Several open segments, one run each, whose StorageFlushed operations stay in the log until the
+    test applies them: the log's group commit."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__([DirtyRun(f"s/{i}", 0, [b"x" * 10]) for i in range(count)])
+        self.unapplied: list[StoreFuture[None]] = []
+
+    def dirty_segments(self) -> list[DirtySegment]:
+        with self._lock:
+            return [DirtySegment(i, 10, 0.0, sealed=False) for i, _ in enumerate(self._runs)]
+
+    def dirty_run(self, segment_id: int, max_bytes: int) -> DirtyRun | None:
+        with self._lock:
+            return next((run for run in self._runs if run.segment_name == f"s/{segment_id}"), None)
+
+    def log_storage_flushed(self, segment_id: int, offset: int, length: int, chunk: str) -> StoreFuture[None] | None:
+        with self._lock:
+            self.logged.append((segment_id, offset, length, chunk))
+            fut: StoreFuture[None] = StoreFuture()
+            self.unapplied.append(fut)
+            return fut
+
+
+def test_a_round_logs_its_segments_flushes_together_and_waits_for_them_once(tmp_path):
+    """Many small segments due by age cost one log round trip a round, not one each (each a fsync in the
+    way of the appends); the round still ends only once every flush it logged is applied."""
+    source = ManySegments(5)
+    writer = StorageWriter(source, FileSystemChunkStorage(str(tmp_path)), replace(CONFIG, flush_age_seconds=0.0))
+    round_done = threading.Event()
+    flushing = threading.Thread(target=lambda: (writer._flush_round(force=False), round_done.set()))
+    flushing.start()
+    try:
+        deadline = 10.0
+        while len(source.logged) < 5 and deadline > 0:  # all five written and logged, none applied yet
+            threading.Event().wait(0.01)
+            deadline -= 0.01
+        assert sorted(segment for segment, *_ in source.logged) == [0, 1, 2, 3, 4]
+        assert not round_done.is_set()
+    finally:
+        for fut in source.unapplied:
+            fut.set_result(None)
+        flushing.join(10)
+    assert round_done.is_set()
