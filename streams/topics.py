@@ -296,6 +296,10 @@ class TopicRegistry:
         """The Kafka topics (native streams of other scopes are not topics)."""
         return sorted(n for n in self._cache if "/" not in n)
 
+    def record_count(self) -> int:
+        """How many records the registry holds (topics and partitioned streams of other scopes)."""
+        return len(self._cache)
+
     def record_keys(self) -> list[str]:
         """Every record's key: the Kafka topics and the partitioned streams of other scopes."""
         return sorted(self._cache)

@@ -12,6 +12,7 @@ import uuid
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import AdminClient, NewPartitions
 
 from millrace.gateway.kafka_protocol.codec import request_class
 from millrace.gateway.kafka_protocol.errors import ErrorCode
@@ -287,3 +288,17 @@ def wait_for(predicate: Any, timeout: float = 10.0) -> Any:
         if value or time.monotonic() > deadline:
             return value
         time.sleep(0.05)
+
+
+def test_a_described_topic_that_grows_or_is_made_again_is_described_anew(server, wire):
+    """A topic's entry is built once per topic record: growing the topic, or deleting it and creating it
+    again under its name, must show in the next answer, never the entry built before."""
+    first = wire.create("md-changes", 2)
+    assert len(only(wire.metadata(12, ["md-changes"]), "md-changes").partitions) == 2
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    admin.create_partitions([NewPartitions("md-changes", 5)])["md-changes"].result(30)
+    assert len(only(wire.metadata(12, ["md-changes"]), "md-changes").partitions) == 5
+    admin.delete_topics(["md-changes"])["md-changes"].result(30)
+    again = wire.create("md-changes", 1)
+    t = only(wire.metadata(12, ["md-changes"]), "md-changes")
+    assert (t.topic_id, len(t.partitions)) == (again.topic_id, 1) and again.topic_id != first.topic_id

@@ -46,10 +46,35 @@ _R = MetadataResponse
 _Topic = MetadataResponse.MetadataResponseTopic
 
 
+# On a single node a topic's entry depends only on its TopicInfo (replaced on every change), the node
+# and whether operations were asked for, so it is built once per TopicInfo: clients ask for every topic
+# they produce to again and again, and with thousands of partitions rebuilding the entries was most of
+# a Metadata request's cost. Entries are never changed once built. Names no longer in the registry are
+# pruned when the cache outgrows it.
+_ENTRIES: dict[tuple[int, str, bool], tuple[TopicInfo, _Topic]] = {}
+
+
 def topic_metadata(ctx: RequestContext, topic: TopicInfo, include_operations: bool) -> _Topic:
     """One topic's entry: every partition led by this node, which is also the only replica."""
     if ctx.broker.cluster is not None:
         return _cluster_topic_metadata(ctx, topic, include_operations)
+    key = (ctx.broker.config.node_id, topic.name, include_operations)
+    cached = _ENTRIES.get(key)
+    if cached is not None and cached[0] is topic:
+        return cached[1]
+    entry = _single_node_topic_metadata(ctx, topic, include_operations)
+    if len(_ENTRIES) > 2 * ctx.broker.topics.record_count() + 100:
+        _prune(ctx.broker.topics)
+    _ENTRIES[key] = (topic, entry)
+    return entry
+
+
+def _prune(registry: TopicRegistry) -> None:
+    for key in [key for key in _ENTRIES if registry.get(key[1]) is not _ENTRIES[key][0]]:
+        del _ENTRIES[key]
+
+
+def _single_node_topic_metadata(ctx: RequestContext, topic: TopicInfo, include_operations: bool) -> _Topic:
     node = ctx.broker.config.node_id
     return _R.MetadataResponseTopic(
         error_code=0, name=topic.name, topic_id=topic.topic_id, is_internal=False,
