@@ -24,7 +24,8 @@ How results cross: every store or pool future a gateway caller waits on becomes 
 caller is on the reactor, e.g. a read served from the cache: no extra reactor turn). A worker that must
 run something on the reactor uses ``on_reactor`` (fire and forget) or ``call_on_reactor`` (waits for the
 result). Completions and ``on_reactor`` calls go through one inbox, in the order posted, and the reactor
-is woken once for all that arrive before it runs them. Before the reactor runs (``millrace serve`` recovering), the main thread stands in for it.
+is woken once for all that arrive before it runs them. Before the reactor runs (``millrace serve``
+recovering), the main thread stands in for it.
 """
 
 from __future__ import annotations

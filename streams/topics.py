@@ -85,8 +85,8 @@ def legal_topic_name(name: str | None) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class AppendRules:
-    """The configs an append checks, read once per ``TopicInfo`` (a config change makes a new one), so
-    a produce request does not look each up per batch."""
+    """The configs an append (and a partition's load and compaction) checks, read once per ``TopicInfo``
+    (a config change makes a new one), so a produce request does not look each up per batch."""
 
     log_append_time: bool  # message.timestamp.type: the broker stamps batches
     timestamp_before_max_ms: int

@@ -46,7 +46,6 @@ from millrace.streams.partitions.compaction import (
     CompactionRecord,
     clean,
     cleaning_point,
-    compacts,
     delete_generation,
     needs_cleaning,
     plan,
@@ -135,7 +134,7 @@ class LogCleaner:
         """Start a round for every partition of a compacted ``topic`` that needs one (Kafka's triggers:
         ``min.cleanable.dirty.ratio`` or ``max.compaction.lag.ms``; ``force`` cleans whatever is
         cleanable). Each Deferred fires with whether its round switched the partition."""
-        if not compacts({"cleanup.policy": topic.config("cleanup.policy")}):
+        if not topic.append_rules.compacted:
             return []
         parts = self._host.loaded(topic.name) or []
         for p in parts:

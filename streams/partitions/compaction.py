@@ -65,7 +65,6 @@ from millrace.streams.partitions.segments import (
     recover_segment,
 )
 from millrace.streams.partitions.transactions import ProducerAborts
-from millrace.streams.topic_configs import parse_list
 
 COMPACTIONS_TABLE = "_system/_tables/kafka_compactions"
 COMPACTED_INFIX = "kafka-compacted."
@@ -77,11 +76,6 @@ _HEADER = struct.Struct(">qiibIhiqqqhii")  # the RecordBatch v2 header
 _CRC_AT, _ATTRIBUTES_AT = 17, 21
 _COMPRESSION_MASK = 0x07
 _LOG_APPEND_TIME = 0x08
-
-
-def compacts(configs: dict[str, str]) -> bool:
-    """Whether a topic's cleanup.policy holds "compact"."""
-    return "compact" in parse_list(configs.get("cleanup.policy", "delete"))
 
 
 def compacted_segment_name(scope: str, stream: str, partition: int, generation: int) -> str:

@@ -15,7 +15,7 @@ from twisted.internet.interfaces import IReactorTime
 from millrace.protocol.records import ControlRecordType, iter_batches, parse_control_record
 from millrace.store.contracts import SegmentService
 from millrace.store.tables import TableStore
-from millrace.streams.partitions.compaction import compacts, load_compacted
+from millrace.streams.partitions.compaction import load_compacted
 from millrace.streams.partitions.formats import CONTROL_ATTRIBUTE, IndexEntry
 from millrace.streams.partitions.partition import PartitionLog
 from millrace.streams.partitions.segments import SegmentWriter, read_fully, recover_segment
@@ -40,7 +40,7 @@ def log_start_key(topic: str, partition: int) -> bytes:
 def load_topic(store: SegmentService, clock: IReactorTime, topics: TopicRegistry, tables: TableStore,
                topic: TopicInfo) -> LoadedTopic:
     """Blocking: rebuild every partition of ``topic`` from its segments and stored log starts."""
-    folds = not compacts({"cleanup.policy": topic.config("cleanup.policy")})
+    folds = not topic.append_rules.compacted
     parts = [PartitionLog(topic.name, p, folds=folds) for p in range(topic.partition_count)]
     current = topics.current_segments(topic.name)
     log_starts = {

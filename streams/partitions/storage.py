@@ -49,7 +49,7 @@ from millrace.streams.errors import PartitionError, Reason, batch_refusal, store
 from millrace.streams.futures import on_reactor, to_deferred
 from millrace.streams.partitions import reads, retention
 from millrace.streams.partitions.cleaner import LogCleaner
-from millrace.streams.partitions.compaction import COMPACTIONS_TABLE, compacts, forget_topic
+from millrace.streams.partitions.compaction import COMPACTIONS_TABLE, forget_topic
 from millrace.streams.partitions.formats import (
     ENVELOPE,
     INDEX_SUFFIX,
@@ -374,7 +374,7 @@ class SegmentPartitionStorage(PartitionStorage):
                 raise PartitionError(Reason.LOADING,
                                      f"segment {segment_names[number]} of {topic.name} is not loaded yet")
             parts.append(PartitionLog(topic.name, number, writer,
-                                      folds=not compacts({"cleanup.policy": topic.config("cleanup.policy")})))
+                                      folds=not topic.append_rules.compacted))
         return parts
 
     def topic_event(self, event: str, topic: TopicInfo) -> None:
