@@ -54,6 +54,9 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--producer-id-expiration-ms", type=int, default=d.producer_id_expiration_ms,
                    help="forget a producer's idempotence state in a partition after it wrote nothing this long "
                         "(Kafka's producer.id.expiration.ms; checked every --retention-check-seconds)")
+    p.add_argument("--state-snapshot-bytes", type=int, default=d.state_snapshot_bytes,
+                   help="snapshot a topic's partition state once its index grew this many bytes (52 a "
+                        "batch) since the last snapshot; a restart replays only the batches after it")
     p.add_argument("--native-txn-retention-ms", type=int, default=d.native_txn_retention_ms,
                    help="how long the status of a committed or aborted native transaction stays known")
     p.add_argument("--group-initial-rebalance-delay-ms", type=int, default=d.group_initial_rebalance_delay_ms,

@@ -23,6 +23,7 @@ class ServerOptions:
     transaction_check_seconds: float = 1.0  # how often Kafka transactions past their timeout are aborted
     producer_id_expiration_ms: int = 86_400_000  # idle producers' idempotence state is forgotten after this
     native_txn_retention_ms: int = 3_600_000  # how long a finished native transaction's status is kept
+    state_snapshot_bytes: int = 1 << 20  # index bytes a topic gains before its partitions' state is snapshotted
     group_initial_rebalance_delay_ms: int = 3000  # a new group's first rebalance waits for more members
     # Auto-scaling: rate windows (seconds, shortest first), how often policies are evaluated, and how
     # long a segment made by a scale is left alone.

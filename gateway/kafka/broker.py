@@ -50,6 +50,9 @@ class KafkaConfig:
     # Kafka's producer.id.expiration.ms: a partition forgets a producer idle this long (checked with retention)
     producer_id_expiration_ms: int = 86_400_000
     native_txn_retention_ms: int = 3_600_000  # a finished native transaction's status is kept this long
+    # A topic whose index segments grew this many bytes since its last partition-state snapshot gets a
+    # new one (checked with retention); a restart replays only what came after it.
+    state_snapshot_bytes: int = 1 << 20
     # The one Kafka "log directory" (DescribeLogDirs, AlterReplicaLogDirs): the server's data dir, absolute
     log_dir: str = field(default_factory=lambda: os.path.abspath("millrace-data"))
 

@@ -101,8 +101,8 @@ def enforce_stream_retention(broker: Broker, name: str) -> Deferred[None]:
 
 def start_background(broker: Broker) -> task.LoopingCall:
     """Periodic work on the reactor: retention enforcement for every topic (its retention configs) and
-    every stream event writers partitioned (its stream retention policy), and expiry of idle producers'
-    state in every partition; the transaction coordinator
+    every stream event writers partitioned (its stream retention policy), expiry of idle producers'
+    state in every partition, and snapshots of the partition state of topics that grew; the transaction coordinator
     finishes transactions a crash left prepared and aborts those past their timeout."""
     broker.transactions.start()
 
@@ -117,6 +117,7 @@ def start_background(broker: Broker) -> task.LoopingCall:
             if broker.topics.get(name) is None:  # not a Kafka topic: a native stream's record
                 enforce_stream_retention(broker, name).addErrback(_retention_failed, name)
         broker.partitions.expire_producers(broker.config.producer_id_expiration_ms)
+        broker.partitions.snapshot_round(broker.config.state_snapshot_bytes, broker.config.producer_id_expiration_ms)
 
     loop = task.LoopingCall(enforce)
     loop.start(broker.config.retention_check_seconds, now=False)

@@ -8,6 +8,7 @@ segments are recovered oldest epoch first and each partition keeps only contiguo
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from twisted.internet.interfaces import IReactorTime
@@ -15,13 +16,28 @@ from twisted.internet.interfaces import IReactorTime
 from millrace.protocol.records import ControlRecordType, iter_batches, parse_control_record
 from millrace.store.contracts import SegmentService
 from millrace.store.tables import TableStore
-from millrace.streams.partitions.compaction import load_compacted
+from millrace.streams.partitions.compaction import COMPACTIONS_TABLE, load_compacted
 from millrace.streams.partitions.formats import CONTROL_ATTRIBUTE, IndexEntry
 from millrace.streams.partitions.partition import PartitionLog
-from millrace.streams.partitions.segments import SegmentWriter, read_fully, recover_segment
+from millrace.streams.partitions.segments import (
+    Coverage,
+    RecoveredSegment,
+    SegmentWriter,
+    StaleCoverage,
+    read_fully,
+    recover_segment,
+)
+from millrace.streams.partitions.snapshots import (
+    StaleSnapshot,
+    encode,
+    read_snapshot,
+    state_segment,
+    write_snapshot,
+)
 from millrace.streams.topics import TopicInfo, TopicRegistry
 
 LOG_STARTS_TABLE = "_system/_tables/kafka_log_starts"
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -39,33 +55,96 @@ def log_start_key(topic: str, partition: int) -> bytes:
 
 def load_topic(store: SegmentService, clock: IReactorTime, topics: TopicRegistry, tables: TableStore,
                topic: TopicInfo) -> LoadedTopic:
-    """Blocking: rebuild every partition of ``topic`` from its segments and stored log starts."""
+    """Blocking: rebuild every partition of ``topic`` from its snapshot (if it has a usable one), its
+    segments past it, and its stored log starts."""
+    try:
+        return _load_topic(store, clock, topics, tables, topic, from_snapshot=True)
+    except (StaleSnapshot, StaleCoverage) as e:
+        log.info("the snapshot of %s is stale (%s); loading it in full", topic.name, e)
+        return _load_topic(store, clock, topics, tables, topic, from_snapshot=False)
+
+
+def _load_topic(store: SegmentService, clock: IReactorTime, topics: TopicRegistry, tables: TableStore,
+                topic: TopicInfo, from_snapshot: bool) -> LoadedTopic:
     folds = not topic.append_rules.compacted
     parts = [PartitionLog(topic.name, p, folds=folds) for p in range(topic.partition_count)]
     current = topics.current_segments(topic.name)
-    log_starts = {
-        int(e.key.split(b"\0")[1]): int(e.value)
-        for e in tables.entries(LOG_STARTS_TABLE, topic.name.encode() + b"\0")
-    }
+    log_starts = log_starts_of(tables, topic.name)
     writers: dict[str, SegmentWriter] = {}
     # A compacted partition's cleaned prefix comes first (``compaction``), then its data segments past it.
-    load_compacted(store, clock, tables, topic.name, *topics.stream_of(topic.name), parts, marker_is_commit)
+    scope, stream = topics.stream_of(topic.name)
+    load_compacted(store, clock, tables, topic.name, scope, stream, parts, marker_is_commit)
+    snapshot = None
+    if from_snapshot and folds and all(p.compaction is None for p in parts):
+        snapshot = read_snapshot(store, clock, topic, state_segment(scope, stream))
+    if snapshot is not None:
+        parts[:len(snapshot.partitions)] = snapshot.partitions[:len(parts)]
+    covered = snapshot.covered if snapshot is not None else {}
     for name in topics.segment_history(topic.name):
         if not store.exists(name):
             continue
-        found = recover_segment(store, name)
+        found = recover_segment(store, name, covered.get(name))
         writer = writers[name] = SegmentWriter(store, clock, name, found.tail, found.index_tail)
-        for entry in found.entries:
-            if entry.partition < len(parts):
-                commit = marker_is_commit(store, name, entry) if entry.attributes & CONTROL_ATTRIBUTE else None
-                parts[entry.partition].recovered(writer, entry, commit)
-        if found.attributes:
-            for p in parts:
-                p.recovered_attributes(found.attributes, name)
+        replay(store, parts, writer, found, attributes=True)
     for p in parts:
         p.write_to(writers[topics.segment_of_partition(topic, p.partition, current).name])
         p.open_at(log_starts.get(p.partition, 0))
+        if snapshot is not None and not p.forget_segments({w.name for w in p.segments} - writers.keys()):
+            raise StaleSnapshot(f"partition {p.partition} still needs a segment that is gone")
     return LoadedTopic(topic, parts, writers)
+
+
+def replay(store: SegmentService, parts: list[PartitionLog], writer: SegmentWriter, found: RecoveredSegment,
+           attributes: bool) -> None:
+    """Add what recovery found in one segment to the partitions (segments oldest first); with
+    ``attributes``, its writer attributes too (a load; a snapshot leaves them to the load, which reads
+    every segment's anyway)."""
+    for p in parts:
+        p.adopt(writer)
+    for entry in found.entries:
+        if entry.partition < len(parts):
+            commit = marker_is_commit(store, found.name, entry) if entry.attributes & CONTROL_ATTRIBUTE else None
+            parts[entry.partition].recovered(writer, entry, commit)
+    if attributes and found.attributes:
+        for p in parts:
+            p.recovered_attributes(found.attributes, found.name)
+
+
+def take_snapshot(store: SegmentService, clock: IReactorTime, topics: TopicRegistry, tables: TableStore,
+                  topic: TopicInfo, expire_before_ms: int) -> bool:
+    """Blocking (a worker): store a snapshot of ``topic``'s partitions as a load would build them now,
+    from its last snapshot and what its segments hold past it (``snapshots``). False when the topic
+    cannot have one now: compacted, or a batch a load would drop (a predecessor's append may still land
+    before it; the next round looks again)."""
+    if topic.append_rules.compacted or any(True for _ in tables.entries(COMPACTIONS_TABLE, topic.name.encode() + b"\0")):
+        return False
+    scope, stream = topics.stream_of(topic.name)
+    segment = state_segment(scope, stream)
+    snapshot = read_snapshot(store, clock, topic, segment)
+    parts = snapshot.partitions if snapshot is not None else []
+    parts += [PartitionLog(topic.name, p) for p in range(len(parts), topic.partition_count)]
+    covered = snapshot.covered if snapshot is not None else {}
+    now: dict[str, Coverage] = {}
+    for name in topics.segment_history(topic.name):
+        if not store.exists(name):
+            continue
+        found = recover_segment(store, name, covered.get(name), persist=False)
+        replay(store, parts, SegmentWriter(store, clock, name, 0, 0), found, attributes=False)
+        if found.covered is not None:
+            now[name] = found.covered
+    log_starts = log_starts_of(tables, topic.name)
+    for p in parts:
+        if p.dropped_in is not None or not p.forget_segments({w.name for w in p.segments} - now.keys()):
+            return False
+        p.trim_for_snapshot(log_starts.get(p.partition, 0))
+        p.producers.expire(expire_before_ms, p.txns.open)
+    write_snapshot(store, segment, encode(topic, parts, now))
+    return True
+
+
+def log_starts_of(tables: TableStore, topic: str) -> dict[int, int]:
+    """The log starts stored for ``topic``'s partitions (partition -> offset)."""
+    return {int(e.key.split(b"\0")[1]): int(e.value) for e in tables.entries(LOG_STARTS_TABLE, topic.encode() + b"\0")}
 
 
 def marker_is_commit(store: SegmentService, segment: str, entry: IndexEntry) -> bool:

@@ -46,8 +46,29 @@ class OffsetIndex:
         self.bytes = 0  # total bytes indexed (the envelopes inside folded entries included)
         self._dense_from = 0  # entries from here on were never considered for folding
 
+    COLUMNS = ("base", "last", "seg", "pos", "length", "max_ts", "running_max_ts", "count")
+
     def __len__(self) -> int:
         return len(self.base)
+
+    def columns(self) -> list[array[int]]:
+        """The index's arrays, in ``COLUMNS`` order (a partition-state snapshot stores them as they are)."""
+        return [getattr(self, name) for name in self.COLUMNS]
+
+    @property
+    def dense_from(self) -> int:
+        """Entries from here on were never considered for folding."""
+        return self._dense_from
+
+    @classmethod
+    def restored(cls, columns: list[array[int]], dense_from: int) -> OffsetIndex:
+        """The index whose ``columns()`` these were (the invariants held when they were taken)."""
+        index = cls()
+        for name, column in zip(cls.COLUMNS, columns, strict=True):
+            setattr(index, name, column)
+        index.bytes = sum(index.length)
+        index._dense_from = dense_from
+        return index
 
     @property
     def next_offset(self) -> int | None:

@@ -15,6 +15,7 @@ else can see it; from its installation on it is owned by the reactor thread.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -60,9 +61,11 @@ class PartitionLog:
         self.producers = Producers()
         self.txns = PartitionTransactions()
         self.writer_events = WriterEventNumbers(partition)
-        # Set during a load once a stored batch was dropped as not contiguous: from that segment on, the
-        # partition's writer attributes are void (``writer_events``).
-        self.dropped_batches = False
+        # The segment in which a load first dropped a stored batch as not contiguous: from that segment on,
+        # the partition's writer attributes are void (``writer_events``); ``_dropped_reached`` once the load
+        # has come to it.
+        self.dropped_in: str | None = None
+        self._dropped_reached = False
         self.waiters = Waiters()
         # The compactions table's record of this partition and its table version (None: never compacted)
         self.compaction: CompactionRecord | None = None
@@ -93,6 +96,13 @@ class PartitionLog:
             self.segments.append(writer)
         return number
 
+    def adopt(self, writer: SegmentWriter) -> None:
+        """During a load from a snapshot (``snapshots``): ``writer`` is the real writer of a segment the
+        snapshot names, in place of the stand-in the snapshot's partition was restored with."""
+        number = self._segment_numbers.get(writer.name)
+        if number is not None:
+            self.segments[number] = writer
+
     def recovered(self, writer: SegmentWriter, entry: IndexEntry, commit: bool | None = None) -> None:
         """Add a stored batch during a load (segments oldest first, each in order); ``commit`` tells a
         transaction marker's kind (None for data batches)."""
@@ -104,8 +114,8 @@ class PartitionLog:
             # base > next: a batch made durable in a successor while an earlier one in the predecessor
             # was not; it was never acknowledged (acks wait for the high watermark), so it is not part
             # of the partition and its offsets are assigned again.
-            if entry.base_offset > last:
-                self.dropped_batches = True
+            if entry.base_offset > last and self.dropped_in is None:
+                self.dropped_in = writer.name
             return
         self._add(writer, entry, commit)
 
@@ -138,8 +148,10 @@ class PartitionLog:
 
     def recovered_attributes(self, attributes: dict[str, int], segment: str) -> None:
         """Take a recovered segment's attributes, after its batches (``writer_events``' load rule)."""
-        if not self.dropped_batches:
-            self.writer_events.recovered(attributes, segment)
+        if self._dropped_reached or segment == self.dropped_in:
+            self._dropped_reached = True
+            return
+        self.writer_events.recovered(attributes, segment)
 
     def open_at(self, stored_log_start: int) -> None:
         """Finish a load: offsets continue after the last recovered batch, from the stored log start."""
@@ -156,6 +168,28 @@ class PartitionLog:
         self.watermark = HighWatermark(self.next_offset)
         self.index.drop_below(self.log_start)
         self.txns.drop_below(self.log_start)
+
+    def forget_segments(self, gone: set[str]) -> bool:
+        """After a load from a snapshot: forget the segments the snapshot named that no longer exist
+        (retention deleted them). False if an entry past the log start still lies in one, or the load
+        rule for writer attributes needs one: then the snapshot is stale."""
+        numbers = {i for i, w in enumerate(self.segments) if w.name in gone}
+        if not numbers:
+            return True
+        if self.dropped_in in gone or any(s in numbers for s in set(self.index.seg)):
+            return False
+        kept = [w for w in self.segments if w.name not in gone]
+        renumber = {self._segment_numbers[w.name]: i for i, w in enumerate(kept)}
+        self.index.seg = array("i", [renumber[s] for s in self.index.seg])
+        self.segments, self._segment_numbers = kept, {w.name: i for i, w in enumerate(kept)}
+        return True
+
+    def trim_for_snapshot(self, stored_log_start: int) -> None:
+        """Forget what lies below the log start (as ``open_at`` will), keeping the last entry so that a
+        load goes on checking contiguity from it."""
+        if len(self.index):
+            self.index.drop_below(min(stored_log_start, self.index.base[-1]))
+        self.txns.drop_below(stored_log_start)
 
     def install_compaction(self, writer: SegmentWriter, entries: list[IndexEntry], record: CompactionRecord,
                            version: int, removed_markers: set[int]) -> SegmentWriter | None:

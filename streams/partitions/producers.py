@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Container
 from dataclasses import dataclass, field
+from typing import Any
 
 from twisted.internet import defer
 
@@ -148,6 +149,21 @@ class Producers:
     def states(self) -> list[tuple[int, ProducerState]]:
         """Every producer this partition keeps, by producer id."""
         return sorted(self._states.items())
+
+    def snapshot(self) -> list[list[Any]]:
+        """Every producer's state as plain values (``snapshots``): id, epoch, last write, coordinator epoch
+        and its window flattened; nothing in flight (a snapshot is built from stored batches only)."""
+        return [[pid, s.epoch, s.last_ms, s.coordinator_epoch, [n for batch in s.batches for n in batch]]
+                for pid, s in self._states.items()]
+
+    @classmethod
+    def restored(cls, rows: list[list[Any]]) -> Producers:
+        """The producers a ``snapshot`` holds."""
+        producers = cls()
+        for pid, epoch, last_ms, coordinator_epoch, window in rows:
+            state = producers._states[pid] = ProducerState(epoch, last_ms=last_ms, coordinator_epoch=coordinator_epoch)
+            state.batches.extend(zip(window[0::3], window[1::3], window[2::3], strict=True))
+        return producers
 
 
 class RefusedSequences:

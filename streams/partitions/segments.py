@@ -234,6 +234,7 @@ class RecoveredSegment:
     index_tail: int
     entries: list[IndexEntry] = field(default_factory=list)  # every batch past the segment's start, in order
     attributes: dict[str, int] = field(default_factory=dict)  # the data segment's, as durable
+    covered: Coverage | None = None  # how far ``entries`` reach (set by ``recover_segment``)
 
 
 def create_index_segment(store: SegmentService, name: str) -> None:
@@ -242,17 +243,43 @@ def create_index_segment(store: SegmentService, name: str) -> None:
         store.create_segment(name + INDEX_SUFFIX).result(BLOCKING_TIMEOUT)
 
 
-def recover_segment(store: SegmentService, name: str) -> RecoveredSegment:
-    """Blocking: load a segment's index segment, then index (and persist) what the data holds past it."""
+class StaleCoverage(StoreError):
+    """A snapshot's coverage of a segment no longer matches what the store holds."""
+
+
+@dataclass(frozen=True, slots=True)
+class Coverage:
+    """How much of a data segment a partition-state snapshot has taken in (``snapshots``): its index
+    segment up to ``index_bytes``, whose last entry ends at ``index_reach`` in the data, and its batches
+    up to ``data_end``, which may lie past that (the snapshot scanned a tail the index had not reached)."""
+
+    index_bytes: int = 0
+    index_reach: int = 0
+    data_end: int = 0
+
+
+def recover_segment(store: SegmentService, name: str, covered: Coverage | None = None,
+                    persist: bool = True) -> RecoveredSegment:
+    """Blocking: load a segment's index segment, then index what the data holds past it, and (with
+    ``persist``) append those entries to the index segment. With ``covered``, ``found.entries`` holds only
+    the batches past it, the rest being in a snapshot (StaleCoverage if the store no longer holds what it
+    covers); ``found.covered`` is what the segment holds now."""
     index_name = name + INDEX_SUFFIX
-    create_index_segment(store, name)
+    if persist:
+        create_index_segment(store, name)
     data_info = store.get_info(name)
     index_info = store.get_info(index_name)
-    raw = read_fully(store, index_name, index_info.start_offset, index_info.length)
+    covered = covered or Coverage()
+    if (covered.index_bytes > index_info.length or covered.data_end > data_info.length
+            or 0 < covered.index_bytes < index_info.start_offset):
+        raise StaleCoverage(f"{name}: a snapshot covers more than the store holds")
+    index_from = max(index_info.start_offset, covered.index_bytes)
+    raw = read_fully(store, index_name, index_from, index_info.length - index_from)
     found = RecoveredSegment(name, data_info.length, index_info.length, attributes=dict(data_info.attributes))
-    scan_from = data_info.start_offset
     usable = len(raw) - len(raw) % INDEX_ENTRY_SIZE
-    previous_end: int | None = None
+    # The trusted index: up to ``index_end`` in the index segment, reaching ``reach`` in the data.
+    index_end, reach = index_from, max(data_info.start_offset, covered.index_reach)
+    previous_end: int | None = covered.index_reach if covered.index_bytes else None
     broken = False
     for at in range(0, usable, INDEX_ENTRY_SIZE):
         entry = IndexEntry.unpack_from(raw, at)
@@ -262,21 +289,23 @@ def recover_segment(store: SegmentService, name: str) -> RecoveredSegment:
             # Entries out of segment order or a gap (an index written so by an older gateway): trusting
             # what follows would hide batches behind it. The data scan below indexes them instead.
             log.warning("index segment %s is not contiguous at entry %d (position %d after %d); the data "
-                        "past it is scanned at every load", index_name, at // INDEX_ENTRY_SIZE,
+                        "past it is scanned at every load", index_name, (index_from + at) // INDEX_ENTRY_SIZE,
                         entry.position - ENVELOPE.size, previous_end)
             broken = True
             break
         previous_end = entry.end
-        if entry.position >= data_info.start_offset:
+        index_end, reach = index_from + at + INDEX_ENTRY_SIZE, max(reach, entry.end)
+        if entry.end > covered.data_end and entry.position >= data_info.start_offset:
             found.entries.append(entry)
-        scan_from = max(scan_from, entry.end)
-    if usable != len(raw) or scan_from < data_info.length:
+    found.covered = Coverage(index_end, reach, max(reach, covered.data_end))
+    if usable != len(raw) or reach < data_info.length:
         # The index lags the data (a crash before it was written): index the tail and persist it.
-        missing = _scan_data(store, name, scan_from, data_info.length)
-        found.entries.extend(missing)
-        if usable != len(raw):
+        missing = _scan_data(store, name, reach, data_info.length)
+        found.entries.extend(e for e in missing if e.end > covered.data_end)
+        found.covered = Coverage(index_end, reach, data_info.length)
+        if usable != len(raw) and persist:
             log.warning("index segment %s has a torn tail; rebuilding its end", index_name)
-        if missing and not broken:  # appended after a broken part, entries would never be trusted
+        if missing and not broken and persist:  # appended after a broken part, entries would never be trusted
             # Conditional on the index read: on a cluster the partitions' leader may be appending these
             # very entries now, and two writers must never interleave (a gap or a duplicate). If it
             # moved, the leader is writing it (and its SegmentWriter resyncs on a refused offset).

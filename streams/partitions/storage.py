@@ -65,10 +65,12 @@ from millrace.streams.partitions.loading import (
     load_topic,
     log_start_key,
     segments_of_partitions,
+    take_snapshot,
 )
 from millrace.streams.partitions.partition import PartitionLog, PartitionOffsets
 from millrace.streams.partitions.producers import MARKER_COORDINATOR_EPOCH, ProducerState, RefusedSequences
 from millrace.streams.partitions.segments import BLOCKING_TIMEOUT, SegmentWriter, create_index_segment
+from millrace.streams.partitions.snapshots import delete_snapshots
 from millrace.streams.partitions.waiters import wait_for_any
 from millrace.streams.partitions.watermark import IdempotentBatch, PendingAppend
 from millrace.streams.partitions.writer_events import WriterEvents, attribute_key
@@ -258,6 +260,9 @@ class SegmentPartitionStorage(PartitionStorage):
         self._unresolved: dict[str, list[tuple[int, PendingAppend, Failure]]] = {}
         self._refused = RefusedSequences()  # so a batch behind a retriable refusal is not out of sequence
         self._log_start_writes: dict[PartitionLog, _LogStartWrites] = {}  # partitions whose start moved
+        # topic -> the bytes its index segments held when its last partition-state snapshot was taken
+        self._snapshot_marks: dict[str, int] = {}
+        self._snapshotting = False  # a snapshot round is running on the worker pool
         # Raises PartitionError unless (topic, partition) is in the ongoing transaction of the producer
         # id at that epoch; set by the transaction coordinator (None: transactional batches refused).
         self.transaction_check: Callable[[str, int, int, int], None] | None = None
@@ -404,6 +409,7 @@ class SegmentPartitionStorage(PartitionStorage):
 
     def _forget(self, name: str) -> None:
         self._refused.forget(name)
+        self._snapshot_marks.pop(name, None)
         for p in self._topics.pop(name, []):
             p.waiters.wake()
             self._log_start_writes.pop(p, None)
@@ -422,6 +428,7 @@ class SegmentPartitionStorage(PartitionStorage):
         if starts:
             self.tables.remove(LOG_STARTS_TABLE, starts)
         forget_topic(self.store, self.tables, name)  # compacted segments live outside the stream's history
+        delete_snapshots(self.store, *self.topics.stream_of(name))  # so do partition-state snapshots
         for segment in self.topics.segment_history(name):
             with contextlib.suppress(SegmentNotFoundError):
                 self.store.delete(segment + INDEX_SUFFIX).result(BLOCKING_TIMEOUT)
@@ -540,6 +547,49 @@ class SegmentPartitionStorage(PartitionStorage):
         transaction there (``producers.Producers.expire``); how many were forgotten."""
         before = self._now_ms() - expiration_ms
         return sum(p.producers.expire(before, p.txns.open) for parts in self._topics.values() for p in parts)
+
+    def snapshot_round(self, min_growth: int, expiration_ms: int) -> defer.Deferred[None] | None:
+        """Snapshot the partition state (``snapshots``) of each loaded topic served here whose index
+        segments grew by ``min_growth`` bytes since its last snapshot was taken: on the worker pool, one
+        topic after another, one round at a time. None when no round started."""
+        if self._snapshotting:
+            return None
+        due = []
+        for name, parts in self._topics.items():
+            if not parts or name in self._reloading or not self.leads(parts[0]):
+                continue
+            size = sum({w.name: w.index_tail for p in parts for w in p.segments}.values())
+            if size - self._snapshot_marks.get(name, 0) >= min_growth:
+                due.append((name, size))
+        if not due:
+            return None
+        self._snapshotting = True
+        expire_before = self._now_ms() - expiration_ms
+
+        def take_all() -> list[tuple[str, int]]:
+            taken = []
+            for name, size in due:
+                topic = self.topics.record(name)
+                if topic is None or topic.append_rules.compacted:
+                    continue
+                try:
+                    take_snapshot(self.store, self.clock, self.topics, self.tables, topic, expire_before)
+                except Exception as e:  # noqa: BLE001 - a snapshot is an optimisation; the next round tries again
+                    log.info("no snapshot of %s this round: %r", name, e)
+                    continue
+                taken.append((name, size))
+            return taken
+
+        def finished(result: list[tuple[str, int]] | Failure) -> None:
+            self._snapshotting = False
+            if isinstance(result, Failure):
+                _log_failure(result, "snapshotting", "partition state")
+                return
+            for name, size in result:
+                if name in self._topics:
+                    self._snapshot_marks[name] = size
+
+        return self.blocking(take_all).addBoth(finished)
 
     def append(self, topic: TopicInfo, p: PartitionLog, records: bytes | bytearray | memoryview | None, now_ms: int | None = None,
                events: WriterEvents | None = None) -> defer.Deferred[int]:

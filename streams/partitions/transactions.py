@@ -66,6 +66,15 @@ class PartitionTransactions:
         self._aborted_last: list[int] = []  # marker offsets of ``aborted`` (for bisect)
         self._aborts = ProducerAborts()  # ``aborted`` per producer, for ``in_aborted``
 
+    @classmethod
+    def restored(cls, open_transactions: dict[int, int], aborted: list[tuple[int, int, int]]) -> PartitionTransactions:
+        """The state ``open`` and ``aborted`` describe (a partition-state snapshot's)."""
+        txns = cls()
+        txns.open = dict(open_transactions)
+        for producer_id, first_offset, last_offset in aborted:
+            txns._add_aborted(AbortedTxn(producer_id, first_offset, last_offset))
+        return txns
+
     def batch(self, producer_id: int, base_offset: int) -> None:
         """A transactional data batch of ``producer_id`` got ``base_offset``."""
         self.open.setdefault(producer_id, base_offset)
