@@ -103,7 +103,11 @@ def test_merge_and_split_under_live_clients(server: ServerProcess, topic: str, g
     threads = [threading.Thread(target=produce, daemon=True), threading.Thread(target=consume, daemon=True)]
     for t in threads:
         t.start()
-    wait_for("records flowing", lambda: len(acked) > 200 and len(seen) > 100, timeout=30, interval=0.05)
+    try:
+        wait_for("records flowing", lambda: len(acked) > 200 and len(seen) > 100, timeout=30, interval=0.05)
+    except AssertionError as e:
+        raise AssertionError(f"{e}: sent {sent[0]}, acked {len(acked)}, failed {failed[:3]}, consumed {len(seen)}, "
+                             f"consumer errors {consumer_error}") from None
 
     # Rescale underneath: 4 segments -> [0-1] 2 3 -> [0-1] [2-3] -> [0-3] -> split back into 4.
     millrace(server, "merge", stream, str(start[0]["number"]), str(start[1]["number"]))
