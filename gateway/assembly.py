@@ -159,6 +159,7 @@ def kafka_config(options: ServerOptions, advertised_host: str, advertised_port: 
         producer_id_expiration_ms=options.producer_id_expiration_ms,
         native_txn_retention_ms=options.native_txn_retention_ms,
         state_snapshot_bytes=options.state_snapshot_bytes,
+        fetch_memory_bytes=options.fetch_budget_mb * MIB,
         group_initial_rebalance_delay_ms=options.group_initial_rebalance_delay_ms,
         log_dir=os.path.abspath(options.data_dir),
     )

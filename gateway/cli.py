@@ -36,6 +36,9 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--container-budget-mb", type=int, default=d.container_budget_mb,
                    help="MiB of appends a container may hold before they are durable before the connections "
                    "writing to it stop reading")
+    p.add_argument("--fetch-budget-mb", type=int, default=d.fetch_budget_mb,
+                   help="MiB of Fetch response data all Kafka connections together may be reading at once; a "
+                   "fetch over it returns less (at least one batch)")
     p.add_argument("--kafka-scope", default=d.kafka_scope, help="scope holding the streams of Kafka topics")
     p.add_argument("--no-auto-create-topics", dest="auto_create_topics", action="store_false",
                    help="refuse Metadata/Produce for unknown topics instead of creating them")

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from twisted.internet.defer import Deferred
 
+from millrace.store.budget import ByteBudget
 from millrace.store.contracts import SegmentService
 from millrace.store.controller import Controller
 from millrace.store.tables import TableStore
@@ -41,6 +42,10 @@ class KafkaConfig:
     default_partitions: int = 1
     max_request_bytes: int = 100 * 1024 * 1024
     max_message_bytes: int = 8 * 1024 * 1024  # largest record batch accepted
+    # Kafka's broker fetch.max.bytes: the most record bytes one Fetch response returns, whatever it asks
+    fetch_max_bytes: int = 55 * 1024 * 1024
+    # The Fetch response bytes all connections may be reading at once (``Broker.fetch_memory``)
+    fetch_memory_bytes: int = 128 * 1024 * 1024
     retention_check_seconds: float = 30.0  # how often retention.ms / retention.bytes are enforced
     # Kafka's group.initial.rebalance.delay.ms: a new group's first rebalance waits this long for more members
     group_initial_rebalance_delay_ms: int = 3000
@@ -88,6 +93,10 @@ class Broker:
         self.tables = tables
         self.config = config
         self._pool = pool
+        # Record bytes that Fetch responses being read hold: a fetch takes what it plans from here and
+        # gives it back once its response is assembled, and plans no more than is left (at least one
+        # batch), so many consumers asking for large fetches at once cannot hold more than this.
+        self.fetch_memory = ByteBudget(config.fetch_memory_bytes, "kafka-fetch")
 
     def blocking(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> Deferred[T]:
         """Run ``fn`` (which blocks on table-segment or store I/O) on the worker pool; the Deferred

@@ -116,6 +116,28 @@ def test_fetch_limits_hold_across_partitions_with_one_batch_of_progress(server):
     c.close()
 
 
+def test_fetches_stay_within_the_servers_fetch_memory_budget(tmp_path):
+    """A consumer may ask for 64 MiB, but a server run with --fetch-budget-mb 1 plans at most what is left
+    of that budget (Broker.fetch_memory) for a fetch, at least one batch; each fetch gives back what it
+    took, so fetch after fetch gets the whole budget again."""
+    with ServerProcess(str(tmp_path), "--fetch-budget-mb", "1") as srv:
+        c = local(srv.kafka_port)
+        c.create("budgeted", 1)
+        one = batch([bytes(60_000)])
+        for _ in range(60):  # 3.6 MB, 60 batches
+            assert c.produce("budgeted", 0, one).error_code == 0
+        offset, sizes = 0, []
+        while offset < 60:
+            pd = c.fetch("budgeted", 0, offset, max_bytes=64 << 20)
+            got = offsets_of(pd.records)
+            assert got and got[0] == offset
+            sizes.append(len(pd.records))
+            offset = got[-1] + 1
+        # 1 MiB holds 17 of these batches: every fetch but the last returns them all, none returns more.
+        assert sizes[:-1] == [17 * len(one)] * 3 and 0 < sizes[-1] <= 17 * len(one), sizes
+        c.close()
+
+
 def test_fetches_and_time_lookups_inside_folded_index_entries(server):
     """Hundreds of single-record batches: beyond the dense tail, durable index entries fold into runs of
     batches (``offset_index``). A fetch from inside a run starts at its offset, the byte budget holds

@@ -102,14 +102,18 @@ class _FetchPlan:
     def fetch_once(self) -> defer.Deferred:
         """Deferred of (response topics, bytes returned, any error).
 
-        KIP-74: the response's ``max_bytes`` and each partition's ``partition_max_bytes`` bound whole
+        KIP-74: the response's ``max_bytes`` (capped by the broker's ``fetch_max_bytes`` and by what is
+        left of ``Broker.fetch_memory``) and each partition's ``partition_max_bytes`` bound whole
         batches, shared out in request order; the first partition with data returns at least its first
         batch whatever the limits (as Kafka's ``minOneMessage``), so a consumer never stalls on a batch
         larger than its limits, and the others return only what still fits. Sizes come from the offset
         index, so every partition's share is fixed before any store read starts (the reads then run
         concurrently) and the response never exceeds the limits by more than that first batch."""
-        partitions = self.ctx.broker.partitions
-        budget = self.request.max_bytes if self.ctx.api_version >= 3 else 0x7FFFFFFF
+        broker = self.ctx.broker
+        partitions, memory = broker.partitions, broker.fetch_memory
+        asked = self.request.max_bytes if self.ctx.api_version >= 3 else 0x7FFFFFFF
+        budget = min(asked, broker.config.fetch_max_bytes, max(0, memory.limit - memory.used))
+        planned_bytes = 0
         min_one = True
         errors = False
         reads: list[defer.Deferred[FetchResponse.PartitionData]] = []
@@ -130,6 +134,7 @@ class _FetchPlan:
                     reads.append(defer.succeed(_empty(fp.partition, error_code(exc), partitions.offsets(p))))
                     continue
                 budget = max(0, budget - planned.size)
+                planned_bytes += planned.size
                 min_one = min_one and planned.size == 0
                 reads.append(planned.result.addCallback(self._partition_data, fp.partition))
         layout = self.topics
@@ -147,7 +152,13 @@ class _FetchPlan:
                 out.append(Response.FetchableTopicResponse(topic=ft.topic, topic_id=ft.topic_id, partitions=parts))
             return out, total, errors
 
-        return defer.gatherResults(reads, consumeErrors=True).addCallback(assemble)
+        memory.acquire(planned_bytes)
+
+        def release(result: Any) -> Any:
+            memory.release(planned_bytes)
+            return result
+
+        return defer.gatherResults(reads, consumeErrors=True).addBoth(release).addCallback(assemble)
 
     def _partition_data(self, fetched: FetchedRecords, partition: int) -> FetchResponse.PartitionData:
         data = _empty(partition, ErrorCode.NONE, fetched.offsets)
