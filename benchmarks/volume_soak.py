@@ -14,6 +14,7 @@ server (``--lts s3``: SeaweedFS ``weed mini`` with authentication, as the tests 
 
     .venv/bin/python -m benchmarks.volume_soak [--lts s3] [--gigabytes 20] [--partitions 8]
         [--tail-mb-s 10] [--catchup-seconds 60] [--cache-mb 64] [--partition-fetch-bytes 1048576]
+        [--consumers 1] [--server-arg=ARG ...]
 
 Never a test: the figures go to docs/performance.md.
 """
@@ -64,9 +65,10 @@ def produce(generator: Path, bootstrap: str, partitions: int, records: int, rate
 
 
 def catch_up(bootstrap: str, partitions: int, seconds: float, stop: threading.Event, fetch_bytes: tuple[int, int],
-             ) -> dict:
+             number: int = 0) -> dict:
     """Read from offset 0 of every partition until ``stop`` (or ``seconds``): bytes and seconds."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "volume-catch-up", "enable.auto.commit": False,
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"volume-catch-up-{number}",
+                         "enable.auto.commit": False,
                          "fetch.max.bytes": fetch_bytes[0], "max.partition.fetch.bytes": fetch_bytes[1]})
     consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(partitions)])
     read = 0
@@ -89,16 +91,18 @@ def lts_bytes(data_dir: Path, s3_data: Path) -> int:
 
 
 def run(lts: str, gigabytes: float, partitions: int, tail_mb_s: float, catchup_seconds: float,
-        cache_mb: int, fetch_bytes: tuple[int, int], generator: Path) -> dict:
+        cache_mb: int, fetch_bytes: tuple[int, int], generator: Path, consumers: int = 1,
+        server_args: tuple[str, ...] = ()) -> dict:
     scratch = Path(tempfile.mkdtemp(prefix="millrace-volume-"))
     data_dir = scratch / "data"
     records = int(gigabytes * 1e9 / RECORD_BYTES)
     tail_rate = tail_mb_s * 1e6 / RECORD_BYTES
     result: dict = {"lts": lts, "gigabytes": gigabytes, "partitions": partitions, "cache_mb": cache_mb,
-                    "fetch_max_bytes": fetch_bytes[0], "partition_fetch_bytes": fetch_bytes[1]}
+                    "fetch_max_bytes": fetch_bytes[0], "partition_fetch_bytes": fetch_bytes[1],
+                    "consumers": consumers, "server_args": list(server_args)}
     try:
         with lts_args(lts, scratch) as (args, env):
-            args = (*args, "--cache-mb", str(cache_mb))
+            args = (*args, "--cache-mb", str(cache_mb), *server_args)
             server = ServerProcess(str(data_dir), *args, env=env).start()
             try:
                 admin = AdminClient({"bootstrap.servers": server.bootstrap})
@@ -116,15 +120,20 @@ def run(lts: str, gigabytes: float, partitions: int, tail_mb_s: float, catchup_s
                 alone = produce(generator, server.bootstrap, partitions, tail_records // 4, tail_rate)
                 result["tail_alone"] = {k: alone[k] for k in ("mb_per_s", "latency_ms")}
                 stop = threading.Event()
-                reader: dict = {}
-                consumer = threading.Thread(target=lambda: reader.update(
-                    catch_up(server.bootstrap, partitions, catchup_seconds * 2, stop, fetch_bytes)))
-                consumer.start()
+                readers: list[dict] = [{} for _ in range(consumers)]
+                threads = [threading.Thread(target=lambda n=n: readers[n].update(
+                    catch_up(server.bootstrap, partitions, catchup_seconds * 2, stop, fetch_bytes, n)))
+                    for n in range(consumers)]
+                for t in threads:
+                    t.start()
                 tail = produce(generator, server.bootstrap, partitions, tail_records, tail_rate)
                 stop.set()
-                consumer.join()
+                for t in threads:
+                    t.join()
                 result["tail_during_catch_up"] = {k: tail[k] for k in ("mb_per_s", "latency_ms")}
-                result["catch_up"] = {**reader, "ratio_to_tail": reader["mb_per_s"] / tail["mb_per_s"]}
+                mb_per_s = sum(r["mb_per_s"] for r in readers)
+                result["catch_up"] = {"mb_per_s": mb_per_s, "each_mb_per_s": [r["mb_per_s"] for r in readers],
+                                      "ratio_to_tail": mb_per_s / tail["mb_per_s"]}
                 sampler.stop.set()
                 sampler.join()
                 result["rss_mb_peak_with_catch_up"] = round(sampler.peak / 1e6)
@@ -153,12 +162,16 @@ def main() -> None:
     # librdkafka's defaults; larger ones read faster, and the server then holds larger responses.
     parser.add_argument("--fetch-max-bytes", type=int, default=52_428_800)
     parser.add_argument("--partition-fetch-bytes", type=int, default=1_048_576)
+    parser.add_argument("--consumers", type=int, default=1, help="catch-up consumers, each in its own group")
+    parser.add_argument("--server-arg", action="append", default=[], help="one more `millrace serve` argument "
+                        "(repeat; e.g. --server-arg=--fetch-budget-mb --server-arg=1024)")
     parser.add_argument("--cache", default=os.path.expanduser("~/.cache/millrace-bench"))
     args = parser.parse_args()
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
     result = run(args.lts, args.gigabytes, args.partitions, args.tail_mb_s, args.catchup_seconds, args.cache_mb,
-                 (args.fetch_max_bytes, args.partition_fetch_bytes), build_generator(cache))
+                 (args.fetch_max_bytes, args.partition_fetch_bytes), build_generator(cache), args.consumers,
+                 tuple(args.server_arg))
     print(json.dumps(result, indent=1))
 
 
