@@ -38,7 +38,7 @@ class ServerOptions:
     # container may hold before they are durable, before the connections feeding them stop reading.
     connection_budget_mb: int = 32
     container_budget_mb: int = 64
-    fetch_budget_mb: int = 128  # Fetch response bytes all connections may be reading at once
+    fetch_budget_mb: int = 16  # Fetch response bytes all connections may be reading at once
     # Replicated durable logs: "host:port,..." of `millrace logd` replicas (None: the local file log),
     # with the write and ack quorums; the logs' metadata stays in <data_dir>/logmeta for now.
     log_replicas: str | None = None

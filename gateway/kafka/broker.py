@@ -45,7 +45,7 @@ class KafkaConfig:
     # Kafka's broker fetch.max.bytes: the most record bytes one Fetch response returns, whatever it asks
     fetch_max_bytes: int = 55 * 1024 * 1024
     # The Fetch response bytes all connections may be reading at once (``Broker.fetch_memory``)
-    fetch_memory_bytes: int = 128 * 1024 * 1024
+    fetch_memory_bytes: int = 16 * 1024 * 1024
     retention_check_seconds: float = 30.0  # how often retention.ms / retention.bytes are enforced
     # Kafka's group.initial.rebalance.delay.ms: a new group's first rebalance waits this long for more members
     group_initial_rebalance_delay_ms: int = 3000
