@@ -70,6 +70,15 @@ class RequestContext:
     correlation_id: int
     client_id: str | None
     peer: str
+    # Calls the connection makes once the response has left for the socket, or the connection is gone
+    sent_callbacks: list[Callable[[], None]] | None = None
+
+    def when_sent(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` once this request's response is sent (handed to the socket, not merely queued in the
+        transport), or the connection closes without sending it: for memory a response holds."""
+        if self.sent_callbacks is None:
+            self.sent_callbacks = []
+        self.sent_callbacks.append(fn)
 
 
 class Broker:
@@ -93,9 +102,10 @@ class Broker:
         self.tables = tables
         self.config = config
         self._pool = pool
-        # Record bytes that Fetch responses being read hold: a fetch takes what it plans from here and
-        # gives it back once its response is assembled, and plans no more than is left (at least one
-        # batch), so many consumers asking for large fetches at once cannot hold more than this.
+        # Record bytes that Fetch responses hold: a fetch takes what it plans from here and gives it back
+        # once its response has left for the socket (``RequestContext.when_sent``), and plans no more than
+        # is left (at least one batch), so many consumers asking for large fetches at once, or reading
+        # them slowly, cannot make the server hold more than this.
         self.fetch_memory = ByteBudget(config.fetch_memory_bytes, "kafka-fetch")
 
     def blocking(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> Deferred[T]:

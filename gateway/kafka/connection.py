@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from twisted.internet import defer, protocol
@@ -29,10 +30,18 @@ from millrace.gateway.kafka_protocol.primitives import Buffer
 log = logging.getLogger(__name__)
 
 
+def _call_all(calls: list[Callable[[], None]]) -> None:
+    for fn in calls:
+        try:
+            fn()
+        except Exception:  # noqa: BLE001 - one failing call must not skip the others
+            log.exception("a call after a response was sent failed")
+
+
 class _Slot:
     """A request's place in the connection's response order."""
 
-    __slots__ = ("parts", "ready", "size")
+    __slots__ = ("parts", "ready", "size", "sent_callbacks")
 
     def __init__(self, size: int) -> None:
         # The encoded response as buffers, written as they are (records stay the views the handler
@@ -40,6 +49,7 @@ class _Slot:
         self.parts: list[Buffer] | None = None
         self.ready = False
         self.size = size  # the request's bytes, held against the connection's budget until answered
+        self.sent_callbacks: list[Callable[[], None]] | None = None  # ``RequestContext.when_sent``'s
 
 
 class KafkaConnection(BudgetedReceiver):
@@ -49,6 +59,9 @@ class KafkaConnection(BudgetedReceiver):
         self.MAX_LENGTH = broker.config.max_request_bytes
         self._slots: collections.deque[_Slot] = collections.deque()
         self._peer = ""
+        # ``when_sent`` calls of responses written while the transport held more than its buffer size:
+        # made when it has sent everything (``resumeProducing``) or the connection is gone
+        self._after_send: list[Callable[[], None]] = []
 
     def connectionMade(self) -> None:  # noqa: N802 - Twisted's name
         # Responses are small and latency-bound: never let Nagle hold one back for a delayed ACK.
@@ -95,25 +108,51 @@ class KafkaConnection(BudgetedReceiver):
             except Exception:  # noqa: BLE001 - a response we cannot encode must not leave the client hanging
                 self._failed(ctx, Failure())
                 return
+        slot.sent_callbacks = ctx.sent_callbacks
         slot.ready = True
         self._flush()
 
     def _flush(self) -> None:
         out: list[Buffer] = []
+        sent: list[Callable[[], None]] = []
         slots = self._slots
         while slots and slots[0].ready:
             slot = slots.popleft()
             if slot.parts is not None:
                 out.extend(slot.parts)
+            if slot.sent_callbacks is not None:
+                sent += slot.sent_callbacks
             self.answered(slot.size)
         if out:
             # One buffer for everything ready: the transport joins its pending buffers before it sends
             # anyway, and one write spares its per-buffer checks (a small response has a dozen parts).
             self.tcp.write(b"".join(out))
+        if sent:
+            if self._send_wait and not self._closed:  # the transport keeps some unsent (it paused us)
+                self._after_send += sent
+            else:
+                _call_all(sent)
+
+    def resumeProducing(self) -> None:  # noqa: N802 - Twisted's name
+        """The transport sent every byte it held."""
+        if self._after_send:
+            sent, self._after_send = self._after_send, []
+            _call_all(sent)
+        super().resumeProducing()
+
+    def connectionLost(self, reason: Failure = protocol.connectionDone) -> None:  # noqa: N802 - Twisted's name
+        super().connectionLost(reason)
+        # What waited for the transport will never be sent; responses still to come find the
+        # connection closed and make their calls at once (``_flush``).
+        sent, self._after_send = self._after_send, []
+        _call_all(sent)
 
     def _failed(self, ctx: RequestContext, failure: Failure) -> None:
         log.error("Kafka %s v%d from %s failed; closing the connection\n%s",
                   REGISTRY[ctx.api_key].name, ctx.api_version, self._peer, failure.getTraceback())
+        if ctx.sent_callbacks:
+            _call_all(ctx.sent_callbacks)  # it will never be sent
+            ctx.sent_callbacks = None
         self.tcp.loseConnection()
 
     def _unsupported(self, exc: UnsupportedApiError, size: int) -> None:

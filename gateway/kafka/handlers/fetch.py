@@ -100,7 +100,8 @@ class _FetchPlan:
         return [p for _, entries in self.topics for _, p, _ in entries if p is not None]
 
     def fetch_once(self) -> defer.Deferred:
-        """Deferred of (response topics, bytes returned, any error).
+        """Deferred of (response topics, bytes returned, any error, bytes held in ``Broker.fetch_memory``
+        until the caller gives them back).
 
         KIP-74: the response's ``max_bytes`` (capped by the broker's ``fetch_max_bytes`` and by what is
         left of ``Broker.fetch_memory``) and each partition's ``partition_max_bytes`` bound whole
@@ -139,7 +140,7 @@ class _FetchPlan:
                 reads.append(planned.result.addCallback(self._partition_data, fp.partition))
         layout = self.topics
 
-        def assemble(results: list[FetchResponse.PartitionData]) -> tuple[list[_Topic], int, bool]:
+        def assemble(results: list[FetchResponse.PartitionData]) -> tuple[list[_Topic], int, bool, int]:
             it = iter(results)
             out = []
             total = 0
@@ -150,15 +151,15 @@ class _FetchPlan:
                     total += len(data.records or b"")
                     parts.append(data)
                 out.append(Response.FetchableTopicResponse(topic=ft.topic, topic_id=ft.topic_id, partitions=parts))
-            return out, total, errors
+            return out, total, errors, planned_bytes
 
         memory.acquire(planned_bytes)
 
-        def release(result: Any) -> Any:
+        def release(failure: Any) -> Any:
             memory.release(planned_bytes)
-            return result
+            return failure
 
-        return defer.gatherResults(reads, consumeErrors=True).addBoth(release).addCallback(assemble)
+        return defer.gatherResults(reads, consumeErrors=True).addCallbacks(assemble, release)
 
     def _partition_data(self, fetched: FetchedRecords, partition: int) -> FetchResponse.PartitionData:
         data = _empty(partition, ErrorCode.NONE, fetched.offsets)
@@ -185,11 +186,15 @@ def handle_fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse | 
     def attempt(_: Any = None) -> defer.Deferred:
         return plan.fetch_once().addCallback(decide)
 
-    def decide(outcome: tuple[list[_Topic], int, bool]) -> FetchResponse | defer.Deferred[FetchResponse]:
-        topics, total, errors = outcome
+    def decide(outcome: tuple[list[_Topic], int, bool, int]) -> FetchResponse | defer.Deferred[FetchResponse]:
+        topics, total, errors, held = outcome
+        memory = ctx.broker.fetch_memory
         remaining = deadline - time.monotonic()
         if total >= min_bytes or errors or remaining <= 0.001:
+            # The response's bytes stay in memory until the socket has taken them.
+            ctx.when_sent(lambda: memory.release(held))
             return _respond(ctx, topics)
+        memory.release(held)
         if not plan.logs():
             # Only internal topics, which stay empty: wait out max_wait_ms as Kafka's delayed fetch does,
             # so a consumer polling them does not spin.
