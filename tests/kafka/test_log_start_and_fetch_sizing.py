@@ -119,7 +119,8 @@ def test_fetch_limits_hold_across_partitions_with_one_batch_of_progress(server):
 def test_fetches_stay_within_the_servers_fetch_memory_budget(tmp_path):
     """A consumer may ask for 64 MiB, but a server run with --fetch-budget-mb 1 plans at most what is left
     of that budget (Broker.fetch_memory) for a fetch, at least one batch; each fetch gives back what it
-    took, so fetch after fetch gets the whole budget again."""
+    took once its response is sent, or its connection is gone, so fetch after fetch gets the whole
+    budget again, also after a client that never read its responses went away."""
     with ServerProcess(str(tmp_path), "--fetch-budget-mb", "1") as srv:
         c = local(srv.kafka_port)
         c.create("budgeted", 1)
@@ -135,6 +136,16 @@ def test_fetches_stay_within_the_servers_fetch_memory_budget(tmp_path):
             offset = got[-1] + 1
         # 1 MiB holds 17 of these batches: every fetch but the last returns them all, none returns more.
         assert sizes[:-1] == [17 * len(one)] * 3 and 0 < sizes[-1] <= 17 * len(one), sizes
+        stalled = local(srv.kafka_port)
+        F = request_class(FETCH)  # noqa: N806 - a generated message class
+        big = F(max_wait_ms=0, min_bytes=1, max_bytes=64 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+                topics=[F.FetchTopic(topic="budgeted", partitions=[F.FetchPartition(
+                    partition=0, fetch_offset=0, partition_max_bytes=64 << 20)])])
+        stalled.submit_together([(FETCH, 12, big)] * 8)  # and never reads the answers
+        time.sleep(1)
+        stalled.close()
+        time.sleep(0.5)
+        assert len(c.fetch("budgeted", 0, 0, max_bytes=64 << 20).records) == 17 * len(one)
         c.close()
 
 
