@@ -29,6 +29,8 @@ from millrace.gateway.kafka_protocol.primitives import Buffer
 
 log = logging.getLogger(__name__)
 
+WRITE_CHUNK = 1 << 20  # a response larger than this goes to the transport in pieces of it, as it sends
+
 
 def _call_all(calls: list[Callable[[], None]]) -> None:
     for fn in calls:
@@ -59,8 +61,10 @@ class KafkaConnection(BudgetedReceiver):
         self.MAX_LENGTH = broker.config.max_request_bytes
         self._slots: collections.deque[_Slot] = collections.deque()
         self._peer = ""
-        # ``when_sent`` calls of responses written while the transport held more than its buffer size:
-        # made when it has sent everything (``resumeProducing``) or the connection is gone
+        # Response bytes the transport has yet to take (``_write_out``), and the ``when_sent`` calls of
+        # responses not all sent yet: made once it has sent everything (``resumeProducing``), or the
+        # connection is gone
+        self._outgoing: collections.deque[Buffer] = collections.deque()
         self._after_send: list[Callable[[], None]] = []
 
     def connectionMade(self) -> None:  # noqa: N802 - Twisted's name
@@ -124,26 +128,53 @@ class KafkaConnection(BudgetedReceiver):
                 sent += slot.sent_callbacks
             self.answered(slot.size)
         if out:
-            # One buffer for everything ready: the transport joins its pending buffers before it sends
-            # anyway, and one write spares its per-buffer checks (a small response has a dozen parts).
-            self.tcp.write(b"".join(out))
+            if self._outgoing or sum(map(len, out)) > WRITE_CHUNK:
+                self._outgoing.extend(out)
+                self._write_out()
+            else:
+                # One buffer for everything ready: the transport joins its pending buffers before it sends
+                # anyway, and one write spares its per-buffer checks (a small response has a dozen parts).
+                self.tcp.write(b"".join(out))
         if sent:
-            if self._send_wait and not self._closed:  # the transport keeps some unsent (it paused us)
+            if self._outgoing or (self._send_wait and not self._closed):  # not all of it is sent yet
                 self._after_send += sent
             else:
                 _call_all(sent)
 
+    def _write_out(self) -> None:
+        """Hand queued response bytes to the transport, ``WRITE_CHUNK`` at a time, while it takes them: the
+        transport joins what it holds into one buffer, so a large response written whole would be held
+        twice (its parts, often views of store reads, and the joined copy) until the client read it."""
+        outgoing = self._outgoing
+        while outgoing and not self._send_wait and not self._closed:
+            chunk: list[Buffer] = []
+            room = WRITE_CHUNK
+            while outgoing and room > 0:
+                part = outgoing.popleft()
+                if len(part) > room:
+                    view = memoryview(part)
+                    chunk.append(view[:room])
+                    outgoing.appendleft(view[room:])
+                    break
+                chunk.append(part)
+                room -= len(part)
+            self.tcp.write(b"".join(chunk))  # the transport pauses us (``_send_wait``) once it holds enough
+        if self._closed:
+            outgoing.clear()
+
     def resumeProducing(self) -> None:  # noqa: N802 - Twisted's name
         """The transport sent every byte it held."""
-        if self._after_send:
+        super().resumeProducing()
+        self._write_out()
+        if self._after_send and not self._outgoing and not self._send_wait:
             sent, self._after_send = self._after_send, []
             _call_all(sent)
-        super().resumeProducing()
 
     def connectionLost(self, reason: Failure = protocol.connectionDone) -> None:  # noqa: N802 - Twisted's name
         super().connectionLost(reason)
         # What waited for the transport will never be sent; responses still to come find the
         # connection closed and make their calls at once (``_flush``).
+        self._outgoing.clear()
         sent, self._after_send = self._after_send, []
         _call_all(sent)
 
