@@ -7,7 +7,6 @@ consumer reading live through the crash never saw a record the crash then lost."
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections import Counter, defaultdict
@@ -19,17 +18,12 @@ from kafka import KafkaProducer
 
 from compat_tests.common import wait_for
 from compat_tests.conftest import DEFAULT_PARTITIONS, start_server
+from tests.ports import free_port
 from tests.server_process import ServerProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 TOTAL = 4000  # records the producer sends, across the crash
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def consumer(bootstrap: str, group: str, **extra: Any) -> Consumer:

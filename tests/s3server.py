@@ -17,7 +17,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.ports import free_ports
 
 ACCESS_KEY = "MILLRACETESTKEY"
 SECRET_KEY = "millrace-test-secret-0123456789"
@@ -103,20 +104,6 @@ def find_weed() -> str | None:
     if beside.is_file() and os.access(beside, os.X_OK):
         return str(beside)
     return shutil.which("weed")
-
-
-def _free_ports(n: int) -> list[int]:
-    # Hold every socket open until all are chosen so the kernel cannot hand out one port twice.
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def _die_with_parent() -> None:
@@ -215,7 +202,7 @@ def start_s3_server(workdir: Path, weed: str | None = None) -> Iterator[S3Server
         run_dir = workdir / f"weed{attempt}"
         (run_dir / "logs").mkdir(parents=True)
         (run_dir / "data").mkdir()
-        ports = dict(zip(_PORT_FLAGS, _free_ports(len(_PORT_FLAGS)), strict=True))
+        ports = dict(zip(_PORT_FLAGS, free_ports(len(_PORT_FLAGS)), strict=True))
         log_path = run_dir / "weed.log"
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(

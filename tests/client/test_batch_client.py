@@ -6,7 +6,6 @@ reads back as a read_committed Kafka consumer reads it."""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 import uuid
@@ -30,6 +29,7 @@ from millrace import (
     StringSerializer,
 )
 from millrace.client.streams import StreamDescription
+from tests.ports import free_port
 from tests.server_process import ServerProcess
 
 KEYS = [f"device-{n}" for n in range(64)]
@@ -200,15 +200,10 @@ def test_a_truncated_stream_lists_from_its_head(uri: str) -> None:
         assert batch.list_segments("trunc", "s", old_head) == ranges
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 def test_a_range_read_goes_on_across_a_server_restart(tmp_path: Any) -> None:
     data = str(tmp_path / "data")
-    args = ("--native-port", str(_free_port()), "--kafka-port", str(_free_port()))
+    args = ("--native-port", str(free_port()), "--kafka-port", str(free_port()))
     server = ServerProcess(data, *args).start()
     try:
         with StreamManager(f"tcp://127.0.0.1:{server.native_port}") as sm:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import os
 import random
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from millrace.protocol.errors import (
     SegmentTruncatedError,
     WriterFencedError,
 )
+from tests.ports import free_port
 from tests.server_process import ServerProcess
 
 SCOPE = "bytes"
@@ -217,19 +217,14 @@ def test_byte_data_and_event_data_never_mix(sm: StreamManager, server: ServerPro
         sm.create_byte_writer(SCOPE, "wide")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 @pytest.mark.slow
 def test_exactly_once_across_a_server_sigkill(tmp_path: Any) -> None:
     """SIGKILL the server while a writer streams: appends whose answers were lost are settled by the
     writer's attribute, so the stream holds every byte written exactly once, in order."""
-    native = _free_port()
+    native = free_port()
     data = str(tmp_path / "data")
-    args = ("--native-port", str(native), "--kafka-port", str(_free_port()))
+    args = ("--native-port", str(native), "--kafka-port", str(free_port()))
     server = ServerProcess(data, *args).start()
     try:
         with StreamManager(f"tcp://127.0.0.1:{native}", reconnect_timeout=120.0) as sm:

@@ -3,7 +3,6 @@ reconnection."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from millrace import (
 from millrace.client.segments import SegmentClient
 from millrace.protocol.errors import InvalidRequestError, SegmentNotFoundError, UnknownCommandError
 from millrace.protocol.wire import Command
+from tests.ports import free_port
 from tests.server_process import ServerProcess
 
 
@@ -148,14 +148,9 @@ def test_malformed_requests_get_an_error_status_and_the_server_lives(uri: str, s
         assert "kafka" in sm.list_scopes()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 def test_manager_reconnects_after_a_server_crash(tmp_path) -> None:
-    port = _free_port()
+    port = free_port()
     data = str(tmp_path / "data")
     server = ServerProcess(data, "--native-port", str(port)).start()
     try:

@@ -4,7 +4,6 @@ events are stored as Kafka records in its own segments (read back raw here)."""
 
 from __future__ import annotations
 
-import socket
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -18,6 +17,7 @@ from millrace.client.segments import SegmentClient
 from millrace.protocol.errors import StreamNotFoundError
 from millrace.protocol.records import iter_batches
 from millrace.streams.partitions.formats import ENVELOPE, ENVELOPE_MAGIC, INDEX_SUFFIX
+from tests.ports import free_port
 from tests.server_process import ServerProcess
 
 
@@ -135,15 +135,10 @@ def test_a_second_instance_fences_the_first_outside_kafka(server: ServerProcess,
         assert [v for _, _, _, v in stored_events(server, sm, "fence", "s")] == [b"a", b"b"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 def test_partitions_and_offsets_survive_a_restart(tmp_path) -> None:
     data = str(tmp_path / "data")
-    args = ("--native-port", str(_free_port()), "--kafka-port", str(_free_port()))
+    args = ("--native-port", str(free_port()), "--kafka-port", str(free_port()))
     server = ServerProcess(data, *args).start()
     try:
         uri = f"tcp://127.0.0.1:{server.native_port}"
@@ -187,7 +182,7 @@ def test_a_deleted_stream_re_created_under_its_name_starts_fresh(tmp_path) -> No
     the new stream is partitioned for its own segment count, and its offsets start at 0, also after a
     restart (an old index segment of the same name would be loaded as the new stream's)."""
     data = str(tmp_path / "data")
-    args = ("--native-port", str(_free_port()), "--kafka-port", str(_free_port()))
+    args = ("--native-port", str(free_port()), "--kafka-port", str(free_port()))
     server = ServerProcess(data, *args).start()
     try:
         uri = f"tcp://127.0.0.1:{server.native_port}"

@@ -5,7 +5,6 @@ retried, and nothing that is not an entry is ever skipped."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -25,6 +24,7 @@ from millrace import (
 from millrace.client.segments import SegmentClient
 from millrace.protocol.errors import SegmentTruncatedError
 from tests.client.synchronizer_process import add
+from tests.ports import free_port
 from tests.server_process import ServerProcess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -232,19 +232,14 @@ def test_the_example_runs(uri: str) -> None:
     assert lines[3] == "all agree: True"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 @pytest.mark.slow
 def test_updates_apply_once_across_server_sigkills(tmp_path: Any) -> None:
     """SIGKILL the server while two members update: an append whose answer was lost either landed or
     not, and the member learns which from the slot, so the total is exactly the updates that returned."""
-    native = _free_port()
+    native = free_port()
     data = str(tmp_path / "data")
-    args = ("--native-port", str(native), "--kafka-port", str(_free_port()))
+    args = ("--native-port", str(native), "--kafka-port", str(free_port()))
     server = ServerProcess(data, *args).start()
     uri = f"tcp://127.0.0.1:{native}"
     managers = [StreamManager(uri, reconnect_timeout=120.0) for _ in range(2)]

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -37,6 +36,7 @@ from millrace.protocol.errors import InvalidRequestError, StreamNotFoundError
 from millrace.protocol.events import encode_batch
 from millrace.protocol.messages import EndTxn, ListSegments, SegmentsReply
 from millrace.protocol.wire import Command
+from tests.ports import free_port
 from tests.server_process import ServerProcess, create_topic
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -356,16 +356,11 @@ def test_a_killed_writer_process_leaves_its_transactions_to_its_lease_or_to_anot
         assert in_key_order(stored, "0")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 @pytest.fixture
 def own_server(tmp_path) -> Iterator[tuple[str, tuple[str, ...]]]:
     """A data dir and fixed ports for a server a test kills and restarts itself."""
-    yield str(tmp_path / "data"), ("--native-port", str(_free_port()), "--kafka-port", str(_free_port()))
+    yield str(tmp_path / "data"), ("--native-port", str(free_port()), "--kafka-port", str(free_port()))
 
 
 @pytest.mark.slow

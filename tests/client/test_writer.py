@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -27,6 +26,7 @@ from millrace import (
 )
 from millrace.protocol.errors import EventsRefusedError
 from millrace.protocol.messages import AppendEvents
+from tests.ports import free_port
 from tests.server_process import ServerProcess, create_topic
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -140,15 +140,10 @@ def test_a_second_instance_of_a_writer_id_fences_the_first(server: ServerProcess
     assert [v for _, _, _, v in confluent_read(server, "fenced", 1, 2)] == [b"a", b"b"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 @pytest.mark.slow
 def test_exactly_once_across_a_server_sigkill(tmp_path) -> None:
-    native, kafka = _free_port(), _free_port()
+    native, kafka = free_port(), free_port()
     data = str(tmp_path / "data")
     args = ("--native-port", str(native), "--kafka-port", str(kafka))
     server = ServerProcess(data, *args).start()
@@ -283,7 +278,7 @@ def test_replay_after_a_server_sigkill_and_splits_stores_each_event_once(tmp_pat
     """The event numbers are durable with the data and follow a partition into its successors: a
     numbered writer writes while the topic's segment splits twice, the server is SIGKILLed, the writer
     too; after the restart a new instance writes every event again and each is stored once."""
-    native, kafka = _free_port(), _free_port()
+    native, kafka = free_port(), free_port()
     data = str(tmp_path / "data")
     args = ("--native-port", str(native), "--kafka-port", str(kafka))
     server = ServerProcess(data, *args).start()

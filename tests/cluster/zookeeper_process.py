@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Self
 
+from tests.ports import free_port
+
 ZOOKEEPER_JAR = "/usr/share/java/zookeeper.jar"
 # ZooKeeper logs through SLF4J; without a binding it is silent, so its own log file would be empty.
 SLF4J_SIMPLE_JAR = "/usr/share/java/slf4j-simple.jar"
@@ -34,12 +36,6 @@ def zookeeper_available() -> str | None:
     if shutil.which("java") is None:
         return "no java on PATH (scripts/bootstrap.sh installs openjdk-17-jdk-headless)"
     return None
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def four_letter_word(port: int, word: bytes, timeout: float = 2.0) -> bytes:

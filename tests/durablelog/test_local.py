@@ -50,15 +50,23 @@ def test_ordering_under_16_threads_and_group_commit(tmp_path: Path) -> None:
     log = open_log(tmp_path)
     per_thread = 300
     results: dict[int, list[tuple[int, int]]] = {}
-    completion_order: list[int] = []
+    completion_order: list[int] = []  # as the writer thread completed them
     start = threading.Barrier(16)
+    appenders: set[int] = set()
+
+    def completed(fut: Future) -> None:
+        # A callback added to a future already complete runs at once on the appending thread, out of
+        # the writer's order: only the writer thread's calls show the order futures complete in.
+        if threading.get_ident() not in appenders:
+            completion_order.append(fut.result().sequence)
 
     def worker(worker_id: int) -> None:
+        appenders.add(threading.get_ident())
         start.wait()
         futures = []
         for i in range(per_thread):
             f = log.append(payload_for(worker_id, i))
-            f.add_done_callback(lambda fut: completion_order.append(fut.result().sequence))
+            f.add_done_callback(completed)
             futures.append(f)
             if i % 10 == 0:
                 f.result(timeout=30)  # mix waiting and pipelining appenders
@@ -77,7 +85,7 @@ def test_ordering_under_16_threads_and_group_commit(tmp_path: Path) -> None:
     assert stats.fsyncs == stats.batches
     assert stats.fsyncs < total, "group commit should batch concurrent appends"
     # Futures complete in sequence order (callbacks run on the writer thread, one batch after another).
-    assert completion_order == list(range(1, total + 1))
+    assert completion_order == sorted(completion_order) and len(completion_order) > total // 10
     entries = dict(read_payloads(tmp_path))
     assert sorted(entries) == list(range(1, total + 1))
     for worker_id, pairs in results.items():
