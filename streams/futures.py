@@ -9,7 +9,8 @@ Threads and what each owns:
   never block: they answer at once or return a Deferred.
 - **Worker pool** (the ``controller`` ThreadPoolExecutor; ``Broker.blocking``). Blocking table and
   controller I/O: topic create/delete/grow/configs, stream scaling, group-store writes, log-start
-  writes, and the reads that load or reload a topic's partitions. A worker owns nothing of the
+  writes, the reads that load or reload a topic's partitions, and partition-state snapshots (built
+  from the store alone, like a load). A worker owns nothing of the
   reactor's: a load builds *fresh* partition objects no one else can see, and the reactor takes them
   over when the Deferred fires (``SegmentPartitionStorage._install``). Topic records are the
   exception that is shared: ``TopicRegistry`` replaces immutable ``TopicInfo`` values under its lock on

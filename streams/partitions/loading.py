@@ -130,8 +130,7 @@ def take_snapshot(store: SegmentService, clock: IReactorTime, topics: TopicRegis
             continue
         found = recover_segment(store, name, covered.get(name), persist=False)
         replay(store, parts, SegmentWriter(store, clock, name, 0, 0), found, attributes=False)
-        if found.covered is not None:
-            now[name] = found.covered
+        now[name] = found.covered
     log_starts = log_starts_of(tables, topic.name)
     for p in parts:
         if p.dropped_in is not None or not p.forget_segments({w.name for w in p.segments} - now.keys()):

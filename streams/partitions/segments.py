@@ -225,6 +225,17 @@ class SegmentWriter:
         self._index_pending = []
 
 
+@dataclass(frozen=True, slots=True)
+class Coverage:
+    """How much of a data segment a partition-state snapshot has taken in (``snapshots``): its index
+    segment up to ``index_bytes``, whose last entry ends at ``index_reach`` in the data, and its batches
+    up to ``data_end``, which may lie past that (the snapshot scanned a tail the index had not reached)."""
+
+    index_bytes: int = 0
+    index_reach: int = 0
+    data_end: int = 0
+
+
 @dataclass
 class RecoveredSegment:
     """What recovery found in one data segment (plain data, handed to the reactor to install)."""
@@ -234,7 +245,7 @@ class RecoveredSegment:
     index_tail: int
     entries: list[IndexEntry] = field(default_factory=list)  # every batch past the segment's start, in order
     attributes: dict[str, int] = field(default_factory=dict)  # the data segment's, as durable
-    covered: Coverage | None = None  # how far ``entries`` reach (set by ``recover_segment``)
+    covered: Coverage = field(default_factory=Coverage)  # how far ``entries`` reach
 
 
 def create_index_segment(store: SegmentService, name: str) -> None:
@@ -245,17 +256,6 @@ def create_index_segment(store: SegmentService, name: str) -> None:
 
 class StaleCoverage(StoreError):
     """A snapshot's coverage of a segment no longer matches what the store holds."""
-
-
-@dataclass(frozen=True, slots=True)
-class Coverage:
-    """How much of a data segment a partition-state snapshot has taken in (``snapshots``): its index
-    segment up to ``index_bytes``, whose last entry ends at ``index_reach`` in the data, and its batches
-    up to ``data_end``, which may lie past that (the snapshot scanned a tail the index had not reached)."""
-
-    index_bytes: int = 0
-    index_reach: int = 0
-    data_end: int = 0
 
 
 def recover_segment(store: SegmentService, name: str, covered: Coverage | None = None,

@@ -567,18 +567,17 @@ class SegmentPartitionStorage(PartitionStorage):
         expire_before = self._now_ms() - expiration_ms
 
         def take_all() -> list[tuple[str, int]]:
-            taken = []
-            for name, size in due:
+            # Every topic tried is marked, with a snapshot or without (compacted, a batch a load would
+            # drop, a store error): it is tried again once it has grown as much again, not every round.
+            for name, _ in due:
                 topic = self.topics.record(name)
-                if topic is None or topic.append_rules.compacted:
+                if topic is None:
                     continue
                 try:
                     take_snapshot(self.store, self.clock, self.topics, self.tables, topic, expire_before)
-                except Exception as e:  # noqa: BLE001 - a snapshot is an optimisation; the next round tries again
+                except Exception as e:  # noqa: BLE001 - a snapshot is an optimisation, never a failure
                     log.info("no snapshot of %s this round: %r", name, e)
-                    continue
-                taken.append((name, size))
-            return taken
+            return due
 
         def finished(result: list[tuple[str, int]] | Failure) -> None:
             self._snapshotting = False
