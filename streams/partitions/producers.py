@@ -198,10 +198,14 @@ class RefusedSequences:
                      first_sequence: int) -> bool:
         """Whether a batch refused here lies in the gap before ``first_sequence`` (from ``expected``, the
         sequence the partition waits for; None: it knows none)."""
-        seen = self._first.get((topic, partition), {}).get(producer_id)
+        seen = self.first_refused(topic, partition, producer_id)
         if seen is None or seen[0] != epoch:
             return False
         return (expected is None or expected <= seen[1]) and seen[1] < first_sequence
+
+    def first_refused(self, topic: str, partition: int, producer_id: int) -> tuple[int, int] | None:
+        """(epoch, first sequence) of the producer's refusal waiting for its resend here, if any."""
+        return self._first.get((topic, partition), {}).get(producer_id)
 
     def stored(self, topic: str, partition: int, producer_id: int, epoch: int, last_sequence: int) -> None:
         """The producer's batch up to ``last_sequence`` was taken: refusals up to it (or of an older

@@ -643,6 +643,11 @@ class SegmentPartitionStorage(PartitionStorage):
                         p.topic, p.partition, h.producer_id, h.producer_epoch, expected, h.base_sequence):
                     raise PartitionError(Reason.LOADING, f"{p.topic}-{p.partition}: producer {h.producer_id}'s "
                                          f"batch at sequence {expected} was refused here: resend from it") from exc
+                # Rare, and librdkafka answers it by bumping the producer's epoch (its unacknowledged
+                # batches are resent as new ones): worth a line to trace a duplicate back to.
+                log.warning("%s-%d: refused producer %d epoch %d batch %d..%d: %s (refused here before: %s)",
+                            p.topic, p.partition, h.producer_id, h.producer_epoch, h.base_sequence,
+                            last_sequence, exc, self._refused.first_refused(p.topic, p.partition, h.producer_id))
                 raise
             producer.last_ms = self._now_ms()
             if duplicate is not None:

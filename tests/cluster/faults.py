@@ -11,6 +11,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from millrace.client.writer import ALREADY_WRITTEN
@@ -140,10 +141,22 @@ class KafkaLoad:
                 self.errors.append(f"{left} records neither acknowledged nor failed after {timeout} s")
         self.producers.clear()  # destroyed now, not reconnecting to a cluster the test has stopped
 
-    def check(self, bootstrap: str, partitions: int, timeout: float = 120.0) -> Tally:
-        """Read every partition from its start to its high watermark and compare with what was acknowledged."""
+    def check(self, bootstrap: str, partitions: int, timeout: float = 120.0, logs: Path | None = None) -> Tally:
+        """Read every partition from its start to its high watermark and compare with what was acknowledged;
+        a failed check carries the servers' idempotence refusals from the node logs under ``logs``."""
         read = read_partitions(bootstrap, self.topic, partitions, timeout)
-        return tally(self.topic, self.acked, read, list(self.errors))
+        result = tally(self.topic, self.acked, read, list(self.errors))
+        if not result.ok and logs is not None:
+            result.examples += server_refusals(logs)
+        return result
+
+
+def server_refusals(directory: Path, limit: int = 20) -> list[str]:
+    """The lines where a node refused an idempotent batch out of sequence (librdkafka bumps the producer's
+    epoch on those and resends its unacknowledged batches as new ones: the usual origin of a duplicate)."""
+    found = [f"{log.parent.name}: {line.strip()}" for log in sorted(directory.glob("node-*/out.log"))
+             for line in log.read_text(errors="replace").splitlines() if "refused producer" in line]
+    return found[:limit]
 
 
 def read_partitions(bootstrap: str, topic: str, partitions: int, timeout: float) -> dict[int, list[tuple[int, bytes]]]:

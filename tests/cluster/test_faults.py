@@ -78,7 +78,7 @@ def test_sigkill_one_logd_under_load_loses_nothing_and_clients_see_no_error(tmp_
                         "an ensemble that dropped the dead logd", timeout=30)
         finally:
             load.finish()
-        result = load.check(cluster.bootstrap, PARTITIONS)
+        result = load.check(cluster.bootstrap, PARTITIONS, logs=cluster.directory)
         print(f"{result.line()} ({load.count - at_kill} acknowledged after the SIGKILL)")
         assert result.errors == []
         assert result.ok and result.read == result.acknowledged
@@ -119,7 +119,7 @@ def test_sigkill_a_node_under_load_loses_and_duplicates_nothing(tmp_path: Path) 
             load.wait_for(1500, timeout=90)
         finally:
             load.finish()
-        result = load.check(cluster.bootstrap, PARTITIONS)
+        result = load.check(cluster.bootstrap, PARTITIONS, logs=cluster.directory)
         print(f"{result.line()}; {victim['name']} (containers {victim['containers']}) SIGKILLed, its containers "
               f"owned elsewhere after {moved_after:.1f} s (session timeout {SESSION_TIMEOUT} s), "
               f"{load.count - at_move} acknowledged since")
@@ -143,7 +143,7 @@ def test_sigkill_every_process_then_cluster_up_keeps_everything_acknowledged(tmp
             load.wait_for(1000, timeout=120)  # the same producers carry on
         finally:
             load.finish()
-        result = load.check(cluster.bootstrap, PARTITIONS)
+        result = load.check(cluster.bootstrap, PARTITIONS, logs=cluster.directory)
         print(f"{result.line()} ({before} acknowledged before the SIGKILL of every process)")
         assert result.ok and result.read >= result.acknowledged
         assert result.errors == []
@@ -285,7 +285,7 @@ def test_a_node_joining_under_load_takes_over_containers_without_loss(tmp_path: 
             load.wait_for(1500, timeout=90)
         finally:
             load.finish(timeout=60)
-        result = load.check(cluster.bootstrap, PARTITIONS)
+        result = load.check(cluster.bootstrap, PARTITIONS, logs=cluster.directory)
         print(f"{result.line()} ({load.count - at_join} acknowledged after node-3 had containers again)")
         assert result.errors == []
         assert result.ok and result.read == result.acknowledged
@@ -314,7 +314,7 @@ def test_a_zombie_node_rejoins_after_its_logs_lost_a_replica(tmp_path: Path) -> 
             load.wait_for(500, timeout=90)
         finally:
             load.finish(timeout=60)
-        result = load.check(cluster.bootstrap, PARTITIONS)
+        result = load.check(cluster.bootstrap, PARTITIONS, logs=cluster.directory)
         print(result.line())
         assert result.ok and result.read == result.acknowledged
 

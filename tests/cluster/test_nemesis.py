@@ -225,7 +225,7 @@ def run_nemesis(tmp_path: Path, seconds: float, longest_pause: dict[str, float],
         finally:
             nemesis.heal_all()
             load.finish(timeout=120)
-        result = load.check(cluster.bootstrap, PARTITIONS)
+        result = load.check(cluster.bootstrap, PARTITIONS, logs=cluster.directory)
         print(result.line())
         for error in result.errors[:10]:
             print(f"  client error: {error}")
