@@ -1,0 +1,348 @@
+"""Server side SASL exchanges as small state machines, apart from the transport: a connection hands each
+SaslAuthenticate payload (or legacy unframed token) to ``SaslServer.step`` and sends back what it returns,
+until ``complete``; ``principal`` then says who the client is.
+
+A failure raises ``SaslAuthenticationError``: its message is the one the client may read, the same for
+every cause within a mechanism (Kafka's words), and its ``reason`` says what went wrong for a debug log,
+never with a password in it. A step after completion or failure raises ``IllegalSaslState``.
+
+- PLAIN (RFC 4616, Kafka's PlainSaslServer): ``authzid NUL authcid NUL password``, checked against
+  ``CredentialStore.plain_users`` (the ``user_<name>`` options of PlainLoginModule) in constant time;
+  the authzid must be empty or the user's own name.
+- SCRAM-SHA-256 and SCRAM-SHA-512 (RFC 5802, RFC 7677): scramp runs the exchange. Kafka's grammar is
+  checked first: only the gs2 header ``n,,`` (no channel binding, no authzid), no extensions: the
+  ``tokenauth=true`` extension would ask for delegation tokens, which are not supported, and scramp
+  would fold any other extension into the signed messages differently than Kafka does. An unknown user
+  goes through the whole exchange with a made-up credential and fails where a wrong password fails.
+  The broker keeps ``ScramCredential``s, never passwords; a credential is derived from the password's
+  UTF-8 bytes without SASLprep, as Kafka's clients and broker derive it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import re
+import secrets
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import NoReturn, Protocol
+
+import scramp  # type: ignore[import-untyped]
+import scramp.core  # type: ignore[import-untyped]
+
+from millrace.gateway.security.principal import KafkaPrincipal, user_principal
+
+PlainUsers = Mapping[str, str]  # user name -> password
+
+SCRAM_HASHES: Mapping[str, str] = MappingProxyType({"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"})
+SCRAM_DEFAULT_ITERATIONS = 4096
+SCRAM_MIN_ITERATIONS = 4096  # Kafka's ScramMechanism.minIterations
+SCRAM_MAX_ITERATIONS = 16384  # Kafka refuses to store credentials with more
+SCRAM_MIN_SALT_BYTES = 12  # scramp refuses shorter salts
+_SALT_BYTES = 32  # new salts, and the made-up credentials of unknown users alike
+
+# Kafka's ClientFirstMessage grammar, with the gs2 flag and the authzid widened so that refusing them
+# can say why: ASCII names with =2C/=3D escapes, printable nonces, alphabetic extension keys.
+_SASLNAME = r"(?:[\x01-\x2b\x2d-\x3c\x3e-\x7f]|=2C|=3D)+"
+_CLIENT_FIRST = re.compile(
+    rf"(?P<flag>[^,]*),(?:a=(?P<authzid>{_SASLNAME}))?,n=(?P<saslname>{_SASLNAME}),"
+    r"r=(?P<nonce>[\x21-\x2b\x2d-\x7e]+)(?P<extensions>(?:,[A-Za-z]+=[\x01-\x2b\x2d-\x7f]+)*)")
+
+
+class SaslAuthenticationError(Exception):
+    """An exchange failed. ``str()`` is what the client is told; ``reason`` is for a debug log."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.reason = reason
+
+
+class IllegalSaslState(Exception):
+    """A message arrived after the exchange completed or failed."""
+
+
+class UnsupportedSaslMechanism(ValueError):
+    """A SaslHandshake asked for a mechanism the listener does not enable (UNSUPPORTED_SASL_MECHANISM)."""
+
+    def __init__(self, mechanism: str, enabled: Sequence[str]) -> None:
+        super().__init__(f"Unsupported SASL mechanism {mechanism}; enabled mechanisms are {list(enabled)}")
+        self.mechanism = mechanism
+        self.enabled = tuple(enabled)
+
+
+# Credentials.
+
+@dataclass(frozen=True)
+class ScramCredential:
+    """What a broker keeps of a SCRAM password (RFC 5802): enough to check a client's proof and sign the
+    answer, not to log in as the user."""
+
+    salt: bytes
+    stored_key: bytes = field(repr=False)
+    server_key: bytes = field(repr=False)
+    iterations: int
+
+    def __post_init__(self) -> None:
+        _check_iterations(self.iterations)
+        if len(self.salt) < SCRAM_MIN_SALT_BYTES:
+            raise ValueError(f"a SCRAM salt must have at least {SCRAM_MIN_SALT_BYTES} bytes, got {len(self.salt)}")
+
+
+def scram_credential(mechanism: str, password: str, iterations: int = SCRAM_DEFAULT_ITERATIONS,
+                     salt: bytes | None = None) -> ScramCredential:
+    """The credential of ``password`` for ``mechanism`` (a fresh random salt unless one is given)."""
+    hash_name = _scram_hash(mechanism)
+    _check_iterations(iterations)
+    salt = os.urandom(_SALT_BYTES) if salt is None else salt
+    salted_password = hashlib.pbkdf2_hmac(hash_name, password.encode(), salt, iterations)
+    return credential_from_salted_password(mechanism, salted_password, salt, iterations)
+
+
+def credential_from_salted_password(mechanism: str, salted_password: bytes, salt: bytes,
+                                    iterations: int) -> ScramCredential:
+    """The credential from RFC 5802's SaltedPassword: what AlterUserScramCredentials carries."""
+    hash_name = _scram_hash(mechanism)
+    client_key = hmac.digest(salted_password, b"Client Key", hash_name)
+    server_key = hmac.digest(salted_password, b"Server Key", hash_name)
+    return ScramCredential(salt, hashlib.new(hash_name, client_key).digest(), server_key, iterations)
+
+
+class CredentialStore(Protocol):
+    """Where the servers look users up: PLAIN passwords and SCRAM credentials."""
+
+    @property
+    def plain_users(self) -> PlainUsers: ...
+
+    def scram(self, user: str, mechanism: str) -> ScramCredential | None: ...
+
+
+class InMemoryCredentialStore:
+    """A ``CredentialStore`` in memory: PLAIN users as given, SCRAM credentials set one by one."""
+
+    def __init__(self, plain_users: PlainUsers | None = None) -> None:
+        self._plain = dict(plain_users or {})
+        self._scram: dict[tuple[str, str], ScramCredential] = {}
+
+    @property
+    def plain_users(self) -> PlainUsers:
+        return MappingProxyType(self._plain)
+
+    def scram(self, user: str, mechanism: str) -> ScramCredential | None:
+        return self._scram.get((user, mechanism))
+
+    def set_scram(self, user: str, mechanism: str, credential: ScramCredential) -> None:
+        _scram_hash(mechanism)
+        self._scram[(user, mechanism)] = credential
+
+    def delete_scram(self, user: str, mechanism: str) -> bool:
+        return self._scram.pop((user, mechanism), None) is not None
+
+    def __repr__(self) -> str:
+        scram = sorted(f"{user}/{mechanism}" for user, mechanism in self._scram)
+        return f"InMemoryCredentialStore(plain users {sorted(self._plain)}, SCRAM credentials {scram})"
+
+
+# Servers.
+
+class SaslServer(ABC):
+    """One client's exchange for one mechanism."""
+
+    mechanism: str
+    failure_message: str  # what the client is told, whatever went wrong
+
+    def __init__(self) -> None:
+        self.complete = False
+        self.failed = False
+        self.principal: KafkaPrincipal | None = None
+
+    def step(self, response: bytes | memoryview) -> bytes:
+        """Take the client's next message; return the challenge or final answer to send (may be empty)."""
+        if self.complete or self.failed:
+            state = "complete" if self.complete else "failed"
+            raise IllegalSaslState(f"SASL/{self.mechanism} message after the exchange {state}")
+        try:
+            return self._step(bytes(response))
+        except BaseException:
+            self.failed = True
+            raise
+
+    @abstractmethod
+    def _step(self, response: bytes) -> bytes: ...
+
+    def _fail(self, reason: str) -> NoReturn:
+        raise SaslAuthenticationError(self.failure_message, reason)
+
+    def _succeed(self, user: str) -> None:
+        self.complete = True
+        self.principal = user_principal(user)
+
+
+class PlainSaslServer(SaslServer):
+    mechanism = "PLAIN"
+    failure_message = "Authentication failed: Invalid username or password"
+
+    def __init__(self, users: PlainUsers) -> None:
+        super().__init__()
+        self._users = users
+
+    def _step(self, response: bytes) -> bytes:
+        try:
+            tokens = response.decode("utf-8").split("\0")
+        except UnicodeDecodeError:
+            self._fail("the SASL/PLAIN message is not UTF-8")
+        if len(tokens) != 3:
+            self._fail(f"Invalid SASL/PLAIN response: expected 3 tokens, got {len(tokens)}")
+        authzid, username, password = tokens
+        if not username:
+            self._fail("username not specified")
+        if not password:
+            self._fail("password not specified")
+        expected = self._users.get(username)
+        # Compared for unknown users too, so the time taken does not tell which names exist.
+        matches = hmac.compare_digest(password.encode(), (_NO_PASSWORD if expected is None else expected).encode())
+        if expected is None:
+            self._fail(f"unknown user {username!r}")
+        if not matches:
+            self._fail(f"wrong password for user {username!r}")
+        if authzid and authzid != username:
+            self._fail(f"user {username!r} requested an authorization id that is different from its name")
+        self._succeed(username)
+        return b""
+
+
+class ScramSaslServer(SaslServer):
+    """SCRAM-SHA-256 or SCRAM-SHA-512. ``server_nonce`` fixes the server's part of the nonce (tests)."""
+
+    def __init__(self, mechanism: str, credentials: CredentialStore, *, server_nonce: str | None = None) -> None:
+        super().__init__()
+        _scram_hash(mechanism)
+        self.mechanism = mechanism
+        self.failure_message = ("Authentication failed during authentication due to invalid credentials "
+                                f"with SASL mechanism {mechanism}")
+        self._credentials = credentials
+        self._scram = scramp.ScramMechanism(mechanism).make_server(self._lookup, s_nonce=server_nonce)
+        self._user = ""
+        self._unknown_user = False
+        self._first_seen = False
+
+    def _step(self, response: bytes) -> bytes:
+        try:
+            message = response.decode("utf-8")
+        except UnicodeDecodeError:
+            self._fail("the SCRAM message is not UTF-8")
+        if not self._first_seen:
+            self._first_seen = True
+            self._check_client_first(message)
+            try:
+                self._scram.set_client_first(message)
+                server_first = str(self._scram.get_server_first())
+                self._scram.nonce = _KafkaNonce(str(self._scram.nonce))
+                return server_first.encode()
+            except scramp.ScramException as e:
+                if e.__cause__ is not None:  # scramp wraps what the credential store raised
+                    self._fail(f"credentials could not be obtained for user {self._user!r}: "
+                               f"{type(e.__cause__).__name__}")
+                self._fail(f"invalid SCRAM client first message: {e}")
+        try:
+            self._scram.set_client_final(message)
+            server_final = str(self._scram.get_server_final())
+        except scramp.ScramException as e:
+            if self._unknown_user:
+                self._fail(f"unknown user {self._user!r}")
+            if e.server_error is not None and e.server_error.value == "invalid-proof":
+                self._fail(f"wrong password for user {self._user!r}")
+            self._fail(f"SCRAM client final message refused for user {self._user!r}: {e}")
+        self._succeed(self._user)
+        return server_final.encode()
+
+    def _check_client_first(self, message: str) -> None:
+        """Kafka's grammar and what this broker leaves out of it, refused with a reason before scramp."""
+        first = _CLIENT_FIRST.fullmatch(message)
+        if first is None:
+            self._fail("invalid SCRAM client first message format")
+        if first["flag"] != "n":
+            self._fail("channel binding is not supported: the gs2 header must start with 'n'")
+        if first["authzid"] is not None:
+            self._fail("an authorization id in the gs2 header is not supported")
+        items = first["extensions"].split(",")[1:]  # the group starts with a comma
+        extensions = {key: value for key, _, value in (item.partition("=") for item in items)}
+        if extensions.get("tokenauth", "").lower() == "true":
+            self._fail("delegation token authentication (tokenauth=true) is not supported")
+        if extensions:
+            self._fail(f"SCRAM extensions are not supported: {sorted(extensions)}")
+
+    def _lookup(self, user: str) -> tuple[bytes, bytes, bytes, int]:
+        """scramp's credential callback (it passes the unescaped, SASLprepped name)."""
+        self._user = user
+        credential = self._credentials.scram(user, self.mechanism)
+        if credential is None:
+            self._unknown_user = True
+            credential = _made_up_credential(self.mechanism, user)
+        return credential.salt, credential.stored_key, credential.server_key, credential.iterations
+
+
+class _KafkaNonce(scramp.core.Nonce):
+    """The nonce a client's final message must carry, checked as Kafka's ScramSaslServer checks it: the
+    final message's nonce must *end with* the server's (``endsWith``), not equal it. librdkafka before
+    2.1 sends its own nonce followed by the server's whole nonce (which starts with its own), and Kafka
+    has always accepted that; the proof still covers the message exactly as the client sent it."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, scramp.core.Nonce) and str(other).endswith(str(self))
+
+    def __hash__(self) -> int:
+        return hash(str(self))
+
+
+SaslServerFactory = Callable[[CredentialStore], SaslServer]
+
+
+def _plain_server(credentials: CredentialStore) -> SaslServer:
+    return PlainSaslServer(credentials.plain_users)
+
+
+def _scram_server(mechanism: str) -> SaslServerFactory:
+    return lambda credentials: ScramSaslServer(mechanism, credentials)
+
+
+# Every mechanism this broker can serve: name -> a new server for one exchange.
+MECHANISMS: Mapping[str, SaslServerFactory] = MappingProxyType(
+    {"PLAIN": _plain_server, **{name: _scram_server(name) for name in SCRAM_HASHES}})
+
+
+def sasl_server(mechanism: str, enabled: Sequence[str], credentials: CredentialStore) -> SaslServer:
+    """A server for the mechanism a SaslHandshake names, if the listener enables it (``enabled``, which is
+    also what the handshake's response lists)."""
+    if mechanism not in enabled or mechanism not in MECHANISMS:
+        raise UnsupportedSaslMechanism(mechanism, enabled)
+    return MECHANISMS[mechanism](credentials)
+
+
+_NO_PASSWORD = secrets.token_hex(16)  # what an unknown PLAIN user's password is compared with
+_MADE_UP_SALT_KEY = os.urandom(32)  # unknown users get the same salt each time within this process
+
+
+def _made_up_credential(mechanism: str, user: str) -> ScramCredential:
+    """A credential no password matches, with a salt that stays put for the name (a salt that changed
+    between attempts would tell the name is unknown)."""
+    size = hashlib.new(SCRAM_HASHES[mechanism]).digest_size
+    salt = hmac.digest(_MADE_UP_SALT_KEY, f"{mechanism}\0{user}".encode(), "sha256")[:_SALT_BYTES]
+    return ScramCredential(salt, os.urandom(size), os.urandom(size), SCRAM_DEFAULT_ITERATIONS)
+
+
+def _scram_hash(mechanism: str) -> str:
+    try:
+        return SCRAM_HASHES[mechanism]
+    except KeyError:
+        raise ValueError(f"not a SCRAM mechanism: {mechanism!r} (supported: {', '.join(SCRAM_HASHES)})") from None
+
+
+def _check_iterations(iterations: int) -> None:
+    if not SCRAM_MIN_ITERATIONS <= iterations <= SCRAM_MAX_ITERATIONS:
+        raise ValueError(f"SCRAM iterations must be between {SCRAM_MIN_ITERATIONS} and {SCRAM_MAX_ITERATIONS}, "
+                         f"got {iterations}")
