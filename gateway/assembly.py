@@ -11,23 +11,36 @@ are advertised as. A new option is a field below, a flag in cli.py and the one f
 
 from __future__ import annotations
 
+import ipaddress
+import logging
 import os
 import socket
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from twisted.internet import protocol, reactor
 from twisted.internet.address import IPv4Address, IPv6Address
-from twisted.internet.interfaces import IListeningPort
+from twisted.internet.interfaces import IListeningPort, IReactorSSL, IReactorTCP
 
 from millrace.gateway.kafka.broker import Broker, KafkaConfig
-from millrace.gateway.kafka.connection import KafkaFactory
+from millrace.gateway.kafka.connection import ConnectionLimit, KafkaFactory
+from millrace.gateway.kafka.sessions import KafkaListener
 from millrace.gateway.kafka.setup import build_kafka
 from millrace.gateway.native.handler import NativeFactory
 from millrace.gateway.options import ServerOptions
+from millrace.gateway.security.credentials import ListenerCredentials, ScramCredentialTable
+from millrace.gateway.security.properties import (
+    JAVA_INT_MAX,
+    ListenerSettings,
+    SecuritySettings,
+    apply_overrides,
+    load_properties,
+    security_settings,
+)
+from millrace.gateway.security.tls import ServerTls
 from millrace.store.budget import MIB
 from millrace.store.cluster.containers import SegmentContainerHost
 from millrace.store.cluster.layout import NodeInfo, check_node_id
@@ -49,6 +62,7 @@ from millrace.store.segment_store import SegmentStore
 from millrace.store.tables import TableStore
 
 _ANY_ADDRESS = ("0.0.0.0", "::", "")
+log = logging.getLogger("millrace")
 
 
 # Stores: the containers, their logs and long-term storage.
@@ -202,6 +216,80 @@ def autoscaler(options: ServerOptions, controller: Controller, store: SegmentSer
         boundaries=broker.scaling.boundaries, executor=broker.scaling.execute,
         grow_partitions=broker.scaling.grow_partitions,
     )
+
+
+# Kafka listeners and their security.
+
+def kafka_properties(options: ServerOptions) -> dict[str, str]:
+    """The Kafka broker properties: ``--config``'s file, then each ``--override``. Without ``listeners``
+    there, today's flags make the one: PLAINTEXT on ``--host``:``--kafka-port``."""
+    props = load_properties(options.config) if options.config else {}
+    props = apply_overrides(props, options.overrides)
+    props.setdefault("listeners", f"PLAINTEXT://{_url_host(options.host)}:{options.kafka_port}")
+    return props
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def kafka_security(options: ServerOptions) -> SecuritySettings:
+    """The checked listener and security settings (``ConfigError`` naming the property that is wrong)."""
+    return security_settings(kafka_properties(options))
+
+
+def scram_credentials(options: ServerOptions, tables: TableStore) -> ScramCredentialTable:
+    """Blocking: the server's SCRAM credentials, with ``--add-scram``'s users created if missing."""
+    credentials = ScramCredentialTable(tables)
+    credentials.load()
+    for spec in options.add_scram:
+        created = credentials.add_if_missing(spec)
+        if created is not None:
+            log.info("created SCRAM credential for user %s (--add-scram)", created)
+    return credentials
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def listen_kafka(options: ServerOptions, security: SecuritySettings, broker: Broker, connection_budget_bytes: int,
+                 scram: ScramCredentialTable) -> list[tuple[ListenerSettings, IListeningPort]]:
+    """Bind every Kafka listener, in ``listeners`` order; each connection learns its listener (what
+    Metadata advertises to it, how it authenticates). The first listener is also what ``KafkaConfig``
+    advertises where no connection is asked (a request from a peer node, a log line)."""
+    bound: list[tuple[ListenerSettings, IListeningPort]] = []
+    tcp = cast(IReactorTCP, reactor)
+    unlimited = security.max_connections_per_ip >= JAVA_INT_MAX  # Kafka's default: no counting at all
+    limit = None if unlimited else ConnectionLimit(security.max_connections_per_ip)
+    for settings in security.listeners:
+        factory = KafkaFactory(broker, connection_budget_bytes, limit=limit)
+        endpoint = settings.endpoint
+        if settings.ssl is not None:
+            port = cast(IReactorSSL, reactor).listenSSL(endpoint.port, factory, ServerTls(settings.ssl),
+                                                        interface=endpoint.host)
+        else:
+            port = tcp.listenTCP(endpoint.port, factory, interface=endpoint.host)
+        given = settings.advertised
+        host = given.host or (socket.getfqdn() if endpoint.host in _ANY_ADDRESS else endpoint.host)
+        advertised_port = given.port or bound_address(port).port
+        credentials = ListenerCredentials(settings.plain_users, scram) if settings.uses_sasl else None
+        factory.listener = KafkaListener.from_settings(settings, host, advertised_port, credentials,
+                                                       security.connections_max_reauth_ms,
+                                                       security.sasl_server_max_receive_size)
+        unauthenticated = not settings.uses_sasl and (settings.ssl is None or settings.ssl.client_auth != "required")
+        if unauthenticated and not _loopback(endpoint.host):
+            log.warning("Kafka listener %s (%s) on %s accepts clients without authentication", settings.name,
+                        settings.security_protocol, endpoint.host or "every interface")
+        if not bound:
+            broker.config.advertised_host, broker.config.advertised_port = host, advertised_port
+        bound.append((settings, port))
+    return bound
 
 
 # Listeners.

@@ -22,6 +22,14 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     d = ServerOptions()
     p.add_argument("--data-dir", default=d.data_dir, help="where logs and local long-term storage live")
     p.add_argument("--host", default=d.host, help="interface the listeners bind to")
+    p.add_argument("--config", default=None, metavar="FILE",
+                   help="Kafka broker properties (server.properties): listeners, advertised.listeners, "
+                        "listener.security.protocol.map, SASL and TLS settings by Kafka's names")
+    p.add_argument("--override", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="a broker property over --config's (repeatable), as kafka-server-start.sh takes it")
+    p.add_argument("--add-scram", dest="add_scram", action="append", default=[], metavar="CREDENTIAL",
+                   help="a SCRAM user to create at start unless it exists, as kafka-storage.sh format takes it: "
+                        "'SCRAM-SHA-256=[name=admin,password=admin-secret]' (repeatable)")
     p.add_argument("--kafka-port", type=int, default=d.kafka_port, help="Kafka protocol port (0 = any free)")
     p.add_argument("--native-port", type=int, default=d.native_port, help="native protocol port (0 = any free)")
     p.add_argument("--http-port", type=int, default=d.http_port, help="HTTP port (0 = any free)")
@@ -102,7 +110,8 @@ def _windows(text: str) -> tuple[float, ...]:
 
 def server_options(args: argparse.Namespace) -> ServerOptions:
     """The parsed ``serve`` flags as the options the server is assembled from."""
-    return ServerOptions(**{f.name: getattr(args, f.name) for f in fields(ServerOptions)})
+    values = {f.name: getattr(args, f.name) for f in fields(ServerOptions)}
+    return ServerOptions(**values | {"overrides": tuple(values["overrides"]), "add_scram": tuple(values["add_scram"])})
 
 
 def _logd_parser(sub: argparse._SubParsersAction) -> None:

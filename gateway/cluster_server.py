@@ -49,6 +49,7 @@ from millrace.gateway.assembly import (
     kafka_gateway,
     listen,
     native_gateway,
+    scram_credentials,
     topic_partitions,
 )
 from millrace.gateway.http import StreamViews, http_site
@@ -255,6 +256,7 @@ class ClusterServer:
                 # only on the node coordinating them (GroupCoordination).
                 broker, kafka_factory = kafka_gateway(options, router, controller, tables, config, self.pool,
                                                       load_groups=False)
+                broker.scram = scram_credentials(options, tables)
                 break
             except SegmentNotFoundError as exc:
                 # Nodes starting together each make the system tables they find missing: a table
@@ -320,6 +322,8 @@ class ClusterServer:
         # topics other nodes scaled (their partitions' open segments moved on): those are read again.
         def refresh() -> list[str]:
             broker.topics.refresh()
+            if broker.scram is not None:
+                broker.scram.load()  # SCRAM users another node changed
             return out_of_date_topics(broker)
 
         def reload(stale: list[str]) -> None:

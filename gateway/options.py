@@ -12,6 +12,13 @@ class ServerOptions:
     """What ``millrace serve`` was asked for: each field is the flag of the same name (gateway/cli.py)."""
 
     data_dir: str = "./millrace-data"
+    # Kafka broker properties (a server.properties file, then --override key=value items), for what
+    # Kafka operators configure by name: listeners, their security, SASL users, TLS key material.
+    config: str | None = None
+    overrides: tuple[str, ...] = ()
+    # SCRAM credentials to create at start if the user has none, as kafka-storage.sh format takes them:
+    # "SCRAM-SHA-256=[name=admin,password=admin-secret]" (the first administrator of a secured server).
+    add_scram: tuple[str, ...] = ()
     host: str = "127.0.0.1"
     kafka_port: int = 9092
     native_port: int = 9090

@@ -16,8 +16,11 @@ from millrace.gateway.assembly import (
     build_store,
     kafka_config,
     kafka_gateway,
+    kafka_security,
     listen,
+    listen_kafka,
     native_gateway,
+    scram_credentials,
     topic_partitions,
 )
 from millrace.gateway.http import StreamViews, http_site
@@ -36,6 +39,12 @@ def announce(what: str, port: IListeningPort) -> None:
 
 def serve(options: ServerOptions) -> int:
     """Run until SIGINT/SIGTERM; returns the process exit status."""
+    try:
+        security = kafka_security(options)
+    except (OSError, ValueError) as exc:  # ConfigError names the property; an unreadable --config file
+        print(f"millrace: bad Kafka configuration: {exc}", file=sys.stderr, flush=True)
+        return 2
+    log.info("Kafka listeners:\n%s", security.describe())
     store = build_store(options)
     # Controller and Kafka metadata calls block on table-segment I/O; they run here, never on the reactor.
     controller_pool = ThreadPoolExecutor(8, "controller")
@@ -45,6 +54,7 @@ def serve(options: ServerOptions) -> int:
         controller = Controller(store, tables)
         config = kafka_config(options, options.host, options.kafka_port)
         broker, kafka_factory = kafka_gateway(options, store, controller, tables, config, controller_pool)
+        broker.scram = scram = scram_credentials(options, tables)
     except Exception as exc:  # noqa: BLE001 - report why the store cannot start, then exit non-zero
         print(f"millrace: cannot start the segment store: {exc}", file=sys.stderr, flush=True)
         controller_pool.shutdown(wait=False)
@@ -52,19 +62,19 @@ def serve(options: ServerOptions) -> int:
         return 1
     views = StreamViews(controller, controller_pool, broker.scaling, topic_partitions(broker))
     try:
-        listeners = listen(options, {"kafka": kafka_factory,
-                                     "native": native_gateway(options, store, controller, controller_pool, broker),
+        kafka_listeners = listen_kafka(options, security, broker, kafka_factory.connection_budget_bytes, scram)
+        listeners = listen(options, {"native": native_gateway(options, store, controller, controller_pool, broker),
                                      "http": http_site(store, views)})
     except Exception as exc:  # noqa: BLE001 - e.g. a port in use
         print(f"millrace: cannot listen: {exc}", file=sys.stderr, flush=True)
         controller_pool.shutdown(wait=False)
         store.close()
         return 1
-    # The port clients must be told about in Metadata is the one actually bound (0 = any).
-    config.advertised_port = bound_address(listeners["kafka"]).port
     start_background(broker)
     scaler = autoscaler(options, controller, store, broker)
     scaler.start(reactor)
+    for i, (settings, port) in enumerate(kafka_listeners):
+        announce("kafka" if i == 0 else f"kafka:{settings.name}", port)
     for name, port in listeners.items():
         announce(name, port)
     print(f"millrace: ready (data dir {os.path.abspath(options.data_dir)})", flush=True)

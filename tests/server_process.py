@@ -12,7 +12,7 @@ import time
 from typing import Self
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_LISTEN = re.compile(r"millrace: (\w+) listening on [\d.]+:(\d+)")
+_LISTEN = re.compile(r"millrace: ([\w:]+) listening on [\d.]+:(\d+)")
 
 
 class MillraceProcess:

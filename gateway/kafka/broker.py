@@ -21,7 +21,9 @@ from millrace.streams.futures import to_deferred
 if TYPE_CHECKING:
     from millrace.gateway.kafka.cluster import KafkaCluster
     from millrace.gateway.kafka.group_coordinator import GroupCoordinator
+    from millrace.gateway.kafka.sessions import KafkaListener, Session
     from millrace.gateway.kafka.transactions import TransactionCoordinator
+    from millrace.gateway.security.credentials import ScramCredentialTable
     from millrace.streams.partitions import SegmentPartitionStorage
     from millrace.streams.producer_ids import ProducerIdAllocator
     from millrace.streams.scaling import StreamScaling
@@ -70,8 +72,19 @@ class RequestContext:
     correlation_id: int
     client_id: str | None
     peer: str
+    # The listener the request came in on (None: the server's one PLAINTEXT listener, as ``KafkaConfig``
+    # advertises it) and the connection's session there (None on PLAINTEXT: ANONYMOUS, unchecked).
+    listener: KafkaListener | None = None
+    session: Session | None = None
     # Calls the connection makes once the response has left for the socket, or the connection is gone
     sent_callbacks: list[Callable[[], None]] | None = None
+
+    def advertised(self) -> tuple[str, int]:
+        """Where clients of this request's listener reach this node: Kafka advertises to a client the
+        address of the listener it came in on."""
+        if self.listener is not None:
+            return self.listener.advertised_host, self.listener.advertised_port
+        return self.broker.config.advertised_host, self.broker.config.advertised_port
 
     def when_sent(self, fn: Callable[[], None]) -> None:
         """Call ``fn`` once this request's response is sent (handed to the socket, not merely queued in the
@@ -92,6 +105,8 @@ class Broker:
     transactions: TransactionCoordinator
     # On a cluster node: live brokers, partition leaders and coordinators (None: this node is all of them)
     cluster: KafkaCluster | None = None
+    # The SCRAM credentials SASL listeners check and the SCRAM admin APIs change (None: not loaded)
+    scram: ScramCredentialTable | None = None
 
     def __init__(
         self, store: SegmentService, controller: Controller, tables: TableStore, config: KafkaConfig,

@@ -18,6 +18,7 @@ from millrace.gateway.framing import DEFAULT_CONNECTION_BUDGET_BYTES, BudgetedRe
 from millrace.gateway.kafka.broker import Broker, RequestContext
 from millrace.gateway.kafka.handlers.api_versions import API_VERSIONS, api_versions_response
 from millrace.gateway.kafka.registry import NO_RESPONSE, REGISTRY
+from millrace.gateway.kafka.sessions import KafkaListener, Session
 from millrace.gateway.kafka_protocol.codec import (
     KafkaDecodeError,
     UnsupportedApiError,
@@ -55,10 +56,19 @@ class _Slot:
 
 
 class KafkaConnection(BudgetedReceiver):
-    def __init__(self, broker: Broker, budget_bytes: int) -> None:
+    def __init__(self, broker: Broker, budget_bytes: int, listener: KafkaListener | None = None) -> None:
         super().__init__(budget_bytes, "kafka-connection")
         self.broker = broker
         self.MAX_LENGTH = broker.config.max_request_bytes
+        self.listener = listener
+        # The session, on a listener with TLS or SASL (None on PLAINTEXT: every request is admitted, by
+        # ANONYMOUS, and the hot path checks nothing more). Until it authenticates, frames are held to
+        # the listener's pre-authentication limit.
+        self.session: Session | None = None
+        if listener is not None and (listener.uses_sasl or listener.ssl is not None):
+            self.session = Session(listener, self._close)
+            if listener.uses_sasl:
+                self.MAX_LENGTH = listener.max_pre_auth_bytes
         self._slots: collections.deque[_Slot] = collections.deque()
         self._peer = ""
         # Response bytes the transport has yet to take (``_write_out``), and the ``when_sent`` calls of
@@ -66,6 +76,7 @@ class KafkaConnection(BudgetedReceiver):
         # connection is gone
         self._outgoing: collections.deque[Buffer] = collections.deque()
         self._after_send: list[Callable[[], None]] = []
+        self.on_close: Callable[[], None] | None = None  # what the factory counts, released once closed
 
     def connectionMade(self) -> None:  # noqa: N802 - Twisted's name
         # Responses are small and latency-bound: never let Nagle hold one back for a delayed ACK.
@@ -74,6 +85,9 @@ class KafkaConnection(BudgetedReceiver):
         self._peer = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
 
     def stringReceived(self, frame: memoryview) -> None:  # noqa: N802 - Twisted's name
+        if self.session is not None and self.session.raw_tokens:
+            self._raw_token(self.session, frame)
+            return
         try:
             header, request = decode_request(frame)
         except UnsupportedApiError as exc:
@@ -82,6 +96,9 @@ class KafkaConnection(BudgetedReceiver):
         except KafkaDecodeError as exc:
             log.info("closing Kafka connection from %s: undecodable request: %s", self._peer, exc)
             self.tcp.loseConnection()
+            return
+        session = self.session
+        if session is not None and not self._admitted(session, header.request_api_key):
             return
         handler = REGISTRY.get(header.request_api_key)
         version = header.request_api_version
@@ -92,7 +109,7 @@ class KafkaConnection(BudgetedReceiver):
             self.tcp.loseConnection()
             return
         ctx = RequestContext(self.broker, header.request_api_key, version, header.correlation_id,
-                             header.client_id, self._peer)
+                             header.client_id, self._peer, self.listener, session)
         slot = _Slot(len(frame))
         self._slots.append(slot)
         try:
@@ -104,6 +121,47 @@ class KafkaConnection(BudgetedReceiver):
             outcome.addCallbacks(self._respond, lambda f: self._failed(ctx, f), callbackArgs=(ctx, slot))
         else:
             self._respond(outcome, ctx, slot)
+
+    def _admitted(self, session: Session, api_key: int) -> bool:
+        """Whether the session lets this request through; closes the connection if not (Kafka's answer
+        to a request before authentication, or after the session's lifetime without re-authenticating)."""
+        if not session.certificate_read:
+            # The TLS handshake is done once a request has arrived: the client's certificate is known.
+            session.peer_certificate(getattr(self.transport, "getPeerCertificate", lambda: None)())
+        if session.admits(api_key):
+            if session.authenticated:
+                self.MAX_LENGTH = self.broker.config.max_request_bytes
+            return True
+        name = REGISTRY[api_key].name if api_key in REGISTRY else f"api {api_key}"
+        log.info("closing Kafka connection from %s: %s %s", self._peer, name,
+                 "after its session expired" if session.authenticated else "before it authenticated")
+        self._closed = True
+        self.tcp.loseConnection()
+        return False
+
+    def _raw_token(self, session: Session, frame: memoryview) -> None:
+        """One message of a SASL exchange begun by SaslHandshake v0: a bare frame, answered by one (after
+        the responses before it); a failure closes the connection, which is all v0 can say."""
+        try:
+            answer, _ = session.authenticate(frame)
+        except Exception as e:  # noqa: BLE001 - the mechanism's refusal, or a message out of turn
+            log.info("SASL authentication from %s failed: %s", self._peer, getattr(e, "reason", e))
+            self._closed = True
+            self.tcp.loseConnection()
+            return
+        slot = _Slot(len(frame))
+        slot.parts = [len(answer).to_bytes(4, "big"), answer]
+        slot.ready = True
+        self._slots.append(slot)
+        if session.authenticated:
+            self.MAX_LENGTH = self.broker.config.max_request_bytes
+        self._flush()
+
+    def _close(self) -> None:
+        """Close once everything written is sent (an answer that ends the connection, e.g. a failed
+        authentication's): nothing it reads from now on is served."""
+        self._closed = True
+        self.tcp.loseConnection()
 
     def _respond(self, response: Any, ctx: RequestContext, slot: _Slot) -> None:
         if response is not NO_RESPONSE:
@@ -172,6 +230,9 @@ class KafkaConnection(BudgetedReceiver):
 
     def connectionLost(self, reason: Failure = protocol.connectionDone) -> None:  # noqa: N802 - Twisted's name
         super().connectionLost(reason)
+        if self.on_close is not None:
+            self.on_close()
+            self.on_close = None
         # What waited for the transport will never be sent; responses still to come find the
         # connection closed and make their calls at once (``_flush``).
         self._outgoing.clear()
@@ -205,10 +266,46 @@ class KafkaConnection(BudgetedReceiver):
         self.tcp.loseConnection()
 
 
+class ConnectionLimit:
+    """Kafka's ``max.connections.per.ip``: the connections one client address may hold open over every
+    Kafka listener; one more is closed as it arrives (a client cannot exhaust the server's sockets)."""
+
+    def __init__(self, per_address: int) -> None:
+        self.per_address = per_address
+        self._open: collections.Counter[str] = collections.Counter()
+
+    def admit(self, host: str) -> bool:
+        if self._open[host] >= self.per_address:
+            return False
+        self._open[host] += 1
+        return True
+
+    def release(self, host: str) -> None:
+        self._open[host] -= 1
+        if self._open[host] <= 0:
+            del self._open[host]
+
+
 class KafkaFactory(protocol.ServerFactory):
-    def __init__(self, broker: Broker, connection_budget_bytes: int = DEFAULT_CONNECTION_BUDGET_BYTES) -> None:
+    """A Kafka listener's connections (``listener`` None: the PLAINTEXT listener of the server's own
+    configuration, advertised as ``KafkaConfig`` says), within ``limit`` per client address if given."""
+
+    def __init__(self, broker: Broker, connection_budget_bytes: int = DEFAULT_CONNECTION_BUDGET_BYTES,
+                 listener: KafkaListener | None = None, limit: ConnectionLimit | None = None) -> None:
         self.broker = broker
         self.connection_budget_bytes = connection_budget_bytes
+        self.listener = listener
+        self.limit = limit
 
-    def buildProtocol(self, addr: Any) -> KafkaConnection:  # noqa: N802 - Twisted's name
-        return KafkaConnection(self.broker, self.connection_budget_bytes)
+    def buildProtocol(self, addr: Any) -> KafkaConnection | None:  # noqa: N802 - Twisted's name
+        limit = self.limit
+        if limit is None:
+            return KafkaConnection(self.broker, self.connection_budget_bytes, self.listener)
+        host = str(getattr(addr, "host", ""))
+        if not limit.admit(host):
+            log.info("refusing a Kafka connection from %s: it has %d open (max.connections.per.ip)", host,
+                     limit.per_address)
+            return None  # Twisted closes the connection at once
+        connection = KafkaConnection(self.broker, self.connection_budget_bytes, self.listener)
+        connection.on_close = lambda: limit.release(host)
+        return connection

@@ -40,6 +40,7 @@ APIS = frozenset({
     "DescribeTopicPartitions", "DescribeLogDirs", "AlterReplicaLogDirs", "DescribeProducers",
     "ElectLeaders", "AlterPartitionReassignments", "ListPartitionReassignments", "DescribeQuorum",
     "ConsumerGroupHeartbeat", "ConsumerGroupDescribe",
+    "SaslHandshake", "SaslAuthenticate", "AlterUserScramCredentials", "DescribeUserScramCredentials",
 })
 #: Specs generated that are not APIs: the frame headers and the consumer protocol's subscription.
 DATA_SPECS = frozenset({"RequestHeader", "ResponseHeader", "ConsumerProtocolSubscription", "ConsumerProtocolAssignment"})

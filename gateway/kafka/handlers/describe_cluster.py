@@ -36,8 +36,8 @@ def handle_describe_cluster(ctx: RequestContext, request: DescribeClusterRequest
         controller_id=config.node_id if ctx.broker.cluster is None else ctx.broker.cluster.controller_id(config.node_id),
         brokers=[_R.DescribeClusterBroker(broker_id=n.node_id, host=n.host, port=n.port, rack=None)
                  for n in ctx.broker.cluster.brokers()] if ctx.broker.cluster is not None else
-                [_R.DescribeClusterBroker(broker_id=config.node_id, host=config.advertised_host,
-                                          port=config.advertised_port, rack=None)],
+                [_R.DescribeClusterBroker(broker_id=config.node_id, host=ctx.advertised()[0],
+                                          port=ctx.advertised()[1], rack=None)],
         cluster_authorized_operations=CLUSTER_OPERATIONS if request.include_cluster_authorized_operations
         else OPERATIONS_NOT_REQUESTED,
     )

@@ -50,7 +50,7 @@ def _coordinator(ctx: RequestContext, key_type: int) -> tuple[int, str, int]:
         node = cluster.transaction_coordinator() if key_type == KEY_TYPE_TRANSACTION else cluster.group_coordinator()
     if node is not None:
         return node.node_id, node.host, node.port
-    return config.node_id, config.advertised_host, config.advertised_port
+    return (config.node_id, *ctx.advertised())
 
 
 @api(FindCoordinatorRequest, 0, 6)

@@ -135,8 +135,8 @@ def _response(ctx: RequestContext, request: MetadataRequest, topics: list[_Topic
     version = ctx.api_version
     # Cluster operations live in Metadata only in v8..v10 (DescribeCluster carries them since).
     include_cluster_ops = 8 <= version <= 10 and request.include_cluster_authorized_operations
-    brokers = [_R.MetadataResponseBroker(node_id=config.node_id, host=config.advertised_host,
-                                         port=config.advertised_port, rack=None)]
+    host, port = ctx.advertised()
+    brokers = [_R.MetadataResponseBroker(node_id=config.node_id, host=host, port=port, rack=None)]
     cluster = ctx.broker.cluster
     if cluster is not None:  # every live node, this one included even before its znode is seen
         live = cluster.brokers()

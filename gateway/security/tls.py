@@ -1,0 +1,154 @@
+"""TLS for a listener: the OpenSSL context its connections use, made from a listener's PEM settings
+(``properties.SslSettings``), and the principal of a client certificate.
+
+The context is built with pyOpenSSL (what Twisted's TLS runs on): TLS 1.2 at least, the certificate
+chain and key of the key store, and, when ``ssl.client.auth`` is ``requested`` or ``required``, the
+trust store's CAs to check client certificates against. ``ServerTls.getContext`` is asked once per new
+connection (Twisted's old-style context factory), and rebuilds the context when a key or trust store
+file changed on disk, checked at most once a second: certificates are renewed without a restart, and
+connections already open keep the context they started with. A renewal that does not load (a key that
+does not match its certificate, a half-written file) keeps the previous context and logs why.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from OpenSSL import SSL, crypto
+from twisted.internet.interfaces import IOpenSSLContextFactory
+from zope.interface import implementer
+
+from millrace.gateway.security.principal import ANONYMOUS, KafkaPrincipal
+from millrace.gateway.security.properties import SslSettings
+
+log = logging.getLogger(__name__)
+
+_MIN_VERSIONS = {"TLSv1.2": SSL.TLS1_2_VERSION, "TLSv1.3": SSL.TLS1_3_VERSION}
+_RELOAD_CHECK_SECONDS = 1.0
+
+
+class TlsConfigError(ValueError):
+    """Key material that cannot make a TLS context (never showing a key or a password)."""
+
+
+def _read(path: str, what: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise TlsConfigError(f"cannot read the {what} {path}: {e.strerror}") from None
+
+
+def _certificates(pem: bytes, what: str) -> list[x509.Certificate]:
+    try:
+        certificates = x509.load_pem_x509_certificates(pem)
+    except ValueError:
+        certificates = []
+    if not certificates:
+        raise TlsConfigError(f"the {what} holds no PEM certificate")
+    return certificates
+
+
+def _private_key(pem: bytes, password: str | None, what: str) -> crypto.PKey:
+    try:
+        key = serialization.load_pem_private_key(pem, password.encode() if password else None)
+    except (ValueError, TypeError):
+        # TypeError: an encrypted key without a password, or a password for a plain key.
+        raise TlsConfigError(f"the {what} holds no private key that loads with the configured key password") from None
+    return crypto.PKey.from_cryptography_key(key)  # type: ignore[arg-type]
+
+
+def build_context(settings: SslSettings) -> SSL.Context:
+    """A server context from ``settings``; TlsConfigError when the key material is unusable."""
+    if settings.keystore_location:
+        chain_pem = key_pem = _read(settings.keystore_location, "key store")
+        what = f"key store {settings.keystore_location}"
+    elif settings.keystore_certificate_chain and settings.keystore_key:
+        chain_pem = settings.keystore_certificate_chain.encode()
+        key_pem = settings.keystore_key.value.encode()
+        what = "ssl.keystore.certificate.chain/ssl.keystore.key"
+    else:
+        raise TlsConfigError("a TLS listener needs ssl.keystore.location, or ssl.keystore.certificate.chain "
+                             "and ssl.keystore.key")
+    chain = _certificates(chain_pem, what)
+    password = settings.key_password.value if settings.key_password else None
+    context = SSL.Context(SSL.TLS_SERVER_METHOD)
+    context.set_min_proto_version(min(_MIN_VERSIONS[v] for v in settings.enabled_protocols))
+    context.set_max_proto_version(max(_MIN_VERSIONS[v] for v in settings.enabled_protocols))
+    context.use_certificate(crypto.X509.from_cryptography(chain[0]))
+    for extra in chain[1:]:
+        context.add_extra_chain_cert(crypto.X509.from_cryptography(extra))
+    context.use_privatekey(_private_key(key_pem, password, what))
+    try:
+        context.check_privatekey()
+    except SSL.Error:
+        raise TlsConfigError(f"the private key of the {what} does not match its certificate") from None
+    if settings.client_auth != "none":
+        if settings.truststore_location:
+            trusted = _certificates(_read(settings.truststore_location, "trust store"),
+                                    f"trust store {settings.truststore_location}")
+        elif settings.truststore_certificates:
+            trusted = _certificates(settings.truststore_certificates.encode(), "ssl.truststore.certificates")
+        else:
+            raise TlsConfigError(f"ssl.client.auth={settings.client_auth} needs a trust store "
+                                 "(ssl.truststore.location or ssl.truststore.certificates)")
+        store = context.get_cert_store()
+        assert store is not None  # a new context always has one
+        for certificate in trusted:
+            store.add_cert(crypto.X509.from_cryptography(certificate))
+        mode = SSL.VERIFY_PEER
+        if settings.client_auth == "required":
+            mode |= SSL.VERIFY_FAIL_IF_NO_PEER_CERT
+        context.set_verify(mode, None)
+    # Sessions are resumed only within one context: a reloaded one starts afresh.
+    context.set_session_id(b"millrace")
+    return context
+
+
+@implementer(IOpenSSLContextFactory)
+class ServerTls:
+    """A listener's TLS context for Twisted's ``listenSSL``, rebuilt when its files change."""
+
+    def __init__(self, settings: SslSettings) -> None:
+        self.settings = settings
+        self._files = [p for p in (settings.keystore_location, settings.truststore_location) if p]
+        self._context = build_context(settings)  # a broken configuration fails the start, loudly
+        self._stamps = self._file_stamps()
+        self._checked = time.monotonic()
+
+    def _file_stamps(self) -> tuple[tuple[int, int] | None, ...]:
+        stamps: list[tuple[int, int] | None] = []
+        for path in self._files:
+            try:
+                st = os.stat(path)
+                stamps.append((st.st_mtime_ns, st.st_size))
+            except OSError:
+                stamps.append(None)
+        return tuple(stamps)
+
+    def getContext(self) -> SSL.Context:  # noqa: N802 - Twisted's name
+        now = time.monotonic()
+        if self._files and now - self._checked >= _RELOAD_CHECK_SECONDS:
+            self._checked = now
+            stamps = self._file_stamps()
+            if stamps != self._stamps:
+                self._stamps = stamps
+                try:
+                    self._context = build_context(self.settings)
+                    log.info("TLS key material reloaded from %s", ", ".join(self._files))
+                except TlsConfigError as e:
+                    log.error("TLS key material changed but does not load (still using the previous): %s", e)
+        return self._context
+
+
+def certificate_principal(certificate: crypto.X509 | None, settings: SslSettings) -> KafkaPrincipal:
+    """The principal of a client certificate: its subject as RFC 2253 text through
+    ``ssl.principal.mapping.rules``; ANONYMOUS without a certificate (Kafka's answer)."""
+    if certificate is None:
+        return ANONYMOUS
+    subject = certificate.to_cryptography().subject.rfc4514_string()
+    return settings.principal_mapper.principal(subject)
