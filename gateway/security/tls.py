@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
@@ -53,13 +54,12 @@ def _certificates(pem: bytes, what: str) -> list[x509.Certificate]:
     return certificates
 
 
-def _private_key(pem: bytes, password: str | None, what: str) -> crypto.PKey:
+def _private_key(pem: bytes, password: str | None, what: str) -> Any:
     try:
-        key = serialization.load_pem_private_key(pem, password.encode() if password else None)
+        return serialization.load_pem_private_key(pem, password.encode() if password else None)
     except (ValueError, TypeError):
         # TypeError: an encrypted key without a password, or a password for a plain key.
         raise TlsConfigError(f"the {what} holds no private key that loads with the configured key password") from None
-    return crypto.PKey.from_cryptography_key(key)  # type: ignore[arg-type]
 
 
 def build_context(settings: SslSettings) -> SSL.Context:
@@ -79,11 +79,13 @@ def build_context(settings: SslSettings) -> SSL.Context:
     context = SSL.Context(SSL.TLS_SERVER_METHOD)
     context.set_min_proto_version(min(_MIN_VERSIONS[v] for v in settings.enabled_protocols))
     context.set_max_proto_version(max(_MIN_VERSIONS[v] for v in settings.enabled_protocols))
-    context.use_certificate(crypto.X509.from_cryptography(chain[0]))
+    # pyOpenSSL takes cryptography's certificates and keys as they are.
+    context.use_certificate(chain[0])
     for extra in chain[1:]:
-        context.add_extra_chain_cert(crypto.X509.from_cryptography(extra))
-    context.use_privatekey(_private_key(key_pem, password, what))
+        context.add_extra_chain_cert(extra)
+    key = _private_key(key_pem, password, what)
     try:
+        context.use_privatekey(key)
         context.check_privatekey()
     except SSL.Error:
         raise TlsConfigError(f"the private key of the {what} does not match its certificate") from None
