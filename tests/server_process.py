@@ -20,6 +20,7 @@ class MillraceProcess:
     returns once it prints ``millrace: ready``."""
 
     name = "millrace"
+    cwd = REPO_ROOT  # where the process runs (relative paths in its arguments are relative to this)
 
     def __init__(self, env: dict[str, str] | None = None) -> None:
         self.env = {**os.environ, **(env or {})}
@@ -40,7 +41,7 @@ class MillraceProcess:
         self.output = []
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "millrace", *self.command()], stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True, env=self.env, cwd=REPO_ROOT, preexec_fn=_default_sigint,
+            stderr=subprocess.STDOUT, text=True, env=self.env, cwd=self.cwd, preexec_fn=_default_sigint,
         )
         ready = threading.Event()
 

@@ -1,0 +1,82 @@
+"""The README's "Securing Millrace" section, run as written: its ``sh`` blocks are parsed out of README.md
+and run in order with bash, from a scratch directory standing in for the repository root, against a
+real server. Only what a test machine must change is substituted: the ports (free ones for 9092 and
+9094), and ``./scripts/serve.sh`` (the set-up is this test run's own) by the server it runs, started in
+the background with a scratch data directory."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.ports import free_ports
+from tests.server_process import REPO_ROOT, MillraceProcess
+
+pytestmark = [pytest.mark.timeout(300),
+              pytest.mark.skipif(shutil.which("kcat") is None or shutil.which("openssl") is None,
+                                 reason="kcat and openssl are needed (scripts/bootstrap.sh installs them)")]
+
+SERVE = "./scripts/serve.sh"
+
+
+def section_blocks() -> list[str]:
+    text = (Path(REPO_ROOT) / "README.md").read_text()
+    section = text[text.index("\n## Securing Millrace\n"):]
+    section = section[:section.index("\n## ", 1)]
+    return re.findall(r"```sh\n(.*?)```", section, flags=re.DOTALL)
+
+
+class ReadmeServer(MillraceProcess):
+    """The README's serve command, with the set-up script replaced by this checkout's ``millrace``."""
+
+    name = "README server"
+
+    def __init__(self, command: str, workdir: Path) -> None:
+        super().__init__()
+        self.args = command.split(SERVE, 1)[1]
+        self.workdir = workdir
+        self.cwd = str(workdir)  # the README's relative paths (secure/...) are relative to where it runs
+
+    def command(self) -> list[str]:
+        return ["serve", "--data-dir", str(self.workdir / "data"), "--native-port", "0", "--http-port", "0",
+                *shlex.split(self.args)]
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Iterator[Path]:
+    (tmp_path / ".venv").symlink_to(Path(REPO_ROOT) / ".venv")
+    yield tmp_path
+
+
+def test_readme_securing_section_as_written(workdir: Path) -> None:
+    blocks = section_blocks()
+    assert len(blocks) >= 4, "the section's shell blocks"
+    plaintext, sasl_ssl = free_ports(2)
+    ports = {"9092": str(plaintext), "9094": str(sasl_ssl)}
+    server: ReadmeServer | None = None
+    outputs: list[str] = []
+    try:
+        for block in blocks:
+            block = re.sub(r"\b(9092|9094)\b", lambda m: ports[m.group(1)], block)
+            if block.lstrip().startswith(SERVE):
+                server = ReadmeServer(block.strip(), workdir).start()
+                continue
+            done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=workdir, capture_output=True,
+                                  text=True, timeout=120)
+            assert done.returncode == 0, f"README block failed:\n{block}\n{done.stdout}\n{done.stderr}"
+            outputs.append(done.stdout)
+        assert server is not None, "the section starts a server"
+        assert outputs[-2].splitlines() == ["hello, securely"]  # read back by the admin
+        assert outputs[-1].splitlines() == ["hello, securely"]  # and by alice, made through the Admin API
+        assert not any("admin-secret" in line or "alice-secret" in line for line in server.output)
+        assert server.stop(signal.SIGTERM, timeout=30) == 0
+    finally:
+        if server is not None:
+            server.kill()
