@@ -31,6 +31,7 @@ from millrace.gateway.kafka.sessions import KafkaListener
 from millrace.gateway.kafka.setup import build_kafka
 from millrace.gateway.native.handler import NativeFactory
 from millrace.gateway.options import ServerOptions
+from millrace.gateway.security.acl_table import AclTable
 from millrace.gateway.security.credentials import ListenerCredentials, ScramCredentialTable
 from millrace.gateway.security.properties import (
     JAVA_INT_MAX,
@@ -236,6 +237,17 @@ def _url_host(host: str) -> str:
 def kafka_security(options: ServerOptions) -> SecuritySettings:
     """The checked listener and security settings (``ConfigError`` naming the property that is wrong)."""
     return security_settings(kafka_properties(options))
+
+
+def kafka_acls(security: SecuritySettings, tables: TableStore) -> AclTable | None:
+    """Blocking: the ACLs every request is authorized by, when ``authorizer.class.name`` names an
+    authorizer (any name: there is one, Kafka's StandardAuthorizer's semantics); None otherwise."""
+    if not security.authorizer_enabled:
+        return None
+    acls = AclTable(tables, super_users=security.super_users,
+                    allow_everyone_if_no_acl_found=security.allow_everyone_if_no_acl_found)
+    acls.load()
+    return acls
 
 
 def scram_credentials(options: ServerOptions, tables: TableStore) -> ScramCredentialTable:

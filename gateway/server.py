@@ -14,6 +14,7 @@ from millrace.gateway.assembly import (
     autoscaler,
     bound_address,
     build_store,
+    kafka_acls,
     kafka_config,
     kafka_gateway,
     kafka_security,
@@ -55,6 +56,7 @@ def serve(options: ServerOptions) -> int:
         config = kafka_config(options, options.host, options.kafka_port)
         broker, kafka_factory = kafka_gateway(options, store, controller, tables, config, controller_pool)
         broker.scram = scram = scram_credentials(options, tables)
+        broker.acls = kafka_acls(security, tables)
     except Exception as exc:  # noqa: BLE001 - report why the store cannot start, then exit non-zero
         print(f"millrace: cannot start the segment store: {exc}", file=sys.stderr, flush=True)
         controller_pool.shutdown(wait=False)

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from twisted.internet.defer import Deferred
 
+from millrace.gateway.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+from millrace.gateway.security.principal import ANONYMOUS, KafkaPrincipal
 from millrace.store.budget import ByteBudget
 from millrace.store.contracts import SegmentService
 from millrace.store.controller import Controller
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
     from millrace.gateway.kafka.group_coordinator import GroupCoordinator
     from millrace.gateway.kafka.sessions import KafkaListener, Session
     from millrace.gateway.kafka.transactions import TransactionCoordinator
+    from millrace.gateway.security.acl_table import AclTable
     from millrace.gateway.security.credentials import ScramCredentialTable
     from millrace.streams.partitions import SegmentPartitionStorage
     from millrace.streams.producer_ids import ProducerIdAllocator
@@ -79,6 +82,24 @@ class RequestContext:
     # Calls the connection makes once the response has left for the socket, or the connection is gone
     sent_callbacks: list[Callable[[], None]] | None = None
 
+    @property
+    def principal(self) -> KafkaPrincipal:
+        """Who sent the request: the session's principal, ANONYMOUS on a PLAINTEXT listener."""
+        return ANONYMOUS if self.session is None else self.session.principal
+
+    def authorized(self, operation: AclOperation, resource_type: ResourceType, name: str = CLUSTER_NAME) -> bool:
+        """Whether the request's principal, from its address, may do ``operation`` on the resource (the
+        cluster by default); always, when no authorizer is configured."""
+        acls = self.broker.acls
+        if acls is None:
+            return True
+        return acls.authorizer.authorize(self.principal, self.host, operation, resource_type, name)
+
+    @property
+    def host(self) -> str:
+        """The client's IP address, as ACLs name hosts."""
+        return self.peer.rpartition(":")[0].strip("[]")
+
     def advertised(self) -> tuple[str, int]:
         """Where clients of this request's listener reach this node: Kafka advertises to a client the
         address of the listener it came in on."""
@@ -107,6 +128,8 @@ class Broker:
     cluster: KafkaCluster | None = None
     # The SCRAM credentials SASL listeners check and the SCRAM admin APIs change (None: not loaded)
     scram: ScramCredentialTable | None = None
+    # The ACLs requests are authorized by (None: no authorizer configured, everything is allowed)
+    acls: AclTable | None = None
 
     def __init__(
         self, store: SegmentService, controller: Controller, tables: TableStore, config: KafkaConfig,

@@ -41,6 +41,7 @@ APIS = frozenset({
     "ElectLeaders", "AlterPartitionReassignments", "ListPartitionReassignments", "DescribeQuorum",
     "ConsumerGroupHeartbeat", "ConsumerGroupDescribe",
     "SaslHandshake", "SaslAuthenticate", "AlterUserScramCredentials", "DescribeUserScramCredentials",
+    "CreateAcls", "DescribeAcls", "DeleteAcls",
 })
 #: Specs generated that are not APIs: the frame headers and the consumer protocol's subscription.
 DATA_SPECS = frozenset({"RequestHeader", "ResponseHeader", "ConsumerProtocolSubscription", "ConsumerProtocolAssignment"})

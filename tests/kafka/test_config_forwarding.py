@@ -38,7 +38,7 @@ class NoController:
 
 
 def context(client_id: str = "admin") -> RequestContext:
-    broker: Any = SimpleNamespace(cluster=NoController(), config=SimpleNamespace(node_id=NODE_ID),
+    broker: Any = SimpleNamespace(cluster=NoController(), acls=None, config=SimpleNamespace(node_id=NODE_ID),
                                   topics=SimpleNamespace(get=lambda name: None))
     return RequestContext(broker=broker, api_key=IncrementalAlterConfigsRequest.API_KEY, api_version=1,
                           correlation_id=1, client_id=client_id, peer="127.0.0.1:1")

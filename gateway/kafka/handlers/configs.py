@@ -43,6 +43,7 @@ from millrace.gateway.kafka_protocol.messages.incremental_alter_configs import (
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 )
+from millrace.gateway.security.acls import AclOperation, ResourceType
 from millrace.streams import topic_configs
 from millrace.streams.errors import Reason
 from millrace.streams.topics import (
@@ -171,7 +172,10 @@ def handle_describe_configs(ctx: RequestContext, request: DescribeConfigsRequest
         result = _D.DescribeConfigsResult(error_code=0, error_message=None, resource_type=resource.resource_type,
                                           resource_name=resource.resource_name, configs=[])
         values: list[ConfigValue] = []
-        if resource.resource_type == TOPIC_RESOURCE:
+        refused = _config_refusal(ctx, AclOperation.DESCRIBE_CONFIGS, resource.resource_type, resource.resource_name)
+        if refused is not None:
+            result.error_code, result.error_message = refused
+        elif resource.resource_type == TOPIC_RESOURCE:
             topic = ctx.broker.topics.get(resource.resource_name)
             if topic is not None:
                 values = topic_config_values(topic)
@@ -228,13 +232,27 @@ def _alter_response(cls: Any, resources: list[Any], outcomes: list[_Outcome]) ->
     ])
 
 
+def _config_refusal(ctx: RequestContext, operation: AclOperation, resource_type: int,
+                    name: str) -> tuple[ErrorCode, str] | None:
+    """Kafka's refusal of a config resource the principal may not describe or alter: a topic's needs the
+    operation on the topic, a broker's on the cluster."""
+    if resource_type == TOPIC_RESOURCE and not ctx.authorized(operation, ResourceType.TOPIC, name):
+        return ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed."
+    if resource_type == BROKER_RESOURCE and not ctx.authorized(operation, ResourceType.CLUSTER):
+        return ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed."
+    return None
+
+
 def _check_resources(ctx: RequestContext, resources: list[Any]) -> list[_Outcome | None]:
     """The refusals that need no store I/O; None where the resource is a topic to alter."""
     seen = Counter((r.resource_type, r.resource_name) for r in resources)
     out: list[_Outcome | None] = []
     for r in resources:
         names = Counter(c.name for c in r.configs)
-        if seen[(r.resource_type, r.resource_name)] > 1:
+        refused = _config_refusal(ctx, AclOperation.ALTER_CONFIGS, r.resource_type, r.resource_name)
+        if refused is not None:
+            out.append(_Outcome(*refused))
+        elif seen[(r.resource_type, r.resource_name)] > 1:
             out.append(_Outcome(ErrorCode.INVALID_REQUEST, "the resource appears more than once in the request"))
         elif any(n > 1 for n in names.values()):
             dup = sorted(k for k, n in names.items() if n > 1)

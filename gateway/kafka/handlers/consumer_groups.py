@@ -26,6 +26,7 @@ from millrace.gateway.kafka_protocol.messages.consumer_group_heartbeat import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
+from millrace.gateway.security.acls import AclOperation, ResourceType
 
 CONSUMER_GROUP_HEARTBEAT = ConsumerGroupHeartbeatRequest.API_KEY
 CONSUMER_GROUP_DESCRIBE = ConsumerGroupDescribeRequest.API_KEY
@@ -37,6 +38,15 @@ def handle_consumer_group_heartbeat(
         ctx: RequestContext, request: ConsumerGroupHeartbeatRequest
 ) -> ConsumerGroupHeartbeatResponse | Deferred[ConsumerGroupHeartbeatResponse]:
     cls = ConsumerGroupHeartbeatResponse
+    refused: tuple[ErrorCode, str] | None = None
+    if not ctx.authorized(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        refused = ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed."
+    elif any(not ctx.authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, name)
+             for name in request.subscribed_topic_names or ()):
+        refused = ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed."
+    if refused is not None:
+        return cls(throttle_time_ms=0, error_code=refused[0], error_message=refused[1], member_id=None,
+                   member_epoch=0, heartbeat_interval_ms=0)
     owned = None if request.topic_partitions is None else {
         tp.topic_id: frozenset(tp.partitions) for tp in request.topic_partitions}
     req = HeartbeatRequest(
@@ -88,6 +98,11 @@ def handle_consumer_group_describe(
     def describe(coordinator: GroupCoordinator) -> ConsumerGroupDescribeResponse:
         groups = []
         for group_id in request.group_ids:
+            if not ctx.authorized(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+                groups.append(cls.DescribedGroup(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, group_id=group_id,
+                                                 error_message="Group authorization failed.", group_state="",
+                                                 authorized_operations=operations))
+                continue
             error, message, cg = coordinator.consumer.describe(group_id)
             if cg is None:
                 groups.append(cls.DescribedGroup(error_code=int(error), error_message=message, group_id=group_id,

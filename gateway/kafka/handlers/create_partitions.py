@@ -19,6 +19,7 @@ from millrace.gateway.kafka_protocol.messages.create_partitions import (
     CreatePartitionsRequest,
     CreatePartitionsResponse,
 )
+from millrace.gateway.security.acls import AclOperation, ResourceType
 from millrace.streams.topics import TopicError, TopicRegistry, legal_topic_name
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,9 @@ def _check(ctx: RequestContext, t: CreatePartitionsRequest.CreatePartitionsTopic
         return job
     if not legal_topic_name(t.name):
         job.error, job.message = ErrorCode.INVALID_TOPIC_EXCEPTION, f"illegal topic name {t.name!r}"
+        return job
+    if not ctx.authorized(AclOperation.ALTER, ResourceType.TOPIC, t.name):
+        job.error, job.message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed."
         return job
     topic = ctx.broker.topics.get(t.name)
     if topic is None:

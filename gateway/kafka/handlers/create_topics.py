@@ -22,6 +22,7 @@ from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.stream_errors import error_code
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.create_topics import CreateTopicsRequest, CreateTopicsResponse
+from millrace.gateway.security.acls import AclOperation, ResourceType
 from millrace.streams.topics import TopicError, TopicInfo, TopicRegistry, legal_topic_name
 
 log = logging.getLogger(__name__)
@@ -140,12 +141,16 @@ def handle_create_topics(ctx: RequestContext,
     counts = Counter(t.name for t in request.topics)
     plans: list[_Plan] = []
     reported_duplicates: set[str] = set()
+    cluster_create = ctx.authorized(AclOperation.CREATE, ResourceType.CLUSTER)  # else CREATE on each topic
     for t in request.topics:
         if counts[t.name] > 1:
             # Kafka answers a repeated name once, with INVALID_REQUEST, and creates nothing for it.
             if t.name not in reported_duplicates:
                 reported_duplicates.add(t.name)
                 plans.append(_fail(_Plan(t.name), ErrorCode.INVALID_REQUEST, "duplicate topic name"))
+            continue
+        if not cluster_create and not ctx.authorized(AclOperation.CREATE, ResourceType.TOPIC, t.name):
+            plans.append(_fail(_Plan(t.name), ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed."))
             continue
         plans.append(_plan(ctx, t))
     validate_only = version >= 1 and request.validate_only

@@ -16,6 +16,7 @@ from millrace.gateway.kafka_protocol.messages.delete_records import (
     DeleteRecordsRequest,
     DeleteRecordsResponse,
 )
+from millrace.gateway.security.acls import AclOperation, ResourceType
 from millrace.streams.partitions import PartitionError
 
 DELETE_RECORDS = DeleteRecordsRequest.API_KEY
@@ -42,6 +43,12 @@ def handle_delete_records(ctx: RequestContext,
                           request: DeleteRecordsRequest) -> defer.Deferred[DeleteRecordsResponse]:
     per_topic = []
     for t in request.topics:
+        if not ctx.authorized(AclOperation.DELETE, ResourceType.TOPIC, t.name):
+            per_topic.append(defer.succeed([Response.DeleteRecordsPartitionResult(
+                partition_index=dp.partition_index, low_watermark=-1, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                for dp in t.partitions]))
+            continue
+
         def with_logs(found: Any, t: DeleteRecordsRequest.DeleteRecordsTopic = t) -> defer.Deferred:
             parts = found[1] if found else None
             return defer.gatherResults([_delete(ctx, parts, dp) for dp in t.partitions], consumeErrors=True)

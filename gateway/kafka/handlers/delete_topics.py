@@ -16,6 +16,7 @@ from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.stream_errors import error_code
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.delete_topics import DeleteTopicsRequest, DeleteTopicsResponse
+from millrace.gateway.security.acls import AclOperation, ResourceType
 from millrace.streams.topics import TopicError, TopicRegistry, legal_topic_name
 
 log = logging.getLogger(__name__)
@@ -44,9 +45,13 @@ def _resolve(ctx: RequestContext, name: str | None, topic_id: uuid.UUID) -> _Job
         topic = registry.by_id(topic_id)
         if topic is None:
             return _Job(None, topic_id, ErrorCode.UNKNOWN_TOPIC_ID, f"no topic has id {topic_id}")
+        if not ctx.authorized(AclOperation.DELETE, ResourceType.TOPIC, topic.name):
+            return _Job(None, topic_id, ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed.")
         return _Job(topic.name, topic_id)
     if name is None:
         return _Job(None, ZERO_UUID, ErrorCode.INVALID_REQUEST, "neither topic name nor id were specified")
+    if not ctx.authorized(AclOperation.DELETE, ResourceType.TOPIC, name):
+        return _Job(name, ZERO_UUID, ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed.")
     topic = registry.get(name)
     if topic is None:
         error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if legal_topic_name(name) else ErrorCode.INVALID_TOPIC_EXCEPTION

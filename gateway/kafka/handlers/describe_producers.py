@@ -23,6 +23,7 @@ from millrace.gateway.kafka_protocol.messages.describe_producers import (
     DescribeProducersRequest,
     DescribeProducersResponse,
 )
+from millrace.gateway.security.acls import AclOperation, ResourceType
 from millrace.streams.partitions import PartitionLog
 from millrace.streams.resolve import record_logs
 
@@ -65,6 +66,8 @@ def handle_describe_producers(ctx: RequestContext,
                 _R.PartitionResponse(partition_index=p, error_code=error, error_message=message)
                 for p in t.partition_indexes])
 
+        if not ctx.authorized(AclOperation.READ, ResourceType.TOPIC, t.name):
+            return defer.succeed(refused(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed."))
         invalid = invalid_topic_message(t.name)
         if invalid is not None:
             return defer.succeed(refused(ErrorCode.INVALID_TOPIC_EXCEPTION, invalid))

@@ -26,6 +26,7 @@ from millrace.gateway.kafka_protocol.messages.describe_quorum import (
     DescribeQuorumRequest,
     DescribeQuorumResponse,
 )
+from millrace.gateway.security.acls import AclOperation, ResourceType
 from millrace.store.contracts import SegmentService
 
 METADATA_TOPIC = "__cluster_metadata"
@@ -45,6 +46,9 @@ def metadata_log_end(store: SegmentService) -> int:
 def handle_describe_quorum(ctx: RequestContext,
                            request: DescribeQuorumRequest) -> DescribeQuorumResponse | Deferred[DescribeQuorumResponse]:
     topics = request.topics
+    if not ctx.authorized(AclOperation.DESCRIBE, ResourceType.CLUSTER):
+        return _R(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message="Cluster authorization failed.", topics=[],
+                  nodes=[])
     if not (len(topics) == 1 and topics[0].topic_name == METADATA_TOPIC and len(topics[0].partitions) == 1
             and topics[0].partitions[0].partition_index == 0):
         return _R(error_code=0, error_message=None, topics=[

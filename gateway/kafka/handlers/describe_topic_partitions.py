@@ -28,6 +28,7 @@ from millrace.gateway.kafka_protocol.messages.describe_topic_partitions import (
     DescribeTopicPartitionsRequest,
     DescribeTopicPartitionsResponse,
 )
+from millrace.gateway.security.acls import AclOperation, ResourceType
 from millrace.streams.topics import legal_topic_name
 
 #: Kafka's ``max.request.partition.size.limit`` default: the most partitions one response carries.
@@ -56,6 +57,10 @@ def handle_describe_topic_partitions(
     every_topic = not request.topics
     listed = [*registry.names(), *INTERNAL_TOPICS] if every_topic else [t.name for t in request.topics]
     names = {n for n in listed if n >= cursor_topic}
+    # Topics the principal may not describe: left out of a full listing, refused when named (below).
+    hidden = {n for n in names if not ctx.authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, n)}
+    if every_topic:
+        names -= hidden
     if cursor is not None and not every_topic and cursor.topic_name not in names:
         return _refused(request)
     if cursor is not None and cursor.partition_index < 0:
@@ -71,6 +76,10 @@ def handle_describe_topic_partitions(
             break
         internal = internal_topic(name)
         topic = registry.get(name)
+        if name in hidden:
+            topics.append(_Topic(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name, topic_id=ZERO_UUID,
+                                 is_internal=False, partitions=[], topic_authorized_operations=TOPIC_OPERATIONS))
+            continue
         if internal is None and topic is None:
             if not every_topic:
                 error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if legal_topic_name(name) else \

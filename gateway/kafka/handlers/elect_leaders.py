@@ -15,6 +15,7 @@ from millrace.gateway.kafka.broker import RequestContext
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.elect_leaders import ElectLeadersRequest, ElectLeadersResponse
+from millrace.gateway.security.acls import AclOperation, ResourceType
 
 PREFERRED, UNCLEAN = 0, 1  # Kafka's ElectionType
 _R = ElectLeadersResponse
@@ -24,8 +25,9 @@ _R = ElectLeadersResponse
 def handle_elect_leaders(ctx: RequestContext, request: ElectLeadersRequest) -> ElectLeadersResponse:
     registry = ctx.broker.topics
     election_type = request.election_type if ctx.api_version >= 1 else PREFERRED
-    if election_type not in (PREFERRED, UNCLEAN):
-        error = ErrorCode.UNKNOWN_SERVER_ERROR
+    denied = not ctx.authorized(AclOperation.ALTER, ResourceType.CLUSTER)
+    if denied or election_type not in (PREFERRED, UNCLEAN):
+        error = ErrorCode.CLUSTER_AUTHORIZATION_FAILED if denied else ErrorCode.UNKNOWN_SERVER_ERROR
         return _R(throttle_time_ms=0, error_code=error, replica_election_results=[
             _R.ReplicaElectionResult(topic=t.topic, partition_result=[
                 _R.PartitionResult(partition_id=p, error_code=error, error_message=error.description)

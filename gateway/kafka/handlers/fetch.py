@@ -22,6 +22,7 @@ from millrace.gateway.kafka.resolve import topic_logs
 from millrace.gateway.kafka.stream_errors import error_code
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.fetch import FetchRequest, FetchResponse
+from millrace.gateway.security.acls import AclOperation, ResourceType
 from millrace.streams.partitions import (
     READ_COMMITTED,
     FetchedRecords,
@@ -76,8 +77,14 @@ class _FetchPlan:
             unknown = ErrorCode.UNKNOWN_TOPIC_ID if by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             for ft, hit in zip(self.request.topics, found, strict=True):
                 entries: list[_Entry] = []
+                # Kafka asks READ before it looks the topic up: a client may not learn what it may not read.
+                name = ft.topic if not by_id else (hit.name if isinstance(hit, InternalTopic) else
+                                                   hit[0].name if hit is not None else None)
+                denied = name is not None and not self.ctx.authorized(AclOperation.READ, ResourceType.TOPIC, name)
                 for fp in ft.partitions:
-                    if isinstance(hit, InternalTopic):
+                    if denied:
+                        entries.append((fp, None, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                    elif isinstance(hit, InternalTopic):
                         entries.append((fp, None, self._internal_error(hit, fp)))
                     elif hit is None:
                         entries.append((fp, None, unknown))

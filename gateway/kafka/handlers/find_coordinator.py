@@ -17,6 +17,7 @@ from millrace.gateway.kafka_protocol.messages.find_coordinator import (
     FindCoordinatorRequest,
     FindCoordinatorResponse,
 )
+from millrace.gateway.security.acls import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from millrace.gateway.kafka.cluster import KafkaNode
@@ -28,6 +29,11 @@ KEY_TYPE_SHARE = 2
 
 
 def _lookup(ctx: RequestContext, key_type: int, key: str) -> tuple[ErrorCode, str | None]:
+    if key_type == KEY_TYPE_GROUP and not ctx.authorized(AclOperation.DESCRIBE, ResourceType.GROUP, key):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed."
+    if key_type == KEY_TYPE_TRANSACTION and not ctx.authorized(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                                                               key):
+        return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "Transactional Id authorization failed."
     cluster = ctx.broker.cluster
     if cluster is not None and key_type == KEY_TYPE_GROUP and cluster.group_coordinator() is None:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the groups table's container has no live owner"

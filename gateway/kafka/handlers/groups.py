@@ -17,11 +17,18 @@ from millrace.gateway.kafka_protocol.messages.heartbeat import HeartbeatRequest,
 from millrace.gateway.kafka_protocol.messages.join_group import JoinGroupRequest, JoinGroupResponse
 from millrace.gateway.kafka_protocol.messages.leave_group import LeaveGroupRequest, LeaveGroupResponse
 from millrace.gateway.kafka_protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
+from millrace.gateway.security.acls import AclOperation, ResourceType
 
 JOIN_GROUP = JoinGroupRequest.API_KEY
 HEARTBEAT = HeartbeatRequest.API_KEY
 LEAVE_GROUP = LeaveGroupRequest.API_KEY
 SYNC_GROUP = SyncGroupRequest.API_KEY
+
+
+def group_denied(ctx: RequestContext, group_id: str) -> bool:
+    """Whether the principal lacks READ on the group (GROUP_AUTHORIZATION_FAILED), as every classic
+    membership and offset request needs."""
+    return not ctx.authorized(AclOperation.READ, ResourceType.GROUP, group_id)
 
 
 def client_host(ctx: RequestContext) -> str:
@@ -30,8 +37,11 @@ def client_host(ctx: RequestContext) -> str:
 
 
 @api(JoinGroupRequest, 0, 9)
-def handle_join_group(ctx: RequestContext, request: JoinGroupRequest) -> Deferred[JoinGroupResponse]:
+def handle_join_group(ctx: RequestContext,
+                      request: JoinGroupRequest) -> JoinGroupResponse | Deferred[JoinGroupResponse]:
     version = ctx.api_version
+    if group_denied(ctx, request.group_id):
+        return join_response(version, JoinResult(request.member_id, ErrorCode.GROUP_AUTHORIZATION_FAILED))
 
     def join(coordinator: GroupCoordinator) -> Deferred[JoinGroupResponse]:
         # v0 has no rebalance timeout: the session timeout serves as both.
@@ -72,6 +82,8 @@ def handle_sync_group(ctx: RequestContext,
     if version >= 5 and (request.protocol_type is None or request.protocol_name is None):
         # From v5 the client must name both; a request without them is inconsistent.
         return sync_response(version, SyncResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
+    if group_denied(ctx, request.group_id):
+        return sync_response(version, SyncResult(ErrorCode.GROUP_AUTHORIZATION_FAILED))
 
     def sync(coordinator: GroupCoordinator) -> Deferred[SyncGroupResponse]:
         assignments = {a.member_id: bytes(a.assignment) for a in request.assignments}
@@ -94,6 +106,9 @@ def sync_response(version: int, r: SyncResult) -> SyncGroupResponse:
 
 @api(HeartbeatRequest, 0, 4)
 def handle_heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse | Deferred[HeartbeatResponse]:
+    if group_denied(ctx, request.group_id):
+        return HeartbeatResponse(throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
+
     def beat(coordinator: GroupCoordinator) -> HeartbeatResponse:
         error = coordinator.membership.heartbeat(request.group_id, request.member_id, request.group_instance_id,
                                       request.generation_id)
@@ -110,6 +125,8 @@ def handle_leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> Leave
         leaving = [(m.member_id, m.group_instance_id) for m in request.members]
     else:
         leaving = [(request.member_id, None)]
+    if group_denied(ctx, request.group_id):
+        return cls(throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, members=[])
 
     def leave(coordinator: GroupCoordinator) -> LeaveGroupResponse:
         error, member_errors = coordinator.membership.leave_group(request.group_id, leaving)

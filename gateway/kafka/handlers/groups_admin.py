@@ -11,12 +11,14 @@ from millrace.gateway.kafka.group_coordinator import (
     get_coordinator,
 )
 from millrace.gateway.kafka.registry import api
+from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.delete_groups import DeleteGroupsRequest, DeleteGroupsResponse
 from millrace.gateway.kafka_protocol.messages.describe_groups import (
     DescribeGroupsRequest,
     DescribeGroupsResponse,
 )
 from millrace.gateway.kafka_protocol.messages.list_groups import ListGroupsRequest, ListGroupsResponse
+from millrace.gateway.security.acls import AclOperation, ResourceType
 
 DESCRIBE_GROUPS = DescribeGroupsRequest.API_KEY
 LIST_GROUPS = ListGroupsRequest.API_KEY
@@ -36,6 +38,11 @@ def handle_describe_groups(ctx: RequestContext,
     def describe(coordinator: GroupCoordinator) -> DescribeGroupsResponse:
         groups = []
         for group_id in request.groups:
+            if not ctx.authorized(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+                groups.append(cls.DescribedGroup(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, group_id=group_id,
+                                                 group_state="", protocol_type="", protocol_data="", members=[],
+                                                 authorized_operations=operations))
+                continue
             error, s = coordinator.describe_group(group_id)
             groups.append(cls.DescribedGroup(
                 error_code=int(error), group_id=group_id, group_state=s.state, protocol_type=s.protocol_type,
@@ -58,6 +65,8 @@ def handle_list_groups(ctx: RequestContext,
 
     def list_groups(coordinator: GroupCoordinator) -> ListGroupsResponse:
         error, overviews = coordinator.list_groups(states, types)
+        if not ctx.authorized(AclOperation.DESCRIBE, ResourceType.CLUSTER):  # else the groups it may describe
+            overviews = [o for o in overviews if ctx.authorized(AclOperation.DESCRIBE, ResourceType.GROUP, o.group_id)]
         return ListGroupsResponse(throttle_time_ms=0, error_code=int(error), groups=[
             ListGroupsResponse.ListedGroup(group_id=o.group_id, protocol_type=o.protocol_type,
                                            group_state=o.state, group_type=o.group_type)
@@ -70,10 +79,14 @@ def handle_list_groups(ctx: RequestContext,
 def handle_delete_groups(ctx: RequestContext, request: DeleteGroupsRequest) -> Deferred[DeleteGroupsResponse]:
     cls = DeleteGroupsResponse
 
+    denied = {g for g in request.groups_names if not ctx.authorized(AclOperation.DELETE, ResourceType.GROUP, g)}
+
     def delete(coordinator: GroupCoordinator) -> Deferred[DeleteGroupsResponse]:
-        return coordinator.delete_groups(list(request.groups_names)).addCallback(
+        allowed = [g for g in request.groups_names if g not in denied]
+        return coordinator.delete_groups(allowed).addCallback(
             lambda result: cls(throttle_time_ms=0, results=[
-                cls.DeletableGroupResult(group_id=g, error_code=int(result[g])) for g in dict.fromkeys(
-                    request.groups_names)]))
+                cls.DeletableGroupResult(group_id=g, error_code=int(
+                    ErrorCode.GROUP_AUTHORIZATION_FAILED if g in denied else result[g]))
+                for g in dict.fromkeys(request.groups_names)]))
 
     return get_coordinator(ctx.broker).call(delete)

@@ -21,6 +21,7 @@ from millrace.gateway.kafka.resolve import topic_logs
 from millrace.gateway.kafka.stream_errors import error_code
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.list_offsets import ListOffsetsRequest, ListOffsetsResponse
+from millrace.gateway.security.acls import AclOperation, ResourceType
 from millrace.streams.partitions import PartitionError
 
 LIST_OFFSETS = ListOffsetsRequest.API_KEY
@@ -65,6 +66,10 @@ def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> def
     per_topic = []
     for t in request.topics:
         internal = internal_topic(t.name)
+        if not ctx.authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, t.name):
+            per_topic.append(defer.succeed([_result(lp.partition_index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                                            for lp in t.partitions]))
+            continue
         if internal is not None:
             per_topic.append(defer.succeed([_internal_lookup(ctx, internal, lp) for lp in t.partitions]))
             continue

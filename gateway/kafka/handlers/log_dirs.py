@@ -33,6 +33,7 @@ from millrace.gateway.kafka_protocol.messages.describe_log_dirs import (
     DescribeLogDirsRequest,
     DescribeLogDirsResponse,
 )
+from millrace.gateway.security.acls import AclOperation, ResourceType
 from millrace.streams.resolve import Logs, record_logs
 
 _D = DescribeLogDirsResponse
@@ -52,6 +53,8 @@ def _volume_bytes(path: str) -> tuple[int, int]:
 def handle_describe_log_dirs(ctx: RequestContext,
                              request: DescribeLogDirsRequest) -> defer.Deferred[DescribeLogDirsResponse]:
     broker = ctx.broker
+    if not ctx.authorized(AclOperation.DESCRIBE, ResourceType.CLUSTER):
+        return defer.succeed(_D(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, results=[]))
     wanted: dict[str, set[int]] | None = None
     if request.topics is not None:
         wanted = {}
@@ -91,7 +94,11 @@ def handle_alter_replica_log_dirs(ctx: RequestContext,
             for p in t.partitions:
                 destinations.setdefault(t.name, {})[p] = d.path
 
+    may_alter = ctx.authorized(AclOperation.ALTER, ResourceType.CLUSTER)
+
     def outcome(name: str, partition: int, path: str) -> ErrorCode:
+        if not may_alter:
+            return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
         if len(f"{name}-{partition}") + _FUTURE_DIR_SUFFIX > _MAX_FILE_NAME:
             return ErrorCode.INVALID_TOPIC_EXCEPTION
         if path != ctx.broker.config.log_dir:

@@ -24,6 +24,7 @@ from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.stream_errors import error_code
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.metadata import MetadataRequest, MetadataResponse
+from millrace.gateway.security.acls import AclOperation, ResourceType
 from millrace.streams.errors import Reason
 from millrace.streams.topics import TopicError, TopicInfo, TopicRegistry, legal_topic_name
 
@@ -161,9 +162,11 @@ def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRe
 
     # A null list means every topic; so does an empty one in v0, which could not say null.
     if request.topics is None or (version == 0 and not request.topics):
-        topics = [registry.get(name) for name in registry.names()]
+        # Every topic the principal may describe (Kafka leaves the others out without a word).
+        topics = [registry.get(name) for name in registry.names() if _describable(ctx, name)]
         return _response(ctx, request, [topic_metadata(ctx, t, include_ops) for t in topics if t is not None]
-                         + [internal_topic_metadata(ctx, t, include_ops) for t in INTERNAL_TOPICS.values()])
+                         + [internal_topic_metadata(ctx, t, include_ops) for t in INTERNAL_TOPICS.values()
+                            if _describable(ctx, t.name)])
 
     # Lookups by id begin at v12; before it Kafka refuses the whole request, each topic INVALID_REQUEST.
     if version < 12 and any(t.name is None or (version >= 10 and t.topic_id != ZERO_UUID) for t in request.topics):
@@ -181,6 +184,10 @@ def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRe
                 continue
             topic = registry.by_id(topic_id)
             by_id = internal_topic_by_id(topic_id)
+            known = topic.name if topic is not None else by_id.name if by_id is not None else None
+            if known is not None and not _describable(ctx, known):
+                answers[topic_id] = _error_topic(ErrorCode.TOPIC_AUTHORIZATION_FAILED, None, topic_id)
+                continue
             # A topic asked for by id and not found has no name to give.
             answers[topic_id] = (topic_metadata(ctx, topic, include_ops) if topic is not None else
                                  internal_topic_metadata(ctx, by_id, include_ops) if by_id is not None else
@@ -194,7 +201,9 @@ def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRe
             continue
         topic = registry.get(name)
         named = internal_topic(name)
-        if named is not None:  # never auto-created as a plain topic
+        if not _describable(ctx, name):  # whether it exists or not: its existence is not told
+            answers[name] = _error_topic(ErrorCode.TOPIC_AUTHORIZATION_FAILED, name)
+        elif named is not None:  # never auto-created as a plain topic
             answers[name] = internal_topic_metadata(ctx, named, include_ops)
         elif topic is not None:
             answers[name] = topic_metadata(ctx, topic, include_ops)
@@ -206,6 +215,11 @@ def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRe
 
     # Before v4 the request could not refuse auto-creation, so the broker's setting alone decides.
     allow_create = broker.config.auto_create_topics and (version < 4 or request.allow_auto_topic_creation)
+    if allow_create and missing and not ctx.authorized(AclOperation.CREATE, ResourceType.CLUSTER):
+        # Auto-creation needs CREATE on the cluster or on the topic; Kafka answers the rest as denied.
+        for name in [n for n in missing if not ctx.authorized(AclOperation.CREATE, ResourceType.TOPIC, n)]:
+            answers[name] = _error_topic(ErrorCode.TOPIC_AUTHORIZATION_FAILED, name)
+            missing.remove(name)
     if not missing or not allow_create:
         for name in missing:
             answers[name] = _error_topic(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name)
@@ -217,6 +231,10 @@ def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRe
         return _response(ctx, request, [a for a in answers.values() if a is not None])
 
     return broker.blocking(_auto_create, registry, missing, broker.config.default_partitions).addCallback(created)
+
+
+def _describable(ctx: RequestContext, name: str) -> bool:
+    return ctx.authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, name)
 
 
 def _auto_create(registry: TopicRegistry, names: list[str], partitions: int) -> dict[str, ErrorCode]:

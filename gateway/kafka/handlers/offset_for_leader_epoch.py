@@ -16,6 +16,7 @@ from millrace.gateway.kafka_protocol.messages.offset_for_leader_epoch import (
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
 )
+from millrace.gateway.security.acls import AclOperation, ResourceType
 from millrace.streams.partitions import PartitionError
 
 OFFSET_FOR_LEADER_EPOCH = OffsetForLeaderEpochRequest.API_KEY
@@ -51,8 +52,12 @@ def handle_offset_for_leader_epoch(
 
     def answer(found: list[Any]) -> OffsetForLeaderEpochResponse:
         return Response(topics=[
-            Response.OffsetForLeaderTopicResult(
-                topic=t.topic, partitions=[_end_offset(ctx, hit[1] if hit else None, op) for op in t.partitions])
+            Response.OffsetForLeaderTopicResult(topic=t.topic, partitions=[
+                _end_offset(ctx, hit[1] if hit else None, op) if ctx.authorized(
+                    AclOperation.DESCRIBE, ResourceType.TOPIC, t.topic) else
+                Response.EpochEndOffset(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, partition=op.partition,
+                                        leader_epoch=-1, end_offset=-1)
+                for op in t.partitions])
             for t, hit in zip(request.topics, found, strict=True)
         ])
 

@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 
 from millrace.gateway.kafka.broker import Broker, RequestContext
 from millrace.gateway.kafka.group_coordinator import GroupCoordinator, get_coordinator
@@ -18,6 +18,7 @@ from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.offset_commit import OffsetCommitRequest, OffsetCommitResponse
 from millrace.gateway.kafka_protocol.messages.offset_delete import OffsetDeleteRequest, OffsetDeleteResponse
 from millrace.gateway.kafka_protocol.messages.offset_fetch import OffsetFetchRequest, OffsetFetchResponse
+from millrace.gateway.security.acls import AclOperation, ResourceType
 
 OFFSET_COMMIT = OffsetCommitRequest.API_KEY
 OFFSET_FETCH = OffsetFetchRequest.API_KEY
@@ -47,10 +48,16 @@ def handle_offset_commit(ctx: RequestContext,
     requested: list[TopicPartition] = []
     errors: dict[TopicPartition, ErrorCode] = {}
     offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+    group_denied = not ctx.authorized(AclOperation.READ, ResourceType.GROUP, request.group_id)
     for topic in request.topics:
+        topic_denied = not ctx.authorized(AclOperation.READ, ResourceType.TOPIC, topic.name)
         for p in topic.partitions:
             tp = (topic.name, p.partition_index)
             requested.append(tp)
+            if group_denied or topic_denied:
+                errors[tp] = (ErrorCode.GROUP_AUTHORIZATION_FAILED if group_denied
+                              else ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                continue
             if not _partition_exists(ctx.broker, topic.name, p.partition_index):
                 errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
@@ -97,6 +104,32 @@ def handle_offset_fetch(ctx: RequestContext,
         # KIP-447: a consumer asking for stable offsets must wait out offsets of an open transaction.
         return ctx.broker.transactions.pending_offsets(group_id) if require_stable and version >= 7 else set()
 
+    def readable(group_id: str, wanted: list[TopicPartition] | None,
+                 found: dict[TopicPartition, OffsetAndMetadata]) -> dict[TopicPartition, OffsetAndMetadata]:
+        """What the principal may see of a group's offsets: those of topics it may describe; a partition
+        asked for in one it may not is answered TOPIC_AUTHORIZATION_FAILED (``denied``)."""
+        if ctx.broker.acls is None:
+            return found
+        visible = {tp: om for tp, om in found.items()
+                   if ctx.authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, tp[0])}
+        for tp in wanted or []:
+            if tp not in visible:
+                denied.add(tp)
+                visible[tp] = OffsetAndMetadata(-1)
+        return visible
+
+    denied: set[TopicPartition] = set()
+
+    def partition_error(tp: TopicPartition, pending: set[TopicPartition], error: ErrorCode = ErrorCode.NONE) -> int:
+        if tp in denied:
+            return int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+        return int(ErrorCode.UNSTABLE_OFFSET_COMMIT) if tp in pending else int(error)
+
+    def group_error(group_id: str) -> ErrorCode | None:
+        if ctx.authorized(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            return None
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED
+
     def fetch(coordinator: GroupCoordinator) -> OffsetFetchResponse:
         if version >= 8:
             # Member id and epoch (v9) only matter to the KIP-848 consumer protocol; classic
@@ -104,8 +137,13 @@ def handle_offset_fetch(ctx: RequestContext,
             groups = []
             for g in request.groups:
                 wanted = None if g.topics is None else [(t.name, p) for t in g.topics for p in t.partition_indexes]
+                refused = group_error(g.group_id)
+                if refused is not None:
+                    groups.append(cls.OffsetFetchResponseGroup(group_id=g.group_id, error_code=refused, topics=[]))
+                    continue
                 error, found = coordinator.offsets.fetch_offsets(g.group_id, wanted, g.member_id if version >= 9 else None,
                                                          g.member_epoch if version >= 9 else -1)
+                found = readable(g.group_id, wanted, found)
                 pending = unstable(g.group_id, request.require_stable)
                 groups.append(cls.OffsetFetchResponseGroup(
                     group_id=g.group_id, error_code=int(error),
@@ -113,14 +151,18 @@ def handle_offset_fetch(ctx: RequestContext,
                         cls.OffsetFetchResponseTopics(name=topic, partitions=[
                             cls.OffsetFetchResponsePartitions(
                                 partition_index=p, committed_offset=om.offset, committed_leader_epoch=om.leader_epoch,
-                                metadata=om.metadata,
-                                error_code=int(ErrorCode.UNSTABLE_OFFSET_COMMIT) if (topic, p) in pending else 0)
+                                metadata=om.metadata, error_code=partition_error((topic, p), pending))
                             for p, om in parts])
                         for topic, parts in _by_topic(found.items()).items()]))
             return cls(throttle_time_ms=0, groups=groups)
         wanted = None if request.topics is None else [(t.name, p) for t in request.topics
                                                       for p in t.partition_indexes]
-        error, found = coordinator.offsets.fetch_offsets(request.group_id, wanted)
+        refused = group_error(request.group_id)
+        if refused is not None:
+            error, found = refused, {}
+        else:
+            error, found = coordinator.offsets.fetch_offsets(request.group_id, wanted)
+            found = readable(request.group_id, wanted, found)
         pending = unstable(request.group_id, request.require_stable)
         if error is not ErrorCode.NONE:
             if version >= 2:
@@ -132,8 +174,7 @@ def handle_offset_fetch(ctx: RequestContext,
                 cls.OffsetFetchResponsePartition(
                     partition_index=p, committed_offset=om.offset,
                     committed_leader_epoch=om.leader_epoch if version >= 5 else -1,
-                    metadata=om.metadata,
-                    error_code=int(ErrorCode.UNSTABLE_OFFSET_COMMIT) if (topic, p) in pending else int(error))
+                    metadata=om.metadata, error_code=partition_error((topic, p), pending, error))
                 for p, om in parts])
             for topic, parts in _by_topic(found.items()).items()])
 
@@ -145,10 +186,16 @@ def handle_offset_delete(ctx: RequestContext, request: OffsetDeleteRequest) -> D
     cls = OffsetDeleteResponse
     requested: list[TopicPartition] = []
     errors: dict[TopicPartition, ErrorCode] = {}
+    if not ctx.authorized(AclOperation.DELETE, ResourceType.GROUP, request.group_id):
+        return succeed(cls(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, throttle_time_ms=0, topics=[]))
     for topic in request.topics:
+        topic_denied = not ctx.authorized(AclOperation.READ, ResourceType.TOPIC, topic.name)
         for p in topic.partitions:
             tp = (topic.name, p.partition_index)
             requested.append(tp)
+            if topic_denied:
+                errors[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
             if not _partition_exists(ctx.broker, topic.name, p.partition_index):
                 errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     eligible = [tp for tp in requested if tp not in errors]

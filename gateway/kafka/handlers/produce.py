@@ -16,6 +16,7 @@ from millrace.gateway.kafka.resolve import loaded_topic_logs, topic_logs
 from millrace.gateway.kafka.stream_errors import error_code
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.produce import ProduceRequest, ProduceResponse
+from millrace.gateway.security.acls import AclOperation, ResourceType
 from millrace.streams.partitions import PartitionError, PartitionLog, SegmentPartitionStorage
 from millrace.streams.topics import TopicInfo
 
@@ -79,6 +80,10 @@ class _Answers:
 
 def _produce_topic(ctx: RequestContext, t: int, answers: _Answers) -> None:
     topic_data = answers.request.topic_data[t]
+    if not ctx.authorized(AclOperation.WRITE, ResourceType.TOPIC, topic_data.name):
+        answers.results[t] = [_partition_result(pd.index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                              for pd in topic_data.partition_data]
+        return
     if internal_topic(topic_data.name) is not None:
         # Kafka's ReplicaManager refuses clients' appends to internal topics.
         answers.results[t] = [
@@ -149,8 +154,14 @@ def handle_produce(ctx: RequestContext,
     # A transactional batch is admitted by its partition only inside its producer's ongoing transaction
     # (the partition storage asks the transaction coordinator), whatever transactional id is named here.
     answers = _Answers(request)
-    for t in range(len(request.topic_data)):
-        _produce_topic(ctx, t, answers)
+    txn_id = request.transactional_id
+    if txn_id is not None and not ctx.authorized(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id):
+        # Kafka refuses the whole request: every partition carries the error.
+        answers.results = [[_partition_result(pd.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+                            for pd in td.partition_data] for td in request.topic_data]
+    else:
+        for t in range(len(request.topic_data)):
+            _produce_topic(ctx, t, answers)
     answers.release()
     if request.acks == 0:
         answers.done.addErrback(lambda f: None)  # no one to tell; errors are logged where they happen

@@ -24,6 +24,7 @@ from millrace.gateway.kafka_protocol.messages.list_partition_reassignments impor
     ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsResponse,
 )
+from millrace.gateway.security.acls import AclOperation, ResourceType
 
 _A = AlterPartitionReassignmentsResponse
 
@@ -63,6 +64,9 @@ def handle_alter_partition_reassignments(
             return ErrorCode.INVALID_REPLICA_ASSIGNMENT, invalid
         return ErrorCode.NONE, None  # [node]: already the partition's replicas, nothing to move
 
+    if not ctx.authorized(AclOperation.ALTER, ResourceType.CLUSTER):
+        return _A(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                  error_message="Cluster authorization failed.", responses=[])
     responses = []
     for t in request.topics:
         partitions = []
@@ -78,4 +82,7 @@ def handle_alter_partition_reassignments(
 def handle_list_partition_reassignments(
     ctx: RequestContext, request: ListPartitionReassignmentsRequest,
 ) -> ListPartitionReassignmentsResponse:
+    if not ctx.authorized(AclOperation.DESCRIBE, ResourceType.CLUSTER):
+        return ListPartitionReassignmentsResponse(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                                  error_message="Cluster authorization failed.", topics=[])
     return ListPartitionReassignmentsResponse(throttle_time_ms=0, error_code=0, error_message=None, topics=[])

@@ -27,6 +27,7 @@ from millrace.gateway.kafka_protocol.messages.describe_user_scram_credentials im
     DescribeUserScramCredentialsRequest,
     DescribeUserScramCredentialsResponse,
 )
+from millrace.gateway.security.acls import AclOperation, ResourceType
 from millrace.gateway.security.credentials import ScramCredentialTable
 from millrace.gateway.security.sasl import (
     SCRAM_MAX_ITERATIONS,
@@ -96,11 +97,13 @@ def _alter(table: ScramCredentialTable, request: AlterUserScramCredentialsReques
 def handle_alter_user_scram_credentials(ctx: RequestContext, request: AlterUserScramCredentialsRequest
                                         ) -> defer.Deferred[AlterUserScramCredentialsResponse]:
     table = ctx.broker.scram
-    if table is None:
+    denied = not ctx.authorized(AclOperation.ALTER, ResourceType.CLUSTER)
+    if table is None or denied:
         users = dict.fromkeys([*(d.name for d in request.deletions), *(u.name for u in request.upsertions)])
+        code, message = ((ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.") if denied else
+                         (ErrorCode.UNSUPPORTED_VERSION, "SCRAM credentials are not served by this node"))
         return defer.succeed(AlterUserScramCredentialsResponse(throttle_time_ms=0, results=[
-            _AlterResult(user=u, error_code=ErrorCode.UNSUPPORTED_VERSION,
-                         error_message="SCRAM credentials are not served by this node") for u in users]))
+            _AlterResult(user=u, error_code=code, error_message=message) for u in users]))
     return ctx.broker.blocking(_alter, table, request).addCallback(
         lambda results: AlterUserScramCredentialsResponse(throttle_time_ms=0, results=results))
 
@@ -108,6 +111,9 @@ def handle_alter_user_scram_credentials(ctx: RequestContext, request: AlterUserS
 @api(DescribeUserScramCredentialsRequest, 0, 0)
 def handle_describe_user_scram_credentials(ctx: RequestContext, request: DescribeUserScramCredentialsRequest
                                            ) -> DescribeUserScramCredentialsResponse:
+    if not ctx.authorized(AclOperation.DESCRIBE, ResourceType.CLUSTER):
+        return DescribeUserScramCredentialsResponse(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                                    error_message="Cluster authorization failed.", results=[])
     table = ctx.broker.scram
     described = table.users() if table is not None else {}
     info = DescribeUserScramCredentialsResponse.CredentialInfo

@@ -54,12 +54,17 @@ from millrace.gateway.kafka_protocol.messages.txn_offset_commit import (
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
 )
+from millrace.gateway.security.acls import AclOperation, ResourceType
 
 log = logging.getLogger(__name__)
 
 
 def _coordinator(ctx: RequestContext) -> TransactionCoordinator:
     return ctx.broker.transactions
+
+
+def _may_write(ctx: RequestContext, transactional_id: str) -> bool:
+    return ctx.authorized(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
 
 
 def _fenced(ctx: RequestContext, first_version: int = 2) -> ErrorCode:
@@ -85,6 +90,12 @@ def handle_add_partitions_to_txn(ctx: RequestContext,
         return cls(results_by_topic_v3_and_below=[
             cls.AddPartitionsToTxnTopicResult(name=name, results_by_partition=parts) for name, parts in by_topic.items()])
 
+    if not _may_write(ctx, request.v3_and_below_transactional_id):
+        return defer.succeed(respond(dict.fromkeys(wanted, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)))
+    denied = {tp for tp in wanted if not ctx.authorized(AclOperation.WRITE, ResourceType.TOPIC, tp[0])}
+    if denied:  # as Kafka: nothing is added, the others were not attempted
+        return defer.succeed(respond({tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED if tp in denied
+                                      else ErrorCode.OPERATION_NOT_ATTEMPTED for tp in wanted}))
     elsewhere = _coordinator(ctx).check()
     if elsewhere is not None:
         return defer.succeed(respond(dict.fromkeys(wanted, elsewhere)))
@@ -100,6 +111,10 @@ def handle_add_partitions_to_txn(ctx: RequestContext,
 @api(AddOffsetsToTxnRequest, 0, 4)
 def handle_add_offsets_to_txn(ctx: RequestContext,
                               request: AddOffsetsToTxnRequest) -> defer.Deferred[AddOffsetsToTxnResponse]:
+    if not _may_write(ctx, request.transactional_id):
+        return defer.succeed(AddOffsetsToTxnResponse(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+    if not ctx.authorized(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return defer.succeed(AddOffsetsToTxnResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED))
     elsewhere = _coordinator(ctx).check()
     if elsewhere is not None:
         return defer.succeed(AddOffsetsToTxnResponse(error_code=int(elsewhere)))
@@ -112,6 +127,9 @@ def handle_add_offsets_to_txn(ctx: RequestContext,
 
 @api(EndTxnRequest, 0, 4)
 def handle_end_txn(ctx: RequestContext, request: EndTxnRequest) -> defer.Deferred[EndTxnResponse]:
+    if not _may_write(ctx, request.transactional_id):
+        return defer.succeed(EndTxnResponse(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, producer_id=-1,
+                                            producer_epoch=-1))
     elsewhere = _coordinator(ctx).check()
     if elsewhere is not None:
         return defer.succeed(EndTxnResponse(error_code=int(elsewhere), producer_id=-1, producer_epoch=-1))
@@ -128,7 +146,16 @@ def handle_txn_offset_commit(ctx: RequestContext,
     requested = [(t.name, p) for t in request.topics for p in t.partitions]
     offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
     errors: dict[tuple[str, int], ErrorCode] = {}
+    # Between nodes (the client ids below) the request was authorized where the client sent it.
+    internal = ctx.client_id in (CLIENT_ID, GROUP_COORDINATOR_CLIENT_ID)
+    refused = None if internal else (
+        ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if not _may_write(ctx, request.transactional_id) else
+        ErrorCode.GROUP_AUTHORIZATION_FAILED if not ctx.authorized(AclOperation.READ, ResourceType.GROUP,
+                                                                   request.group_id) else None)
     for topic, p in requested:
+        if refused is not None or not (internal or ctx.authorized(AclOperation.READ, ResourceType.TOPIC, topic)):
+            errors[(topic, p.partition_index)] = refused or ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            continue
         info = ctx.broker.topics.get(topic)
         if info is None or not 0 <= p.partition_index < info.partition_count:
             errors[(topic, p.partition_index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -224,6 +251,11 @@ def handle_describe_transactions(ctx: RequestContext,
     states = []
     elsewhere = _coordinator(ctx).check()  # on a cluster: another node coordinates (or this one loads)
     for transactional_id in request.transactional_ids:
+        if not ctx.authorized(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+            states.append(cls.TransactionState(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                               transactional_id=transactional_id, transaction_state="",
+                                               transaction_start_time_ms=-1, producer_id=-1, producer_epoch=-1))
+            continue
         if elsewhere is not None:
             states.append(cls.TransactionState(error_code=int(elsewhere), transactional_id=transactional_id,
                                                transaction_state="", transaction_start_time_ms=-1,
@@ -263,6 +295,8 @@ def handle_list_transactions(ctx: RequestContext, request: ListTransactionsReque
             continue
         if min_duration >= 0 and (meta.start_ms < 0 or now - meta.start_ms <= min_duration):
             continue
+        if not ctx.authorized(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, meta.transactional_id):
+            continue  # Kafka lists only the transactional ids the principal may describe
         found.append(cls.TransactionState(transactional_id=meta.transactional_id, producer_id=meta.producer_id,
                                           transaction_state=str(meta.state)))
     return cls(throttle_time_ms=0, error_code=0, unknown_state_filters=unknown, transaction_states=found)

@@ -23,6 +23,7 @@ from millrace.gateway.kafka_protocol.messages.write_txn_markers import (
     WriteTxnMarkersRequest,
     WriteTxnMarkersResponse,
 )
+from millrace.gateway.security.acls import AclOperation, ResourceType
 from millrace.streams.partitions import PartitionError
 
 log = logging.getLogger(__name__)
@@ -54,9 +55,12 @@ def _one(ctx: RequestContext, topic: str, partition: int, marker: WriteTxnMarker
 @api(WriteTxnMarkersRequest, 0, 1)
 def handle_write_txn_markers(ctx: RequestContext, request: WriteTxnMarkersRequest) -> defer.Deferred[Response]:
     results: list[defer.Deferred[ErrorCode]] = []
+    # Only brokers write markers (CLUSTER_ACTION); a cluster node's own are sent without a session.
+    denied = not ctx.authorized(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER)
     for marker in request.markers:
         for t in marker.topics:
-            results.extend(_one(ctx, t.name, i, marker) for i in t.partition_indexes)
+            results.extend(defer.succeed(ErrorCode.CLUSTER_AUTHORIZATION_FAILED) if denied else
+                           _one(ctx, t.name, i, marker) for i in t.partition_indexes)
 
     def respond(errors: list[ErrorCode]) -> Response:
         it = iter(errors)
