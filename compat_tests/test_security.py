@@ -159,6 +159,29 @@ def test_confluent_kafka_authenticates(secured: Secured, listener: str, mechanis
     assert _roundtrip(conf, _topic()) == [b"v0", b"v1", b"v2"]
 
 
+def test_requests_after_authentication_may_exceed_the_pre_authentication_limit(secured: Secured) -> None:
+    """The 512 KiB limit holds only until the exchange succeeds: the very next frame may be a 1.5 MB
+    produce (the limit is lifted when the session authenticates, not at the next request)."""
+    from confluent_kafka import Consumer, Producer
+
+    conf = secured.librdkafka("SASL_PLAINTEXT", "PLAIN", "alice", USERS["alice"])
+    topic, big = _topic(), b"m" * 1_500_000
+    producer = Producer({**conf, "message.max.bytes": 4_000_000, "enable.idempotence": True})
+    errors: list[Any] = []
+    producer.produce(topic, big, on_delivery=lambda e, _m: errors.append(e))
+    assert producer.flush(30) == 0 and errors == [None]
+    consumer = Consumer({**conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest",
+                         "fetch.message.max.bytes": 4_000_000})
+    consumer.subscribe([topic])
+    deadline, got = time.monotonic() + 30, None
+    while got is None and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            got = msg.value()
+    consumer.close()
+    assert got == big
+
+
 @pytest.mark.parametrize(("listener", "mechanism", "user"), [
     ("SASL_PLAINTEXT", "PLAIN", "alice"), ("SASL_PLAINTEXT", "SCRAM-SHA-256", SCRAM_USER),
     ("SASL_SSL", "SCRAM-SHA-512", SCRAM_USER), ("SASL_PLAINTEXT", "SCRAM-SHA-256", "nobody")])

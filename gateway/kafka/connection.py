@@ -66,7 +66,7 @@ class KafkaConnection(BudgetedReceiver):
         # the listener's pre-authentication limit.
         self.session: Session | None = None
         if listener is not None and (listener.uses_sasl or listener.ssl is not None):
-            self.session = Session(listener, self._close)
+            self.session = Session(listener, self._close, self._authenticated)
             if listener.uses_sasl:
                 self.MAX_LENGTH = listener.max_pre_auth_bytes
         self._slots: collections.deque[_Slot] = collections.deque()
@@ -129,8 +129,6 @@ class KafkaConnection(BudgetedReceiver):
             # The TLS handshake is done once a request has arrived: the client's certificate is known.
             session.peer_certificate(getattr(self.transport, "getPeerCertificate", lambda: None)())
         if session.admits(api_key):
-            if session.authenticated:
-                self.MAX_LENGTH = self.broker.config.max_request_bytes
             return True
         name = REGISTRY[api_key].name if api_key in REGISTRY else f"api {api_key}"
         log.info("closing Kafka connection from %s: %s %s", self._peer, name,
@@ -153,9 +151,12 @@ class KafkaConnection(BudgetedReceiver):
         slot.parts = [len(answer).to_bytes(4, "big"), answer]
         slot.ready = True
         self._slots.append(slot)
-        if session.authenticated:
-            self.MAX_LENGTH = self.broker.config.max_request_bytes
         self._flush()
+
+    def _authenticated(self) -> None:
+        """The session authenticated: the next frame may be as large as any request (the length of a
+        frame is checked as it starts, so this must not wait for the next request)."""
+        self.MAX_LENGTH = self.broker.config.max_request_bytes
 
     def _close(self) -> None:
         """Close once everything written is sent (an answer that ends the connection, e.g. a failed

@@ -69,9 +69,11 @@ class KafkaListener:
 class Session:
     """One connection's security state. Owned by the reactor thread, like its connection."""
 
-    def __init__(self, listener: KafkaListener, close: Callable[[], None]) -> None:
+    def __init__(self, listener: KafkaListener, close: Callable[[], None],
+                 authenticated: Callable[[], None] = lambda: None) -> None:
         self.listener = listener
         self.close = close  # closes the connection once what was written has been sent
+        self._on_authenticated = authenticated  # the connection lifts its pre-authentication frame limit
         self.principal: KafkaPrincipal = ANONYMOUS
         self.authenticated = not listener.uses_sasl
         self._exchange: SaslServer | None = None
@@ -129,7 +131,9 @@ class Session:
             raise SaslAuthenticationError(exchange.failure_message,
                                           f"re-authenticated as {exchange.principal}, not {self.principal}")
         self.principal = exchange.principal
-        self.authenticated = True
+        if not self.authenticated:
+            self.authenticated = True
+            self._on_authenticated()
         self._exchange = None
         lifetime = self.listener.reauth_ms
         self._expires_at = time.monotonic() + lifetime / 1000 if lifetime else None
