@@ -47,6 +47,16 @@ def _filter(item: Any) -> AclBindingFilter:
                                  AclPermissionType(item.permission_type)))
 
 
+def _refusal(ctx: RequestContext, operation: AclOperation) -> tuple[ErrorCode, str] | None:
+    """Kafka's answer when no authorizer is configured, or the principal may not do ``operation`` on the
+    cluster (DESCRIBE to list ACLs, ALTER to change them); None to go on."""
+    if ctx.broker.acls is None:
+        return ErrorCode.SECURITY_DISABLED, _NO_AUTHORIZER
+    if not ctx.authorized(operation, ResourceType.CLUSTER):
+        return ErrorCode.CLUSTER_AUTHORIZATION_FAILED, _CLUSTER_DENIED
+    return None
+
+
 def _error(e: AclError) -> ErrorCode:
     return ErrorCode[e.code]
 
@@ -57,10 +67,9 @@ def handle_describe_acls(ctx: RequestContext, request: DescribeAclsRequest) -> D
         return DescribeAclsResponse(throttle_time_ms=0, error_code=code, error_message=message, resources=[])
 
     acls = ctx.broker.acls
-    if acls is None:
-        return refused(ErrorCode.SECURITY_DISABLED, _NO_AUTHORIZER)
-    if not ctx.authorized(AclOperation.DESCRIBE, ResourceType.CLUSTER):
-        return refused(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, _CLUSTER_DENIED)
+    denied = _refusal(ctx, AclOperation.DESCRIBE)
+    if acls is None or denied is not None:
+        return refused(*(denied or (ErrorCode.SECURITY_DISABLED, _NO_AUTHORIZER)))
     acl_filter = _filter(request)
     try:
         validate_filter(acl_filter)
@@ -86,9 +95,9 @@ def handle_create_acls(ctx: RequestContext, request: CreateAclsRequest) -> defer
         return CreateAclsResponse(throttle_time_ms=0, results=results)
 
     acls = ctx.broker.acls
-    if acls is None or not ctx.authorized(AclOperation.ALTER, ResourceType.CLUSTER):
-        code, message = ((ErrorCode.SECURITY_DISABLED, _NO_AUTHORIZER) if acls is None
-                         else (ErrorCode.CLUSTER_AUTHORIZATION_FAILED, _CLUSTER_DENIED))
+    refused = _refusal(ctx, AclOperation.ALTER)
+    if acls is None or refused is not None:
+        code, message = refused or (ErrorCode.SECURITY_DISABLED, _NO_AUTHORIZER)
         return defer.succeed(answer([result(error_code=code, error_message=message) for _ in request.creations]))
     bindings = [AclBinding(ResourcePattern(ResourceType(c.resource_type), c.resource_name,
                                            PatternType(c.resource_pattern_type)),
@@ -109,9 +118,9 @@ def handle_delete_acls(ctx: RequestContext, request: DeleteAclsRequest) -> defer
         return DeleteAclsResponse(throttle_time_ms=0, filter_results=results)
 
     acls = ctx.broker.acls
-    if acls is None or not ctx.authorized(AclOperation.ALTER, ResourceType.CLUSTER):
-        code, message = ((ErrorCode.SECURITY_DISABLED, _NO_AUTHORIZER) if acls is None
-                         else (ErrorCode.CLUSTER_AUTHORIZATION_FAILED, _CLUSTER_DENIED))
+    refused = _refusal(ctx, AclOperation.ALTER)
+    if acls is None or refused is not None:
+        code, message = refused or (ErrorCode.SECURITY_DISABLED, _NO_AUTHORIZER)
         return defer.succeed(answer([filter_result(error_code=code, error_message=message, matching_acls=[])
                                      for _ in request.filters]))
 
