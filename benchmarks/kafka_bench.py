@@ -82,6 +82,65 @@ def measure_latency(bootstrap: str, topic: str, size: int, partitions: int, rate
     return sorted(latencies)
 
 
+def produce_then_consume(server: ServerProcess, conf: dict, topic: str, messages: int, size: int, partitions: int,
+                         compression: str = "none") -> dict:
+    """Produce ``messages`` of ``size`` bytes round-robin over the topic's partitions as fast as librdkafka
+    can (acks=all, idempotent, linger 5 ms), then consume them all back; rates and the server's CPU
+    seconds per million messages of each phase. ``conf`` is the clients' connection settings."""
+    AdminClient(conf).create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    producer = Producer({
+        **conf, "acks": "all", "enable.idempotence": True, "linger.ms": 5, "batch.size": 1 << 20,
+        "compression.type": compression, "queue.buffering.max.messages": 1_000_000,
+        "queue.buffering.max.kbytes": 1 << 20,
+    })
+    payload = os.urandom(size)
+    errors = [0]
+
+    def delivered(err, msg) -> None:  # noqa: ANN001 - librdkafka callback
+        if err is not None:
+            errors[0] += 1
+
+    cpu0 = sum(server_cpu(server))
+    t0 = time.perf_counter()
+    for i in range(messages):
+        while True:
+            try:
+                producer.produce(topic, payload, key=str(i).encode(), partition=i % partitions,
+                                 on_delivery=delivered)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        if i % 1000 == 0:
+            producer.poll(0)
+    producer.flush(120)
+    produce_s = time.perf_counter() - t0
+    produce_cpu = sum(server_cpu(server)) - cpu0
+
+    consumer = Consumer({**conf, "group.id": f"bench-{topic}", "enable.auto.commit": False,
+                         "fetch.max.bytes": 50 << 20, "max.partition.fetch.bytes": 10 << 20})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got = 0
+    cpu1 = sum(server_cpu(server))
+    t1 = time.perf_counter()
+    while got < messages and time.perf_counter() - t1 < 120:
+        for m in consumer.consume(10000, 1.0):
+            if m.error() is None:
+                got += 1
+    consume_s = time.perf_counter() - t1
+    consume_cpu = sum(server_cpu(server)) - cpu1
+    consumer.close()
+    return {
+        "produce_msgs_per_s": messages / produce_s,
+        "produce_mb_per_s": messages * size / produce_s / 1e6,
+        "server_cpu_s_per_million": produce_cpu / messages * 1e6,
+        "consume_msgs_per_s": got / consume_s,
+        "consume_mb_per_s": got * size / consume_s / 1e6,
+        "consume_cpu_s_per_million": consume_cpu / max(got, 1) * 1e6,
+        "consumed": got,
+        "errors": errors[0],
+    }
+
+
 def run_case(size: int, partitions: int, messages: int, compression: str, latency_rate: int) -> dict:
     data_dir = tempfile.mkdtemp(prefix="millrace-kbench-")
     server = ServerProcess(data_dir).start()
@@ -89,62 +148,12 @@ def run_case(size: int, partitions: int, messages: int, compression: str, latenc
     sampler.start()
     try:
         topic = f"bench-{size}-{partitions}"
-        admin = AdminClient({"bootstrap.servers": server.bootstrap})
-        admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
-        producer = Producer({
-            "bootstrap.servers": server.bootstrap, "acks": "all", "enable.idempotence": True,
-            "linger.ms": 5, "batch.size": 1 << 20, "compression.type": compression,
-            "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1 << 20,
-        })
-        payload = os.urandom(size)
-        errors = [0]
-
-        def delivered(err, msg) -> None:  # noqa: ANN001 - librdkafka callback
-            if err is not None:
-                errors[0] += 1
-
-        cpu0 = sum(server_cpu(server))
-        t0 = time.perf_counter()
-        for i in range(messages):
-            while True:
-                try:
-                    producer.produce(topic, payload, key=str(i).encode(), partition=i % partitions,
-                                     on_delivery=delivered)
-                    break
-                except BufferError:
-                    producer.poll(0.01)
-            if i % 1000 == 0:
-                producer.poll(0)
-        producer.flush(120)
-        produce_s = time.perf_counter() - t0
-        produce_cpu = sum(server_cpu(server)) - cpu0
-
-        consumer = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "bench", "enable.auto.commit": False,
-                             "fetch.max.bytes": 50 << 20, "max.partition.fetch.bytes": 10 << 20})
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        got = 0
-        cpu1 = sum(server_cpu(server))
-        t1 = time.perf_counter()
-        while got < messages and time.perf_counter() - t1 < 120:
-            for m in consumer.consume(10000, 1.0):
-                if m.error() is None:
-                    got += 1
-        consume_s = time.perf_counter() - t1
-        consume_cpu = sum(server_cpu(server)) - cpu1
-        consumer.close()
+        result = produce_then_consume(server, {"bootstrap.servers": server.bootstrap}, topic, messages, size,
+                                      partitions, compression)
         latencies = measure_latency(server.bootstrap, topic, size, partitions, latency_rate, 3.0)
-        return {
-            "produce_msgs_per_s": messages / produce_s,
-            "produce_mb_per_s": messages * size / produce_s / 1e6,
-            "server_cpu_s_per_million": produce_cpu / messages * 1e6,
-            "p50_ms": percentile(latencies, 0.5) * 1000,
-            "p99_ms": percentile(latencies, 0.99) * 1000,
-            "consume_msgs_per_s": got / consume_s,
-            "consume_cpu_s_per_million": consume_cpu / max(got, 1) * 1e6,
-            "consumed": got,
-            "errors": errors[0],
-            "server_peak_rss_mb": sampler.peak / 1e6,
-        }
+        del result["consume_mb_per_s"]
+        return {**result, "p50_ms": percentile(latencies, 0.5) * 1000, "p99_ms": percentile(latencies, 0.99) * 1000,
+                "server_peak_rss_mb": sampler.peak / 1e6}
     finally:
         sampler.stop.set()
         server.kill()
