@@ -127,7 +127,13 @@ class KafkaConnection(BudgetedReceiver):
         to a request before authentication, or after the session's lifetime without re-authenticating)."""
         if not session.certificate_read:
             # The TLS handshake is done once a request has arrived: the client's certificate is known.
-            session.peer_certificate(getattr(self.transport, "getPeerCertificate", lambda: None)())
+            try:
+                session.peer_certificate(getattr(self.transport, "getPeerCertificate", lambda: None)())
+            except ValueError as e:  # no ssl.principal.mapping.rules rule names it: Kafka refuses it
+                log.info("closing Kafka connection from %s: its certificate maps to no principal: %s", self._peer, e)
+                self._closed = True
+                self.tcp.loseConnection()
+                return False
         if session.admits(api_key):
             return True
         name = REGISTRY[api_key].name if api_key in REGISTRY else f"api {api_key}"
