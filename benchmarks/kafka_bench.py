@@ -87,7 +87,8 @@ def produce_then_consume(server: ServerProcess, conf: dict, topic: str, messages
     """Produce ``messages`` of ``size`` bytes round-robin over the topic's partitions as fast as librdkafka
     can (acks=all, idempotent, linger 5 ms), then consume them all back; rates and the server's CPU
     seconds per million messages of each phase. ``conf`` is the clients' connection settings."""
-    AdminClient(conf).create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    admin = AdminClient(conf)  # held: a collected client ends its requests unanswered
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
     producer = Producer({
         **conf, "acks": "all", "enable.idempotence": True, "linger.ms": 5, "batch.size": 1 << 20,
         "compression.type": compression, "queue.buffering.max.messages": 1_000_000,
