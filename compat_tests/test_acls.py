@@ -6,7 +6,8 @@ The admin grants alice prefixed ACLs (topics and groups starting ``alice-``) thr
 then produces, consumes and commits there and is refused elsewhere with Kafka's codes
 (TOPIC_/GROUP_/CLUSTER_AUTHORIZATION_FAILED), sees only her topics in Metadata, needs CREATE to make a
 topic, and a DENY wins over her ALLOW until DeleteAcls removes it. bob, with no ACL at all, is refused
-everything. ACLs survive a restart."""
+everything. ACLs survive a restart. On an mTLS listener the client certificate's subject, through
+``ssl.principal.mapping.rules``, is the principal the ACLs name."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
@@ -50,6 +51,25 @@ class Secured:
         self.server = _server(self.home)
 
 
+class Clients(Protocol):
+    """Whatever gives a user's client settings."""
+
+    def conf(self, user: str) -> dict[str, Any]: ...
+
+
+class CertificateClients:
+    """Clients of an mTLS listener, each user with its own certificate (``<user>.pem``/``.key``)."""
+
+    def __init__(self, port: int, home: Path) -> None:
+        self.port, self.home = port, home
+
+    def conf(self, user: str) -> dict[str, Any]:
+        return {"bootstrap.servers": f"127.0.0.1:{self.port}", "security.protocol": "SSL",
+                "ssl.ca.location": str(self.home / "ca.pem"),
+                "ssl.certificate.location": str(self.home / f"{user}.pem"),
+                "ssl.key.location": str(self.home / f"{user}.key")}
+
+
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     s = Secured(tmp_path_factory.mktemp("acls"))
@@ -59,7 +79,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         s.server.kill()
 
 
-def _admin(secured: Secured, user: str) -> Any:
+def _admin(secured: Clients, user: str) -> Any:
     from confluent_kafka.admin import AdminClient
 
     return AdminClient(secured.conf(user))
@@ -78,13 +98,13 @@ def _binding(resource: str, name: str, pattern: str, user: str, operation: str, 
                       AclOperation[operation], AclPermissionType[permission])
 
 
-def _grant(secured: Secured, *bindings: Any) -> None:
+def _grant(secured: Clients, *bindings: Any) -> None:
     admin = _admin(secured, "admin")  # held: a collected client ends its requests
     for future in admin.create_acls(list(bindings)).values():
         future.result(30)
 
 
-def _produce(secured: Secured, user: str, topic: str) -> Any:
+def _produce(secured: Clients, user: str, topic: str) -> Any:
     """The delivery error of one idempotent record (None when written)."""
     from confluent_kafka import Producer
 
@@ -95,7 +115,7 @@ def _produce(secured: Secured, user: str, topic: str) -> Any:
     return outcome[0] if outcome else "not delivered"
 
 
-def _consume(secured: Secured, user: str, topic: str, group: str) -> tuple[int, Any]:
+def _consume(secured: Clients, user: str, topic: str, group: str) -> tuple[int, Any]:
     """(records read, the first error) of a group consumer reading ``topic`` from the start."""
     from confluent_kafka import Consumer
 
@@ -117,7 +137,7 @@ def _consume(secured: Secured, user: str, topic: str, group: str) -> tuple[int, 
     return read, error
 
 
-def _create(secured: Secured, user: str, topic: str) -> Any:
+def _create(secured: Clients, user: str, topic: str) -> Any:
     """CreateTopics' outcome for ``topic`` (None when created)."""
     from confluent_kafka.admin import NewTopic
 
@@ -200,3 +220,37 @@ def test_acls_are_durable(secured: Secured) -> None:
     admin = _admin(secured, "admin")
     after = sorted(map(str, admin.describe_acls(everything).result(30)))
     assert after == before and any("durable-" in b for b in after)
+
+
+def test_client_certificates_are_principals_for_acls(tmp_path: Path) -> None:
+    """mTLS: the certificate's subject, through ssl.principal.mapping.rules, is the principal ACLs name
+    (admin's certificate makes it a super user; alice's gets only her prefixed ACLs)."""
+    from confluent_kafka import KafkaError
+    from cryptography.hazmat.primitives import serialization
+
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "server.pem"))
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    for user in ("admin", "alice"):
+        issued = ca.issue_cert(f"{user}@example.com", common_name=user)
+        issued.cert_chain_pems[0].write_to_path(str(tmp_path / f"{user}.pem"))
+        key = serialization.load_pem_private_key(issued.private_key_pem.bytes(), None)
+        (tmp_path / f"{user}.key").write_bytes(key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    server = ServerProcess(str(tmp_path / "data"), "--override", "listeners=MTLS://127.0.0.1:0", "--override",
+                           "listener.security.protocol.map=MTLS:SSL", "--override",
+                           f"ssl.keystore.location={tmp_path / 'server.pem'}", "--override",
+                           f"ssl.truststore.location={tmp_path / 'ca.pem'}", "--override", "ssl.client.auth=required",
+                           "--override", "ssl.principal.mapping.rules=RULE:^CN=([^,]+),.*$/$1/,DEFAULT",
+                           "--override", "authorizer.class.name=StandardAuthorizer",
+                           "--override", "super.users=User:admin").start()
+    try:
+        clients = CertificateClients(server.ports["kafka"], tmp_path)
+        assert _create(clients, "admin", "alice-certs") is None and _create(clients, "admin", "other-certs") is None
+        _grant(clients, _binding("TOPIC", "alice-", "PREFIXED", "alice", "WRITE"))
+        assert _produce(clients, "alice", "alice-certs") is None
+        assert _produce(clients, "alice", "other-certs").code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        assert server.stop(timeout=30) == 0
+    finally:
+        server.kill()
