@@ -16,7 +16,6 @@ Invariants (Kafka's, from its SaslServerAuthenticator):
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,8 +31,6 @@ from millrace.gateway.security.sasl import (
     sasl_server,
 )
 from millrace.gateway.security.tls import certificate_principal
-
-log = logging.getLogger(__name__)
 
 API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY = 18, 17, 36
 #: What a connection may send before it has authenticated (Kafka's answer to anything else: close).

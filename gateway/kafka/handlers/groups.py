@@ -33,7 +33,7 @@ def group_denied(ctx: RequestContext, group_id: str) -> bool:
 
 def client_host(ctx: RequestContext) -> str:
     """Kafka reports a member's host as the client's address with a leading slash."""
-    return "/" + ctx.peer.rsplit(":", 1)[0]
+    return "/" + ctx.host
 
 
 @api(JoinGroupRequest, 0, 9)

@@ -163,7 +163,10 @@ def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRe
     # A null list means every topic; so does an empty one in v0, which could not say null.
     if request.topics is None or (version == 0 and not request.topics):
         # Every topic the principal may describe (Kafka leaves the others out without a word).
-        topics = [registry.get(name) for name in registry.names() if _describable(ctx, name)]
+        names = registry.names()
+        if broker.acls is not None:  # no per-topic call at all without an authorizer
+            names = [name for name in names if _describable(ctx, name)]
+        topics = [registry.get(name) for name in names]
         return _response(ctx, request, [topic_metadata(ctx, t, include_ops) for t in topics if t is not None]
                          + [internal_topic_metadata(ctx, t, include_ops) for t in INTERNAL_TOPICS.values()
                             if _describable(ctx, t.name)])

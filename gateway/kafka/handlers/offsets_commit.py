@@ -104,7 +104,7 @@ def handle_offset_fetch(ctx: RequestContext,
         # KIP-447: a consumer asking for stable offsets must wait out offsets of an open transaction.
         return ctx.broker.transactions.pending_offsets(group_id) if require_stable and version >= 7 else set()
 
-    def readable(group_id: str, wanted: list[TopicPartition] | None,
+    def readable(wanted: list[TopicPartition] | None,
                  found: dict[TopicPartition, OffsetAndMetadata]) -> dict[TopicPartition, OffsetAndMetadata]:
         """What the principal may see of a group's offsets: those of topics it may describe; a partition
         asked for in one it may not is answered TOPIC_AUTHORIZATION_FAILED (``denied``)."""
@@ -143,7 +143,7 @@ def handle_offset_fetch(ctx: RequestContext,
                     continue
                 error, found = coordinator.offsets.fetch_offsets(g.group_id, wanted, g.member_id if version >= 9 else None,
                                                          g.member_epoch if version >= 9 else -1)
-                found = readable(g.group_id, wanted, found)
+                found = readable(wanted, found)
                 pending = unstable(g.group_id, request.require_stable)
                 groups.append(cls.OffsetFetchResponseGroup(
                     group_id=g.group_id, error_code=int(error),
@@ -162,7 +162,7 @@ def handle_offset_fetch(ctx: RequestContext,
             error, found = refused, {}
         else:
             error, found = coordinator.offsets.fetch_offsets(request.group_id, wanted)
-            found = readable(request.group_id, wanted, found)
+            found = readable(wanted, found)
         pending = unstable(request.group_id, request.require_stable)
         if error is not ErrorCode.NONE:
             if version >= 2:
