@@ -177,7 +177,21 @@ def kafka_config(options: ServerOptions, advertised_host: str, advertised_port: 
         fetch_memory_bytes=options.fetch_budget_mb * MIB,
         group_initial_rebalance_delay_ms=options.group_initial_rebalance_delay_ms,
         log_dir=os.path.abspath(options.data_dir),
+        **quota_windows(kafka_properties(options)),
     )
+
+
+def quota_windows(props: dict[str, str]) -> dict[str, Any]:
+    """Kafka's ``quota.window.num`` and ``quota.window.size.seconds`` (client quotas' rate windows), if set."""
+    windows: dict[str, Any] = {}
+    for prop, name, kind in (("quota.window.num", "quota_window_num", int),
+                             ("quota.window.size.seconds", "quota_window_seconds", int)):
+        if prop in props:
+            value = kind(props[prop])
+            if value < 1:
+                raise ValueError(f"{prop} must be at least 1, not {value}")
+            windows[name] = value
+    return windows
 
 
 def kafka_gateway(options: ServerOptions, store: SegmentService, controller: Controller, tables: TableStore,

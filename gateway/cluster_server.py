@@ -324,6 +324,7 @@ class ClusterServer:
             broker.topics.refresh()
             if broker.scram is not None:
                 broker.scram.load()  # SCRAM users another node changed
+            broker.quotas.load()  # client quotas another node changed
             return out_of_date_topics(broker)
 
         def reload(stale: list[str]) -> None:

@@ -20,7 +20,15 @@ from __future__ import annotations
 import struct
 
 from twisted.internet import protocol
-from twisted.internet.interfaces import IConsumer, IPushProducer, ITCPTransport, ITransport
+from twisted.internet import reactor as _reactor
+from twisted.internet.interfaces import (
+    IConsumer,
+    IDelayedCall,
+    IPushProducer,
+    IReactorTime,
+    ITCPTransport,
+    ITransport,
+)
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
@@ -46,6 +54,7 @@ class BudgetedReceiver(protocol.Protocol):
         self.paused = False  # not reading: a budget is full or responses are backed up
         self._budget_wait = False  # a budget is full; a drain callback is registered
         self._send_wait = False  # the transport holds more unsent responses than its buffer size
+        self._muted: IDelayedCall | None = None  # a quota throttles the client: read again when this fires
         self._closed = False
         # Unparsed input: views and chunks holding the start of an incomplete frame.
         self._pending: list[bytes | memoryview] = []
@@ -146,7 +155,28 @@ class BudgetedReceiver(protocol.Protocol):
 
     def resumeProducing(self) -> None:  # noqa: N802 - Twisted's name
         self._send_wait = False
-        if not self._budget_wait:
+        if not self._budget_wait and self._muted is None:
+            self._reading(True)
+
+    def mute_until(self, deadline: float, clock: IReactorTime | None = None) -> None:
+        """Read nothing more until ``deadline`` (``clock.seconds()``): a quota's throttle (KIP-219: the
+        broker mutes a throttled client's channel). A later deadline extends the mute; responses are
+        still written meanwhile."""
+        clock = clock or IReactorTime(_reactor)
+        delay = deadline - clock.seconds()
+        if delay <= 0 or self._closed:
+            return
+        muted = self._muted
+        if muted is not None:
+            if muted.getTime() < deadline:
+                muted.reset(delay)
+            return
+        self._muted = clock.callLater(delay, self._unmute)
+        self._reading(False)
+
+    def _unmute(self) -> None:
+        self._muted = None
+        if not self._budget_wait and not self._send_wait:
             self._reading(True)
 
     def stopProducing(self) -> None:  # noqa: N802 - Twisted's name
@@ -165,11 +195,14 @@ class BudgetedReceiver(protocol.Protocol):
             blocking.when_drained(self._drained_elsewhere)
             return
         self._budget_wait = False
-        if not self._send_wait:
+        if not self._send_wait and self._muted is None:
             self._reading(True)
 
     def connectionLost(self, reason: Failure = protocol.connectionDone) -> None:  # noqa: N802
         self._closed = True
+        if self._muted is not None:
+            self._muted.cancel()
+            self._muted = None
         self._pending = []
         self._pending_len = 0
 

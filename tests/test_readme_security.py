@@ -73,8 +73,9 @@ def test_readme_securing_section_as_written(workdir: Path) -> None:
             assert done.returncode == 0, f"README block failed:\n{block}\n{done.stdout}\n{done.stderr}"
             outputs.append(done.stdout)
         assert server is not None, "the section starts a server"
-        assert outputs[-2].splitlines() == ["hello, securely"]  # read back by the admin
-        assert outputs[-1].splitlines() == ["hello, securely"]  # and by alice, made through the Admin API
+        assert outputs[-3].splitlines() == ["hello, securely"]  # read back by the admin
+        assert outputs[-2].splitlines() == ["hello, securely"]  # and by alice, made through the Admin API
+        assert outputs[-1].splitlines() == ["batch-loader {'producer_byte_rate': 1048576.0}"]  # a quota set and listed
         assert not any("admin-secret" in line or "alice-secret" in line for line in server.output)
         assert server.stop(signal.SIGTERM, timeout=30) == 0
     finally:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from twisted.internet.defer import Deferred
 
+from millrace.gateway.kafka.quotas.enforcement import ClientQuotas
 from millrace.gateway.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from millrace.gateway.security.principal import ANONYMOUS, KafkaPrincipal
 from millrace.store.budget import ByteBudget
@@ -47,6 +48,9 @@ class KafkaConfig:
     default_partitions: int = 1
     max_request_bytes: int = 100 * 1024 * 1024
     max_message_bytes: int = 8 * 1024 * 1024  # largest record batch accepted
+    # Kafka's quota.window.num and quota.window.size.seconds: client quotas' rates are measured over these
+    quota_window_num: int = 11
+    quota_window_seconds: float = 1.0
     # Kafka's broker fetch.max.bytes: the most record bytes one Fetch response returns, whatever it asks
     fetch_max_bytes: int = 55 * 1024 * 1024
     # The Fetch response bytes all connections may be reading at once (``Broker.fetch_memory``)
@@ -145,6 +149,9 @@ class Broker:
         # is left (at least one batch), so many consumers asking for large fetches at once, or reading
         # them slowly, cannot make the server hold more than this.
         self.fetch_memory = ByteBudget(config.fetch_memory_bytes, "kafka-fetch")
+        # Client quotas (empty, so inactive, until loaded or altered: ``gateway.kafka.setup.build_kafka``)
+        self.quotas = ClientQuotas(tables, window_num=config.quota_window_num,
+                                   window_seconds=config.quota_window_seconds)
 
     def blocking(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> Deferred[T]:
         """Run ``fn`` (which blocks on table-segment or store I/O) on the worker pool; the Deferred

@@ -112,8 +112,12 @@ class KafkaConnection(BudgetedReceiver):
                              header.client_id, self._peer, self.listener, session)
         slot = _Slot(len(frame))
         self._slots.append(slot)
+        quotas = self.broker.quotas
         try:
-            outcome = handler.handle(ctx, request)
+            if quotas.active:  # a quota is configured: measure and throttle (none: this test is all it costs)
+                outcome = quotas.handle(ctx, handler.handle, request, len(frame), self.mute_until)
+            else:
+                outcome = handler.handle(ctx, request)
         except Exception:  # noqa: BLE001 - a handler bug must not take the broker down
             self._failed(ctx, Failure())
             return

@@ -55,6 +55,7 @@ def build_kafka(
     load_handlers()
     config.cluster_id = persistent_cluster_id(tables)
     broker = Broker(store, controller, tables, config, pool)
+    broker.quotas.load()
     broker.topics = TopicRegistry(controller, tables, config.scope)
     broker.partitions = SegmentPartitionStorage(store, broker.topics, tables, broker.blocking, IReactorTime(reactor),
                                                 config.max_message_bytes)

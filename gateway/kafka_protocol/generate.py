@@ -42,6 +42,7 @@ APIS = frozenset({
     "ConsumerGroupHeartbeat", "ConsumerGroupDescribe",
     "SaslHandshake", "SaslAuthenticate", "AlterUserScramCredentials", "DescribeUserScramCredentials",
     "CreateAcls", "DescribeAcls", "DeleteAcls",
+    "AlterClientQuotas", "DescribeClientQuotas",
 })
 #: Specs generated that are not APIs: the frame headers and the consumer protocol's subscription.
 DATA_SPECS = frozenset({"RequestHeader", "ResponseHeader", "ConsumerProtocolSubscription", "ConsumerProtocolAssignment"})
