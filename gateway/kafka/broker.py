@@ -13,7 +13,13 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar
 from twisted.internet.defer import Deferred
 
 from millrace.gateway.kafka.quotas.enforcement import ClientQuotas
-from millrace.gateway.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+from millrace.gateway.security.acls import (
+    CLUSTER_NAME,
+    SUPPORTED_OPERATIONS,
+    AclOperation,
+    ResourceType,
+    operations_bit_field,
+)
 from millrace.gateway.security.principal import ANONYMOUS, KafkaPrincipal
 from millrace.store.budget import ByteBudget
 from millrace.store.contracts import SegmentService
@@ -71,6 +77,10 @@ class KafkaConfig:
     log_dir: str = field(default_factory=lambda: os.path.abspath("millrace-data"))
 
 
+_ALL_OPERATIONS = {resource_type: operations_bit_field(operations)
+                   for resource_type, operations in SUPPORTED_OPERATIONS.items()}
+
+
 @dataclass
 class RequestContext:
     broker: Broker
@@ -85,6 +95,9 @@ class RequestContext:
     session: Session | None = None
     # Calls the connection makes once the response has left for the socket, or the connection is gone
     sent_callbacks: list[Callable[[], None]] | None = None
+    # Authorized-operation bit fields already computed for this request, by resource: a Metadata answer
+    # may name a resource more than once, and each costs one decision per supported operation.
+    _operations: dict[tuple[ResourceType, str], int] | None = field(default=None, repr=False)
 
     @property
     def principal(self) -> KafkaPrincipal:
@@ -98,6 +111,21 @@ class RequestContext:
         if acls is None:
             return True
         return acls.authorizer.authorize(self.principal, self.host, operation, resource_type, name)
+
+    def authorized_operations(self, resource_type: ResourceType, name: str = CLUSTER_NAME) -> int:
+        """Kafka's authorized-operations bit field for the resource: the operations the resource type
+        supports that the request's principal may perform (all of them without an authorizer)."""
+        acls = self.broker.acls
+        if acls is None:
+            return _ALL_OPERATIONS[resource_type]
+        if self._operations is None:
+            self._operations = {}
+        key = (resource_type, name)
+        bits = self._operations.get(key)
+        if bits is None:
+            bits = self._operations[key] = operations_bit_field(
+                acls.authorizer.authorized_operations(self.principal, self.host, resource_type, name))
+        return bits
 
     @property
     def host(self) -> str:

@@ -47,11 +47,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-# Group operations a principal may be granted (AclOperation READ, DELETE, DESCRIBE); with no
-# authorizer configured Kafka reports all of them as authorized.
-GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
-
-
 def get_coordinator(broker: Broker) -> GroupCoordinator:
     """``broker.groups``, created (and loaded in the background) on first use if setup did not."""
     if broker.groups is None:

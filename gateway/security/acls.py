@@ -119,6 +119,32 @@ def _operations_allowing(operation: AclOperation) -> frozenset[AclOperation]:
 _ALLOWED_BY = {op: _operations_allowing(op) for op in AclOperation}
 _DENIED_BY = {op: frozenset({op, AclOperation.ALL}) for op in AclOperation}
 
+# The operations an ACL on each resource type can grant (Kafka 4's AclEntry.supportedOperations): what
+# an authorized-operations answer may hold, and all of it when no authorizer is configured.
+SUPPORTED_OPERATIONS: dict[ResourceType, tuple[AclOperation, ...]] = {
+    ResourceType.TOPIC: (AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DESCRIBE,
+                         AclOperation.DELETE, AclOperation.ALTER, AclOperation.DESCRIBE_CONFIGS,
+                         AclOperation.ALTER_CONFIGS),
+    ResourceType.GROUP: (AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE,
+                         AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS),
+    ResourceType.CLUSTER: (AclOperation.CREATE, AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS,
+                           AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE, AclOperation.ALTER,
+                           AclOperation.DESCRIBE),
+    ResourceType.TRANSACTIONAL_ID: (AclOperation.DESCRIBE, AclOperation.WRITE),
+    ResourceType.DELEGATION_TOKEN: (AclOperation.DESCRIBE,),
+    ResourceType.USER: (AclOperation.CREATE_TOKENS, AclOperation.DESCRIBE_TOKENS),
+}
+# The authorized-operations value of a response that was not asked for them (Integer.MIN_VALUE).
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+
+
+def operations_bit_field(operations: Iterable[AclOperation]) -> int:
+    """Kafka's authorized-operations value: bit ``code`` set for each operation (Utils.to32BitField)."""
+    field = 0
+    for operation in operations:
+        field |= 1 << operation
+    return field
+
 
 @dataclass(frozen=True, slots=True)
 class ResourcePattern:
@@ -436,6 +462,14 @@ class Authorizer:
                     elif rule_operation in allowed_by:
                         allowed = True
         return allowed or (not covered and self.allow_everyone_if_no_acl_found)
+
+    def authorized_operations(self, principal: KafkaPrincipal, host: str, resource_type: ResourceType,
+                              name: str) -> list[AclOperation]:
+        """The operations of ``SUPPORTED_OPERATIONS`` that ``principal`` may perform on the resource, each
+        decided by ``authorize`` (so implications count: READ alone gives DESCRIBE too), as Kafka's
+        AuthHelper.authorizedOperations asks them."""
+        return [op for op in SUPPORTED_OPERATIONS[resource_type] if self.authorize(principal, host, op, resource_type,
+                                                                                   name)]
 
     def authorize_by_resource_type(self, principal: KafkaPrincipal, host: str, operation: AclOperation,
                                    resource_type: ResourceType) -> bool:

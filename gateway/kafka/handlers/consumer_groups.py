@@ -10,11 +10,7 @@ from twisted.internet.defer import Deferred
 from millrace.gateway.kafka.broker import RequestContext
 from millrace.gateway.kafka.consumer_groups.assignors import Assignment
 from millrace.gateway.kafka.consumer_groups.coordinator import HeartbeatRequest, HeartbeatResult
-from millrace.gateway.kafka.group_coordinator import (
-    GROUP_AUTHORIZED_OPERATIONS,
-    GroupCoordinator,
-    get_coordinator,
-)
+from millrace.gateway.kafka.group_coordinator import GroupCoordinator, get_coordinator
 from millrace.gateway.kafka.handlers.groups import client_host
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka_protocol.errors import ErrorCode
@@ -26,11 +22,11 @@ from millrace.gateway.kafka_protocol.messages.consumer_group_heartbeat import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
-from millrace.gateway.security.acls import AclOperation, ResourceType
+from millrace.gateway.security.acls import AUTHORIZED_OPERATIONS_OMITTED, AclOperation, ResourceType
 
 CONSUMER_GROUP_HEARTBEAT = ConsumerGroupHeartbeatRequest.API_KEY
 CONSUMER_GROUP_DESCRIBE = ConsumerGroupDescribeRequest.API_KEY
-NO_OPERATIONS = -(2**31)
+NO_OPERATIONS = AUTHORIZED_OPERATIONS_OMITTED
 
 
 @api(ConsumerGroupHeartbeatRequest, 0, 1)
@@ -83,7 +79,6 @@ def handle_consumer_group_describe(
         ctx: RequestContext, request: ConsumerGroupDescribeRequest
 ) -> ConsumerGroupDescribeResponse | Deferred[ConsumerGroupDescribeResponse]:
     cls = ConsumerGroupDescribeResponse
-    operations = GROUP_AUTHORIZED_OPERATIONS if request.include_authorized_operations else NO_OPERATIONS
     topics = ctx.broker.topics
 
     def assignment(a: Assignment) -> ConsumerGroupDescribeResponse.Assignment:
@@ -101,18 +96,20 @@ def handle_consumer_group_describe(
             if not ctx.authorized(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
                 groups.append(cls.DescribedGroup(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, group_id=group_id,
                                                  error_message="Group authorization failed.", group_state="",
-                                                 authorized_operations=operations))
+                                                 authorized_operations=NO_OPERATIONS))
                 continue
             error, message, cg = coordinator.consumer.describe(group_id)
             if cg is None:
                 groups.append(cls.DescribedGroup(error_code=int(error), error_message=message, group_id=group_id,
                                                  group_state="Dead" if error is ErrorCode.GROUP_ID_NOT_FOUND else "",
-                                                 authorized_operations=operations))
+                                                 authorized_operations=NO_OPERATIONS))
                 continue
             groups.append(cls.DescribedGroup(
                 error_code=0, group_id=group_id, group_state=cg.state().value, group_epoch=cg.group_epoch,
                 assignment_epoch=cg.assignment_epoch, assignor_name=cg.assignor or coordinator.consumer.assignors[0],
-                authorized_operations=operations,
+                # Kafka gives the principal's operations only for a group described without error.
+                authorized_operations=ctx.authorized_operations(ResourceType.GROUP, group_id)
+                if request.include_authorized_operations else NO_OPERATIONS,
                 members=[cls.Member(
                     member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id, member_epoch=m.epoch,
                     client_id=m.client_id, client_host=m.client_host,

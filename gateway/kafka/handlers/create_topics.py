@@ -118,12 +118,15 @@ def _create_all(registry: TopicRegistry, plans: list[_Plan], validate_only: bool
             _fail(plan, ErrorCode.UNKNOWN_SERVER_ERROR, str(exc))
 
 
-def _result(plan: _Plan, version: int) -> CreateTopicsResponse.CreatableTopicResult:
+def _result(ctx: RequestContext, plan: _Plan, version: int) -> CreateTopicsResponse.CreatableTopicResult:
     result = _R.CreatableTopicResult(name=plan.name, error_code=int(plan.error), error_message=plan.message)
     if plan.topic is not None and not plan.error:
         result.topic_id = plan.topic.topic_id
-        # v5+ tells the client what it got, so it need not describe the topic afterwards.
-        if version >= 5:
+        # v5+ tells the client what it got, so it need not describe the topic afterwards; as Kafka's
+        # controller does, only to a principal that may describe the topic's configs.
+        if version >= 5 and not ctx.authorized(AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, plan.name):
+            result.topic_config_error_code = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+        elif version >= 5:
             result.num_partitions = plan.topic.partition_count
             result.replication_factor = 1
             result.configs = [
@@ -156,7 +159,7 @@ def handle_create_topics(ctx: RequestContext,
     validate_only = version >= 1 and request.validate_only
 
     def respond(_: object = None) -> CreateTopicsResponse:
-        return _R(throttle_time_ms=0, topics=[_result(p, version) for p in plans])
+        return _R(throttle_time_ms=0, topics=[_result(ctx, p, version) for p in plans])
 
     if all(p.error for p in plans):
         return respond()

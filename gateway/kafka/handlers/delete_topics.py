@@ -34,6 +34,13 @@ class _Job:
     message: str | None = None
 
 
+def _may(ctx: RequestContext, operation: AclOperation, name: str) -> bool:
+    """Whether the principal may ``operation`` the topic: DELETE on the cluster allows every topic
+    operation DeleteTopics checks (Kafka's ControllerApis ``hasClusterAuth``)."""
+    return (ctx.authorized(operation, ResourceType.TOPIC, name)
+            or ctx.authorized(AclOperation.DELETE, ResourceType.CLUSTER))
+
+
 def _resolve(ctx: RequestContext, name: str | None, topic_id: uuid.UUID) -> _Job:
     """Check a deletion on the reactor (in memory) and fill in whichever of name and id is missing."""
     registry = ctx.broker.topics
@@ -45,17 +52,25 @@ def _resolve(ctx: RequestContext, name: str | None, topic_id: uuid.UUID) -> _Job
         topic = registry.by_id(topic_id)
         if topic is None:
             return _Job(None, topic_id, ErrorCode.UNKNOWN_TOPIC_ID, f"no topic has id {topic_id}")
-        if not ctx.authorized(AclOperation.DELETE, ResourceType.TOPIC, topic.name):
-            return _Job(None, topic_id, ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed.")
+        if not _may(ctx, AclOperation.DELETE, topic.name):
+            # Kafka names the topic only to a principal that may describe it (the id is not a secret).
+            describable = _may(ctx, AclOperation.DESCRIBE, topic.name)
+            return _Job(topic.name if describable else None, topic_id, ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                        "Topic authorization failed.")
         return _Job(topic.name, topic_id)
     if name is None:
         return _Job(None, ZERO_UUID, ErrorCode.INVALID_REQUEST, "neither topic name nor id were specified")
-    if not ctx.authorized(AclOperation.DELETE, ResourceType.TOPIC, name):
+    # As Kafka's controller decides: a topic the principal may not describe is refused whether it exists
+    # or not (its existence is not told); one it may describe but that does not exist is unknown; one
+    # that exists needs DELETE.
+    if not _may(ctx, AclOperation.DESCRIBE, name):
         return _Job(name, ZERO_UUID, ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed.")
     topic = registry.get(name)
     if topic is None:
         error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if legal_topic_name(name) else ErrorCode.INVALID_TOPIC_EXCEPTION
         return _Job(name, ZERO_UUID, error, f"topic {name!r} does not exist")
+    if not _may(ctx, AclOperation.DELETE, name):
+        return _Job(name, ZERO_UUID, ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed.")
     return _Job(name, topic.topic_id)
 
 

@@ -4,13 +4,14 @@ cluster node lists every live node and names the elected node as the controller.
 from __future__ import annotations
 
 from millrace.gateway.kafka.broker import RequestContext
-from millrace.gateway.kafka.handlers.metadata import CLUSTER_OPERATIONS, OPERATIONS_NOT_REQUESTED
+from millrace.gateway.kafka.handlers.metadata import OPERATIONS_NOT_REQUESTED
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.describe_cluster import (
     DescribeClusterRequest,
     DescribeClusterResponse,
 )
+from millrace.gateway.security.acls import AclOperation, ResourceType
 
 DESCRIBE_CLUSTER = DescribeClusterRequest.API_KEY
 BROKER_ENDPOINT, CONTROLLER_ENDPOINT = 1, 2  # Kafka's EndpointType (0 = UNKNOWN)
@@ -38,6 +39,14 @@ def handle_describe_cluster(ctx: RequestContext, request: DescribeClusterRequest
                  for n in ctx.broker.cluster.brokers()] if ctx.broker.cluster is not None else
                 [_R.DescribeClusterBroker(broker_id=config.node_id, host=ctx.advertised()[0],
                                           port=ctx.advertised()[1], rack=None)],
-        cluster_authorized_operations=CLUSTER_OPERATIONS if request.include_cluster_authorized_operations
+        cluster_authorized_operations=_cluster_operations(ctx) if request.include_cluster_authorized_operations
         else OPERATIONS_NOT_REQUESTED,
     )
+
+
+def _cluster_operations(ctx: RequestContext) -> int:
+    """The principal's cluster operations, as Kafka's AuthHelper answers them: none at all (0) unless it
+    may DESCRIBE the cluster."""
+    if not ctx.authorized(AclOperation.DESCRIBE, ResourceType.CLUSTER):
+        return 0
+    return ctx.authorized_operations(ResourceType.CLUSTER)

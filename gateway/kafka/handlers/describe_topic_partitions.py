@@ -20,7 +20,7 @@ replicas: ELR is off, so both ELR lists are empty):
 from __future__ import annotations
 
 from millrace.gateway.kafka.broker import RequestContext
-from millrace.gateway.kafka.handlers.metadata import TOPIC_OPERATIONS, ZERO_UUID
+from millrace.gateway.kafka.handlers.metadata import OPERATIONS_NOT_REQUESTED, ZERO_UUID
 from millrace.gateway.kafka.internal_topics import INTERNAL_TOPICS, internal_topic
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka_protocol.errors import ErrorCode
@@ -78,14 +78,16 @@ def handle_describe_topic_partitions(
         topic = registry.get(name)
         if name in hidden:
             topics.append(_Topic(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name, topic_id=ZERO_UUID,
-                                 is_internal=False, partitions=[], topic_authorized_operations=TOPIC_OPERATIONS))
+                                 is_internal=False, partitions=[],
+                                 topic_authorized_operations=OPERATIONS_NOT_REQUESTED))  # Kafka's default
             continue
         if internal is None and topic is None:
             if not every_topic:
                 error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if legal_topic_name(name) else \
                     ErrorCode.INVALID_TOPIC_EXCEPTION
                 topics.append(_Topic(error_code=error, name=name, topic_id=ZERO_UUID, is_internal=False,
-                                     partitions=[], topic_authorized_operations=TOPIC_OPERATIONS))
+                                     partitions=[],
+                                     topic_authorized_operations=ctx.authorized_operations(ResourceType.TOPIC, name)))
             continue
         # On a cluster node each partition's leader is its open segment's container owner (-1: none yet),
         # an internal topic's its coordinator.
@@ -106,7 +108,8 @@ def handle_describe_topic_partitions(
             for p in range(start, end)
         ]
         topics.append(_Topic(error_code=0, name=name, topic_id=topic_id, is_internal=internal is not None,
-                             partitions=partitions, topic_authorized_operations=TOPIC_OPERATIONS))
+                             partitions=partitions,
+                             topic_authorized_operations=ctx.authorized_operations(ResourceType.TOPIC, name)))
         if end < len(leaders):
             next_cursor = _R.Cursor(topic_name=name, partition_index=end)
             break

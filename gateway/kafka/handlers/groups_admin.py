@@ -5,11 +5,7 @@ from __future__ import annotations
 from twisted.internet.defer import Deferred
 
 from millrace.gateway.kafka.broker import RequestContext
-from millrace.gateway.kafka.group_coordinator import (
-    GROUP_AUTHORIZED_OPERATIONS,
-    GroupCoordinator,
-    get_coordinator,
-)
+from millrace.gateway.kafka.group_coordinator import GroupCoordinator, get_coordinator
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.delete_groups import DeleteGroupsRequest, DeleteGroupsResponse
@@ -18,12 +14,12 @@ from millrace.gateway.kafka_protocol.messages.describe_groups import (
     DescribeGroupsResponse,
 )
 from millrace.gateway.kafka_protocol.messages.list_groups import ListGroupsRequest, ListGroupsResponse
-from millrace.gateway.security.acls import AclOperation, ResourceType
+from millrace.gateway.security.acls import AUTHORIZED_OPERATIONS_OMITTED, AclOperation, ResourceType
 
 DESCRIBE_GROUPS = DescribeGroupsRequest.API_KEY
 LIST_GROUPS = ListGroupsRequest.API_KEY
 DELETE_GROUPS = DeleteGroupsRequest.API_KEY
-NO_OPERATIONS = -(2**31)  # Kafka's "authorized operations not requested"
+NO_OPERATIONS = AUTHORIZED_OPERATIONS_OMITTED
 
 
 @api(DescribeGroupsRequest, 0, 5)
@@ -31,9 +27,13 @@ def handle_describe_groups(ctx: RequestContext,
                            request: DescribeGroupsRequest) -> DescribeGroupsResponse | Deferred[DescribeGroupsResponse]:
     version = ctx.api_version
     cls = DescribeGroupsResponse
-    # No authorizer is configured, so every group operation is authorized (Kafka answers the same).
-    operations = GROUP_AUTHORIZED_OPERATIONS if version >= 3 and request.include_authorized_operations \
-        else NO_OPERATIONS
+    include_operations = version >= 3 and request.include_authorized_operations
+
+    def operations(error: ErrorCode, group_id: str) -> int:
+        # Kafka gives the principal's group operations only for a group described without error.
+        if not include_operations or error is not ErrorCode.NONE:
+            return NO_OPERATIONS
+        return ctx.authorized_operations(ResourceType.GROUP, group_id)
 
     def describe(coordinator: GroupCoordinator) -> DescribeGroupsResponse:
         groups = []
@@ -41,12 +41,12 @@ def handle_describe_groups(ctx: RequestContext,
             if not ctx.authorized(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
                 groups.append(cls.DescribedGroup(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, group_id=group_id,
                                                  group_state="", protocol_type="", protocol_data="", members=[],
-                                                 authorized_operations=operations))
+                                                 authorized_operations=NO_OPERATIONS))
                 continue
             error, s = coordinator.describe_group(group_id)
             groups.append(cls.DescribedGroup(
                 error_code=int(error), group_id=group_id, group_state=s.state, protocol_type=s.protocol_type,
-                protocol_data=s.protocol, authorized_operations=operations,
+                protocol_data=s.protocol, authorized_operations=operations(error, group_id),
                 members=[cls.DescribedGroupMember(
                     member_id=m.member_id, group_instance_id=m.instance_id if version >= 4 else None,
                     client_id=m.client_id, client_host=m.client_host, member_metadata=m.metadata,

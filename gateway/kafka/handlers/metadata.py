@@ -24,7 +24,13 @@ from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.stream_errors import error_code
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.metadata import MetadataRequest, MetadataResponse
-from millrace.gateway.security.acls import AclOperation, ResourceType
+from millrace.gateway.security.acls import (
+    AUTHORIZED_OPERATIONS_OMITTED,
+    SUPPORTED_OPERATIONS,
+    AclOperation,
+    ResourceType,
+    operations_bit_field,
+)
 from millrace.streams.errors import Reason
 from millrace.streams.topics import TopicError, TopicInfo, TopicRegistry, legal_topic_name
 
@@ -33,22 +39,17 @@ log = logging.getLogger(__name__)
 METADATA = MetadataRequest.API_KEY
 ZERO_UUID = uuid.UUID(int=0)
 
-# Authorized-operation bit sets. Kafka without an authorizer answers every operation the resource type
-# supports (AclEntry.supportedOperations), as a bit field of AclOperation codes; Millrace has no ACLs yet.
-_READ, _WRITE, _CREATE, _DELETE, _ALTER, _DESCRIBE = 3, 4, 5, 6, 7, 8
-_CLUSTER_ACTION, _DESCRIBE_CONFIGS, _ALTER_CONFIGS, _IDEMPOTENT_WRITE = 9, 10, 11, 12
-TOPIC_OPERATIONS = sum(1 << op for op in (_READ, _WRITE, _CREATE, _DELETE, _ALTER, _DESCRIBE, _DESCRIBE_CONFIGS,
-                                          _ALTER_CONFIGS))
-CLUSTER_OPERATIONS = sum(1 << op for op in (_CREATE, _CLUSTER_ACTION, _DESCRIBE_CONFIGS, _ALTER_CONFIGS,
-                                            _IDEMPOTENT_WRITE, _ALTER, _DESCRIBE))
-OPERATIONS_NOT_REQUESTED = -(2**31)  # Integer.MIN_VALUE: "not asked for"
+OPERATIONS_NOT_REQUESTED = AUTHORIZED_OPERATIONS_OMITTED
+# Every topic operation: what a principal may do on a topic when no authorizer is configured
+ALL_TOPIC_OPERATIONS = operations_bit_field(SUPPORTED_OPERATIONS[ResourceType.TOPIC])
 
 _R = MetadataResponse
 _Topic = MetadataResponse.MetadataResponseTopic
 
 
 # On a single node a topic's entry depends only on its TopicInfo (replaced on every change), the node
-# and whether operations were asked for, so it is built once per TopicInfo: clients ask for every topic
+# and whether operations were asked for (an entry asked with them is built with every topic operation,
+# and copied with the principal's own when an authorizer is configured), so it is built once per TopicInfo: clients ask for every topic
 # they produce to again and again, and with thousands of partitions rebuilding the entries was most of
 # a Metadata request's cost. Entries are never changed once built. Names no longer in the registry are
 # pruned when the cache outgrows it.
@@ -62,12 +63,29 @@ def topic_metadata(ctx: RequestContext, topic: TopicInfo, include_operations: bo
     key = (ctx.broker.config.node_id, topic.name, include_operations)
     cached = _ENTRIES.get(key)
     if cached is not None and cached[0] is topic:
-        return cached[1]
+        return _principals_operations(ctx, cached[1], include_operations)
     entry = _single_node_topic_metadata(ctx, topic, include_operations)
     if len(_ENTRIES) > 2 * ctx.broker.topics.record_count() + 100:
         _prune(ctx.broker.topics)
     _ENTRIES[key] = (topic, entry)
-    return entry
+    return _principals_operations(ctx, entry, include_operations)
+
+
+def _topic_operations(ctx: RequestContext, name: str | None, include_operations: bool) -> int:
+    """A topic entry's authorized operations: the principal's, when asked for."""
+    if not include_operations or name is None:
+        return OPERATIONS_NOT_REQUESTED
+    return ctx.authorized_operations(ResourceType.TOPIC, name)
+
+
+def _principals_operations(ctx: RequestContext, entry: _Topic, include_operations: bool) -> _Topic:
+    """A cached entry (built with every topic operation) as this request's principal sees it: a copy with
+    its own operations, sharing the partitions (entries are never changed)."""
+    if not include_operations or ctx.broker.acls is None:
+        return entry
+    return _R.MetadataResponseTopic(
+        error_code=entry.error_code, name=entry.name, topic_id=entry.topic_id, is_internal=entry.is_internal,
+        partitions=entry.partitions, topic_authorized_operations=_topic_operations(ctx, entry.name, True))
 
 
 def _prune(registry: TopicRegistry) -> None:
@@ -84,7 +102,7 @@ def _single_node_topic_metadata(ctx: RequestContext, topic: TopicInfo, include_o
                                          replica_nodes=[node], isr_nodes=[node], offline_replicas=[])
             for p in range(topic.partition_count)
         ],
-        topic_authorized_operations=TOPIC_OPERATIONS if include_operations else OPERATIONS_NOT_REQUESTED,
+        topic_authorized_operations=ALL_TOPIC_OPERATIONS if include_operations else OPERATIONS_NOT_REQUESTED,
     )
 
 
@@ -106,7 +124,7 @@ def _cluster_topic_metadata(ctx: RequestContext, topic: TopicInfo, include_opera
                 replica_nodes=[leader], isr_nodes=[leader], offline_replicas=[]))
     return _R.MetadataResponseTopic(
         error_code=0, name=topic.name, topic_id=topic.topic_id, is_internal=False, partitions=partitions,
-        topic_authorized_operations=TOPIC_OPERATIONS if include_operations else OPERATIONS_NOT_REQUESTED)
+        topic_authorized_operations=_topic_operations(ctx, topic.name, include_operations))
 
 
 def internal_topic_metadata(ctx: RequestContext, topic: InternalTopic, include_operations: bool) -> _Topic:
@@ -122,13 +140,16 @@ def internal_topic_metadata(ctx: RequestContext, topic: InternalTopic, include_o
                 isr_nodes=replicas, offline_replicas=[])
             for p in range(topic.partition_count)
         ],
-        topic_authorized_operations=TOPIC_OPERATIONS if include_operations else OPERATIONS_NOT_REQUESTED,
+        topic_authorized_operations=_topic_operations(ctx, topic.name, include_operations),
     )
 
 
-def _error_topic(error: ErrorCode, name: str | None, topic_id: uuid.UUID = ZERO_UUID) -> _Topic:
+def _error_topic(error: ErrorCode, name: str | None, topic_id: uuid.UUID = ZERO_UUID,
+                 operations: int = OPERATIONS_NOT_REQUESTED) -> _Topic:
+    """A topic answered with an error. Kafka gives the principal's operations (when asked for) only for
+    a topic it may describe (one missing, or being auto-created), never for a refused one."""
     return _R.MetadataResponseTopic(error_code=int(error), name=name, topic_id=topic_id, is_internal=False,
-                                    partitions=[], topic_authorized_operations=OPERATIONS_NOT_REQUESTED)
+                                    partitions=[], topic_authorized_operations=operations)
 
 
 def _response(ctx: RequestContext, request: MetadataRequest, topics: list[_Topic]) -> MetadataResponse:
@@ -136,6 +157,10 @@ def _response(ctx: RequestContext, request: MetadataRequest, topics: list[_Topic
     version = ctx.api_version
     # Cluster operations live in Metadata only in v8..v10 (DescribeCluster carries them since).
     include_cluster_ops = 8 <= version <= 10 and request.include_cluster_authorized_operations
+    cluster_operations = OPERATIONS_NOT_REQUESTED
+    if include_cluster_ops:  # Kafka: the principal's cluster operations, none at all without DESCRIBE on it
+        cluster_operations = (ctx.authorized_operations(ResourceType.CLUSTER)
+                              if ctx.authorized(AclOperation.DESCRIBE, ResourceType.CLUSTER) else 0)
     host, port = ctx.advertised()
     brokers = [_R.MetadataResponseBroker(node_id=config.node_id, host=host, port=port, rack=None)]
     cluster = ctx.broker.cluster
@@ -149,7 +174,7 @@ def _response(ctx: RequestContext, request: MetadataRequest, topics: list[_Topic
         cluster_id=config.cluster_id,
         controller_id=config.node_id if cluster is None else cluster.controller_id(config.node_id),
         topics=topics,
-        cluster_authorized_operations=CLUSTER_OPERATIONS if include_cluster_ops else OPERATIONS_NOT_REQUESTED,
+        cluster_authorized_operations=cluster_operations,
     )
 
 
@@ -211,7 +236,8 @@ def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRe
         elif topic is not None:
             answers[name] = topic_metadata(ctx, topic, include_ops)
         elif not legal_topic_name(name):
-            answers[name] = _error_topic(ErrorCode.INVALID_TOPIC_EXCEPTION, name)
+            answers[name] = _error_topic(ErrorCode.INVALID_TOPIC_EXCEPTION, name,
+                                         operations=_topic_operations(ctx, name, include_ops))
         else:
             answers[name] = None  # filled in below
             missing.append(name)
@@ -225,12 +251,13 @@ def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRe
             missing.remove(name)
     if not missing or not allow_create:
         for name in missing:
-            answers[name] = _error_topic(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name)
+            answers[name] = _error_topic(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name,
+                                         operations=_topic_operations(ctx, name, include_ops))
         return _response(ctx, request, [a for a in answers.values() if a is not None])
 
     def created(errors: dict[str, ErrorCode]) -> MetadataResponse:
         for name, error in errors.items():
-            answers[name] = _error_topic(error, name)
+            answers[name] = _error_topic(error, name, operations=_topic_operations(ctx, name, include_ops))
         return _response(ctx, request, [a for a in answers.values() if a is not None])
 
     return broker.blocking(_auto_create, registry, missing, broker.config.default_partitions).addCallback(created)
