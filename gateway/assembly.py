@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from twisted.internet import protocol, reactor
 from twisted.internet.address import IPv4Address, IPv6Address
@@ -27,6 +27,7 @@ from twisted.internet.interfaces import IListeningPort, IReactorSSL, IReactorTCP
 
 from millrace.gateway.kafka.broker import Broker, KafkaConfig
 from millrace.gateway.kafka.connection import ConnectionLimit, KafkaFactory
+from millrace.gateway.kafka.node_requests import NodeLink
 from millrace.gateway.kafka.sessions import KafkaListener
 from millrace.gateway.kafka.setup import build_kafka
 from millrace.gateway.native.handler import NativeFactory
@@ -35,13 +36,15 @@ from millrace.gateway.security.acl_table import AclTable
 from millrace.gateway.security.credentials import ListenerCredentials, ScramCredentialTable
 from millrace.gateway.security.properties import (
     JAVA_INT_MAX,
+    ConfigError,
     ListenerSettings,
     SecuritySettings,
     apply_overrides,
     load_properties,
     security_settings,
 )
-from millrace.gateway.security.tls import ServerTls
+from millrace.gateway.security.sasl_client import CLIENT_MECHANISMS, SaslLogin
+from millrace.gateway.security.tls import ServerTls, TlsConfigError, client_tls
 from millrace.store.budget import MIB
 from millrace.store.cluster.containers import SegmentContainerHost
 from millrace.store.cluster.layout import NodeInfo, check_node_id
@@ -284,38 +287,117 @@ def _loopback(host: str) -> bool:
         return False
 
 
-def listen_kafka(options: ServerOptions, security: SecuritySettings, broker: Broker, connection_budget_bytes: int,
-                 scram: ScramCredentialTable) -> list[tuple[ListenerSettings, IListeningPort]]:
-    """Bind every Kafka listener, in ``listeners`` order; each connection learns its listener (what
-    Metadata advertises to it, how it authenticates). The first listener is also what ``KafkaConfig``
-    advertises where no connection is asked (a request from a peer node, a log line)."""
-    bound: list[tuple[ListenerSettings, IListeningPort]] = []
-    tcp = cast(IReactorTCP, reactor)
-    unlimited = security.max_connections_per_ip >= JAVA_INT_MAX  # Kafka's default: no counting at all
-    limit = None if unlimited else ConnectionLimit(security.max_connections_per_ip)
+def _connection_limit(security: SecuritySettings) -> ConnectionLimit | None:
+    """One count of connections per client address over every Kafka listener (None: Kafka's default,
+    unlimited, counts nothing)."""
+    if security.max_connections_per_ip >= JAVA_INT_MAX:
+        return None
+    return ConnectionLimit(security.max_connections_per_ip)
+
+
+F = TypeVar("F", bound=protocol.ServerFactory[Any])
+
+
+def bind_kafka_listeners(security: SecuritySettings, factory_of: Callable[[ListenerSettings], F],
+                         ) -> list[tuple[ListenerSettings, IListeningPort, F]]:
+    """Bind every Kafka listener, in ``listeners`` order, TLS ones with their ``ServerTls``: each with the
+    factory ``factory_of`` makes for it."""
+    bound: list[tuple[ListenerSettings, IListeningPort, F]] = []
     for settings in security.listeners:
-        factory = KafkaFactory(broker, connection_budget_bytes, limit=limit)
+        factory = factory_of(settings)
         endpoint = settings.endpoint
         if settings.ssl is not None:
             port = cast(IReactorSSL, reactor).listenSSL(endpoint.port, factory, ServerTls(settings.ssl),
                                                         interface=endpoint.host)
         else:
-            port = tcp.listenTCP(endpoint.port, factory, interface=endpoint.host)
-        given = settings.advertised
-        host = given.host or (socket.getfqdn() if endpoint.host in _ANY_ADDRESS else endpoint.host)
-        advertised_port = given.port or bound_address(port).port
-        credentials = ListenerCredentials(settings.plain_users, scram) if settings.uses_sasl else None
-        factory.listener = KafkaListener.from_settings(settings, host, advertised_port, credentials,
-                                                       security.connections_max_reauth_ms,
-                                                       security.sasl_server_max_receive_size)
+            port = cast(IReactorTCP, reactor).listenTCP(endpoint.port, factory, interface=endpoint.host)
         unauthenticated = not settings.uses_sasl and (settings.ssl is None or settings.ssl.client_auth != "required")
         if unauthenticated and not _loopback(endpoint.host):
             log.warning("Kafka listener %s (%s) on %s accepts clients without authentication", settings.name,
                         settings.security_protocol, endpoint.host or "every interface")
-        if not bound:
-            broker.config.advertised_host, broker.config.advertised_port = host, advertised_port
-        bound.append((settings, port))
+        bound.append((settings, port, factory))
     return bound
+
+
+def kafka_advertised(settings: ListenerSettings, port: IListeningPort, given: str | None = None) -> tuple[str, int]:
+    """Where clients reach a bound listener: ``advertised.listeners``' entry for it, else ``given``
+    (``--advertised-kafka``, for the first listener), else its bind address and bound port (the machine's
+    name when bound to every interface, as Kafka does)."""
+    if settings.advertised == settings.endpoint and given:
+        host, _, number = advertised(settings.endpoint.host, port, given).rpartition(":")
+        return host, int(number)
+    endpoint, chosen = settings.endpoint, settings.advertised
+    host = chosen.host or (socket.getfqdn() if endpoint.host in _ANY_ADDRESS else endpoint.host)
+    return host, chosen.port or bound_address(port).port
+
+
+def kafka_listener(security: SecuritySettings, settings: ListenerSettings, address: tuple[str, int],
+                   scram: ScramCredentialTable) -> KafkaListener:
+    """What a listener's connections know of it: what Metadata advertises, how they authenticate."""
+    credentials = ListenerCredentials(settings.plain_users, scram) if settings.uses_sasl else None
+    return KafkaListener.from_settings(settings, *address, credentials, security.connections_max_reauth_ms,
+                                       security.sasl_server_max_receive_size)
+
+
+def listen_kafka(security: SecuritySettings, broker: Broker, connection_budget_bytes: int,
+                 scram: ScramCredentialTable) -> list[tuple[ListenerSettings, IListeningPort]]:
+    """The single node's Kafka listeners, bound and serving; each connection learns its listener. The
+    first listener is also what ``KafkaConfig`` advertises where no connection is asked (a log line)."""
+    limit = _connection_limit(security)
+    bound = bind_kafka_listeners(security, lambda _: KafkaFactory(broker, connection_budget_bytes, limit=limit))
+    for i, (settings, port, factory) in enumerate(bound):
+        address = kafka_advertised(settings, port)
+        factory.listener = kafka_listener(security, settings, address, scram)
+        if i == 0:
+            broker.config.advertised_host, broker.config.advertised_port = address
+    return [(settings, port) for settings, port, _ in bound]
+
+
+def kafka_factories(security: SecuritySettings, broker: Broker, connection_budget_bytes: int,
+                    scram: ScramCredentialTable, addresses: Mapping[str, tuple[str, int]]) -> dict[str, KafkaFactory]:
+    """A cluster node's Kafka listeners' factories, by listener name (bound before the broker existed),
+    each advertising its address in ``addresses``."""
+    limit = _connection_limit(security)
+    return {settings.name: KafkaFactory(broker, connection_budget_bytes,
+                                        kafka_listener(security, settings, addresses[settings.name], scram), limit)
+            for settings in security.listeners}
+
+
+def node_link(security: SecuritySettings) -> NodeLink:
+    """How a cluster node dials the others' Kafka listeners and logs in there, as Kafka's brokers do:
+    ``inter.broker.listener.name`` (else the listener named by ``security.inter.broker.protocol``,
+    PLAINTEXT by default), its TLS trust and key stores, and on a SASL listener
+    ``sasl.mechanism.inter.broker.protocol`` with the ``username`` and ``password`` of that mechanism's
+    JAAS entry there. ConfigError naming the property that does not fit."""
+    name = security.inter_broker_listener or security.inter_broker_protocol
+    names = ", ".join(listener.name for listener in security.listeners)
+    try:
+        listener = security.listener(name)
+    except KeyError:
+        prop = "inter.broker.listener.name" if security.inter_broker_listener else "security.inter.broker.protocol"
+        raise ConfigError(prop, name, f"cluster nodes reach each other on this listener, and none is named so "
+                                      f"({names}): set inter.broker.listener.name") from None
+    tls = None
+    if listener.ssl is not None:
+        try:
+            tls = client_tls(listener.ssl)
+        except TlsConfigError as e:
+            raise ConfigError(f"listener.name.{name.lower()}.ssl.truststore.location", None, str(e)) from None
+    login = None
+    if listener.uses_sasl:
+        mechanism = security.inter_broker_sasl_mechanism
+        if mechanism not in listener.sasl_mechanisms or mechanism not in CLIENT_MECHANISMS:
+            raise ConfigError("sasl.mechanism.inter.broker.protocol", mechanism,
+                              f"the inter-broker listener {name} is SASL: name the mechanism nodes log in with "
+                              f"there, one of {', '.join(m for m in listener.sasl_mechanisms if m in CLIENT_MECHANISMS)}")
+        module = listener.login_modules.get(mechanism)
+        username = module.options.get("username") if module else None
+        password = module.options.get("password") if module else None
+        if not username or password is None:
+            raise ConfigError(f"listener.name.{name.lower()}.{mechanism.lower()}.sasl.jaas.config", None,
+                              "needs username and password options: the login this node presents to the others")
+        login = SaslLogin(mechanism, username, password)
+    return NodeLink(listener.name, tls, login)
 
 
 # Listeners.

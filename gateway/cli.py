@@ -6,6 +6,7 @@ import argparse
 import faulthandler
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -22,9 +23,12 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     d = ServerOptions()
     p.add_argument("--data-dir", default=d.data_dir, help="where logs and local long-term storage live")
     p.add_argument("--host", default=d.host, help="interface the listeners bind to")
-    p.add_argument("--config", default=None, metavar="FILE",
+    # MILLRACE_CONFIG: what a container image is given the file by (docker/compose.secure.yaml), as
+    # Kafka's images take their settings from the environment.
+    p.add_argument("--config", default=os.environ.get("MILLRACE_CONFIG") or None, metavar="FILE",
                    help="Kafka broker properties (server.properties): listeners, advertised.listeners, "
-                        "listener.security.protocol.map, SASL and TLS settings by Kafka's names")
+                        "listener.security.protocol.map, SASL and TLS settings by Kafka's names "
+                        "(default: $MILLRACE_CONFIG)")
     p.add_argument("--override", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="a broker property over --config's (repeatable), as kafka-server-start.sh takes it")
     p.add_argument("--add-scram", dest="add_scram", action="append", default=[], metavar="CREDENTIAL",

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
 from millrace.gateway.local_cluster import ClusterError, ClusterSettings, LocalCluster
+from millrace.gateway.security.properties import ConfigError
 
 
 def add_cluster_parser(sub: argparse._SubParsersAction) -> None:
@@ -35,6 +37,11 @@ def add_cluster_parser(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--node-arg", action="append", default=[], metavar="ARG",
                     help="one more argument for every node's `millrace serve` (repeat: --node-arg=--cache-mb "
                     "--node-arg=64)")
+    up.add_argument("--config", default=None, metavar="FILE",
+                    help="Kafka broker properties for every node (listeners, security, authorizer), as "
+                    "`millrace serve --config`; each node's listeners get ports of their own")
+    up.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                    help="a broker property over --config's, for every node (repeatable)")
 
     status = actions.add_parser("status", help="nodes, containers, owners, epochs, log ensembles and lag")
     status.add_argument("--dir", required=True, help="the cluster's directory")
@@ -57,7 +64,13 @@ def run_cluster(args: argparse.Namespace) -> int:
             settings = ClusterSettings(
                 nodes=args.nodes, log_replicas=args.log_replicas, containers=args.containers,
                 write_quorum=args.write_quorum, ack_quorum=args.ack_quorum, session_timeout=args.session_timeout,
-                lts=args.lts, s3_endpoint=args.s3_endpoint, node_args=list(args.node_arg))
+                lts=args.lts, s3_endpoint=args.s3_endpoint, node_args=list(args.node_arg),
+                config=os.path.abspath(args.config) if args.config else None, overrides=list(args.override))
+            try:
+                settings.kafka_listener_names()
+            except (OSError, ConfigError) as exc:  # before any process starts
+                print(f"millrace: bad Kafka configuration: {exc}", file=sys.stderr)
+                return 2
             print(json.dumps(cluster.up(settings, args.timeout)), flush=True)
         elif args.action == "status":
             out = cluster.status()

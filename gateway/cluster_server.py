@@ -41,20 +41,27 @@ from millrace.gateway.assembly import (
     ServerOptions,
     advertised_addresses,
     autoscaler,
+    bind_kafka_listeners,
     bound_address,
     build_cluster_node,
     cluster_node_setup,
     cluster_router,
+    kafka_acls,
+    kafka_advertised,
     kafka_config,
+    kafka_factories,
     kafka_gateway,
+    kafka_security,
     listen,
     native_gateway,
+    node_link,
     scram_credentials,
     topic_partitions,
 )
 from millrace.gateway.http import StreamViews, http_site
 from millrace.gateway.kafka.broker import Broker
 from millrace.gateway.kafka.cluster import (
+    KAFKA_LISTENER_PREFIX,
     GroupCoordination,
     KafkaCluster,
     TransactionCoordination,
@@ -62,11 +69,13 @@ from millrace.gateway.kafka.cluster import (
     out_of_date_topics,
 )
 from millrace.gateway.kafka.connection import KafkaFactory
+from millrace.gateway.kafka.node_requests import NodeLink
 from millrace.gateway.kafka.setup import start_background
 from millrace.gateway.native.dispatch import handlers, serve
 from millrace.gateway.native.forwarding import HERE, NodeLinks, forwarding
 from millrace.gateway.native.handler import NativeProtocol
 from millrace.gateway.native.txn_cluster import cluster_txn_handlers
+from millrace.gateway.security.properties import SecuritySettings
 from millrace.protocol import messages as m
 from millrace.protocol.contracts import SegmentInfo
 from millrace.protocol.wire import PROTOCOL_VERSION, Command
@@ -178,7 +187,14 @@ def serve_cluster(options: ServerOptions) -> int:
     except ValueError as exc:
         print(f"millrace: {exc}", file=sys.stderr, flush=True)
         return 2
-    server = ClusterServer(options, setup)
+    try:
+        security = kafka_security(options)
+        link = node_link(security)
+    except (OSError, ValueError) as exc:  # ConfigError names the property; an unreadable --config file
+        print(f"millrace: bad Kafka configuration: {exc}", file=sys.stderr, flush=True)
+        return 2
+    log.info("Kafka listeners:\n%s", security.describe())
+    server = ClusterServer(options, setup, security, link)
     try:
         server.listen()
     except Exception as exc:  # noqa: BLE001 - e.g. a port in use, a malformed address
@@ -199,11 +215,17 @@ class ClusterServer:
     """One node's parts: bound listeners first, then (on a worker thread) the node and its gateways,
     then (on the reactor) the listeners' factories and the periodic work."""
 
-    def __init__(self, options: ServerOptions, setup: ClusterNodeSetup) -> None:
+    def __init__(self, options: ServerOptions, setup: ClusterNodeSetup, security: SecuritySettings,
+                 link: NodeLink) -> None:
         self.options = options
         self.node_id = setup.node_id
         self.setup = setup
-        self.kafka_front, self.native_front, self.peer_factory = LateFactory(), LateFactory(), PeerFactory()
+        self.security = security
+        self.link = link
+        # One per Kafka listener, by name, as ``listeners`` orders them; each advertised as kafka_addresses says
+        self.kafka_fronts: dict[str, LateFactory] = {}
+        self.kafka_addresses: dict[str, tuple[str, int]] = {}
+        self.native_front, self.peer_factory = LateFactory(), PeerFactory()
         self.http_front = LateFactory()
         self.addresses: dict[str, str] = {}
         self.ports: dict[str, int] = {}
@@ -217,10 +239,21 @@ class ClusterServer:
         self.failed = False
 
     def listen(self) -> None:
-        listeners = listen(self.options, {"kafka": self.kafka_front, "native": self.native_front,
-                                          "peer": self.peer_factory, "http": self.http_front})
+        """Bind every listener. The Kafka ones register as ``kafka:<NAME>`` (Metadata gives each client the
+        other nodes' listener of the name it came in on), the first also as ``kafka`` (the native side's
+        and tools' one Kafka address)."""
+        kafka = bind_kafka_listeners(self.security, lambda s: self.kafka_fronts.setdefault(s.name, LateFactory()))
+        listeners = listen(self.options, {"native": self.native_front, "peer": self.peer_factory,
+                                          "http": self.http_front})
         self.ports = {name: bound_address(port).port for name, port in listeners.items()}
         self.addresses = advertised_addresses(self.options, listeners)
+        for i, (settings, port, _) in enumerate(kafka):
+            host, number = kafka_advertised(settings, port, self.options.advertised_kafka if i == 0 else None)
+            self.kafka_addresses[settings.name] = (host, number)
+            names = [f"{KAFKA_LISTENER_PREFIX}{settings.name}"] + (["kafka"] if i == 0 else [])
+            for name in names:
+                self.ports[name] = bound_address(port).port
+                self.addresses[name] = f"{host}:{number}"
 
     def start(self) -> None:
         """Reactor: build on a worker thread, then serve; a failure stops the reactor (exit 1)."""
@@ -257,6 +290,8 @@ class ClusterServer:
                 broker, kafka_factory = kafka_gateway(options, router, controller, tables, config, self.pool,
                                                       load_groups=False)
                 broker.scram = scram_credentials(options, tables)
+                broker.acls = kafka_acls(self.security, tables)
+                broker.node_link = self.link
                 break
             except SegmentNotFoundError as exc:
                 # Nodes starting together each make the system tables they find missing: a table
@@ -283,7 +318,11 @@ class ClusterServer:
         # term of the transactions table's container here.
         transactions = TransactionCoordination(cluster, broker.transactions)
         broker.transactions.coordination = transactions.check
-        self.kafka_front.inner = kafka_factory
+        assert broker.scram is not None  # loaded by build
+        fronts = kafka_factories(self.security, broker, kafka_factory.connection_budget_bytes, broker.scram,
+                                 self.kafka_addresses)
+        for name, front in self.kafka_fronts.items():
+            front.inner = fronts[name]
         native_factory = native_gateway(options, self.router, controller, self.pool, broker, transactions=False)
         # Native transactions: served by the owner of their table's container, forwarded there by the others.
         self.links = NodeLinks(broker)
@@ -325,6 +364,8 @@ class ClusterServer:
             if broker.scram is not None:
                 broker.scram.load()  # SCRAM users another node changed
             broker.quotas.load()  # client quotas another node changed
+            if broker.acls is not None:
+                broker.acls.load()  # ACLs another node changed
             return out_of_date_topics(broker)
 
         def reload(stale: list[str]) -> None:
@@ -343,7 +384,11 @@ class ClusterServer:
         # election (rates of other nodes' segments come over the wire: SEGMENT_RATES).
         self.autoscaler = autoscaler(options, controller, self.router, broker)
         self._every(0.5, ControllerRole(self.node, self.autoscaler).follow)
-        for name in ("kafka", "native", "peer", "http"):
+        for i, settings in enumerate(self.security.listeners):
+            name = "kafka" if i == 0 else f"{KAFKA_LISTENER_PREFIX}{settings.name}"
+            print(f"millrace: {name} listening on {settings.endpoint.host}:{self.ports[name]} "
+                  f"(advertised {self.addresses[name]})", flush=True)
+        for name in ("native", "peer", "http"):
             print(f"millrace: {name} listening on {options.host}:{self.ports[name]} "
                   f"(advertised {self.addresses[name]})", flush=True)
         print(f"millrace: ready (cluster node {self.node_id})", flush=True)

@@ -40,6 +40,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from millrace.gateway.security.properties import (
+    SecuritySettings,
+    apply_overrides,
+    load_properties,
+    security_settings,
+)
+
 ZOOKEEPER_JAR = "/usr/share/java/zookeeper.jar"
 SLF4J_SIMPLE_JAR = "/usr/share/java/slf4j-simple.jar"  # without a binding ZooKeeper logs nothing
 ZOOKEEPER_TICK_MS = 200  # sessions may then time out in 0.4 .. 20 s
@@ -85,6 +92,37 @@ class ClusterSettings:
     lts: str | None = None
     s3_endpoint: str | None = None
     node_args: list[str] = field(default_factory=list)
+    # Kafka broker properties every node is given (``serve --config``/``--override``): listeners, security,
+    # the authorizer. Each node's listeners get ports of their own (``kafka_listener_names``).
+    config: str | None = None
+    overrides: list[str] = field(default_factory=list)
+
+    def kafka_listener_names(self) -> list[str]:
+        """The Kafka listeners each node binds, in ``listeners`` order (the first is the node's ``kafka``
+        port); ConfigError when the properties cannot make them."""
+        return [listener.name for listener in self._security().listeners]
+
+    def _security(self) -> SecuritySettings:
+        props = load_properties(self.config) if self.config else {}
+        props = apply_overrides(props, self.overrides)
+        props.setdefault("listeners", f"PLAINTEXT://{self.host}:0")
+        return security_settings(props)
+
+    def kafka_overrides(self, ports: dict[str, int]) -> list[str]:
+        """A node's ``serve`` arguments for the properties: the file and overrides as given, then its own
+        ``listeners`` (each on the node's port for it; a listener's host as configured, else ``host``) and,
+        since several nodes share the machine, no ``advertised.listeners`` (each advertises what it binds)."""
+        if not self.config and not self.overrides:
+            return []
+        args = ["--config", self.config] if self.config else []
+        for override in self.overrides:
+            args += ["--override", override]
+        listeners = []
+        for i, listener in enumerate(self._security().listeners):
+            port = ports["kafka" if i == 0 else f"kafka:{listener.name}"]
+            host = listener.endpoint.host or self.host
+            listeners.append(f"{listener.name}://{f'[{host}]' if ':' in host else host}:{port}")
+        return [*args, "--override", f"listeners={','.join(listeners)}", "--override", "advertised.listeners="]
 
 
 def zookeeper_missing() -> str | None:
@@ -244,7 +282,7 @@ class LocalCluster:
                    "--log-level", os.environ.get("MILLRACE_CLUSTER_LOG_LEVEL", "WARNING")]
         if s.s3_endpoint:
             command += ["--s3-endpoint", s.s3_endpoint]
-        return [*command, *s.node_args]
+        return [*command, *s.kafka_overrides(process.ports), *s.node_args]
 
     def _zookeeper_command(self, process: Process, home: Path) -> list[str]:
         data = home / "data"
@@ -400,11 +438,13 @@ class LocalCluster:
 
     def _plan(self) -> None:
         s = self.settings
-        ports = iter(free_ports(1 + s.log_replicas + 4 * s.nodes, s.host))
+        # A port for each further Kafka listener (``kafka:<NAME>``) too: nodes share the machine.
+        kafka = ["kafka", *(f"kafka:{name}" for name in s.kafka_listener_names()[1:])]
+        per_node = [*kafka, "native", "peer", "http"]
+        ports = iter(free_ports(1 + s.log_replicas + len(per_node) * s.nodes, s.host))
         self.processes = [Process("zookeeper", 1, {"client": next(ports)})]
         self.processes += [Process("logd", i, {"zmq": next(ports)}) for i in range(1, s.log_replicas + 1)]
-        self.processes += [Process("node", i, {"kafka": next(ports), "native": next(ports), "peer": next(ports),
-                                               "http": next(ports)}) for i in range(1, s.nodes + 1)]
+        self.processes += [Process("node", i, {name: next(ports) for name in per_node}) for i in range(1, s.nodes + 1)]
 
     def wait_serving(self, timeout: float) -> None:
         """Until every node accepts Kafka and native connections and every container has a live owner."""

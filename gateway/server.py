@@ -64,7 +64,7 @@ def serve(options: ServerOptions) -> int:
         return 1
     views = StreamViews(controller, controller_pool, broker.scaling, topic_partitions(broker))
     try:
-        kafka_listeners = listen_kafka(options, security, broker, kafka_factory.connection_budget_bytes, scram)
+        kafka_listeners = listen_kafka(security, broker, kafka_factory.connection_budget_bytes, scram)
         listeners = listen(options, {"native": native_gateway(options, store, controller, controller_pool, broker),
                                      "http": http_site(store, views)})
     except Exception as exc:  # noqa: BLE001 - e.g. a port in use

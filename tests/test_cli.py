@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+import pytest
+
 from millrace.gateway.cli import _serve_parser, server_options
 from millrace.gateway.options import ServerOptions
 
@@ -37,3 +39,10 @@ def test_every_option_has_its_flag() -> None:
         producer_id_expiration_ms=13, native_txn_retention_ms=14, log_replicas="a:1,b:2", write_quorum=2,
         ack_quorum=1, zookeeper="zk:2181/m", node_id="3", peer_port=15, advertised_kafka="h:1",
         advertised_native="h:2", advertised_peer="h:3", session_timeout_seconds=16, retry_bound_seconds=17)
+
+
+def test_the_kafka_properties_file_may_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MILLRACE_CONFIG names it where a container image is configured (docker/compose.secure.yaml)."""
+    monkeypatch.setenv("MILLRACE_CONFIG", "/etc/millrace/server.properties")
+    assert parse_serve().config == "/etc/millrace/server.properties"
+    assert parse_serve("--config", "/other").config == "/other"

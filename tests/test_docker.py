@@ -135,6 +135,33 @@ def test_ports_listeners_and_endpoints_agree_with_the_services() -> None:
             assert needs[f"node-{i}"] == {"condition": "service_healthy"}
 
 
+def test_the_secure_override_configures_every_node_by_kafka_properties() -> None:
+    """compose.secure.yaml: each node reads secure/server.properties (mounted, named by MILLRACE_CONFIG),
+    which makes the listeners and an inter-broker login a node accepts (the checks ``serve`` makes at
+    start); its first listener is the port compose.yaml publishes and health-checks, and each node's host
+    name is its service name, which the INTERNAL listener is advertised as."""
+    import yaml
+
+    from millrace.gateway.assembly import node_link
+    from millrace.gateway.security.properties import load_properties, security_settings
+
+    base = compose()["services"]
+    secure = yaml.safe_load((DOCKER / "compose.secure.yaml").read_text())["services"]
+    assert set(secure) == {name for name in base if name.startswith("node-")}
+    for name, service in secure.items():
+        assert service["hostname"] == name
+        target = service["environment"]["MILLRACE_CONFIG"]
+        source = next(v.split(":")[0] for v in service["volumes"] if v.split(":")[1] == target)
+        settings = security_settings(load_properties(DOCKER / source))
+        link = node_link(settings)
+        assert link.sasl is not None and link.listener != settings.listeners[0].name
+        first = settings.listeners[0]
+        assert first.uses_sasl and first.endpoint.port == int(flags(base[name]["command"])["--kafka-port"])
+        assert first.endpoint.port in published(base[name])
+        assert settings.listener(link.listener).endpoint.port not in published(base[name])  # inside only
+        assert settings.authorizer_enabled
+
+
 def test_s3_authentication_is_on_with_the_nodes_key_pair() -> None:
     services = compose()["services"]
     command = services["seaweedfs"]["command"]

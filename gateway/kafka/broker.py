@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from twisted.internet.defer import Deferred
 
+from millrace.gateway.kafka.node_requests import PLAINTEXT_LINK, NodeLink
 from millrace.gateway.kafka.quotas.enforcement import ClientQuotas
 from millrace.gateway.security.acls import (
     CLUSTER_NAME,
@@ -28,7 +29,7 @@ from millrace.store.tables import TableStore
 from millrace.streams.futures import to_deferred
 
 if TYPE_CHECKING:
-    from millrace.gateway.kafka.cluster import KafkaCluster
+    from millrace.gateway.kafka.cluster import KafkaCluster, KafkaNode
     from millrace.gateway.kafka.group_coordinator import GroupCoordinator
     from millrace.gateway.kafka.sessions import KafkaListener, Session
     from millrace.gateway.kafka.transactions import TransactionCoordinator
@@ -139,6 +140,10 @@ class RequestContext:
             return self.listener.advertised_host, self.listener.advertised_port
         return self.broker.config.advertised_host, self.broker.config.advertised_port
 
+    def node_address(self, node: KafkaNode) -> tuple[str, int]:
+        """Where clients of this request's listener reach another node: its listener of the same name."""
+        return node.on(None if self.listener is None else self.listener.name)
+
     def when_sent(self, fn: Callable[[], None]) -> None:
         """Call ``fn`` once this request's response is sent (handed to the socket, not merely queued in the
         transport), or the connection closes without sending it: for memory a response holds."""
@@ -162,6 +167,8 @@ class Broker:
     scram: ScramCredentialTable | None = None
     # The ACLs requests are authorized by (None: no authorizer configured, everything is allowed)
     acls: AclTable | None = None
+    # How this node's requests to other nodes dial them and log in (Kafka's inter-broker listener)
+    node_link: NodeLink = PLAINTEXT_LINK
 
     def __init__(
         self, store: SegmentService, controller: Controller, tables: TableStore, config: KafkaConfig,

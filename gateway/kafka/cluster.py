@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kazoo.client import KazooClient
@@ -51,16 +52,25 @@ if TYPE_CHECKING:
     from millrace.gateway.kafka.transactions import TransactionCoordinator
     from millrace.streams.partitions import SegmentPartitionStorage
 
+KAFKA_LISTENER_PREFIX = "kafka:"  # a node registers each named Kafka listener's address under this prefix
+
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class KafkaNode:
-    """A live node as Kafka clients see it: its numeric id and advertised Kafka listener."""
+    """A live node as Kafka clients see it: its numeric id and advertised Kafka listeners (``host:port``
+    its first; ``listeners``, each by name, when it registered them)."""
 
     node_id: int
     host: str
     port: int
+    listeners: Mapping[str, tuple[str, int]] = field(default_factory=dict, compare=False)
+
+    def on(self, listener: str | None) -> tuple[str, int]:
+        """Where the node is reached on ``listener`` (Kafka advertises to each client the listener it came
+        in on); its first listener for None, or for a name it did not register."""
+        return self.listeners.get(listener, (self.host, self.port)) if listener else (self.host, self.port)
 
 
 def kafka_node_id(node_id: str) -> int | None:
@@ -68,14 +78,24 @@ def kafka_node_id(node_id: str) -> int | None:
     return int(node_id) if node_id.isdigit() else None
 
 
+def _host_port(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host, int(port)
+
+
 def kafka_address(info: NodeInfo) -> tuple[str, int] | None:
     """Where Kafka clients reach a node: its advertised ``kafka`` listener, else bind host + port."""
     advertised = info.advertised.get("kafka")
     if advertised:
-        host, _, port = advertised.rpartition(":")
-        return host, int(port)
+        return _host_port(advertised)
     port_number = info.ports.get("kafka")
     return None if port_number is None else (info.host, port_number)
+
+
+def kafka_listeners(info: NodeInfo) -> dict[str, tuple[str, int]]:
+    """Each named Kafka listener a node advertises (registered as ``kafka:<NAME>``)."""
+    return {name.partition(":")[2]: _host_port(address) for name, address in info.advertised.items()
+            if name.startswith(KAFKA_LISTENER_PREFIX)}
 
 
 class KafkaCluster:
@@ -308,7 +328,7 @@ def not_controller(broker: Broker) -> bool:
 
 def _kafka_node(info: NodeInfo) -> KafkaNode | None:
     number, address = kafka_node_id(info.node_id), kafka_address(info)
-    return None if number is None or address is None else KafkaNode(number, *address)
+    return None if number is None or address is None else KafkaNode(number, *address, kafka_listeners(info))
 
 
 class GroupCoordination:

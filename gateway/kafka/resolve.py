@@ -61,7 +61,7 @@ def _ask_controller(broker: Broker, name: str) -> defer.Deferred[TopicInfo | Non
     def unreachable(failure: Failure) -> None:
         log.info("asking the controller to create topic %s failed: %s", name, failure.getErrorMessage())
 
-    return request_node(node.host, node.port, request, CREATE_TOPICS_VERSION,
+    return request_node(broker.node_link, node, request, CREATE_TOPICS_VERSION,
                         f"millrace-node-{broker.config.node_id}").addCallbacks(answered, unreachable)
 
 

@@ -64,7 +64,8 @@ class AclTable:
                 with contextlib.suppress(SegmentExistsError):  # another node created it meanwhile
                     self._tables.create_table(ACL_TABLE)
             bindings = [decode_binding(entry.value) for entry in self._tables.entries(ACL_TABLE)]
-            self._authorizer = self._authorizer_of(bindings)
+            if set(bindings) != set(self._authorizer.bindings()):  # cluster nodes reload each second
+                self._authorizer = self._authorizer_of(bindings)
 
     def create(self, bindings: Sequence[AclBinding]) -> list[AclError | None]:
         """Blocking: CreateAcls. Per binding, its error or None (created, or there already, as Kafka answers

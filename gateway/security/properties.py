@@ -279,6 +279,8 @@ class SecuritySettings:
 
     listeners: tuple[ListenerSettings, ...]
     inter_broker_listener: str | None = None
+    inter_broker_protocol: str = "PLAINTEXT"  # the listener named so, without inter_broker_listener
+    inter_broker_sasl_mechanism: str | None = None  # how a node logs in there, when the listener is SASL
     super_users: frozenset[KafkaPrincipal] = frozenset()
     allow_everyone_if_no_acl_found: bool = False
     authorizer_class_name: str = ""
@@ -345,6 +347,8 @@ def security_settings(props: Mapping[str, str]) -> SecuritySettings:
     return SecuritySettings(
         listeners=tuple(listeners),
         inter_broker_listener=inter_broker,
+        inter_broker_protocol=props.get("security.inter.broker.protocol", "PLAINTEXT").strip().upper(),
+        inter_broker_sasl_mechanism=props.get("sasl.mechanism.inter.broker.protocol", "").strip().upper() or None,
         super_users=super_users,
         allow_everyone_if_no_acl_found=_boolean(props, "allow.everyone.if.no.acl.found", False),
         authorizer_class_name=props.get("authorizer.class.name", "").strip(),

@@ -15,12 +15,14 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from OpenSSL import SSL, crypto
-from twisted.internet.interfaces import IOpenSSLContextFactory
+from twisted.internet import ssl
+from twisted.internet.interfaces import IOpenSSLClientConnectionCreator, IOpenSSLContextFactory
 from zope.interface import implementer
 
 from millrace.gateway.security.principal import ANONYMOUS, KafkaPrincipal
@@ -62,8 +64,8 @@ def _private_key(pem: bytes, password: str | None, what: str) -> Any:
         raise TlsConfigError(f"the {what} holds no private key that loads with the configured key password") from None
 
 
-def build_context(settings: SslSettings) -> SSL.Context:
-    """A server context from ``settings``; TlsConfigError when the key material is unusable."""
+def _key_store(settings: SslSettings) -> tuple[list[x509.Certificate], Any, str]:
+    """The key store's certificate chain and private key, and what to call it in an error."""
     if settings.keystore_location:
         chain_pem = key_pem = _read(settings.keystore_location, "key store")
         what = f"key store {settings.keystore_location}"
@@ -74,8 +76,13 @@ def build_context(settings: SslSettings) -> SSL.Context:
     else:
         raise TlsConfigError("a TLS listener needs ssl.keystore.location, or ssl.keystore.certificate.chain "
                              "and ssl.keystore.key")
-    chain = _certificates(chain_pem, what)
     password = settings.key_password.value if settings.key_password else None
+    return _certificates(chain_pem, what), _private_key(key_pem, password, what), what
+
+
+def build_context(settings: SslSettings) -> SSL.Context:
+    """A server context from ``settings``; TlsConfigError when the key material is unusable."""
+    chain, key, what = _key_store(settings)
     context = SSL.Context(SSL.TLS_SERVER_METHOD)
     context.set_min_proto_version(min(_MIN_VERSIONS[v] for v in settings.enabled_protocols))
     context.set_max_proto_version(max(_MIN_VERSIONS[v] for v in settings.enabled_protocols))
@@ -83,7 +90,6 @@ def build_context(settings: SslSettings) -> SSL.Context:
     context.use_certificate(chain[0])
     for extra in chain[1:]:
         context.add_extra_chain_cert(extra)
-    key = _private_key(key_pem, password, what)
     try:
         context.use_privatekey(key)
         context.check_privatekey()
@@ -154,3 +160,29 @@ def certificate_principal(certificate: crypto.X509 | None, settings: SslSettings
         return ANONYMOUS
     subject = certificate.to_cryptography().subject.rfc4514_string()
     return settings.principal_mapper.principal(subject)
+
+
+def client_tls(settings: SslSettings) -> Callable[[str], IOpenSSLClientConnectionCreator]:
+    """How this process connects to a Kafka TLS listener (a node to another node's, the users command to
+    a server's): the trust store's CAs (without one, the system's, as Kafka clients fall back to the JVM's)
+    check the server's certificate and its host name (Kafka's default
+    ``ssl.endpoint.identification.algorithm=https``), and the key store's certificate, when there is one,
+    is presented (for a listener requiring client certificates). TlsConfigError for key material that
+    does not load."""
+    if settings.truststore_location:
+        trusted_pem: bytes | None = _read(settings.truststore_location, "trust store")
+    elif settings.truststore_certificates:
+        trusted_pem = settings.truststore_certificates.encode()
+    else:
+        trusted_pem = None
+    root: Any = ssl.platformTrust()
+    if trusted_pem is not None:
+        root = ssl.trustRootFromCertificates([ssl.Certificate(crypto.X509.from_cryptography(c))
+                                              for c in _certificates(trusted_pem, "trust store")])
+    if not settings.keystore_location and not settings.keystore_certificate_chain:
+        return lambda host: ssl.optionsForClientTLS(host, trustRoot=root)
+    build_context(settings)  # the key store loads and its key matches its certificate, or this fails loudly
+    chain, key, _ = _key_store(settings)
+    presented = ssl.PrivateCertificate.fromCertificateAndKeyPair(
+        ssl.Certificate(crypto.X509.from_cryptography(chain[0])), ssl.KeyPair(crypto.PKey.from_cryptography_key(key)))
+    return lambda host: ssl.optionsForClientTLS(host, trustRoot=root, clientCertificate=presented)

@@ -387,7 +387,7 @@ def _alter_on_controller(ctx: RequestContext, request: Any, resources: list[Any]
         return [_Outcome(ErrorCode.REQUEST_TIMED_OUT,
                          f"the controller (node {node.node_id}) did not answer: try again") for _ in resources]
 
-    d = request_node(node.host, node.port, forward, ctx.api_version,
+    d = request_node(broker.node_link, node, forward, ctx.api_version,
                      f"{FORWARDED_CLIENT_ID}{broker.config.node_id}")
     return d.addCallback(answered).addErrback(unreachable)
 

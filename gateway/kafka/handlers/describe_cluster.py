@@ -35,8 +35,9 @@ def handle_describe_cluster(ctx: RequestContext, request: DescribeClusterRequest
         throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=BROKER_ENDPOINT,
         cluster_id=config.cluster_id,
         controller_id=config.node_id if ctx.broker.cluster is None else ctx.broker.cluster.controller_id(config.node_id),
-        brokers=[_R.DescribeClusterBroker(broker_id=n.node_id, host=n.host, port=n.port, rack=None)
-                 for n in ctx.broker.cluster.brokers()] if ctx.broker.cluster is not None else
+        brokers=[_R.DescribeClusterBroker(broker_id=n.node_id, host=host, port=port, rack=None)
+                 for n in ctx.broker.cluster.brokers() for host, port in [ctx.node_address(n)]]
+        if ctx.broker.cluster is not None else
                 [_R.DescribeClusterBroker(broker_id=config.node_id, host=ctx.advertised()[0],
                                           port=ctx.advertised()[1], rack=None)],
         cluster_authorized_operations=_cluster_operations(ctx) if request.include_cluster_authorized_operations

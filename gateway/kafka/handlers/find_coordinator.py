@@ -55,7 +55,7 @@ def _coordinator(ctx: RequestContext, key_type: int) -> tuple[int, str, int]:
     if cluster is not None:
         node = cluster.transaction_coordinator() if key_type == KEY_TYPE_TRANSACTION else cluster.group_coordinator()
     if node is not None:
-        return node.node_id, node.host, node.port
+        return (node.node_id, *ctx.node_address(node))
     return (config.node_id, *ctx.advertised())
 
 

@@ -162,12 +162,15 @@ def _response(ctx: RequestContext, request: MetadataRequest, topics: list[_Topic
         cluster_operations = (ctx.authorized_operations(ResourceType.CLUSTER)
                               if ctx.authorized(AclOperation.DESCRIBE, ResourceType.CLUSTER) else 0)
     host, port = ctx.advertised()
-    brokers = [_R.MetadataResponseBroker(node_id=config.node_id, host=host, port=port, rack=None)]
+    this_node = _R.MetadataResponseBroker(node_id=config.node_id, host=host, port=port, rack=None)
+    brokers = [this_node]
     cluster = ctx.broker.cluster
     if cluster is not None:  # every live node, this one included even before its znode is seen
         live = cluster.brokers()
-        brokers = [_R.MetadataResponseBroker(node_id=n.node_id, host=n.host, port=n.port, rack=None)
-                   for n in live] + ([] if any(n.node_id == config.node_id for n in live) else brokers)
+        brokers = [_R.MetadataResponseBroker(node_id=n.node_id, host=node_host, port=node_port, rack=None)
+                   for n in live for node_host, node_port in [ctx.node_address(n)]]
+        if not any(n.node_id == config.node_id for n in live):
+            brokers.append(this_node)
     return _R(
         throttle_time_ms=0,
         brokers=brokers,

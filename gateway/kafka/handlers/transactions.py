@@ -221,7 +221,7 @@ def _forward(ctx: RequestContext, request: TxnOffsetCommitRequest,
         log.info("forwarding TxnOffsetCommit to node %s failed: %s", node.node_id, failure.getErrorMessage())
         return ErrorCode.NOT_COORDINATOR  # the client looks the transaction coordinator up again
 
-    d = request_node(node.host, node.port, forwarded, TXN_OFFSET_COMMIT_VERSION, GROUP_COORDINATOR_CLIENT_ID)
+    d = request_node(ctx.broker.node_link, node, forwarded, TXN_OFFSET_COMMIT_VERSION, GROUP_COORDINATOR_CLIENT_ID)
     return d.addCallback(offset_errors).addCallbacks(answered, unreachable)
 
 

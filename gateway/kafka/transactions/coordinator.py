@@ -492,7 +492,7 @@ class TransactionCoordinator:
                 if leader is None:
                     raise PartitionError(Reason.NOT_OWNER, f"{topic}-{partition} has no leader now")
                 if leader.node_id != self.broker.config.node_id:
-                    return send_markers(leader.host, leader.port, pid, epoch, commit, self.coordinator_epoch,
+                    return send_markers(self.broker.node_link, leader, pid, epoch, commit, self.coordinator_epoch,
                                         {topic: [partition]}).addCallback(answered)
             return self.markers.write(p, pid, epoch, commit, self.coordinator_epoch)
 
@@ -529,7 +529,7 @@ class TransactionCoordinator:
             if node is not None and node.node_id != self.broker.config.node_id:
                 transactional_id, pid, epoch = producer
                 request = txn_offset_commit_request(transactional_id, group_id, pid, epoch, stamped)
-                d = request_node(node.host, node.port, request, TXN_OFFSET_COMMIT_VERSION,
+                d = request_node(self.broker.node_link, node, request, TXN_OFFSET_COMMIT_VERSION,
                                  CLIENT_ID).addCallback(offset_errors)
             else:
                 d = get_coordinator(self.broker).call(lambda c: c.offsets.commit_transactional_offsets(group_id, stamped))

@@ -23,7 +23,7 @@ from twisted.internet import defer
 from twisted.python.failure import Failure
 
 from millrace.gateway.kafka.group_store import OffsetAndMetadata
-from millrace.gateway.kafka.node_requests import SEND_TIMEOUT_SECONDS, request_node
+from millrace.gateway.kafka.node_requests import SEND_TIMEOUT_SECONDS, NodeLink, request_node
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.txn_offset_commit import (
     TxnOffsetCommitRequest,
@@ -37,6 +37,7 @@ from millrace.streams.errors import Reason
 from millrace.streams.partitions import PartitionError
 
 if TYPE_CHECKING:
+    from millrace.gateway.kafka.cluster import KafkaNode
     from millrace.streams.partitions.partition import PartitionLog
     from millrace.streams.partitions.storage import SegmentPartitionStorage
 
@@ -106,10 +107,10 @@ class MarkerWriter:
         return d.addBoth(settled).addCallback(lambda _: None)
 
 
-def send_markers(host: str, port: int, producer_id: int, epoch: int, commit: bool, coordinator_epoch: int,
+def send_markers(link: NodeLink, leader: KafkaNode, producer_id: int, epoch: int, commit: bool, coordinator_epoch: int,
                  partitions: dict[str, list[int]], timeout: float = SEND_TIMEOUT_SECONDS
                  ) -> defer.Deferred[dict[tuple[str, int], ErrorCode]]:
-    """Reactor: one WriteTxnMarkers to the leader at ``host:port``; fires with each partition's error."""
+    """Reactor: one WriteTxnMarkers to ``leader``; fires with each partition's error."""
     request = WriteTxnMarkersRequest(markers=[WriteTxnMarkersRequest.WritableTxnMarker(
         producer_id=producer_id, producer_epoch=epoch, transaction_result=commit,
         topics=[WriteTxnMarkersRequest.WritableTxnMarkerTopic(name=name, partition_indexes=indexes)
@@ -122,7 +123,7 @@ def send_markers(host: str, port: int, producer_id: int, epoch: int, commit: boo
         return {(name, i): found.get((name, i), ErrorCode.UNKNOWN_SERVER_ERROR)
                 for name, indexes in partitions.items() for i in indexes}
 
-    return request_node(host, port, request, MARKERS_VERSION, CLIENT_ID, timeout).addCallback(errors_of)
+    return request_node(link, leader, request, MARKERS_VERSION, CLIENT_ID, timeout).addCallback(errors_of)
 
 
 def txn_offset_commit_request(transactional_id: str, group_id: str, producer_id: int, epoch: int,
