@@ -15,6 +15,7 @@ from typing import Any
 
 from millrace.gateway.cluster_cli import add_cluster_parser, run_cluster
 from millrace.gateway.options import ServerOptions
+from millrace.gateway.users_cli import add_users_parser, run_users
 
 
 def _serve_parser(sub: argparse._SubParsersAction) -> None:
@@ -301,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     _logd_parser(sub)
     _admin_parsers(sub)
     add_cluster_parser(sub)
+    add_users_parser(sub)
     args = parser.parse_args(argv)
     if args.command in ("serve", "logd"):
         # `kill -USR1 PID` prints every thread's stack to stderr, as jstack does for a JVM: the way to see
@@ -308,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
         faulthandler.register(signal.SIGUSR1, all_threads=True)
     if args.command == "cluster":
         return run_cluster(args)
+    if args.command == "users":
+        return run_users(args)
     if args.command in ("scopes", "streams"):
         return _admin(args)
     if args.command == "logd":
