@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,11 +87,23 @@ def classpath(version: str, main: str = "CompatClient") -> str:
     return f"{out}:{jars}/*"
 
 
-def run_main(version: str, main: str, args: list[str], timeout: float) -> JavaRun:
+def oauth_jars(version: str) -> str:
+    """The classpath entry of what kafka-clients ``version``'s OAuth login needs besides itself (Jackson,
+    jose4j; fetched by compat_tests/java/fetch_jars.sh); skips the test if they are missing."""
+    jars = JARS / version / "oauth"
+    if not (jars / ".complete").exists():
+        pytest.skip(f"the OAuth login's jars (Jackson, jose4j) are missing in {jars}: compat_tests/java/fetch_jars.sh "
+                    "(run by scripts/bootstrap.sh) could not extract them")
+    return f"{jars}/*"
+
+
+def run_main(version: str, main: str, args: list[str], timeout: float, jvm_args: Sequence[str] = (),
+             extra_classpath: Sequence[str] = ()) -> JavaRun:
     """One JVM running compat_tests/java/<main>.java with ``args``, its JSON lines collected by scenario
-    (skips the test if the jars or a JDK are missing)."""
-    cp = classpath(version, main)
-    cmd = ["java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", cp, main, *args]
+    (skips the test if the jars or a JDK are missing). ``jvm_args`` go before the class (``-Dname=value``
+    system properties), ``extra_classpath`` after the client's jars."""
+    cp = ":".join([classpath(version, main), *extra_classpath])
+    cmd = ["java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", *jvm_args, "-cp", cp, main, *args]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     timed_out = False
     try:

@@ -84,3 +84,36 @@ def test_readme_securing_section_as_written(workdir: Path) -> None:
     finally:
         if server is not None:
             server.kill()
+
+
+def test_readme_oauthbearer_properties_are_accepted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The OAUTHBEARER subsection's properties, laid over the section's ``secure/server.properties``, make a
+    listener that takes a token for the audience and issuer they name (its JWKS made here)."""
+    import json
+    import time
+
+    import jwt
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    from millrace.gateway.security.oauth import JwtValidator
+    from millrace.gateway.security.properties import parse_properties, security_settings
+
+    text = (Path(REPO_ROOT) / "README.md").read_text()
+    section = text[text.index("\n## Securing Millrace\n"):]
+    section = section[:section.index("\n## ", 1)]
+    base = re.search(r"cat > secure/server.properties <<'PROPERTIES'\n(.*?)PROPERTIES\n", section, flags=re.DOTALL)
+    oauth = re.search(r"### OAUTHBEARER\n.*?```properties\n(.*?)```", section, flags=re.DOTALL)
+    assert base is not None and oauth is not None, "the section's server.properties and OAUTHBEARER blocks"
+    props = parse_properties(base.group(1)) | parse_properties(oauth.group(1))
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    (tmp_path / "secure").mkdir()
+    entry = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key())) | {"kid": "readme"}
+    (tmp_path / "secure" / "jwks.json").write_text(json.dumps({"keys": [entry]}))
+    monkeypatch.chdir(tmp_path)  # the README's paths are relative to where the server runs
+    listener = security_settings(props).listener("SASL_SSL")
+    assert listener.sasl_mechanisms == ("SCRAM-SHA-512", "OAUTHBEARER") and listener.oauthbearer is not None
+    now = int(time.time())
+    claims = {"sub": "alice", "aud": props["sasl.oauthbearer.expected.audience"],
+              "iss": props["sasl.oauthbearer.expected.issuer"], "iat": now, "exp": now + 60}
+    token = jwt.encode(claims, key, algorithm="RS256", headers={"kid": "readme"})
+    assert JwtValidator(listener.oauthbearer).validate(token).principal_name == "alice"

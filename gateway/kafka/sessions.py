@@ -7,9 +7,10 @@ Invariants (Kafka's, from its SaslServerAuthenticator):
 - One exchange at a time: SaslHandshake picks the mechanism, SaslAuthenticate carries its messages. A
   failed exchange is answered once (SASL_AUTHENTICATION_FAILED, with the mechanism's generic message) and
   the connection closes after the answer; the reason goes to the debug log, never a secret.
-- Re-authentication (KIP-368): with ``connections.max.reauth.ms`` set, a session lasts that long; the
-  client authenticates again on the same connection (as the same principal) before it ends, and a
-  request after the end closes the connection.
+- Re-authentication (KIP-368): with ``connections.max.reauth.ms`` set, a session lasts that long, and one
+  authenticated by an expiring credential (an OAUTHBEARER token) no longer than the credential: the lesser
+  of the two, as Kafka's SaslServerAuthenticator computes it. The client authenticates again on the same
+  connection (as the same principal) before it ends, and a request after the end closes the connection.
 - On a TLS listener the principal is the client certificate's (``ssl.principal.mapping.rules``) unless
   SASL names one; without a certificate it is ANONYMOUS, as on PLAINTEXT.
 """
@@ -21,9 +22,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from millrace.gateway.security.oauth import JwtValidator
 from millrace.gateway.security.principal import ANONYMOUS, KafkaPrincipal
 from millrace.gateway.security.properties import ListenerSettings, SslSettings
 from millrace.gateway.security.sasl import (
+    BearerTokenValidator,
     CredentialStore,
     IllegalSaslState,
     SaslAuthenticationError,
@@ -49,8 +52,9 @@ class KafkaListener:
     sasl_mechanisms: tuple[str, ...] = ()
     credentials: CredentialStore | None = None
     ssl: SslSettings | None = None
-    reauth_ms: int = 0  # connections.max.reauth.ms (0: sessions never end)
+    reauth_ms: int = 0  # connections.max.reauth.ms (0: sessions end only with their credential)
     max_pre_auth_bytes: int = 524288  # sasl.server.max.receive.size
+    bearer_validator: BearerTokenValidator | None = None  # OAUTHBEARER's token checks, where enabled
 
     @property
     def uses_sasl(self) -> bool:
@@ -59,8 +63,10 @@ class KafkaListener:
     @classmethod
     def from_settings(cls, settings: ListenerSettings, advertised_host: str, advertised_port: int,
                       credentials: CredentialStore | None, reauth_ms: int, max_pre_auth_bytes: int) -> KafkaListener:
+        """Blocking where the listener serves OAUTHBEARER: its JWKS file is read (a ``JwksError`` if unusable)."""
+        validator = JwtValidator(settings.oauthbearer) if settings.oauthbearer is not None else None
         return cls(settings.name, settings.security_protocol, advertised_host, advertised_port,
-                   settings.sasl_mechanisms, credentials, settings.ssl, reauth_ms, max_pre_auth_bytes)
+                   settings.sasl_mechanisms, credentials, settings.ssl, reauth_ms, max_pre_auth_bytes, validator)
 
 
 class Session:
@@ -101,11 +107,17 @@ class Session:
     def certificate_read(self) -> bool:
         return self._certificate_read
 
+    @property
+    def ends(self) -> bool:
+        """Whether the session has an end (and so may re-authenticate before it)."""
+        return self._expires_at is not None
+
     def handshake(self, mechanism: str, raw_tokens: bool = False) -> None:
         """SaslHandshake: start an exchange of ``mechanism`` (its messages bare frames when ``raw_tokens``);
         UnsupportedSaslMechanism if the listener does not enable it."""
         assert self.listener.credentials is not None
-        self._exchange = sasl_server(mechanism, self.listener.sasl_mechanisms, self.listener.credentials)
+        self._exchange = sasl_server(mechanism, self.listener.sasl_mechanisms, self.listener.credentials,
+                                     self.listener.bearer_validator)
         self.raw_tokens = raw_tokens
 
     def authenticate(self, message: bytes | memoryview) -> tuple[bytes, int]:
@@ -132,6 +144,19 @@ class Session:
             self.authenticated = True
             self._on_authenticated()
         self._exchange = None
-        lifetime = self.listener.reauth_ms
-        self._expires_at = time.monotonic() + lifetime / 1000 if lifetime else None
-        return answer, lifetime
+        lifetime = session_lifetime_ms(self.listener.reauth_ms, exchange.credential_expires_at_ms)
+        self._expires_at = None if lifetime is None else time.monotonic() + lifetime / 1000
+        return answer, lifetime or 0
+
+
+def session_lifetime_ms(reauth_ms: int, credential_expires_at_ms: int | None,
+                        now_ms: float | None = None) -> int | None:
+    """How long a session lasts (None: for ever): ``connections.max.reauth.ms`` (0: unset) and the
+    credential's remaining lifetime, the lesser of those set, never negative (Kafka's
+    calcCompletionTimesAndReturnSessionLifetimeMs). A credential already expired makes a session that
+    has ended: the client is told 0 and its next request closes the connection."""
+    if credential_expires_at_ms is None:
+        return reauth_ms or None
+    now_ms = time.time() * 1000 if now_ms is None else now_ms
+    remaining = max(0, int(credential_expires_at_ms - now_ms))
+    return min(remaining, reauth_ms) if reauth_ms else remaining

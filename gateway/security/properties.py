@@ -9,9 +9,13 @@ what listeners, SASL, TLS and authorization need, with Kafka's names, defaults a
 ``listener.name.<listener>.<mechanism in lower case>.sasl.jaas.config`` is the one for that mechanism.
 
 Where this broker is narrower than Kafka it says so at load: TLS key and trust stores are PEM only (Kafka's
-default type is JKS: here it is PEM), and SASL serves PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 only
-(Kafka's default mechanism is GSSAPI: here the default is every served mechanism that has a JAAS
-configuration on the listener). Files are named, not read: loading them is the listener's business.
+default type is JKS: here it is PEM), and SASL serves PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER
+only (Kafka's default mechanism is GSSAPI: here the default is every served mechanism that has a JAAS
+configuration on the listener). OAUTHBEARER always validates signed JWTs (OAuthBearerValidatorCallbackHandler,
+KIP-768; Kafka's default without a handler would accept unsigned ones) against a JWKS from a ``file:``
+URL, its ``sasl.oauthbearer.*`` settings looked up as Kafka's handler looks them up: the listener and
+mechanism's own (``listener.name.<listener>.oauthbearer.``), the listener's, then the plain property.
+Files are named, not read (a JWKS file is checked to exist): loading them is the listener's business.
 
 Every error is a ``ConfigError`` naming the property and its value, except values that are secret
 (passwords, JAAS lines, private keys), which are never shown, nor by ``repr`` or ``describe()``.
@@ -22,6 +26,8 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import urllib.parse
+import urllib.request
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -31,6 +37,13 @@ from millrace.gateway.security.jaas import (
     JaasConfigError,
     LoginModule,
     parse_login_module,
+)
+from millrace.gateway.security.oauth import (
+    DEFAULT_CLOCK_SKEW_SECONDS,
+    DEFAULT_JWKS_REFRESH_MS,
+    UNSECURED_VALIDATOR_CALLBACK_HANDLER,
+    VALIDATOR_CALLBACK_HANDLERS,
+    OAuthBearerSettings,
 )
 from millrace.gateway.security.principal import (
     DEFAULT_SSL_PRINCIPAL_MAPPING_RULES,
@@ -48,7 +61,8 @@ CLIENT_AUTH = ("none", "requested", "required")
 JAVA_INT_MAX = 2**31 - 1
 HIDDEN = "[hidden]"  # how a secret shows (Kafka's Password.toString)
 _SECRET_SUFFIXES = ("sasl.jaas.config", ".password", "ssl.keystore.key", "ssl.keystore.certificate.chain",
-                    "ssl.truststore.certificates")
+                    "ssl.truststore.certificates", "sasl.oauthbearer.client.credentials.client.secret",
+                    "sasl.oauthbearer.assertion.private.key.passphrase")
 
 
 def is_secret(key: str) -> bool:
@@ -248,6 +262,7 @@ class ListenerSettings:
     sasl_mechanisms: tuple[str, ...] = ()  # enabled, in the order SaslHandshake lists them
     login_modules: Mapping[str, LoginModule] = field(default_factory=dict)  # mechanism -> its JAAS entry
     ssl: SslSettings | None = None
+    oauthbearer: OAuthBearerSettings | None = None  # where OAUTHBEARER is enabled: how tokens are validated
 
     @property
     def uses_sasl(self) -> bool:
@@ -268,6 +283,8 @@ class ListenerSettings:
         if self.uses_sasl:
             users = f"; PLAIN users: {', '.join(sorted(self.plain_users))}" if "PLAIN" in self.sasl_mechanisms else ""
             lines.append(f"  SASL mechanisms: {', '.join(self.sasl_mechanisms)}{users}")
+        if self.oauthbearer is not None:
+            lines.append(f"  OAUTHBEARER: {self.oauthbearer.describe()}")
         if self.ssl is not None:
             lines.append(f"  TLS: {self.ssl.describe()}")
         return "\n".join(lines)
@@ -334,8 +351,9 @@ def security_settings(props: Mapping[str, str]) -> SecuritySettings:
                               f"no security protocol for listener {endpoint.listener}")
         mechanisms, modules = _sasl(props, endpoint.listener) if protocol.startswith("SASL_") else ((), {})
         ssl = _ssl(props, endpoint.listener, protocol) if protocol in ("SSL", "SASL_SSL") else None
+        oauthbearer = _oauthbearer(props, endpoint.listener) if "OAUTHBEARER" in mechanisms else None
         listeners.append(ListenerSettings(endpoint.listener, endpoint, advertised.get(endpoint.listener, endpoint),
-                                          protocol, mechanisms, MappingProxyType(modules), ssl))
+                                          protocol, mechanisms, MappingProxyType(modules), ssl, oauthbearer))
     inter_broker = props.get("inter.broker.listener.name", "").strip().upper() or None
     if inter_broker is not None and inter_broker not in names:
         raise ConfigError("inter.broker.listener.name", props["inter.broker.listener.name"],
@@ -463,6 +481,111 @@ def _login_module(props: Mapping[str, str], listener: str, mechanism: str) -> tu
             except JaasConfigError as e:
                 raise ConfigError(prop, props[prop], str(e)) from None
     return None
+
+
+# OAUTHBEARER: the validator's settings (Kafka's SaslConfigs), and the sasl.oauthbearer.* names a broker
+# may carry for its own logins (inter-broker, client credentials), which the validator does not use.
+_OAUTH = "sasl.oauthbearer."
+_OAUTH_VALIDATOR_PROPERTIES = frozenset(_OAUTH + name for name in (
+    "jwks.endpoint.url", "jwks.endpoint.refresh.ms", "jwks.endpoint.retry.backoff.ms",
+    "jwks.endpoint.retry.backoff.max.ms", "expected.audience", "expected.issuer", "sub.claim.name",
+    "scope.claim.name", "clock.skew.seconds", "jwt.validator.class"))
+_OAUTH_LOGIN_PROPERTIES = frozenset(_OAUTH + name for name in (
+    "token.endpoint.url", "header.urlencode", "scope", "jwt.retriever.class", "client.credentials.client.id",
+    "client.credentials.client.secret"))
+_OAUTH_LOGIN_PREFIXES = (_OAUTH + "assertion.",)
+_JWT_VALIDATORS = ("org.apache.kafka.common.security.oauthbearer.DefaultJwtValidator",
+                   "org.apache.kafka.common.security.oauthbearer.BrokerJwtValidator")
+
+
+def _oauthbearer(props: Mapping[str, str], listener: str) -> OAuthBearerSettings:
+    """How a listener validates OAUTHBEARER tokens."""
+    listener_prefix = _listener_prefix(listener)
+    mechanism_prefix = f"{listener_prefix}oauthbearer."
+    for key in props:
+        name = key.removeprefix(mechanism_prefix).removeprefix(listener_prefix)
+        known = (name in _OAUTH_VALIDATOR_PROPERTIES or name in _OAUTH_LOGIN_PROPERTIES
+                 or name.startswith(_OAUTH_LOGIN_PREFIXES))
+        if name.startswith(_OAUTH) and not known:
+            raise ConfigError(key, props[key], f"unknown OAUTHBEARER property {name} (the validator takes "
+                                               f"{', '.join(sorted(_OAUTH_VALIDATOR_PROPERTIES))})")
+
+    def get(name: str) -> tuple[str, str | None]:
+        prop = mechanism_prefix + name
+        if prop in props:
+            return prop, props[prop].strip() or None
+        return _setting(props, listener, name)
+
+    handler_prop, handler = get("sasl.server.callback.handler.class")
+    if handler == UNSECURED_VALIDATOR_CALLBACK_HANDLER:
+        raise ConfigError(handler_prop, handler, "unsecured (unsigned) OAUTHBEARER tokens are not accepted: use "
+                                                 f"{VALIDATOR_CALLBACK_HANDLERS[0]} with {_OAUTH}jwks.endpoint.url")
+    if handler is not None and handler not in VALIDATOR_CALLBACK_HANDLERS:
+        raise ConfigError(handler_prop, handler, "custom SASL callback handlers are not supported: OAUTHBEARER "
+                                                 f"is served by {VALIDATOR_CALLBACK_HANDLERS[0]}")
+    validator_prop, validator = get(_OAUTH + "jwt.validator.class")
+    if validator is not None and validator not in _JWT_VALIDATORS:
+        raise ConfigError(validator_prop, validator, f"custom JWT validators are not supported (one of "
+                                                     f"{', '.join(_JWT_VALIDATORS)})")
+    url_prop, url = get(_OAUTH + "jwks.endpoint.url")
+    if url is None:
+        raise ConfigError(mechanism_prefix + _OAUTH + "jwks.endpoint.url", None,
+                          f"OAUTHBEARER is enabled on listener {listener} and needs the identity provider's keys: "
+                          "a file: URL of a JWKS (JSON Web Key Set) file")
+    jwks_file = _jwks_file(url_prop, url)
+    audience_prop, audience = get(_OAUTH + "expected.audience")
+    sub_prop, sub_claim = get(_OAUTH + "sub.claim.name")
+    scope_prop, scope_claim = get(_OAUTH + "scope.claim.name")
+    for prop, value in ((sub_prop, sub_claim), (scope_prop, scope_claim)):
+        if prop in props and value is None:
+            raise ConfigError(prop, props[prop], "a claim name must not be blank")
+    for name in ("jwks.endpoint.retry.backoff.ms", "jwks.endpoint.retry.backoff.max.ms"):
+        _long_setting(get(_OAUTH + name), 0, 0)  # checked as Kafka checks them; a file needs no retries
+    return OAuthBearerSettings(
+        jwks_endpoint_url=url,
+        jwks_file=jwks_file,
+        jwks_refresh_ms=_long_setting(get(_OAUTH + "jwks.endpoint.refresh.ms"), DEFAULT_JWKS_REFRESH_MS, 0),
+        expected_audiences=tuple(dict.fromkeys(_list(audience or ""))),
+        expected_issuer=get(_OAUTH + "expected.issuer")[1],
+        sub_claim_name=sub_claim or "sub",
+        scope_claim_name=scope_claim or "scope",
+        clock_skew_seconds=_long_setting(get(_OAUTH + "clock.skew.seconds"), DEFAULT_CLOCK_SKEW_SECONDS, 0,
+                                         JAVA_INT_MAX),
+    )
+
+
+def _jwks_file(prop: str, url: str) -> str:
+    """The file a ``file:`` JWKS URL names (relative to the working directory without a leading /), which
+    must exist and be readable, as Kafka's ConfigurationUtils.validateFile checks."""
+    parsed = urllib.parse.urlsplit(url)
+    scheme = parsed.scheme.lower()
+    if scheme in ("http", "https"):
+        raise ConfigError(prop, url, "only file: URLs are supported for the JWKS (keep the identity provider's "
+                                     "JWKS in a file, e.g. refreshed by a scheduled download; it is re-read when "
+                                     "it changes)")
+    if scheme != "file":
+        raise ConfigError(prop, url, "expected a file: URL of a JWKS file")
+    if parsed.netloc not in ("", "localhost"):
+        raise ConfigError(prop, url, "a file: URL names a local file (no host)")
+    path = urllib.request.url2pathname(parsed.path)
+    if not path:
+        raise ConfigError(prop, url, "the URL names no file")
+    if os.path.isdir(path):
+        raise ConfigError(prop, url, f"names a directory ({path}), not a file")
+    if not os.path.isfile(path):
+        raise ConfigError(prop, url, f"the file {path} does not exist")
+    if not os.access(path, os.R_OK):
+        raise ConfigError(prop, url, f"the file {path} is not readable")
+    return path
+
+
+def _long_setting(setting: tuple[str, str | None], default: int, least: int, most: int = 2**63 - 1) -> int:
+    prop, value = setting
+    if value is None:
+        return default
+    if not re.fullmatch(r"[+-]?[0-9]+", value) or not least <= int(value) <= most:
+        raise ConfigError(prop, value, f"expected a whole number from {least} to {most}")
+    return int(value)
 
 
 def _ssl(props: Mapping[str, str], listener: str, protocol: str) -> SslSettings:

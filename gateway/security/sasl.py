@@ -16,6 +16,12 @@ never with a password in it. A step after completion or failure raises ``Illegal
   goes through the whole exchange with a made-up credential and fails where a wrong password fails.
   The broker keeps ``ScramCredential``s, never passwords; a credential is derived from the password's
   UTF-8 bytes without SASLprep, as Kafka's clients and broker derive it.
+- OAUTHBEARER (RFC 7628, Kafka's OAuthBearerSaslServer): ``n,[a=authzid],^Aauth=Bearer <token>^A[key=value^A...]^A``,
+  the token checked by the listener's ``BearerTokenValidator`` (``oauth.JwtValidator``). An invalid token is
+  answered with the error challenge ``{"status":"invalid_token"}``; the client acknowledges it with ``^A``
+  and the exchange fails with that JSON as its message, which is all Kafka tells the client. The authzid
+  must be empty or the token's principal; extensions are accepted and ignored, as Kafka's validator does.
+  The token's expiry bounds the session (``SaslServer.credential_expires_at_ms``, KIP-368).
 """
 
 from __future__ import annotations
@@ -159,6 +165,9 @@ class SaslServer(ABC):
         self.complete = False
         self.failed = False
         self.principal: KafkaPrincipal | None = None
+        # When the credential stops being valid (ms since the epoch), for mechanisms whose credentials
+        # expire (OAUTHBEARER's token): the session must end by then (Kafka's CREDENTIAL_LIFETIME_MS).
+        self.credential_expires_at_ms: int | None = None
 
     def step(self, response: bytes | memoryview) -> bytes:
         """Take the client's next message; return the challenge or final answer to send (may be empty)."""
@@ -299,28 +308,126 @@ class _KafkaNonce(scramp.core.Nonce):
         return hash(str(self))
 
 
-SaslServerFactory = Callable[[CredentialStore], SaslServer]
+# OAUTHBEARER.
+
+@dataclass(frozen=True)
+class BearerToken:
+    """What a valid OAUTHBEARER token says (never the token itself): whose it is and until when."""
+
+    principal_name: str
+    expires_at_ms: int  # the exp claim, in ms since the epoch
+    scopes: tuple[str, ...] = ()
 
 
-def _plain_server(credentials: CredentialStore) -> SaslServer:
+class InvalidBearerToken(Exception):
+    """A token the validator refuses; the message is the reason for the operator's log (never the token)."""
+
+    @property
+    def reason(self) -> str:
+        return str(self)
+
+
+class BearerTokenValidator(Protocol):
+    """Checks an OAUTHBEARER token (``oauth.JwtValidator``): its ``BearerToken`` or ``InvalidBearerToken``."""
+
+    def validate(self, token: str) -> BearerToken: ...
+
+
+# Kafka's OAuthBearerClientInitialResponse grammar (RFC 7628 section 3.1, with the gs2 flag "n" only).
+_SEPARATOR = "\x01"
+_KVPAIR = r"[A-Za-z]+=[\x21-\x7e \t\r\n]+\x01"
+_OAUTHBEARER_FIRST = re.compile(rf"n,(?:a=(?P<authzid>{_SASLNAME}))?,\x01(?P<kvpairs>(?:{_KVPAIR})*)\x01")
+_AUTH = re.compile(r"(?P<scheme>[A-Za-z0-9_]+) +(?P<token>[-_~+/.a-zA-Z0-9]+=*)")
+INVALID_TOKEN_CHALLENGE = '{"status":"invalid_token"}'  # Kafka's JSON error challenge (RFC 7628 3.2.2)
+
+
+class OAuthBearerSaslServer(SaslServer):
+    mechanism = "OAUTHBEARER"
+    failure_message = ("Authentication failed during authentication due to invalid credentials "
+                       "with SASL mechanism OAUTHBEARER")
+
+    def __init__(self, validator: BearerTokenValidator) -> None:
+        super().__init__()
+        self._validator = validator
+        self._refusal: str | None = None  # why the token was refused, once the error challenge is sent
+
+    def _step(self, response: bytes) -> bytes:
+        if response == b"\x01" and self._refusal is not None:
+            # The client acknowledged the error challenge: the exchange fails, telling the client only
+            # what the challenge said (Kafka's message is the challenge itself).
+            raise SaslAuthenticationError(INVALID_TOKEN_CHALLENGE, self._refusal)
+        self._refusal = None  # Kafka takes a fresh initial response instead of the acknowledgement too
+        token, authzid = self._initial_response(response)
+        try:
+            validated = self._validator.validate(token)
+        except InvalidBearerToken as e:
+            self._refusal = f"invalid OAUTHBEARER token: {e.reason}"
+            return INVALID_TOKEN_CHALLENGE.encode()
+        if authzid and authzid != validated.principal_name:
+            raise SaslAuthenticationError(
+                "Authentication failed: Client requested an authorization id that is different from "
+                "the token's principal name",
+                f"authorization id {authzid!r} is not the token's principal {validated.principal_name!r}")
+        self.credential_expires_at_ms = validated.expires_at_ms
+        self._succeed(validated.principal_name)
+        return b""
+
+    def _initial_response(self, response: bytes) -> tuple[str, str]:
+        """(token, authzid) of the client's initial response; its extensions are accepted and ignored."""
+        try:
+            message = response.decode("ascii")  # the grammar is ASCII throughout
+        except UnicodeDecodeError:
+            self._fail("Invalid OAUTHBEARER client first message: not ASCII")
+        first = _OAUTHBEARER_FIRST.fullmatch(message)
+        if first is None:
+            self._fail("Invalid OAUTHBEARER client first message")
+        pairs = {key: value for key, _, value in (item.partition("=") for item in first["kvpairs"].split(_SEPARATOR))}
+        auth = pairs.get("auth")
+        if auth is None:
+            self._fail("Invalid OAUTHBEARER client first message: 'auth' not specified")
+        bearer = _AUTH.fullmatch(auth)
+        if bearer is None:
+            self._fail("Invalid OAUTHBEARER client first message: invalid 'auth' format")
+        if bearer["scheme"].lower() != "bearer":
+            self._fail("Invalid scheme in OAUTHBEARER client first message")
+        authzid = (first["authzid"] or "").replace("=2C", ",").replace("=3D", "=")
+        return bearer["token"], authzid
+
+
+# Every mechanism this broker can serve: name -> a new server for one exchange, given the listener's
+# credential store and token validator (None where the listener has no OAUTHBEARER).
+SaslServerFactory = Callable[[CredentialStore, BearerTokenValidator | None], SaslServer]
+
+
+def _plain_server(credentials: CredentialStore, _validator: BearerTokenValidator | None) -> SaslServer:
     return PlainSaslServer(credentials.plain_users)
 
 
 def _scram_server(mechanism: str) -> SaslServerFactory:
-    return lambda credentials: ScramSaslServer(mechanism, credentials)
+    return lambda credentials, _validator: ScramSaslServer(mechanism, credentials)
 
 
-# Every mechanism this broker can serve: name -> a new server for one exchange.
+def _oauthbearer_server(_credentials: CredentialStore, validator: BearerTokenValidator | None) -> SaslServer:
+    if validator is None:
+        raise UnsupportedSaslMechanism("OAUTHBEARER", ())
+    return OAuthBearerSaslServer(validator)
+
+
 MECHANISMS: Mapping[str, SaslServerFactory] = MappingProxyType(
-    {"PLAIN": _plain_server, **{name: _scram_server(name) for name in SCRAM_HASHES}})
+    {"PLAIN": _plain_server, **{name: _scram_server(name) for name in SCRAM_HASHES},
+     "OAUTHBEARER": _oauthbearer_server})
 
 
-def sasl_server(mechanism: str, enabled: Sequence[str], credentials: CredentialStore) -> SaslServer:
+def sasl_server(mechanism: str, enabled: Sequence[str], credentials: CredentialStore,
+                bearer_validator: BearerTokenValidator | None = None) -> SaslServer:
     """A server for the mechanism a SaslHandshake names, if the listener enables it (``enabled``, which is
     also what the handshake's response lists)."""
     if mechanism not in enabled or mechanism not in MECHANISMS:
         raise UnsupportedSaslMechanism(mechanism, enabled)
-    return MECHANISMS[mechanism](credentials)
+    try:
+        return MECHANISMS[mechanism](credentials, bearer_validator)
+    except UnsupportedSaslMechanism:
+        raise UnsupportedSaslMechanism(mechanism, enabled) from None
 
 
 _NO_PASSWORD = secrets.token_hex(16)  # what an unknown PLAIN user's password is compared with

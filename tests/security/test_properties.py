@@ -261,9 +261,10 @@ SASL = {"listeners": "SASL_PLAINTEXT://:9092"}
 
 @pytest.mark.parametrize(("props", "error"), [
     ({**SASL, "sasl.enabled.mechanisms": "GSSAPI", "sasl.jaas.config": SCRAM_JAAS},
-     "SASL mechanism GSSAPI is not supported \\(supported: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512\\)"),
+     "SASL mechanism GSSAPI is not supported \\(supported: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER\\)"),
     ({**SASL, "sasl.enabled.mechanisms": "PLAIN,OAUTHBEARER", "sasl.jaas.config": PLAIN_JAAS},
-     "OAUTHBEARER is not supported"),
+     "does not serve OAUTHBEARER on listener SASL_PLAINTEXT; expected "
+     "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"),
     ({**SASL, "sasl.enabled.mechanisms": "PLAIN"},
      "listener.name.sasl_plaintext.plain.sasl.jaas.config: SASL mechanism PLAIN is enabled on listener "
      "SASL_PLAINTEXT but has no JAAS configuration"),

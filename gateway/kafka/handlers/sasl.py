@@ -28,8 +28,9 @@ log = logging.getLogger(__name__)
 @api(SaslHandshakeRequest, 0, 1)
 def handle_sasl_handshake(ctx: RequestContext, request: SaslHandshakeRequest) -> SaslHandshakeResponse:
     session = ctx.session
-    if session is None or not session.listener.uses_sasl or (session.authenticated and not session.listener.reauth_ms):
-        # A listener without SASL, or a session that never re-authenticates: nothing to hand-shake.
+    if session is None or not session.listener.uses_sasl or (session.authenticated and not session.ends):
+        # A listener without SASL, or a session that never ends (so never re-authenticates): nothing to
+        # hand-shake. A session ends with connections.max.reauth.ms or with its credential (a token).
         if session is not None:
             ctx.when_sent(session.close)
         return SaslHandshakeResponse(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=[])
