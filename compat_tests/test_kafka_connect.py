@@ -140,3 +140,40 @@ def test_two_workers_share_connectors_and_tasks_and_take_them_back(server, cp, t
         if second is not None:
             second.stop()
         first.stop()
+
+
+def test_a_worker_over_sasl_ssl_copies_a_file(cp: str, tmp_path: Path) -> None:
+    """A worker configured as Connect is for a secured Kafka: the worker's own clients (its group, its
+    config/offset/status topics) and the connectors' producers and consumers (``producer.``/``consumer.``
+    prefixes) log in with SCRAM-SHA-512 over TLS, checking the server with a PEM trust store."""
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    server_pem, ca_pem = tmp_path / "server.pem", tmp_path / "ca.pem"
+    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(server_pem))
+    ca.cert_pem.write_to_path(str(ca_pem))
+    properties = tmp_path / "server.properties"
+    properties.write_text("listeners=SASL_SSL://127.0.0.1:0\nsasl.enabled.mechanisms=SCRAM-SHA-512\n"
+                          "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security."
+                          "scram.ScramLoginModule required;\n"
+                          f"ssl.keystore.type=PEM\nssl.keystore.location={server_pem}\n")
+    server = start_server(str(tmp_path / "data"), "--config", str(properties),
+                          "--add-scram", "SCRAM-SHA-512=[name=connect,password=connect-secret]")
+    security = {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+                "sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required '
+                                    'username="connect" password="connect-secret";',
+                "ssl.truststore.type": "PEM", "ssl.truststore.location": str(ca_pem)}
+    settings = {f"{prefix}{key}": value for prefix in ("", "producer.", "consumer.", "admin.")
+                for key, value in security.items()}
+    source, sink = tmp_path / "source.txt", tmp_path / "sink.txt"
+    append_lines(source, 0, 2000)
+    worker = None
+    try:
+        worker = ConnectWorkerProcess(cp, tmp_path, f"127.0.0.1:{server.ports['kafka']}", "127.0.0.1:18321",
+                                      group="secured", **settings)
+        pipeline(worker, "secured", source, sink, "connect-secured")
+        eventually(same_file(source, sink), what="the copy over SASL_SSL")
+        assert [t["state"] for t in worker.status("secured-sink")["tasks"]] == ["RUNNING"]
+    finally:
+        if worker is not None:
+            worker.stop()
+        server.kill()

@@ -20,7 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_examples.generate import parse_time_ms
-from spark_examples.kafka_options import source_options
+from spark_examples.kafka_options import sink_options, source_options
 from spark_examples.logic import aggregate, as_kafka_records
 from spark_examples.session import add_spark_arguments, build_session
 
@@ -90,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.parquet:
         result.write.mode("overwrite").parquet(args.parquet)
     if args.output_topic:
-        (as_kafka_records(result).write.format("kafka").option("kafka.bootstrap.servers", args.bootstrap)
+        (as_kafka_records(result).write.format("kafka").options(**sink_options(args.bootstrap, extra))
          .option("topic", args.output_topic).save())
     if args.compare_with:
         diff = compare(result, spark.read.parquet(args.compare_with))

@@ -35,3 +35,10 @@ def source_options(bootstrap: str, topic: str, *, starting_offsets: str | None =
         opts["maxOffsetsPerTrigger"] = str(max_offsets_per_trigger)
     opts.update(extra or {})  # any other source option, e.g. kafka.security.protocol
     return opts
+
+
+def sink_options(bootstrap: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The Kafka sink's client options: the bootstrap servers and the ``kafka.*`` settings given for the
+    source (security.protocol, sasl.*, ssl.*), so a secured listener is written as it is read."""
+    client = {key: value for key, value in (extra or {}).items() if key.startswith("kafka.")}
+    return {**client, "kafka.bootstrap.servers": bootstrap}

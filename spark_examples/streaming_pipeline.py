@@ -23,7 +23,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from spark_examples.kafka_options import source_options
+from spark_examples.kafka_options import sink_options, source_options
 from spark_examples.logic import aggregate, as_kafka_records
 from spark_examples.session import add_spark_arguments, build_session
 
@@ -35,8 +35,9 @@ def kafka_stream(spark: SparkSession, options: dict[str, str]) -> DataFrame:
 def start_pipeline(raw: DataFrame, *, checkpoint: str, parquet: str | None, bootstrap: str | None = None,
                    output_topic: str | None = None, window: str = "1 minute", watermark: str = "2 minutes",
                    available_now: bool = False, trigger_seconds: float = 10.0, name: str = "sensors",
-                   ) -> list[StreamingQuery]:
-    """Starts the sink queries over ``raw`` (any streaming DataFrame with a JSON ``value`` column)."""
+                   client_options: dict[str, str] | None = None) -> list[StreamingQuery]:
+    """Starts the sink queries over ``raw`` (any streaming DataFrame with a JSON ``value`` column);
+    ``client_options``: the source's ``kafka.*`` settings, which the Kafka sink uses too."""
     if not parquet and not output_topic:
         raise ValueError("nothing to write: give a Parquet path, an output topic or both")
     aggregates = aggregate(raw, window, watermark)
@@ -47,7 +48,7 @@ def start_pipeline(raw: DataFrame, *, checkpoint: str, parquet: str | None, boot
             raise ValueError("the Kafka sink needs bootstrap servers")
         queries.append(
             as_kafka_records(aggregates).writeStream.queryName(f"{name}-kafka").format("kafka")
-            .option("kafka.bootstrap.servers", bootstrap).option("topic", output_topic)
+            .options(**sink_options(bootstrap, client_options)).option("topic", output_topic)
             .option("checkpointLocation", f"{checkpoint}/kafka-sink")
             .outputMode("append").trigger(**trigger).start())
     if parquet:
@@ -145,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     queries = start_pipeline(raw, checkpoint=args.checkpoint, parquet=args.parquet or None,
                              bootstrap=args.bootstrap, output_topic=args.output_topic or None,
                              window=args.window, watermark=args.watermark, available_now=args.available_now,
-                             trigger_seconds=args.trigger_seconds)
+                             trigger_seconds=args.trigger_seconds, client_options=extra)
     print(f"started {', '.join(q.name for q in queries)}; checkpoint {args.checkpoint}", file=sys.stderr)
     await_queries(queries, stop)
     for q in queries:

@@ -50,12 +50,13 @@ class Record:
     value: bytes
 
 
-def read_topic(bootstrap: str, topic: str) -> list[Record]:
-    """Every record of ``topic`` up to its end offsets, partition by partition, without a consumer group."""
+def read_topic(bootstrap: str, topic: str, client: dict[str, Any] | None = None) -> list[Record]:
+    """Every record of ``topic`` up to its end offsets, partition by partition, without a consumer group
+    (``client``: librdkafka settings to add, e.g. for a secured listener)."""
     from confluent_kafka import Consumer, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"e2e-{uuid.uuid4().hex}",
-                  "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest", **(client or {})})
     try:
         parts = c.list_topics(topic, timeout=20).topics[topic].partitions
         ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=20)[1] for p in parts}
