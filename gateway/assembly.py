@@ -55,6 +55,7 @@ from millrace.store.containers.rates import RateConfig
 from millrace.store.contracts import SegmentService
 from millrace.store.controller import Controller
 from millrace.store.controller.autoscaler import AutoScaler, AutoScalerConfig
+from millrace.store.durablelog.curve import CurveClientKeys
 from millrace.store.durablelog.interface import DurableDataLog
 from millrace.store.durablelog.local import FileDurableDataLog
 from millrace.store.durablelog.metadata import FileLogMetadataStore
@@ -86,7 +87,16 @@ def replication_config(options: ServerOptions) -> ReplicationConfig | None:
     if not options.log_replicas:
         return None
     replicas = tuple(a.strip() for a in options.log_replicas.split(",") if a.strip())
-    return ReplicationConfig(replicas, options.write_quorum, options.ack_quorum)
+    return ReplicationConfig(replicas, options.write_quorum, options.ack_quorum, curve=log_curve(options))
+
+
+def log_curve(options: ServerOptions) -> CurveClientKeys | None:
+    """CURVE keys for the links to the log replicas (CurveKeyError, a ValueError, naming a bad file)."""
+    if not options.log_curve_secret_key and not options.log_curve_server_key:
+        return None
+    if not (options.log_curve_secret_key and options.log_curve_server_key):
+        raise ValueError("--log-curve-secret-key and --log-curve-server-key go together")
+    return CurveClientKeys.load(options.log_curve_secret_key, options.log_curve_server_key)
 
 
 def long_term_storage(options: ServerOptions) -> ChunkStorage:

@@ -83,6 +83,10 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--write-quorum", type=int, default=d.write_quorum, help="replicas each log entry is written to")
     p.add_argument("--ack-quorum", type=int, default=d.ack_quorum,
                    help="replicas that must have fsync'd an entry before it is acknowledged")
+    p.add_argument("--log-curve-secret-key", default=None, metavar="FILE",
+                   help="CURVE to the log replicas: this node's key pair (node.key_secret of `millrace curve-keys`)")
+    p.add_argument("--log-curve-server-key", default=None, metavar="FILE",
+                   help="CURVE to the log replicas: their public key (logd.key), the only one talked to")
     cluster = p.add_argument_group("cluster node", "with --zookeeper this server is one node of a cluster "
                                    "(needs --log-replicas and a shared --lts)")
     cluster.add_argument("--zookeeper", default=None, metavar="HOST:PORT[,...][/chroot]",
@@ -124,6 +128,13 @@ def _logd_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data-dir", default="./millrace-logd", help="where the replica's journal lives")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind")
     p.add_argument("--port", type=int, default=9190, help="ZeroMQ port (0 = any free)")
+    p.add_argument("--curve-secret-key", default=None, metavar="FILE",
+                   help="CURVE: this replica's key pair (ZeroMQ certificate, logd.key_secret of `millrace "
+                        "curve-keys`); with --curve-authorized-keys, only those clients get in")
+    p.add_argument("--curve-authorized-keys", default=None, metavar="DIR",
+                   help="CURVE: the public keys (NAME.key files) of the nodes allowed in")
+    keys = sub.add_parser("curve-keys", help="make a cluster's CURVE key pairs for the log replica links")
+    keys.add_argument("--dir", required=True, help="where: DIR/logd (the replicas') and DIR/nodes (the nodes')")
     p.add_argument("--log-level", default="INFO")
 
 
@@ -314,11 +325,22 @@ def main(argv: list[str] | None = None) -> int:
         return run_users(args)
     if args.command in ("scopes", "streams"):
         return _admin(args)
+    if args.command == "curve-keys":
+        from millrace.store.durablelog.curve import create_cluster_keys
+
+        try:
+            made = create_cluster_keys(args.dir)
+        except FileExistsError as e:
+            print(f"millrace: {e}", file=sys.stderr)
+            return 1
+        for name, path in made.items():
+            print(f"{name}: {path}")
+        return 0
     if args.command == "logd":
         from millrace.store.logd.server import run_logd
 
         logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        return run_logd(args.data_dir, args.host, args.port)
+        return run_logd(args.data_dir, args.host, args.port, args.curve_secret_key, args.curve_authorized_keys)
     if args.command == "serve":
         from millrace.gateway.server import serve  # only here: logd and the admin commands start without it
 

@@ -51,6 +51,10 @@ class ServerOptions:
     log_replicas: str | None = None
     write_quorum: int = 3
     ack_quorum: int = 2
+    # CURVE on the links to the replicas (store/durablelog/curve.py): this node's key pair (a ZeroMQ
+    # certificate's secret file) and the replicas' public key; both or neither.
+    log_curve_secret_key: str | None = None
+    log_curve_server_key: str | None = None
     # A cluster node (gateway/cluster_server.py) when ``zookeeper`` is set: its id (a number, the Kafka
     # node id too), the peer listener's port, what each listener is advertised as (HOST:PORT; None: the
     # bind address), the ZooKeeper session timeout and how long a segment operation waits for an owner.

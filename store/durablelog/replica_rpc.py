@@ -13,31 +13,36 @@ from typing import Any
 
 import zmq
 
+from millrace.store.durablelog.curve import CurveClientKeys
 from millrace.store.logd import wire
 
 Reply = tuple[dict[str, Any], list[bytes]]
 
 
-def connect_dealer(context: zmq.Context[Any], address: str) -> zmq.Socket[Any]:
-    """A DEALER socket to ``host:port`` that never blocks a sender and drops its queue on close."""
+def connect_dealer(context: zmq.Context[Any], address: str, curve: CurveClientKeys | None = None) -> zmq.Socket[Any]:
+    """A DEALER socket to ``host:port`` that never blocks a sender and drops its queue on close; with
+    ``curve``, encrypted and authenticated (a replica without the expected key is never talked to)."""
     socket = context.socket(zmq.DEALER)
     socket.setsockopt(zmq.LINGER, 0)
     socket.setsockopt(zmq.SNDHWM, 0)
     socket.setsockopt(zmq.RCVHWM, 0)
+    if curve is not None:
+        curve.apply(socket)
     socket.connect(f"tcp://{address}")
     return socket
 
 
 class ReplicaRpc:
-    def __init__(self, context: zmq.Context[Any] | None = None) -> None:
+    def __init__(self, context: zmq.Context[Any] | None = None, curve: CurveClientKeys | None = None) -> None:
         self._context = context or zmq.Context.instance()
+        self._curve = curve
         self._sockets: dict[str, zmq.Socket[Any]] = {}
         self._ids = itertools.count(1)
 
     def _socket(self, address: str) -> zmq.Socket[Any]:
         socket = self._sockets.get(address)
         if socket is None:
-            socket = self._sockets[address] = connect_dealer(self._context, address)
+            socket = self._sockets[address] = connect_dealer(self._context, address, self._curve)
         return socket
 
     def call(self, requests: dict[str, tuple[dict[str, Any], list[bytes]]], timeout: float,

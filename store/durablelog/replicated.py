@@ -132,7 +132,7 @@ class ReplicatedDurableDataLog(DurableDataLog):
         if self._accepting or self._io is not None:
             raise RuntimeError("durable log is already open")
         self._owned.take_epoch()
-        rpc = ReplicaRpc(self._context)
+        rpc = ReplicaRpc(self._context, self.config.curve)
         try:
             recovered = recover(rpc, self._owned, self.config, self._repair.copier)
         finally:
@@ -201,7 +201,7 @@ class ReplicatedDurableDataLog(DurableDataLog):
         return self._read_record(record, end)
 
     def _read_record(self, record: LogRecord, end: int) -> Iterator[LogEntry]:
-        rpc = ReplicaRpc(self._context)
+        rpc = ReplicaRpc(self._context, self.config.curve)
         try:
             for index, fragment in enumerate(record.fragments):
                 start = max(fragment.first, record.truncated + 1)
@@ -280,7 +280,7 @@ class ReplicatedDurableDataLog(DurableDataLog):
 
     # -- the I/O thread ------------------------------------------------------------------------------------
     def _connect(self, address: str, start: int) -> None:
-        self._sockets[address] = connect_dealer(self._context, address)
+        self._sockets[address] = connect_dealer(self._context, address, self.config.curve)
         self._start[address] = start
         self._acked[address] = start - 1
         self._outstanding[address] = collections.deque()

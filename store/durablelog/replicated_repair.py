@@ -119,7 +119,7 @@ class ReplicaRepair:
             self._thread = None
 
     def _run(self) -> None:
-        rpc = ReplicaRpc(self._context)
+        rpc = ReplicaRpc(self._context, self._config.curve)
         next_check = time.monotonic() + self._config.probe_interval
         try:
             while True:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from millrace.store.durablelog.curve import CurveClientKeys
+
 
 @dataclass(frozen=True)
 class ReplicationConfig:
@@ -19,6 +21,7 @@ class ReplicationConfig:
     max_batch_bytes: int = 4 * 1024 * 1024
     max_retained_bytes: int = 64 * 1024 * 1024
     probe_interval: float = 1.0  # how often a shrunk log looks for a replica to grow back with
+    curve: CurveClientKeys | None = None  # CURVE keys the replica links use (None: plain TCP)
 
     def __post_init__(self) -> None:
         if not 1 <= self.ack_quorum <= self.write_quorum <= len(self.replicas):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,7 @@ from typing import Any
 import zmq
 from crc32c import crc32c
 
+from millrace.store.durablelog.curve import CurveKeyError, CurveServerKeys
 from millrace.store.logd import wire
 from millrace.store.logd.journal import Journal, LogState, StoredEntry, entry_record, value_record
 
@@ -47,11 +49,14 @@ class _Turn:
 
 class LogReplicaServer:
     def __init__(self, data_dir: str, host: str = "127.0.0.1", port: int = 0,
-                 max_file_bytes: int | None = None) -> None:
+                 max_file_bytes: int | None = None, curve: CurveServerKeys | None = None) -> None:
         self.journal = Journal(data_dir) if max_file_bytes is None else Journal(data_dir, max_file_bytes)
         self._context: zmq.Context[Any] = zmq.Context.instance()
         self._socket = self._context.socket(zmq.ROUTER)
         self._socket.setsockopt(zmq.LINGER, 0)
+        # With CURVE, a client whose key is not authorized never gets past the handshake: no request of
+        # it reaches this server's loop.
+        self._authenticator = curve.serve(self._context, self._socket) if curve is not None else None
         self._host = host
         self._requested_port = port
         self.port = 0
@@ -79,6 +84,8 @@ class LogReplicaServer:
                     self._turn()
         finally:
             self._socket.close(0)
+            if self._authenticator is not None:
+                self._authenticator.stop()
             self.journal.close()
 
     # -- one turn ----------------------------------------------------------------------------------------
@@ -248,13 +255,24 @@ class LogReplicaServer:
         return answer, data
 
 
-def run_logd(data_dir: str, host: str, port: int) -> int:
-    """The ``millrace logd`` process: serve until SIGINT/SIGTERM."""
-    server = LogReplicaServer(data_dir, host, port)
+def run_logd(data_dir: str, host: str, port: int, curve_secret_key: str | None = None,
+             curve_authorized_keys: str | None = None) -> int:
+    """The ``millrace logd`` process: serve until SIGINT/SIGTERM (with CURVE when given its keys)."""
+    curve = None
+    if curve_secret_key or curve_authorized_keys:
+        if not (curve_secret_key and curve_authorized_keys):
+            print("millrace: --curve-secret-key and --curve-authorized-keys go together", file=sys.stderr, flush=True)
+            return 2
+        try:
+            curve = CurveServerKeys.load(curve_secret_key, curve_authorized_keys)
+        except CurveKeyError as e:
+            print(f"millrace: {e}", file=sys.stderr, flush=True)
+            return 2
+    server = LogReplicaServer(data_dir, host, port, curve=curve)
     bound = server.start()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: server.stop())
-    print(f"millrace: logd listening on {host}:{bound}", flush=True)
+    print(f"millrace: logd listening on {host}:{bound}{' (CURVE)' if curve else ''}", flush=True)
     print(f"millrace: ready (logd journal {server.journal.directory})", flush=True)
     server.serve_forever()
     print("millrace: stopped cleanly", flush=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from millrace.store.durablelog.metadata import FileLogMetadataStore
 from millrace.store.durablelog.replicated import ReplicatedDurableDataLog
@@ -18,17 +19,18 @@ class LogdProcess(MillraceProcess):
 
     name = "logd"
 
-    def __init__(self, data_dir: str, port: int = 0) -> None:
+    def __init__(self, data_dir: str, port: int = 0, *extra: str) -> None:
         super().__init__()
         self.data_dir = data_dir
         self.port = port
+        self.extra = extra  # more `millrace logd` flags (CURVE keys)
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
     def command(self) -> list[str]:
-        return ["logd", "--data-dir", self.data_dir, "--port", str(self.port), "--log-level", "WARNING"]
+        return ["logd", "--data-dir", self.data_dir, "--port", str(self.port), "--log-level", "WARNING", *self.extra]
 
     def on_line(self, line: str) -> None:
         m = _LISTEN.search(line)
@@ -39,9 +41,9 @@ class LogdProcess(MillraceProcess):
 class Replicas:
     """N logd processes and the metadata directory their logs are described in."""
 
-    def __init__(self, root: Path, count: int) -> None:
+    def __init__(self, root: Path, count: int, *extra: str) -> None:
         self.root = root
-        self.logds = [LogdProcess(str(root / f"logd-{i}")) for i in range(count)]
+        self.logds = [LogdProcess(str(root / f"logd-{i}"), 0, *extra) for i in range(count)]
         self.metadata = FileLogMetadataStore(str(root / "logmeta"))
 
     def start(self) -> Replicas:
@@ -56,13 +58,13 @@ class Replicas:
     def by_address(self, address: str) -> LogdProcess:
         return next(logd for logd in self.logds if logd.address == address)
 
-    def config(self, write_quorum: int = 3, ack_quorum: int = 2, **kwargs: float) -> ReplicationConfig:
-        return ReplicationConfig(self.addresses, write_quorum, ack_quorum, **kwargs)  # type: ignore[arg-type]
+    def config(self, write_quorum: int = 3, ack_quorum: int = 2, **kwargs: Any) -> ReplicationConfig:
+        return ReplicationConfig(self.addresses, write_quorum, ack_quorum, **kwargs)
 
-    def log(self, name: str = "log", **kwargs: float) -> ReplicatedDurableDataLog:
+    def log(self, name: str = "log", **kwargs: Any) -> ReplicatedDurableDataLog:
         return ReplicatedDurableDataLog(name, self.metadata, self.config(**kwargs))
 
-    def opened(self, name: str = "log", **kwargs: float) -> ReplicatedDurableDataLog:
+    def opened(self, name: str = "log", **kwargs: Any) -> ReplicatedDurableDataLog:
         log = self.log(name, **kwargs)
         log.open()
         return log
