@@ -3,6 +3,7 @@ controller, and the Kafka views built over them (topics, partition logs, consume
 
 from __future__ import annotations
 
+import functools
 import os
 import uuid
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from millrace.gateway.security.acls import (
     SUPPORTED_OPERATIONS,
     AclOperation,
     ResourceType,
+    client_host,
     operations_bit_field,
 )
 from millrace.gateway.security.principal import ANONYMOUS, KafkaPrincipal
@@ -128,10 +130,15 @@ class RequestContext:
                 acls.authorizer.authorized_operations(self.principal, self.host, resource_type, name))
         return bits
 
-    @property
+    @functools.cached_property
     def host(self) -> str:
-        """The client's IP address, as ACLs name hosts."""
-        return self.peer.rpartition(":")[0].strip("[]")
+        """The client's IP address, as ACLs name hosts (Java's spelling: IPv6 in eight groups); worked out
+        once per request, which may ask the authorizer many times."""
+        address = self.peer.rpartition(":")[0].strip("[]")
+        try:
+            return client_host(address)
+        except ValueError:  # not an IP connection (a test's fake peer)
+            return address
 
     def advertised(self) -> tuple[str, int]:
         """Where clients of this request's listener reach this node: Kafka advertises to a client the

@@ -31,6 +31,7 @@ import enum
 import hashlib
 import ipaddress
 import json
+import logging
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -46,6 +47,8 @@ INVALID_REQUEST = "INVALID_REQUEST"
 # The resource name Kafka's authorizeByResourceType asks about first (so super users and the
 # allow-everyone rule answer as they would for a real resource).
 _PROBE_RESOURCE_NAME = "hardcode"
+
+log = logging.getLogger(__name__)
 
 
 class _KafkaCode(enum.IntEnum):
@@ -264,8 +267,8 @@ class AclError(ValueError):
 
 def validate_new_binding(binding: AclBinding) -> None:
     """AclError unless CreateAcls may create ``binding``: the broker's checks (AclApis) first, then the
-    controller's (AclControlManager.validateNewAcl), in Kafka's order and words; then the host, which
-    Kafka does not check (see ``_check_host``)."""
+    controller's (AclControlManager.validateNewAcl), in Kafka's order and words. The host is not checked,
+    as Kafka does not check it (see ``_check_host``)."""
     pattern, entry = binding.pattern, binding.entry
     if pattern.resource_type is ResourceType.CLUSTER and pattern.name != CLUSTER_NAME:
         raise AclError(INVALID_REQUEST, f"The only valid name for the CLUSTER resource is {CLUSTER_NAME}")
@@ -286,14 +289,30 @@ def validate_new_binding(binding: AclBinding) -> None:
 
 
 def _check_host(host: str) -> None:
-    """``*`` or an IP address. Kafka stores any text, but it compares the host with the client's address
-    as text, so a host name would never match: refusing it tells the operator so at once."""
+    """Kafka stores any host text and compares it with the client's address as Java writes it
+    (``client_host``), so an ACL naming a host name, or an IPv6 address in another spelling, is created
+    and never matches: created here too, with a warning saying so."""
     if host == WILDCARD_HOST:
         return
     try:
-        ipaddress.ip_address(host)
+        spelled = client_host(host)
     except ValueError:
-        raise AclError(INVALID_REQUEST, f"Invalid host `{host}`: an ACL's host is * or an IP address") from None
+        spelled = None
+    if spelled != host:
+        log.warning("ACL host %r will never match: hosts are matched as the client's IP address is written (%s)",
+                    host, "a host name is not resolved" if spelled is None else f"this one as {spelled!r}")
+
+
+def client_host(address: str) -> str:
+    """A client's IP address as Kafka's ACLs match it (Java's ``InetAddress.getHostAddress``): IPv4 dotted,
+    IPv6 as eight hexadecimal groups without leading zeros and without ``::`` shortening (``::1`` is
+    ``0:0:0:0:0:0:0:1``). ValueError for anything that is not an IP address."""
+    ip = ipaddress.ip_address(address)
+    if ip.version == 4:
+        return str(ip)
+    assert isinstance(ip, ipaddress.IPv6Address)
+    groups = ":".join(f"{int(group, 16):x}" for group in ip.exploded.split(":"))
+    return groups if ip.scope_id is None else f"{groups}%{ip.scope_id}"
 
 
 def validate_filter(acl_filter: AclBindingFilter) -> None:

@@ -26,6 +26,7 @@ from millrace.gateway.security.acls import (
     ResourcePatternFilter,
     ResourceType,
     acl_key,
+    client_host,
     decode_binding,
     encode_binding,
     validate_filter,
@@ -316,8 +317,6 @@ def binding(resource_type: ResourceType = TOPIC, name: str = "t", pattern_type: 
     (binding(permission=AclPermissionType.UNKNOWN), "Invalid permissionType UNKNOWN"),
     (binding(principal="alice"), "Could not parse principal from `alice` (no colon is present separating the "
                                  "principal type from the principal name)"),
-    (binding(host="broker.example.com"), "Invalid host `broker.example.com`: an ACL's host is * or an IP address"),
-    (binding(host=""), "Invalid host ``: an ACL's host is * or an IP address"),
 ])
 def test_create_refuses(refused: AclBinding, message: str) -> None:
     with pytest.raises(AclError) as raised:
@@ -333,6 +332,8 @@ def test_create_refuses(refused: AclBinding, message: str) -> None:
     binding(principal="User:*"),
     binding(principal="User:CN=alice,O=Example:x"),  # the name keeps further colons
     binding(host="10.0.0.1"),
+    binding(host="broker.example.com"),  # Kafka stores any host text (it never matches: a warning says so)
+    binding(host="::1"),  # likewise: Kafka matches IPv6 clients as 0:0:0:0:0:0:0:1
     binding(host="::1"),
     binding(host="0:0:0:0:0:0:0:1"),  # as Java writes a client's IPv6 address
     binding(ResourceType.TRANSACTIONAL_ID, "app-1", operation=AclOperation.TWO_PHASE_COMMIT, permission=DENY),
@@ -613,3 +614,22 @@ def test_concurrent_creates_lose_nothing(tables: TableStore) -> None:
         thread.join()
     everything = {b for batch in batches for b in batch}
     assert set(acl_table.authorizer.bindings()) == everything and stored(tables) == everything
+
+
+@pytest.mark.parametrize(("address", "spelled"), [
+    ("10.1.2.3", "10.1.2.3"), ("::1", "0:0:0:0:0:0:0:1"), ("fe80::0a0b:1", "fe80:0:0:0:0:0:a0b:1"),
+    ("2001:db8::ff00:42:8329", "2001:db8:0:0:0:ff00:42:8329"), ("::ffff:10.0.0.1", "0:0:0:0:0:ffff:a00:1"),
+])
+def test_client_hosts_are_spelled_as_java_writes_them(address: str, spelled: str) -> None:
+    """Kafka matches an ACL's host with InetAddress.getHostAddress(): an operator's IPv6 ACL for a Kafka
+    cluster matches the same clients here."""
+    assert client_host(address) == spelled
+
+
+def test_an_ipv6_client_matches_its_java_spelling_only() -> None:
+    allowed = Authorizer(frozenset(), False, [binding(name="payments", host="0:0:0:0:0:0:0:1")])
+    assert allowed.authorize(KafkaPrincipal("User", "alice"), client_host("::1"), AclOperation.READ,
+                             ResourceType.TOPIC, "payments")
+    shortened = Authorizer(frozenset(), False, [binding(name="payments", host="::1")])
+    assert not shortened.authorize(KafkaPrincipal("User", "alice"), client_host("::1"), AclOperation.READ,
+                                   ResourceType.TOPIC, "payments")
