@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from tests.server_process import ServerProcess
+from tests.tls_files import make_certificates
 
 aiokafka = pytest.importorskip("aiokafka")
-trustme = pytest.importorskip("trustme")
 pytestmark = pytest.mark.timeout(120)
 
 PLAIN_USER, PLAIN_PASSWORD = "alice", "alice-secret"
@@ -47,14 +47,9 @@ class Secured:
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     home = tmp_path_factory.mktemp("aiokafka")
-    ca = trustme.CA()
-    server_pem, ca_pem = home / "server.pem", home / "ca.pem"
-    ca.issue_cert("127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(str(server_pem))
-    ca.cert_pem.write_to_path(str(ca_pem))
-    client = ca.issue_cert("client@example.com", common_name="client")
-    cert, key = home / "client.pem", home / "client.key"
-    client.cert_chain_pems[0].write_to_path(str(cert))
-    client.private_key_pem.write_to_path(str(key))
+    certificates = make_certificates(home)
+    server_pem, ca_pem = certificates.server_pem, certificates.ca_pem
+    cert, key = certificates.client("client", "client")
     plain = f'org.apache.kafka.common.security.plain.PlainLoginModule required user_{PLAIN_USER}="{PLAIN_PASSWORD}";'
     scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
     lines = [

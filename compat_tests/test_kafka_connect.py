@@ -13,6 +13,7 @@ import pytest
 from compat_tests.conftest import start_server
 from compat_tests.connect_support import ConnectWorkerProcess, classpath
 from tests.server_process import ServerProcess, create_topic
+from tests.tls_files import make_certificates
 
 pytestmark = pytest.mark.slow  # JVM workers: about a minute for the module
 
@@ -146,11 +147,8 @@ def test_a_worker_over_sasl_ssl_copies_a_file(cp: str, tmp_path: Path) -> None:
     """A worker configured as Connect is for a secured Kafka: the worker's own clients (its group, its
     config/offset/status topics) and the connectors' producers and consumers (``producer.``/``consumer.``
     prefixes) log in with SCRAM-SHA-512 over TLS, checking the server with a PEM trust store."""
-    trustme = pytest.importorskip("trustme")
-    ca = trustme.CA()
-    server_pem, ca_pem = tmp_path / "server.pem", tmp_path / "ca.pem"
-    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(server_pem))
-    ca.cert_pem.write_to_path(str(ca_pem))
+    certificates = make_certificates(tmp_path)
+    server_pem, ca_pem = certificates.server_pem, certificates.ca_pem
     properties = tmp_path / "server.properties"
     properties.write_text("listeners=SASL_SSL://127.0.0.1:0\nsasl.enabled.mechanisms=SCRAM-SHA-512\n"
                           "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security."

@@ -33,8 +33,8 @@ import pytest
 
 from compat_tests.java_support import VERSIONS, oauth_jars, run_main
 from tests.server_process import ServerProcess
+from tests.tls_files import librdkafka_refusal, librdkafka_roundtrip, make_certificates
 
-trustme = pytest.importorskip("trustme")
 jwt = pytest.importorskip("jwt")
 pytestmark = pytest.mark.timeout(180)
 
@@ -144,10 +144,8 @@ def oauth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OAuthServer]:
     idp = IdentityProvider()
     jwks = home / "jwks.json"
     jwks.write_text(idp.jwks())
-    ca = trustme.CA()
-    server_pem, ca_pem = home / "server.pem", home / "ca.pem"
-    ca.issue_cert("127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(str(server_pem))
-    ca.cert_pem.write_to_path(str(ca_pem))
+    certificates = make_certificates(home)
+    server_pem, ca_pem = certificates.server_pem, certificates.ca_pem
     lines = [
         "listeners=SASL_PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
         "sasl.enabled.mechanisms=OAUTHBEARER",
@@ -181,49 +179,19 @@ def _topic() -> str:
     return f"oauth-{uuid.uuid4().hex[:10]}"
 
 
-def _roundtrip(conf: dict[str, Any], topic: str) -> list[bytes]:
-    from confluent_kafka import Consumer, Producer
-
-    producer = Producer({**conf, "enable.idempotence": True, "message.timeout.ms": 20000})
-    errors: list[Any] = []
-    for i in range(3):
-        producer.produce(topic, f"v{i}".encode(), on_delivery=lambda e, _m: errors.append(e) if e else None)
-    assert producer.flush(30) == 0 and errors == []
-    consumer = Consumer({**conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
-    consumer.subscribe([topic])
-    got: list[bytes] = []
-    deadline = time.monotonic() + 30
-    while len(got) < 3 and time.monotonic() < deadline:
-        msg = consumer.poll(0.5)
-        if msg is not None and msg.error() is None:
-            got.append(msg.value())
-    consumer.close()
-    return got
 
 
-def _refused(conf: dict[str, Any]) -> str:
-    """What librdkafka reports for a client the listener refuses (its error callback's text)."""
-    from confluent_kafka import Producer
-
-    seen: list[str] = []
-    producer = Producer({**conf, "error_cb": lambda e: seen.append(e.str()), "message.timeout.ms": 3000})
-    producer.produce("never", b"x")
-    deadline = time.monotonic() + 10
-    while not seen and time.monotonic() < deadline:
-        producer.poll(0.1)
-    producer.purge()
-    return " | ".join(seen)
 
 
 @pytest.mark.parametrize("listener", LISTENERS)
 def test_confluent_kafka_with_oauth_cb_produces_and_consumes(oauth: OAuthServer, listener: str) -> None:
-    assert _roundtrip(oauth.librdkafka(listener), _topic()) == [b"v0", b"v1", b"v2"]
+    assert librdkafka_roundtrip(oauth.librdkafka(listener), _topic()) == [b"v0", b"v1", b"v2"]
 
 
 @pytest.mark.parametrize(("listener", "kind"), [
     ("SASL_PLAINTEXT", "badsig"), ("SASL_PLAINTEXT", "expired"), ("SASL_SSL", "wrongaud")])
-def test_confluent_kafka_with_a_wrong_token_is_refused(oauth: OAuthServer, listener: str, kind: str) -> None:
-    seen = _refused(oauth.librdkafka(listener, kind))
+def test_confluent_kafka_with_a_wrong_token_islibrdkafka_refusal(oauth: OAuthServer, listener: str, kind: str) -> None:
+    seen = librdkafka_refusal(oauth.librdkafka(listener, kind))
     # librdkafka reports the SASL failure with Kafka's message for it, the error challenge.
     assert "invalid_token" in seen and "SASL" in seen, seen
 
@@ -246,9 +214,9 @@ def test_confluent_kafka_oidc_login_against_the_token_endpoint(oauth: OAuthServe
             "sasl.mechanism": "OAUTHBEARER", "sasl.oauthbearer.method": "oidc",
             "sasl.oauthbearer.client.id": "good-oidc", "sasl.oauthbearer.client.secret": "good-oidc-secret",
             "sasl.oauthbearer.token.endpoint.url": oauth.token_url, "sasl.oauthbearer.scope": "kafka"}
-    assert _roundtrip(conf, _topic()) == [b"v0", b"v1", b"v2"]
+    assert librdkafka_roundtrip(conf, _topic()) == [b"v0", b"v1", b"v2"]
     wrong = conf | {"sasl.oauthbearer.client.id": "wrongaud-oidc", "sasl.oauthbearer.client.secret": "wrongaud-oidc-secret"}
-    assert "invalid_token" in _refused(wrong)
+    assert "invalid_token" in librdkafka_refusal(wrong)
 
 
 @pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed (scripts/bootstrap.sh installs it)")

@@ -24,8 +24,8 @@ import pytest
 
 from compat_tests.java_support import VERSIONS, run_main
 from tests.server_process import ServerProcess
+from tests.tls_files import librdkafka_refusal, librdkafka_roundtrip, make_certificates
 
-trustme = pytest.importorskip("trustme")
 pytestmark = pytest.mark.timeout(180)
 
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}  # PLAIN, from the JAAS configuration
@@ -64,14 +64,9 @@ def _jaas(module: str, options: str = "") -> str:
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     home = tmp_path_factory.mktemp("secured")
-    ca = trustme.CA()
-    server_pem, ca_pem = home / "server.pem", home / "ca.pem"
-    ca.issue_cert("127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(str(server_pem))
-    ca.cert_pem.write_to_path(str(ca_pem))
-    alice = ca.issue_cert("alice@example.com", common_name="alice")
-    client_cert, client_key = home / "alice.pem", home / "alice.key"
-    alice.cert_chain_pems[0].write_to_path(str(client_cert))
-    alice.private_key_pem.write_to_path(str(client_key))
+    certificates = make_certificates(home)
+    server_pem, ca_pem = certificates.server_pem, certificates.ca_pem
+    client_cert, client_key = certificates.client("alice", "alice")
     plain = _jaas("plain.PlainLoginModule", " ".join(f'user_{u}="{p}"' for u, p in USERS.items()))
     scram = _jaas("scram.ScramLoginModule")
     lines = [
@@ -109,39 +104,8 @@ def _topic() -> str:
     return f"secured-{uuid.uuid4().hex[:10]}"
 
 
-def _roundtrip(conf: dict[str, Any], topic: str) -> list[bytes]:
-    """An idempotent producer writes three records, a consumer reads them back."""
-    from confluent_kafka import Consumer, Producer
-
-    producer = Producer({**conf, "enable.idempotence": True, "message.timeout.ms": 20000})
-    errors: list[Any] = []
-    for i in range(3):
-        producer.produce(topic, f"v{i}".encode(), on_delivery=lambda e, _m: errors.append(e) if e else None)
-    assert producer.flush(30) == 0 and errors == []
-    consumer = Consumer({**conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
-    consumer.subscribe([topic])
-    got: list[bytes] = []
-    deadline = time.monotonic() + 30
-    while len(got) < 3 and time.monotonic() < deadline:
-        msg = consumer.poll(0.5)
-        if msg is not None and msg.error() is None:
-            got.append(msg.value())
-    consumer.close()
-    return got
 
 
-def _refused(conf: dict[str, Any]) -> str:
-    """What librdkafka reports for a client the listener refuses (its error callback's text)."""
-    from confluent_kafka import Producer
-
-    seen: list[str] = []
-    producer = Producer({**conf, "error_cb": lambda e: seen.append(e.str()), "message.timeout.ms": 3000})
-    producer.produce("never", b"x")
-    deadline = time.monotonic() + 10
-    while not seen and time.monotonic() < deadline:
-        producer.poll(0.1)
-    producer.purge()
-    return " | ".join(seen)
 
 
 @pytest.mark.parametrize(("listener", "mechanism", "user", "password", "certificate"), [
@@ -156,7 +120,7 @@ def _refused(conf: dict[str, Any]) -> str:
 def test_confluent_kafka_authenticates(secured: Secured, listener: str, mechanism: str | None, user: str,
                                        password: str, certificate: bool) -> None:
     conf = secured.librdkafka(listener, mechanism, user, password, certificate)
-    assert _roundtrip(conf, _topic()) == [b"v0", b"v1", b"v2"]
+    assert librdkafka_roundtrip(conf, _topic()) == [b"v0", b"v1", b"v2"]
 
 
 def test_requests_after_authentication_may_exceed_the_pre_authentication_limit(secured: Secured) -> None:
@@ -185,23 +149,23 @@ def test_requests_after_authentication_may_exceed_the_pre_authentication_limit(s
 @pytest.mark.parametrize(("listener", "mechanism", "user"), [
     ("SASL_PLAINTEXT", "PLAIN", "alice"), ("SASL_PLAINTEXT", "SCRAM-SHA-256", SCRAM_USER),
     ("SASL_SSL", "SCRAM-SHA-512", SCRAM_USER), ("SASL_PLAINTEXT", "SCRAM-SHA-256", "nobody")])
-def test_confluent_kafka_with_a_wrong_password_is_refused(secured: Secured, listener: str, mechanism: str,
+def test_confluent_kafka_with_a_wrong_password_islibrdkafka_refusal(secured: Secured, listener: str, mechanism: str,
                                                            user: str) -> None:
-    seen = _refused(secured.librdkafka(listener, mechanism, user, "not-the-password"))
+    seen = librdkafka_refusal(secured.librdkafka(listener, mechanism, user, "not-the-password"))
     # Kafka's message for the mechanism, whatever was wrong: an unknown user reads like a wrong password.
     expected = ("Authentication failed: Invalid username or password" if mechanism == "PLAIN" else
                 f"Authentication failed during authentication due to invalid credentials with SASL mechanism {mechanism}")
     assert expected in seen, seen
 
 
-def test_a_mechanism_the_listener_does_not_enable_is_refused(secured: Secured) -> None:
-    seen = _refused(secured.librdkafka("SASL_PLAINTEXT", "OAUTHBEARER") | {
+def test_a_mechanism_the_listener_does_not_enable_islibrdkafka_refusal(secured: Secured) -> None:
+    seen = librdkafka_refusal(secured.librdkafka("SASL_PLAINTEXT", "OAUTHBEARER") | {
         "sasl.oauthbearer.config": "principal=alice", "enable.sasl.oauthbearer.unsecure.jwt": True})
     assert "OAUTHBEARER" in seen and "PLAIN" in seen, seen  # librdkafka names the server's mechanisms
 
 
-def test_mtls_without_a_client_certificate_is_refused(secured: Secured) -> None:
-    seen = _refused(secured.librdkafka("MTLS"))
+def test_mtls_without_a_client_certificate_islibrdkafka_refusal(secured: Secured) -> None:
+    seen = librdkafka_refusal(secured.librdkafka("MTLS"))
     assert "SSL" in seen or "handshake" in seen.lower() or "Disconnected" in seen, seen
 
 
@@ -285,14 +249,14 @@ def test_admin_api_makes_scram_users_that_can_log_in(secured: Secured) -> None:
     infos = admin.describe_user_scram_credentials(["dave"])["dave"].result(30).scram_credential_infos
     assert [(i.mechanism, i.iterations) for i in infos] == [(ScramMechanism.SCRAM_SHA_256, 8192)]
     dave = secured.librdkafka("SASL_PLAINTEXT", "SCRAM-SHA-256", "dave", "dave-secret")
-    assert _roundtrip(dave, _topic()) == [b"v0", b"v1", b"v2"]
+    assert librdkafka_roundtrip(dave, _topic()) == [b"v0", b"v1", b"v2"]
     too_few = UserScramCredentialUpsertion("erin", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 1000), b"x")
     with pytest.raises(Exception, match="iterations"):
         next(iter(admin.alter_user_scram_credentials([too_few]).values())).result(30)
     deletion = UserScramCredentialDeletion("dave", ScramMechanism.SCRAM_SHA_256)
     for future in admin.alter_user_scram_credentials([deletion]).values():
         future.result(30)
-    assert "Authentication failed" in _refused(dave)
+    assert "Authentication failed" in librdkafka_refusal(dave)
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -366,7 +330,7 @@ def test_strangers_before_authentication_are_closed_and_others_served(secured: S
         sock.sendall(_frame(18, 0))
         sock.settimeout(5)
         assert struct.unpack(">iih", sock.recv(65536)[:10])[1:] == (7, 0)
-    assert _roundtrip(secured.librdkafka("SASL_PLAINTEXT", "PLAIN", "alice", USERS["alice"]), _topic()) == \
+    assert librdkafka_roundtrip(secured.librdkafka("SASL_PLAINTEXT", "PLAIN", "alice", USERS["alice"]), _topic()) == \
         [b"v0", b"v1", b"v2"]
 
 

@@ -21,8 +21,8 @@ import pytest
 
 from millrace.gateway.local_cluster import zookeeper_missing
 from tests.cluster.local_cluster import LocalClusterCli
+from tests.tls_files import make_certificates
 
-trustme = pytest.importorskip("trustme")
 pytestmark = [pytest.mark.skipif(zookeeper_missing() is not None, reason=str(zookeeper_missing())),
               pytest.mark.timeout(300)]
 
@@ -32,10 +32,8 @@ PROPAGATION_BOUND_SECONDS = 10.0  # one refresh period is a second; generous for
 
 
 def _properties(home: Path) -> Path:
-    ca = trustme.CA()
-    server_pem, ca_pem = home / "node.pem", home / "ca.pem"
-    ca.issue_cert("127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(str(server_pem))
-    ca.cert_pem.write_to_path(str(ca_pem))
+    certificates = make_certificates(home)
+    server_pem, ca_pem = certificates.server_pem, certificates.ca_pem
     users = " ".join(f'user_{u}="{p}"' for u, p in PASSWORDS.items())
     lines = [
         "listeners=INTERNAL://127.0.0.1:0,CLIENT://127.0.0.1:0",

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from tests.server_process import REPO_ROOT, ServerProcess
+from tests.tls_files import make_certificates
 
-trustme = pytest.importorskip("trustme")
 pytestmark = pytest.mark.timeout(120)
 
 PASSWORDS = {"admin": "admin-secret", "bob": "bob-secret"}
@@ -59,10 +59,8 @@ class Server:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     home = tmp_path_factory.mktemp("users")
-    ca = trustme.CA()
-    server_pem, ca_pem = home / "server.pem", home / "ca.pem"
-    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(server_pem))
-    ca.cert_pem.write_to_path(str(ca_pem))
+    certificates = make_certificates(home)
+    server_pem, ca_pem = certificates.server_pem, certificates.ca_pem
     users = " ".join(f'user_{u}="{p}"' for u, p in PASSWORDS.items())
     properties = home / "server.properties"
     properties.write_text("\n".join([

@@ -23,9 +23,9 @@ from tests.server_process import ServerProcess
 from tests.spark import reference
 from tests.spark.conftest import connector_or_skip
 from tests.spark.kafka_support import ROOT, example_command, parquet_windows, read_topic
+from tests.tls_files import make_certificates
 
 JARS = connector_or_skip()
-trustme = pytest.importorskip("trustme")
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -59,10 +59,8 @@ class Secured:
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     home = tmp_path_factory.mktemp("spark-secured")
-    ca = trustme.CA()
-    server_pem, ca_pem = home / "server.pem", home / "ca.pem"
-    ca.issue_cert("127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(str(server_pem))
-    ca.cert_pem.write_to_path(str(ca_pem))
+    certificates = make_certificates(home)
+    server_pem, ca_pem = certificates.server_pem, certificates.ca_pem
     properties = home / "server.properties"
     properties.write_text("\n".join([
         "listeners=SASL_SSL://127.0.0.1:0",
