@@ -169,7 +169,13 @@ def test_a_worker_over_sasl_ssl_copies_a_file(cp: str, tmp_path: Path) -> None:
         worker = ConnectWorkerProcess(cp, tmp_path, f"127.0.0.1:{server.ports['kafka']}", "127.0.0.1:18321",
                                       group="secured", **settings)
         pipeline(worker, "secured", source, sink, "connect-secured")
-        eventually(same_file(source, sink), what="the copy over SASL_SSL")
+        try:
+            eventually(same_file(source, sink), what="the copy over SASL_SSL")
+        except AssertionError as e:  # say where the copy stopped: a full-suite run once timed out here
+            copied = len(sink.read_text().splitlines()) if sink.exists() else 0
+            statuses = [worker.status(name) for name in ("secured-source", "secured-sink")]
+            raise AssertionError(f"{e}: {copied} of 2000 lines copied; {statuses}\nworker log:\n"
+                                 + "".join(worker.log[-80:]) + "\nserver log:\n" + "".join(server.output[-40:])) from None
         assert [t["state"] for t in worker.status("secured-sink")["tasks"]] == ["RUNNING"]
     finally:
         if worker is not None:
