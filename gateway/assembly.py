@@ -39,6 +39,7 @@ from millrace.gateway.security.properties import (
     ConfigError,
     ListenerSettings,
     SecuritySettings,
+    SslSettings,
     apply_overrides,
     load_properties,
     security_settings,
@@ -49,7 +50,9 @@ from millrace.store.budget import MIB
 from millrace.store.cluster.containers import SegmentContainerHost
 from millrace.store.cluster.layout import NodeInfo, check_node_id
 from millrace.store.cluster.node import ClusterNode, ClusterNodeConfig
+from millrace.store.cluster.peer_tls import PeerTls
 from millrace.store.cluster.routing import ClusterSegmentStore, LocalSegments
+from millrace.store.cluster.zk_auth import ZooKeeperCredentials
 from millrace.store.containers.config import ContainerConfig
 from millrace.store.containers.rates import RateConfig
 from millrace.store.contracts import SegmentService
@@ -130,11 +133,14 @@ def build_store(options: ServerOptions) -> SegmentStore:
 @dataclass(frozen=True)
 class ClusterNodeSetup:
     """What a cluster node needs before it listens: its id, its logs' replication (every container's log
-    must be reachable from whichever node owns it next) and the long-term storage all nodes share."""
+    must be reachable from whichever node owns it next) and the long-term storage all nodes share; on a
+    secured cluster its ZooKeeper identity and the peer listener's mutual TLS."""
 
     node_id: str
     replication: ReplicationConfig
     storage: ChunkStorage
+    zookeeper_credentials: ZooKeeperCredentials | None = None
+    peer_tls: PeerTls | None = None
 
 
 def cluster_node_setup(options: ServerOptions) -> ClusterNodeSetup:
@@ -148,7 +154,23 @@ def cluster_node_setup(options: ServerOptions) -> ClusterNodeSetup:
     if replication is None:
         raise ValueError("--log-replicas is required with --zookeeper: a container's log must be reachable "
                          "from the node that owns it next")
-    return ClusterNodeSetup(node_id, replication, long_term_storage(options))
+    credentials = (ZooKeeperCredentials.load(options.zookeeper_credentials)  # ZooKeeperCredentialsError
+                   if options.zookeeper_credentials else None)
+    peer_tls = PeerTls.from_flags(options.peer_tls_keystore, options.peer_tls_truststore)  # PeerTlsError
+    return ClusterNodeSetup(node_id, replication, long_term_storage(options), credentials, peer_tls)
+
+
+def peer_server_tls(setup: ClusterNodeSetup) -> ServerTls | None:
+    """The peer listener's TLS on a secured cluster: this node's certificate, and a certificate the cluster
+    CA signed required of every connecting node (store/cluster/peer_tls.py); None: plain TCP."""
+    tls = setup.peer_tls
+    if tls is None:
+        return None
+    try:
+        return ServerTls(SslSettings(keystore_location=tls.keystore, truststore_location=tls.truststore,
+                                     client_auth="required"))
+    except TlsConfigError as e:
+        raise ValueError(f"--peer-tls-keystore/--peer-tls-truststore: {e}") from None
 
 
 def build_cluster_node(options: ServerOptions, setup: ClusterNodeSetup, ports: Mapping[str, int],
@@ -156,19 +178,22 @@ def build_cluster_node(options: ServerOptions, setup: ClusterNodeSetup, ports: M
     """A cluster node, not started: it registers with its listeners' ports and advertised addresses."""
     info = NodeInfo(setup.node_id, options.host, dict(ports), dict(addresses))
     config = ClusterNodeConfig(options.zookeeper or "", info, options.containers, setup.replication,
-                               options.session_timeout_seconds)
+                               options.session_timeout_seconds, credentials=setup.zookeeper_credentials)
     return ClusterNode(config, setup.storage, container_config(options),
                        host_factory=partial(SegmentContainerHost, rates=rate_config(options),
                                             container_budget_bytes=options.container_budget_mb * MIB))
 
 
-def cluster_router(options: ServerOptions, node: ClusterNode, local: LocalSegments) -> ClusterSegmentStore:
+def cluster_router(options: ServerOptions, node: ClusterNode, local: LocalSegments,
+                   peer_tls: PeerTls | None = None) -> ClusterSegmentStore:
     """A started node's store as every part of it calls it: each segment operation on its container's
-    owner. Partitioned from ZooKeeper past its session, the node fails calls needing an owner at once
-    instead of holding its clients for the retry bound."""
+    owner (over mutual TLS to the others' peer listeners with ``peer_tls``). Partitioned from ZooKeeper
+    past its session, the node fails calls needing an owner at once instead of holding its clients for
+    the retry bound."""
     assert node.client is not None and node.member is not None, "the node is not started"
     return ClusterSegmentStore(node.client, node.config.paths, node.config.info.node_id, local,
-                               options.retry_bound_seconds, cut_off=node.member.cut_off)
+                               options.retry_bound_seconds, cut_off=node.member.cut_off,
+                               peer_tls=None if peer_tls is None else peer_tls.client_context())
 
 
 # Gateways: Kafka, native, and the controller's auto-scaler.
@@ -412,13 +437,20 @@ def node_link(security: SecuritySettings) -> NodeLink:
 
 # Listeners.
 
-def listen(options: ServerOptions, factories: Mapping[str, protocol.ServerFactory[Any]]) -> dict[str, IListeningPort]:
+def listen(options: ServerOptions, factories: Mapping[str, protocol.ServerFactory[Any]],
+           tls: Mapping[str, ServerTls | None] | None = None) -> dict[str, IListeningPort]:
     """Bind each named listener (``kafka``, ``native``, ``peer``, ``http``) to its port on ``--host``, in
-    the order given (0: any free port)."""
+    the order given (0: any free port); one ``tls`` names a context for is bound with TLS."""
     ports = {"kafka": options.kafka_port, "native": options.native_port, "peer": options.peer_port,
              "http": options.http_port}
-    return {name: reactor.listenTCP(ports[name], factory, interface=options.host)
-            for name, factory in factories.items()}
+    bound: dict[str, IListeningPort] = {}
+    for name, factory in factories.items():
+        context = (tls or {}).get(name)
+        if context is not None:
+            bound[name] = cast(IReactorSSL, reactor).listenSSL(ports[name], factory, context, interface=options.host)
+        else:
+            bound[name] = reactor.listenTCP(ports[name], factory, interface=options.host)
+    return bound
 
 
 def bound_address(port: IListeningPort) -> IPv4Address | IPv6Address:

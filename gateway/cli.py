@@ -106,6 +106,16 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
                          help="ZooKeeper session timeout in seconds: a dead node's containers move after it")
     cluster.add_argument("--retry-bound", dest="retry_bound_seconds", type=float, default=d.retry_bound_seconds,
                          help="seconds a segment operation waits for its container to get a live owner")
+    cluster.add_argument("--zookeeper-credentials", default=None, metavar="FILE",
+                         help="the cluster's ZooKeeper digest identity (username=/password= lines, or a JAAS "
+                              "file's Client section): this node authenticates with it and the cluster's znodes "
+                              "are that identity's alone")
+    cluster.add_argument("--peer-tls-keystore", default=None, metavar="FILE",
+                         help="mutual TLS on the peer links: this node's certificate chain and private key (PEM), "
+                              "signed by the cluster CA")
+    cluster.add_argument("--peer-tls-truststore", default=None, metavar="FILE",
+                         help="mutual TLS on the peer links: the cluster CA's certificate (PEM); only nodes it "
+                              "signed are let in or dialled")
     p.add_argument("--log-level", default="INFO")
 
 

@@ -42,6 +42,10 @@ def add_cluster_parser(sub: argparse._SubParsersAction) -> None:
                     "`millrace serve --config`; each node's listeners get ports of their own")
     up.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                     help="a broker property over --config's, for every node (repeatable)")
+    up.add_argument("--secure", action="store_true",
+                    help="secure every link: ZooKeeper digest ACLs, mutual TLS between nodes, CURVE to the log "
+                    "replicas, SASL_SSL Kafka listeners with the authorizer; keys in DIR/secrets, the super "
+                    "user admin's password printed once (and kept in DIR/secrets/admin.properties)")
 
     status = actions.add_parser("status", help="nodes, containers, owners, epochs, log ensembles and lag")
     status.add_argument("--dir", required=True, help="the cluster's directory")
@@ -51,6 +55,13 @@ def add_cluster_parser(sub: argparse._SubParsersAction) -> None:
     start.add_argument("--dir", required=True, help="the cluster's directory")
     start.add_argument("--process", required=True, metavar="ROLE-N", help="e.g. node-2, logd-1, zookeeper-1")
     start.add_argument("--timeout", type=float, default=120.0, help="seconds it may take to serve")
+
+    keys = actions.add_parser("keys", help="make a secured cluster's keys for a real deployment: a cluster CA, "
+                              "each node's certificate, the log links' CURVE keys, the nodes' ZooKeeper identity")
+    keys.add_argument("--dir", required=True, help="where to write them (made 0700; never overwritten)")
+    keys.add_argument("--node", action="append", required=True, metavar="ID=HOST[,HOST...]",
+                      help="a node's id and the host names and addresses it is reached at (repeat per node)")
+    keys.add_argument("--zookeeper-user", default="millrace", help="the nodes' ZooKeeper digest user name")
 
     down = actions.add_parser("down", help="stop every process (SIGTERM, then SIGKILL after --timeout)")
     down.add_argument("--dir", required=True, help="the cluster's directory")
@@ -65,7 +76,8 @@ def run_cluster(args: argparse.Namespace) -> int:
                 nodes=args.nodes, log_replicas=args.log_replicas, containers=args.containers,
                 write_quorum=args.write_quorum, ack_quorum=args.ack_quorum, session_timeout=args.session_timeout,
                 lts=args.lts, s3_endpoint=args.s3_endpoint, node_args=list(args.node_arg),
-                config=os.path.abspath(args.config) if args.config else None, overrides=list(args.override))
+                config=os.path.abspath(args.config) if args.config else None, overrides=list(args.override),
+                secure=args.secure)
             try:
                 settings.kafka_listener_names()
             except (OSError, ConfigError) as exc:  # before any process starts
@@ -78,6 +90,8 @@ def run_cluster(args: argparse.Namespace) -> int:
                 print(json.dumps(out, indent=2))
             else:
                 print_status(out)
+        elif args.action == "keys":
+            return make_keys(args)
         elif args.action == "start":
             print(json.dumps(cluster.start_process(args.process, args.timeout)), flush=True)
         else:
@@ -92,6 +106,40 @@ def run_cluster(args: argparse.Namespace) -> int:
     except ClusterError as exc:
         print(f"millrace: {exc}", file=sys.stderr)
         return 1
+    return 0
+
+
+def node_names(specs: list[str]) -> dict[str, list[str]]:
+    """``--node ID=HOST[,HOST...]`` items as node id -> names (ValueError naming a bad item)."""
+    from millrace.store.cluster.layout import check_node_id
+
+    nodes: dict[str, list[str]] = {}
+    for spec in specs:
+        node_id, sep, names = spec.partition("=")
+        hosts = [h.strip() for h in names.split(",") if h.strip()]
+        if not sep or not hosts:
+            raise ValueError(f"--node {spec!r}: expected ID=HOST[,HOST...]")
+        if check_node_id(node_id.strip()) in nodes:
+            raise ValueError(f"--node {spec!r}: node {node_id} named twice")
+        nodes[node_id.strip()] = hosts
+    return nodes
+
+
+def make_keys(args: argparse.Namespace) -> int:
+    """``cluster keys``: the files, and each process's flags (paths only, never a secret)."""
+    from millrace.gateway.cluster_keys import create_cluster_secrets
+
+    try:
+        keys = create_cluster_secrets(args.dir, node_names(args.node), args.zookeeper_user)
+    except (ValueError, FileExistsError) as exc:
+        print(f"millrace: {exc}", file=sys.stderr)
+        return 1
+    print(f"cluster keys in {keys.directory} (secret files are 0600; keep {keys.ca_key} offline)")
+    print(f"  every logd:   millrace logd ... {' '.join(keys.logd_flags())}")
+    for node_id in node_names(args.node):
+        print(f"  node {node_id}:{' ' * max(1, 7 - len(node_id))}millrace serve ... {' '.join(keys.node_flags(node_id))}")
+    print(f"  Kafka TLS listeners: ssl.keystore.location=<the node's --peer-tls-keystore>, "
+          f"ssl.truststore.location={keys.ca} (both ssl.*.type=PEM)")
     return 0
 
 

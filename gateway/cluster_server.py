@@ -55,6 +55,7 @@ from millrace.gateway.assembly import (
     listen,
     native_gateway,
     node_link,
+    peer_server_tls,
     scram_credentials,
     topic_partitions,
 )
@@ -110,7 +111,9 @@ class LateFactory(protocol.ServerFactory):
 
 
 class PeerFactory(protocol.ServerFactory):
-    """The peer listener: the node's own containers only (``LocalSegments``), segment commands only."""
+    """The peer listener: the node's own containers only (``LocalSegments``), segment commands only. On a
+    secured cluster it is bound with TLS requiring a certificate of the cluster CA (``peer_server_tls``):
+    a connection without one never gets past the handshake, so never reaches a ``NativeProtocol``."""
 
     local: LocalSegments | None = None
 
@@ -194,7 +197,11 @@ def serve_cluster(options: ServerOptions) -> int:
         print(f"millrace: bad Kafka configuration: {exc}", file=sys.stderr, flush=True)
         return 2
     log.info("Kafka listeners:\n%s", security.describe())
-    server = ClusterServer(options, setup, security, link)
+    try:
+        server = ClusterServer(options, setup, security, link)
+    except ValueError as exc:  # the peer listener's TLS key material does not load
+        print(f"millrace: {exc}", file=sys.stderr, flush=True)
+        return 2
     try:
         server.listen()
     except Exception as exc:  # noqa: BLE001 - e.g. a port in use, a malformed address
@@ -226,6 +233,8 @@ class ClusterServer:
         self.kafka_fronts: dict[str, LateFactory] = {}
         self.kafka_addresses: dict[str, tuple[str, int]] = {}
         self.native_front, self.peer_factory = LateFactory(), PeerFactory()
+        # A secured cluster's peer listener is mutual TLS: only nodes the cluster CA signed get in.
+        self.peer_tls = peer_server_tls(setup)
         self.http_front = LateFactory()
         self.addresses: dict[str, str] = {}
         self.ports: dict[str, int] = {}
@@ -244,7 +253,7 @@ class ClusterServer:
         and tools' one Kafka address)."""
         kafka = bind_kafka_listeners(self.security, lambda s: self.kafka_fronts.setdefault(s.name, LateFactory()))
         listeners = listen(self.options, {"native": self.native_front, "peer": self.peer_factory,
-                                          "http": self.http_front})
+                                          "http": self.http_front}, tls={"peer": self.peer_tls})
         self.ports = {name: bound_address(port).port for name, port in listeners.items()}
         self.addresses = advertised_addresses(self.options, listeners)
         for i, (settings, port, _) in enumerate(kafka):
@@ -275,7 +284,7 @@ class ClusterServer:
         assert node.client is not None and node.containers is not None
         local = LocalSegments(node.containers, options.containers)
         self.peer_factory.local = local  # peers reach this node's containers from now on
-        self.router = router = cluster_router(options, node, local)
+        self.router = router = cluster_router(options, node, local, self.setup.peer_tls)
         cluster = KafkaCluster(node.client, node.config.paths, node_id, node.containers, options.containers).start()
         # The controller, tables, Kafka views and the clients' native listener call the router (the
         # listener its never-blocking queries); the HTTP site reads this node's containers (NodeHttpView).

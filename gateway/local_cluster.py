@@ -14,6 +14,13 @@ way tests/cluster/zookeeper_process.py does), ``logd-1..R`` (``millrace logd``) 
 a logd's address is in the log ensembles recorded in ZooKeeper and clients keep the bootstrap list, so
 a process started again (``start``, or ``up`` after a crash of everything) must come back where it was.
 
+With ``up --secure`` every link is secured (``DIR/secrets/``, made by ``gateway/cluster_keys.py``, mode
+0700, never printed): ZooKeeper digest credentials (the cluster's znodes are the nodes' alone), mutual TLS
+on the peer listeners (a cluster CA and a certificate per node), CURVE on the log replica links, and
+Kafka listeners that are SASL_SSL only (CLIENT for clients, INTERNAL between nodes, the authorizer on, a
+super user ``admin`` whose password is printed once by that ``up`` and kept in ``DIR/secrets/admin.properties``,
+0600). ``status`` reads ZooKeeper and the replicas with the same keys.
+
 Each process runs in its own session (``start_new_session``), so it outlives the command that started
 it and a Ctrl-C in that terminal reaches none of them. A pid is trusted only while ``/proc/<pid>/
 cmdline`` still names this cluster's directory (a pid reused by another program is never signalled);
@@ -40,6 +47,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from millrace.gateway.cluster_keys import ClusterKeys, create_cluster_secrets, password
 from millrace.gateway.security.properties import (
     SecuritySettings,
     apply_overrides,
@@ -96,6 +104,8 @@ class ClusterSettings:
     # the authorizer. Each node's listeners get ports of their own (``kafka_listener_names``).
     config: str | None = None
     overrides: list[str] = field(default_factory=list)
+    # Every link secured (``up --secure``): the keys in DIR/secrets, the properties written there.
+    secure: bool = False
 
     def kafka_listener_names(self) -> list[str]:
         """The Kafka listeners each node binds, in ``listeners`` order (the first is the node's ``kafka``
@@ -219,6 +229,27 @@ class LocalCluster:
         return [p for p in self.processes if p.role == role]
 
     @property
+    def keys(self) -> ClusterKeys:
+        """Where a secured cluster's key material is (``DIR/secrets``)."""
+        return ClusterKeys(self.directory / "secrets")
+
+    def zookeeper_credentials(self) -> Any:
+        """The nodes' ZooKeeper identity on a secured cluster (what ``status`` reads with), else None."""
+        if not self.settings.secure:
+            return None
+        from millrace.store.cluster.zk_auth import ZooKeeperCredentials
+
+        return ZooKeeperCredentials.load(self.keys.zookeeper_credentials)
+
+    def curve_keys(self) -> Any:
+        """The nodes' CURVE keys on a secured cluster (``status`` asks the replicas with them), else None."""
+        if not self.settings.secure:
+            return None
+        from millrace.store.durablelog.curve import CurveClientKeys
+
+        return CurveClientKeys.load(self.keys.node_secret_key, self.keys.logd_public_key)
+
+    @property
     def zookeeper(self) -> str:
         """The connect string of the cluster's ZooKeeper."""
         return f"{self.settings.host}:{self.by_role('zookeeper')[0].ports['client']}"
@@ -270,7 +301,8 @@ class LocalCluster:
         millrace = [sys.executable, "-m", "millrace"]
         if process.role == "logd":
             return [*millrace, "logd", "--data-dir", str(home / "data"), "--host", s.host,
-                    "--port", str(process.ports["zmq"]), "--log-level", "WARNING"]
+                    "--port", str(process.ports["zmq"]), "--log-level", "WARNING",
+                    *(self.keys.logd_flags() if s.secure else [])]
         lts = s.lts or str(self.directory / "lts")
         command = [*millrace, "serve", "--data-dir", str(home / "data"), "--host", s.host,
                    "--kafka-port", str(process.ports["kafka"]), "--native-port", str(process.ports["native"]),
@@ -282,7 +314,12 @@ class LocalCluster:
                    "--log-level", os.environ.get("MILLRACE_CLUSTER_LOG_LEVEL", "WARNING")]
         if s.s3_endpoint:
             command += ["--s3-endpoint", s.s3_endpoint]
-        return [*command, *s.kafka_overrides(process.ports), *s.node_args]
+        secured: list[str] = []
+        if s.secure:  # paths only: every secret stays in its file, off the command line
+            node_id = str(process.index)
+            secured = [*self.keys.node_flags(node_id),
+                       "--override", f"ssl.keystore.location={self.keys.node_keystore(node_id)}"]
+        return [*command, *s.kafka_overrides(process.ports), *secured, *s.node_args]
 
     def _zookeeper_command(self, process: Process, home: Path) -> list[str]:
         data = home / "data"
@@ -409,8 +446,12 @@ class LocalCluster:
         """Start a new cluster, or every stopped process of an existing one (on its old ports)."""
         with self.locked():
             new = not self.exists()
+            admin: dict[str, Any] | None = None
             if not new:
                 self.load()
+                if settings.secure and not self.settings.secure:
+                    raise ClusterError(f"the cluster in {self.directory} was made without --secure; its znodes, "
+                                       "logs and listeners cannot be secured in place")
             else:
                 missing = zookeeper_missing()
                 if missing:
@@ -418,8 +459,17 @@ class LocalCluster:
                 if settings.nodes < 1 or settings.log_replicas < settings.write_quorum:
                     raise ClusterError(f"need at least one node and --log-replicas >= --write-quorum "
                                        f"({settings.log_replicas} < {settings.write_quorum})")
+                if settings.secure and settings.config:
+                    raise ClusterError("--secure writes the nodes' server.properties itself: give further "
+                                       "broker properties with --override")
                 self.settings = settings
+                try:
+                    secret = self._make_secrets() if settings.secure else None
+                except FileExistsError as exc:  # keys left by an `up` that failed before saving its state
+                    raise ClusterError(f"{exc}; remove {self.keys.directory} or use another --dir") from None
                 self._plan()
+                if secret is not None:
+                    admin = self._admin_client_properties(secret)
                 self.save()
             # In dependency order; nodes one at a time (a node's start-up reads tables other nodes may own).
             for p in self.processes:
@@ -434,7 +484,66 @@ class LocalCluster:
                     p.ports = dict(zip(p.ports, free_ports(len(p.ports), self.settings.host), strict=True))
                     self.start(p, timeout)
             self.wait_serving(timeout)
-            return self.summary()
+            summary = self.summary()
+            if admin is not None:  # printed by this first `up` only; kept in DIR/secrets/admin.properties
+                summary["admin"] = admin
+            return summary
+
+    # -- a secured cluster's keys and properties -----------------------------------------------------
+    def _make_secrets(self) -> str:
+        """``up --secure``: the keys (cluster_keys.py) and the nodes' Kafka properties with the listeners'
+        passwords, all in DIR/secrets (0700); returns the super user's password. Each node is given its own
+        key store (``--override ssl.keystore.location``), node 1's in the file only makes it complete."""
+        s = self.settings
+        keys = create_cluster_secrets(self.keys.directory, {str(i): [s.host, "localhost"]
+                                                            for i in range(1, s.nodes + 1)})
+        broker, admin = password(), password()
+        plain = "org.apache.kafka.common.security.plain.PlainLoginModule required"
+        scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        lines = [
+            "# The nodes' Kafka properties, made by `millrace cluster up --secure` (holds passwords: 0600).",
+            "# CLIENT: what clients use; INTERNAL: the nodes' own link (inter-broker). Both SASL over TLS.",
+            f"listeners=CLIENT://{s.host}:0,INTERNAL://{s.host}:0",
+            "listener.security.protocol.map=CLIENT:SASL_SSL,INTERNAL:SASL_SSL",
+            "inter.broker.listener.name=INTERNAL",
+            "sasl.mechanism.inter.broker.protocol=PLAIN",
+            "listener.name.internal.sasl.enabled.mechanisms=PLAIN",
+            f'listener.name.internal.plain.sasl.jaas.config={plain} username="broker" password="{broker}" '
+            f'user_broker="{broker}";',
+            "listener.name.client.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+            f'listener.name.client.plain.sasl.jaas.config={plain} user_admin="{admin}";',
+            f"listener.name.client.scram-sha-256.sasl.jaas.config={scram}",
+            f"listener.name.client.scram-sha-512.sasl.jaas.config={scram}",
+            "ssl.keystore.type=PEM",
+            f"ssl.keystore.location={keys.node_keystore('1')}",
+            "ssl.truststore.type=PEM",
+            f"ssl.truststore.location={keys.ca}",
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users=User:admin;User:broker",
+            "allow.everyone.if.no.acl.found=false",
+        ]
+        properties = keys.directory / "server.properties"
+        fd = os.open(properties, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        s.config = str(properties)
+        return admin
+
+    def _admin_client_properties(self, secret: str) -> dict[str, Any]:
+        """The super user ``admin``'s client configuration (Kafka's Java client names), written 0600 to
+        DIR/secrets/admin.properties; returned for ``up`` to print once."""
+        keys = self.keys
+        path = keys.directory / "admin.properties"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write("# The cluster's super user, made by `millrace cluster up --secure` (a Kafka client config)\n"
+                    f"bootstrap.servers={self.bootstrap}\n"
+                    "security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\n"
+                    "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+                    f'username="admin" password="{secret}";\n'
+                    f"ssl.truststore.type=PEM\nssl.truststore.location={keys.ca}\n")
+        return {"username": "admin", "password": secret, "security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN",
+                "ca": str(keys.ca), "client_properties": str(path)}
 
     def _plan(self) -> None:
         s = self.settings
@@ -492,7 +601,8 @@ class LocalCluster:
         from millrace.store.cluster.member import connect, elected_leader, live_nodes, read_assignments
 
         paths = ClusterPaths()
-        client = connect(self.zookeeper, session_timeout=10.0, connect_timeout=timeout)
+        client = connect(self.zookeeper, session_timeout=10.0, connect_timeout=timeout,
+                         credentials=self.zookeeper_credentials())
         try:
             nodes = live_nodes(client, paths) if client.exists(paths.nodes) else {}
             assignments = read_assignments(client, paths, self.settings.containers)
@@ -618,7 +728,7 @@ class LocalCluster:
         from millrace.store.durablelog.replica_rpc import ReplicaRpc
 
         running = {f"{self.settings.host}:{p.ports['zmq']}" for p in self.by_role("logd") if self.alive(p)}
-        rpc = ReplicaRpc()
+        rpc = ReplicaRpc(curve=self.curve_keys())
         logs = []
         try:
             for name, record in records.items():

@@ -66,3 +66,9 @@ class ServerOptions:
     advertised_peer: str | None = None
     session_timeout_seconds: float = 10.0
     retry_bound_seconds: float = 30.0
+    # A secured cluster: the file holding the nodes' ZooKeeper digest identity (store/cluster/zk_auth.py),
+    # and the peer listener's mutual TLS (store/cluster/peer_tls.py): this node's PEM certificate chain and
+    # key, and the cluster CA's certificate; both or neither.
+    zookeeper_credentials: str | None = None
+    peer_tls_keystore: str | None = None
+    peer_tls_truststore: str | None = None

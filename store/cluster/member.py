@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, KazooException, NoAuthError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import WatchedEvent
 from kazoo.retry import KazooRetry
 
@@ -55,6 +55,7 @@ from millrace.store.cluster.layout import (
     encode_assignment,
 )
 from millrace.store.cluster.log_metadata import OwnerGuard
+from millrace.store.cluster.zk_auth import ZooKeeperCredentials, access_error
 
 log = logging.getLogger(__name__)
 
@@ -128,18 +129,39 @@ class ContainerHost(Protocol):
 _RECONNECT_MAX_DELAY = 1.0
 
 
-def connect(hosts: str, session_timeout: float = 10.0, connect_timeout: float = 30.0) -> KazooClient:
+def connect(hosts: str, session_timeout: float = 10.0, connect_timeout: float = 30.0,
+            credentials: ZooKeeperCredentials | None = None) -> KazooClient:
     """A started kazoo client (``hosts`` may end in a chroot, ``host:port,.../path``) that keeps trying
-    to reach ZooKeeper at least every ``_RECONNECT_MAX_DELAY`` seconds while it cannot."""
+    to reach ZooKeeper at least every ``_RECONNECT_MAX_DELAY`` seconds while it cannot. With
+    ``credentials`` (zk_auth.py) every connection authenticates with the digest and every znode it
+    creates is that identity's alone."""
+    secured: dict[str, Any] = {}
+    if credentials is not None:
+        secured = {"auth_data": credentials.auth_data, "default_acl": credentials.acl}
     client = KazooClient(hosts=hosts, timeout=session_timeout, connection_retry=KazooRetry(
-        max_tries=-1, delay=0.1, backoff=2, max_delay=_RECONNECT_MAX_DELAY))
+        max_tries=-1, delay=0.1, backoff=2, max_delay=_RECONNECT_MAX_DELAY), **secured)
     client.start(timeout=connect_timeout)
     return client
 
 
-def ensure_cluster(client: KazooClient, paths: ClusterPaths, container_count: int) -> None:
+def ensure_cluster(client: KazooClient, paths: ClusterPaths, container_count: int,
+                   credentials: ZooKeeperCredentials | None = None) -> None:
     """Create the cluster's znodes, fixing its container count; a different count is refused (containers
-    are the unit of ownership and of segment placement: their number cannot change under a cluster)."""
+    are the unit of ownership and of segment placement: their number cannot change under a cluster).
+    ZooKeeperAccessError when ZooKeeper refuses (NoAuth): a secured cluster, other or no credentials."""
+    try:
+        _ensure_cluster(client, paths, container_count)
+    except NoAuthError:
+        raise access_error(paths.root, credentials) from None
+    if credentials is not None:
+        acl, _ = client.get_acls(paths.root)
+        if any(entry.id.scheme != "digest" or entry.id.id != credentials.identity for entry in acl):
+            log.warning("the cluster's root %s was created without these credentials (its ACL: %s): znodes made "
+                        "before remain open; only those created from now on are this identity's alone",
+                        paths.root, ", ".join(f"{a.id.scheme}:{a.id.id}" for a in acl))
+
+
+def _ensure_cluster(client: KazooClient, paths: ClusterPaths, container_count: int) -> None:
     for path in (paths.nodes, paths.leader, paths.containers, paths.handovers, paths.logs):
         client.ensure_path(path)
     try:
@@ -222,8 +244,10 @@ class ClusterMember:
     slow_transition_seconds = SLOW_TRANSITION_SECONDS
 
     def __init__(self, client: KazooClient, info: NodeInfo, container_count: int, host: ContainerHost,
-                 paths: ClusterPaths | None = None, session_timeout: float = 10.0) -> None:
+                 paths: ClusterPaths | None = None, session_timeout: float = 10.0,
+                 credentials: ZooKeeperCredentials | None = None) -> None:
         self.client = client
+        self.credentials = credentials
         self.info = info
         self.container_count = container_count
         self.host = host
@@ -279,7 +303,7 @@ class ClusterMember:
         """Start the loop and wait until this node is registered and campaigning (so nodes started one
         after another stand for election in that order). That can take up to the session timeout when
         a previous incarnation of this node id is still registered; TimeoutError after ``timeout``."""
-        ensure_cluster(self.client, self.paths, self.container_count)
+        ensure_cluster(self.client, self.paths, self.container_count, self.credentials)
         self.client.add_listener(self._on_state)
         self._thread = threading.Thread(target=self._run, name=f"cluster-member:{self.info.node_id}", daemon=True)
         self._thread.start()

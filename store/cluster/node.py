@@ -11,11 +11,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError
 
 from millrace.store.cluster.containers import SegmentContainerHost, replicated_logs
 from millrace.store.cluster.layout import ClusterPaths, NodeInfo
 from millrace.store.cluster.log_metadata import ZooKeeperLogMetadataStore
 from millrace.store.cluster.member import ClusterMember, OwnershipTerm, connect
+from millrace.store.cluster.zk_auth import ZooKeeperCredentials, access_error
 from millrace.store.containers.config import ContainerConfig
 from millrace.store.durablelog.interface import DurableDataLog
 from millrace.store.durablelog.replication_config import ReplicationConfig
@@ -26,7 +28,8 @@ from millrace.store.lts.interface import ChunkStorage
 class ClusterNodeConfig:
     """``zookeeper``: the connect string (``host:port,...``, optionally ending in a chroot ``/path``);
     ``replication``: where and how every container's log is replicated (the logs must be reachable
-    from every node, so a replicated log is the only kind a cluster can use)."""
+    from every node, so a replicated log is the only kind a cluster can use); ``credentials``: the
+    cluster's ZooKeeper digest identity (zk_auth.py), None for an open cluster."""
 
     zookeeper: str
     info: NodeInfo
@@ -34,6 +37,7 @@ class ClusterNodeConfig:
     replication: ReplicationConfig
     session_timeout: float = 10.0
     paths: ClusterPaths = field(default_factory=ClusterPaths)
+    credentials: ZooKeeperCredentials | None = None
 
 
 HostFactory = Callable[[ChunkStorage, Callable[[OwnershipTerm], DurableDataLog], ContainerConfig | None],
@@ -55,15 +59,20 @@ class ClusterNode:
         self.member: ClusterMember | None = None
 
     def start(self, timeout: float | None = 60.0) -> ClusterNode:
-        """Connect, register and campaign; TimeoutError if not registered within ``timeout``."""
+        """Connect, register and campaign; TimeoutError if not registered within ``timeout``,
+        ZooKeeperAccessError if ZooKeeper refuses this node's changes (a secured cluster, other credentials)."""
         config = self.config
-        self.client = connect(config.zookeeper, session_timeout=config.session_timeout)
+        self.client = connect(config.zookeeper, session_timeout=config.session_timeout,
+                              credentials=config.credentials)
         try:
-            metadata = ZooKeeperLogMetadataStore(self.client, config.paths)
+            try:
+                metadata = ZooKeeperLogMetadataStore(self.client, config.paths)
+            except NoAuthError:
+                raise access_error(config.paths.root, config.credentials) from None
             self.containers = self.host_factory(self.storage, replicated_logs(metadata, config.replication),
                                                 self.container_config)
             self.member = ClusterMember(self.client, config.info, config.containers, self.containers, config.paths,
-                                        config.session_timeout).start(timeout)
+                                        config.session_timeout, config.credentials).start(timeout)
         except BaseException:
             self.close()
             raise

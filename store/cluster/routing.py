@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import ssl
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -280,11 +281,15 @@ class ClusterSegmentStore:
     ``client`` is the node's ZooKeeper session, ``node_id`` this node's id (its own containers are
     served from ``local`` without a network hop). ``retry_bound``: how long an operation may wait for
     its container to get a live owner (see the module docstring); ``cut_off`` (``ClusterMember.cut_off``)
-    says when waiting is pointless: calls that need an owner fail at once while it is true."""
+    says when waiting is pointless: calls that need an owner fail at once while it is true; ``peer_tls``
+    (``peer_tls.PeerTls.client_context``): how the other nodes' peer listeners are dialled on a secured
+    cluster (mutual TLS), None for plain TCP."""
 
     def __init__(self, client: KazooClient, paths: ClusterPaths, node_id: str, local: LocalSegments,
-                 retry_bound: float = DEFAULT_RETRY_BOUND, cut_off: Callable[[], bool] = lambda: False) -> None:
+                 retry_bound: float = DEFAULT_RETRY_BOUND, cut_off: Callable[[], bool] = lambda: False,
+                 peer_tls: ssl.SSLContext | None = None) -> None:
         self.client = client
+        self.peer_tls = peer_tls
         self.cut_off = cut_off
         self.paths = paths
         self.node_id = node_id
@@ -373,7 +378,7 @@ class ClusterSegmentStore:
             conn = self._connections.get(key)
             if conn is not None and not conn.closed:
                 return conn
-        fresh = NodeConnection(owner.host, owner.port)  # NotSentError if refused
+        fresh = NodeConnection(owner.host, owner.port, tls=self.peer_tls)  # NotSentError if refused
         with self._lock:
             conn = self._connections.get(key)
             if conn is not None and not conn.closed:

@@ -1,0 +1,260 @@
+"""A cluster made by ``millrace cluster up --secure``: every link between its processes is secured, and a
+process without the cluster's keys gets nowhere.
+
+- A Kafka client reaches it over SASL_SSL with the super user's credentials ``up`` printed (and kept in
+  DIR/secrets/admin.properties); a wrong password is refused.
+- ZooKeeper: a session without the nodes' digest can neither create, change nor delete anything under the
+  cluster's root, and cannot read it either (ACLs give the nodes' identity everything and nobody else
+  anything; only ``exists`` is never checked by ZooKeeper); the nodes' identity can.
+- A log replica answers no ZeroMQ client without the nodes' CURVE key (a client with it gets answers).
+- A node's peer listener lets in neither a plain TCP client nor a TLS client whose certificate another CA
+  signed, and a node never talks to a listener whose certificate the cluster CA did not sign; a node's
+  own certificate gets answers.
+- ``cluster status`` reads ZooKeeper and the replicas with the keys, and shows no secret."""
+
+from __future__ import annotations
+
+import re
+import socket
+import ssl
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from millrace.gateway.cluster_keys import ClusterKeys, issue, make_ca
+from millrace.gateway.local_cluster import zookeeper_missing
+from tests.cluster.local_cluster import LocalClusterCli, millrace
+
+pytestmark = [pytest.mark.skipif(zookeeper_missing() is not None, reason=str(zookeeper_missing())),
+              pytest.mark.timeout(300)]
+
+
+class Secured:
+    def __init__(self, cli: LocalClusterCli) -> None:
+        self.cli = cli
+        self.admin: dict[str, Any] = cli.summary["admin"]
+        self.keys = ClusterKeys(cli.directory / "secrets")
+
+    def processes(self, role: str) -> list[dict[str, Any]]:
+        return [p for p in self.cli.summary["processes"] if p["role"] == role]
+
+    @property
+    def zookeeper(self) -> str:
+        return str(self.cli.summary["zookeeper"])
+
+    def kafka(self, password: str | None = None) -> dict[str, Any]:
+        """librdkafka's configuration for the super user (``password``: another one)."""
+        return {"bootstrap.servers": self.cli.bootstrap, "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
+                "sasl.username": self.admin["username"], "sasl.password": password or self.admin["password"],
+                "ssl.ca.location": self.admin["ca"]}
+
+    def secrets(self) -> list[str]:
+        """Every secret of the cluster as text that could leak: passwords, CURVE secret keys, private keys."""
+        found = [self.admin["password"]]
+        for line in self.keys.zookeeper_credentials.read_text().splitlines():
+            if line.startswith("password="):
+                found.append(line.split("=", 1)[1])
+        found += re.findall(r'password="([^"]+)"', (self.keys.directory / "server.properties").read_text())
+        for secret_file in (self.keys.node_secret_key, self.keys.logd_secret_key):
+            found += re.findall(r'secret-key = "([^"]+)"', secret_file.read_text())
+        for pem in (self.keys.ca_key, self.keys.node_keystore("1")):
+            body = pem.read_text().split("-----BEGIN PRIVATE KEY-----")[1].split("-----END")[0]
+            found.append(body.strip().splitlines()[0])
+        assert len(found) >= 6, found
+        return found
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
+    home = tmp_path_factory.mktemp("secure-cluster")
+    cli = LocalClusterCli(home / "cluster", "--secure", "--nodes", "2", "--log-replicas", "2", "--write-quorum", "2",
+                          "--ack-quorum", "2", "--containers", "4")
+    with cli:
+        yield Secured(cli)
+
+
+def test_a_kafka_client_gets_in_over_sasl_ssl_with_the_printed_admin_credentials(secured: Secured) -> None:
+    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    properties = Path(secured.admin["client_properties"])
+    assert properties.stat().st_mode & 0o077 == 0, "admin.properties must be readable by its owner only"
+    assert f'password="{secured.admin["password"]}"' in properties.read_text()
+    topic = "secured-topic"
+    admin = AdminClient(secured.kafka())
+    admin.create_topics([NewTopic(topic, 4)])[topic].result(30)
+    producer = Producer({**secured.kafka(), "enable.idempotence": True, "message.timeout.ms": 30000})
+    for partition in range(4):  # partitions on both nodes: records cross the peer links too
+        producer.produce(topic, f"v{partition}".encode(), partition=partition)
+    assert producer.flush(30) == 0
+    consumer = Consumer({**secured.kafka(), "group.id": "secured-group", "auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(4)])
+    values: list[bytes] = []
+    for _ in range(60):
+        message = consumer.poll(1.0)
+        if message is not None and message.error() is None and message.value() is not None:
+            values.append(bytes(message.value() or b""))
+        if len(values) == 4:
+            break
+    consumer.close()
+    assert sorted(values) == [f"v{p}".encode() for p in range(4)]
+    stranger = AdminClient(secured.kafka(password="not-the-password"))
+    with pytest.raises(KafkaException):
+        stranger.list_topics(timeout=10)
+
+
+def test_zookeeper_lets_only_the_nodes_identity_change_or_read_the_cluster(secured: Secured) -> None:
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import NoAuthError
+
+    from millrace.store.cluster.zk_auth import ZooKeeperCredentials
+
+    changes = [lambda c: c.create("/millrace/nodes/9", b"{}", ephemeral=True),
+               lambda c: c.create("/millrace/intruder", b""),
+               lambda c: c.set("/millrace/cluster", b'{"containers": 1}'),
+               lambda c: c.set("/millrace/containers/0", b'{"node": "9", "incarnation": 0, "epoch": 99}'),
+               lambda c: c.delete("/millrace/containers/0"),
+               lambda c: c.delete("/millrace/logs/container-0")]
+    reads = [lambda c: c.get("/millrace/containers/0"), lambda c: c.get_children("/millrace/nodes")]
+    good = ZooKeeperCredentials.load(secured.keys.zookeeper_credentials)
+    for auth in (None, [("digest", f"{good.username}:guessed")], [("digest", "admin:admin")]):
+        client = KazooClient(hosts=secured.zookeeper, auth_data=auth)
+        client.start(timeout=30)
+        try:
+            assert client.exists("/millrace/containers/0") is not None  # never checked by ZooKeeper
+            for attempt in changes + reads:
+                with pytest.raises(NoAuthError):
+                    attempt(client)
+        finally:
+            client.stop()
+            client.close()
+    client = KazooClient(hosts=secured.zookeeper, auth_data=good.auth_data)
+    client.start(timeout=30)
+    try:  # the nodes' identity reads, and its znodes carry that identity's ACL alone
+        assert sorted(client.get_children("/millrace/nodes")) == ["1", "2"]
+        for path in ("/millrace", "/millrace/containers/0", "/millrace/logs/container-0", "/millrace/nodes/1"):
+            acl, _ = client.get_acls(path)
+            assert [(a.id.scheme, a.id.id, a.perms) for a in acl] == [("digest", good.identity, 31)], path
+    finally:
+        client.stop()
+        client.close()
+
+
+def test_a_log_replica_answers_no_client_without_the_nodes_key(secured: Secured) -> None:
+    from millrace.store.durablelog.curve import CurveClientKeys
+    from millrace.store.durablelog.replica_rpc import ReplicaRpc
+
+    address = f"127.0.0.1:{secured.processes('logd')[0]['ports']['zmq']}"
+    request: dict[str, tuple[dict[str, Any], list[bytes]]] = {
+        address: ({"op": "last_confirmed", "log": "container-0"}, [])}
+    stranger = ReplicaRpc()
+    try:
+        assert stranger.call(request, timeout=3.0) == {}
+    finally:
+        stranger.close()
+    node = ReplicaRpc(curve=CurveClientKeys.load(secured.keys.node_secret_key, secured.keys.logd_public_key))
+    try:
+        assert node.call(request, timeout=10.0)[address][0]["status"] == "ok"
+    finally:
+        node.close()
+
+
+def _ask_peer(port: int, tls: ssl.SSLContext | None) -> str:
+    """What a GetSegmentInfo to a peer listener gets: ``answered`` (any answer of the node, an error
+    included), else the failure's class."""
+    from millrace.protocol.errors import ConnectionLostError
+    from millrace.protocol.messages import GetSegmentInfo
+    from millrace.store.cluster.connection import NodeConnection, NotSentError
+
+    try:
+        conn = NodeConnection("127.0.0.1", port, tls=tls)
+    except NotSentError:
+        return "not connected"
+    try:
+        conn.request(GetSegmentInfo(segment="kafka/secured-probe/0.#epoch.0")).result(15)
+        return "answered"
+    except (ConnectionLostError, NotSentError) as exc:
+        return type(exc).__name__
+    except Exception:  # noqa: BLE001 - an error answer of the node (the segment does not exist, or is not here)
+        return "answered"
+    finally:
+        conn.close()
+
+
+def _client_context(keystore: Path | None, ca: Path | None) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    if ca is None:
+        context.verify_mode = ssl.CERT_NONE
+    else:
+        context.load_verify_locations(cafile=str(ca))
+    if keystore is not None:
+        context.load_cert_chain(str(keystore))
+    return context
+
+
+def _foreign_keystore(home: Path) -> Path:
+    """A certificate for 127.0.0.1 that another CA signed (a would-be node of no cluster's)."""
+    from cryptography.hazmat.primitives import serialization
+
+    ca, ca_key = make_ca("Not the cluster's CA")
+    certificate, key = issue(ca, ca_key, "node-1", ["127.0.0.1"])
+    path = home / "foreign.pem"
+    path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                       serialization.NoEncryption())
+                     + certificate.public_bytes(serialization.Encoding.PEM))
+    return path
+
+
+def test_a_peer_listener_lets_in_only_nodes_of_the_cluster_ca(secured: Secured, tmp_path: Path) -> None:
+    port = secured.processes("node")[0]["ports"]["peer"]
+    keys = secured.keys
+    assert _ask_peer(port, None) in ("ConnectionLostError", "NotSentError")  # plain TCP
+    assert _ask_peer(port, _client_context(None, None)) != "answered"  # TLS without a certificate
+    foreign = _foreign_keystore(tmp_path)
+    assert _ask_peer(port, _client_context(foreign, None)) != "answered"  # a certificate of another CA
+    # A node's own certificate: answered (so the refusals above are the listener's doing).
+    assert _ask_peer(port, _client_context(keys.node_keystore("2"), keys.ca)) == "answered"
+
+
+def test_a_node_never_talks_to_a_listener_the_cluster_ca_did_not_sign(secured: Secured, tmp_path: Path) -> None:
+    from millrace.store.cluster.peer_tls import PeerTls
+
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(str(_foreign_keystore(tmp_path)))
+    listener = socket.create_server(("127.0.0.1", 0))
+    got_request = threading.Event()
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        try:
+            with server.wrap_socket(conn, server_side=True) as tls:
+                if tls.recv(4):
+                    got_request.set()
+        except (OSError, ssl.SSLError):
+            pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    node = PeerTls(str(secured.keys.node_keystore("1")), str(secured.keys.ca)).client_context()
+    assert _ask_peer(listener.getsockname()[1], node) == "not connected"
+    thread.join(10)
+    listener.close()
+    assert not got_request.is_set()
+
+
+def test_status_reads_everything_and_shows_no_secret(secured: Secured) -> None:
+    status = secured.cli.status()
+    assert status["controller"] in ("1", "2")
+    assert all(c["owner_live"] for c in status["containers"])
+    assert status["logs"] and all(r["answered"] for log in status["logs"] for r in log["replicas"])
+    text = millrace("cluster", "status", "--dir", str(secured.cli.directory), timeout=60)
+    assert text.returncode == 0, text.stderr
+    assert "NO LIVE OWNER" not in text.stdout and "no answer" not in text.stdout
+    shown = [text.stdout, text.stderr, str(status), (secured.cli.directory / "cluster.json").read_text()]
+    shown += [p.read_text(errors="replace") for p in secured.cli.directory.glob("*/out.log")]
+    for secret in secured.secrets():
+        assert not any(secret in place for place in shown)
