@@ -29,6 +29,7 @@ from millrace.client.reader_group import (
     state_stream,
 )
 from millrace.client.reader_group_state import SegmentPosition, initial_state
+from millrace.client.security import ClientSecurity
 from millrace.client.serializers import BytesSerializer, JsonSerializer, Serializer
 from millrace.client.streams import (
     RetentionPolicy,
@@ -50,16 +51,39 @@ U = TypeVar("U")
 
 
 class StreamManager:
-    def __init__(self, controller_uri: str, timeout: float = 30.0, reconnect_timeout: float = 30.0) -> None:
+    def __init__(self, controller_uri: str, timeout: float = 30.0, reconnect_timeout: float = 30.0, *,
+                 username: str | None = None, password: str | None = None, mechanism: str | None = None,
+                 token: str | None = None, token_provider: Callable[[], str] | None = None,
+                 ca_file: str | None = None, certfile: str | None = None, keyfile: str | None = None) -> None:
         """``controller_uri``: a node's native endpoint, or a comma-separated list of a cluster's (as a
-        Kafka bootstrap list): calls go to the first, and to the others when it cannot be reached."""
+        Kafka bootstrap list): calls go to the first, and to the others when it cannot be reached.
+        ``tls://host:port`` endpoints are reached over TLS (the server checked against ``ca_file``, else the
+        system's CAs; ``certfile`` and ``keyfile``: the client's certificate, for mutual TLS).
+
+        Authentication (a listener secured by ``--config``): ``username`` and ``password`` with
+        ``mechanism`` SCRAM-SHA-512 (the default), SCRAM-SHA-256 or PLAIN; or an OAUTHBEARER ``token``, or
+        a ``token_provider`` called for a fresh token at each authentication (each new connection, and
+        before a session ends with its token). Every connection of this manager, and of every writer,
+        reader, group, table and synchronizer made from it, authenticates so. A refusal raises
+        ``AuthenticationError``; a command the principal may not make, ``AuthorizationError``."""
         endpoints = [Endpoint.parse(part.strip()) for part in controller_uri.split(",") if part.strip()]
         if not endpoints:
             raise ValueError(f"{controller_uri!r} names no endpoint")
+        security = ClientSecurity.of(username=username, password=password, mechanism=mechanism, token=token,
+                                     token_provider=token_provider, ca_file=ca_file, certfile=certfile,
+                                     keyfile=keyfile)
+        if any(e.tls for e in endpoints) and not all(e.tls for e in endpoints):
+            raise ValueError(f"{controller_uri!r}: every endpoint is tls:// or none is")
+        if security is not None and (security.ca_file or security.certfile) and not endpoints[0].tls:
+            raise ValueError("ca_file, certfile and keyfile are for tls:// endpoints")
         self.endpoint = endpoints[0]
-        self.pool = ConnectionPool(reconnect_timeout=reconnect_timeout)
+        self.pool = ConnectionPool(reconnect_timeout=reconnect_timeout, security=security)
         self.controller = ControllerClient(self.endpoint, self.pool, timeout, endpoints[1:])
-        self.pool.get(self.endpoint)  # fail here, not on the first call, when nothing listens
+        try:
+            self.pool.get(self.endpoint)  # fail here, not on the first call, when nothing listens
+        except BaseException:
+            self.pool.close()
+            raise
 
     # -- scopes -----------------------------------------------------------------------------------
     def create_scope(self, scope: str) -> bool:

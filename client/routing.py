@@ -121,7 +121,7 @@ class SegmentOwners:
             self.lookups += 1
             if answer.native:
                 self.cluster = True
-                owner = Endpoint.parse(answer.native)
+                owner = Endpoint.parse(answer.native, tls=node.tls)  # as the node asked: TLS or not
             elif answer.node is None and not self.cluster:
                 owner = node  # a single server serves every segment
             else:

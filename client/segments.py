@@ -11,6 +11,7 @@ from __future__ import annotations
 from concurrent.futures import Future
 
 from millrace.client.connection import Connection, Endpoint, Reply
+from millrace.client.security import ClientSecurity
 from millrace.protocol import messages as m
 from millrace.protocol.contracts import AttributeUpdate, ReadResult, SegmentInfo
 from millrace.protocol.errors import ConnectionLostError
@@ -20,9 +21,11 @@ __all__ = ["ConnectionLostError", "SegmentClient"]
 
 
 class SegmentClient:
-    def __init__(self, host: str, port: int, timeout: float = 30.0) -> None:
+    def __init__(self, host: str, port: int, timeout: float = 30.0, *, tls: bool = False,
+                 security: ClientSecurity | None = None) -> None:
+        """``tls`` and ``security`` (credentials, CA): as a ``StreamManager``'s (``client.security``)."""
         self.timeout = timeout
-        self._conn = Connection(Endpoint(host, port), connect_timeout=timeout)
+        self._conn = Connection(Endpoint(host, port, tls), connect_timeout=timeout, security=security)
 
     # -- plumbing ---------------------------------------------------------------------------------
     def request(self, request: Request, payload: bytes = b"") -> Future[Reply]:

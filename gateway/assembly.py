@@ -25,15 +25,19 @@ from twisted.internet import protocol, reactor
 from twisted.internet.address import IPv4Address, IPv6Address
 from twisted.internet.interfaces import IListeningPort, IReactorSSL, IReactorTCP
 
+from millrace.gateway.http import HttpAccess
 from millrace.gateway.kafka.broker import Broker, KafkaConfig
 from millrace.gateway.kafka.connection import ConnectionLimit, KafkaFactory
 from millrace.gateway.kafka.node_requests import NodeLink
 from millrace.gateway.kafka.sessions import KafkaListener
 from millrace.gateway.kafka.setup import build_kafka
 from millrace.gateway.native.handler import NativeFactory
+from millrace.gateway.native.security import NativeSecurity
 from millrace.gateway.options import ServerOptions
 from millrace.gateway.security.acl_table import AclTable
 from millrace.gateway.security.credentials import ListenerCredentials, ScramCredentialTable
+from millrace.gateway.security.http_auth import HttpAuthenticator
+from millrace.gateway.security.oauth import JwtValidator
 from millrace.gateway.security.properties import (
     JAVA_INT_MAX,
     ConfigError,
@@ -42,6 +46,7 @@ from millrace.gateway.security.properties import (
     SslSettings,
     apply_overrides,
     load_properties,
+    native_listener_settings,
     security_settings,
 )
 from millrace.gateway.security.sasl_client import CLIENT_MECHANISMS, SaslLogin
@@ -253,12 +258,37 @@ def topic_partitions(broker: Broker) -> Callable[[str, str], tuple[tuple[float, 
 
 
 def native_gateway(options: ServerOptions, segments: SegmentService, controller: Controller, pool: ThreadPoolExecutor,
-                   broker: Broker, transactions: bool = True) -> NativeFactory:
+                   broker: Broker, transactions: bool = True, security: NativeSecurity | None = None) -> NativeFactory:
     """The native listener's factory over ``segments`` (a cluster node's serves native transactions
-    through the owner of their table, so it passes ``transactions`` False and adds its own)."""
+    through the owner of their table, so it passes ``transactions`` False and adds its own); ``security``:
+    how its connections authenticate and are authorized (``native_security``; None: PLAINTEXT, no ACLs)."""
     return NativeFactory(segments, controller, pool, broker.scaling, topic_partitions(broker),
                          connection_budget_bytes=options.connection_budget_mb * MIB, broker=broker,
-                         transactions=transactions)
+                         transactions=transactions, security=security)
+
+
+def native_settings(options: ServerOptions) -> ListenerSettings:
+    """The native listener as the Kafka properties secure it, a listener named NATIVE on ``--host``:
+    ``--native-port`` (``ConfigError`` naming the property that is wrong)."""
+    return native_listener_settings(kafka_properties(options), options.host, options.native_port)
+
+
+def native_security(security: SecuritySettings, settings: ListenerSettings, broker: Broker) -> NativeSecurity:
+    """Blocking where the listener serves OAUTHBEARER (its JWKS is read): how native connections
+    authenticate (the broker's SCRAM users, the listener's PLAIN users and token validator) and are
+    authorized (the broker's ACLs, whenever ``broker.acls`` is set)."""
+    assert broker.scram is not None or not settings.uses_sasl, "the SCRAM users are loaded first"
+    credentials = (ListenerCredentials(settings.plain_users, broker.scram)
+                   if settings.uses_sasl and broker.scram is not None else None)
+    validator = JwtValidator(settings.oauthbearer) if settings.oauthbearer is not None else None
+    return NativeSecurity(settings.security_protocol, settings.sasl_mechanisms, credentials, validator,
+                          settings.ssl, security.connections_max_reauth_ms, security.sasl_server_max_receive_size,
+                          acls=lambda: broker.acls, kafka_scope=broker.config.scope)
+
+
+def native_tls(settings: ListenerSettings) -> dict[str, ServerTls | None]:
+    """``listen``'s TLS for the native listener (none on PLAINTEXT and SASL_PLAINTEXT)."""
+    return {"native": None if settings.ssl is None else ServerTls(settings.ssl)}
 
 
 def autoscaler(options: ServerOptions, controller: Controller, store: SegmentService, broker: Broker) -> AutoScaler:
@@ -433,6 +463,26 @@ def node_link(security: SecuritySettings) -> NodeLink:
                               "needs username and password options: the login this node presents to the others")
         login = SaslLogin(mechanism, username, password)
     return NodeLink(listener.name, tls, login)
+
+
+# The HTTP listener's security: the Kafka properties' listener named HTTP (``SecuritySettings.http``).
+
+def http_access(security: SecuritySettings, broker: Broker) -> HttpAccess | None:
+    """How the HTTP API authenticates and authorizes (gateway/http.py ``HttpAccess``): None, an open API
+    as before, when the HTTP listener does not authenticate and no authorizer is configured. Blocking
+    where the HTTP listener serves OAUTHBEARER (its JWKS file is read)."""
+    http = security.http
+    if not http.authenticates and not security.authorizer_enabled:
+        return None
+    scram = broker.scram
+    authenticator = HttpAuthenticator(http, scram.scram if scram is not None else None) if http.authenticates else None
+    return HttpAccess(authenticator, lambda: broker.acls.authorizer if broker.acls is not None else None,
+                      broker.config.scope, http.authentication_required_for_reads)
+
+
+def http_tls(security: SecuritySettings) -> dict[str, ServerTls]:
+    """``listen``'s ``tls`` for the HTTP listener: its ``ServerTls`` where it is SSL or SASL_SSL."""
+    return {} if security.http.ssl is None else {"http": ServerTls(security.http.ssl)}
 
 
 # Listeners.

@@ -46,6 +46,8 @@ from millrace.gateway.assembly import (
     build_cluster_node,
     cluster_node_setup,
     cluster_router,
+    http_access,
+    http_tls,
     kafka_acls,
     kafka_advertised,
     kafka_config,
@@ -54,6 +56,7 @@ from millrace.gateway.assembly import (
     kafka_security,
     listen,
     native_gateway,
+    native_settings,
     node_link,
     peer_server_tls,
     scram_credentials,
@@ -193,9 +196,19 @@ def serve_cluster(options: ServerOptions) -> int:
     try:
         security = kafka_security(options)
         link = node_link(security)
+        native = native_settings(options)
     except (OSError, ValueError) as exc:  # ConfigError names the property; an unreadable --config file
         print(f"millrace: bad Kafka configuration: {exc}", file=sys.stderr, flush=True)
         return 2
+    # Nodes forward native commands to each other's native listener (NodeLinks), which cannot yet log in
+    # there: a secured native listener is refused on a cluster rather than served unsecured.
+    if native.security_protocol != "PLAINTEXT":
+        print(f"millrace: the native listener cannot be {native.security_protocol} on a cluster node yet "
+              "(listener.security.protocol.map names NATIVE): only on a single server", file=sys.stderr, flush=True)
+        return 2
+    if security.authorizer_enabled:
+        log.warning("the native listener of a cluster node is not authenticated or authorized by the ACLs "
+                    "(only a single server's is): keep it on a private network")
     log.info("Kafka listeners:\n%s", security.describe())
     try:
         server = ClusterServer(options, setup, security, link)
@@ -253,7 +266,7 @@ class ClusterServer:
         and tools' one Kafka address)."""
         kafka = bind_kafka_listeners(self.security, lambda s: self.kafka_fronts.setdefault(s.name, LateFactory()))
         listeners = listen(self.options, {"native": self.native_front, "peer": self.peer_factory,
-                                          "http": self.http_front}, tls={"peer": self.peer_tls})
+                                          "http": self.http_front}, tls={"peer": self.peer_tls, **http_tls(self.security)})
         self.ports = {name: bound_address(port).port for name, port in listeners.items()}
         self.addresses = advertised_addresses(self.options, listeners)
         for i, (settings, port, _) in enumerate(kafka):
@@ -363,7 +376,8 @@ class ClusterServer:
         ))
         self.native_front.inner = native_factory
         views = StreamViews(controller, self.pool, broker.scaling, topic_partitions(broker))
-        self.http_front.inner = http_site(NodeHttpView(self.router.local, self.router), views)
+        self.http_front.inner = http_site(NodeHttpView(self.router.local, self.router), views,
+                                          http_access(self.security, broker))
         self.loops.append(start_background(broker))
 
         # Each second: topics created through other nodes (their records are in the topics table), and

@@ -20,6 +20,19 @@ Errors answer ``{"error": message, "type": exception class}``: 404 for unknown s
 segments or paths, 400 for malformed or impossible requests (InvalidScaleError, ValueError), 409 when
 the stream's state conflicts (ScaleConflictError: another scale got there first; a sealed stream).
 
+Access (``HttpAccess``, when the HTTP listener authenticates or an authorizer is configured): the site's
+root is a guard that asks ``endpoint_permission`` what a request needs, authenticates it (``Authorization:
+Basic`` or ``Bearer``, ``security/http_auth.py``) and asks the server's one Authorizer (``Broker.acls``)
+before the endpoint's resource is reached. Reads are open unless
+``millrace.http.authentication.required.for.reads``; every other request needs a principal: 401 with
+``WWW-Authenticate`` when credentials are missing or wrong (the same answer for either), 403 when the
+Authorizer refuses (without an authorizer every authenticated principal may do everything). On a listener
+that does not authenticate, with an authorizer, mutating requests are asked as User:ANONYMOUS, as Kafka
+asks for a PLAINTEXT listener's clients. An authenticated mutating request must send its body as
+``application/json`` (415 otherwise): a cross-site HTML form cannot, so a browser holding Basic credentials
+for the site cannot be made to scale a stream by another site's page. Without ``HttpAccess`` the site is
+open, as before.
+
 Controller and scaler calls block on table-segment I/O, so they run on the server's controller pool
 and the resource answers later (NOT_DONE_YET). The stream metrics need the controller too: they are
 computed on the same pool for every scrape, rather than cached by a periodic refresh, so a scrape is
@@ -37,11 +50,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import unquote
 
-from twisted.internet import defer
+from twisted.internet import defer, threads
 from twisted.python.failure import Failure
 from twisted.web import resource, server
 
 from millrace.gateway.native.controller_commands import PartitionsOf, describe_stream
+from millrace.gateway.security.acls import CLUSTER_NAME, AclOperation, Authorizer, ResourceType, client_host
+from millrace.gateway.security.http_auth import HttpAuthenticator
+from millrace.gateway.security.principal import ANONYMOUS, KafkaPrincipal
 from millrace.protocol.messages import to_header
 from millrace.store.containers.container import SegmentContainer
 from millrace.store.containers.rates import SegmentRates
@@ -350,8 +366,182 @@ class _Streams(resource.Resource):
         return _answer_later(request, self.views.blocking(scale))
 
 
-def http_site(store: NodeView, views: StreamViews | None = None) -> server.Site:
-    """The HTTP site; without ``views`` (no controller) only the store's resources exist."""
+# Access.
+
+def stream_acl_resource(scope: str, stream: str, kafka_scope: str) -> tuple[ResourceType, str]:
+    """The ACL resource a stream is authorized as: TOPIC ``S`` in the Kafka scope (the stream is that
+    topic), TOPIC ``C/S`` in any other scope C (a name no Kafka topic can have: '/' is not allowed in one)."""
+    return ResourceType.TOPIC, stream if scope == kafka_scope else f"{scope}/{stream}"
+
+
+@dataclass(frozen=True)
+class Permission:
+    """What a request asks of the Authorizer."""
+
+    operation: AclOperation
+    resource_type: ResourceType
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.operation.name} on {self.resource_type.name} {self.name!r}"
+
+
+_CLUSTER_DESCRIBE = Permission(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)
+_CLUSTER_ALTER = Permission(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME)
+_STREAM_ACTIONS = ("split", "merge")
+
+
+def endpoint_permission(method: str, path: Sequence[str], kafka_scope: str) -> tuple[bool, Permission]:
+    """(whether the request changes anything, the permission it needs), by method and path segments:
+
+    ====================================================  ========  ======================================
+    request                                               mutating  permission
+    ====================================================  ========  ======================================
+    GET/HEAD /health, /metrics, /api/segments,            no        DESCRIBE on CLUSTER kafka-cluster
+    /api/streams, /api/streams/SCOPE (and unknown paths)
+    GET/HEAD /api/streams/SCOPE/STREAM                    no        DESCRIBE on ``stream_acl_resource``
+    POST /api/streams/SCOPE/STREAM/split, .../merge       yes       ALTER on ``stream_acl_resource``
+    anything else (other methods and paths)               yes       ALTER on CLUSTER kafka-cluster
+    ====================================================  ========  ======================================
+    """
+    path = list(path)
+    streams = path[:2] == ["api", "streams"]
+    if method in ("GET", "HEAD"):
+        if streams and len(path) == 4:
+            return False, Permission(AclOperation.DESCRIBE, *stream_acl_resource(path[2], path[3], kafka_scope))
+        return False, _CLUSTER_DESCRIBE
+    if method == "POST" and streams and len(path) == 5 and path[4] in _STREAM_ACTIONS:
+        return True, Permission(AclOperation.ALTER, *stream_acl_resource(path[2], path[3], kafka_scope))
+    return True, _CLUSTER_ALTER
+
+
+@dataclass
+class HttpAccess:
+    """Who may use the HTTP API: ``authenticator`` where the HTTP listener authenticates (None: it does
+    not), the server's Authorizer as it is now (None: no authorizer), the Kafka scope (for
+    ``stream_acl_resource``), and whether reads need a principal too."""
+
+    authenticator: HttpAuthenticator | None
+    authorizer: Callable[[], Authorizer | None]
+    kafka_scope: str
+    reads_authenticated: bool = False
+
+
+class _AuthenticationRequiredError(Exception):
+    """401: no credentials, or credentials that do not check out (never saying which)."""
+
+
+class _NotAuthorizedError(Exception):
+    """403: the principal lacks the permission."""
+
+
+def _refuse(request: server.Request, status: int, message: str, error_type: str,
+            challenges: Sequence[bytes] = ()) -> bytes:
+    for challenge in challenges:
+        request.responseHeaders.addRawHeader(b"www-authenticate", challenge)
+    return _json(request, status, {"error": message, "type": error_type})
+
+
+class _Guard(resource.Resource):
+    """The site's root when access is checked: each request is authenticated and authorized as
+    ``endpoint_permission`` says before it reaches ``root``'s resource for its path."""
+
+    isLeaf = True
+
+    def __init__(self, root: resource.Resource, access: HttpAccess) -> None:
+        super().__init__()
+        self.root = root
+        self.access = access
+
+    def _serve(self, request: server.Request) -> bytes | int:
+        return resource.getChildForRequest(self.root, request).render(request)
+
+    def render(self, request: server.Request) -> bytes | int:
+        access = self.access
+        path = [unquote(p.decode()) for p in request.postpath or () if p]
+        mutating, permission = endpoint_permission(request.method.decode("latin-1"), path, access.kafka_scope)
+        needs_principal = mutating or access.reads_authenticated
+        authenticator = access.authenticator
+        if not needs_principal or (authenticator is None and access.authorizer() is None):
+            return self._serve(request)
+        host = _client_host(request)
+        if authenticator is None:
+            principal: defer.Deferred = defer.succeed(ANONYMOUS)
+        else:
+            principal = self._authenticate(authenticator, request, host)
+        gone: list[bool] = []
+        request.notifyFinish().addErrback(lambda _: gone.append(True))
+
+        def decide(who: KafkaPrincipal | None) -> bytes | int:
+            if gone:
+                return server.NOT_DONE_YET  # the client left while it was authenticated: do nothing for it
+            if who is None:
+                raise _AuthenticationRequiredError()
+            authorizer = access.authorizer()
+            if authorizer is not None and not authorizer.authorize(who, host, permission.operation,
+                                                                  permission.resource_type, permission.name):
+                log.info("HTTP %s %s from %s: %s lacks %s", request.method.decode("latin-1"),
+                         request.path.decode("latin-1"), host, who, permission)
+                raise _NotAuthorizedError(f"{who} is not authorized: {permission} is needed")
+            if mutating and authenticator is not None and not _json_body(request):
+                return _refuse(request, 415, "send the request body as application/json", "UnsupportedMediaType")
+            return self._serve(request)
+
+        def refused(failure: Failure) -> bytes:
+            if failure.check(_AuthenticationRequiredError):
+                challenges = authenticator.challenges if authenticator is not None else ()
+                return _refuse(request, 401, "authentication required", "AuthenticationRequired", challenges)
+            if failure.check(_NotAuthorizedError):
+                return _refuse(request, 403, str(failure.value), "NotAuthorized")
+            if failure.check(resource.UnsupportedMethod):
+                return _refuse(request, 405, f"method {request.method.decode('latin-1')} not allowed here",
+                               "MethodNotAllowed")
+            log.error("HTTP %s %s failed", request.method.decode("latin-1"), request.path.decode("latin-1"),
+                      exc_info=failure.value)
+            return _refuse(request, 500, "internal error", type(failure.value).__name__)
+
+        def finish(body: object) -> None:
+            if gone or not isinstance(body, bytes):  # NOT_DONE_YET: the resource finishes the request
+                return
+            request.setHeader(b"content-length", str(len(body)).encode())
+            request.write(body)
+            request.finish()
+
+        principal.addCallback(decide).addErrback(refused).addCallback(finish)
+        return server.NOT_DONE_YET
+
+    @staticmethod
+    def _authenticate(authenticator: HttpAuthenticator, request: server.Request, host: str) -> defer.Deferred:
+        """Fires with the request's principal, or None (no credentials, or wrong ones)."""
+        scheme, credentials = authenticator.scheme(request.getHeader(b"authorization"))
+        if scheme == "basic":
+            pair = authenticator.basic_credentials(credentials)
+            if pair is None:
+                return defer.succeed(None)
+            # PBKDF2 takes milliseconds: on a thread, never on the reactor.
+            return threads.deferToThread(authenticator.verify_basic, *pair, host)
+        if scheme == "bearer":
+            return defer.succeed(authenticator.verify_bearer(credentials, host))
+        return defer.succeed(None)
+
+
+def _client_host(request: server.Request) -> str:
+    """The client's IP address as ACLs name hosts."""
+    host = str(getattr(request.getClientAddress(), "host", ""))
+    try:
+        return client_host(host)
+    except ValueError:
+        return host
+
+
+def _json_body(request: server.Request) -> bool:
+    content_type = (request.getHeader(b"content-type") or b"").split(b";")[0].strip().lower()
+    return content_type == b"application/json"
+
+
+def http_site(store: NodeView, views: StreamViews | None = None, access: HttpAccess | None = None) -> server.Site:
+    """The HTTP site; without ``views`` (no controller) only the store's resources exist; with ``access``
+    every request is authenticated and authorized as it says (``_Guard``)."""
     root = resource.Resource()
     root.putChild(b"health", _Health(store))
     root.putChild(b"metrics", _Metrics(store, views))
@@ -360,4 +550,4 @@ def http_site(store: NodeView, views: StreamViews | None = None) -> server.Site:
     api.putChild(b"segments", _Segments(store))
     if views is not None:
         api.putChild(b"streams", _Streams(views))
-    return server.Site(root)
+    return server.Site(root if access is None else _Guard(root, access))

@@ -14,6 +14,8 @@ from millrace.gateway.assembly import (
     autoscaler,
     bound_address,
     build_store,
+    http_access,
+    http_tls,
     kafka_acls,
     kafka_config,
     kafka_gateway,
@@ -21,6 +23,9 @@ from millrace.gateway.assembly import (
     listen,
     listen_kafka,
     native_gateway,
+    native_security,
+    native_settings,
+    native_tls,
     scram_credentials,
     topic_partitions,
 )
@@ -42,6 +47,7 @@ def serve(options: ServerOptions) -> int:
     """Run until SIGINT/SIGTERM; returns the process exit status."""
     try:
         security = kafka_security(options)
+        native = native_settings(options)  # the native listener, secured as a listener named NATIVE
     except (OSError, ValueError) as exc:  # ConfigError names the property; an unreadable --config file
         print(f"millrace: bad Kafka configuration: {exc}", file=sys.stderr, flush=True)
         return 2
@@ -65,8 +71,11 @@ def serve(options: ServerOptions) -> int:
     views = StreamViews(controller, controller_pool, broker.scaling, topic_partitions(broker))
     try:
         kafka_listeners = listen_kafka(security, broker, kafka_factory.connection_budget_bytes, scram)
-        listeners = listen(options, {"native": native_gateway(options, store, controller, controller_pool, broker),
-                                     "http": http_site(store, views)})
+        native_factory = native_gateway(options, store, controller, controller_pool, broker,
+                                        security=native_security(security, native, broker))
+        listeners = listen(options, {"native": native_factory,
+                                     "http": http_site(store, views, http_access(security, broker))},
+                           {**http_tls(security), **native_tls(native)})
     except Exception as exc:  # noqa: BLE001 - e.g. a port in use
         print(f"millrace: cannot listen: {exc}", file=sys.stderr, flush=True)
         controller_pool.shutdown(wait=False)

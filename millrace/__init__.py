@@ -64,6 +64,8 @@ _EXPORTS: dict[str, str] = {
     "TableKeyNotFoundError": "millrace.protocol.errors",
     "TableKeyVersionMismatchError": "millrace.protocol.errors",
     "ConnectionLostError": "millrace.protocol.errors",
+    "AuthenticationError": "millrace.protocol.errors",
+    "AuthorizationError": "millrace.protocol.errors",
     "ScopeNotFoundError": "millrace.protocol.errors",
     "ScopeNotEmptyError": "millrace.protocol.errors",
     "StreamNotFoundError": "millrace.protocol.errors",
@@ -76,6 +78,8 @@ _EXPORTS: dict[str, str] = {
     "SegmentTruncatedError": "millrace.protocol.errors",
 }
 __all__ = [
+    "AuthenticationError",
+    "AuthorizationError",
     "BatchClient",
     "BatchEvent",
     "ByteStreamReader",

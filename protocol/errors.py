@@ -155,6 +155,17 @@ class WrongHostError(StoreError):
         self.segment = segment
 
 
+class AuthenticationError(StoreError):
+    """The server refused the connection's credentials, or a command came before (or without) an
+    authentication the listener requires, or after the session ended. The server closes the connection
+    after answering; the message says only what any client may read (never why a password failed)."""
+
+
+class AuthorizationError(StoreError):
+    """The authenticated principal may not do this (the ACLs, ``gateway/native/authorization.py``).
+    Nothing was done."""
+
+
 class ConnectionLostError(StoreError):
     """The connection closed with requests outstanding; their outcome is unknown."""
 
@@ -190,6 +201,8 @@ _STATUSES: tuple[tuple[type[StoreError], Status], ...] = (
     (WrongHostError, Status.WRONG_HOST),
     (TxnNotFoundError, Status.TXN_NOT_FOUND),
     (TxnFailedError, Status.TXN_FAILED),
+    (AuthenticationError, Status.AUTHENTICATION_FAILED),
+    (AuthorizationError, Status.NOT_AUTHORIZED),
 )
 _ERROR_OF: dict[int, type[StoreError]] = {int(status): cls for cls, status in _STATUSES}
 

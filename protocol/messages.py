@@ -45,6 +45,10 @@ class Request:
     command: ClassVar[Command]
     # Node to node: a request one cluster node sent on to the node that serves it (``forwarding``).
     forwarded: bool = False
+    # Who the request is for, with security on (``gateway/native/security.py``): the listener sets it to
+    # the connection's principal on every request, whatever a client sent; only an authenticated super
+    # user (a cluster node forwarding a client's request) may send one of its own, and it is kept then.
+    principal: str | None = None
 
 
 REQUESTS: dict[Command, type[Request]] = {}
@@ -109,6 +113,39 @@ class Hello(Request):
 class HelloReply:
     version: int
     nodes: tuple[str, ...] = ()  # a cluster node names every node's native listener
+    # The SASL mechanisms the listener takes; with ``authentication`` a client must authenticate
+    # (AUTH_HANDSHAKE, AUTHENTICATE) before any other command.
+    mechanisms: tuple[str, ...] = ()
+    authentication: bool = False
+
+
+# -- authentication (SASL, as Kafka's SaslHandshake and SaslAuthenticate) -------------------------------
+@_serves(Command.AUTH_HANDSHAKE)
+@dataclass(frozen=True, kw_only=True)
+class AuthHandshake(Request):
+    mechanism: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuthHandshakeReply:
+    mechanisms: tuple[str, ...]
+
+
+@_serves(Command.AUTHENTICATE)
+@dataclass(frozen=True, kw_only=True)
+class Authenticate(Request):
+    """The payload is the mechanism's next client message."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuthenticateReply:
+    """Beside the mechanism's answer (the payload): whether the exchange is done and, once it is, who the
+    client is and how long the session lasts (None: no end; else re-authenticate on the connection before
+    it ends, or the connection's next request after it is refused and the connection closed)."""
+
+    complete: bool
+    principal: str | None = None
+    session_lifetime_ms: int | None = None
 
 
 @_serves(Command.CREATE_SEGMENT)

@@ -75,6 +75,9 @@ class Command(enum.IntEnum):
     TXN_STATUS = 63
     PING_TXN = 64
     FORGET_TXN_WRITER = 65  # node to node: a committed transaction's merge writer, forgotten by a leader
+    # authentication (gateway/native/security.py): SASL, as Kafka's SaslHandshake and SaslAuthenticate
+    AUTH_HANDSHAKE = 70  # choose a mechanism: {"mechanism"} -> the listener's enabled mechanisms
+    AUTHENTICATE = 71  # one SASL message in the payload -> the server's answer in the payload
 
 
 class Status(enum.IntEnum):
@@ -111,6 +114,9 @@ class Status(enum.IntEnum):
     # transactions of native writers: 60-69
     TXN_NOT_FOUND = 60
     TXN_FAILED = 61
+    # security (gateway/native/security.py)
+    AUTHENTICATION_FAILED = 70  # the connection is closed after this answer
+    NOT_AUTHORIZED = 71
 
 
 class WireError(ValueError):

@@ -117,3 +117,44 @@ def test_readme_oauthbearer_properties_are_accepted(tmp_path: Path, monkeypatch:
               "iss": props["sasl.oauthbearer.expected.issuer"], "iat": now, "exp": now + 60}
     token = jwt.encode(claims, key, algorithm="RS256", headers={"kid": "readme"})
     assert JwtValidator(listener.oauthbearer).validate(token).principal_name == "alice"
+
+
+def test_readme_http_properties_are_accepted() -> None:
+    """The HTTP subsection's properties, laid over the section's ``secure/server.properties``, make an HTTP
+    listener with TLS (the section's key store) that authenticates the SCRAM users, reads left open."""
+    from millrace.gateway.security.properties import parse_properties, security_settings
+
+    text = (Path(REPO_ROOT) / "README.md").read_text()
+    section = text[text.index("\n## Securing Millrace\n"):]
+    section = section[:section.index("\n## ", 1)]
+    base = re.search(r"cat > secure/server.properties <<'PROPERTIES'\n(.*?)PROPERTIES\n", section, flags=re.DOTALL)
+    http = re.search(r"### HTTP\n.*?```properties\n(.*?)```", section, flags=re.DOTALL)
+    assert base is not None and http is not None, "the section's server.properties and HTTP blocks"
+    settings = security_settings(parse_properties(base.group(1)) | parse_properties(http.group(1)))
+    assert settings.listener("SASL_SSL").sasl_mechanisms == ("SCRAM-SHA-512",)
+    assert settings.http.authenticates and settings.http.sasl_mechanisms == ("SCRAM-SHA-512",)
+    assert settings.http.ssl is not None and settings.http.ssl.keystore_location == "secure/keystore.pem"
+    assert not settings.http.authentication_required_for_reads
+
+
+def test_readme_native_properties_are_accepted() -> None:
+    """The native client subsection's properties, laid over the section's ``secure/server.properties``,
+    make a NATIVE listener with SASL_SSL (the section's key store) serving SCRAM-SHA-512, the Kafka
+    listeners unchanged."""
+    from millrace.gateway.security.properties import (
+        native_listener_settings,
+        parse_properties,
+        security_settings,
+    )
+
+    text = (Path(REPO_ROOT) / "README.md").read_text()
+    section = text[text.index("\n## Securing Millrace\n"):]
+    section = section[:section.index("\n## ", 1)]
+    base = re.search(r"cat > secure/server.properties <<'PROPERTIES'\n(.*?)PROPERTIES\n", section, flags=re.DOTALL)
+    native = re.search(r"### Native client\n.*?```properties\n(.*?)```", section, flags=re.DOTALL)
+    assert base is not None and native is not None, "the section's server.properties and native blocks"
+    props = parse_properties(base.group(1)) | parse_properties(native.group(1))
+    assert security_settings(props).listener("SASL_SSL").sasl_mechanisms == ("SCRAM-SHA-512",)
+    listener = native_listener_settings(props, "127.0.0.1", 9090)
+    assert listener.security_protocol == "SASL_SSL" and listener.sasl_mechanisms == ("SCRAM-SHA-512",)
+    assert listener.ssl is not None and listener.ssl.keystore_location == "secure/keystore.pem"

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from twisted.internet import defer, protocol
+from twisted.internet.interfaces import IConsumer
 from twisted.python.failure import Failure
 
 from millrace.gateway.framing import DEFAULT_CONNECTION_BUDGET_BYTES, BudgetedReceiver
@@ -18,11 +19,12 @@ from millrace.gateway.native.controller_commands import PartitionsOf, controller
 from millrace.gateway.native.dispatch import Handlers, handlers, serve
 from millrace.gateway.native.event_commands import event_handlers
 from millrace.gateway.native.host import NativeHost
+from millrace.gateway.native.security import NativeSecurity, NativeSession
 from millrace.gateway.native.table_commands import Answer, table_handlers
 from millrace.gateway.native.txn_commands import txn_handlers
 from millrace.protocol import messages as m
 from millrace.protocol.contracts import ReadResult
-from millrace.protocol.errors import UnknownCommandError, error_details, status_of
+from millrace.protocol.errors import AuthenticationError, UnknownCommandError, error_details, status_of
 from millrace.protocol.messages import decode_request
 from millrace.protocol.wire import (
     MAX_FRAME_BYTES,
@@ -64,9 +66,13 @@ class NativeProtocol(BudgetedReceiver):
     MAX_LENGTH = MAX_FRAME_BYTES
 
     def __init__(self, store: SegmentService, controller_commands: Handlers,
-                 budget_bytes: int = DEFAULT_CONNECTION_BUDGET_BYTES) -> None:
+                 budget_bytes: int = DEFAULT_CONNECTION_BUDGET_BYTES, security: NativeSecurity | None = None) -> None:
         super().__init__(budget_bytes, "native-connection")
         self.store = store
+        # With TLS, SASL or an authorizer (``security.py``): the connection's session, made once connected.
+        # None otherwise: every request is served, and the hot path tests only that.
+        self._security = security if security is not None and security.active else None
+        self.session: NativeSession | None = None
         self._handlers: Handlers = {
             # One server serves every segment; a cluster node's controller_commands answer with the owner.
             **handlers(
@@ -97,6 +103,19 @@ class NativeProtocol(BudgetedReceiver):
     def connectionMade(self) -> None:  # noqa: N802 - Twisted's name
         # Responses are small and latency-bound: never let Nagle hold one back for a delayed ACK.
         self.tcp.setTcpNoDelay(True)
+        if self._security is not None:
+            peer = self.tcp.getPeer()
+            self.session = NativeSession(self._security, str(getattr(peer, "host", "")), self._close)
+            if self._security.uses_sasl:  # until authenticated, frames no larger than this
+                self.MAX_LENGTH = self._security.max_pre_auth_bytes
+
+    def _close(self) -> None:
+        """Close once what was written is sent; nothing read from now on is served."""
+        self._closed = True
+        self.tcp.loseConnection()
+        # Twisted's TLS transport sends its close alert (and closes) only once no producer is registered:
+        # this connection is its own producer until it ends.
+        IConsumer(self.transport).unregisterProducer()
 
     def stringReceived(self, body: memoryview) -> None:  # noqa: N802 - Twisted's name
         size = len(body)
@@ -108,12 +127,19 @@ class NativeProtocol(BudgetedReceiver):
             return
         try:
             request = decode_request(code, header)
+            session, listing = self.session, None
+            if session is not None:  # TLS, SASL or ACLs: who the client is, and whether it may do this
+                listing = self._secured(session, request, request_id, size, payload)
+                if listing is _ANSWERED:
+                    return
             handler = self._handlers.get(request.command)
             if handler is None:
                 raise UnknownCommandError(f"command {request.command.name} is not served here")
             # The payload's one copy (the frame is a view of what the socket read); the container
             # keeps this very object.
             outcome = handler(request, bytes(payload))
+            if session is not None and listing is not None:  # a list: what the principal may describe
+                outcome = _deferred_outcome(outcome).addCallback(listing)
         except Exception as exc:  # noqa: BLE001 - every failure becomes an error status
             self._reply_exception(request_id, size, exc)
             return
@@ -130,7 +156,33 @@ class NativeProtocol(BudgetedReceiver):
 
     def lengthLimitExceeded(self, length: int) -> None:  # noqa: N802 - Twisted's name
         log.info("closing native connection: frame of %d bytes exceeds %d", length, self.MAX_LENGTH)
-        self.tcp.loseConnection()
+        self._close()
+
+    def _secured(self, session: NativeSession, request: m.Request, request_id: int, size: int,
+                 payload: memoryview | bytes) -> Any:
+        """The session's part of a request: authentication commands answered here (``_ANSWERED``), the
+        others admitted (the answer's filter, for a listing, else None) or refused by raising."""
+        try:
+            session.peer_certificate(self.transport)
+        except ValueError as exc:  # no ssl.principal.mapping.rules rule names the certificate
+            log.info("closing native connection: its certificate maps to no principal: %s", exc)
+            raise AuthenticationError("the client certificate maps to no principal") from None
+        if isinstance(request, m.AuthHandshake):
+            self._reply_value(request_id, size, session.handshake(request))
+            return _ANSWERED
+        if isinstance(request, m.Authenticate):
+            reply, answer = session.authenticate(bytes(payload))
+            if reply.complete and self._security is not None:
+                self.MAX_LENGTH = MAX_FRAME_BYTES
+            self._reply_value(request_id, size, Answer(reply, answer))
+            return _ANSWERED
+        if isinstance(request, m.Hello) and self._security is not None:
+            hello = self._handlers[request.command](request, b"")
+            assert isinstance(hello, m.HelloReply)
+            self._reply_value(request_id, size, dataclasses.replace(
+                hello, mechanisms=self._security.sasl_mechanisms, authentication=session.must_authenticate))
+            return _ANSWERED
+        return session.admit(request)
 
     def _reply_future(self, request_id: int, size: int, fut: StoreFuture) -> None:
         exc = fut.exception()
@@ -165,17 +217,42 @@ class NativeProtocol(BudgetedReceiver):
         if status == Status.INTERNAL_ERROR:
             log.error("native request %d failed", request_id, exc_info=exc)
         self._reply_error(request_id, size, status, str(exc) or type(exc).__name__, error_details(exc))
+        if status == Status.AUTHENTICATION_FAILED and self.session is not None:
+            self._close()  # answered once, then the connection ends (Kafka's SaslServerAuthenticator)
 
     def _reply_error(self, request_id: int, size: int, status: Status, message: str,
                      extra: dict | None = None) -> None:
         self._reply(encode_frame(status, request_id, {"error": message, **(extra or {})}), size)
 
 
+_ANSWERED = object()  # a request the session answered itself
+
+
+def _deferred_outcome(outcome: object) -> defer.Deferred[Any]:
+    """A handler's outcome as a Deferred firing on the reactor."""
+    if isinstance(outcome, defer.Deferred):
+        return outcome
+    if isinstance(outcome, StoreFuture):
+        d: defer.Deferred[Any] = defer.Deferred()
+
+        def done(f: StoreFuture) -> None:
+            exc = f.exception()
+            if exc is not None:
+                d.errback(exc)
+            else:
+                d.callback(f.result())
+
+        outcome.add_done_callback(lambda f: on_reactor(done, f))
+        return d
+    return defer.succeed(outcome)
+
+
 class NativeFactory(protocol.ServerFactory):
     def __init__(self, store: SegmentService, controller: Controller, pool: ThreadPoolExecutor, scaler: StreamScaling,
                  partitions_of: PartitionsOf | None = None,
                  connection_budget_bytes: int = DEFAULT_CONNECTION_BUDGET_BYTES,
-                 broker: NativeHost | None = None, transactions: bool = True) -> None:
+                 broker: NativeHost | None = None, transactions: bool = True,
+                 security: NativeSecurity | None = None) -> None:
         """``broker``: the Kafka gateway whose partition storage takes native event appends (None: the
         listener serves no event writers); ``transactions``: serve its native transactions here (a
         cluster node installs the cluster's own handlers instead: ``txn_cluster``)."""
@@ -188,6 +265,7 @@ class NativeFactory(protocol.ServerFactory):
             **(txn_handlers(broker) if broker is not None and transactions else {}),
         }
         self.connection_budget_bytes = connection_budget_bytes
+        self.security = security  # None: PLAINTEXT, no ACLs
 
     def buildProtocol(self, addr: Any) -> NativeProtocol:  # noqa: N802 - Twisted's name
-        return NativeProtocol(self.store, self.controller_commands, self.connection_budget_bytes)
+        return NativeProtocol(self.store, self.controller_commands, self.connection_budget_bytes, self.security)

@@ -72,6 +72,7 @@ from millrace.gateway.native.txn_state import (
 from millrace.protocol import messages as m
 from millrace.protocol.contracts import SegmentInfo
 from millrace.protocol.errors import (
+    AuthorizationError,
     BadAttributeUpdateError,
     EventsRefusedError,
     InvalidRequestError,
@@ -222,7 +223,11 @@ class NativeTransactions:
 
     # -- lookups ------------------------------------------------------------------------------------
     def _find(self, r: m.TxnRequest) -> Txn:
-        return self.records.find(r.scope, r.stream, r.txn_id)
+        """The transaction ``r`` names; AuthorizationError if another principal began it (with security
+        on, every request carries its principal and every transaction begun so records its owner)."""
+        txn = self.records.find(r.scope, r.stream, r.txn_id)
+        _owned_by(txn, r)
+        return txn
 
     # -- commands -----------------------------------------------------------------------------------
     def begin(self, r: m.BeginTxn, _payload: bytes) -> defer.Deferred[m.BeginTxnReply] | m.BeginTxnReply:
@@ -232,6 +237,7 @@ class NativeTransactions:
         key = record_key(scope, stream, txn_id)
         txn = self.records.txns.get(key)
         if txn is not None:
+            _owned_by(txn, r)
             if txn.record.state == TxnState.OPEN and txn.outcome is None:
                 return self._begun(txn.record)
             raise not_open(txn, "begin it again")
@@ -251,7 +257,7 @@ class NativeTransactions:
             record = TxnRecord(scope, stream, txn_id, r.writer_id, TxnState.OPEN, lease_ms,
                                now + lease_ms, now, 0, tuple(topic.slices),
                                tuple((transaction_segment_name(parent, txn_id), tuple(ps))
-                                     for parent, ps in holding.items()))
+                                     for parent, ps in holding.items()), r.principal)
 
             return self.records.create(record).addCallback(lambda _: self._begun(record))
 
@@ -449,6 +455,15 @@ class NativeTransactions:
     def handlers(self) -> Handlers:
         return handlers(serve(m.BeginTxn, self.begin), serve(m.AppendTxnEvents, self.append),
                         serve(m.EndTxn, self.end), serve(m.GetTxnStatus, self.status), serve(m.PingTxn, self.ping))
+
+
+def _owned_by(txn: Txn, r: m.Request) -> None:
+    """AuthorizationError unless the request's principal began the transaction (either unknown: security
+    was off when it began, or is off now)."""
+    owner = txn.record.owner
+    if owner is not None and r.principal is not None and r.principal != owner:
+        raise AuthorizationError(f"{r.principal} may not use transaction {txn.record.txn_id}: "
+                                 f"{owner} began it")
 
 
 def txn_handlers(broker: NativeHost) -> Handlers:

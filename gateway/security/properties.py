@@ -290,6 +290,43 @@ class ListenerSettings:
         return "\n".join(lines)
 
 
+HTTP_LISTENER = "HTTP"  # the HTTP API's listener name: its protocol map entry and listener.name.http. prefix
+HTTP_AUTHENTICATE_READS = "millrace.http.authentication.required.for.reads"
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    """The HTTP API's listener (bound at ``--host``:``--http-port``), configured as a Kafka listener named
+    HTTP: its protocol from ``listener.security.protocol.map`` (PLAINTEXT without an entry), TLS and SASL
+    settings with the ``listener.name.http.`` prefix. SASL_PLAINTEXT and SASL_SSL make it authenticate
+    (HTTP Basic with the PLAIN and SCRAM users, Bearer tokens with OAUTHBEARER's validator)."""
+
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanisms: tuple[str, ...] = ()
+    login_modules: Mapping[str, LoginModule] = field(default_factory=dict)
+    ssl: SslSettings | None = None
+    oauthbearer: OAuthBearerSettings | None = None
+    authentication_required_for_reads: bool = False  # HTTP_AUTHENTICATE_READS
+
+    @property
+    def authenticates(self) -> bool:
+        return self.security_protocol.startswith("SASL_")
+
+    @property
+    def plain_users(self) -> PlainUsers:
+        module = self.login_modules.get("PLAIN")
+        return MappingProxyType(module.plain_users if module else {})
+
+    def describe(self) -> str:
+        line = f"HTTP listener ({self.security_protocol})"
+        if self.authenticates:
+            line += (f": HTTP authentication with {', '.join(self.sasl_mechanisms)}; reads "
+                     f"{'authenticated' if self.authentication_required_for_reads else 'open'}")
+        if self.ssl is not None:
+            line += f"\n  TLS: {self.ssl.describe()}"
+        return line
+
+
 @dataclass(frozen=True)
 class SecuritySettings:
     """What a broker's listeners and authorizer are told, checked (``security_settings``)."""
@@ -304,6 +341,7 @@ class SecuritySettings:
     connections_max_reauth_ms: int = 0  # 0: sessions are never re-authenticated
     max_connections_per_ip: int = JAVA_INT_MAX
     sasl_server_max_receive_size: int = 524288  # the largest frame accepted before authentication
+    http: HttpSettings = field(default_factory=HttpSettings)  # the HTTP API's listener
 
     @property
     def authorizer_enabled(self) -> bool:
@@ -326,6 +364,7 @@ class SecuritySettings:
         lines.append(f"connections.max.reauth.ms={self.connections_max_reauth_ms}, "
                      f"max.connections.per.ip={self.max_connections_per_ip}, "
                      f"sasl.server.max.receive.size={self.sasl_server_max_receive_size}")
+        lines.append(self.http.describe())
         return "\n".join(lines)
 
 
@@ -373,7 +412,50 @@ def security_settings(props: Mapping[str, str]) -> SecuritySettings:
         connections_max_reauth_ms=_integer(props, "connections.max.reauth.ms", 0, 0, 2**63 - 1),
         max_connections_per_ip=_integer(props, "max.connections.per.ip", JAVA_INT_MAX, 0, JAVA_INT_MAX),
         sasl_server_max_receive_size=_integer(props, "sasl.server.max.receive.size", 524288, 1, JAVA_INT_MAX),
+        http=_http(props, protocols, names),
     )
+
+
+def _http(props: Mapping[str, str], protocols: Mapping[str, str], names: list[str]) -> HttpSettings:
+    """The HTTP API's listener, read as a Kafka listener named HTTP is (``HttpSettings``)."""
+    if HTTP_LISTENER in names:
+        raise ConfigError("listeners", props.get("listeners"), f"{HTTP_LISTENER} names the HTTP API's listener "
+                                                               "(--http-port): give the Kafka listener another name")
+    protocol = protocols.get(HTTP_LISTENER, "PLAINTEXT")
+    mechanisms, modules = _sasl(props, HTTP_LISTENER) if protocol.startswith("SASL_") else ((), {})
+    reads = _boolean(props, HTTP_AUTHENTICATE_READS, False)
+    if reads and not mechanisms:
+        raise ConfigError(HTTP_AUTHENTICATE_READS, props[HTTP_AUTHENTICATE_READS],
+                          f"the HTTP listener authenticates no one: map it to SASL_SSL or SASL_PLAINTEXT in "
+                          f"listener.security.protocol.map (now {protocol})")
+    return HttpSettings(
+        security_protocol=protocol,
+        sasl_mechanisms=mechanisms,
+        login_modules=MappingProxyType(modules),
+        ssl=_ssl(props, HTTP_LISTENER, protocol) if protocol in ("SSL", "SASL_SSL") else None,
+        oauthbearer=_oauthbearer(props, HTTP_LISTENER) if "OAUTHBEARER" in mechanisms else None,
+        authentication_required_for_reads=reads,
+    )
+
+
+NATIVE_LISTENER = "NATIVE"  # the native protocol's listener (--native-port), secured by Kafka's names
+
+
+def native_listener_settings(props: Mapping[str, str], host: str, port: int) -> ListenerSettings:
+    """The native listener read as a listener named NATIVE bound on ``host:port``: its security protocol
+    from ``listener.security.protocol.map`` (PLAINTEXT when the map does not name it), its SASL mechanisms,
+    JAAS entries, OAUTHBEARER and TLS settings as any listener's (``listener.name.native.`` first)."""
+    for endpoint in _endpoints(props, "listeners", DEFAULT_LISTENERS):
+        if endpoint.listener == NATIVE_LISTENER:
+            raise ConfigError("listeners", props.get("listeners"), f"{NATIVE_LISTENER} names the native "
+                                                                   "listener (--native-port), not a Kafka one")
+    protocol = _protocol_map(props).get(NATIVE_LISTENER, "PLAINTEXT")
+    mechanisms, modules = _sasl(props, NATIVE_LISTENER) if protocol.startswith("SASL_") else ((), {})
+    ssl = _ssl(props, NATIVE_LISTENER, protocol) if protocol in ("SSL", "SASL_SSL") else None
+    oauthbearer = _oauthbearer(props, NATIVE_LISTENER) if "OAUTHBEARER" in mechanisms else None
+    endpoint = Endpoint(NATIVE_LISTENER, host, port)
+    return ListenerSettings(NATIVE_LISTENER, endpoint, endpoint, protocol, mechanisms, MappingProxyType(modules),
+                            ssl, oauthbearer)
 
 
 def _protocol_map(props: Mapping[str, str]) -> dict[str, str]:

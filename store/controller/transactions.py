@@ -62,6 +62,8 @@ class TxnRecord:
     ended_ms: int  # when it became COMMITTED or ABORTED (0 before): the retention counts from here
     slices: tuple[tuple[float, float], ...]  # partition p's routing-key slice when the transaction began
     segments: tuple[tuple[str, tuple[int, ...]], ...]  # transaction segment -> the partitions it holds
+    # The principal that began it, with security on (``User:alice``): only it may write, ping or end it.
+    owner: str | None = None
 
     @property
     def key(self) -> bytes:
@@ -84,6 +86,7 @@ class TxnRecord:
             "deadline_ms": self.deadline_ms, "created_ms": self.created_ms, "ended_ms": self.ended_ms,
             "slices": [list(s) for s in self.slices],
             "segments": [[name, list(partitions)] for name, partitions in self.segments],
+            **({} if self.owner is None else {"owner": self.owner}),
         }, separators=(",", ":")).encode()
 
     @classmethod
@@ -92,7 +95,8 @@ class TxnRecord:
         return cls(str(r["scope"]), str(r["stream"]), uuid.UUID(r["txn_id"]), str(r["writer_id"]),
                    TxnState(r["state"]), int(r["lease_ms"]), int(r["deadline_ms"]), int(r["created_ms"]),
                    int(r["ended_ms"]), tuple((float(lo), float(hi)) for lo, hi in r["slices"]),
-                   tuple((str(name), tuple(int(p) for p in parts)) for name, parts in r["segments"]))
+                   tuple((str(name), tuple(int(p) for p in parts)) for name, parts in r["segments"]),
+                   None if r.get("owner") is None else str(r["owner"]))
 
 
 def record_key(scope: str, stream: str, txn_id: uuid.UUID) -> bytes:
