@@ -73,11 +73,14 @@ def test_readme_securing_section_as_written(workdir: Path) -> None:
             assert done.returncode == 0, f"README block failed:\n{block}\n{done.stdout}\n{done.stderr}"
             outputs.append(done.stdout)
         assert server is not None, "the section starts a server"
-        assert outputs[-3].splitlines() == ["hello, securely"]  # read back by the admin
-        # alice, made by `millrace users`, is listed beside admin and reads what admin wrote
-        assert outputs[-2].splitlines() == ["set SCRAM-SHA-512 credential of user alice",
+        assert outputs[-4].splitlines() == ["hello, securely"]  # read back by the admin
+        # alice, made by `millrace users`, is listed beside admin
+        assert outputs[-3].splitlines() == ["set SCRAM-SHA-512 credential of user alice",
                                             "admin  SCRAM-SHA-512 (iterations 4096)",
-                                            "alice  SCRAM-SHA-512 (iterations 8192)", "hello, securely"]
+                                            "alice  SCRAM-SHA-512 (iterations 8192)"]
+        # granted READ on `secured` by the admin, she reads what the admin wrote, and is refused elsewhere
+        assert outputs[-2].splitlines() == ["User:alice READ ALLOW TOPIC secured", "hello, securely",
+                                            "Topic authorization failed"]
         assert outputs[-1].splitlines() == ["batch-loader {'producer_byte_rate': 1048576.0}"]  # a quota set and listed
         assert not any("admin-secret" in line or "alice-secret" in line for line in server.output)
         assert server.stop(signal.SIGTERM, timeout=30) == 0
