@@ -58,11 +58,13 @@ def run_threads(writers: int, work: object) -> float:
     return time.perf_counter() - start
 
 
-def native_case(uri: str, topic: str, events: int, size: int, writers: int, keyed: bool) -> dict[str, float]:
+def native_case(uri: str, topic: str, events: int, size: int, writers: int, keyed: bool,
+                manager_options: dict[str, object] | None = None) -> dict[str, float]:
+    """``manager_options``: more StreamManager arguments (TLS, credentials: benchmarks.native_tls_bench)."""
     per_writer = events // writers
     payload = os.urandom(size)
     latencies: list[list[float]] = [[] for _ in range(writers)]
-    managers = [StreamManager(uri) for _ in range(writers)]
+    managers = [StreamManager(uri, **(manager_options or {})) for _ in range(writers)]  # type: ignore[arg-type]
     opened = [m.create_writer("kafka", topic) for m in managers]
 
     def work(w: int) -> None:

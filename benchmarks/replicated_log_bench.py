@@ -1,5 +1,7 @@
 """Append throughput and latency of the replicated log (3 local ``millrace logd`` processes, write
-quorum 3, ack quorum 2) next to the local file log, in the same run, on the same disk.
+quorum 3, ack quorum 2) next to the local file log, in the same run, on the same disk; and the same
+replicated log over CURVE (3 more logds with the cluster's keys: encryption and authentication on every
+replica link), so what CURVE costs is read off one table.
 
 Each appender keeps up to ``window`` appends in flight; latency is append() to future completion.
 Every scenario runs ``--runs`` times per log, alternating the logs, and the table shows medians.
@@ -25,6 +27,7 @@ from pathlib import Path
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from millrace.store.durablelog.curve import CurveClientKeys, create_cluster_keys  # noqa: E402
 from millrace.store.durablelog.interface import DurableDataLog, LogAddress  # noqa: E402
 from millrace.store.durablelog.local import FileDurableDataLog  # noqa: E402
 from tests.durablelog.logd_process import Replicas  # noqa: E402
@@ -85,10 +88,15 @@ def main() -> int:
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="replicated-bench-", dir=args.dir))
     replicas = Replicas(root / "replicas", 3).start()
+    keys = create_cluster_keys(root / "keys")
+    curve = CurveClientKeys.load(keys["node_secret"], keys["logd_public"])
+    curve_replicas = Replicas(root / "curve-replicas", 3, "--curve-secret-key", str(keys["logd_secret"]),
+                              "--curve-authorized-keys", str(keys["node_public"].parent)).start()
     scenarios = [(1024, 1, 1), (1024, 4, 16), (65536, 4, 4)]
     opened: dict[str, Callable[[str], DurableDataLog]] = {
         "file": lambda name: FileDurableDataLog(str(root / "file" / name)),
         "replicated 3/3/2": lambda name: replicas.log(name),
+        "CURVE 3/3/2": lambda name: curve_replicas.log(name, curve=curve),
     }
     try:
         print(f"{'log':<18}{'entry':>7}{'thr':>5}{'win':>5}{'appends/s':>12}{'MB/s':>9}{'p50 ms':>9}{'p99 ms':>9}")
@@ -111,6 +119,7 @@ def main() -> int:
                       f"{median(lambda r: r.p99_ms):>9.2f}")
     finally:
         replicas.close()
+        curve_replicas.close()
         shutil.rmtree(root, ignore_errors=True)
     return 0
 
