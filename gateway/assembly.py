@@ -31,6 +31,7 @@ from millrace.gateway.kafka.connection import ConnectionLimit, KafkaFactory
 from millrace.gateway.kafka.node_requests import NodeLink
 from millrace.gateway.kafka.sessions import KafkaListener
 from millrace.gateway.kafka.setup import build_kafka
+from millrace.gateway.native.forwarding import NativeLink
 from millrace.gateway.native.handler import NativeFactory
 from millrace.gateway.native.security import NativeSecurity
 from millrace.gateway.options import ServerOptions
@@ -38,6 +39,7 @@ from millrace.gateway.security.acl_table import AclTable
 from millrace.gateway.security.credentials import ListenerCredentials, ScramCredentialTable
 from millrace.gateway.security.http_auth import HttpAuthenticator
 from millrace.gateway.security.oauth import JwtValidator
+from millrace.gateway.security.principal import KafkaPrincipal
 from millrace.gateway.security.properties import (
     JAVA_INT_MAX,
     ConfigError,
@@ -50,7 +52,7 @@ from millrace.gateway.security.properties import (
     security_settings,
 )
 from millrace.gateway.security.sasl_client import CLIENT_MECHANISMS, SaslLogin
-from millrace.gateway.security.tls import ServerTls, TlsConfigError, client_tls
+from millrace.gateway.security.tls import ServerTls, TlsConfigError, client_ssl_context, client_tls
 from millrace.store.budget import MIB
 from millrace.store.cluster.containers import SegmentContainerHost
 from millrace.store.cluster.layout import NodeInfo, check_node_id
@@ -283,7 +285,53 @@ def native_security(security: SecuritySettings, settings: ListenerSettings, brok
     validator = JwtValidator(settings.oauthbearer) if settings.oauthbearer is not None else None
     return NativeSecurity(settings.security_protocol, settings.sasl_mechanisms, credentials, validator,
                           settings.ssl, security.connections_max_reauth_ms, security.sasl_server_max_receive_size,
-                          acls=lambda: broker.acls, kafka_scope=broker.config.scope)
+                          acls=lambda: broker.acls, kafka_scope=broker.config.scope, super_users=security.super_users)
+
+
+def native_link(security: SecuritySettings, native: ListenerSettings, link: NodeLink) -> NativeLink:
+    """How a cluster node dials the other nodes' native listeners (``forwarding.NodeLinks``: controller
+    changes, native transactions, a commit's appends), as a client of the NATIVE listener the properties
+    describe (every node is given the same):
+
+    - TLS where it is SSL or SASL_SSL: the listener's certificate checked against the NATIVE listener's trust
+      store (``listener.name.native.ssl.truststore.*``, else ``ssl.truststore.*``; else the system's CAs)
+      and the host name dialled; its key store's certificate presented where the listener asks for one;
+    - SASL where it is SASL_*: the inter-broker login (``node_link``: the mechanism of
+      ``sasl.mechanism.inter.broker.protocol`` and the user of the inter-broker listener's JAAS entry), so
+      a node is one principal on both links. The NATIVE listener must enable that mechanism (for PLAIN,
+      list the user in its JAAS entry) and ``super.users`` must name the user: the other node believes
+      the client principal a forwarded request carries (whom it authorizes, who owns a transaction) only
+      from a super user.
+
+    ConfigError naming the property that does not fit."""
+    tls = None
+    if native.ssl is not None:
+        try:
+            tls = client_ssl_context(native.ssl)
+        except TlsConfigError as e:
+            raise ConfigError("listener.name.native.ssl.truststore.location", None,
+                              f"cluster nodes dial each other's native listener with it: {e}") from None
+    login = None
+    if native.uses_sasl:
+        login = link.sasl
+        if login is None:
+            raise ConfigError("listener.security.protocol.map", "NATIVE:" + native.security_protocol,
+                              f"cluster nodes log in to each other's native listener as the inter-broker user, "
+                              f"and the inter-broker listener {link.listener} has no SASL login: make it SASL too")
+        if login.mechanism not in native.sasl_mechanisms:
+            raise ConfigError("listener.name.native.sasl.enabled.mechanisms", ",".join(native.sasl_mechanisms),
+                              f"cluster nodes log in to each other's native listener with "
+                              f"sasl.mechanism.inter.broker.protocol ({login.mechanism}): enable it there")
+        if login.mechanism == "PLAIN" and login.username not in native.plain_users:
+            raise ConfigError("listener.name.native.plain.sasl.jaas.config", None,
+                              f"cluster nodes log in to each other's native listener as the inter-broker user "
+                              f"{login.username!r}: add user_{login.username}=\"...\" (its password) there")
+        if KafkaPrincipal("User", login.username) not in security.super_users:
+            raise ConfigError("super.users", None, f"cluster nodes forward clients' native requests as User:"
+                                                   f"{login.username} (the inter-broker user), and a node believes "
+                                                   f"the client's principal a request carries only from a super "
+                                                   f"user: name it there")
+    return NativeLink(tls, login)
 
 
 def native_tls(settings: ListenerSettings) -> dict[str, ServerTls | None]:

@@ -14,6 +14,9 @@ What differs from the embedded server (``server.serve``; both are made of the pa
 - Kafka: Metadata lists every live node and each partition's leader (the owner of the container of
   its open segment); other nodes answer NOT_LEADER_OR_FOLLOWER, and the group (transaction) coordinator
   is the owner of the groups (transactions) table's container (``gateway/kafka/cluster.py``);
+- the native listener is secured as a single server's (the properties' listener NATIVE: TLS, SASL, the
+  ACLs); a node forwards native commands to another node's native listener over its TLS, logged in as
+  the inter-broker user, carrying the client's principal, which that node authorizes (``forwarding``);
 - each listener is advertised (in ``nodes/<id>`` and to Kafka clients) as ``--advertised-kafka`` etc.,
   as Kafka's advertised.listeners: a node bound to 0.0.0.0 must not send clients to 0.0.0.0.
 
@@ -56,7 +59,10 @@ from millrace.gateway.assembly import (
     kafka_security,
     listen,
     native_gateway,
+    native_link,
+    native_security,
     native_settings,
+    native_tls,
     node_link,
     peer_server_tls,
     scram_credentials,
@@ -76,10 +82,11 @@ from millrace.gateway.kafka.connection import KafkaFactory
 from millrace.gateway.kafka.node_requests import NodeLink
 from millrace.gateway.kafka.setup import start_background
 from millrace.gateway.native.dispatch import handlers, serve
-from millrace.gateway.native.forwarding import HERE, NodeLinks, forwarding
+from millrace.gateway.native.forwarding import HERE, PLAINTEXT_NATIVE_LINK, NativeLink, NodeLinks, forwarding
 from millrace.gateway.native.handler import NativeProtocol
+from millrace.gateway.native.security import NativeSecurity
 from millrace.gateway.native.txn_cluster import cluster_txn_handlers
-from millrace.gateway.security.properties import SecuritySettings
+from millrace.gateway.security.properties import ListenerSettings, SecuritySettings
 from millrace.protocol import messages as m
 from millrace.protocol.contracts import SegmentInfo
 from millrace.protocol.wire import PROTOCOL_VERSION, Command
@@ -197,21 +204,15 @@ def serve_cluster(options: ServerOptions) -> int:
         security = kafka_security(options)
         link = node_link(security)
         native = native_settings(options)
+        # Forwarded native commands go to the other nodes' NATIVE listener, over its TLS and logged in as
+        # the inter-broker user; the client's principal they carry is what the serving node authorizes.
+        native_to_nodes = native_link(security, native, link)
     except (OSError, ValueError) as exc:  # ConfigError names the property; an unreadable --config file
         print(f"millrace: bad Kafka configuration: {exc}", file=sys.stderr, flush=True)
         return 2
-    # Nodes forward native commands to each other's native listener (NodeLinks), which cannot yet log in
-    # there: a secured native listener is refused on a cluster rather than served unsecured.
-    if native.security_protocol != "PLAINTEXT":
-        print(f"millrace: the native listener cannot be {native.security_protocol} on a cluster node yet "
-              "(listener.security.protocol.map names NATIVE): only on a single server", file=sys.stderr, flush=True)
-        return 2
-    if security.authorizer_enabled:
-        log.warning("the native listener of a cluster node is not authenticated or authorized by the ACLs "
-                    "(only a single server's is): keep it on a private network")
     log.info("Kafka listeners:\n%s", security.describe())
     try:
-        server = ClusterServer(options, setup, security, link)
+        server = ClusterServer(options, setup, security, link, native, native_to_nodes)
     except ValueError as exc:  # the peer listener's TLS key material does not load
         print(f"millrace: {exc}", file=sys.stderr, flush=True)
         return 2
@@ -236,12 +237,18 @@ class ClusterServer:
     then (on the reactor) the listeners' factories and the periodic work."""
 
     def __init__(self, options: ServerOptions, setup: ClusterNodeSetup, security: SecuritySettings,
-                 link: NodeLink) -> None:
+                 link: NodeLink, native: ListenerSettings | None = None,
+                 native_to_nodes: NativeLink = PLAINTEXT_NATIVE_LINK) -> None:
         self.options = options
         self.node_id = setup.node_id
         self.setup = setup
         self.security = security
         self.link = link
+        # The native listener, secured as the Kafka properties' listener NATIVE (as a single server's), and
+        # how this node reaches the others' (``native_link``).
+        self.native = native if native is not None else native_settings(options)
+        self.native_to_nodes = native_to_nodes
+        self.native_security: NativeSecurity | None = None  # made with the broker (its SCRAM users, ACLs)
         # One per Kafka listener, by name, as ``listeners`` orders them; each advertised as kafka_addresses says
         self.kafka_fronts: dict[str, LateFactory] = {}
         self.kafka_addresses: dict[str, tuple[str, int]] = {}
@@ -266,7 +273,8 @@ class ClusterServer:
         and tools' one Kafka address)."""
         kafka = bind_kafka_listeners(self.security, lambda s: self.kafka_fronts.setdefault(s.name, LateFactory()))
         listeners = listen(self.options, {"native": self.native_front, "peer": self.peer_factory,
-                                          "http": self.http_front}, tls={"peer": self.peer_tls, **http_tls(self.security)})
+                                          "http": self.http_front},
+                           tls={"peer": self.peer_tls, **http_tls(self.security), **native_tls(self.native)})
         self.ports = {name: bound_address(port).port for name, port in listeners.items()}
         self.addresses = advertised_addresses(self.options, listeners)
         for i, (settings, port, _) in enumerate(kafka):
@@ -314,6 +322,8 @@ class ClusterServer:
                 broker.scram = scram_credentials(options, tables)
                 broker.acls = kafka_acls(self.security, tables)
                 broker.node_link = self.link
+                # Blocking where the native listener serves OAUTHBEARER (its JWKS is read): here, not on the reactor.
+                self.native_security = native_security(self.security, self.native, broker)
                 break
             except SegmentNotFoundError as exc:
                 # Nodes starting together each make the system tables they find missing: a table
@@ -345,9 +355,10 @@ class ClusterServer:
                                  self.kafka_addresses)
         for name, front in self.kafka_fronts.items():
             front.inner = fronts[name]
-        native_factory = native_gateway(options, self.router, controller, self.pool, broker, transactions=False)
+        native_factory = native_gateway(options, self.router, controller, self.pool, broker, transactions=False,
+                                        security=self.native_security)
         # Native transactions: served by the owner of their table's container, forwarded there by the others.
-        self.links = NodeLinks(broker)
+        self.links = NodeLinks(broker, self.native_to_nodes)
         txn_commands, native_txns = cluster_txn_handlers(broker, cluster, self.links)
         native_factory.controller_commands.update(txn_commands)
         # Scope, stream and table changes run on the elected controller only; the other nodes send them there.

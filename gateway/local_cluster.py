@@ -17,9 +17,11 @@ a process started again (``start``, or ``up`` after a crash of everything) must 
 With ``up --secure`` every link is secured (``DIR/secrets/``, made by ``gateway/cluster_keys.py``, mode
 0700, never printed): ZooKeeper digest credentials (the cluster's znodes are the nodes' alone), mutual TLS
 on the peer listeners (a cluster CA and a certificate per node), CURVE on the log replica links, and
-Kafka listeners that are SASL_SSL only (CLIENT for clients, INTERNAL between nodes, the authorizer on, a
-super user ``admin`` whose password is printed once by that ``up`` and kept in ``DIR/secrets/admin.properties``,
-0600). ``status`` reads ZooKeeper and the replicas with the same keys.
+listeners that are SASL_SSL only: Kafka's CLIENT for clients and INTERNAL between nodes, the native listener
+(``tls://`` endpoints; nodes forward to each other there as the inter-broker user) and the HTTP API, with the
+authorizer on and a super user ``admin`` whose password is printed once by that ``up`` and kept in
+``DIR/secrets/admin.properties``, 0600. ``status`` reads ZooKeeper and the replicas with the same keys, and
+the nodes' HTTP API over TLS with the cluster CA (as ``admin``).
 
 Each process runs in its own session (``start_new_session``), so it outlives the command that started
 it and a Ctrl-C in that terminal reaches none of them. A pid is trusted only while ``/proc/<pid>/
@@ -29,6 +31,7 @@ a zombie counts as stopped.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import json
@@ -37,6 +40,7 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -260,7 +264,9 @@ class LocalCluster:
 
     @property
     def native(self) -> list[str]:
-        return [f"{self.settings.host}:{p.ports['native']}" for p in self.by_role("node")]
+        """The nodes' native listeners, as a client names them (``tls://`` on a secured cluster)."""
+        scheme = "tls://" if self.settings.secure else ""
+        return [f"{scheme}{self.settings.host}:{p.ports['native']}" for p in self.by_role("node")]
 
     @property
     def log_replicas(self) -> list[str]:
@@ -502,9 +508,10 @@ class LocalCluster:
         scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
         lines = [
             "# The nodes' Kafka properties, made by `millrace cluster up --secure` (holds passwords: 0600).",
-            "# CLIENT: what clients use; INTERNAL: the nodes' own link (inter-broker). Both SASL over TLS.",
+            "# CLIENT: what Kafka clients use; INTERNAL: the nodes' own link (inter-broker); NATIVE: the native",
+            "# listener (clients, and nodes forwarding to each other as broker); HTTP: the HTTP API. All SASL over TLS.",
             f"listeners=CLIENT://{s.host}:0,INTERNAL://{s.host}:0",
-            "listener.security.protocol.map=CLIENT:SASL_SSL,INTERNAL:SASL_SSL",
+            "listener.security.protocol.map=CLIENT:SASL_SSL,INTERNAL:SASL_SSL,NATIVE:SASL_SSL,HTTP:SASL_SSL",
             "inter.broker.listener.name=INTERNAL",
             "sasl.mechanism.inter.broker.protocol=PLAIN",
             "listener.name.internal.sasl.enabled.mechanisms=PLAIN",
@@ -514,6 +521,14 @@ class LocalCluster:
             f'listener.name.client.plain.sasl.jaas.config={plain} user_admin="{admin}";',
             f"listener.name.client.scram-sha-256.sasl.jaas.config={scram}",
             f"listener.name.client.scram-sha-512.sasl.jaas.config={scram}",
+            "listener.name.native.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+            f'listener.name.native.plain.sasl.jaas.config={plain} user_admin="{admin}" user_broker="{broker}";',
+            f"listener.name.native.scram-sha-256.sasl.jaas.config={scram}",
+            f"listener.name.native.scram-sha-512.sasl.jaas.config={scram}",
+            "listener.name.http.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+            f'listener.name.http.plain.sasl.jaas.config={plain} user_admin="{admin}";',
+            f"listener.name.http.scram-sha-256.sasl.jaas.config={scram}",
+            f"listener.name.http.scram-sha-512.sasl.jaas.config={scram}",
             "ssl.keystore.type=PEM",
             f"ssl.keystore.location={keys.node_keystore('1')}",
             "ssl.truststore.type=PEM",
@@ -700,10 +715,19 @@ class LocalCluster:
 
     def _node_http(self, process: Process) -> tuple[dict[str, Any] | None, dict[int, int]]:
         """A node's ``/health`` (its containers' states) and, from ``/metrics``, each of its containers'
-        durable log bytes; (None, {}) if it does not answer."""
-        base = f"http://{self.settings.host}:{process.ports['http']}"
+        durable log bytes; (None, {}) if it does not answer. A secured cluster's HTTP API is HTTPS checked
+        against the cluster CA, asked as ``admin`` (reads are open unless the nodes require a principal)."""
+        secure = self.settings.secure
+        base = f"{'https' if secure else 'http'}://{self.settings.host}:{process.ports['http']}"
+        context = ssl.create_default_context(cafile=str(self.keys.ca)) if secure else None
+        headers = self._admin_authorization() if secure else {}
+
+        def get(path: str) -> Any:
+            return urllib.request.urlopen(urllib.request.Request(f"{base}{path}", headers=headers),
+                                          timeout=2, context=context)
+
         try:
-            with urllib.request.urlopen(f"{base}/health", timeout=2) as answer:
+            with get("/health") as answer:
                 health = json.loads(answer.read())
         except urllib.error.HTTPError as exc:  # 503: not every container runs; the body says which
             health = json.loads(exc.read())
@@ -711,7 +735,7 @@ class LocalCluster:
             return None, {}
         log_bytes: dict[int, int] = {}
         try:
-            with urllib.request.urlopen(f"{base}/metrics", timeout=2) as answer:
+            with get("/metrics") as answer:
                 for line in answer.read().decode().splitlines():
                     m = _LOG_BYTES.match(line)
                     if m:
@@ -719,6 +743,19 @@ class LocalCluster:
         except (OSError, ValueError):
             pass
         return health, log_bytes
+
+    def _admin_authorization(self) -> dict[str, str]:
+        """HTTP Basic credentials of the super user ``admin`` (from DIR/secrets/admin.properties; never
+        shown), or none if that file is gone."""
+        try:
+            text = (self.keys.directory / "admin.properties").read_text()
+        except OSError:
+            return {}
+        found = re.search(r'username="([^"]*)" password="([^"]*)"', text)
+        if found is None:
+            return {}
+        token = base64.b64encode(f"{found.group(1)}:{found.group(2)}".encode()).decode()
+        return {"Authorization": f"Basic {token}"}
 
     def _log_status(self, records: dict[str, Any]) -> list[dict[str, Any]]:
         """Each log's epoch, truncation point and current ensemble, with what every replica of it holds

@@ -14,8 +14,9 @@ Invariants (Kafka's SaslServerAuthenticator's, on the native wire):
   authenticates again on the connection (as the same principal) before it ends, and a request after the
   end is refused as above;
 - every request of a session carries the session's principal (``Request.principal``) to its handler and
-  to any node it is forwarded to; only a super user may send a principal of its own (a cluster node
-  forwarding a client's request), so a client cannot act as another;
+  to any node it is forwarded to; only an authenticated super user (``super.users``: a cluster node
+  forwarding a client's request, logged in as the inter-broker user) may send a principal of its own, in
+  a forwarded request, so a client cannot act as another;
 - with an authorizer, ``authorization.RULES`` decides every request before its handler runs.
 """
 
@@ -64,6 +65,8 @@ class NativeSecurity:
     max_pre_auth_bytes: int = 524288
     acls: Callable[[], AclTable | None] = lambda: None  # the broker's ACLs, when an authorizer is on
     kafka_scope: str = "kafka"
+    # ``super.users``: who may forward a request for another principal (the authorizer's, when one is on)
+    super_users: frozenset[KafkaPrincipal] = frozenset()
 
     @property
     def uses_sasl(self) -> bool:
@@ -121,8 +124,9 @@ class NativeSession:
         acting = self.principal
         table = self.security.acls()
         asserted = request.principal
-        if asserted is not None and request.forwarded and table is not None and \
-                acting in table.authorizer.super_users:
+        trusted = table.authorizer.super_users if table is not None else self.security.super_users
+        # Only an authenticated super user is believed (whoever else sends a principal is served as itself).
+        if asserted is not None and request.forwarded and self.authenticated and acting in trusted:
             acting = KafkaPrincipal.parse(asserted)  # a node forwarding a client's request, for that client
         else:
             object.__setattr__(request, "principal", str(acting))  # a fresh object: nothing else holds it

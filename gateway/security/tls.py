@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import logging
 import os
+import ssl as stdlib_ssl
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -186,3 +188,37 @@ def client_tls(settings: SslSettings) -> Callable[[str], IOpenSSLClientConnectio
     presented = ssl.PrivateCertificate.fromCertificateAndKeyPair(
         ssl.Certificate(crypto.X509.from_cryptography(chain[0])), ssl.KeyPair(crypto.PKey.from_cryptography_key(key)))
     return lambda host: ssl.optionsForClientTLS(host, trustRoot=root, clientCertificate=presented)
+
+
+def client_ssl_context(settings: SslSettings) -> stdlib_ssl.SSLContext:
+    """``client_tls`` for a blocking socket (a node dialling another node's native listener from a worker
+    thread: ``store/cluster/connection.py`` runs TLS over memory BIOs): TLS 1.2 at least, the server's
+    certificate checked against the trust store's CAs (without one, the system's) and the host name
+    dialled, the key store's certificate presented where the server asks for one. TlsConfigError for key
+    material that does not load."""
+    try:
+        if settings.truststore_location:
+            context = stdlib_ssl.create_default_context(cafile=settings.truststore_location)
+        elif settings.truststore_certificates:
+            context = stdlib_ssl.create_default_context(cadata=settings.truststore_certificates)
+        else:
+            context = stdlib_ssl.create_default_context()
+    except (OSError, stdlib_ssl.SSLError) as e:
+        raise TlsConfigError(f"no CA certificate of the trust store loads: {e}") from None
+    context.minimum_version = stdlib_ssl.TLSVersion.TLSv1_2
+    if not settings.keystore_location and not settings.keystore_certificate_chain:
+        return context
+    build_context(settings)  # the key store loads and its key matches its certificate, or this fails loudly
+    password = settings.key_password.value if settings.key_password else None
+    try:
+        if settings.keystore_location:
+            context.load_cert_chain(settings.keystore_location, password=password)
+        else:  # inline PEM: the ssl module loads key material from files only (one of the owner's, removed)
+            assert settings.keystore_certificate_chain is not None and settings.keystore_key is not None
+            with tempfile.NamedTemporaryFile("w", suffix=".pem") as pem:  # created 0600
+                pem.write(settings.keystore_key.value + "\n" + settings.keystore_certificate_chain)
+                pem.flush()
+                context.load_cert_chain(pem.name, password=password)
+    except (OSError, stdlib_ssl.SSLError) as e:
+        raise TlsConfigError(f"the key store's certificate chain and key do not load ({type(e).__name__})") from None
+    return context

@@ -54,10 +54,10 @@ class _TlsChannel:
     (held only for in-memory work); ``_send_lock`` orders what goes out on the socket, so records leave
     in the order OpenSSL made them, whichever thread made them."""
 
-    def __init__(self, sock: socket.socket, context: ssl.SSLContext) -> None:
+    def __init__(self, sock: socket.socket, context: ssl.SSLContext, server_hostname: str | None = None) -> None:
         self._sock = sock
         self._in, self._out = ssl.MemoryBIO(), ssl.MemoryBIO()
-        self._tls = context.wrap_bio(self._in, self._out, server_side=False)
+        self._tls = context.wrap_bio(self._in, self._out, server_side=False, server_hostname=server_hostname)
         self._tls_lock = threading.Lock()
         self._send_lock = threading.Lock()
         while True:  # the handshake, before any other thread uses the connection
@@ -109,9 +109,11 @@ class _TlsChannel:
 
 class NodeConnection:
     """One TCP connection to a node's native (peer) listener, mutual TLS with ``tls``; ``request`` may be
-    called from any thread."""
+    called from any thread. ``tls_hostname``: the name the listener's certificate is checked against when
+    the context checks host names (the peer listeners' does not: the cluster CA is the membership)."""
 
-    def __init__(self, host: str, port: int, connect_timeout: float = 5.0, tls: ssl.SSLContext | None = None) -> None:
+    def __init__(self, host: str, port: int, connect_timeout: float = 5.0, tls: ssl.SSLContext | None = None,
+                 tls_hostname: str | None = None) -> None:
         self.address = f"{host}:{port}"
         try:
             self._sock = socket.create_connection((host, port), timeout=connect_timeout)
@@ -121,7 +123,7 @@ class NodeConnection:
         self._io: _PlainChannel | _TlsChannel = _PlainChannel(self._sock)
         if tls is not None:
             try:
-                self._io = _TlsChannel(self._sock, tls)  # within connect_timeout
+                self._io = _TlsChannel(self._sock, tls, tls_hostname)  # within connect_timeout
             except OSError as exc:  # ssl.SSLError among them: e.g. a certificate the cluster CA did not sign
                 self._sock.close()
                 raise NotSentError(f"TLS with {self.address} failed: {exc}") from exc

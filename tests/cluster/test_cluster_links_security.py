@@ -10,7 +10,15 @@ process without the cluster's keys gets nowhere.
 - A node's peer listener lets in neither a plain TCP client nor a TLS client whose certificate another CA
   signed, and a node never talks to a listener whose certificate the cluster CA did not sign; a node's
   own certificate gets answers.
-- ``cluster status`` reads ZooKeeper and the replicas with the keys, and shows no secret."""
+- ``cluster status`` reads ZooKeeper and the replicas with the keys, and the nodes' HTTPS API with the
+  cluster CA, and shows no secret.
+- The native listener is SASL_SSL and the ACLs rule it on every node, as on a single server: the super
+  user's changes made on one node are written and read through the other (nodes forward to each other
+  logged in as the inter-broker user); a principal without ACLs is refused on either node, an
+  unauthenticated client is not served; a principal a client puts in its requests is not believed (only
+  a super user's, which is what a forwarding node is); an ACL made with Kafka's CreateAcls rules the
+  native commands on both nodes, and the principal a forwarded request carries is the client's (a
+  transaction begun through a node that forwards it belongs to its client alone)."""
 
 from __future__ import annotations
 
@@ -18,7 +26,8 @@ import re
 import socket
 import ssl
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -251,6 +260,8 @@ def test_status_reads_everything_and_shows_no_secret(secured: Secured) -> None:
     assert status["controller"] in ("1", "2")
     assert all(c["owner_live"] for c in status["containers"])
     assert status["logs"] and all(r["answered"] for log in status["logs"] for r in log["replicas"])
+    # Each node's /health, read over TLS with the cluster CA (the HTTP listener is SASL_SSL).
+    assert all(node["health"] is not None for node in status["nodes"]), status["nodes"]
     text = millrace("cluster", "status", "--dir", str(secured.cli.directory), timeout=60)
     assert text.returncode == 0, text.stderr
     assert "NO LIVE OWNER" not in text.stdout and "no answer" not in text.stdout
@@ -258,3 +269,198 @@ def test_status_reads_everything_and_shows_no_secret(secured: Secured) -> None:
     shown += [p.read_text(errors="replace") for p in secured.cli.directory.glob("*/out.log")]
     for secret in secured.secrets():
         assert not any(secret in place for place in shown)
+
+
+# -- the native listener ---------------------------------------------------------------------------------
+USERS = {"carol": "carol-native-secret", "dave": "dave-native-secret"}  # SCRAM-SHA-512, made by `millrace users`
+
+
+def _native_uri(secured: Secured, node: int) -> str:
+    return f"tls://127.0.0.1:{secured.processes('node')[node - 1]['ports']['native']}"
+
+
+def _manager(secured: Secured, node: int, user: str | None = None) -> Any:
+    from millrace import StreamManager
+
+    if user is None:
+        return StreamManager(_native_uri(secured, node), ca_file=secured.admin["ca"], reconnect_timeout=5)
+    if user == "admin":
+        return StreamManager(_native_uri(secured, node), username="admin", password=secured.admin["password"],
+                             mechanism="PLAIN", ca_file=secured.admin["ca"], reconnect_timeout=5)
+    return StreamManager(_native_uri(secured, node), username=user, password=USERS[user],
+                         mechanism="SCRAM-SHA-512", ca_file=secured.admin["ca"], reconnect_timeout=5)
+
+
+def _connection(secured: Secured, node: int, user: str | None = None) -> Any:
+    """A raw native connection to ``node`` (authenticated as ``user``: sends any request as it is)."""
+    from millrace.client.connection import Connection, Endpoint
+    from millrace.client.security import ClientSecurity
+
+    port = secured.processes("node")[node - 1]["ports"]["native"]
+    security = ClientSecurity.of(username=user, password=USERS.get(user or ""), mechanism="SCRAM-SHA-512",
+                                 ca_file=secured.admin["ca"]) if user else ClientSecurity(ca_file=secured.admin["ca"])
+    return Connection(Endpoint("127.0.0.1", port, tls=True), connect_timeout=10, security=security)
+
+
+def _eventually(check: Callable[[], Any], seconds: float = 20.0) -> Any:
+    """``check()``'s value once it stops raising (users and ACLs reach the other nodes within a second or so)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return check()
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
+
+
+@pytest.fixture(scope="module")
+def native_users(secured: Secured, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """carol and dave, SCRAM users without any ACL, known to both nodes' native listeners."""
+    home = tmp_path_factory.mktemp("native-users")
+    for user, secret in USERS.items():
+        password_file = home / f"{user}.password"
+        password_file.write_text(secret + "\n")
+        made = millrace("users", "--bootstrap-server", secured.cli.bootstrap.split(",")[0], "--command-config",
+                        secured.admin["client_properties"], "set", user, "--mechanism", "SCRAM-SHA-512",
+                        "--password-file", str(password_file), timeout=60)
+        assert made.returncode == 0, made.stderr
+    for node in (1, 2):
+        for user in USERS:
+            _eventually(lambda node=node, user=user: _connection(secured, node, user).close())
+    return USERS
+
+
+def test_native_changes_made_on_one_node_are_written_and_read_through_the_other(secured: Secured) -> None:
+    from millrace.client.streams import ScalingPolicy
+
+    for made_on, used_on in ((1, 2), (2, 1)):  # one of the two forwards the changes to the controller
+        scope = f"native{made_on}"
+        with _manager(secured, made_on, "admin") as admin:
+            assert admin.create_scope(scope)
+            assert admin.create_stream(scope, "events", scaling=ScalingPolicy.fixed(4))  # segments on both nodes
+        with _manager(secured, used_on, "admin") as admin:
+            with admin.create_writer(scope, "events") as writer:
+                for i in range(8):
+                    writer.write_event(f"e{i}".encode(), routing_key=f"k{i}").result(30)
+            group = admin.create_reader_group("readers", scope, "events")
+            read = []
+            with group.create_reader("r") as reader:
+                while len(read) < 8:
+                    event = reader.read_next_event(timeout=15)
+                    assert event is not None, f"read {read} only"
+                    read.append(event.data)
+            assert sorted(read) == sorted(f"e{i}".encode() for i in range(8))
+            assert scope in admin.list_scopes()
+
+
+def test_native_refuses_a_principal_without_acls_and_serves_no_unauthenticated_client(
+        secured: Secured, native_users: dict[str, str]) -> None:
+    from millrace import AuthenticationError, AuthorizationError
+    from millrace.client.connection import Connection, Endpoint
+    from millrace.protocol.errors import ConnectionLostError
+
+    with _manager(secured, 1, "admin") as admin:
+        admin.create_scope("guarded")
+        admin.create_stream("guarded", "events")
+    for node in (1, 2):
+        with _manager(secured, node, "carol") as carol:
+            with pytest.raises(AuthorizationError):
+                carol.create_scope(f"carols{node}")
+            with pytest.raises(AuthorizationError):
+                carol.create_stream("guarded", f"mine{node}")
+            with pytest.raises(AuthorizationError):
+                carol.create_writer("guarded", "events").write_event(b"no", routing_key="k").result(30)
+            with pytest.raises(AuthorizationError):
+                carol.delete_scope("guarded")
+        with _manager(secured, node) as anonymous, pytest.raises(AuthenticationError):
+            anonymous.create_scope(f"anonymous{node}")
+        port = secured.processes("node")[node - 1]["ports"]["native"]
+        with pytest.raises(ConnectionLostError):  # plain TCP: the listener speaks TLS only
+            Connection(Endpoint("127.0.0.1", port), connect_timeout=3)
+    with _manager(secured, 2, "admin") as admin:
+        assert not any(s.startswith(("carols", "anonymous")) for s in admin.list_scopes())
+        assert admin.list_streams("guarded") == ["events"]
+
+
+def test_a_principal_in_a_clients_request_is_not_believed(secured: Secured, native_users: dict[str, str]) -> None:
+    from millrace import AuthenticationError, AuthorizationError
+    from millrace.protocol import messages as m
+
+    for node in (1, 2):
+        carol = _connection(secured, node, "carol")
+        try:
+            for forged in (m.CreateScope(scope=f"forged{node}", principal="User:admin"),
+                           m.CreateScope(scope=f"forged{node}", principal="User:admin", forwarded=True),
+                           m.CreateScope(scope=f"forged{node}", principal="User:broker", forwarded=True)):
+                with pytest.raises(AuthorizationError, match="carol"):
+                    carol.request(forged).result(30)
+        finally:
+            carol.close()
+        anonymous = _connection(secured, node)
+        try:
+            with pytest.raises(AuthenticationError):
+                anonymous.request(m.CreateScope(scope=f"forged{node}", principal="User:admin",
+                                                forwarded=True)).result(30)
+        finally:
+            anonymous.close()
+    # A super user's (a forwarding node's) principal is believed, so the refusals above are the rule's:
+    # the super user asserting carol is refused what carol may not do.
+    with _manager(secured, 1, "admin") as admin:
+        connection = admin.pool.get(admin.controller.endpoint)
+        with pytest.raises(AuthorizationError, match="carol"):
+            connection.request(m.CreateScope(scope="forged-for-carol", principal="User:carol",
+                                             forwarded=True)).result(30)
+        assert not any(s.startswith("forged") for s in admin.list_scopes())
+
+
+def test_kafka_acls_rule_native_commands_on_both_nodes(secured: Secured, native_users: dict[str, str]) -> None:
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    from millrace import AuthorizationError
+
+    with _manager(secured, 1, "admin") as admin:
+        admin.create_scope("shared")
+        admin.create_stream("shared", "orders")
+        admin.create_stream("shared", "other")
+    allowed = [(user, ResourceType.TOPIC, "shared/orders", ResourcePatternType.LITERAL, AclOperation.WRITE)
+               for user in USERS]
+    allowed += [("carol", ResourceType.TOPIC, f"owned{node}/", ResourcePatternType.PREFIXED, AclOperation.ALL)
+                for node in (1, 2)]
+    kafka = AdminClient(secured.kafka())
+    for future in kafka.create_acls([AclBinding(rt, name, pattern, f"User:{user}", "*", operation,
+                                                AclPermissionType.ALLOW)
+                                     for user, rt, name, pattern, operation in allowed]).values():
+        future.result(30)
+    for node in (1, 2):
+        with _manager(secured, node, "carol") as carol:
+            def write(carol: Any = carol) -> None:
+                with carol.create_writer("shared", "orders") as writer:
+                    writer.write_event(b"by carol", routing_key="k").result(30)
+
+            _eventually(write)  # once this node has loaded the new ACLs
+            with pytest.raises(AuthorizationError):  # the ACL names one stream
+                carol.create_writer("shared", "other").write_event(b"no", routing_key="k").result(30)
+            # A PREFIXED owned<N>/ ACL owns that scope: made through either node (one forwards it).
+            assert _eventually(lambda carol=carol, node=node: carol.create_scope(f"owned{node}"))
+            assert carol.create_stream(f"owned{node}", "mine")
+    # The principal a forwarded transaction command carries is its client's: a transaction carol begins
+    # through a node belongs to carol on the node serving the transactions, and dave, allowed to write the
+    # stream, may not commit it through the same node (through the node that forwards, a lost principal
+    # would make both of them the forwarding node's).
+    for node in (1, 2):
+        with _manager(secured, node, "carol") as carol, _manager(secured, node, "dave") as dave:
+            txn = carol.create_transaction_writer("shared", "orders").begin_txn()
+            txn.write_event(b"in a transaction", routing_key="k")
+            txn.flush()
+            with pytest.raises(AuthorizationError):
+                dave.create_transaction_writer("shared", "orders").get_txn(txn.txn_id).commit()
+            txn.commit()
+            assert str(txn.check_status()).endswith("COMMITTED")

@@ -1,6 +1,7 @@
 """How cluster nodes reach each other's Kafka listeners: ``node_link`` reads Kafka's inter-broker
 properties (and refuses ones a node could not log in with), ``SaslClient`` speaks PLAIN and SCRAM to the
-server's own mechanisms, and ``cluster up --config`` gives each node its listeners on ports of its own."""
+server's own mechanisms, and ``cluster up --config`` gives each node its listeners on ports of its own.
+``native_link``: the same login on the other nodes' native listener, refused by name where it cannot work."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from millrace.gateway.assembly import node_link
+from millrace.gateway.assembly import native_link, node_link
 from millrace.gateway.local_cluster import ClusterSettings
-from millrace.gateway.security.properties import ConfigError, security_settings
+from millrace.gateway.native.forwarding import NativeLink
+from millrace.gateway.security.properties import ConfigError, native_listener_settings, security_settings
 from millrace.gateway.security.sasl import (
     InMemoryCredentialStore,
     SaslAuthenticationError,
@@ -125,3 +127,44 @@ def test_cluster_up_gives_each_node_its_listeners_on_its_own_ports(tmp_path: Pat
                     "--override", "listeners=INTERNAL://127.0.0.1:4001,CLIENT://127.0.0.1:4002",
                     "--override", "advertised.listeners="]
     assert ClusterSettings().kafka_overrides({"kafka": 1}) == []
+
+
+# -- the native link: how a node logs in to the others' native listener -----------------------------------
+def _native(**extra: str) -> dict[str, str]:
+    """A SASL inter-broker login as ``node``, and a SASL_PLAINTEXT native listener."""
+    return _sasl(**{"inter.broker.listener.name": "INTERNAL", "sasl.mechanism.inter.broker.protocol": "PLAIN",
+                    "listener.name.internal.plain.sasl.jaas.config": f'{PLAIN} username="node" password="pw" '
+                                                                     'user_node="pw";',
+                    "listener.security.protocol.map": "INTERNAL:SASL_PLAINTEXT,CLIENT:PLAINTEXT,NATIVE:SASL_PLAINTEXT",
+                    "listener.name.native.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
+                    "listener.name.native.plain.sasl.jaas.config": f'{PLAIN} user_node="pw" user_alice="x";',
+                    "listener.name.native.scram-sha-512.sasl.jaas.config": f"{SCRAM};",
+                    "super.users": "User:node", **extra})
+
+
+def _native_link(props: dict[str, str]) -> NativeLink:
+
+    security = security_settings(props)
+    return native_link(security, native_listener_settings(props, "127.0.0.1", 0), node_link(security))
+
+
+def test_a_node_logs_in_to_the_native_listener_as_the_inter_broker_user() -> None:
+    link = _native_link(_native())
+    assert link.login == SaslLogin("PLAIN", "node", "pw") and link.tls is None
+    plain = _native_link({"listeners": "PLAINTEXT://127.0.0.1:0"})
+    assert (plain.login, plain.tls) == (None, None)
+
+
+@pytest.mark.parametrize(("change", "named"), [
+    ({"listener.name.native.sasl.enabled.mechanisms": "SCRAM-SHA-512"}, "listener.name.native.sasl.enabled.mechanisms"),
+    ({"listener.name.native.plain.sasl.jaas.config": f'{PLAIN} user_alice="x";'},
+     "listener.name.native.plain.sasl.jaas.config"),
+    ({"super.users": "User:alice"}, "super.users"),
+    ({"listener.security.protocol.map": "INTERNAL:PLAINTEXT,CLIENT:PLAINTEXT,NATIVE:SASL_PLAINTEXT"},
+     "listener.security.protocol.map"),
+])
+def test_a_native_login_a_node_cannot_make_is_refused_by_name(change: dict[str, str], named: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        _native_link(_native(**change))
+    assert named in str(refused.value)
+    assert "pw" not in str(refused.value)
