@@ -60,6 +60,7 @@ from millrace.store.cluster.node import ClusterNode, ClusterNodeConfig
 from millrace.store.cluster.peer_tls import PeerTls
 from millrace.store.cluster.routing import ClusterSegmentStore, LocalSegments
 from millrace.store.cluster.zk_auth import ZooKeeperCredentials
+from millrace.store.cluster.zk_tls import ZooKeeperTls
 from millrace.store.containers.config import ContainerConfig
 from millrace.store.containers.rates import RateConfig
 from millrace.store.contracts import SegmentService
@@ -141,13 +142,14 @@ def build_store(options: ServerOptions) -> SegmentStore:
 class ClusterNodeSetup:
     """What a cluster node needs before it listens: its id, its logs' replication (every container's log
     must be reachable from whichever node owns it next) and the long-term storage all nodes share; on a
-    secured cluster its ZooKeeper identity and the peer listener's mutual TLS."""
+    secured cluster its ZooKeeper identity, the peer listener's mutual TLS and TLS to ZooKeeper."""
 
     node_id: str
     replication: ReplicationConfig
     storage: ChunkStorage
     zookeeper_credentials: ZooKeeperCredentials | None = None
     peer_tls: PeerTls | None = None
+    zookeeper_tls: ZooKeeperTls | None = None
 
 
 def cluster_node_setup(options: ServerOptions) -> ClusterNodeSetup:
@@ -164,7 +166,9 @@ def cluster_node_setup(options: ServerOptions) -> ClusterNodeSetup:
     credentials = (ZooKeeperCredentials.load(options.zookeeper_credentials)  # ZooKeeperCredentialsError
                    if options.zookeeper_credentials else None)
     peer_tls = PeerTls.from_flags(options.peer_tls_keystore, options.peer_tls_truststore)  # PeerTlsError
-    return ClusterNodeSetup(node_id, replication, long_term_storage(options), credentials, peer_tls)
+    zookeeper_tls = ZooKeeperTls.from_flags(options.zookeeper_tls_keystore,  # ZooKeeperTlsError
+                                            options.zookeeper_tls_truststore)
+    return ClusterNodeSetup(node_id, replication, long_term_storage(options), credentials, peer_tls, zookeeper_tls)
 
 
 def peer_server_tls(setup: ClusterNodeSetup) -> ServerTls | None:
@@ -185,7 +189,8 @@ def build_cluster_node(options: ServerOptions, setup: ClusterNodeSetup, ports: M
     """A cluster node, not started: it registers with its listeners' ports and advertised addresses."""
     info = NodeInfo(setup.node_id, options.host, dict(ports), dict(addresses))
     config = ClusterNodeConfig(options.zookeeper or "", info, options.containers, setup.replication,
-                               options.session_timeout_seconds, credentials=setup.zookeeper_credentials)
+                               options.session_timeout_seconds, credentials=setup.zookeeper_credentials,
+                               tls=setup.zookeeper_tls)
     return ClusterNode(config, setup.storage, container_config(options),
                        host_factory=partial(SegmentContainerHost, rates=rate_config(options),
                                             container_budget_bytes=options.container_budget_mb * MIB))

@@ -116,6 +116,12 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     cluster.add_argument("--peer-tls-truststore", default=None, metavar="FILE",
                          help="mutual TLS on the peer links: the cluster CA's certificate (PEM); only nodes it "
                               "signed are let in or dialled")
+    cluster.add_argument("--zookeeper-tls-truststore", default=None, metavar="FILE",
+                         help="TLS to ZooKeeper (--zookeeper names its secureClientPort): the certificate (PEM) of "
+                              "the CA that signed ZooKeeper's, which must also name the host dialled")
+    cluster.add_argument("--zookeeper-tls-keystore", default=None, metavar="FILE",
+                         help="TLS to ZooKeeper: this node's certificate chain and private key (PEM), for a "
+                              "ZooKeeper that asks for client certificates (ssl.clientAuth=need, its default)")
     p.add_argument("--log-level", default="INFO")
 
 

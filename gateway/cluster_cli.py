@@ -62,6 +62,9 @@ def add_cluster_parser(sub: argparse._SubParsersAction) -> None:
     keys.add_argument("--node", action="append", required=True, metavar="ID=HOST[,HOST...]",
                       help="a node's id and the host names and addresses it is reached at (repeat per node)")
     keys.add_argument("--zookeeper-user", default="millrace", help="the nodes' ZooKeeper digest user name")
+    keys.add_argument("--zookeeper-host", default=None, metavar="HOST[,HOST...]",
+                      help="TLS to ZooKeeper too: a certificate for ZooKeeper's secureClientPort, for the host names "
+                      "and addresses the nodes reach it at (the nodes' flags then carry --zookeeper-tls-*)")
 
     down = actions.add_parser("down", help="stop every process (SIGTERM, then SIGKILL after --timeout)")
     down.add_argument("--dir", required=True, help="the cluster's directory")
@@ -129,15 +132,20 @@ def make_keys(args: argparse.Namespace) -> int:
     """``cluster keys``: the files, and each process's flags (paths only, never a secret)."""
     from millrace.gateway.cluster_keys import create_cluster_secrets
 
+    zookeeper = [h.strip() for h in (args.zookeeper_host or "").split(",") if h.strip()] or None
     try:
-        keys = create_cluster_secrets(args.dir, node_names(args.node), args.zookeeper_user)
+        keys = create_cluster_secrets(args.dir, node_names(args.node), args.zookeeper_user, zookeeper)
     except (ValueError, FileExistsError) as exc:
         print(f"millrace: {exc}", file=sys.stderr)
         return 1
     print(f"cluster keys in {keys.directory} (secret files are 0600; keep {keys.ca_key} offline)")
     print(f"  every logd:   millrace logd ... {' '.join(keys.logd_flags())}")
     for node_id in node_names(args.node):
-        print(f"  node {node_id}:{' ' * max(1, 7 - len(node_id))}millrace serve ... {' '.join(keys.node_flags(node_id))}")
+        flags = keys.node_flags(node_id, zookeeper_tls=zookeeper is not None)
+        print(f"  node {node_id}:{' ' * max(1, 7 - len(node_id))}millrace serve ... {' '.join(flags)}")
+    if zookeeper is not None:
+        print(f"  ZooKeeper's zoo.cfg: secureClientPort=<port> {' '.join(keys.zookeeper_tls_properties())} "
+              "(no clientPort; the nodes' --zookeeper names the secureClientPort)")
     print(f"  Kafka TLS listeners: ssl.keystore.location=<the node's --peer-tls-keystore>, "
           f"ssl.truststore.location={keys.ca} (both ssl.*.type=PEM)")
     return 0

@@ -6,13 +6,17 @@ deployment, and ``millrace cluster up --secure`` for a local one.
                                   the Kafka listeners' ssl.truststore.location (clients trust it too)
       tls/ca.key                  the CA's private key (0600): only to sign more nodes; keep it offline
       tls/node-<ID>.pem           node ID's private key and certificate chain (0600), for the names and
-                                  addresses it is reached at: its --peer-tls-keystore and ssl.keystore.location
+                                  addresses it is reached at: its --peer-tls-keystore, ssl.keystore.location
+                                  and, when ZooKeeper is TLS, its --zookeeper-tls-keystore
+      tls/zookeeper.pem           ZooKeeper's private key and certificate chain (0600), for the names and
+                                  addresses it is reached at (only when asked for): its ssl.keyStore.location
+                                  on the secureClientPort; the nodes' --zookeeper-tls-truststore is tls/ca.pem
       curve/logd/, curve/nodes/   the log replica links' CURVE key pairs (store/durablelog/curve.py)
       zookeeper.credentials       the nodes' ZooKeeper digest identity (0600): --zookeeper-credentials
 
 Certificates are made with the ``cryptography`` library: an EC P-256 CA valid ten years, node
 certificates valid two years with serverAuth and clientAuth (a node is a TLS server to its peers and
-Kafka clients, and a TLS client to its peers' listeners). Nothing here is ever printed; the secret
+Kafka clients, a TLS client to its peers' listeners and to ZooKeeper). Nothing here is ever printed; the secret
 files are created readable by their owner only and never overwritten.
 """
 
@@ -119,6 +123,10 @@ class ClusterKeys:
         return self.directory / "tls" / f"node-{node_id}.pem"
 
     @property
+    def zookeeper_keystore(self) -> Path:
+        return self.directory / "tls" / "zookeeper.pem"
+
+    @property
     def zookeeper_credentials(self) -> Path:
         return self.directory / "zookeeper.credentials"
 
@@ -138,12 +146,23 @@ class ClusterKeys:
     def node_authorized_keys(self) -> Path:
         return self.directory / "curve" / "nodes"
 
-    def node_flags(self, node_id: str) -> list[str]:
-        """``millrace serve`` flags of node ``node_id`` (besides the Kafka listeners' properties)."""
-        return ["--zookeeper-credentials", str(self.zookeeper_credentials),
+    def node_flags(self, node_id: str, zookeeper_tls: bool = False) -> list[str]:
+        """``millrace serve`` flags of node ``node_id`` (besides the Kafka listeners' properties); with
+        ``zookeeper_tls`` TLS to ZooKeeper too (its certificate the cluster CA's, the node's presented)."""
+        tls = ["--zookeeper-tls-keystore", str(self.node_keystore(node_id)),
+               "--zookeeper-tls-truststore", str(self.ca)] if zookeeper_tls else []
+        return ["--zookeeper-credentials", str(self.zookeeper_credentials), *tls,
                 "--peer-tls-keystore", str(self.node_keystore(node_id)), "--peer-tls-truststore", str(self.ca),
                 "--log-curve-secret-key", str(self.node_secret_key),
                 "--log-curve-server-key", str(self.logd_public_key)]
+
+    def zookeeper_tls_properties(self) -> list[str]:
+        """What a ZooKeeper (3.5.7 or later: PEM stores) needs in its zoo.cfg for TLS clients with this
+        cluster's keys, besides ``secureClientPort``: Netty (the NIO factory has no TLS), its certificate,
+        and client certificates of the cluster CA required."""
+        return ["serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
+                f"ssl.keyStore.location={self.zookeeper_keystore}", "ssl.keyStore.type=PEM",
+                f"ssl.trustStore.location={self.ca}", "ssl.trustStore.type=PEM", "ssl.clientAuth=need"]
 
     def logd_flags(self) -> list[str]:
         """``millrace logd`` flags."""
@@ -152,9 +171,11 @@ class ClusterKeys:
 
 
 def create_cluster_secrets(directory: str | os.PathLike[str], nodes: dict[str, list[str]],
-                           zookeeper_user: str = ZOOKEEPER_USER) -> ClusterKeys:
+                           zookeeper_user: str = ZOOKEEPER_USER,
+                           zookeeper_names: list[str] | None = None) -> ClusterKeys:
     """Make the cluster CA, a certificate for each node (node id -> its host names and addresses), the
-    CURVE key pairs and the ZooKeeper identity under ``directory`` (which must not hold them already)."""
+    CURVE key pairs and the ZooKeeper identity under ``directory`` (which must not hold them already);
+    with ``zookeeper_names`` (ZooKeeper's host names and addresses) a certificate for ZooKeeper's TLS port."""
     keys = ClusterKeys(Path(directory))
     if keys.ca_key.exists() or keys.zookeeper_credentials.exists():
         raise FileExistsError(f"{directory} holds a cluster's keys already: not overwriting them")
@@ -167,6 +188,10 @@ def create_cluster_secrets(directory: str | os.PathLike[str], nodes: dict[str, l
         certificate, key = issue(ca, ca_key, f"node-{node_id}", names)
         chain = certificate.public_bytes(serialization.Encoding.PEM) + ca.public_bytes(serialization.Encoding.PEM)
         _write(keys.node_keystore(node_id), _key_pem(key) + chain, secret=True)
+    if zookeeper_names:
+        certificate, key = issue(ca, ca_key, "zookeeper", zookeeper_names)
+        chain = certificate.public_bytes(serialization.Encoding.PEM) + ca.public_bytes(serialization.Encoding.PEM)
+        _write(keys.zookeeper_keystore, _key_pem(key) + chain, secret=True)
     create_cluster_keys(keys.directory / "curve")
     ZooKeeperCredentials(zookeeper_user, password()).write(keys.zookeeper_credentials)
     return keys

@@ -15,13 +15,17 @@ a logd's address is in the log ensembles recorded in ZooKeeper and clients keep 
 a process started again (``start``, or ``up`` after a crash of everything) must come back where it was.
 
 With ``up --secure`` every link is secured (``DIR/secrets/``, made by ``gateway/cluster_keys.py``, mode
-0700, never printed): ZooKeeper digest credentials (the cluster's znodes are the nodes' alone), mutual TLS
+0700, never printed): ZooKeeper digest credentials (the cluster's znodes are the nodes' alone), ZooKeeper
+on a TLS port only (``secureClientPort``, no plain ``clientPort``: Netty, a certificate of the cluster CA,
+client certificates of the cluster CA required; the nodes dial it with ``--zookeeper-tls-*``), mutual TLS
 on the peer listeners (a cluster CA and a certificate per node), CURVE on the log replica links, and
 listeners that are SASL_SSL only: Kafka's CLIENT for clients and INTERNAL between nodes, the native listener
 (``tls://`` endpoints; nodes forward to each other there as the inter-broker user) and the HTTP API, with the
 authorizer on and a super user ``admin`` whose password is printed once by that ``up`` and kept in
-``DIR/secrets/admin.properties``, 0600. ``status`` reads ZooKeeper and the replicas with the same keys, and
-the nodes' HTTP API over TLS with the cluster CA (as ``admin``).
+``DIR/secrets/admin.properties``, 0600. ``status`` reads ZooKeeper (over TLS, with node 1's certificate) and
+the replicas with the same keys, and the nodes' HTTP API over TLS with the cluster CA (as ``admin``). A
+cluster secured before ZooKeeper had TLS here keeps its plain ZooKeeper port (``zookeeper_tls`` in its
+state is false).
 
 Each process runs in its own session (``start_new_session``), so it outlives the command that started
 it and a Ctrl-C in that terminal reaches none of them. A pid is trusted only while ``/proc/<pid>/
@@ -61,6 +65,9 @@ from millrace.gateway.security.properties import (
 
 ZOOKEEPER_JAR = "/usr/share/java/zookeeper.jar"
 SLF4J_SIMPLE_JAR = "/usr/share/java/slf4j-simple.jar"  # without a binding ZooKeeper logs nothing
+# ZooKeeper's TLS port is Netty's; the jar's manifest names netty-handler and netty-transport but not what
+# they need (Debian's libnetty-java has them): without these the server binds and every handshake fails.
+NETTY_TLS_JARS = ("/usr/share/java/netty-codec.jar", "/usr/share/java/netty-resolver.jar")
 ZOOKEEPER_TICK_MS = 200  # sessions may then time out in 0.4 .. 20 s
 STATE_FILE = "cluster.json"
 ROLES = ("zookeeper", "logd", "node")
@@ -110,6 +117,9 @@ class ClusterSettings:
     overrides: list[str] = field(default_factory=list)
     # Every link secured (``up --secure``): the keys in DIR/secrets, the properties written there.
     secure: bool = False
+    # ZooKeeper on a TLS port only: set by ``up`` for a new secured cluster (false in the state of one
+    # secured before ZooKeeper had TLS here, which goes on with its plain port).
+    zookeeper_tls: bool = False
 
     def kafka_listener_names(self) -> list[str]:
         """The Kafka listeners each node binds, in ``listeners`` order (the first is the node's ``kafka``
@@ -148,6 +158,14 @@ def zookeeper_missing() -> str | None:
     return None
 
 
+def zookeeper_tls_missing() -> str | None:
+    """None when the ZooKeeper server can serve TLS here, else what is missing."""
+    missing = [jar for jar in NETTY_TLS_JARS if not os.path.exists(jar)]
+    if missing:
+        return f"{', '.join(missing)} missing (ZooKeeper's TLS port needs Netty): install the Debian package libnetty-java"
+    return None
+
+
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     """``count`` distinct free ports (every socket held open until all are chosen)."""
     socks = []
@@ -162,13 +180,17 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
             s.close()
 
 
-def ruok(host: str, port: int, timeout: float = 2.0) -> bool:
-    """ZooKeeper's four-letter health check."""
+def ruok(host: str, port: int, timeout: float = 2.0, tls: ssl.SSLContext | None = None) -> bool:
+    """ZooKeeper's four-letter health check (over TLS with ``tls``: its secure port speaks nothing else)."""
     try:
         with socket.create_connection((host, port), timeout=timeout) as s:
-            s.sendall(b"ruok")
-            return s.recv(16) == b"imok"
-    except OSError:
+            if tls is None:
+                s.sendall(b"ruok")
+                return s.recv(16) == b"imok"
+            with tls.wrap_socket(s, server_hostname=host) as t:
+                t.sendall(b"ruok")
+                return t.recv(16) == b"imok"
+    except OSError:  # ssl.SSLError too
         return False
 
 
@@ -253,9 +275,17 @@ class LocalCluster:
 
         return CurveClientKeys.load(self.keys.node_secret_key, self.keys.logd_public_key)
 
+    def zookeeper_tls(self) -> Any:
+        """TLS to the cluster's ZooKeeper (node 1's certificate, the cluster CA) when it has a TLS port, else None."""
+        if not self.settings.zookeeper_tls:
+            return None
+        from millrace.store.cluster.zk_tls import ZooKeeperTls
+
+        return ZooKeeperTls(str(self.keys.ca), str(self.keys.node_keystore("1")))
+
     @property
     def zookeeper(self) -> str:
-        """The connect string of the cluster's ZooKeeper."""
+        """The connect string of the cluster's ZooKeeper (its TLS port when ``zookeeper_tls``)."""
         return f"{self.settings.host}:{self.by_role('zookeeper')[0].ports['client']}"
 
     @property
@@ -274,8 +304,8 @@ class LocalCluster:
 
     def summary(self) -> dict[str, Any]:
         """What ``up`` prints: where clients connect and which processes run."""
-        return {"dir": str(self.directory), "zookeeper": self.zookeeper, "bootstrap": self.bootstrap,
-                "native": self.native, "log_replicas": self.log_replicas,
+        return {"dir": str(self.directory), "zookeeper": self.zookeeper, "zookeeper_tls": self.settings.zookeeper_tls,
+                "bootstrap": self.bootstrap, "native": self.native, "log_replicas": self.log_replicas,
                 "processes": [p.summary() for p in self.processes]}
 
     # -- processes --------------------------------------------------------------------------------
@@ -323,7 +353,7 @@ class LocalCluster:
         secured: list[str] = []
         if s.secure:  # paths only: every secret stays in its file, off the command line
             node_id = str(process.index)
-            secured = [*self.keys.node_flags(node_id),
+            secured = [*self.keys.node_flags(node_id, zookeeper_tls=s.zookeeper_tls),
                        "--override", f"ssl.keystore.location={self.keys.node_keystore(node_id)}"]
         return [*command, *s.kafka_overrides(process.ports), *secured, *s.node_args]
 
@@ -331,18 +361,25 @@ class LocalCluster:
         data = home / "data"
         data.mkdir(parents=True, exist_ok=True)
         config = home / "zoo.cfg"
+        port = process.ports["client"]
+        jars = [ZOOKEEPER_JAR, *([SLF4J_SIMPLE_JAR] if os.path.exists(SLF4J_SIMPLE_JAR) else [])]
+        if self.settings.zookeeper_tls:  # the TLS port alone: nothing listens for plain TCP
+            listen = [f"secureClientPort={port}", f"secureClientPortAddress={self.settings.host}",
+                      *self.keys.zookeeper_tls_properties()]
+            jars += NETTY_TLS_JARS
+        else:
+            listen = [f"clientPort={port}", f"clientPortAddress={self.settings.host}"]
         config.write_text("\n".join([
             f"tickTime={ZOOKEEPER_TICK_MS}",
             f"minSessionTimeout={2 * ZOOKEEPER_TICK_MS}",
             f"maxSessionTimeout={100 * ZOOKEEPER_TICK_MS}",
             f"dataDir={data}",
-            f"clientPort={process.ports['client']}",
-            f"clientPortAddress={self.settings.host}",
+            *listen,
             "admin.enableServer=false",
             "4lw.commands.whitelist=ruok",
             "",
         ]))
-        classpath = ZOOKEEPER_JAR + (f":{SLF4J_SIMPLE_JAR}" if os.path.exists(SLF4J_SIMPLE_JAR) else "")
+        classpath = ":".join(jars)
         return ["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
                 "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-Dzookeeper.admin.enableServer=false",
                 "-cp", classpath, "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(config)]
@@ -383,7 +420,8 @@ class LocalCluster:
             if not self.alive(process):
                 raise ClusterError(f"{process.name} exited while starting; its log ends:\n{self.log_tail(process)}")
             if process.role == "zookeeper":
-                if ruok(self.settings.host, process.ports["client"]):
+                tls = self.zookeeper_tls()
+                if ruok(self.settings.host, process.ports["client"], tls=None if tls is None else tls.context()):
                     return
             else:
                 with open(self.log_path(process), "rb") as f:
@@ -459,7 +497,7 @@ class LocalCluster:
                     raise ClusterError(f"the cluster in {self.directory} was made without --secure; its znodes, "
                                        "logs and listeners cannot be secured in place")
             else:
-                missing = zookeeper_missing()
+                missing = zookeeper_missing() or (zookeeper_tls_missing() if settings.secure else None)
                 if missing:
                     raise ClusterError(missing)
                 if settings.nodes < 1 or settings.log_replicas < settings.write_quorum:
@@ -468,6 +506,7 @@ class LocalCluster:
                 if settings.secure and settings.config:
                     raise ClusterError("--secure writes the nodes' server.properties itself: give further "
                                        "broker properties with --override")
+                settings.zookeeper_tls = settings.secure
                 self.settings = settings
                 try:
                     secret = self._make_secrets() if settings.secure else None
@@ -502,7 +541,8 @@ class LocalCluster:
         key store (``--override ssl.keystore.location``), node 1's in the file only makes it complete."""
         s = self.settings
         keys = create_cluster_secrets(self.keys.directory, {str(i): [s.host, "localhost"]
-                                                            for i in range(1, s.nodes + 1)})
+                                                            for i in range(1, s.nodes + 1)},
+                                      zookeeper_names=[s.host, "localhost"] if s.zookeeper_tls else None)
         broker, admin = password(), password()
         plain = "org.apache.kafka.common.security.plain.PlainLoginModule required"
         scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
@@ -617,7 +657,7 @@ class LocalCluster:
 
         paths = ClusterPaths()
         client = connect(self.zookeeper, session_timeout=10.0, connect_timeout=timeout,
-                         credentials=self.zookeeper_credentials())
+                         credentials=self.zookeeper_credentials(), tls=self.zookeeper_tls())
         try:
             nodes = live_nodes(client, paths) if client.exists(paths.nodes) else {}
             assignments = read_assignments(client, paths, self.settings.containers)

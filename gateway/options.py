@@ -68,7 +68,11 @@ class ServerOptions:
     retry_bound_seconds: float = 30.0
     # A secured cluster: the file holding the nodes' ZooKeeper digest identity (store/cluster/zk_auth.py),
     # and the peer listener's mutual TLS (store/cluster/peer_tls.py): this node's PEM certificate chain and
-    # key, and the cluster CA's certificate; both or neither.
+    # key, and the cluster CA's certificate; both or neither. TLS to ZooKeeper's secure client port
+    # (store/cluster/zk_tls.py): the CA of ZooKeeper's certificate (turns TLS on) and, for ZooKeeper's
+    # client authentication, this node's PEM certificate chain and key.
     zookeeper_credentials: str | None = None
     peer_tls_keystore: str | None = None
     peer_tls_truststore: str | None = None
+    zookeeper_tls_keystore: str | None = None
+    zookeeper_tls_truststore: str | None = None

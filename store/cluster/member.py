@@ -56,6 +56,7 @@ from millrace.store.cluster.layout import (
 )
 from millrace.store.cluster.log_metadata import OwnerGuard
 from millrace.store.cluster.zk_auth import ZooKeeperCredentials, access_error
+from millrace.store.cluster.zk_tls import ZooKeeperTls
 
 log = logging.getLogger(__name__)
 
@@ -130,14 +131,17 @@ _RECONNECT_MAX_DELAY = 1.0
 
 
 def connect(hosts: str, session_timeout: float = 10.0, connect_timeout: float = 30.0,
-            credentials: ZooKeeperCredentials | None = None) -> KazooClient:
+            credentials: ZooKeeperCredentials | None = None, tls: ZooKeeperTls | None = None) -> KazooClient:
     """A started kazoo client (``hosts`` may end in a chroot, ``host:port,.../path``) that keeps trying
     to reach ZooKeeper at least every ``_RECONNECT_MAX_DELAY`` seconds while it cannot. With
     ``credentials`` (zk_auth.py) every connection authenticates with the digest and every znode it
-    creates is that identity's alone."""
+    creates is that identity's alone; with ``tls`` (zk_tls.py) every connection is TLS (``hosts`` must
+    then be ZooKeeper's ``secureClientPort``s)."""
     secured: dict[str, Any] = {}
     if credentials is not None:
         secured = {"auth_data": credentials.auth_data, "default_acl": credentials.acl}
+    if tls is not None:
+        secured |= {"handler": tls.handler(), "use_ssl": True}  # use_ssl: only for kazoo's log lines
     client = KazooClient(hosts=hosts, timeout=session_timeout, connection_retry=KazooRetry(
         max_tries=-1, delay=0.1, backoff=2, max_delay=_RECONNECT_MAX_DELAY), **secured)
     client.start(timeout=connect_timeout)

@@ -18,6 +18,7 @@ from millrace.store.cluster.layout import ClusterPaths, NodeInfo
 from millrace.store.cluster.log_metadata import ZooKeeperLogMetadataStore
 from millrace.store.cluster.member import ClusterMember, OwnershipTerm, connect
 from millrace.store.cluster.zk_auth import ZooKeeperCredentials, access_error
+from millrace.store.cluster.zk_tls import ZooKeeperTls
 from millrace.store.containers.config import ContainerConfig
 from millrace.store.durablelog.interface import DurableDataLog
 from millrace.store.durablelog.replication_config import ReplicationConfig
@@ -29,7 +30,8 @@ class ClusterNodeConfig:
     """``zookeeper``: the connect string (``host:port,...``, optionally ending in a chroot ``/path``);
     ``replication``: where and how every container's log is replicated (the logs must be reachable
     from every node, so a replicated log is the only kind a cluster can use); ``credentials``: the
-    cluster's ZooKeeper digest identity (zk_auth.py), None for an open cluster."""
+    cluster's ZooKeeper digest identity (zk_auth.py), None for an open cluster; ``tls``: TLS to
+    ZooKeeper's secure client port (zk_tls.py), None for plain TCP."""
 
     zookeeper: str
     info: NodeInfo
@@ -38,6 +40,7 @@ class ClusterNodeConfig:
     session_timeout: float = 10.0
     paths: ClusterPaths = field(default_factory=ClusterPaths)
     credentials: ZooKeeperCredentials | None = None
+    tls: ZooKeeperTls | None = None
 
 
 HostFactory = Callable[[ChunkStorage, Callable[[OwnershipTerm], DurableDataLog], ContainerConfig | None],
@@ -63,7 +66,7 @@ class ClusterNode:
         ZooKeeperAccessError if ZooKeeper refuses this node's changes (a secured cluster, other credentials)."""
         config = self.config
         self.client = connect(config.zookeeper, session_timeout=config.session_timeout,
-                              credentials=config.credentials)
+                              credentials=config.credentials, tls=config.tls)
         try:
             try:
                 metadata = ZooKeeperLogMetadataStore(self.client, config.paths)

@@ -1,5 +1,5 @@
 """How a cluster's link security is configured, without processes: the ZooKeeper credentials file, the
-peer listener's TLS flags, the key material ``cluster keys``/``up --secure`` make, and the command lines
+peer listener's and ZooKeeper's TLS flags, the key material ``cluster keys``/``up --secure`` make, and the command lines
 a secured local cluster gives its processes (paths only, never a secret)."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from millrace.gateway.cluster_keys import create_cluster_secrets
 from millrace.gateway.local_cluster import ClusterSettings, LocalCluster
 from millrace.store.cluster.peer_tls import PeerTls, PeerTlsError
 from millrace.store.cluster.zk_auth import ZooKeeperCredentials, ZooKeeperCredentialsError, access_error
+from millrace.store.cluster.zk_tls import ZooKeeperTls, ZooKeeperTlsError
 
 
 def test_credentials_from_username_and_password_lines() -> None:
@@ -96,6 +97,29 @@ def test_peer_tls_flags(tmp_path: Path) -> None:
         PeerTls.from_flags(str(keys.ca), str(keys.ca))
 
 
+def test_zookeeper_tls_flags(tmp_path: Path) -> None:
+    keys = create_cluster_secrets(tmp_path / "keys", {"1": ["127.0.0.1"]})
+    assert ZooKeeperTls.from_flags(None, None) is None
+    with pytest.raises(ZooKeeperTlsError, match="needs --zookeeper-tls-truststore"):
+        ZooKeeperTls.from_flags(str(keys.node_keystore("1")), None)
+    with pytest.raises(ZooKeeperTlsError, match="--zookeeper-tls-truststore .*not a readable file"):
+        ZooKeeperTls.from_flags(None, str(tmp_path / "missing.pem"))
+    with pytest.raises(ZooKeeperTlsError, match="--zookeeper-tls-keystore .*not a readable file"):
+        ZooKeeperTls.from_flags(str(tmp_path / "missing.pem"), str(keys.ca))
+    with pytest.raises(ZooKeeperTlsError, match="--zookeeper-tls-keystore"):  # a CA certificate alone: no key
+        ZooKeeperTls.from_flags(str(keys.ca), str(keys.ca))
+    with pytest.raises(ZooKeeperTlsError, match="--zookeeper-tls-truststore .*no CA certificate"):
+        ZooKeeperTls.from_flags(None, str(keys.zookeeper_credentials))
+    assert ZooKeeperTls.from_flags(None, str(keys.ca)) == ZooKeeperTls(str(keys.ca))  # no client certificate
+    tls = ZooKeeperTls.from_flags(str(keys.node_keystore("1")), str(keys.ca))
+    assert tls == ZooKeeperTls(str(keys.ca), str(keys.node_keystore("1")))
+    context = tls.context()
+    assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
+    assert context.minimum_version == ssl.TLSVersion.TLSv1_2
+    assert [c["subject"] for c in context.get_ca_certs()] == [  # the trust store's CA only, no system CA
+        ((("organizationName", "Millrace"),), (("commonName", "Millrace cluster CA"),))]
+
+
 def test_cluster_keys_are_the_owners_and_never_overwritten(tmp_path: Path) -> None:
     from cryptography import x509
 
@@ -108,8 +132,14 @@ def test_cluster_keys_are_the_owners_and_never_overwritten(tmp_path: Path) -> No
     names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert names.get_values_for_type(x509.DNSName) == ["node2.example.com"]
     assert ZooKeeperCredentials.load(keys.zookeeper_credentials).username == "millrace"
+    assert not keys.zookeeper_keystore.exists()  # ZooKeeper's certificate only when asked for
     with pytest.raises(FileExistsError):
         create_cluster_secrets(keys.directory, {"1": ["127.0.0.1"]})
+    with_zookeeper = create_cluster_secrets(tmp_path / "zk", {"1": ["127.0.0.1"]}, zookeeper_names=["zk.example.com"])
+    assert with_zookeeper.zookeeper_keystore.stat().st_mode & 0o077 == 0
+    certificate = x509.load_pem_x509_certificates(with_zookeeper.zookeeper_keystore.read_bytes())[0]
+    names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert names.get_values_for_type(x509.DNSName) == ["zk.example.com"]
 
 
 def test_node_names() -> None:
@@ -126,11 +156,18 @@ def test_the_keys_command_prints_paths_and_flags_only(tmp_path: Path, capsys: py
     password = ZooKeeperCredentials.load(tmp_path / "k" / "zookeeper.credentials").password
     assert password not in out
     assert main(["cluster", "keys", "--dir", str(tmp_path / "k"), "--node", "1=127.0.0.1"]) == 1  # not overwritten
+    assert "--zookeeper-tls" not in out and not (tmp_path / "k" / "tls" / "zookeeper.pem").exists()
+    assert main(["cluster", "keys", "--dir", str(tmp_path / "z"), "--node", "1=127.0.0.1",
+                 "--zookeeper-host", "zk1.example.com,10.0.0.9"]) == 0
+    out = capsys.readouterr().out
+    ca, node1 = tmp_path / "z" / "tls" / "ca.pem", tmp_path / "z" / "tls" / "node-1.pem"
+    assert f"--zookeeper-tls-keystore {node1} --zookeeper-tls-truststore {ca}" in out
+    assert f"ssl.keyStore.location={tmp_path / 'z' / 'tls' / 'zookeeper.pem'}" in out and "secureClientPort" in out
 
 
 def test_a_secured_local_clusters_command_lines_carry_paths_not_secrets(tmp_path: Path) -> None:
     cluster = LocalCluster(tmp_path / "cluster")
-    cluster.settings = ClusterSettings(nodes=2, log_replicas=2, write_quorum=2, secure=True)
+    cluster.settings = ClusterSettings(nodes=2, log_replicas=2, write_quorum=2, secure=True, zookeeper_tls=True)
     admin_password = cluster._make_secrets()
     cluster._plan()
     assert cluster.settings.kafka_listener_names() == ["CLIENT", "INTERNAL"]
@@ -144,20 +181,35 @@ def test_a_secured_local_clusters_command_lines_carry_paths_not_secrets(tmp_path
     assert f"ssl.keystore.location={keys.node_keystore('2')}" in node2
     assert node2[node2.index("--config") + 1] == str(keys.directory / "server.properties")
     assert logd[logd.index("--curve-authorized-keys") + 1] == str(keys.node_authorized_keys)
+    # ZooKeeper over TLS: the node presents its own certificate and trusts the cluster CA; ZooKeeper has a
+    # TLS port (Netty, its certificate, client certificates required) and no plain one.
+    assert node2[node2.index("--zookeeper-tls-keystore") + 1] == str(keys.node_keystore("2"))
+    assert node2[node2.index("--zookeeper-tls-truststore") + 1] == str(keys.ca)
+    zookeeper = cluster._command(cluster.process("zookeeper-1"))
+    config = dict(line.split("=", 1) for line in Path(zookeeper[-1]).read_text().splitlines())
+    assert config["secureClientPort"] == str(cluster.process("zookeeper-1").ports["client"])
+    assert "clientPort" not in config and "clientPortAddress" not in config
+    assert config["serverCnxnFactory"] == "org.apache.zookeeper.server.NettyServerCnxnFactory"
+    assert config["ssl.keyStore.location"] == str(keys.zookeeper_keystore) and keys.zookeeper_keystore.exists()
+    assert (config["ssl.trustStore.location"], config["ssl.clientAuth"]) == (str(keys.ca), "need")
+    assert "netty-codec.jar" in zookeeper[zookeeper.index("-cp") + 1]
+    assert cluster.zookeeper_tls() == ZooKeeperTls(str(keys.ca), str(keys.node_keystore("1")))
     secrets = [admin_password, ZooKeeperCredentials.load(keys.zookeeper_credentials).password]
     for command in (node2, logd):
         assert not any(secret in " ".join(command) for secret in secrets)
     assert (keys.directory / "server.properties").stat().st_mode & 0o077 == 0
     # Status reads with the keys; an open cluster's with none.
     assert cluster.zookeeper_credentials() is not None and cluster.curve_keys() is not None
-    cluster.settings.secure = False
-    assert cluster.zookeeper_credentials() is None and cluster.curve_keys() is None
+    cluster.settings.secure = cluster.settings.zookeeper_tls = False
+    assert cluster.zookeeper_credentials() is None and cluster.curve_keys() is None and cluster.zookeeper_tls() is None
+    zookeeper = cluster._command(cluster.process("zookeeper-1"))  # an open cluster's (or one secured before TLS)
+    assert "clientPort=" in Path(zookeeper[-1]).read_text() and "secureClientPort" not in Path(zookeeper[-1]).read_text()
 
 
 def test_serve_takes_the_link_flags(tmp_path: Path) -> None:
     import argparse
 
-    from millrace.gateway.assembly import cluster_node_setup
+    from millrace.gateway.assembly import build_cluster_node, cluster_node_setup
     from millrace.gateway.cli import _serve_parser, server_options
 
     parser = argparse.ArgumentParser()
@@ -167,14 +219,26 @@ def test_serve_takes_the_link_flags(tmp_path: Path) -> None:
             "--log-replicas", "127.0.0.1:1", "--write-quorum", "1", "--ack-quorum", "1"]
     options = server_options(parser.parse_args([*base, "--zookeeper-credentials", str(keys.zookeeper_credentials),
                                                 "--peer-tls-keystore", str(keys.node_keystore("1")),
-                                                "--peer-tls-truststore", str(keys.ca)]))
+                                                "--peer-tls-truststore", str(keys.ca),
+                                                "--zookeeper-tls-keystore", str(keys.node_keystore("1")),
+                                                "--zookeeper-tls-truststore", str(keys.ca)]))
     setup = cluster_node_setup(options)
     assert setup.zookeeper_credentials is not None and setup.zookeeper_credentials.username == "millrace"
     assert setup.peer_tls == PeerTls(str(keys.node_keystore("1")), str(keys.ca))
+    assert setup.zookeeper_tls == ZooKeeperTls(str(keys.ca), str(keys.node_keystore("1")))
+    node = build_cluster_node(options, setup, {"kafka": 9092}, {"kafka": "127.0.0.1:9092"})
+    assert node.config.tls == setup.zookeeper_tls and node.config.credentials == setup.zookeeper_credentials
     plain = cluster_node_setup(server_options(parser.parse_args(base)))
-    assert plain.zookeeper_credentials is None and plain.peer_tls is None
+    assert plain.zookeeper_credentials is None and plain.peer_tls is None and plain.zookeeper_tls is None
+    assert build_cluster_node(server_options(parser.parse_args(base)), plain, {}, {}).config.tls is None
+    trust_only = cluster_node_setup(server_options(parser.parse_args([*base, "--zookeeper-tls-truststore",
+                                                                      str(keys.ca)])))
+    assert trust_only.zookeeper_tls == ZooKeeperTls(str(keys.ca))
     with pytest.raises(ValueError, match="go together"):
         cluster_node_setup(server_options(parser.parse_args([*base, "--peer-tls-truststore", str(keys.ca)])))
+    with pytest.raises(ValueError, match="needs --zookeeper-tls-truststore"):
+        cluster_node_setup(server_options(parser.parse_args([*base, "--zookeeper-tls-keystore",
+                                                             str(keys.node_keystore("1"))])))
 
 
 def test_ensure_cluster_secures_a_new_cluster_and_leaves_an_open_one_open(zk_hosts: str) -> None:

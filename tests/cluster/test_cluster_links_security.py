@@ -3,6 +3,8 @@ process without the cluster's keys gets nowhere.
 
 - A Kafka client reaches it over SASL_SSL with the super user's credentials ``up`` printed (and kept in
   DIR/secrets/admin.properties); a wrong password is refused.
+- ZooKeeper serves TLS only, client certificates of the cluster CA required: no plain client, TLS client
+  without a certificate or with another CA's gets a session (the nodes, and ``status``, get one with theirs).
 - ZooKeeper: a session without the nodes' digest can neither create, change nor delete anything under the
   cluster's root, and cannot read it either (ACLs give the nodes' identity everything and nobody else
   anything; only ``exists`` is never checked by ZooKeeper); the nodes' identity can.
@@ -115,11 +117,52 @@ def test_a_kafka_client_gets_in_over_sasl_ssl_with_the_printed_admin_credentials
         stranger.list_topics(timeout=10)
 
 
-def test_zookeeper_lets_only_the_nodes_identity_change_or_read_the_cluster(secured: Secured) -> None:
+def _zookeeper_session(secured: Secured, tls: Any, auth: Any = None, within: float = 30.0) -> Any:
+    """A started kazoo client of the cluster's ZooKeeper (``tls``: a ZooKeeperTls, or None for plain TCP),
+    or None if it got no session ``within`` seconds."""
     from kazoo.client import KazooClient
+    from kazoo.handlers.threading import KazooTimeoutError
+
+    client = KazooClient(hosts=secured.zookeeper, auth_data=auth, timeout=4.0,
+                         **({} if tls is None else {"handler": tls.handler()}))
+    try:
+        client.start(timeout=within)
+    except KazooTimeoutError:
+        client.stop()
+        client.close()
+        return None
+    return client
+
+
+def test_zookeeper_serves_tls_only_and_only_to_certificates_of_the_cluster_ca(secured: Secured,
+                                                                              tmp_path: Path) -> None:
+    from millrace.store.cluster.zk_tls import ZooKeeperTls
+
+    assert secured.cli.summary["zookeeper_tls"] is True
+    keys = secured.keys
+    host, port = secured.zookeeper.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as plain:  # no plain four-letter word either
+        try:
+            plain.sendall(b"ruok")
+            answer = plain.recv(16)
+        except OSError:
+            answer = b""
+        assert answer == b""
+    for stranger in (None, ZooKeeperTls(str(keys.ca)), ZooKeeperTls(str(keys.ca), str(_foreign_keystore(tmp_path)))):
+        assert _zookeeper_session(secured, stranger, within=3.0) is None, stranger
+    client = _zookeeper_session(secured, ZooKeeperTls(str(keys.ca), str(keys.node_keystore("2"))))
+    assert client is not None  # a node's certificate: a session (so the refusals above are TLS's doing)
+    client.stop()
+    client.close()
+
+
+def test_zookeeper_lets_only_the_nodes_identity_change_or_read_the_cluster(secured: Secured) -> None:
     from kazoo.exceptions import NoAuthError
 
     from millrace.store.cluster.zk_auth import ZooKeeperCredentials
+    from millrace.store.cluster.zk_tls import ZooKeeperTls
+
+    tls = ZooKeeperTls(str(secured.keys.ca), str(secured.keys.node_keystore("1")))  # the link; the digest rules
 
     changes = [lambda c: c.create("/millrace/nodes/9", b"{}", ephemeral=True),
                lambda c: c.create("/millrace/intruder", b""),
@@ -130,8 +173,8 @@ def test_zookeeper_lets_only_the_nodes_identity_change_or_read_the_cluster(secur
     reads = [lambda c: c.get("/millrace/containers/0"), lambda c: c.get_children("/millrace/nodes")]
     good = ZooKeeperCredentials.load(secured.keys.zookeeper_credentials)
     for auth in (None, [("digest", f"{good.username}:guessed")], [("digest", "admin:admin")]):
-        client = KazooClient(hosts=secured.zookeeper, auth_data=auth)
-        client.start(timeout=30)
+        client = _zookeeper_session(secured, tls, auth)
+        assert client is not None
         try:
             assert client.exists("/millrace/containers/0") is not None  # never checked by ZooKeeper
             for attempt in changes + reads:
@@ -140,8 +183,8 @@ def test_zookeeper_lets_only_the_nodes_identity_change_or_read_the_cluster(secur
         finally:
             client.stop()
             client.close()
-    client = KazooClient(hosts=secured.zookeeper, auth_data=good.auth_data)
-    client.start(timeout=30)
+    client = _zookeeper_session(secured, tls, good.auth_data)
+    assert client is not None
     try:  # the nodes' identity reads, and its znodes carry that identity's ACL alone
         assert sorted(client.get_children("/millrace/nodes")) == ["1", "2"]
         for path in ("/millrace", "/millrace/containers/0", "/millrace/logs/container-0", "/millrace/nodes/1"):

@@ -6,6 +6,10 @@ second or two are allowed) and runs ``QuorumPeerMain`` with the package's jar; t
 its dependencies in /usr/share/java. ``start`` returns once the server answers ``ruok`` with ``imok``;
 ``kill`` is a SIGKILL, ``stop`` a SIGTERM. The port and data dir are kept across restarts, so a stopped
 server comes back with its znodes (sessions of a SIGKILLed server expire on restart as usual).
+
+With ``tls`` (a cluster's keys, gateway/cluster_keys.py, holding ``tls/zookeeper.pem``) the server listens
+on a TLS port only (``secureClientPort``, Netty, client certificates of the cluster CA required), the way
+``millrace cluster up --secure`` runs it; ``ruok`` is then asked over TLS with ``tls_context``.
 """
 
 from __future__ import annotations
@@ -14,11 +18,14 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
 from pathlib import Path
 from typing import Self
 
+from millrace.gateway.cluster_keys import ClusterKeys
+from millrace.gateway.local_cluster import NETTY_TLS_JARS
 from tests.ports import free_port
 
 ZOOKEEPER_JAR = "/usr/share/java/zookeeper.jar"
@@ -38,9 +45,15 @@ def zookeeper_available() -> str | None:
     return None
 
 
-def four_letter_word(port: int, word: bytes, timeout: float = 2.0) -> bytes:
+def four_letter_word(port: int, word: bytes, timeout: float = 2.0, tls: ssl.SSLContext | None = None) -> bytes:
     """Send a four-letter command and return the whole answer (the server closes after it)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+    plain = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:  # wrapped, the TLS socket owns the connection (``plain`` is detached)
+        s = plain if tls is None else tls.wrap_socket(plain, server_hostname="127.0.0.1")
+    except BaseException:
+        plain.close()
+        raise
+    with s:
         s.sendall(word)
         chunks = []
         while chunk := s.recv(4096):
@@ -48,12 +61,20 @@ def four_letter_word(port: int, word: bytes, timeout: float = 2.0) -> bytes:
         return b"".join(chunks)
 
 
+def tls_context(keys: ClusterKeys, node_id: str = "1") -> ssl.SSLContext:
+    """A TLS client of a secured ZooKeeper: the cluster CA trusted, node ``node_id``'s certificate presented."""
+    context = ssl.create_default_context(cafile=str(keys.ca))
+    context.load_cert_chain(str(keys.node_keystore(node_id)))
+    return context
+
+
 class ZooKeeperProcess:
     """One standalone server; ``hosts`` is the connect string for kazoo."""
 
-    def __init__(self, directory: Path, port: int = 0) -> None:
+    def __init__(self, directory: Path, port: int = 0, tls: ClusterKeys | None = None) -> None:
         self.directory = directory
         self.port = port
+        self.tls = tls
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -73,8 +94,9 @@ class ZooKeeperProcess:
             f"minSessionTimeout={2 * TICK_MS}",
             f"maxSessionTimeout={100 * TICK_MS}",
             f"dataDir={data_dir}",
-            f"clientPort={self.port}",
-            "clientPortAddress=127.0.0.1",
+            *([f"clientPort={self.port}", "clientPortAddress=127.0.0.1"] if self.tls is None else
+              [f"secureClientPort={self.port}", "secureClientPortAddress=127.0.0.1",
+               *self.tls.zookeeper_tls_properties()]),
             "admin.enableServer=false",
             "4lw.commands.whitelist=ruok",
             "",
@@ -83,6 +105,8 @@ class ZooKeeperProcess:
 
     def command(self, config: Path) -> list[str]:
         classpath = ZOOKEEPER_JAR + (f":{SLF4J_SIMPLE_JAR}" if os.path.exists(SLF4J_SIMPLE_JAR) else "")
+        if self.tls is not None:
+            classpath += "".join(f":{jar}" for jar in NETTY_TLS_JARS)
         return [
             "java", "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
             "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
@@ -115,7 +139,8 @@ class ZooKeeperProcess:
             if self.proc.poll() is not None:
                 return False
             try:
-                if four_letter_word(self.port, b"ruok") == b"imok":
+                tls = None if self.tls is None else tls_context(self.tls)
+                if four_letter_word(self.port, b"ruok", tls=tls) == b"imok":
                     return True
             except OSError:
                 pass  # not listening yet
