@@ -1,8 +1,11 @@
 """The README's "Securing Millrace" section, run as written: its ``sh`` blocks are parsed out of README.md
 and run in order with bash, from a scratch directory standing in for the repository root, against a
-real server. Only what a test machine must change is substituted: the ports (free ones for 9092 and
-9094), and ``./scripts/serve.sh`` (the set-up is this test run's own) by the server it runs, started in
-the background with a scratch data directory."""
+real server. Only what a test machine must change is substituted: the ports (free ones for the Kafka
+listeners' 9092 and 9094 and for the native and HTTP listeners' 9090 and 9091, the defaults the README's
+server listens on), and ``./scripts/serve.sh`` (the set-up is this test run's own) by the server it runs,
+started in the background with a scratch data directory. A serve block while a server runs is the
+README's restart: the running server is stopped as Ctrl-C stops it (its exit status checked) and the
+new one started on the same data directory and ports."""
 
 from __future__ import annotations
 
@@ -20,10 +23,12 @@ from tests.ports import free_ports
 from tests.server_process import REPO_ROOT, MillraceProcess
 
 pytestmark = [pytest.mark.timeout(300),
-              pytest.mark.skipif(shutil.which("kcat") is None or shutil.which("openssl") is None,
-                                 reason="kcat and openssl are needed (scripts/bootstrap.sh installs them)")]
+              pytest.mark.skipif(any(shutil.which(tool) is None for tool in ("kcat", "openssl", "curl", "jq")),
+                                 reason="kcat, openssl, curl and jq are needed (scripts/bootstrap.sh installs them)")]
 
 SERVE = "./scripts/serve.sh"
+# The properties a subsection (its title in the braces) adds to the section's secure/server.properties.
+_APPENDED = r"### {}\n.*?cat >> secure/server.properties <<'PROPERTIES'\n(.*?)PROPERTIES\n"
 
 
 def section_blocks() -> list[str]:
@@ -38,15 +43,18 @@ class ReadmeServer(MillraceProcess):
 
     name = "README server"
 
-    def __init__(self, command: str, workdir: Path) -> None:
+    def __init__(self, command: str, workdir: Path, ports: dict[str, str]) -> None:
         super().__init__()
         self.args = command.split(SERVE, 1)[1]
         self.workdir = workdir
+        self.ports = ports
         self.cwd = str(workdir)  # the README's relative paths (secure/...) are relative to where it runs
 
     def command(self) -> list[str]:
-        return ["serve", "--data-dir", str(self.workdir / "data"), "--native-port", "0", "--http-port", "0",
-                *shlex.split(self.args)]
+        # The native and HTTP listeners' default ports (9090, 9091), as the README's clients name them, made
+        # free ones (the command's own --native-port or --http-port, if it gave one, coming later wins).
+        return ["serve", "--data-dir", str(self.workdir / "data"), "--native-port", self.ports["9090"],
+                "--http-port", self.ports["9091"], *shlex.split(self.args)]
 
 
 @pytest.fixture
@@ -57,35 +65,52 @@ def workdir(tmp_path: Path) -> Iterator[Path]:
 
 def test_readme_securing_section_as_written(workdir: Path) -> None:
     blocks = section_blocks()
-    assert len(blocks) >= 4, "the section's shell blocks"
-    plaintext, sasl_ssl = free_ports(2)
-    ports = {"9092": str(plaintext), "9094": str(sasl_ssl)}
-    server: ReadmeServer | None = None
+    ports = dict(zip(("9090", "9091", "9092", "9094"), map(str, free_ports(4)), strict=True))
+    servers: list[ReadmeServer] = []
     outputs: list[str] = []
     try:
         for block in blocks:
-            block = re.sub(r"\b(9092|9094)\b", lambda m: ports[m.group(1)], block)
+            block = re.sub(r"\b(9090|9091|9092|9094)\b", lambda m: ports[m.group(1)], block)
             if block.lstrip().startswith(SERVE):
-                server = ReadmeServer(block.strip(), workdir).start()
+                if servers:  # the README's restart: Ctrl-C, then the command again
+                    assert servers[-1].stop(signal.SIGINT, timeout=30) == 0
+                servers.append(ReadmeServer(block.strip(), workdir, ports).start())
                 continue
             done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=workdir, capture_output=True,
                                   text=True, timeout=120)
             assert done.returncode == 0, f"README block failed:\n{block}\n{done.stdout}\n{done.stderr}"
             outputs.append(done.stdout)
-        assert server is not None, "the section starts a server"
-        assert outputs[-4].splitlines() == ["hello, securely"]  # read back by the admin
+        # Started once, then again for the native listener's properties and for the HTTP listener's.
+        assert len(servers) == 3, "the section starts its server, and restarts it twice"
+        assert len(outputs) == 10, "the section's shell blocks besides its serve commands"
+        # The certificates, server.properties, and the properties the native and HTTP listeners add
+        # print nothing.
+        assert outputs[0] == outputs[1] == outputs[6] == outputs[8] == ""
+        assert outputs[2].splitlines() == ["hello, securely"]  # read back by the admin
         # alice, made by `millrace users`, is listed beside admin
-        assert outputs[-3].splitlines() == ["set SCRAM-SHA-512 credential of user alice",
-                                            "admin  SCRAM-SHA-512 (iterations 4096)",
-                                            "alice  SCRAM-SHA-512 (iterations 8192)"]
+        assert outputs[3].splitlines() == ["set SCRAM-SHA-512 credential of user alice",
+                                           "admin  SCRAM-SHA-512 (iterations 4096)",
+                                           "alice  SCRAM-SHA-512 (iterations 8192)"]
         # granted READ on `secured` by the admin, she reads what the admin wrote, and is refused elsewhere
-        assert outputs[-2].splitlines() == ["User:alice READ ALLOW TOPIC secured", "hello, securely",
-                                            "Topic authorization failed"]
-        assert outputs[-1].splitlines() == ["batch-loader {'producer_byte_rate': 1048576.0}"]  # a quota set and listed
-        assert not any("admin-secret" in line or "alice-secret" in line for line in server.output)
-        assert server.stop(signal.SIGTERM, timeout=30) == 0
+        assert outputs[4].splitlines() == ["User:alice READ ALLOW TOPIC secured", "hello, securely",
+                                           "Topic authorization failed"]
+        assert outputs[5].splitlines() == ["batch-loader {'producer_byte_rate': 1048576.0}"]  # a quota set and listed
+        # Native, over TLS with SCRAM: the admin's event read back; alice refused in scope iot (her one ACL
+        # is READ on the topic `secured`); a client that does not log in gets nothing but its error.
+        assert outputs[7].splitlines() == ["sensor-1 21.5", "alice: AuthorizationError", "nobody: AuthenticationError"]
+        # HTTPS: a split needs credentials (401), then ALTER on TOPIC iot/readings (alice: 403); the admin's
+        # is done (two segments over the stream's key range), and the stream is read without credentials.
+        assert outputs[9].splitlines() == [
+            '{"error": "authentication required", "type": "AuthenticationRequired"} 401',
+            '{"error": "User:alice is not authorized: ALTER on TOPIC \'iot/readings\' is needed", '
+            '"type": "NotAuthorized"} 403',
+            "[[0,0.5],[0.5,1]]",
+            '{"state":"active","epoch":1}']
+        for server in servers:
+            assert not any("admin-secret" in line or "alice-secret" in line for line in server.output)
+        assert servers[-1].stop(signal.SIGTERM, timeout=30) == 0
     finally:
-        if server is not None:
+        for server in servers:
             server.kill()
 
 
@@ -123,17 +148,28 @@ def test_readme_oauthbearer_properties_are_accepted(tmp_path: Path, monkeypatch:
 
 
 def test_readme_http_properties_are_accepted() -> None:
-    """The HTTP subsection's properties, laid over the section's ``secure/server.properties``, make an HTTP
-    listener with TLS (the section's key store) that authenticates the SCRAM users, reads left open."""
-    from millrace.gateway.security.properties import parse_properties, security_settings
+    """The HTTP subsection's properties, appended to the section's ``secure/server.properties`` after the
+    native client subsection's, make an HTTP listener with TLS (the section's key store) that authenticates
+    the SCRAM users, reads left open; the Kafka and native listeners stay as they were."""
+    from millrace.gateway.security.properties import (
+        native_listener_settings,
+        parse_properties,
+        security_settings,
+    )
 
     text = (Path(REPO_ROOT) / "README.md").read_text()
     section = text[text.index("\n## Securing Millrace\n"):]
     section = section[:section.index("\n## ", 1)]
     base = re.search(r"cat > secure/server.properties <<'PROPERTIES'\n(.*?)PROPERTIES\n", section, flags=re.DOTALL)
-    http = re.search(r"### HTTP\n.*?```properties\n(.*?)```", section, flags=re.DOTALL)
-    assert base is not None and http is not None, "the section's server.properties and HTTP blocks"
-    settings = security_settings(parse_properties(base.group(1)) | parse_properties(http.group(1)))
+    native = re.search(_APPENDED.format("Native client"), section, flags=re.DOTALL)
+    http = re.search(_APPENDED.format("HTTP"), section, flags=re.DOTALL)
+    assert base is not None and native is not None and http is not None, \
+        "the section's server.properties and the native and HTTP blocks appending to it"
+    # The file as the section leaves it: the HTTP block's protocol map, naming both listeners, the last one.
+    props = parse_properties(base.group(1) + native.group(1) + http.group(1))
+    settings = security_settings(props)
+    assert native_listener_settings(props, "127.0.0.1", 9090).security_protocol == "SASL_SSL"
+    assert settings.listener("PLAINTEXT").security_protocol == "PLAINTEXT"
     assert settings.listener("SASL_SSL").sasl_mechanisms == ("SCRAM-SHA-512",)
     assert settings.http.authenticates and settings.http.sasl_mechanisms == ("SCRAM-SHA-512",)
     assert settings.http.ssl is not None and settings.http.ssl.keystore_location == "secure/keystore.pem"
@@ -141,7 +177,7 @@ def test_readme_http_properties_are_accepted() -> None:
 
 
 def test_readme_native_properties_are_accepted() -> None:
-    """The native client subsection's properties, laid over the section's ``secure/server.properties``,
+    """The native client subsection's properties, appended to the section's ``secure/server.properties``,
     make a NATIVE listener with SASL_SSL (the section's key store) serving SCRAM-SHA-512, the Kafka
     listeners unchanged."""
     from millrace.gateway.security.properties import (
@@ -154,8 +190,8 @@ def test_readme_native_properties_are_accepted() -> None:
     section = text[text.index("\n## Securing Millrace\n"):]
     section = section[:section.index("\n## ", 1)]
     base = re.search(r"cat > secure/server.properties <<'PROPERTIES'\n(.*?)PROPERTIES\n", section, flags=re.DOTALL)
-    native = re.search(r"### Native client\n.*?```properties\n(.*?)```", section, flags=re.DOTALL)
-    assert base is not None and native is not None, "the section's server.properties and native blocks"
+    native = re.search(_APPENDED.format("Native client"), section, flags=re.DOTALL)
+    assert base is not None and native is not None, "the section's server.properties and the native block"
     props = parse_properties(base.group(1)) | parse_properties(native.group(1))
     assert security_settings(props).listener("SASL_SSL").sasl_mechanisms == ("SCRAM-SHA-512",)
     listener = native_listener_settings(props, "127.0.0.1", 9090)
