@@ -50,6 +50,17 @@ T = TypeVar("T")
 U = TypeVar("U")
 
 
+RESERVED_PREFIX = "_"  # Millrace's own streams (reader group state: _RG<name>), as Pravega reserves it
+
+
+def check_user_stream_name(stream: str) -> None:
+    """ValueError for a name a user's stream may not take: one starting with ``_`` would be mistaken for
+    Millrace's own (a reader group's state stream), as Pravega's validateUserStreamName refuses it."""
+    if stream.startswith(RESERVED_PREFIX):
+        raise ValueError(f"stream name {stream!r}: names starting with {RESERVED_PREFIX!r} are reserved for "
+                         "Millrace's own streams (reader groups' state)")
+
+
 class StreamManager:
     def __init__(self, controller_uri: str, timeout: float = 30.0, reconnect_timeout: float = 30.0, *,
                  username: str | None = None, password: str | None = None, mechanism: str | None = None,
@@ -102,7 +113,16 @@ class StreamManager:
                       initial_segments: int | None = None, scaling: ScalingPolicy | None = None,
                       retention: RetentionPolicy | None = None) -> bool:
         """Create a stream; False if it already existed. Keyword arguments override ``config``'s
-        fields; a rate scaling policy starts at ``min_segments`` segments unless told otherwise."""
+        fields; a rate scaling policy starts at ``min_segments`` segments unless told otherwise. Names
+        starting with ``_`` are reserved for Millrace's own streams (reader groups' state), as
+        Pravega reserves them: ValueError."""
+        check_user_stream_name(stream)
+        return self._create_stream(scope, stream, config, initial_segments=initial_segments, scaling=scaling,
+                                   retention=retention)
+
+    def _create_stream(self, scope: str, stream: str, config: StreamConfiguration | None = None, *,
+                       initial_segments: int | None = None, scaling: ScalingPolicy | None = None,
+                       retention: RetentionPolicy | None = None) -> bool:
         base = config or StreamConfiguration()
         if scaling is not None and initial_segments is None and config is None:
             initial_segments = scaling.min_segments
@@ -204,8 +224,19 @@ class StreamManager:
         segment (created if missing). With ``initial`` the state is initialized if it holds none yet;
         either way the member has read the current state when this returns. ``serializer`` turns
         states into bytes (JSON by default); ``apply_update(state, update) -> state`` and
-        ``update_serializer`` serve update functions that return ``Updates`` instead of a state."""
-        self.create_stream(scope, name, scaling=ScalingPolicy.fixed(1))
+        ``update_serializer`` serve update functions that return ``Updates`` instead of a state. Its
+        name, a stream's, may not start with ``_`` (``create_stream``)."""
+        check_user_stream_name(name)
+        return self.internal_synchronizer(scope, name, initial, serializer, apply_update=apply_update,
+                                          update_serializer=update_serializer)
+
+    def internal_synchronizer(self, scope: str, name: str, initial: T | None = None,
+                              serializer: Serializer[T] | None = None, *,
+                              apply_update: Callable[[T, U], T] | None = None,
+                              update_serializer: Serializer[U] | None = None) -> StateSynchronizer[T, U]:
+        """``create_synchronizer`` for the client's own state streams, whose names are reserved (a reader
+        group's ``_RG<name>``)."""
+        self._create_stream(scope, name, scaling=ScalingPolicy.fixed(1))
         described = self.describe_stream(scope, name)
         # Scaling would seal the segment under the members, and retention would truncate it where no
         # snapshot lies: only compaction may move the head of a synchronizer's stream.
@@ -230,7 +261,8 @@ class StreamManager:
         """Make ``scope/name`` a byte stream: a stream of one fixed segment (created if missing; False
         if it existed) marked so that event writers are refused on it. A stream of several segments,
         one that ever scaled, or one event writers have partitioned is refused."""
-        created = self.create_stream(scope, name, scaling=ScalingPolicy.fixed(1))
+        check_user_stream_name(name)
+        created = self._create_stream(scope, name, scaling=ScalingPolicy.fixed(1))
         self._byte_stream_segment(scope, name, mark=True)
         return created
 

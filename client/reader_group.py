@@ -169,8 +169,8 @@ def open_state(manager: StreamManager, scope: str, name: str,
                initial: ReaderGroupState | None) -> StateSynchronizer[ReaderGroupState, dict[str, Any]]:
     """The group's synchronizer (its stream is created if missing; ``initial`` written if it holds no
     state yet)."""
-    return manager.create_synchronizer(scope, state_stream(name), initial, _StateSerializer(),
-                                       apply_update=rgs.apply)
+    return manager.internal_synchronizer(scope, state_stream(name), initial, _StateSerializer(),
+                                         apply_update=rgs.apply)
 
 
 def split_stream(scope: str, qualified: str) -> tuple[str, str]:

@@ -181,3 +181,32 @@ def test_the_client_imports_no_server_module() -> None:
             "bad = [m for m in sys.modules if m.startswith(('millrace.store', 'millrace.gateway', 'twisted'))]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_names_starting_with_an_underscore_are_reserved(uri: str) -> None:
+    """As Pravega's validateUserStreamName: a user's `_RG...` stream would be taken for a reader group's
+    state. Reader groups themselves still make theirs."""
+    from millrace import ReaderGroupManager
+
+    with StreamManager(uri) as sm:
+        sm.create_scope("reserved")
+        for make in (lambda: sm.create_stream("reserved", "_RGmine"),
+                     lambda: sm.create_synchronizer("reserved", "_state", {}),
+                     lambda: sm.create_byte_stream("reserved", "_bytes")):
+            with pytest.raises(ValueError, match="reserved"):
+                make()
+        assert sm.list_streams("reserved") == []
+        sm.create_stream("reserved", "events")
+        groups = ReaderGroupManager(sm, "reserved")
+        groups.create_reader_group("app", ["events"])
+        assert "_RGapp" in sm.list_streams("reserved")
+
+
+def test_every_public_name_resolves() -> None:
+    """``from millrace import X`` works for every name ``millrace.__all__`` lists, the errors the client
+    raises included."""
+    import millrace
+
+    for name in millrace.__all__:
+        assert getattr(millrace, name) is not None, name
+    assert {"SegmentSealedError", "OffsetOutOfRangeError", "InvalidRequestError"} <= set(millrace.__all__)
