@@ -9,11 +9,13 @@ are atomic, and a family can be iterated on its own. Keys are text; values are b
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from millrace.client.controller import ControllerClient
 from millrace.protocol import messages as m
+from millrace.protocol.errors import TableKeyNotFoundError, TableKeyVersionMismatchError
 from millrace.protocol.messages import decode_reply
 from millrace.protocol.tables import (
     MUST_NOT_EXIST,
@@ -68,7 +70,8 @@ class KeyValueTable:
         value_lengths, value_data = pack(values)
         request = m.KvPut(scope=self.scope, table=self.table, partition=self._partition(family, keys[0]),
                           keys=tuple(key_lengths), values=tuple(value_lengths), expected=tuple(expected))
-        return list(self.controller.ask(request, m.KvVersionsReply, key_data + value_data).versions)
+        with self._user_keys(keys, [e[0] for e in entries], key_family):
+            return list(self.controller.ask(request, m.KvVersionsReply, key_data + value_data).versions)
 
     def delete(self, key: str, *, if_version: int | None = None, key_family: str | None = None) -> None:
         """Remove ``key`` (a no-op if absent, unless ``if_version`` asks for a version)."""
@@ -84,8 +87,10 @@ class KeyValueTable:
         pairs = [(k, None) if isinstance(k, str) else k for k in keys]
         stored = [stored_key(family, _key(k)) for k, _ in pairs]
         lengths, data = pack(stored)
-        self.controller.call(m.KvRemove(scope=self.scope, table=self.table, partition=self._partition(family, stored[0]),
-                                        keys=tuple(lengths), expected=tuple(v for _, v in pairs)), data)
+        with self._user_keys(stored, [k for k, _ in pairs], key_family):
+            self.controller.call(m.KvRemove(scope=self.scope, table=self.table,
+                                            partition=self._partition(family, stored[0]),
+                                            keys=tuple(lengths), expected=tuple(v for _, v in pairs)), data)
 
     # -- reads -------------------------------------------------------------------------------------
     def get(self, key: str, *, key_family: str | None = None) -> tuple[bytes, int] | None:
@@ -142,6 +147,19 @@ class KeyValueTable:
                     break
 
     # -- plumbing ------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _user_keys(self, stored: Sequence[bytes], keys: Sequence[str], key_family: str | None) -> Iterator[None]:
+        """A failed condition said as the caller wrote it: the server names the key as stored (family
+        prefix and encoding), which means nothing to the caller; the same error type names theirs."""
+        try:
+            yield
+        except (TableKeyNotFoundError, TableKeyVersionMismatchError) as e:
+            message = str(e)
+            for raw, key in zip(stored, keys, strict=True):
+                family = f" of key family {key_family!r}" if key_family is not None else ""
+                message = message.replace(f"key {raw!r}", f"key {key!r}{family}")
+            raise type(e)(f"{self.scope}/{self.table}: {message}") from None
+
     def _partition(self, family: bytes | None, stored: bytes) -> int:
         return partition_of(family, stored, self.partitions)
 

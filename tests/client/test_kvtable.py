@@ -40,9 +40,9 @@ def test_conditions(uri: str) -> None:
         table = sm.create_key_value_table("kv", "conditions", partitions=4)
         assert table.get("absent") is None
         v = table.put_if_absent("k", b"1")
-        with pytest.raises(TableKeyVersionMismatchError):
-            table.put_if_absent("k", b"2")
-        with pytest.raises(TableKeyNotFoundError):
+        with pytest.raises(TableKeyVersionMismatchError, match=r"^kv/conditions: key 'k' exists"):
+            table.put_if_absent("k", b"2")  # named as the caller wrote it, not as stored
+        with pytest.raises(TableKeyNotFoundError, match=r"^kv/conditions: key 'other' does not exist"):
             table.put("other", b"x", if_version=v)
         with pytest.raises(TableKeyVersionMismatchError):
             table.delete("k", if_version=v + 1)
@@ -61,7 +61,7 @@ def test_key_families_are_atomic_and_iterable(uri: str) -> None:
         assert len(versions) == 1200 and len(set(versions)) == 1200
         v0 = versions[0]
         # One stale condition fails the whole batch: neither key changes.
-        with pytest.raises(TableKeyVersionMismatchError):
+        with pytest.raises(TableKeyVersionMismatchError, match="key 'k0000' of key family 'big'"):
             table.put_all([("k0001", b"new"), ("k0000", b"new", v0 + 1)], key_family="big")
         assert table.get_all(["k0000", "k0001"], key_family="big") == [(b"v0", v0), (b"v1", versions[1])]
         # The same key in another family, or in none, is another key.
