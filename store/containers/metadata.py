@@ -185,7 +185,7 @@ class ContainerMetadata:
         """The accepted segment called ``name``, which must still take appends."""
         seg = self.segment(name)
         if seg.sealed or seg.merging:
-            raise SegmentSealedError(name)
+            raise SegmentSealedError(f"segment {name} is {'sealed' if seg.sealed else 'being merged'}: it takes no appends")
         return seg
 
     def visible_segment(self, name: str) -> SegmentMetadata:

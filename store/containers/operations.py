@@ -396,7 +396,7 @@ class Attributes(_JsonOperation):
     def prepare(cls, metadata: ContainerMetadata, name: str, updates: Sequence[AttributeUpdate]) -> Attributes:
         seg = metadata.segment(name)
         if seg.merging:
-            raise SegmentSealedError(name)
+            raise SegmentSealedError(f"segment {name} is being merged: its attributes no longer change")
         return cls(seg.segment_id, resolve_attribute_updates(seg.attributes, updates))
 
     def accept(self, metadata: ContainerMetadata) -> tuple[str, ...]:

@@ -268,7 +268,7 @@ class Controller:
 
         def change(r: StreamRecord) -> StreamRecord:
             if r.state in (StreamState.SEALING, StreamState.SEALED, StreamState.DELETING):
-                raise StreamSealedError(f"{scope}/{stream}")
+                raise StreamSealedError(f"{scope}/{stream} is {r.state.name.lower()}: its configuration no longer changes")
             return replace(r, config=config)
 
         return self._mutate(scope, stream, change, expected_version=expected_version)[1]
