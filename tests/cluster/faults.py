@@ -66,12 +66,15 @@ def librdkafka_trace() -> dict[str, Any]:
 class KafkaLoad:
     """``producers`` idempotent acks=all producers, each in a thread, writing ``"<producer>:<n>"`` values
     (key = value) to ``topic`` until ``finish``; ``acked`` maps each acknowledged value to (partition,
-    offset)."""
+    offset). ``client``: librdkafka settings merged into the producers' (and the checker's) configs, e.g. a
+    secured cluster's SASL_SSL login (``LocalClusterCli.client_settings``)."""
 
-    def __init__(self, bootstrap: str, topic: str, producers: int = 2, pause: float = 0.003) -> None:
+    def __init__(self, bootstrap: str, topic: str, producers: int = 2, pause: float = 0.003,
+                 client: dict[str, Any] | None = None) -> None:
         from confluent_kafka import Producer
 
         self.topic = topic
+        self.client = dict(client or {})
         self.acked: dict[bytes, tuple[int, int | None]] = {}
         self.errors: list[str] = []
         self._stop = threading.Event()
@@ -83,7 +86,7 @@ class KafkaLoad:
             "message.timeout.ms": 180000, "metadata.max.age.ms": 2000, "retry.backoff.ms": 100,
             "reconnect.backoff.max.ms": 1000,
         }
-        config |= librdkafka_trace()
+        config |= self.client | librdkafka_trace()
         self.producers = [Producer({**config, "client.id": f"load-{i}"}) for i in range(producers)]
         self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(producers)]
         for t in self.threads:
@@ -144,7 +147,7 @@ class KafkaLoad:
     def check(self, bootstrap: str, partitions: int, timeout: float = 120.0, logs: Path | None = None) -> Tally:
         """Read every partition from its start to its high watermark and compare with what was acknowledged;
         a failed check carries the servers' idempotence refusals from the node logs under ``logs``."""
-        read = read_partitions(bootstrap, self.topic, partitions, timeout)
+        read = read_partitions(bootstrap, self.topic, partitions, timeout, self.client)
         result = tally(self.topic, self.acked, read, list(self.errors))
         if not result.ok and logs is not None:
             result.examples += server_refusals(logs)
@@ -159,12 +162,14 @@ def server_refusals(directory: Path, limit: int = 20) -> list[str]:
     return found[:limit]
 
 
-def read_partitions(bootstrap: str, topic: str, partitions: int, timeout: float) -> dict[int, list[tuple[int, bytes]]]:
-    """partition -> [(offset, value)] from the log start to the high watermark of each partition."""
+def read_partitions(bootstrap: str, topic: str, partitions: int, timeout: float,
+                    client: dict[str, Any] | None = None) -> dict[int, list[tuple[int, bytes]]]:
+    """partition -> [(offset, value)] from the log start to the high watermark of each partition
+    (``client``: librdkafka settings merged into the consumer's, e.g. a secured cluster's login)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{topic}-{time.monotonic_ns()}",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest", **(client or {})})
     deadline = time.monotonic() + timeout
     try:
         ends = {}

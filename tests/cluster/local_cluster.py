@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -134,6 +135,27 @@ class LocalClusterCli:
     @property
     def bootstrap(self) -> str:
         return str(self.summary["bootstrap"])
+
+    @property
+    def secure(self) -> bool:
+        return "--secure" in self.up_args
+
+    def client_settings(self) -> dict[str, Any]:
+        """librdkafka settings a Kafka client of this cluster adds to its own (none for a plain cluster):
+        on a secured one the super user ``admin`` over SASL_SSL, checked against the cluster CA. Read from
+        DIR/secrets/admin.properties (what the first ``up`` printed, under "admin", is not printed again by
+        a later ``up``), as a user of the cluster would."""
+        if not self.secure:
+            return {}
+        text = (self.directory / "secrets" / "admin.properties").read_text()
+        login = re.search(r'username="([^"]*)" password="([^"]*)"', text)
+        ca = re.search(r"^ssl\.truststore\.location=(.+)$", text, flags=re.M)
+        protocol = re.search(r"^security\.protocol=(.+)$", text, flags=re.M)
+        mechanism = re.search(r"^sasl\.mechanism=(.+)$", text, flags=re.M)
+        assert login and ca and protocol and mechanism, "admin.properties without a login, a CA or a protocol"
+        return {"security.protocol": protocol.group(1).strip(), "sasl.mechanism": mechanism.group(1).strip(),
+                "sasl.username": login.group(1), "sasl.password": login.group(2),
+                "ssl.ca.location": ca.group(1).strip()}
 
     def pid(self, name: str) -> int:
         self._state_changed()

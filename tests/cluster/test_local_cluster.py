@@ -43,7 +43,16 @@ def consume(bootstrap: str, topic: str, count: int, group: str) -> list[bytes]:
     return got
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+def create_topic(bootstrap: str, topic: str, partitions: int, client: dict[str, Any] | None = None) -> None:
+    """``client``: librdkafka settings (a secured cluster's login, ``LocalClusterCli.client_settings``);
+    the topic is then made with confluent-kafka's AdminClient."""
+    if client:
+        from confluent_kafka.admin import AdminClient
+        from confluent_kafka.admin import NewTopic as ConfluentNewTopic
+
+        confluent = AdminClient({"bootstrap.servers": bootstrap, **client})  # kept until the answer comes
+        confluent.create_topics([ConfluentNewTopic(topic, partitions, 1)])[topic].result(30)
+        return
     from kafka.admin import KafkaAdminClient, NewTopic
 
     admin = KafkaAdminClient(bootstrap_servers=bootstrap.split(","))
