@@ -42,6 +42,7 @@ from millrace.protocol.messages import (
     decode_reply,
     to_header,
 )
+from millrace.protocol.sasl import SaslClientError
 from millrace.protocol.wire import MAX_FRAME_BYTES, PROTOCOL_VERSION, Status, decode_body, encode_frame
 
 DEFAULT_PORT = 9090
@@ -128,7 +129,12 @@ class Connection:
                 if reply.complete:
                     exchange.done(answer)
                     break
-                message = exchange.answer(answer)
+                following = exchange.answer(answer)
+                if following is None:
+                    raise AuthenticationError(f"{self.endpoint} asks for more than {exchange.mechanism} says")
+                message = following
+        except SaslClientError as exc:  # a SCRAM server that did not prove it knows the credential
+            raise AuthenticationError(f"authentication with {self.endpoint} failed: {exc}") from None
         except TimeoutError:
             raise ConnectionLostError(f"{self.endpoint} did not answer the authentication in {timeout:g} s") from None
         except ConnectionLostError as exc:  # the server closed it: what a refusal without an answer looks like

@@ -15,12 +15,7 @@ import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import scramp  # type: ignore[import-untyped]
-
-from millrace.protocol.errors import AuthenticationError
-
-MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
-INVALID_TOKEN_CHALLENGE = b'{"status":"invalid_token"}'
+from millrace.protocol.sasl import PASSWORD_MECHANISMS, SaslClient
 
 
 @dataclass(frozen=True)
@@ -56,8 +51,8 @@ class ClientSecurity:
             if not username or password is None:
                 raise ValueError("username and password go together")
             mechanism = mechanism or "SCRAM-SHA-512"
-            if mechanism not in MECHANISMS[:3]:
-                raise ValueError(f"mechanism {mechanism!r}: one of {', '.join(MECHANISMS[:3])} with a password")
+            if mechanism not in PASSWORD_MECHANISMS:
+                raise ValueError(f"mechanism {mechanism!r}: one of {', '.join(PASSWORD_MECHANISMS)} with a password")
         else:
             mechanism = None
         if (certfile is None) != (keyfile is None) and keyfile is not None:
@@ -76,58 +71,10 @@ class ClientSecurity:
             context.load_cert_chain(self.certfile, self.keyfile)
         return context
 
-    def exchange(self) -> SaslExchange:
+    def exchange(self) -> SaslClient:
+        """A fresh SASL exchange with these credentials (``protocol.sasl``, the nodes' own client side)."""
         assert self.mechanism is not None
-        return SaslExchange(self)
-
-
-class SaslExchange:
-    """One exchange: ``first()``, then ``answer(server_message)`` for each server message until the
-    server says it is complete (what the answer then is, is not sent)."""
-
-    def __init__(self, security: ClientSecurity) -> None:
-        self.mechanism = mechanism = security.mechanism
-        self._security = security
-        self._scram = None
-        if mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
-            self._scram = scramp.ScramClient([mechanism], security.username, security.password)
-
-    def first(self) -> bytes:
-        security = self._security
-        if self.mechanism == "PLAIN":
-            return f"\0{security.username}\0{security.password}".encode()
-        if self.mechanism == "OAUTHBEARER":
-            assert security.token_provider is not None
-            return f"n,,\x01auth=Bearer {security.token_provider()}\x01\x01".encode()
-        assert self._scram is not None
-        return str(self._scram.get_client_first()).encode()
-
-    def answer(self, server_message: bytes) -> bytes:
-        if self.mechanism == "OAUTHBEARER":
-            if server_message == INVALID_TOKEN_CHALLENGE:
-                return b"\x01"  # acknowledge the error challenge: the server then fails the exchange
-            return b""
-        scram = self._scram
-        if scram is None:
-            return b""
-        try:
-            if scram.stage == scramp.core.ClientStage.get_client_first:
-                scram.set_server_first(server_message.decode())
-                return str(scram.get_client_final()).encode()
-            scram.set_server_final(server_message.decode())
-        except (scramp.ScramException, UnicodeDecodeError) as exc:
-            raise AuthenticationError(f"the server's SCRAM answer does not check out: {exc}") from None
-        return b""
-
-    def done(self, server_message: bytes) -> None:
-        """The server completed the exchange with ``server_message``: a SCRAM server proves here that it
-        knows the credential."""
-        scram = self._scram
-        if scram is not None and scram.stage != scramp.core.ClientStage.set_server_final:
-            try:
-                scram.set_server_final(server_message.decode())
-            except (scramp.ScramException, UnicodeDecodeError) as exc:
-                raise AuthenticationError(f"the server's SCRAM answer does not check out: {exc}") from None
+        return SaslClient(self.mechanism, self.username, self.password, self.token_provider)
 
 
 def _constant(token: str) -> Callable[[], str]:

@@ -33,7 +33,8 @@ from millrace.gateway.kafka_protocol.codec import decode_response, encode_reques
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.sasl_authenticate import SaslAuthenticateRequest
 from millrace.gateway.kafka_protocol.messages.sasl_handshake import SaslHandshakeRequest
-from millrace.gateway.security.sasl_client import SaslClient, SaslClientError, SaslLogin
+from millrace.gateway.security.sasl_client import SaslLogin
+from millrace.protocol.sasl import SaslClientError
 
 if TYPE_CHECKING:
     from twisted.internet.interfaces import IOpenSSLClientConnectionCreator
@@ -112,7 +113,7 @@ def _authenticate(frames: _Frames, login: SaslLogin, client_id: str) -> Generato
     if handshake.error_code != ErrorCode.NONE:
         raise NodeAuthenticationError(f"the node does not enable {login.mechanism} on this listener "
                                       f"(it enables {', '.join(handshake.mechanisms)})")
-    client = SaslClient(login)
+    client = login.client()
     message: bytes | None = client.first()
     while message is not None:
         answer = yield _call(frames, SaslAuthenticateRequest(auth_bytes=message), _AUTHENTICATE_VERSION, client_id)

@@ -38,10 +38,11 @@ from twisted.python.failure import Failure
 from millrace.gateway.native.dispatch import Handler
 from millrace.gateway.native.host import NativeHost
 from millrace.gateway.native.table_commands import Answer
-from millrace.gateway.security.sasl_client import SaslClient, SaslClientError, SaslLogin
+from millrace.gateway.security.sasl_client import SaslLogin
 from millrace.protocol import messages as m
 from millrace.protocol.errors import AuthenticationError, ConnectionLostError, RetriableError
 from millrace.protocol.messages import Header, Request, decode_reply
+from millrace.protocol.sasl import SaslClientError
 from millrace.store.cluster.connection import NodeConnection, NotSentError
 from millrace.store.futures import StoreFuture
 from millrace.streams.futures import to_deferred
@@ -74,13 +75,13 @@ class NodeLoginError(NotSentError):
 
 def log_in(connection: NodeConnection, login: SaslLogin, timeout: float = LOGIN_TIMEOUT) -> float | None:
     """Blocking: ``login``'s SASL exchange on a new connection, before any other request (AUTH_HANDSHAKE,
-    then AUTHENTICATE with the messages of ``SaslClient``, the Kafka inter-broker link's client). Returns
+    then AUTHENTICATE with the messages of ``protocol.sasl.SaslClient``, as on the Kafka link). Returns
     the session's lifetime in seconds (None: unbounded). NodeLoginError if the node refuses the login
     or (SCRAM) does not prove it knows the credential; ConnectionLostError or TimeoutError if it goes."""
     refused = f"{connection.address} refused this node's {login.mechanism} login as {login.username}"
     try:
         connection.request(m.AuthHandshake(mechanism=login.mechanism)).result(timeout)
-        client = SaslClient(login)
+        client = login.client()
         message = client.first()
         while True:
             header, answer = connection.request(m.Authenticate(), message).result(timeout)

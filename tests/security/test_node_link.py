@@ -19,7 +19,8 @@ from millrace.gateway.security.sasl import (
     sasl_server,
     scram_credential,
 )
-from millrace.gateway.security.sasl_client import SaslClient, SaslClientError, SaslLogin
+from millrace.gateway.security.sasl_client import SaslLogin
+from millrace.protocol.sasl import SaslClient, SaslClientError
 
 trustme = pytest.importorskip("trustme")
 
@@ -87,7 +88,7 @@ def test_a_tls_inter_broker_listener_checks_certificates_with_its_trust_store(tm
 
 def _exchange(login: SaslLogin, store: InMemoryCredentialStore) -> None:
     server = sasl_server(login.mechanism, ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"], store)
-    client = SaslClient(login)
+    client = login.client()
     message: bytes | None = client.first()
     while message is not None:
         message = client.answer(server.step(message))
@@ -108,10 +109,20 @@ def test_a_scram_server_that_does_not_know_the_password_is_not_believed() -> Non
     store = InMemoryCredentialStore()
     store.set_scram("node", "SCRAM-SHA-256", scram_credential("SCRAM-SHA-256", "right", iterations=4096))
     server = sasl_server("SCRAM-SHA-256", ["SCRAM-SHA-256"], store)
-    client = SaslClient(SaslLogin("SCRAM-SHA-256", "node", "right"))
+    client = SaslLogin("SCRAM-SHA-256", "node", "right").client()
     server.step(client.answer(server.step(client.first())) or b"")
     with pytest.raises(SaslClientError):
         client.answer(b"v=" + b"A" * 44)  # a server signature made without the password
+
+
+def test_a_scram_server_that_ends_the_exchange_early_is_not_believed() -> None:
+    """A server saying "complete" before its final message proved it knows the credential (the native
+    AUTHENTICATE's ``complete``) is refused, as one whose proof is wrong."""
+    client = SaslClient("SCRAM-SHA-512", "node", "right")
+    client.first()
+    with pytest.raises(SaslClientError, match="before proving"):
+        client.done(b"")
+    assert "right" not in repr(client)
 
 
 def test_cluster_up_gives_each_node_its_listeners_on_its_own_ports(tmp_path: Path) -> None:
