@@ -339,6 +339,30 @@ def test_strangers_before_authentication_are_closed_and_others_served(secured: S
 REAUTH_MS = 3000
 
 
+def test_refused_tls_clients_are_disconnected(secured: Secured) -> None:
+    """Over TLS too, a refusal ends the connection: a failed SASL exchange, and a request before
+    authentication, on SASL_SSL (Twisted's TLS transport closes only once the connection is no longer its
+    producer; until the connection unregistered itself, such connections stayed open)."""
+    import ssl
+
+    host, port = secured.bootstrap("SASL_SSL").split(":")
+    context = ssl.create_default_context(cafile=str(secured.ca))
+
+    def tls() -> ssl.SSLSocket:
+        return context.wrap_socket(socket.create_connection((host, int(port))), server_hostname=host)
+
+    with tls() as sock:  # SaslHandshake PLAIN, then a wrong password
+        sock.sendall(_frame(17, 1, struct.pack(">h", 5) + b"PLAIN"))
+        sock.settimeout(5)
+        assert struct.unpack(">iih", sock.recv(65536)[:10])[1:] == (7, 0)
+        token = b"\0alice\0not-the-password"
+        sock.sendall(_frame(36, 1, struct.pack(">i", len(token)) + token))
+        assert _closed(sock)
+    with tls() as sock:  # Metadata before authenticating
+        sock.sendall(_frame(3, 1, struct.pack(">i", -1)))
+        assert _closed(sock)
+
+
 @pytest.fixture(scope="module")
 def short_sessions(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A SASL_PLAINTEXT server whose sessions last ``REAUTH_MS`` and that takes 3 connections per address;

@@ -71,6 +71,15 @@ class BudgetedReceiver(protocol.Protocol):
         raise NotImplementedError
 
     def lengthLimitExceeded(self, length: int) -> None:  # noqa: N802 - Twisted's name
+        self.close_connection()
+
+    def close_connection(self) -> None:
+        """Close once what was written is sent; nothing read from now on is served. This connection is its
+        transport's producer until then, and Twisted's TLS transport closes (sends its close alert) only
+        once no producer is registered: without unregistering, a TLS client refused or answered for the
+        last time would keep its connection open."""
+        self._closed = True
+        IConsumer(self.transport).unregisterProducer()
         self.tcp.loseConnection()
 
     def answered(self, size: int) -> None:

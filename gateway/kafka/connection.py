@@ -66,7 +66,7 @@ class KafkaConnection(BudgetedReceiver):
         # the listener's pre-authentication limit.
         self.session: Session | None = None
         if listener is not None and (listener.uses_sasl or listener.ssl is not None):
-            self.session = Session(listener, self._close, self._authenticated)
+            self.session = Session(listener, self.close_connection, self._authenticated)
             if listener.uses_sasl:
                 self.MAX_LENGTH = listener.max_pre_auth_bytes
         self._slots: collections.deque[_Slot] = collections.deque()
@@ -95,7 +95,7 @@ class KafkaConnection(BudgetedReceiver):
             return
         except KafkaDecodeError as exc:
             log.info("closing Kafka connection from %s: undecodable request: %s", self._peer, exc)
-            self.tcp.loseConnection()
+            self.close_connection()
             return
         session = self.session
         if session is not None and not self._admitted(session, header.request_api_key):
@@ -106,7 +106,7 @@ class KafkaConnection(BudgetedReceiver):
             # The client ignored ApiVersions: Kafka closes the connection in that case.
             log.info("closing Kafka connection from %s: api %d v%d not implemented",
                      self._peer, header.request_api_key, version)
-            self.tcp.loseConnection()
+            self.close_connection()
             return
         ctx = RequestContext(self.broker, header.request_api_key, version, header.correlation_id,
                              header.client_id, self._peer, self.listener, session)
@@ -135,16 +135,14 @@ class KafkaConnection(BudgetedReceiver):
                 session.peer_certificate(getattr(self.transport, "getPeerCertificate", lambda: None)())
             except ValueError as e:  # no ssl.principal.mapping.rules rule names it: Kafka refuses it
                 log.info("closing Kafka connection from %s: its certificate maps to no principal: %s", self._peer, e)
-                self._closed = True
-                self.tcp.loseConnection()
+                self.close_connection()
                 return False
         if session.admits(api_key):
             return True
         name = REGISTRY[api_key].name if api_key in REGISTRY else f"api {api_key}"
         log.info("closing Kafka connection from %s: %s %s", self._peer, name,
                  "after its session expired" if session.authenticated else "before it authenticated")
-        self._closed = True
-        self.tcp.loseConnection()
+        self.close_connection()
         return False
 
     def _raw_token(self, session: Session, frame: memoryview) -> None:
@@ -154,8 +152,7 @@ class KafkaConnection(BudgetedReceiver):
             answer, _ = session.authenticate(frame)
         except Exception as e:  # noqa: BLE001 - the mechanism's refusal, or a message out of turn
             log.info("SASL authentication from %s failed: %s", self._peer, getattr(e, "reason", e))
-            self._closed = True
-            self.tcp.loseConnection()
+            self.close_connection()
             return
         slot = _Slot(len(frame))
         slot.parts = [len(answer).to_bytes(4, "big"), answer]
@@ -168,11 +165,6 @@ class KafkaConnection(BudgetedReceiver):
         frame is checked as it starts, so this must not wait for the next request)."""
         self.MAX_LENGTH = self.broker.config.max_request_bytes
 
-    def _close(self) -> None:
-        """Close once everything written is sent (an answer that ends the connection, e.g. a failed
-        authentication's): nothing it reads from now on is served."""
-        self._closed = True
-        self.tcp.loseConnection()
 
     def _respond(self, response: Any, ctx: RequestContext, slot: _Slot) -> None:
         if response is not NO_RESPONSE:
@@ -256,7 +248,7 @@ class KafkaConnection(BudgetedReceiver):
         if ctx.sent_callbacks:
             _call_all(ctx.sent_callbacks)  # it will never be sent
             ctx.sent_callbacks = None
-        self.tcp.loseConnection()
+        self.close_connection()
 
     def _unsupported(self, exc: UnsupportedApiError, size: int) -> None:
         if exc.api_key == API_VERSIONS and exc.correlation_id is not None:
@@ -269,12 +261,12 @@ class KafkaConnection(BudgetedReceiver):
             self._flush()
             return
         log.info("closing Kafka connection from %s: %s", self._peer, exc)
-        self.tcp.loseConnection()
+        self.close_connection()
 
     def lengthLimitExceeded(self, length: int) -> None:  # noqa: N802 - Twisted's name
         log.info("closing Kafka connection from %s: request of %d bytes exceeds %d",
                  self._peer, length, self.MAX_LENGTH)
-        self.tcp.loseConnection()
+        self.close_connection()
 
 
 class ConnectionLimit:

@@ -11,7 +11,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from twisted.internet import defer, protocol
-from twisted.internet.interfaces import IConsumer
 from twisted.python.failure import Failure
 
 from millrace.gateway.framing import DEFAULT_CONNECTION_BUDGET_BYTES, BudgetedReceiver
@@ -105,17 +104,10 @@ class NativeProtocol(BudgetedReceiver):
         self.tcp.setTcpNoDelay(True)
         if self._security is not None:
             peer = self.tcp.getPeer()
-            self.session = NativeSession(self._security, str(getattr(peer, "host", "")), self._close)
+            self.session = NativeSession(self._security, str(getattr(peer, "host", "")), self.close_connection)
             if self._security.uses_sasl:  # until authenticated, frames no larger than this
                 self.MAX_LENGTH = self._security.max_pre_auth_bytes
 
-    def _close(self) -> None:
-        """Close once what was written is sent; nothing read from now on is served."""
-        self._closed = True
-        self.tcp.loseConnection()
-        # Twisted's TLS transport sends its close alert (and closes) only once no producer is registered:
-        # this connection is its own producer until it ends.
-        IConsumer(self.transport).unregisterProducer()
 
     def stringReceived(self, body: memoryview) -> None:  # noqa: N802 - Twisted's name
         size = len(body)
@@ -123,7 +115,7 @@ class NativeProtocol(BudgetedReceiver):
             code, request_id, header, payload = decode_body(body)
         except WireError as exc:
             log.info("closing native connection from %s: %s", self.tcp.getPeer(), exc)
-            self.tcp.loseConnection()
+            self.close_connection()
             return
         try:
             request = decode_request(code, header)
@@ -156,7 +148,7 @@ class NativeProtocol(BudgetedReceiver):
 
     def lengthLimitExceeded(self, length: int) -> None:  # noqa: N802 - Twisted's name
         log.info("closing native connection: frame of %d bytes exceeds %d", length, self.MAX_LENGTH)
-        self._close()
+        self.close_connection()
 
     def _secured(self, session: NativeSession, request: m.Request, request_id: int, size: int,
                  payload: memoryview | bytes) -> Any:
@@ -218,7 +210,7 @@ class NativeProtocol(BudgetedReceiver):
             log.error("native request %d failed", request_id, exc_info=exc)
         self._reply_error(request_id, size, status, str(exc) or type(exc).__name__, error_details(exc))
         if status == Status.AUTHENTICATION_FAILED and self.session is not None:
-            self._close()  # answered once, then the connection ends (Kafka's SaslServerAuthenticator)
+            self.close_connection()  # answered once, then the connection ends (Kafka's SaslServerAuthenticator)
 
     def _reply_error(self, request_id: int, size: int, status: Status, message: str,
                      extra: dict | None = None) -> None:
