@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import hashlib
 import json
 import os
 import sys
 from typing import Any
 
+from millrace.gateway.kafka.handlers.scram_credentials import CODES, MECHANISM_CODES
 from millrace.gateway.kafka.node_requests import NodeLink, request_address
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.alter_user_scram_credentials import (
@@ -28,11 +28,10 @@ from millrace.gateway.kafka_protocol.messages.describe_user_scram_credentials im
 )
 from millrace.gateway.security.jaas import JaasConfigError, parse_login_module
 from millrace.gateway.security.properties import ConfigError, Secret, SslSettings, load_properties
+from millrace.gateway.security.sasl import salted_password
 from millrace.gateway.security.sasl_client import CLIENT_MECHANISMS, SaslLogin
 from millrace.gateway.security.tls import TlsConfigError, client_tls
 
-SCRAM_MECHANISMS = {"SCRAM-SHA-256": (1, "sha256"), "SCRAM-SHA-512": (2, "sha512")}  # wire code, hash
-MECHANISM_NAMES = {code: name for name, (code, _) in SCRAM_MECHANISMS.items()}
 SALT_BYTES = 32
 CLIENT_ID = "millrace-users"
 TIMEOUT_SECONDS = 30.0
@@ -54,13 +53,13 @@ def add_users_parser(sub: argparse._SubParsersAction) -> None:
     listing.add_argument("--json", action="store_true", help="print JSON")
     setting = actions.add_parser("set", help="create a user's SCRAM credential, or change its password")
     setting.add_argument("user")
-    setting.add_argument("--mechanism", choices=sorted(SCRAM_MECHANISMS), default="SCRAM-SHA-512")
+    setting.add_argument("--mechanism", choices=sorted(CODES), default="SCRAM-SHA-512")
     setting.add_argument("--iterations", type=int, default=4096, help="4096..16384, as Kafka accepts")
     setting.add_argument("--password-file", default=None, metavar="FILE",
                          help="the password is this file's first line (default: read from standard input)")
     deleting = actions.add_parser("delete", help="remove a user's SCRAM credential")
     deleting.add_argument("user")
-    deleting.add_argument("--mechanism", choices=sorted(SCRAM_MECHANISMS), default="SCRAM-SHA-512")
+    deleting.add_argument("--mechanism", choices=sorted(CODES), default="SCRAM-SHA-512")
 
 
 def client_link(properties: dict[str, str]) -> NodeLink:
@@ -93,11 +92,6 @@ def client_link(properties: dict[str, str]) -> NodeLink:
             raise ConfigError("sasl.jaas.config", None, "needs username and password options")
         login = SaslLogin(mechanism, username, password)
     return NodeLink(None, tls, login)
-
-
-def salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
-    """RFC 5802's SaltedPassword: Hi(password, salt, iterations)."""
-    return hashlib.pbkdf2_hmac(SCRAM_MECHANISMS[mechanism][1], password.encode(), salt, iterations)
 
 
 def _password(args: argparse.Namespace) -> str:
@@ -153,7 +147,7 @@ def run_users(args: argparse.Namespace) -> int:
             users = {}
             for result in response.results:
                 _check(result.error_code, result.error_message, f"user {result.user}")
-                users[result.user] = {MECHANISM_NAMES.get(i.mechanism, str(i.mechanism)): i.iterations
+                users[result.user] = {MECHANISM_CODES.get(i.mechanism, str(i.mechanism)): i.iterations
                                       for i in result.credential_infos}
             if args.json:
                 print(json.dumps(users, indent=2, sort_keys=True))
@@ -161,7 +155,7 @@ def run_users(args: argparse.Namespace) -> int:
                 print(f"{user}  " + ", ".join(f"{m} (iterations {n})" for m, n in sorted(mechanisms.items())))
             return 0
         request = AlterUserScramCredentialsRequest()
-        code = SCRAM_MECHANISMS[args.mechanism][0]
+        code = CODES[args.mechanism]
         if args.action == "set":
             salt = os.urandom(SALT_BYTES)
             request.upsertions = [AlterUserScramCredentialsRequest.ScramCredentialUpsertion(

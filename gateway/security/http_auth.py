@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import hmac
 import logging
 import os
@@ -37,7 +36,7 @@ from millrace.gateway.security.sasl import (
     InvalidBearerToken,
     ScramCredential,
     _made_up_credential,
-    credential_from_salted_password,
+    scram_credential,
 )
 
 log = logging.getLogger(__name__)
@@ -51,9 +50,7 @@ ScramLookup = Callable[[str, str], ScramCredential | None]  # (user, mechanism) 
 
 def scram_matches(mechanism: str, password: str, credential: ScramCredential) -> bool:
     """Blocking (PBKDF2): whether ``password`` is the one ``credential`` was made from."""
-    hash_name = SCRAM_HASHES[mechanism]
-    salted = hashlib.pbkdf2_hmac(hash_name, password.encode(), credential.salt, credential.iterations)
-    derived = credential_from_salted_password(mechanism, salted, credential.salt, credential.iterations)
+    derived = scram_credential(mechanism, password, credential.iterations, credential.salt)
     return hmac.compare_digest(derived.stored_key, credential.stored_key)
 
 

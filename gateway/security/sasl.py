@@ -102,11 +102,15 @@ class ScramCredential:
 def scram_credential(mechanism: str, password: str, iterations: int = SCRAM_DEFAULT_ITERATIONS,
                      salt: bytes | None = None) -> ScramCredential:
     """The credential of ``password`` for ``mechanism`` (a fresh random salt unless one is given)."""
-    hash_name = _scram_hash(mechanism)
     _check_iterations(iterations)
     salt = os.urandom(_SALT_BYTES) if salt is None else salt
-    salted_password = hashlib.pbkdf2_hmac(hash_name, password.encode(), salt, iterations)
-    return credential_from_salted_password(mechanism, salted_password, salt, iterations)
+    return credential_from_salted_password(mechanism, salted_password(mechanism, password, salt, iterations),
+                                           salt, iterations)
+
+
+def salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
+    """RFC 5802's SaltedPassword, Hi(password, salt, iterations): what AlterUserScramCredentials carries."""
+    return hashlib.pbkdf2_hmac(_scram_hash(mechanism), password.encode(), salt, iterations)
 
 
 def credential_from_salted_password(mechanism: str, salted_password: bytes, salt: bytes,

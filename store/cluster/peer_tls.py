@@ -22,6 +22,8 @@ import os
 import ssl
 from dataclasses import dataclass
 
+from millrace.store.cluster.tls_context import pem_client_context
+
 
 class PeerTlsError(ValueError):
     """Peer TLS key material that is missing or does not load (never showing a key)."""
@@ -51,17 +53,6 @@ class PeerTls:
     def client_context(self) -> ssl.SSLContext:
         """How this node dials a peer listener: TLS 1.2 at least, the peer's certificate checked against
         the cluster CA only (not the system's CAs), this node's certificate presented."""
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.check_hostname = False  # the cluster CA is the membership (see the module's docstring)
-        context.verify_mode = ssl.CERT_REQUIRED
-        try:
-            context.load_verify_locations(cafile=self.truststore)
-        except (OSError, ssl.SSLError) as e:
-            raise PeerTlsError(f"--peer-tls-truststore {self.truststore}: no CA certificate loads ({e})") from None
-        try:
-            context.load_cert_chain(self.keystore)
-        except (OSError, ssl.SSLError) as e:
-            raise PeerTlsError(f"--peer-tls-keystore {self.keystore}: no certificate chain and matching "
-                               f"private key load ({type(e).__name__})") from None
-        return context
+        # The cluster CA is the membership: names are not checked (see the module's docstring).
+        return pem_client_context(self.truststore, self.keystore, check_hostname=False, error=PeerTlsError,
+                                  truststore_flag="--peer-tls-truststore", keystore_flag="--peer-tls-keystore")

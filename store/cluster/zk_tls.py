@@ -32,6 +32,8 @@ from typing import Any
 from kazoo.handlers import utils
 from kazoo.handlers.threading import SequentialThreadingHandler
 
+from millrace.store.cluster.tls_context import pem_client_context
+
 
 class ZooKeeperTlsError(ValueError):
     """ZooKeeper TLS key material that is missing or does not load (never showing a key)."""
@@ -65,22 +67,9 @@ class ZooKeeperTls:
     def context(self) -> ssl.SSLContext:
         """How a node dials ZooKeeper: TLS 1.2 at least, ZooKeeper's certificate checked against the trust
         store's CA only and against the host dialled, this node's certificate presented if it has one."""
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.check_hostname = True
-        context.verify_mode = ssl.CERT_REQUIRED
-        try:
-            context.load_verify_locations(cafile=self.truststore)
-        except (OSError, ssl.SSLError) as e:
-            raise ZooKeeperTlsError(f"--zookeeper-tls-truststore {self.truststore}: no CA certificate loads "
-                                    f"({e})") from None
-        if self.keystore:
-            try:
-                context.load_cert_chain(self.keystore)
-            except (OSError, ssl.SSLError) as e:
-                raise ZooKeeperTlsError(f"--zookeeper-tls-keystore {self.keystore}: no certificate chain and "
-                                        f"matching private key load ({type(e).__name__})") from None
-        return context
+        return pem_client_context(self.truststore, self.keystore, check_hostname=True, error=ZooKeeperTlsError,
+                                  truststore_flag="--zookeeper-tls-truststore",
+                                  keystore_flag="--zookeeper-tls-keystore")
 
     def handler(self) -> SequentialThreadingHandler:
         """A kazoo handler (``KazooClient(handler=...)``) whose every connection is this TLS."""
