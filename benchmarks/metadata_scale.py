@@ -6,8 +6,9 @@ One fresh ``millrace serve``; then, timed:
 - metadata: a Metadata request for every topic (``list_topics``), median of 5, and for one topic;
 - produce: one 100 B record to every partition from one confluent-kafka producer (acks=all,
   idempotent), until the last is acknowledged (the first produce to a topic loads its partitions);
-- restart: SIGTERM, then start on the same data directory until ready, then the same Metadata request
-  and produce round again (each topic is loaded again on its first produce).
+- restart: SIGTERM, then start on the same data directory until ready (the listeners open before the
+  topics' partitions are loaded), then until the server logs that its background load of every topic
+  is done; then the same Metadata request and produce round again.
 Also the segments the store holds (``GET /api/segments``) and the server's RSS after each phase.
 
     .venv/bin/python -m benchmarks.metadata_scale [--topics 1000] [--partitions 10] [--per-request 50]
@@ -83,6 +84,17 @@ def produce_everywhere(bootstrap: str, names: list[str], partitions: int) -> flo
     return seconds
 
 
+def topics_loaded(server: ServerProcess, timeout: float = 600) -> float:
+    """``time.perf_counter()`` when the server logged that its background load of every topic after the
+    start was done (the start itself does not wait for it)."""
+    deadline = time.monotonic() + timeout
+    while not any("topics in the" in line for line in server.output):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the server never logged the end of its topics' load")
+        time.sleep(0.05)
+    return time.perf_counter()
+
+
 def run(topics: int, partitions: int, per_request: int) -> dict:
     data_dir = tempfile.mkdtemp(prefix="millrace-metadata-")
     names = [f"topic-{i:05d}" for i in range(topics)]
@@ -100,9 +112,11 @@ def run(topics: int, partitions: int, per_request: int) -> dict:
         del admin  # closed, so it does not retry the stopped server's address
         server.stop()
         began = time.perf_counter()
-        server = ServerProcess(data_dir).start(timeout=600)
+        server = ServerProcess(data_dir, "--log-level", "INFO").start(timeout=600)
         result["restart_s"] = time.perf_counter() - began
         result["rss_mb_after_restart"] = rss_mb(server)
+        result["topics_loaded_after_restart_s"] = topics_loaded(server) - began
+        result["rss_mb_after_topics_loaded"] = rss_mb(server)
         admin = AdminClient({"bootstrap.servers": server.bootstrap})
         result["metadata_all_after_restart_s"] = metadata_seconds(admin, None, topics)
         result["produce_after_restart_s"] = produce_everywhere(server.bootstrap, names, partitions)

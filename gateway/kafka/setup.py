@@ -59,7 +59,6 @@ def build_kafka(
     broker.topics = TopicRegistry(controller, tables, config.scope)
     broker.partitions = SegmentPartitionStorage(store, broker.topics, tables, broker.blocking, IReactorTime(reactor),
                                                 config.max_message_bytes)
-    broker.partitions.load_all()
     broker.topics.listeners.append(broker.partitions.topic_event)
     broker.producer_ids = ProducerIdAllocator(tables)
     broker.scaling = StreamScaling(broker)
@@ -104,8 +103,12 @@ def start_background(broker: Broker) -> task.LoopingCall:
     """Periodic work on the reactor: retention enforcement for every topic (its retention configs) and
     every stream event writers partitioned (its stream retention policy), expiry of idle producers'
     state in every partition, and snapshots of the partition state of topics that grew; the transaction coordinator
-    finishes transactions a crash left prepared and aborts those past their timeout."""
+    finishes transactions a crash left prepared and aborts those past their timeout. Also loads, in the
+    background, the partitions of every topic no request loaded yet (``warm_up``)."""
     broker.transactions.start()
+    began = reactor.seconds()
+    broker.partitions.warm_up().addCallback(
+        lambda count: log.info("loaded %d topics in the %.1f s after the start", count, reactor.seconds() - began))
 
     def enforce() -> None:
         for name in broker.topics.names():

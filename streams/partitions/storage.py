@@ -279,13 +279,37 @@ class SegmentPartitionStorage(PartitionStorage):
         self.cleaner = LogCleaner(self)  # compaction rounds of compacted topics (``cleaner``)
 
     # -- topics ------------------------------------------------------------------------------------
-    def load_all(self) -> None:
-        """Blocking: load every topic (and partitioned stream) before the reactor runs (this thread
-        stands in for it)."""
-        for name in self.topics.record_keys():
-            topic = self.topics.record(name)
-            if topic is not None:
-                self._install(self._load(topic))
+    def warm_up(self, concurrency: int = 2) -> defer.Deferred[int]:
+        """Reactor: load every topic (and partitioned stream) not loaded yet, ``concurrency`` at a time on
+        the worker pool; fires with how many were loaded.
+
+        A start does not wait for this: its time to ready would grow with the number of topics. A
+        request for a topic still cold loads that topic first (``open_topic``, in arrival order), and the
+        periodic work (retention, compaction, snapshots, producer expiry) reaches a topic once it is
+        loaded, which this makes happen soon after a start whether or not a client asks for it. Few
+        loads at a time, so requests' own blocking calls still find the pool free."""
+        pending = [name for name in self.topics.record_keys() if name not in self._topics]
+        loaded = 0
+
+        def next_load() -> defer.Deferred[None] | None:
+            while pending:
+                topic = self.topics.record(pending.pop())
+                if topic is not None and topic.name not in self._topics:
+                    return self.open_topic(topic).addCallbacks(counted, failed, errbackArgs=(topic.name,))
+            return None
+
+        def counted(_: object) -> defer.Deferred[None] | None:
+            nonlocal loaded
+            loaded += 1
+            return next_load()
+
+        def failed(failure: Failure, name: str) -> defer.Deferred[None] | None:
+            # Not fatal: the topic loads again on first use (a deletion meanwhile also lands here).
+            log.warning("loading %s after the start failed: %s", name, failure.getErrorMessage())
+            return next_load()
+
+        chains = [d for d in (next_load() for _ in range(concurrency)) if d is not None]
+        return defer.gatherResults(chains, consumeErrors=True).addCallback(lambda _: loaded)
 
     def _load(self, topic: TopicInfo) -> LoadedTopic:
         """Blocking: ``load_topic``, remembering the ownership terms that held before it read anything."""

@@ -240,6 +240,42 @@ def test_retention_ms_truncates_old_data(tmp_path):
         srv.kill()
 
 
+def test_retention_reaches_a_topic_no_client_touches_after_a_restart(tmp_path):
+    """A start does not wait for the topics' partitions to load; they load in the background, so the
+    periodic work (here retention) still reaches a topic that no request loads after the restart."""
+    import json
+    import urllib.request
+
+    data = str(tmp_path / "data")
+    srv = ServerProcess(data, "--retention-check-seconds", "3600").start()  # no round before the restart
+    try:
+        c = local(srv.kafka_port)
+        an_hour_ago = int(time.time() * 1000) - 3_600_000
+        c.produce("cold", 0, build_record_batch([NewRecord(key=None, value=b"old", timestamp=an_hour_ago)]))
+        c.produce("cold", 0, batch([b"new"]))
+        inc = request_class(44)  # IncrementalAlterConfigs: retention.ms = 1 minute
+        r = c.send(44, 1, inc(resources=[inc.AlterConfigsResource(resource_type=2, resource_name="cold", configs=[
+            inc.AlterableConfig(name="retention.ms", config_operation=0, value="60000")])], validate_only=False))
+        assert r.responses[0].error_code == 0
+        assert c.list_offset("cold", 0, -2).offset == 0
+    finally:
+        assert srv.stop() == 0
+    srv = ServerProcess(data, "--retention-check-seconds", "0.3").start()
+    try:
+        def data_start() -> int:
+            with urllib.request.urlopen(f"http://127.0.0.1:{srv.http_port}/api/segments", timeout=10) as answer:
+                segments = json.loads(answer.read())["segments"]
+            return max(s["start_offset"] for s in segments if s["name"].startswith("kafka/cold/"))
+
+        deadline = time.monotonic() + 30
+        while data_start() == 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert data_start() > 0, "retention never reached the untouched topic"
+        assert local(srv.kafka_port).list_offset("cold", 0, -2).offset == 1
+    finally:
+        srv.kill()
+
+
 def test_partitions_sharing_one_segment(server):
     """Four partitions in one segment (millrace.segments.initial=1): each partition's offsets stay
     dense and a fetch returns only its own batches, before and after a restart."""
