@@ -29,7 +29,7 @@ from millrace.store.containers.lock import ContainerLock
 from millrace.store.containers.memory_state import MemoryState
 from millrace.store.containers.operations import Checkpoint, Operation
 from millrace.store.containers.read_index import ParkedRead, TailOutcome
-from millrace.store.durablelog.interface import DurableDataLog, LogAddress
+from millrace.store.durablelog.interface import Buffer, DurableDataLog, LogAddress
 from millrace.store.errors import StoreError
 from millrace.store.futures import StoreFuture
 
@@ -83,7 +83,7 @@ class OperationProcessor:
         self._state = state
         self._on_failure = on_failure
         self._inflight: collections.deque[_Pending] = collections.deque()
-        self._frame_parts: list[bytes] = []  # the next log entry, still accumulating
+        self._frame_parts: list[Buffer] = []  # the next log entry, still accumulating
         self._frame_pending: list[_Pending] = []
         self._frames_in_flight = 0
         self._budget: ByteBudget | None = None
@@ -143,13 +143,13 @@ class OperationProcessor:
 
     def _enqueue(self, op: Operation, result: StoreFuture[Any] | None) -> int:
         released = op.accept(self._state.metadata)
-        part = op.frame_part()
-        size = len(part)
+        parts = op.frame_parts()
+        size = sum(map(len, parts))
         if self._budget is not None:
             self._budget.acquire(size)
         pending = _Pending(op, result, released, opens_entry=not self._frame_parts, size=size)
         self._inflight.append(pending)
-        self._frame_parts.append(part)
+        self._frame_parts.extend(parts)
         self._frame_pending.append(pending)
         if self._frames_in_flight < MAX_FRAMES_IN_FLIGHT:
             self._send_frame()
@@ -159,11 +159,11 @@ class OperationProcessor:
         """Hand everything queued to the log as one entry."""
         if not self._frame_parts:
             return
-        frame = b"".join(self._frame_parts) if len(self._frame_parts) > 1 else self._frame_parts[0]
+        frame = self._frame_parts
         pendings = self._frame_pending
         self._frame_parts, self._frame_pending = [], []
         try:
-            log_future = self._log.append(frame)
+            log_future = self._log.append_parts(frame)
         except Exception as exc:  # noqa: BLE001 - fenced or broken log
             log_future = Future()
             log_future.set_exception(exc)

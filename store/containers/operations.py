@@ -38,7 +38,7 @@ from millrace.store.containers.metadata import (
     resolve_attribute_updates,
 )
 from millrace.store.contracts import AttributeUpdate
-from millrace.store.durablelog.interface import LogAddress
+from millrace.store.durablelog.interface import Buffer, LogAddress
 from millrace.store.errors import (
     BadOffsetError,
     DataCorruptionError,
@@ -118,9 +118,11 @@ class Operation(ABC):
     def decode(cls, payload: bytes) -> Self:
         """The operation ``encode`` wrote (``payload`` starts with ``CODE``)."""
 
-    def frame_part(self) -> bytes:
+    def frame_parts(self) -> tuple[Buffer, ...]:
+        """This operation in a log entry (its length, then what ``encode`` makes), as buffers the log
+        writes back to back; ``decode_frame`` reads entries of them."""
         payload = self.encode()
-        return _OP_LEN.pack(len(payload)) + payload
+        return (_OP_LEN.pack(len(payload)) + payload,)
 
 
 class _JsonOperation(Operation):
@@ -215,12 +217,13 @@ class Append(Operation):
         attr = json.dumps(self.attributes, separators=(",", ":")).encode() if self.attributes else b""
         return b"".join((_APPEND_HEADER.pack(self.CODE, self.segment_id, self.offset, len(attr)), attr, self.data))
 
-    def frame_part(self) -> bytes:
-        # One copy of the data instead of two: the hot path's only allocation of its size.
+    def frame_parts(self) -> tuple[Buffer, ...]:
+        # The data as it is, beside a small header: the hot path copies it in no join (a file log writes
+        # the parts with writev; a log that needs one buffer joins them once).
         attr = json.dumps(self.attributes, separators=(",", ":")).encode() if self.attributes else b""
         size = _APPEND_HEADER.size + len(attr) + len(self.data)
         header = _APPEND_PART_HEADER.pack(size, self.CODE, self.segment_id, self.offset, len(attr))
-        return b"".join((header, attr, self.data))
+        return (header + attr, self.data) if attr else (header, self.data)
 
     @classmethod
     def decode(cls, payload: bytes) -> Self:

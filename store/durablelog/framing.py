@@ -11,7 +11,7 @@ flipped bit anywhere in a frame, including its sequence number, is detected.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from crc32c import crc32c
 
@@ -29,7 +29,7 @@ _unpack_header = HEADER.unpack_from
 _CONCAT_LIMIT = 4096
 
 
-def encode_header(sequence: int, payload: bytes) -> bytes:
+def encode_header(sequence: int, payload: bytes | bytearray | memoryview) -> bytes:
     """The header for ``payload`` at ``sequence`` (the writer appends the payload after it)."""
     n = len(payload)
     prefix = _pack_prefix(MAGIC, n, sequence)
@@ -37,6 +37,17 @@ def encode_header(sequence: int, payload: bytes) -> bytes:
         # Hot path: for small entries one CRC call over a copy beats two chained calls.
         return prefix + _pack_crc(crc32c(prefix + payload))
     return prefix + _pack_crc(crc32c(payload, crc32c(prefix)))
+
+
+def encode_header_of_parts(sequence: int, parts: Sequence[bytes | bytearray | memoryview], length: int) -> bytes:
+    """``encode_header`` for a payload of ``length`` bytes given as ``parts`` written back to back."""
+    if len(parts) == 1:
+        return encode_header(sequence, parts[0])
+    prefix = _pack_prefix(MAGIC, length, sequence)
+    crc = crc32c(prefix)
+    for part in parts:
+        crc = crc32c(part, crc)
+    return prefix + _pack_crc(crc)
 
 
 def encode_frame(sequence: int, payload: bytes) -> bytes:

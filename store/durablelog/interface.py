@@ -13,11 +13,14 @@ Invariants every implementation keeps:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from millrace.store.durablelog import framing
+
+Buffer: TypeAlias = bytes | bytearray | memoryview
 
 
 @dataclass(frozen=True, order=True)
@@ -48,6 +51,20 @@ def admit_append(payload: bytes | memoryview, refusal: BaseException | None) -> 
     return payload, future
 
 
+def admit_parts(parts: Sequence[Buffer], refusal: BaseException | None) -> tuple[tuple[Buffer, ...], int, Future[LogAddress]]:
+    """``admit_append`` for an entry given as buffers written back to back: the parts (each immutable:
+    bytes or a view of bytes, else copied now), the entry's length and its future."""
+    admitted = tuple(part if type(part) is bytes or (type(part) is memoryview and type(part.obj) is bytes)
+                     else bytes(part) for part in parts)
+    length = sum(map(len, admitted))
+    future: Future[LogAddress] = Future()
+    if refusal is not None:
+        future.set_exception(refusal)
+    elif length > framing.MAX_PAYLOAD:
+        future.set_exception(ValueError(f"entry of {length} bytes exceeds {framing.MAX_PAYLOAD}"))
+    return admitted, length, future
+
+
 class DurableDataLog(ABC):
     """An append-only, fenced, truncatable log of opaque entries."""
 
@@ -67,6 +84,12 @@ class DurableDataLog(ABC):
     @abstractmethod
     def append(self, payload: bytes) -> Future[LogAddress]:
         """Queue an entry; the future completes with its address once durable (group commit)."""
+
+    def append_parts(self, parts: Sequence[Buffer]) -> Future[LogAddress]:
+        """``append`` of the entry ``parts`` make back to back. A log that can write buffers as they are
+        (the file log, with ``writev``) spares the caller the copy that joining them costs; this default
+        joins them."""
+        return self.append(bytes(parts[0]) if len(parts) == 1 else b"".join(parts))
 
     @abstractmethod
     def truncate(self, upto: LogAddress) -> None:

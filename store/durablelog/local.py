@@ -11,7 +11,8 @@ Sequence numbers start at 1 and are dense across files. Only the last file is ev
 over once it holds ``max_file_bytes``.
 
 Threading: ``append`` may be called from any thread and never blocks on I/O. A single writer thread
-drains the queue, writes each batch with one ``os.write`` and one ``os.fdatasync`` and then completes
+drains the queue, writes each batch with ``os.writev`` (the entries' parts as given: no copy in Python,
+where it would hold the GIL) and one ``os.fdatasync`` and then completes
 the batch's futures in sequence order, so future callbacks run on the writer thread: they must be
 quick and must never wait on another append's future (that would deadlock the writer).
 ``open``, ``read_all``, ``truncate`` and ``close`` do blocking I/O: keep them off the reactor thread.
@@ -33,14 +34,14 @@ import re
 import struct
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 
 from crc32c import crc32c
 
 from millrace.store.durablelog import framing
-from millrace.store.durablelog.interface import DurableDataLog, LogAddress, LogEntry, admit_append
+from millrace.store.durablelog.interface import Buffer, DurableDataLog, LogAddress, LogEntry, admit_parts
 from millrace.store.errors import ContainerOfflineError, DataCorruptionError, DataLogWriterFencedError
 from millrace.store.fsutil import fsync_dir
 
@@ -48,6 +49,8 @@ DEFAULT_MAX_FILE_BYTES = 64 * 1024 * 1024
 # Bounds one write so a flood of queued appends still rolls files and acks in reasonable steps.
 DEFAULT_MAX_BATCH_BYTES = 16 * 1024 * 1024
 
+# Buffers a writev may take at once (Linux: 1024).
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024
 _LOCK_NAME = "lock"
 _EPOCH_NAME = "epoch"
 _TRUNCATION_NAME = "truncation"
@@ -103,7 +106,7 @@ class FileDurableDataLog(DurableDataLog):
 
         # append() takes no lock: deque.append/popleft are atomic, and the flags below are written by
         # one side and read by the other in an order that leaves no queued entry stranded (see append).
-        self._queue: deque[tuple[bytes, Future[LogAddress]]] = deque()
+        self._queue: deque[tuple[tuple[Buffer, ...], int, Future[LogAddress]]] = deque()  # parts, length, future
         self._wakeup = threading.Condition(threading.Lock())
         self._writer_waiting = False
         self._writer_exited = False
@@ -342,11 +345,16 @@ class FileDurableDataLog(DurableDataLog):
 
     def append(self, payload: bytes) -> Future[LogAddress]:
         """Queue ``payload``; the future resolves to its address once it is fdatasync'd."""
+        return self.append_parts((payload,))
+
+    def append_parts(self, parts: Sequence[Buffer]) -> Future[LogAddress]:
+        """Queue the entry ``parts`` make; the writer hands them to ``writev`` as they are, so no copy
+        of them is made in Python (where it would hold the GIL)."""
         refused = self._refusal() if not self._accepting or self._failure is not None else None
-        payload, future = admit_append(payload, refused)
+        admitted, length, future = admit_parts(parts, refused)
         if future.done():
             return future
-        self._queue.append((payload, future))
+        self._queue.append((admitted, length, future))
         self._appended = True
         if self._writer_waiting:
             with self._wakeup:
@@ -445,40 +453,40 @@ class FileDurableDataLog(DurableDataLog):
         """
         queue = self._queue
         pop = queue.popleft
-        encode_header = framing.encode_header
+        encode_header = framing.encode_header_of_parts
         futures: list[Future[LogAddress]] = []
         add_future = futures.append
-        parts: list[bytes] = []
-        add = parts.append
+        buffers: list[Buffer] = []
+        add = buffers.append
+        extend = buffers.extend
         first = sequence = self._write_sequence
         size = 0
         limit = self._max_batch_bytes
         try:
             while queue and size < limit:
-                payload, future = pop()
+                parts, length, future = pop()
                 add_future(future)  # before anything that can raise, so the future is failed, not lost
-                add(encode_header(sequence, payload))
-                add(payload)
+                add(encode_header(sequence, parts, length))
+                extend(parts)
                 sequence += 1
-                size += len(payload)
-            data = b"".join(parts)
+                size += length + framing.HEADER_SIZE
             with self._files_lock:
                 active = self._files[-1]
             if active.size >= self._max_file_bytes:
                 active = self._roll()
-            self._write_fully(data)
+            self._write_fully(buffers, size)
             self._sync_file(self._active_fd)
         except BaseException as e:  # any failure must fail the futures, never strand them
             self._failure = e
             self._fail(futures, e)
             return
         self._write_sequence = sequence
-        active.size += len(data)
+        active.size += size
         stats = self.stats
         stats.appends += len(futures)
         stats.batches += 1
         stats.fsyncs += 1
-        stats.bytes_written += len(data)
+        stats.bytes_written += size
         for future in futures:
             try:  # noqa: SIM105 - contextlib.suppress costs too much per entry here
                 future.set_result(LogAddress(first))
@@ -491,16 +499,30 @@ class FileDurableDataLog(DurableDataLog):
         futures = []
         while True:
             try:
-                futures.append(queue.popleft()[1])
+                futures.append(queue.popleft()[2])
             except IndexError:
                 break
         self._fail(futures, error)
 
-    def _write_fully(self, data: bytes) -> None:
-        view = memoryview(data)
-        written = 0
-        while written < len(data):
-            written += os.write(self._active_fd, view[written:])
+    def _write_fully(self, buffers: list[Buffer], size: int) -> None:
+        """``writev`` of ``buffers`` (``size`` bytes in all), at most ``_IOV_MAX`` at a time, on after a short
+        write from where it stopped. The kernel copies them with the GIL released."""
+        fd = self._active_fd
+        start = 0
+        while size:
+            batch = buffers[start:start + _IOV_MAX]
+            written = os.writev(fd, batch)
+            if not written:
+                raise OSError(errno.EIO, f"writev wrote nothing of {size} bytes")
+            size -= written
+            for buffer in batch:  # skip what was written; a part written in part is cut to its rest
+                if written >= len(buffer):
+                    written -= len(buffer)
+                    start += 1
+                    continue
+                if written:
+                    buffers[start] = memoryview(buffer)[written:]
+                break
 
     def _roll(self) -> _LogFile:
         path = os.path.join(self._dir, _log_file_name(self._write_sequence))

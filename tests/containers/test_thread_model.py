@@ -4,13 +4,14 @@ use the container, even from another thread; parked tail reads end exactly once.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import replace
 
 import pytest
 
 from millrace.store.containers.container import FAILED
-from millrace.store.durablelog.interface import LogAddress
+from millrace.store.durablelog.interface import Buffer, LogAddress
 from millrace.store.durablelog.local import FileDurableDataLog
 from millrace.store.errors import DataLogWriterFencedError, SegmentExistsError, SegmentNotFoundError
 from millrace.store.futures import StoreFuture
@@ -88,19 +89,19 @@ class _HeldLog(FileDurableDataLog):
 
     def __init__(self, directory: str) -> None:
         super().__init__(directory)
-        self.held: list[tuple[bytes, Future[LogAddress]]] = []
+        self.held: list[tuple[Sequence[Buffer], Future[LogAddress]]] = []
 
-    def append(self, payload: bytes) -> Future[LogAddress]:
+    def append_parts(self, parts: Sequence[Buffer]) -> Future[LogAddress]:
         if not self.holding:
-            return super().append(payload)
+            return super().append_parts(parts)
         later: Future[LogAddress] = Future()
-        self.held.append((payload, later))
+        self.held.append((parts, later))
         return later
 
     def release(self) -> None:
         self.holding = False
-        for payload, later in self.held:
-            written = super().append(payload)
+        for parts, later in self.held:
+            written = super().append_parts(parts)
             written.add_done_callback(lambda f, later=later: later.set_result(f.result()))
 
 
@@ -155,12 +156,12 @@ class _BreakableLog(FileDurableDataLog):
 
     broken = False
 
-    def append(self, payload: bytes) -> Future[LogAddress]:
+    def append_parts(self, parts: Sequence[Buffer]) -> Future[LogAddress]:
         if self.broken:
             failed: Future[LogAddress] = Future()
             failed.set_exception(DataLogWriterFencedError("fenced by a newer owner"))
             return failed
-        return super().append(payload)
+        return super().append_parts(parts)
 
 
 def test_closing_a_failed_container_while_its_writer_flushes_does_not_deadlock(tmp_path):

@@ -230,6 +230,29 @@ def test_sync_failure_breaks_the_log(tmp_path: Path) -> None:
     assert [p for _, p in entries][1:] in ([], [b"lost?"])
 
 
+def test_entries_queued_behind_a_failed_sync_fail_too(tmp_path: Path) -> None:
+    """Entries already queued when a sync fails are answered (ContainerOfflineError), never stranded."""
+    log = open_log(tmp_path)
+    entered, release = threading.Event(), threading.Event()
+
+    def failing_sync(fd: int) -> None:
+        entered.set()
+        release.wait(10)
+        raise OSError(errno.EIO, "injected fsync failure")
+
+    log._sync_file = failing_sync
+    first = log.append(b"first")
+    assert entered.wait(10)
+    queued = [log.append_parts([b"queued-", b"%d" % i]) for i in range(5)]
+    release.set()
+    with pytest.raises(OSError, match="injected"):
+        first.result(timeout=10)
+    for future in queued:
+        with pytest.raises(ContainerOfflineError):
+            future.result(timeout=10)
+    log.close()
+
+
 def test_cancelled_future_does_not_disturb_the_writer(tmp_path: Path) -> None:
     log = open_log(tmp_path)
     block = threading.Event()
@@ -327,3 +350,46 @@ def test_nothing_completes_before_the_sync_returns(tmp_path: Path) -> None:
     assert [f.result(timeout=10).sequence for f in futures] == list(range(1, 51))
     assert log.stats.fsyncs == log.stats.batches >= 1
     log.close()
+
+
+@pytest.mark.parametrize("short", [False, True], ids=["writev", "short-writes"])
+def test_entries_given_in_parts_read_back_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, short: bool) -> None:
+    """``append_parts``: the writer hands the parts to writev as they are, more of them in one commit
+    than one writev takes (IOV_MAX), and goes on after short writes; a mutable part is copied at once."""
+    from millrace.store.durablelog import local
+
+    writev = os.writev
+    calls = []
+
+    def counted_writev(fd: int, buffers: list) -> int:  # short: at most 1,000 bytes a call, cut anywhere
+        calls.append(len(buffers))
+        return writev(fd, [memoryview(b"".join(bytes(b) for b in buffers))[:1000]] if short else buffers)
+
+    monkeypatch.setattr(local.os, "writev", counted_writev)
+    log = open_log(tmp_path)
+    entered, release = threading.Event(), threading.Event()
+    original = log._sync_file
+
+    def gated_sync(fd: int) -> None:  # holds the first commit, so the rest queue up for one commit
+        entered.set()
+        release.wait(10)
+        original(fd)
+
+    log._sync_file = gated_sync
+    first = log.append_parts([b"first"])
+    assert entered.wait(10)
+    mutable = bytearray(b"mutable")
+    expected = [b"first"]
+    futures = [first, log.append_parts([b"head-", mutable, memoryview(b"-view")])]
+    expected.append(b"head-mutable-view")
+    mutable[:] = b"CHANGED"
+    for i in range(1500):  # 4,500 buffers and 1,500 headers: more than one writev takes
+        parts = [b"%d:" % i, b"", os.urandom(i % 50)]
+        futures.append(log.append_parts(parts))
+        expected.append(b"".join(parts))
+    release.set()
+    assert [f.result(timeout=30).sequence for f in futures] == list(range(1, 1503))
+    log.close()
+    monkeypatch.undo()
+    assert max(calls) <= local._IOV_MAX and len(calls) > 2
+    assert read_payloads(tmp_path) == list(zip(range(1, 1503), expected, strict=True))
