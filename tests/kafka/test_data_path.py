@@ -220,17 +220,22 @@ def test_acks_zero_gets_no_response_but_is_stored(shared_server):
     assert [r.value for r in records_of(c.fetch("fire", 0, 0))] == [b"f"]
 
 
+def _an_expired_record_then_a_live_one(c: KafkaWire, topic: str) -> None:
+    """Partition 0 of ``topic``: a record an hour old, then one of now; then retention.ms of a minute."""
+    an_hour_ago = int(time.time() * 1000) - 3_600_000
+    c.produce(topic, 0, build_record_batch([NewRecord(key=None, value=b"old", timestamp=an_hour_ago)]))
+    c.produce(topic, 0, batch([b"new"]))
+    inc = request_class(44)  # IncrementalAlterConfigs
+    r = c.send(44, 1, inc(resources=[inc.AlterConfigsResource(resource_type=2, resource_name=topic, configs=[
+        inc.AlterableConfig(name="retention.ms", config_operation=0, value="60000")])], validate_only=False))
+    assert r.responses[0].error_code == 0
+
+
 def test_retention_ms_truncates_old_data(tmp_path):
     srv = ServerProcess(str(tmp_path / "data"), "--retention-check-seconds", "0.3").start()
     try:
         c = local(srv.kafka_port)
-        old = int(time.time() * 1000) - 3_600_000
-        c.produce("ret", 0, build_record_batch([NewRecord(key=None, value=b"old", timestamp=old)]))
-        c.produce("ret", 0, batch([b"new"]))
-        inc = request_class(44)  # IncrementalAlterConfigs: retention.ms = 1 minute
-        r = c.send(44, 1, inc(resources=[inc.AlterConfigsResource(resource_type=2, resource_name="ret", configs=[
-            inc.AlterableConfig(name="retention.ms", config_operation=0, value="60000")])], validate_only=False))
-        assert r.responses[0].error_code == 0
+        _an_expired_record_then_a_live_one(c, "ret")
         deadline = time.monotonic() + 10
         while c.list_offset("ret", 0, -2).offset < 1 and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -250,13 +255,7 @@ def test_retention_reaches_a_topic_no_client_touches_after_a_restart(tmp_path):
     srv = ServerProcess(data, "--retention-check-seconds", "3600").start()  # no round before the restart
     try:
         c = local(srv.kafka_port)
-        an_hour_ago = int(time.time() * 1000) - 3_600_000
-        c.produce("cold", 0, build_record_batch([NewRecord(key=None, value=b"old", timestamp=an_hour_ago)]))
-        c.produce("cold", 0, batch([b"new"]))
-        inc = request_class(44)  # IncrementalAlterConfigs: retention.ms = 1 minute
-        r = c.send(44, 1, inc(resources=[inc.AlterConfigsResource(resource_type=2, resource_name="cold", configs=[
-            inc.AlterableConfig(name="retention.ms", config_operation=0, value="60000")])], validate_only=False))
-        assert r.responses[0].error_code == 0
+        _an_expired_record_then_a_live_one(c, "cold")
         assert c.list_offset("cold", 0, -2).offset == 0
     finally:
         assert srv.stop() == 0
