@@ -9,6 +9,7 @@ reader group's state as data and pure updates) and ``reader_group`` (``ReaderGro
 ``EventStreamReader``: readers sharing streams' segments through a synchronizer).
 """
 
+from millrace.client.reader_group import TruncatedDataError
 from millrace.client.synchronizer import (
     StateCorruptError,
     StateNotInitializedError,
@@ -16,4 +17,4 @@ from millrace.client.synchronizer import (
     Updates,
 )
 
-__all__ = ["StateCorruptError", "StateNotInitializedError", "StateSynchronizer", "Updates"]
+__all__ = ["StateCorruptError", "StateNotInitializedError", "StateSynchronizer", "TruncatedDataError", "Updates"]

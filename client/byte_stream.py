@@ -39,7 +39,9 @@ from millrace.protocol.contracts import AttributeUpdate, AttributeUpdateType, Se
 from millrace.protocol.errors import (
     BadAttributeUpdateError,
     ConnectionLostError,
+    SegmentSealedError,
     StoreError,
+    StreamSealedError,
     WriterFencedError,
 )
 from millrace.protocol.messages import decode_reply
@@ -91,7 +93,10 @@ class ByteStreamWriter(io.BufferedIOBase):
 
     A failure the writer cannot repair (the stream sealed, another writer using the same id, the
     server unreachable past the pool's reconnect timeout) is raised by the next ``write``, ``flush``
-    or ``close``; bytes not acknowledged by then may or may not have landed, never twice.
+    or ``close``; bytes not acknowledged by then may or may not have landed, never twice. A sealed
+    stream raises ``StreamSealedError`` at ``write``: at once for a stream sealed before the writer
+    was created, and from the first refused append on for one sealed later (bytes buffered before that
+    fail at the next ``write`` or ``flush``).
     """
 
     def __init__(self, controller: ControllerClient, scope: str, stream: str, segment_id: int, segment: str,
@@ -113,7 +118,10 @@ class ByteStreamWriter(io.BufferedIOBase):
         self._in_flight_bytes = 0
         self._error: BaseException | None = None
         self._stopping = False
-        self._first_number = self._claim_epoch() + 1
+        # Sealed already: every write is refused at once (nothing is buffered, so flush has nothing to
+        # fail), and no epoch is claimed on a segment nobody may append to.
+        self._sealed: StreamSealedError | None = self._sealed_error() if self._info().sealed else None
+        self._first_number = (self._claim_epoch() if self._sealed is None else 0) + 1
         self._next_number = self._first_number
         self._sender = threading.Thread(target=self._run, name=f"millrace-byte-writer-{stream}", daemon=True)
         self._sender.start()
@@ -128,6 +136,8 @@ class ByteStreamWriter(io.BufferedIOBase):
         with self._cond:
             if self.closed:
                 raise ValueError("write to a closed ByteStreamWriter")
+            if self._sealed is not None:
+                raise self._sealed
             self._raise_failure()
             # Wait for room, but never refuse a write larger than the whole buffer: it goes alone.
             while self._buffer and len(self._buffer) + self._in_flight_bytes + len(chunk) > MAX_BUFFERED_BYTES:
@@ -172,6 +182,10 @@ class ByteStreamWriter(io.BufferedIOBase):
 
     def __repr__(self) -> str:
         return f"ByteStreamWriter({self.scope}/{self.stream}, writer_id={self.writer_id!r})"
+
+    def _sealed_error(self) -> StreamSealedError:
+        return StreamSealedError(f"byte stream {self.scope}/{self.stream} is sealed: nothing more can be written "
+                                 "to it")
 
     # -- byte stream operations ------------------------------------------------------------------
     def seal(self) -> None:
@@ -231,6 +245,10 @@ class ByteStreamWriter(io.BufferedIOBase):
             try:
                 self._recover()
             except BaseException as exc:  # noqa: BLE001 - handed to the caller's next write or flush
+                if isinstance(exc, SegmentSealedError):
+                    sealed = self._sealed_error()
+                    sealed.__cause__ = exc
+                    exc = sealed
                 with self._cond:
                     self._error = exc
                     self._cond.notify_all()

@@ -107,18 +107,19 @@ class ControllerClient:
     # -- streams --------------------------------------------------------------------------------------
     def create_stream(self, scope: str, stream: str, config: StreamConfiguration) -> StreamDescription:
         request = m.CreateStream(scope=scope, stream=stream, initial_segments=config.initial_segments,
-                                 scaling=_scaling(config), retention=_retention(config))
+                                 scaling=_scaling(config), retention=_retention(config), tags=tuple(config.tags) or None)
         return self._described(request)
 
     def update_stream(self, scope: str, stream: str, config: StreamConfiguration) -> None:
         self.call(m.UpdateStream(scope=scope, stream=stream, initial_segments=config.initial_segments,
-                                 scaling=_scaling(config), retention=_retention(config)), retry=True)
+                                 scaling=_scaling(config), retention=_retention(config), tags=tuple(config.tags) or None),
+                  retry=True)
 
     def describe_stream(self, scope: str, stream: str) -> StreamDescription:
         return self._described(m.DescribeStream(scope=scope, stream=stream), retry=True)
 
-    def list_streams(self, scope: str) -> list[str]:
-        return list(self.ask(m.ListStreams(scope=scope), m.StreamsReply, retry=True).streams)
+    def list_streams(self, scope: str, tag: str | None = None) -> list[str]:
+        return list(self.ask(m.ListStreams(scope=scope, tag=tag), m.StreamsReply, retry=True).streams)
 
     def segment_for_key(self, scope: str, stream: str, routing_key: str) -> Segment:
         reply = self.ask(m.GetSegmentForKey(scope=scope, stream=stream, key=routing_key), m.SegmentRangeReply,

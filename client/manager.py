@@ -11,7 +11,7 @@ one connection pool; it reconnects by itself after a lost connection.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from millrace.client.batch import BatchClient
@@ -20,10 +20,12 @@ from millrace.client.connection import ConnectionPool, Endpoint
 from millrace.client.controller import ControllerClient
 from millrace.client.kvtable import KeyValueTable
 from millrace.client.reader_group import (
+    ConfigMismatchError,
     ReaderGroup,
     ReaderGroupManager,
     ReaderGroupNotFoundError,
     cut_positions,
+    group_config,
     open_state,
     split_stream,
     state_stream,
@@ -44,7 +46,13 @@ from millrace.client.transactions import DEFAULT_LEASE_MS, TransactionalEventStr
 from millrace.client.writer import EventStreamWriter
 from millrace.protocol import messages as m
 from millrace.protocol.contracts import BYTE_STREAM_ATTRIBUTE, AttributeUpdate
-from millrace.protocol.errors import InvalidRequestError, StreamExistsError, StreamNotFoundError
+from millrace.protocol.errors import (
+    InvalidRequestError,
+    InvalidStreamCutError,
+    ScopeNotFoundError,
+    StreamExistsError,
+    StreamNotFoundError,
+)
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -101,6 +109,10 @@ class StreamManager:
         """Create ``scope``; False if it already existed."""
         return self.controller.create_scope(scope)
 
+    def check_scope_exists(self, scope: str) -> bool:
+        """Whether ``scope`` exists (Pravega's ``checkScopeExists``)."""
+        return scope in self.controller.list_scopes()
+
     def delete_scope(self, scope: str) -> None:
         """Delete an empty scope (ScopeNotEmptyError while it holds streams or key-value tables)."""
         self.controller.delete_scope(scope)
@@ -111,18 +123,19 @@ class StreamManager:
     # -- streams ----------------------------------------------------------------------------------
     def create_stream(self, scope: str, stream: str, config: StreamConfiguration | None = None, *,
                       initial_segments: int | None = None, scaling: ScalingPolicy | None = None,
-                      retention: RetentionPolicy | None = None) -> bool:
+                      retention: RetentionPolicy | None = None, tags: Iterable[str] | None = None) -> bool:
         """Create a stream; False if it already existed. Keyword arguments override ``config``'s
-        fields; a rate scaling policy starts at ``min_segments`` segments unless told otherwise. Names
-        starting with ``_`` are reserved for Millrace's own streams (reader groups' state), as
-        Pravega reserves them: ValueError."""
+        fields; a rate scaling policy starts at ``min_segments`` segments unless told otherwise.
+        ``tags`` label the stream for ``list_streams(scope, tag)`` (at most 128, of 1..256
+        characters). Names starting with ``_`` are reserved for Millrace's own streams (reader
+        groups' state), as Pravega reserves them: ValueError."""
         check_user_stream_name(stream)
         return self._create_stream(scope, stream, config, initial_segments=initial_segments, scaling=scaling,
-                                   retention=retention)
+                                   retention=retention, tags=tags)
 
     def _create_stream(self, scope: str, stream: str, config: StreamConfiguration | None = None, *,
                        initial_segments: int | None = None, scaling: ScalingPolicy | None = None,
-                       retention: RetentionPolicy | None = None) -> bool:
+                       retention: RetentionPolicy | None = None, tags: Iterable[str] | None = None) -> bool:
         base = config or StreamConfiguration()
         if scaling is not None and initial_segments is None and config is None:
             initial_segments = scaling.min_segments
@@ -130,6 +143,7 @@ class StreamManager:
             initial_segments if initial_segments is not None else base.initial_segments,
             scaling if scaling is not None else base.scaling,
             retention if retention is not None else base.retention,
+            tuple(tags) if tags is not None else base.tags,
         )
         try:
             self.controller.create_stream(scope, stream, resolved)
@@ -138,14 +152,29 @@ class StreamManager:
         return True
 
     def update_stream(self, scope: str, stream: str, config: StreamConfiguration) -> None:
-        """Replace the scaling and retention policies (the segment count changes only by scaling)."""
+        """Replace the scaling and retention policies and the tags (the segment count changes only by
+        scaling)."""
         self.controller.update_stream(scope, stream, config)
 
     def describe_stream(self, scope: str, stream: str) -> StreamDescription:
         return self.controller.describe_stream(scope, stream)
 
-    def list_streams(self, scope: str) -> list[str]:
-        return self.controller.list_streams(scope)
+    def check_stream_exists(self, scope: str, stream: str) -> bool:
+        """Whether ``scope/stream`` exists (Pravega's ``checkStreamExists``): False also when the scope
+        does not."""
+        try:
+            described = self.describe_stream(scope, stream)
+        except (StreamNotFoundError, ScopeNotFoundError):
+            return False
+        return described.state != "deleting"
+
+    def get_stream_tags(self, scope: str, stream: str) -> tuple[str, ...]:
+        return self.describe_stream(scope, stream).config.tags
+
+    def list_streams(self, scope: str, tag: str | None = None) -> list[str]:
+        """The streams of ``scope`` (Millrace's own reader-group streams included); with ``tag``, only
+        those tagged so (Pravega's ``listStreams(scope, tag)``)."""
+        return self.controller.list_streams(scope, tag)
 
     def seal_stream(self, scope: str, stream: str) -> None:
         """No more writes: every segment is sealed; readers reach the end."""
@@ -198,6 +227,15 @@ class StreamManager:
         if any(sid >> 32 > chosen_epoch for sid in head):
             return StreamCut(scope, stream, dict(head))  # the epoch in effect then was truncated away
         return StreamCut(scope, stream, {sid: head.get(sid, 0) for sid in open_ids})
+
+    def get_distance(self, from_cut: StreamCut, to_cut: StreamCut) -> int:
+        """Bytes the stream holds between two of its cuts (stored batches with their envelopes, as the
+        batch client lists them; data truncated away does not count). InvalidStreamCutError for cuts of
+        two streams or ``from_cut`` after ``to_cut``."""
+        if (from_cut.scope, from_cut.stream) != (to_cut.scope, to_cut.stream):
+            raise InvalidStreamCutError(f"cuts of two streams: {from_cut} and {to_cut}")
+        ranges = self.create_batch_client().list_segments(from_cut.scope, from_cut.stream, from_cut, to_cut)
+        return sum(r.length for r in ranges)
 
     # -- writers ----------------------------------------------------------------------------------------
     def create_writer(self, scope: str, stream: str, serializer: Serializer[T] | None = None,
@@ -324,21 +362,53 @@ class StreamManager:
     # -- reader groups ----------------------------------------------------------------------------------
     def create_reader_group(self, name: str, scope: str, streams: str | list[str],
                             start: StreamCut | list[StreamCut] | None = None,
-                            serializer: Serializer[T] | None = None) -> ReaderGroup[T]:
+                            serializer: Serializer[T] | None = None, *,
+                            end: StreamCut | list[StreamCut] | None = None) -> ReaderGroup[T]:
         """A reader group ``name`` in ``scope`` reading ``streams`` (names in ``scope``, or
-        "other-scope/stream") from ``start`` (a cut per stream; by default each stream's head). If the
-        group exists already it is opened as it is. ``serializer`` turns event bytes into events
-        (bytes by default); readers may override it."""
+        "other-scope/stream") from ``start`` (a cut per stream; by default each stream's head) up to
+        ``end`` (a cut per stream whose read ends there; by default none ends: the group follows the
+        streams' tails). If the group exists already with this configuration it is opened as it is;
+        with another one (streams, start or end cuts; a reset changes its start) ConfigMismatchError,
+        as Pravega's. ``serializer`` turns event bytes into events (bytes by default); readers may
+        override it."""
         wanted = [split_stream(scope, s) for s in ([streams] if isinstance(streams, str) else streams)]
-        cuts = {(c.scope, c.stream): c for c in ([start] if isinstance(start, StreamCut) else start or [])}
+        starts = self._cuts_by_stream(start, wanted, "start")
+        ends = self._cuts_by_stream(end, wanted, "end")
         positions: dict[str, SegmentPosition] = {}
         for sc, st in wanted:
-            positions.update(cut_positions(cuts.pop((sc, st)) if (sc, st) in cuts else self.head_cut(sc, st)))
-        if cuts:
-            raise InvalidRequestError(f"start cuts of streams the group does not read: {sorted(cuts)}")
-        initial = initial_state([f"{sc}/{st}" for sc, st in wanted], positions)
+            positions.update(cut_positions(starts[(sc, st)] if (sc, st) in starts else self.head_cut(sc, st)))
+        end_positions: dict[str, SegmentPosition] = {}
+        for cut in ends.values():
+            end_positions.update(cut_positions(cut))
+        for key, pos in positions.items():
+            if key in end_positions and end_positions[key].offset < pos.offset:
+                raise InvalidStreamCutError(f"end cut before the start cut: segment {key} starts at {pos.offset} "
+                                            f"and ends at {end_positions[key].offset}")
+        qualified = [f"{sc}/{st}" for sc, st in wanted]
+        config = group_config(qualified, starts.values(), ends.values())
+        initial = initial_state(qualified, positions, end_positions, config)
+        sync = open_state(self, scope, name, initial)
+        found = sync.state.config
+        if found is not None and found != config:
+            sync.close()
+            raise ConfigMismatchError(f"reader group {scope}/{name} exists with another configuration: {found} "
+                                      f"(asked for {config}); open it with reader_group(), or delete it first")
         chosen: Any = serializer if serializer is not None else BytesSerializer()
-        return ReaderGroup(self, scope, name, open_state(self, scope, name, initial), chosen)
+        return ReaderGroup(self, scope, name, sync, chosen)
+
+    @staticmethod
+    def _cuts_by_stream(cuts: StreamCut | list[StreamCut] | None, wanted: list[tuple[str, str]],
+                        what: str) -> dict[tuple[str, str], StreamCut]:
+        """One cut per stream: InvalidRequestError for a cut of a stream the group does not read, or two
+        cuts of one stream."""
+        listed = [cuts] if isinstance(cuts, StreamCut) else list(cuts or [])
+        by_stream = {(c.scope, c.stream): c for c in listed}
+        if len(by_stream) != len(listed):
+            raise InvalidRequestError(f"two {what} cuts of one stream: {[str(c) for c in listed]}")
+        strangers = sorted(set(by_stream) - set(wanted))
+        if strangers:
+            raise InvalidRequestError(f"{what} cuts of streams the group does not read: {strangers}")
+        return by_stream
 
     def reader_group(self, name: str, scope: str, serializer: Serializer[T] | None = None) -> ReaderGroup[T]:
         """The existing reader group ``name`` of ``scope`` (ReaderGroupNotFoundError otherwise)."""

@@ -35,17 +35,20 @@ conditional update, on the newest state):
   its next read, at a batch boundary in every segment it holds (it first finishes a batch it is
   inside of), and returns a checkpoint event. The checkpoint's cut splits the events exactly where
   each reader returned its checkpoint event.
-* After ``reset_to`` every reader drops its segments at its next state refresh (at most
-  ``REFRESH_S`` later; at once for readers of the handle that reset) and goes on from the new
-  positions; events it returns before that come from the old ones, so stop reading around a reset
-  when that matters.
+* ``reset_to`` takes every reader offline (as Pravega's reset): each learns it at its next state
+  refresh (at most ``REFRESH_S`` later; at once for readers of the handle that reset) and raises
+  ``ReinitializationRequiredError`` from then on; readers created again read from the new
+  positions. Events a reader returns before it noticed come from the old ones, so stop reading
+  around a reset when that matters.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -54,12 +57,13 @@ from millrace.client import reader_group_state as rgs
 from millrace.client.reader_group_state import ReaderGroupState, SegmentPosition
 from millrace.client.segment_reader import SegmentEvent, SegmentEventReader
 from millrace.client.serializers import Serializer
-from millrace.client.streams import StreamCut, StreamDescription
+from millrace.client.streams import StreamCut, StreamDescription, decode_value, encode_value, from_base64
 from millrace.client.synchronizer import StateSynchronizer, Updates
 from millrace.protocol.errors import (
     SegmentNotFoundError,
     SegmentTruncatedError,
     StoreError,
+    StreamNotFoundError,
 )
 from millrace.protocol.names import parse_segment_name, segment_name
 
@@ -69,6 +73,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 R = TypeVar("R")
 
+SILENT_CHECKPOINT_PREFIX = "_cuts-"  # generate_stream_cuts' checkpoints (forgotten once their cuts are taken)
 STATE_STREAM_PREFIX = "_RG"  # the group's state stream: <scope>/_RG<name>, as Pravega names it
 REFRESH_S = 0.2  # how stale a reader's view of the group may get while it has data to read
 REBALANCE_S = 0.5  # between a reader's fair-share checks (acquire, release)
@@ -99,25 +104,77 @@ class CheckpointFailedError(StoreError):
     """The checkpoint did not complete: a reset dropped it, its name is taken, or too many are pending."""
 
 
+class ReinitializationRequiredError(ReaderNotInReaderGroupError):
+    """The group was reset (``reset_to``) after this reader was created: as in Pravega, a reset takes
+    every reader offline, and the application closes the reader and creates it again (with
+    ``create_reader``), which then reads from the new positions."""
+
+
+class ConfigMismatchError(StoreError):
+    """``create_reader_group`` found the group existing with another configuration (streams, start or
+    end cuts), as Pravega's ``ConfigMismatchException``: open it as it is with ``reader_group``, or
+    delete it first."""
+
+
+class TruncatedDataError(StoreError):
+    """Data this reader had not read yet was truncated away (``truncate_stream`` or retention), as
+    Pravega's ``TruncatedDataException``: events of ``segment`` from ``from_offset`` up to
+    ``to_offset`` (None: the segment's end; the whole rest was deleted) are lost to the reader. The
+    reader has moved on already: its next ``read_next_event`` goes on from the stream's new head."""
+
+    def __init__(self, segment: str, from_offset: int, to_offset: int | None) -> None:
+        lost = f"offsets {from_offset} to {to_offset}" if to_offset is not None else \
+            f"everything from offset {from_offset} on (the segment was deleted)"
+        super().__init__(f"segment {segment}: {lost} truncated away before this reader read it")
+        self.segment = segment
+        self.scope, self.stream, self.segment_id = parse_segment_name(segment)
+        self.from_offset = from_offset
+        self.to_offset = to_offset
+
+
 @dataclass(frozen=True)
 class Position:
-    """A reader's place in its segments: segment name -> (offset, skip). Plain JSON (``to_json``), so
-    an application can store it beside its own results and pass it to ``reader_offline`` later, from
-    any process."""
+    """A reader's place in its segments: segment name -> (offset, skip). Plain JSON (``to_json``), or
+    bytes as Pravega's (``to_bytes`` / ``to_base64``), so an application can store it beside its own
+    results and pass it to ``reader_offline`` later, from any process."""
 
     segments: Mapping[str, SegmentPosition] = field(default_factory=dict)
     generation: int | None = None  # the group's generation it was taken in (a reset bumps it)
 
     def to_json(self) -> str:
-        return json.dumps({"generation": self.generation,
-                           "segments": {k: p.to_json() for k, p in sorted(self.segments.items())}},
-                          separators=(",", ":"))
+        return json.dumps(self._body(), separators=(",", ":"))
 
     @classmethod
     def from_json(cls, raw: str) -> Position:
-        parsed = json.loads(raw)
-        return cls({str(k): SegmentPosition.from_json(v) for k, v in parsed["segments"].items()},
-                   parsed["generation"])
+        return cls._from_body(json.loads(raw))
+
+    def to_bytes(self) -> bytes:
+        return encode_value("Position", self._body())
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> Position:
+        """The position ``to_bytes`` wrote; ValueError for other bytes."""
+        return cls._from_body(decode_value("Position", raw))
+
+    def to_base64(self) -> str:
+        return base64.b64encode(self.to_bytes()).decode("ascii")
+
+    @classmethod
+    def from_base64(cls, text: str) -> Position:
+        return cls.from_bytes(from_base64(text))
+
+    def _body(self) -> dict[str, Any]:
+        return {"generation": self.generation,
+                "segments": {k: p.to_json() for k, p in sorted(self.segments.items())}}
+
+    @classmethod
+    def _from_body(cls, body: Mapping[str, Any]) -> Position:
+        try:
+            generation = body["generation"]
+            return cls({str(k): SegmentPosition.from_json(v) for k, v in body["segments"].items()},
+                       None if generation is None else int(generation))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"a malformed serialised Position: {exc!r}") from None
 
 
 @dataclass(frozen=True)
@@ -126,7 +183,9 @@ class EventRead(Generic[T]):
 
     ``position`` is the reader's position just after this event (pass the last processed one to
     ``reader_offline``). For a checkpoint, ``is_checkpoint`` is set, ``checkpoint_name`` names it and
-    ``data`` is None."""
+    ``data`` is None. In a group with end cuts, once every reader has read up to them, every call
+    returns an ``EventRead`` with ``is_read_completed`` set and ``data`` None (Pravega's
+    ``isReadCompleted``)."""
 
     data: T | None
     routing_key: str | None
@@ -139,6 +198,7 @@ class EventRead(Generic[T]):
     timestamp_ms: int
     is_checkpoint: bool = False
     checkpoint_name: str | None = None
+    is_read_completed: bool = False
 
 
 @dataclass(frozen=True)
@@ -151,6 +211,29 @@ class Checkpoint:
     name: str
     positions: Position
     cuts: Mapping[str, StreamCut]
+
+    def to_bytes(self) -> bytes:
+        """Bytes to store (Pravega's ``Checkpoint`` serialisation); ``from_bytes`` gives it back, to
+        ``reset_to`` from another process or after a restart."""
+        return encode_value("Checkpoint", {"name": self.name, "positions": self.positions._body(),
+                                           "cuts": {k: c._body() for k, c in sorted(self.cuts.items())}})
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> Checkpoint:
+        """The checkpoint ``to_bytes`` wrote; ValueError for other bytes."""
+        body = decode_value("Checkpoint", raw)
+        try:
+            name, positions, cuts = str(body["name"]), body["positions"], body["cuts"].items()
+        except (KeyError, AttributeError) as exc:
+            raise ValueError(f"a malformed serialised Checkpoint: {exc!r}") from None
+        return cls(name, Position._from_body(positions), {str(k): StreamCut._from_body(c) for k, c in cuts})
+
+    def to_base64(self) -> str:
+        return base64.b64encode(self.to_bytes()).decode("ascii")
+
+    @classmethod
+    def from_base64(cls, text: str) -> Checkpoint:
+        return cls.from_bytes(from_base64(text))
 
 
 class _StateSerializer:
@@ -179,6 +262,18 @@ def split_stream(scope: str, qualified: str) -> tuple[str, str]:
         other, stream = qualified.split("/", 1)
         return other, stream
     return scope, qualified
+
+
+def cuts_config(cuts: Iterable[StreamCut]) -> dict[str, dict[str, int]]:
+    """Cuts as a group's configuration holds them: "scope/stream" -> {segment id: offset} (JSON keys)."""
+    return {f"{c.scope}/{c.stream}": {str(sid): off for sid, off in sorted(c.positions.items())} for c in cuts}
+
+
+def group_config(streams: Iterable[str], start: Iterable[StreamCut], end: Iterable[StreamCut]) -> dict[str, Any]:
+    """A group's configuration as ``create_reader_group`` was asked for it, to compare when it is
+    asked again: the streams, and the start and end cuts given (a stream given none starts at "its
+    head" and has no end, whatever the head is when the group is created)."""
+    return {"streams": list(streams), "start": cuts_config(start), "end": cuts_config(end)}
 
 
 def cut_positions(cut: StreamCut) -> dict[str, SegmentPosition]:
@@ -214,14 +309,16 @@ class ReaderGroup(Generic[T]):
     def create_reader(self, reader_id: str, serializer: Serializer[T] | None = None) -> EventStreamReader[T]:
         """Bring ``reader_id`` online; it gets segments at its first reads. ReaderAlreadyOnlineError if
         it is online already (after a crash, ``reader_offline`` it first)."""
-        def join(state: ReaderGroupState) -> tuple[Updates[dict[str, Any]], bool]:
+        def join(state: ReaderGroupState) -> tuple[Updates[dict[str, Any]], int | None]:
             if reader_id in state.readers:
-                return Updates([]), False
-            return Updates([rgs.add_reader(reader_id)]), True
+                return Updates([]), None
+            return Updates([rgs.add_reader(reader_id)]), state.generation
 
-        if not self._update(join):
+        generation = self._update(join)
+        if generation is None:
             raise ReaderAlreadyOnlineError(f"reader {reader_id!r} is online in {self.scope}/{self.name} already")
-        return EventStreamReader(self, reader_id, serializer if serializer is not None else self.serializer)
+        return EventStreamReader(self, reader_id, serializer if serializer is not None else self.serializer,
+                                 generation)
 
     def reader_offline(self, reader_id: str, last_position: Position | None) -> None:
         """Declare ``reader_id`` gone: its segments become unassigned at ``last_position`` (the
@@ -240,12 +337,34 @@ class ReaderGroup(Generic[T]):
         """Start a checkpoint and wait until every online reader has recorded it (readers do at their
         next ``read_next_event``, so call this from another thread than the readers'). TimeoutError
         if they have not within ``timeout``; CheckpointFailedError if it cannot start or was dropped."""
+        return self._run_checkpoint(name, timeout, silent=False)
+
+    def generate_stream_cuts(self, timeout: float = 30.0) -> dict[str, StreamCut]:
+        """A cut per stream ("scope/stream" -> cut) where the readers are now, agreed with them as
+        Pravega's ``generateStreamCuts``: a checkpoint the readers record at their next
+        ``read_next_event`` without returning an event for it. Every event a reader returned before
+        lies before the cuts, every later one after; a cut serves as another group's start or end.
+        TimeoutError if the online readers have not recorded it within ``timeout``."""
+        name = f"{SILENT_CHECKPOINT_PREFIX}{uuid.uuid4().hex}"
+        try:
+            checkpoint = self._run_checkpoint(name, timeout, silent=True)
+        finally:  # taken or given up: either way it must not hold the readers' segments any longer
+            self._update(lambda state: (Updates([rgs.forget_checkpoint(name)]), None))
+        return dict(checkpoint.cuts)
+
+    def get_stream_cuts(self) -> dict[str, StreamCut]:
+        """A cut per stream ("scope/stream" -> cut) at the group's recorded positions (Pravega's
+        ``getStreamCuts``): readers record theirs every ``RECORD_S``, when caught up, at checkpoints
+        and when giving segments up, so the cuts may lie somewhat before what readers returned."""
+        return self._cuts(self.state().frontier())
+
+    def _run_checkpoint(self, name: str, timeout: float, silent: bool) -> Checkpoint:
         def create(state: ReaderGroupState) -> tuple[Updates[dict[str, Any]], str | None]:
             if name in state.completed_checkpoints or any(c.name == name for c in state.checkpoints):
                 return Updates([]), f"a checkpoint named {name!r} exists"
             if len(state.checkpoints) >= rgs.MAX_PENDING_CHECKPOINTS:
                 return Updates([]), f"{len(state.checkpoints)} checkpoints are pending already"
-            return Updates([rgs.create_checkpoint(name)]), None
+            return Updates([rgs.create_checkpoint(name, silent)]), None
 
         refused = self._update(create)
         if refused is not None:
@@ -268,20 +387,40 @@ class ReaderGroup(Generic[T]):
         self._update(lambda state: (Updates([rgs.cancel_checkpoints()] if state.checkpoints else []), None))
 
     def _checkpoint(self, name: str, positions: Mapping[str, SegmentPosition]) -> Checkpoint:
-        by_stream: dict[tuple[str, str], dict[int, int]] = {}
+        return Checkpoint(name, Position(dict(positions)), self._cuts(positions))
+
+    def _cuts(self, positions: Mapping[str, SegmentPosition]) -> dict[str, StreamCut]:
+        """Positions as a cut per stream of the group. A sealed stream's segments read to their end
+        leave the frontier (nothing follows them): they are put back at their lengths, so each cut
+        covers the key space."""
+        by_stream: dict[str, dict[int, int]] = {qualified: {} for qualified in self.state().streams}
         for key, pos in positions.items():
             scope, stream, sid = parse_segment_name(key)
-            by_stream.setdefault((scope, stream), {})[sid] = pos.offset
-        cuts = {f"{sc}/{st}": StreamCut(sc, st, offsets) for (sc, st), offsets in sorted(by_stream.items())}
-        return Checkpoint(name, Position(dict(positions)), cuts)
+            by_stream.setdefault(f"{scope}/{stream}", {})[sid] = pos.offset
+        cuts = {}
+        for qualified, offsets in sorted(by_stream.items()):
+            scope, stream = qualified.split("/", 1)
+            described = self.manager.describe_stream(scope, stream)
+            if described.sealed:
+                ranges = {s.segment_id: s for e in described.history for s in (*e.created, *e.sealed)}
+                for current in described.segments:
+                    s = current.segment
+                    if not any(ranges[sid].key_start < s.key_end and s.key_start < ranges[sid].key_end
+                               for sid in offsets if sid in ranges):
+                        offsets[s.segment_id] = current.length or 0
+            cuts[qualified] = StreamCut(scope, stream, offsets)
+        return cuts
 
     def reset_to(self, cuts: Checkpoint | StreamCut | Iterable[StreamCut] | Mapping[str, StreamCut]) -> None:
-        """Read from these positions instead: every reader drops its segments (at its next state
-        refresh) and goes on from the new positions; the group's streams become the cuts' streams.
-        Pending checkpoints are dropped."""
+        """Read from these positions instead, as Pravega's ``resetReaderGroup``: every reader is taken
+        offline (its next ``read_next_event`` raises ``ReinitializationRequiredError``; create it
+        again), and readers created afterwards read from the new positions. The group's streams become
+        the cuts' streams, its configuration's start cuts these (its end cuts stay). Pending
+        checkpoints are dropped."""
         if isinstance(cuts, Checkpoint):
             positions = dict(cuts.positions.segments)  # exact: skips included
             streams = list(cuts.cuts)
+            listed = list(cuts.cuts.values())
         else:
             if isinstance(cuts, StreamCut):
                 listed = [cuts]
@@ -293,11 +432,18 @@ class ReaderGroup(Generic[T]):
             for cut in listed:
                 positions.update(cut_positions(cut))
                 streams.append(f"{cut.scope}/{cut.stream}")
-        self._update(lambda state: (Updates([rgs.reset(streams, positions)]), None))
+        start = cuts_config(listed)
+
+        def reset(state: ReaderGroupState) -> tuple[Updates[dict[str, Any]], None]:
+            config = None if state.config is None else {**state.config, "streams": streams, "start": start}
+            return Updates([rgs.reset(streams, positions, config)]), None
+
+        self._update(reset)
 
     def unread_bytes(self) -> int:
         """Bytes of the group's streams not yet read past: the frontier's rest plus everything after
-        it, from the recorded positions (readers record them every ``RECORD_S`` and when caught up)."""
+        it, from the recorded positions (readers record them every ``RECORD_S`` and when caught up);
+        in a bounded read, up to the end cuts."""
         state = self.state()
         frontier = state.frontier()
         total = 0
@@ -306,16 +452,19 @@ class ReaderGroup(Generic[T]):
             described = self.manager.describe_stream(scope, stream)
             successors = successor_map(described)
             mine = {parse_segment_name(k)[2]: p for k, p in frontier.items() if k.startswith(f"{qualified}/")}
+            ends = {parse_segment_name(k)[2]: p.offset for k, p in state.end.items()
+                    if k.startswith(f"{qualified}/")}
             todo, seen = list(mine), set(mine)
             while todo:
-                for succ in successors.get(todo.pop(), {}):
+                sid = todo.pop()
+                for succ in {} if sid in ends else successors.get(sid, {}):  # nothing past an end cut
                     if succ not in seen:
                         seen.add(succ)
                         todo.append(succ)
             for sid in seen:
                 info = self.controller.segment_info(segment_name(scope, stream, sid))
                 start = mine[sid].offset if sid in mine else info.start_offset
-                total += max(0, info.length - start)
+                total += max(0, min(info.length, ends.get(sid, info.length)) - start)
         return total
 
     # -- internals ---------------------------------------------------------------------------------------
@@ -364,8 +513,9 @@ class ReaderGroupManager:
 
     def create_reader_group(self, name: str, streams: str | list[str],
                             start: StreamCut | list[StreamCut] | None = None,
-                            serializer: Serializer[T] | None = None) -> ReaderGroup[T]:
-        return self.manager.create_reader_group(name, self.scope, streams, start, serializer)
+                            serializer: Serializer[T] | None = None,
+                            end: StreamCut | list[StreamCut] | None = None) -> ReaderGroup[T]:
+        return self.manager.create_reader_group(name, self.scope, streams, start, serializer, end=end)
 
     def reader_group(self, name: str, serializer: Serializer[T] | None = None) -> ReaderGroup[T]:
         return self.manager.reader_group(name, self.scope, serializer)
@@ -403,12 +553,13 @@ class EventStreamReader(Generic[T]):
     """One reader of a group. Use it from one thread; ``close()`` (or ``with``) takes it offline at
     the position of the last event it returned."""
 
-    def __init__(self, group: ReaderGroup[Any], reader_id: str, serializer: Serializer[T]) -> None:
+    def __init__(self, group: ReaderGroup[Any], reader_id: str, serializer: Serializer[T], generation: int) -> None:
         self.group = group
         self.reader_id = reader_id
         self.serializer = serializer
         self.controller = group.controller
-        self._generation = -1
+        self._generation = generation  # the group's generation it joined in: a reset ends this reader
+        self._reset = False  # the group was reset: every call raises ReinitializationRequiredError
         self._held: dict[str, _Held] = {}
         self._turn = 0  # where a pass starts when no segment is current
         self._current: str | None = None  # the segment that gave the last event
@@ -426,8 +577,13 @@ class EventStreamReader(Generic[T]):
 
         A request whose connection dropped is sent again once the pool has reconnected, so a server
         restart costs a pause; ConnectionLostError escapes when the server stays unreachable for the
-        manager's ``reconnect_timeout``. The reader stays usable after any error: what was under way
-        is settled by the group's state, which the reader follows at its next call."""
+        manager's ``reconnect_timeout``. The reader stays usable after any error (what was under way
+        is settled by the group's state, which the reader follows at its next call), except
+        ``ReinitializationRequiredError`` after a reset of the group: create the reader again.
+        ``TruncatedDataError``: data this reader had not read was truncated away; the next call goes
+        on from the new head."""
+        if self._reset:
+            raise self._reinitialization_required()
         if self._closed:
             raise ValueError(f"reader {self.reader_id!r} is closed")
         deadline = time.monotonic() + timeout
@@ -448,6 +604,10 @@ class EventStreamReader(Generic[T]):
             return self._checkpoint(checkpoint, deadline)
         if not self._held or now - self._rebalanced >= REBALANCE_S:
             self._rebalance()
+        if not self._held and self._state().end and self._state().read_completed():
+            # A bounded read every reader has finished (a group without end cuts keeps waiting, as
+            # before bounded reads existed, also when its streams are sealed and read).
+            return EventRead(None, None, self.position(), "", "", -1, -1, -1, -1, is_read_completed=True)
         if self._progressed and now - self._recorded >= RECORD_S:
             self._record()
         remaining_ms = int((deadline - time.monotonic()) * 1000)
@@ -497,17 +657,22 @@ class EventStreamReader(Generic[T]):
         try:
             event = h.reader.read_next(wait_ms)
         except SegmentTruncatedError:
-            # Retention removed what we had not read: go on from what is left.
+            # Truncation (by hand or retention) removed what we had not read: say so, as Pravega does,
+            # and go on from what is left at the next call.
+            lost_from = h.reader.offset
             start = self.controller.segment_info(h.key).start_offset
             h.reader = self._open(h.scope, h.stream, h.key, SegmentPosition(start))
-            return None
+            raise TruncatedDataError(h.key, lost_from, start) from None
         except SegmentNotFoundError:
-            # The segment deleted (nothing more to read in it; its successors follow), or a segment
-            # behind it (a partition's index) not there yet: only the first ends it.
+            # The segment deleted, or a segment behind it (a partition's index) not there yet: only
+            # the first ends it (its successors follow). Deleted with its stream, it just ends; deleted
+            # while its stream lives, a truncation took it away with what was left of it.
             try:
                 self.controller.segment_info(h.key)
             except SegmentNotFoundError:
                 h.reader.at_end = True
+                if self._stream_exists(h.scope, h.stream):
+                    raise TruncatedDataError(h.key, h.reader.offset, None) from None
             else:
                 time.sleep(SCALE_WAIT_S)
             return None
@@ -515,6 +680,14 @@ class EventStreamReader(Generic[T]):
             return None
         self._progressed = True
         return self._event(h, event)
+
+    def _stream_exists(self, scope: str, stream: str) -> bool:
+        """Whether the stream still exists (one being deleted does not)."""
+        try:
+            described = self.group.describe(scope, stream, fresh=True)
+        except StreamNotFoundError:
+            return False
+        return described.state != "deleting"
 
     def _event(self, h: _Held, event: SegmentEvent) -> EventRead[T]:
         return EventRead(self.serializer.deserialize(event.data), event.routing_key, self.position(), h.scope,
@@ -537,13 +710,16 @@ class EventStreamReader(Generic[T]):
         """Make the open segments what the state says this reader holds."""
         self._refreshed = time.monotonic()
         state = self._state()
+        if state.generation != self._generation:
+            # A reset took every reader offline; a reader of the new generation under this id (made
+            # again by the application) is not this one.
+            self._held.clear()
+            self._reset = self._closed = True
+            raise self._reinitialization_required()
         mine = state.readers.get(self.reader_id)
         if mine is None:
             self._held.clear()
             raise ReaderNotInReaderGroupError(f"reader {self.reader_id!r} is not online in {self.group!r}")
-        if state.generation != self._generation:
-            self._held.clear()  # a reset: start over from the new positions
-            self._generation = state.generation
         for key in [k for k in self._held if k not in mine]:
             del self._held[key]
         for key, pos in mine.items():
@@ -552,7 +728,11 @@ class EventStreamReader(Generic[T]):
                 self._held[key] = _Held(key, scope, stream, self._open(scope, stream, key, pos))
 
     def _open(self, scope: str, stream: str, key: str, pos: SegmentPosition) -> SegmentEventReader:
-        return SegmentEventReader(self.controller, scope, stream, parse_segment_name(key)[2], pos.offset, pos.skip)
+        """A reader of ``key`` from ``pos``, up to its end cut's offset if it has one (the server
+        returns nothing past it and reports the end there)."""
+        end = self._state().end.get(key)
+        return SegmentEventReader(self.controller, scope, stream, parse_segment_name(key)[2], pos.offset, pos.skip,
+                                  end_offset=None if end is None else end.offset)
 
     def _positions(self) -> dict[str, SegmentPosition]:
         return dict(self.position().segments)
@@ -590,19 +770,23 @@ class EventStreamReader(Generic[T]):
         if inside:
             wait = max(0, min(POLL_MS, int((deadline - time.monotonic()) * 1000)))
             return self._read(inside[0], wait)
+        silent = any(c.name == name and c.silent for c in self._state().checkpoints)
         update = rgs.checkpoint_reader(self.reader_id, self._generation, name, self._positions())
         self.group._update(lambda state: (Updates([update]), None))
         position = self.position()
         self._reconcile()
         self._recorded = time.monotonic()
         self._progressed = False
+        if silent:
+            return None  # generate_stream_cuts: recorded, and the application sees nothing of it
         return EventRead(None, None, position, "", "", -1, -1, -1, -1, is_checkpoint=True, checkpoint_name=name)
 
     def _complete(self, h: _Held) -> None:
         """``h`` was read to its end: mark it completed with its successors (which become readable
         once all their predecessors are); later if the scale that sealed it is not visible yet."""
         scope, stream, sid = parse_segment_name(h.key)
-        successors = self._successors(scope, stream, sid)
+        # At an end cut nothing follows (the state adds no successors for it): no need to look.
+        successors = {} if h.key in self._state().end else self._successors(scope, stream, sid)
         if successors is None:
             return
         update = rgs.complete_segment(self.reader_id, self._generation, h.key, h.reader.offset, successors)
@@ -628,12 +812,25 @@ class EventStreamReader(Generic[T]):
         return None
 
     # -- lifetime -------------------------------------------------------------------------------------
+    def _reinitialization_required(self) -> ReinitializationRequiredError:
+        return ReinitializationRequiredError(
+            f"reader {self.reader_id!r}: {self.group!r} was reset since it was created; close it and create "
+            "it again to read from the new positions")
+
     def close(self) -> None:
-        """Go offline at the position of the last event returned: others take over from there."""
+        """Go offline at the position of the last event returned: others take over from there. After
+        a reset of the group it is offline already (and another reader may have its id): nothing."""
         if self._closed:
             return
         self._closed = True
-        self.group.reader_offline(self.reader_id, self.position())
+        position, generation = self.position(), self._generation
+
+        def leave(state: ReaderGroupState) -> tuple[Updates[dict[str, Any]], None]:
+            if state.generation != generation or self.reader_id not in state.readers:
+                return Updates([]), None
+            return Updates([rgs.remove_reader(self.reader_id, dict(position.segments), generation)]), None
+
+        self.group._update(leave)
 
     def __enter__(self) -> EventStreamReader[T]:
         return self

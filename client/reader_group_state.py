@@ -33,6 +33,11 @@ Invariants (checked by tests/client/test_reader_group_model.py):
   space exactly once and splits the events exactly where each reader returned its checkpoint. (An
   acquisition would not be harmless: a successor made unassigned after the start by a reader that
   had already checkpointed would enter the cut beside its predecessor.)
+* **Bounded reads end at the end cuts.** A segment of an end cut (``end``) is read only up to its
+  end offset; completing it there adds none of its successors (they lie past the cut) and keeps it in
+  ``ended`` at that offset, so the frontier still covers the key space and a checkpoint's cut stays
+  a valid cut. The group's read is complete (``read_completed``) when nothing is held, unassigned or
+  waiting any more.
 * **Stale updates are no-ops.** Every reader update names the reader and the state's generation
   (bumped by ``reset``); an update from a reader that is offline, of another generation, or about a
   segment it no longer holds changes nothing. Updates are total functions: applying never fails.
@@ -78,6 +83,7 @@ class PendingCheckpoint:
     name: str
     waiting: list[str]  # readers that have not recorded their positions yet
     positions: Positions  # what is recorded so far (starts with the unassigned and held segments)
+    silent: bool = False  # readers record it without returning a checkpoint event (generate_stream_cuts)
 
 
 @dataclass
@@ -92,6 +98,11 @@ class ReaderGroupState:
     future: dict[SegmentKey, dict[SegmentKey, int | None]] = field(default_factory=dict)
     checkpoints: list[PendingCheckpoint] = field(default_factory=list)
     completed_checkpoints: dict[str, Positions] = field(default_factory=dict)  # oldest first
+    end: Positions = field(default_factory=dict)  # the end cuts' segments (bounded reads): read up to these
+    # What the group was created with (streams, start and end cuts as given; reset replaces streams and
+    # start), to refuse a create with another one; None for groups stored before it was kept.
+    config: dict[str, Any] | None = None
+    ended: Positions = field(default_factory=dict)  # end-cut segments read to their end offsets
 
     # -- queries -------------------------------------------------------------------------------------
     def holder(self, key: SegmentKey) -> str | None:
@@ -127,11 +138,17 @@ class ReaderGroupState:
 
     def frontier(self) -> Positions:
         """Every segment of the frontier at its last recorded position (covers the key space once)."""
-        out: Positions = dict(self.held_completed())
+        out: Positions = dict(self.ended)
+        out.update(self.held_completed())
         out.update(self.unassigned)
         for held in self.readers.values():
             out.update(held)
         return out
+
+    def read_completed(self) -> bool:
+        """Whether every segment the group has to read was read to its end (its end cut's offset, or
+        a sealed end without successors): nothing is held, unassigned or waiting for predecessors."""
+        return not self.unassigned and not self.future and not any(self.readers.values())
 
     # -- JSON ----------------------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
@@ -141,9 +158,12 @@ class ReaderGroupState:
             "readers": {r: _positions_to_json(p) for r, p in self.readers.items()},
             "unassigned": _positions_to_json(self.unassigned),
             "future": {s: dict(p) for s, p in self.future.items()},
-            "checkpoints": [{"name": c.name, "waiting": list(c.waiting), "positions": _positions_to_json(c.positions)}
-                            for c in self.checkpoints],
+            "checkpoints": [{"name": c.name, "waiting": list(c.waiting), "positions": _positions_to_json(c.positions),
+                             "silent": c.silent} for c in self.checkpoints],
             "completed_checkpoints": {n: _positions_to_json(p) for n, p in self.completed_checkpoints.items()},
+            "end": _positions_to_json(self.end),
+            "ended": _positions_to_json(self.ended),
+            "config": copy.deepcopy(self.config),
         }
 
     @classmethod
@@ -156,8 +176,13 @@ class ReaderGroupState:
             future={str(s): {str(k): (None if v is None else int(v)) for k, v in p.items()}
                     for s, p in raw["future"].items()},
             checkpoints=[PendingCheckpoint(str(c["name"]), [str(w) for w in c["waiting"]],
-                                           _positions_from_json(c["positions"])) for c in raw["checkpoints"]],
+                                           _positions_from_json(c["positions"]), bool(c.get("silent", False)))
+                         for c in raw["checkpoints"]],
             completed_checkpoints={str(n): _positions_from_json(p) for n, p in raw["completed_checkpoints"].items()},
+            # Absent from states stored before bounded reads existed: unbounded.
+            end=_positions_from_json(raw.get("end", {})),
+            ended=_positions_from_json(raw.get("ended", {})),
+            config=copy.deepcopy(raw.get("config")),
         )
 
 
@@ -169,9 +194,12 @@ def _positions_from_json(raw: Mapping[str, Any]) -> Positions:
     return {str(k): SegmentPosition.from_json(v) for k, v in raw.items()}
 
 
-def initial_state(streams: Iterable[str], start: Mapping[SegmentKey, SegmentPosition]) -> ReaderGroupState:
-    """A group with no readers whose frontier is ``start`` (cuts of every stream, merged)."""
-    return ReaderGroupState(streams=list(streams), unassigned=dict(start))
+def initial_state(streams: Iterable[str], start: Mapping[SegmentKey, SegmentPosition],
+                  end: Mapping[SegmentKey, SegmentPosition] | None = None,
+                  config: dict[str, Any] | None = None) -> ReaderGroupState:
+    """A group with no readers whose frontier is ``start`` (cuts of every stream, merged), reading up
+    to ``end`` (end cuts of some or all streams, merged; the others are read without end)."""
+    return ReaderGroupState(streams=list(streams), unassigned=dict(start), end=dict(end or {}), config=config)
 
 
 # -- decisions (what a reader asks for; evaluated on the newest state inside a conditional update) -----
@@ -243,8 +271,17 @@ def complete_segment(reader: str, generation: int, key: SegmentKey, end_offset: 
             "end_offset": end_offset, "successors": {s: sorted(p) for s, p in sorted(successors.items())}}
 
 
-def create_checkpoint(name: str) -> Update:
-    return {"op": "create_checkpoint", "name": name}
+def create_checkpoint(name: str, silent: bool = False) -> Update:
+    """``silent``: readers record it without returning a checkpoint event (a cut for the application,
+    not a point its readers mark)."""
+    return {"op": "create_checkpoint", "name": name, "silent": silent}
+
+
+def forget_checkpoint(name: str) -> Update:
+    """Drop a checkpoint, pending or completed (one ``generate_stream_cuts`` took its cuts from or gave
+    up on), so it neither holds readers up nor pushes the application's own out of the
+    ``COMPLETED_CHECKPOINTS_KEPT``."""
+    return {"op": "forget_checkpoint", "name": name}
 
 
 def checkpoint_reader(reader: str, generation: int, name: str,
@@ -257,8 +294,11 @@ def cancel_checkpoints() -> Update:
     return {"op": "cancel_checkpoints"}
 
 
-def reset(streams: Iterable[str], positions: Mapping[SegmentKey, SegmentPosition]) -> Update:
-    return {"op": "reset", "streams": list(streams), "positions": _positions_to_json(positions)}
+def reset(streams: Iterable[str], positions: Mapping[SegmentKey, SegmentPosition],
+          config: dict[str, Any] | None = None) -> Update:
+    """Every reader goes offline (it must be created again, as after Pravega's reset); the group reads
+    ``streams`` from ``positions``; ``config`` replaces the recorded configuration if given."""
+    return {"op": "reset", "streams": list(streams), "positions": _positions_to_json(positions), "config": config}
 
 
 # -- updates: application (pure, total) ------------------------------------------------------------------
@@ -334,6 +374,10 @@ def _apply_complete_segment(state: ReaderGroupState, update: Mapping[str, Any]) 
         return
     del held[key]
     end = int(update["end_offset"])
+    if key in state.end:
+        # Read to its end cut: what follows it lies past the cut, whatever successors it has.
+        state.ended[key] = SegmentPosition(end)
+        return
     for successor, preds in update["successors"].items():
         if successor in state.unassigned or state.holder(successor) is not None:
             continue  # already assignable (a repeated completion): nothing waits any more
@@ -348,9 +392,10 @@ def _apply_create_checkpoint(state: ReaderGroupState, update: Mapping[str, Any])
     name = update["name"]
     if any(c.name == name for c in state.checkpoints) or name in state.completed_checkpoints:
         return
-    known = dict(state.held_completed())
+    known = dict(state.ended)
+    known.update(state.held_completed())
     known.update(state.unassigned)
-    state.checkpoints.append(PendingCheckpoint(name, sorted(state.readers), known))
+    state.checkpoints.append(PendingCheckpoint(name, sorted(state.readers), known, bool(update.get("silent", False))))
     _complete_checkpoints(state)
 
 
@@ -388,12 +433,20 @@ def _apply_cancel_checkpoints(state: ReaderGroupState, update: Mapping[str, Any]
     state.checkpoints = []
 
 
+def _apply_forget_checkpoint(state: ReaderGroupState, update: Mapping[str, Any]) -> None:
+    state.checkpoints = [c for c in state.checkpoints if c.name != update["name"]]
+    state.completed_checkpoints.pop(update["name"], None)
+
+
 def _apply_reset(state: ReaderGroupState, update: Mapping[str, Any]) -> None:
     state.streams = [str(s) for s in update["streams"]]
     state.generation += 1
-    state.readers = {reader: {} for reader in state.readers}
+    state.readers = {}  # every reader is created again (Pravega's ReinitializationRequired)
+    if update.get("config") is not None:
+        state.config = copy.deepcopy(update["config"])
     state.unassigned = _positions_from_json(update["positions"])
     state.future = {}
+    state.ended = {}  # the end cuts stay: positions at or before them are read up to them again
     state.checkpoints = []
 
 
@@ -407,5 +460,6 @@ _HANDLERS = {
     "create_checkpoint": _apply_create_checkpoint,
     "checkpoint_reader": _apply_checkpoint_reader,
     "cancel_checkpoints": _apply_cancel_checkpoints,
+    "forget_checkpoint": _apply_forget_checkpoint,
     "reset": _apply_reset,
 }

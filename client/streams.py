@@ -6,9 +6,13 @@ server's classes: the client is a peer of the server, not a user of its modules.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import enum
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from millrace.protocol import messages as m
 from millrace.protocol.names import segment_name
@@ -73,6 +77,7 @@ class StreamConfiguration:
     initial_segments: int = 1
     scaling: ScalingPolicy = field(default_factory=ScalingPolicy)
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+    tags: tuple[str, ...] = ()  # Pravega's stream tags: labels ``list_streams(scope, tag)`` finds it by
 
 
 @dataclass(frozen=True)
@@ -152,7 +157,8 @@ class StreamDescription:
                    StreamConfiguration(config.initial_segments,
                                        ScalingPolicy(ScalingType(config.scaling.type), config.scaling.target_rate,
                                                      config.scaling.scale_factor, config.scaling.min_segments),
-                                       RetentionPolicy(RetentionType(config.retention.type), config.retention.value)),
+                                       RetentionPolicy(RetentionType(config.retention.type), config.retention.value),
+                                       tuple(reply.tags or ())),
                    segments, history, {int(k): v for k, v in reply.truncation.items()}, reply.partition_count)
 
 
@@ -162,14 +168,75 @@ def _known_ranges(ranges: tuple[m.KeyRange, ...]) -> tuple[Segment, ...]:
                  if r.key_start is not None and r.key_end is not None)
 
 
+SERIAL_VERSION = 1  # of the bytes to_bytes writes; from_bytes refuses newer ones it cannot read
+
+
+def encode_value(kind: str, body: dict[str, Any]) -> bytes:
+    """The bytes of a serialisable client value: compact JSON naming its kind and format version, so a
+    value read back as the wrong kind, or written by a newer client, is refused rather than misread."""
+    return json.dumps({"kind": kind, "v": SERIAL_VERSION, **body}, separators=(",", ":"), sort_keys=True).encode()
+
+
+def decode_value(kind: str, raw: bytes | str) -> dict[str, Any]:
+    """The body ``encode_value`` wrote for ``kind``; ValueError for anything else."""
+    try:
+        parsed = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"not a serialised {kind}: {exc}") from None
+    if not isinstance(parsed, dict) or parsed.get("kind") != kind:
+        found = parsed.get("kind") if isinstance(parsed, dict) else type(parsed).__name__
+        raise ValueError(f"not a serialised {kind} (found {found!r})")
+    if parsed.get("v") != SERIAL_VERSION:
+        raise ValueError(f"a serialised {kind} of format version {parsed.get('v')!r}; this client reads "
+                         f"version {SERIAL_VERSION}")
+    return parsed
+
+
+def from_base64(text: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except binascii.Error as exc:
+        raise ValueError(f"not base64: {exc}") from None
+
+
 @dataclass(frozen=True)
 class StreamCut:
     """A position in a stream: an offset in each of a set of segments that together cover the
-    routing-key space exactly once. Reading from a cut gives everything after it, in every key."""
+    routing-key space exactly once. Reading from a cut gives everything after it, in every key.
+
+    Serialisable as Pravega's (``to_bytes`` / ``from_bytes``, ``to_base64`` / ``from_base64``), to
+    store beside an application's results or hand to another process."""
 
     scope: str
     stream: str
     positions: Mapping[int, int]  # segment id -> offset
+
+    def to_bytes(self) -> bytes:
+        return encode_value("StreamCut", self._body())
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> StreamCut:
+        """The cut ``to_bytes`` wrote; ValueError for other bytes."""
+        return cls._from_body(decode_value("StreamCut", raw))
+
+    def to_base64(self) -> str:
+        return base64.b64encode(self.to_bytes()).decode("ascii")
+
+    @classmethod
+    def from_base64(cls, text: str) -> StreamCut:
+        return cls.from_bytes(from_base64(text))
+
+    def _body(self) -> dict[str, Any]:
+        return {"scope": self.scope, "stream": self.stream,
+                "positions": {str(sid): offset for sid, offset in sorted(self.positions.items())}}
+
+    @classmethod
+    def _from_body(cls, body: Mapping[str, Any]) -> StreamCut:
+        try:
+            return cls(str(body["scope"]), str(body["stream"]),
+                       {int(sid): int(offset) for sid, offset in body["positions"].items()})
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"a malformed serialised StreamCut: {exc!r}") from None
 
     def to_wire(self) -> dict[str, int]:
         # By name: JSON keys are strings, and the controller reads a string key as a segment name.

@@ -27,7 +27,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from concurrent.futures._base import FINISHED, PENDING
 from dataclasses import dataclass, field
@@ -48,6 +48,9 @@ T = TypeVar("T")
 
 MAX_IN_FLIGHT = 5  # the server remembers a producer's last five batches per partition
 MAX_BATCH_BYTES = 1024 * 1024
+# The most one write_events may carry: its events go in one batch, and a stream takes batches up to its
+# max.message.bytes (8 MiB by default, as Kafka's).
+MAX_ATOMIC_BYTES = 8 * 1024 * 1024
 RETRY_DELAYS = (0.05, 0.1, 0.2, 0.5, 1.0)
 ROUTED_PATIENCE = 2.0  # a routed partition's owner lookup and connect, per retry
 PARTITION_CACHE_KEYS = 100_000
@@ -169,8 +172,9 @@ class _Batch:
 class _Partition:
     number: int
     next_sequence: int = 0
-    # (routing key, data, future, event number or -1)
-    pending: deque[tuple[bytes | None, bytes, _EventFuture, int]] = field(default_factory=deque)
+    # (routing key, data, future, event number or -1, events that must go in one batch from this one: 1
+    # for a lone event, n on the first of write_events' n and 0 on the others)
+    pending: deque[tuple[bytes | None, bytes, _EventFuture, int, int]] = field(default_factory=deque)
     in_flight: deque[_Batch] = field(default_factory=deque)
     retrying: bool = False  # a batch failed retriably: send nothing new until the resend
     failing_since: float | None = None  # monotonic time of the first failure since the last success
@@ -251,7 +255,18 @@ class EventSender(Generic[T]):
         if p.failed is not None:
             fut.complete(p.failed)
             return
-        p.pending.append((routing_key.encode() if routing_key is not None else None, data, fut, number))
+        p.pending.append((routing_key.encode() if routing_key is not None else None, data, fut, number, 1))
+        self._pump(p)
+
+    def _enqueue_atomic(self, p: _Partition, routing_key: str, events: list[tuple[bytes, _EventFuture, int]]) -> None:
+        """Queue events that go in one batch, so they land all or none, in order (under the lock)."""
+        if p.failed is not None:
+            for _, fut, _ in events:
+                fut.complete(p.failed)
+            return
+        key = routing_key.encode()
+        for i, (data, fut, number) in enumerate(events):
+            p.pending.append((key, data, fut, number, len(events) if i == 0 else 0))
         self._pump(p)
 
     def flush(self) -> None:
@@ -301,11 +316,17 @@ class EventSender(Generic[T]):
             size = 0
             first_event = p.pending[0][3]
             last_event = first_event
-            while p.pending and (not events or size + len(p.pending[0][1]) <= MAX_BATCH_BYTES):
-                key, data, fut, last_event = p.pending.popleft()
-                events.append((key, data))
-                futures.append(fut)
-                size += len(data) + (len(key) if key else 0)
+            while p.pending:
+                together = p.pending[0][4]  # write_events' events: all in this batch or all in the next
+                adding = len(p.pending[0][1]) if together == 1 else \
+                    sum(len(e[1]) for e in itertools.islice(p.pending, together))
+                if events and size + adding > MAX_BATCH_BYTES:
+                    break
+                for _ in range(together):
+                    key, data, fut, last_event, _ = p.pending.popleft()
+                    events.append((key, data))
+                    futures.append(fut)
+                    size += len(data) + (len(key) if key else 0)
             payload = encode_batch(events, int(time.time() * 1000), self.producer_id, self.epoch, p.next_sequence,
                                    self.transactional)
             batch = _Batch(p.next_sequence, payload, futures, first_event, last_event)
@@ -512,8 +533,68 @@ class EventStreamWriter(EventSender[T]):
             self._enqueue(self._partitions[partition], routing_key, data, fut, number if self._numbered else -1)
         return fut
 
+    def write_events(self, routing_key: str, events: Iterable[T], *,
+                     event_number: int | None = None) -> Future[list[EventPosition]]:
+        """Write ``events`` atomically under one routing key (Pravega's ``writeEvents``): they go in one
+        batch, so readers and Kafka consumers see all of them, in order and together, or none. The
+        future completes with their positions once they are durable, or fails for all of them.
+        ``event_number`` numbers the first (the others follow it; by default ``last_event_number`` plus
+        one): events written again under those numbers by a restarted writer id are skipped whole.
+        ValueError for no events, more than ``MAX_ATOMIC_BYTES`` of them, or numbers that do not
+        exceed the previous event's."""
+        datas = [self.serializer.serialize(event) for event in events]
+        if not datas:
+            raise ValueError("write_events needs at least one event")
+        size = sum(len(d) for d in datas) + len(routing_key.encode()) * len(datas)
+        if size > MAX_ATOMIC_BYTES:
+            raise ValueError(f"write_events of {size} bytes: at most {MAX_ATOMIC_BYTES} go in one atomic batch")
+        futures = [_EventFuture() for _ in datas]
+        with self._lock:
+            if self._closed:
+                self._refuse_writes()
+            first = self._highest + 1 if event_number is None else event_number
+            if first <= self._previous:
+                raise ValueError(f"event number {first} does not exceed the previous one, {self._previous}")
+            last = first + len(datas) - 1
+            partition = self._partition_of_routing_key(routing_key)
+            if first <= self._written_before[partition] < last:
+                raise ValueError(f"event numbers {first}..{last}: the stream holds this writer's events up to "
+                                 f"{self._written_before[partition]}, so only some of them would be written")
+            self._previous = last
+            self._highest = max(self._highest, last)
+            if last <= self._written_before[partition]:
+                for fut in futures:
+                    fut.complete(EventPosition(partition, ALREADY_WRITTEN))
+            else:
+                self._enqueue_atomic(self._partitions[partition], routing_key, [
+                    (data, fut, first + i if self._numbered else -1) for i, (data, fut) in
+                    enumerate(zip(datas, futures, strict=True))])
+        return _all_of(futures)
+
     def __enter__(self) -> EventStreamWriter[T]:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _all_of(futures: list[_EventFuture]) -> Future[list[EventPosition]]:
+    """One future for events written together: their positions, or the first failure."""
+    combined: Future[list[EventPosition]] = Future()
+    remaining = [len(futures)]
+    lock = threading.Lock()
+
+    def one_done(_: Future[EventPosition]) -> None:
+        with lock:
+            remaining[0] -= 1
+            if remaining[0]:
+                return
+        failed = next((f.exception() for f in futures if f.exception() is not None), None)
+        if failed is not None:
+            combined.set_exception(failed)
+        else:
+            combined.set_result([f.result() for f in futures])
+
+    for fut in futures:
+        fut.add_done_callback(one_done)
+    return combined

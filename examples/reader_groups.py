@@ -1,4 +1,5 @@
-"""Reader groups: readers sharing a stream's segments, following a split, a checkpoint and a reset.
+"""Reader groups: readers sharing a stream's segments, following a split, a checkpoint and a reset; a
+generated stream cut, a bounded read up to it, and a truncation under a reader.
 
     python examples/reader_groups.py tcp://127.0.0.1:9090
 
@@ -13,7 +14,14 @@ import sys
 import threading
 from typing import Any
 
-from millrace import EventRead, EventStreamReader, JsonSerializer, StreamManager
+from millrace import (
+    EventRead,
+    EventStreamReader,
+    JsonSerializer,
+    ReinitializationRequiredError,
+    StreamManager,
+    TruncatedDataError,
+)
 
 
 def read_all(reader: EventStreamReader[Any], into: list[EventRead[Any]]) -> None:
@@ -78,13 +86,55 @@ def main(uri: str) -> None:
         read_all(alice, events)
         print(f"checkpoint event returned: {[e.checkpoint_name for e in events if e.is_checkpoint]}")
 
-        # Back to the checkpoint: alice drops her segments and reads what came after it again.
+        # Back to the checkpoint: as in Pravega, a reset takes every reader offline, and readers
+        # created again read from the checkpoint, so alice reads what came after it again.
         group.reset_to(checkpoint)
+        try:
+            alice.read_next_event(timeout=1.0)
+        except ReinitializationRequiredError:
+            alice.close()
+            alice = group.create_reader("alice")
         again: list[EventRead[Any]] = []
         read_all(alice, again)
         print(f"after reset_to: {sorted(e.data['order'] for e in again)}")
 
+        # A cut agreed with the reading readers (no event is returned for it), then a bounded read up
+        # to it by another group: it returns what lies before the cut, never what came after, and
+        # then reports the read complete.
+        reading = threading.Thread(target=read_all, args=(alice, []))
+        reading.start()
+        cut = group.generate_stream_cuts(timeout=30)["shop/orders"]
+        reading.join()
+        write_orders(sm, 35, 5)  # after the cut
+        audit = sm.create_reader_group("audit", "shop", "orders", end=cut, serializer=JsonSerializer())
+        auditor = audit.create_reader("auditor")
+        audited: list[int] = []
+        while (event := auditor.read_next_event(timeout=5.0)) is not None and not event.is_read_completed:
+            if event.data is not None:  # not a checkpoint
+                audited.append(event.data["order"])
+        print(f"bounded read up to the cut: {sorted(audited) == list(range(35))}, "
+              f"read completed: {event is not None and event.is_read_completed}")
+
+        # Truncation past what alice has read: she is told (TruncatedDataError), then goes on from
+        # the new head.
+        write_orders(sm, 40, 5)
+        sm.truncate_stream(sm.tail_cut("shop", "orders"))
+        write_orders(sm, 45, 5)
+        told, rest = False, list[int]()
+        while True:
+            try:
+                event = alice.read_next_event(timeout=1.0)
+            except TruncatedDataError:
+                told = True
+                continue
+            if event is None:
+                break
+            if event.data is not None:
+                rest.append(event.data["order"])
+        print(f"after truncation: told of lost data: {told}, then read {sorted(rest)}")
+
         alice.close()
+        sm.delete_reader_group("audit", "shop")
         sm.delete_reader_group("billing", "shop")
         print("group deleted")
 

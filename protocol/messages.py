@@ -315,6 +315,8 @@ class StreamConfigRequest(StreamRequest):
     initial_segments: int = 1
     scaling: ScalingFields = ScalingFields()
     retention: RetentionFields = RetentionFields()
+    # None (left out of the JSON) for none, so a server from before stream tags takes untagged creates
+    tags: tuple[str, ...] | None = None
 
 
 @_serves(Command.CREATE_STREAM)
@@ -429,12 +431,15 @@ class StreamDescriptionReply:
     segments: tuple[SegmentDescription, ...]  # the current epoch's, by key range
     history: tuple[EpochDescription, ...]  # every epoch, oldest first
     pending_scale: PendingScale | None
+    # The configuration's tags; left out for a stream without any (a top-level None is, a nested one
+    # not), so clients from before stream tags, which refuse fields they do not know, read those.
+    tags: tuple[str, ...] | None = None
 
 
 @_serves(Command.LIST_STREAMS)
 @dataclass(frozen=True, kw_only=True)
 class ListStreams(ScopeRequest):
-    pass
+    tag: str | None = None  # only the streams carrying this tag
 
 
 @dataclass(frozen=True, kw_only=True)

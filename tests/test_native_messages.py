@@ -106,6 +106,12 @@ def test_a_description_keeps_one_shape_with_nulls_where_unknown() -> None:
     assert {k for k, v in header["segments"][0].items() if v is None} == {
         "partitions", "length", "storage_length", "start_offset", "sealed"}
     assert m.decode_reply(m.StreamDescriptionReply, header) == described
+    # Stream tags came later: an untagged stream's description and create leave them out, so clients
+    # and servers from before them (which refuse fields they do not know) still read these.
+    assert "tags" not in header and "tags" not in header["config"]
+    assert "tags" not in m.to_header(m.CreateStream(scope="s", stream="t"))
+    tagged = dataclasses.replace(described, tags=("iot",))
+    assert m.decode_reply(m.StreamDescriptionReply, m.to_header(tagged)).tags == ("iot",)
 
 
 @pytest.mark.parametrize(("header", "complaint"), [

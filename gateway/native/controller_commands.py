@@ -89,6 +89,7 @@ def describe_stream(
             epoch=pending.epoch, reason=pending.reason, created_ms=pending.created_ms,
             sealed_ids=tuple(pending.sealed),
             created=tuple(_range(scope, stream, sid, lo, hi) for sid, lo, hi in pending.successors)),
+        tags=cfg.tags or None,
     )
 
 
@@ -125,6 +126,7 @@ def stream_configuration(request: m.StreamConfigRequest) -> StreamConfiguration:
             scaling=ScalingPolicy(ScalingType[scaling.type.upper()], scaling.target_rate, scaling.scale_factor,
                                   scaling.min_segments),
             retention=RetentionPolicy(RetentionType[retention.type.upper()], retention.value),
+            tags=request.tags or (),
         )
     except KeyError as exc:
         raise InvalidRequestError(f"no such policy type {exc}") from None
@@ -188,7 +190,7 @@ def controller_handlers(
         blocking(m.UpdateStream, lambda r: m.VersionReply(version=c.update_stream(
             r.scope, r.stream, stream_configuration(r), r.expected_version))),
         blocking(m.DescribeStream, lambda r: describe(r.scope, r.stream)),
-        blocking(m.ListStreams, lambda r: m.StreamsReply(streams=tuple(c.list_streams(r.scope)))),
+        blocking(m.ListStreams, lambda r: m.StreamsReply(streams=tuple(c.list_streams(r.scope, r.tag)))),
         blocking(m.GetSegmentForKey, lambda r: _segment(c.get_segment_for_key(r.scope, r.stream, r.key))),
         blocking(m.SealStream, lambda r: c.seal_stream(r.scope, r.stream)),
         blocking(m.DeleteStream, lambda r: delete(r.scope, r.stream)),

@@ -185,15 +185,17 @@ class Controller:
             except _CONDITIONAL:
                 continue
 
-    def list_streams(self, scope: str) -> list[str]:
+    def list_streams(self, scope: str, tag: str | None = None) -> list[str]:
+        """The streams of ``scope``; with ``tag``, only those whose configuration carries it."""
         if not self.scope_exists(scope):
             raise ScopeNotFoundError(scope)
         prefix = f"{scope}/".encode()
-        return [
-            e.key[len(prefix) :].decode()
-            for e in self.tables.entries(STREAMS_TABLE, prefix=prefix)
-            if StreamRecord.decode(e.value).state != StreamState.CREATING
-        ]
+        out = []
+        for e in self.tables.entries(STREAMS_TABLE, prefix=prefix):
+            record = StreamRecord.decode(e.value)
+            if record.state != StreamState.CREATING and (tag is None or tag in record.config.tags):
+                out.append(e.key[len(prefix) :].decode())
+        return out
 
     # -- stream lifecycle --------------------------------------------------------------------------
     def create_stream(self, scope: str, stream: str, config: StreamConfiguration | None = None) -> StreamInfo:

@@ -54,6 +54,8 @@ def _parse(data: bytes) -> Iterator[tuple[int, bytes]]:
 
 
 # -- configuration -----------------------------------------------------------------------------------
+MAX_TAGS = 128  # per stream, as Pravega's StreamConfiguration allows
+MAX_TAG_LENGTH = 256
 class ScalingType(enum.IntEnum):
     FIXED_NUM_SEGMENTS = 0
     BY_RATE_IN_EVENTS_PER_SEC = 1
@@ -105,10 +107,16 @@ class StreamConfiguration:
     initial_segments: int = 1  # segments of epoch 0; later changes are made by scaling
     scaling: ScalingPolicy = field(default_factory=ScalingPolicy)
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+    tags: tuple[str, ...] = ()  # labels to find streams by (Pravega's stream tags; list_streams(tag))
 
     def validate(self) -> None:
         if not 1 <= self.initial_segments <= 1 << 16:
             raise ValueError(f"initial_segments must be 1..65536, not {self.initial_segments}")
+        if len(self.tags) > MAX_TAGS:
+            raise ValueError(f"at most {MAX_TAGS} tags per stream, not {len(self.tags)}")
+        for tag in self.tags:
+            if not 1 <= len(tag) <= MAX_TAG_LENGTH:
+                raise ValueError(f"a tag is 1..{MAX_TAG_LENGTH} characters: {tag[:40]!r}")
         s = self.scaling
         if s.min_segments < 1 or s.target_rate < 0 or s.scale_factor < 0:
             raise ValueError(f"invalid scaling policy {s}")
@@ -124,6 +132,7 @@ class StreamConfiguration:
                 (1, _U32.pack(self.initial_segments)),
                 (2, _SCALING.pack(s.type, s.target_rate, s.scale_factor, s.min_segments)),
                 (3, _RETENTION.pack(r.type, r.value)),
+                *((4, tag.encode()) for tag in self.tags),  # one field per tag, in order
             ]
         )
 
@@ -139,6 +148,8 @@ class StreamConfiguration:
             elif tag == 3:
                 t, v = _RETENTION.unpack(value)
                 config = replace(config, retention=RetentionPolicy(RetentionType(t), v))
+            elif tag == 4:
+                config = replace(config, tags=(*config.tags, value.decode()))
         return config
 
 

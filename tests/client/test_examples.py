@@ -66,4 +66,6 @@ def test_reader_groups_example(server: ServerProcess, uri: str) -> None:
                        "after the split: 10 more, per-customer order kept: True"]
     assert out[3].startswith("checkpoint before-refund-run: shop/orders[0.1@") and out[3].endswith(", 1.2@0, 1.3@0]")
     assert out[4:] == ["checkpoint event returned: ['before-refund-run']", "after reset_to: [30, 31, 32, 33, 34]",
+                       "bounded read up to the cut: True, read completed: True",
+                       "after truncation: told of lost data: True, then read [45, 46, 47, 48, 49]",
                        "group deleted"]

@@ -9,6 +9,11 @@ a successor is read only after all its predecessors' events; per-key order; ever
 checkpoint's cut covers the key space exactly once and splits the events exactly where each reader
 returned its checkpoint; and, when readers keep reading, every event is read (exactly once unless a
 reader failed without a position, then at least once).
+
+Bounded reads (``BoundedReaderGroupMachine``): a history of writes and scales comes first, the group
+is created with an end cut of each stream taken somewhere in it, and the world goes on. Also checked:
+no event at or past the end cut is ever read, the group's read is complete only once everything before
+the end cut was read, and when readers keep reading it completes with exactly what lies before it.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from fractions import Fraction
 import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from millrace.client import reader_group_state as rgs
 from millrace.client.reader_group_state import ReaderGroupState, SegmentPosition
@@ -223,9 +228,10 @@ class ReaderGroupMachine(RuleBasedStateMachine):
         keys = sorted(r.local)
         for key in keys[choice % len(keys):] + keys[:choice % len(keys)]:
             seg, pos = self.segs[key], r.local[key]
-            if pos.offset < len(seg.batches):
+            end = self.state.end[key].offset if key in self.state.end else None
+            if pos.offset < (len(seg.batches) if end is None else min(end, len(seg.batches))):
                 return self._deliver(reader, r, key)
-            if seg.sealed:
+            if seg.sealed or (end is not None and pos.offset >= end):
                 successors = {s: self.segs[s].preds for s in seg.succs}
                 self._apply(rgs.complete_segment(reader, r.generation, key, pos.offset, successors))
                 del r.local[key]
@@ -241,6 +247,7 @@ class ReaderGroupMachine(RuleBasedStateMachine):
             assert not unread, f"{key} read before its predecessor {pred} was finished: {unread}"
         batch = seg.batches[pos.offset]
         event = batch[pos.skip]
+        assert event not in self._past_end(), f"{event} of {key} read past the end cut"
         r.local[key] = SegmentPosition(pos.offset + 1) if pos.skip + 1 == len(batch) else \
             SegmentPosition(pos.offset, pos.skip + 1)
         if not self.lossy:
@@ -250,15 +257,23 @@ class ReaderGroupMachine(RuleBasedStateMachine):
         self.log.append((event, reader))
         return True
 
+    def _past_end(self) -> set[Event]:
+        """The events at or past the group's end cut (none in an unbounded group)."""
+        end = self.state.end
+        past = {e for k in self._descendants(end.keys()) for b in self.segs[k].batches for e in b}
+        return past | {e for k, p in end.items() for b in self.segs[k].batches[p.offset:] for e in b}
+
     # -- checkpoints ----------------------------------------------------------------------------------
-    @rule()
-    def initiate_checkpoint(self) -> None:
+    @rule(silent=st.booleans())
+    def initiate_checkpoint(self, silent: bool) -> None:
+        """``silent``: generate_stream_cuts' kind, which readers record without returning an event
+        (the state treats both alike)."""
         if len(self.state.checkpoints) >= rgs.MAX_PENDING_CHECKPOINTS:
             return
         self.checkpoint_number += 1
         name = f"cp{self.checkpoint_number}"
         self.checkpoints[name] = Checkpoint(len(self.log), set(self.state.readers))
-        self._apply(rgs.create_checkpoint(name))
+        self._apply(rgs.create_checkpoint(name, silent))
 
     @rule()
     def cancel_checkpoints(self) -> None:
@@ -315,6 +330,8 @@ class ReaderGroupMachine(RuleBasedStateMachine):
         names = sorted(self.completed)
         cut, before = self.completed[names[index % len(names)]]
         self._apply(rgs.reset(self.state.streams, cut))
+        assert not self.state.readers, "a reset leaves readers online"
+        self.readers = {}  # every reader must be created again (ReinitializationRequired)
         self.log = list(before)  # the application goes back to its checkpointed state
 
     # -- invariants -------------------------------------------------------------------------------------
@@ -342,6 +359,12 @@ class ReaderGroupMachine(RuleBasedStateMachine):
     def state_survives_json(self) -> None:
         assert ReaderGroupState.from_json(self.state.to_json()) == self.state
 
+    @invariant()
+    def complete_only_when_all_read(self) -> None:
+        if self.state.read_completed() and not self.lossy:
+            written = {e for seg in self.segs.values() for batch in seg.batches for e in batch}
+            assert written - self._past_end() <= {e for e, _ in self.log}, "complete with events unread"
+
     def teardown(self) -> None:
         """Readers keep reading: everything written is read, and only open segments remain."""
         if not self.state.readers:
@@ -368,13 +391,72 @@ class FailingReaderGroupMachine(ReaderGroupMachine):
     failures_allowed = True
 
 
+class BoundedReaderGroupMachine(ReaderGroupMachine):
+    """A bounded read: the group reads from the start up to an end cut taken in a history written
+    before it was created; the world goes on past the cut."""
+
+    @initialize(steps=st.lists(st.tuples(st.sampled_from(["write", "write", "split", "merge"]),
+                                          st.sampled_from(STREAMS), st.integers(0, KEYS - 1),
+                                          st.lists(st.integers(1, 3), min_size=1, max_size=3)),
+                               min_size=1, max_size=12),
+                when=st.lists(st.integers(0, 12), min_size=len(STREAMS), max_size=len(STREAMS)),
+                back=st.lists(st.integers(0, 2), min_size=8, max_size=8))
+    def history_and_end_cut(self, steps: list[tuple[str, str, int, list[int]]], when: list[int],
+                            back: list[int]) -> None:
+        """Write and scale, remembering each stream's open segments at every step; the end cut of a
+        stream is its open segments at one step (``when`` steps before the last), each some batches
+        (``back``) before its length then: a valid cut of the stream as it was then."""
+        snapshots: list[dict[str, dict[str, int]]] = []
+
+        def snapshot() -> None:
+            snapshots.append({stream: {s.name: len(s.batches) for s in self._open(stream)} for stream in STREAMS})
+
+        snapshot()
+        for action, stream, key, sizes in steps:
+            if action == "write":
+                self.write(stream, key, sizes)
+            else:
+                getattr(self, action)(stream, key)
+            snapshot()
+        end: dict[str, SegmentPosition] = {}
+        for stream, at in zip(STREAMS, when, strict=True):
+            for i, (name, length) in enumerate(sorted(snapshots[-1 - at % len(snapshots)][stream].items())):
+                end[name] = SegmentPosition(max(0, length - back[i % len(back)]))
+        self.state = rgs.initial_state(self.state.streams, self.state.unassigned, end)
+
+    def teardown(self) -> None:
+        """Readers keep reading: the read completes with everything before the end cut read (exactly
+        once unless a reader failed), and the frontier is the end cut."""
+        if not self.state.readers:
+            self.join(READERS[0])
+        for _ in range(10_000):
+            if not any(self._step(reader, 0) for reader in list(self.state.readers)):
+                break
+        else:
+            raise AssertionError("the readers never settled")
+        assert self.state.read_completed()
+        past = self._past_end()
+        wanted = Counter(e for seg in self.segs.values() for batch in seg.batches for e in batch if e not in past)
+        event(f"bounded read: {'some' if wanted else 'no'} events before the end cut, "
+              f"{'some' if past else 'none'} past it")
+        read = Counter(e for e, _ in self.log)
+        assert set(read) == set(wanted), f"never read: {set(wanted) - set(read)}, past the end: {set(read) - set(wanted)}"
+        if not self.lossy:
+            assert read == wanted, f"read twice: {read - wanted}"
+        assert self.state.frontier() == self.state.end
+        assert not self.state.checkpoints, "a checkpoint never completed"
+
+
 ReaderGroupMachine.TestCase.settings = settings(
     max_examples=500, stateful_step_count=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FailingReaderGroupMachine.TestCase.settings = settings(
     max_examples=200, stateful_step_count=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+BoundedReaderGroupMachine.TestCase.settings = settings(
+    max_examples=300, stateful_step_count=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # Tens of seconds each on two cores: out of the fast tier.
 TestReaderGroupModel = pytest.mark.slow(ReaderGroupMachine.TestCase)
 TestReaderGroupModelWithFailures = pytest.mark.slow(FailingReaderGroupMachine.TestCase)
+TestReaderGroupModelBoundedReads = pytest.mark.slow(BoundedReaderGroupMachine.TestCase)
 
 
 def test_fair_share_and_release() -> None:
@@ -450,6 +532,24 @@ def test_offline_reader_position_and_checkpoint() -> None:
     assert done.completed_checkpoints["cp"] == {a: SegmentPosition(8, 2), b: SegmentPosition(3)}
     # A position taken before a reset says nothing about segments held after it.
     reset = rgs.apply(state, rgs.reset(state.streams, {a: SegmentPosition(2), b: SegmentPosition(0)}))
-    reset = rgs.apply(reset, rgs.acquire("r0", 1, [a]))
+    assert reset.readers == {}  # every reader is created again after a reset
+    reset = rgs.apply(rgs.apply(reset, rgs.add_reader("r0")), rgs.acquire("r0", 1, [a]))
     stale = rgs.apply(reset, rgs.remove_reader("r0", {a: SegmentPosition(8)}, generation=0))
     assert stale.unassigned[a] == SegmentPosition(2)
+
+
+def test_generated_cuts_checkpoint_is_forgotten_pending_or_completed() -> None:
+    """generate_stream_cuts' silent checkpoint: kept through JSON, dropped by forget whether it is still
+    pending (given up) or completed (its cuts taken), leaving the application's own alone."""
+    a = segment_name(SCOPE, "a", 0)
+    state = rgs.initial_state([f"{SCOPE}/a"], {a: SegmentPosition(0)})
+    state = rgs.apply(rgs.apply(state, rgs.add_reader("r0")), rgs.acquire("r0", 0, [a]))
+    state = rgs.apply(state, rgs.create_checkpoint("mine"))
+    state = rgs.apply(state, rgs.checkpoint_reader("r0", 0, "mine", {a: SegmentPosition(3)}))
+    state = rgs.apply(state, rgs.create_checkpoint("_cuts-1", silent=True))
+    assert state.checkpoints[0].silent and ReaderGroupState.from_json(state.to_json()) == state
+    assert rgs.apply(state, rgs.forget_checkpoint("_cuts-1")).checkpoints == []
+    state = rgs.apply(state, rgs.checkpoint_reader("r0", 0, "_cuts-1", {a: SegmentPosition(5)}))
+    assert state.completed_checkpoints["_cuts-1"] == {a: SegmentPosition(5)}
+    state = rgs.apply(state, rgs.forget_checkpoint("_cuts-1"))
+    assert list(state.completed_checkpoints) == ["mine"]

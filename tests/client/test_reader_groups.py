@@ -29,6 +29,7 @@ from millrace import (
     ReaderGroup,
     ReaderGroupNotFoundError,
     ReaderNotInReaderGroupError,
+    ReinitializationRequiredError,
     StreamCut,
     StreamManager,
 )
@@ -207,12 +208,16 @@ def test_group_of_three_through_splits_merges_offline_and_a_reset(sm: StreamMana
     scale_when_written(1200)
     wait_for(lambda: app.count() >= 1300, "reading past the checkpoint")
     # Restart from the checkpoint: the readers pause, the application goes back to what it had at
-    # the checkpoint, the group goes back to the checkpoint's positions, the same readers go on.
+    # the checkpoint, the group goes back to the checkpoint's positions, which takes every reader
+    # offline (as Pravega's reset): the old ones refuse to read on, and readers created again go on.
     paused = {r: app.stop(r) for r in ("r1", "r2", "r3")}
     app.roll_back_to("cp1")
     group.reset_to(checkpoint)
     for reader_id, reader in paused.items():
-        app.start(reader_id, reader)
+        with pytest.raises(ReinitializationRequiredError):
+            reader.read_next_event(timeout=0.5)
+        reader.close()  # offline already: changes nothing
+        app.start(reader_id)
     scale_when_written(1600)
     scale_when_written(2000)
     writer.join(120)
@@ -433,8 +438,14 @@ def test_several_streams_restart_cuts_and_housekeeping(uri: str, sm: StreamManag
         # What follows the checkpoint: what the thread read after its event, and the rest.
         after = [e.data for e in got[[e.is_checkpoint for e in got].index(True) + 1:] + drain(reader)]
 
-        # reset_to(cuts): the same reader goes on from the cuts and returns what followed them again.
+        # reset_to(cuts): the reader is taken offline; created again it returns what followed them again.
         reopened.reset_to(list(checkpoint.cuts.values()))
+        assert reopened.online_readers() == []
+        with pytest.raises(ReinitializationRequiredError):
+            reader.read_next_event(timeout=0.5)
+        with pytest.raises(ReinitializationRequiredError):  # and stays so
+            reader.read_next_event(timeout=0.5)
+        reader = reopened.create_reader("a")
         replay = [e.data for e in drain(reader)]
         assert sorted(replay) == sorted(after)
         # A reader that never reads holds a checkpoint up; cancelling it frees the group.
