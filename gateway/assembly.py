@@ -466,6 +466,7 @@ def listen_kafka(security: SecuritySettings, broker: Broker, connection_budget_b
     for i, (settings, port, factory) in enumerate(bound):
         address = kafka_advertised(settings, port)
         factory.listener = kafka_listener(security, settings, address, scram)
+        broker.requests.listener(settings.name)  # /metrics reports it from the start, with no connection yet
         if i == 0:
             broker.config.advertised_host, broker.config.advertised_port = address
     return [(settings, port) for settings, port, _ in bound]
@@ -476,6 +477,8 @@ def kafka_factories(security: SecuritySettings, broker: Broker, connection_budge
     """A cluster node's Kafka listeners' factories, by listener name (bound before the broker existed),
     each advertising its address in ``addresses``."""
     limit = _connection_limit(security)
+    for settings in security.listeners:
+        broker.requests.listener(settings.name)  # /metrics reports it from the start, with no connection yet
     return {settings.name: KafkaFactory(broker, connection_budget_bytes,
                                         kafka_listener(security, settings, addresses[settings.name], scram), limit)
             for settings in security.listeners}

@@ -81,6 +81,7 @@ from millrace.gateway.kafka.cluster import (
 from millrace.gateway.kafka.connection import KafkaFactory
 from millrace.gateway.kafka.node_requests import NodeLink
 from millrace.gateway.kafka.setup import start_background
+from millrace.gateway.metrics import ClusterSources, MetricsSources
 from millrace.gateway.native.dispatch import handlers, serve
 from millrace.gateway.native.forwarding import HERE, PLAINTEXT_NATIVE_LINK, NativeLink, NodeLinks, forwarding
 from millrace.gateway.native.handler import NativeProtocol
@@ -387,8 +388,11 @@ class ClusterServer:
         ))
         self.native_front.inner = native_factory
         views = StreamViews(controller, self.pool, broker.scaling, topic_partitions(broker))
-        self.http_front.inner = http_site(NodeHttpView(self.router.local, self.router), views,
-                                          http_access(self.security, broker))
+        node_view = NodeHttpView(self.router.local, self.router)
+        node = self.node
+        metrics = MetricsSources(node_view, broker, native_factory.requests,
+                                 ClusterSources(lambda: node.client, self.router.local.host.ownership_changes))
+        self.http_front.inner = http_site(node_view, views, http_access(self.security, broker), metrics=metrics)
         self.loops.append(start_background(broker))
 
         # Each second: topics created through other nodes (their records are in the topics table), and

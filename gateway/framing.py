@@ -82,6 +82,15 @@ class BudgetedReceiver(protocol.Protocol):
         IConsumer(self.transport).unregisterProducer()
         self.tcp.loseConnection()
 
+    def paused_by(self) -> str | None:
+        """Why the connection is not reading now, for /metrics: "budget" (its budget or a container's is
+        full), "quota" (throttled), "send" (its responses wait unsent); None while it reads."""
+        if not self.paused:
+            return None
+        if self._budget_wait:
+            return "budget"
+        return "quota" if self._muted is not None else "send"
+
     def answered(self, size: int) -> None:
         """A request of ``size`` bytes (its frame) no longer holds the connection's budget."""
         self.admission.budget.release(size)

@@ -4,10 +4,7 @@ list, manual split and merge).
 Endpoints:
 
 - ``GET /health``: container states; 503 unless every container runs.
-- ``GET /metrics``: Prometheus text. Per container: ``millrace_container_*``. Per stream:
-  ``millrace_stream_segments{scope,stream}`` (open segments), ``millrace_stream_epoch{scope,stream}``;
-  per open segment and rate window: ``millrace_segment_events_per_second`` and
-  ``millrace_segment_bytes_per_second{scope,stream,segment,window="2s"}``.
+- ``GET /metrics``: Prometheus text (``gateway/metrics.py``; every series is in ``docs/metrics.md``).
 - ``GET /api/segments``: every segment the store holds, with sizes.
 - ``GET /api/streams``: ``{"scopes": [...]}``.
 - ``GET /api/streams/SCOPE``: ``{"scope": ..., "streams": [...]}``.
@@ -34,10 +31,7 @@ for the site cannot be made to scale a stream by another site's page. Without ``
 open, as before.
 
 Controller and scaler calls block on table-segment I/O, so they run on the server's controller pool
-and the resource answers later (NOT_DONE_YET). The stream metrics need the controller too: they are
-computed on the same pool for every scrape, rather than cached by a periodic refresh, so a scrape is
-never staler than itself and nothing runs when nobody scrapes; the cost is a few table reads per
-stream per scrape, which the table index serves from memory.
+and the resource answers later (NOT_DONE_YET); so do the stream metrics (``gateway/metrics.py``).
 """
 
 from __future__ import annotations
@@ -50,10 +44,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import unquote
 
+from prometheus_client.core import Metric
 from twisted.internet import defer, threads
 from twisted.python.failure import Failure
 from twisted.web import resource, server
 
+from millrace.gateway.metrics import CONTENT_TYPE, MetricsSources, reactor_families, render, stream_families
 from millrace.gateway.native.controller_commands import PartitionsOf, describe_stream
 from millrace.gateway.security.acls import CLUSTER_NAME, AclOperation, Authorizer, ResourceType, client_host
 from millrace.gateway.security.http_auth import HttpAuthenticator
@@ -175,102 +171,37 @@ class _Health(resource.Resource):
         return _json(request, 200 if healthy else 503, {"healthy": healthy, "containers": states})
 
 
-def _label(value: str) -> str:
-    """A Prometheus label value, escaped as the text format requires."""
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def stream_metric_lines(controller: Controller, store: NodeView) -> list[str]:
-    """The per-stream and per-segment series (blocking: controller calls)."""
-    counts, epochs, events, nbytes = [], [], [], []
-    for scope in controller.list_scopes():
-        try:
-            streams = controller.list_streams(scope)
-        except ScopeNotFoundError:
-            continue  # deleted since it was listed
-        for stream in streams:
-            try:
-                info = controller.get_stream(scope, stream)
-                segments = controller.get_current_segments(scope, stream)
-            except StreamNotFoundError:
-                continue
-            labels = f'scope="{_label(scope)}",stream="{_label(stream)}"'
-            open_segments = 0
-            for seg in segments:
-                try:
-                    sealed = store.get_info(seg.name).sealed
-                    rates = store.segment_rates(seg.name)
-                except SegmentNotFoundError:
-                    continue
-                if sealed:
-                    continue  # a sealed stream's last segments: nothing flows, nothing to show
-                open_segments += 1
-                for w, ev, by in zip(rates.windows, rates.events_per_s, rates.bytes_per_s, strict=True):
-                    seg_labels = f'{labels},segment="{_label(seg.name)}",window="{w:g}s"'
-                    events.append(f"millrace_segment_events_per_second{{{seg_labels}}} {ev:.6g}")
-                    nbytes.append(f"millrace_segment_bytes_per_second{{{seg_labels}}} {by:.6g}")
-            counts.append(f"millrace_stream_segments{{{labels}}} {open_segments}")
-            epochs.append(f"millrace_stream_epoch{{{labels}}} {info.current_epoch}")
-    return [
-        "# HELP millrace_stream_segments Open segments of the stream.",
-        "# TYPE millrace_stream_segments gauge", *counts,
-        "# HELP millrace_stream_epoch The stream's current epoch (scales so far).",
-        "# TYPE millrace_stream_epoch gauge", *epochs,
-        "# HELP millrace_segment_events_per_second Durable events appended per second (moving average).",
-        "# TYPE millrace_segment_events_per_second gauge", *events,
-        "# HELP millrace_segment_bytes_per_second Durable bytes appended per second (moving average).",
-        "# TYPE millrace_segment_bytes_per_second gauge", *nbytes,
-    ]
-
-
 class _Metrics(resource.Resource):
+    """Prometheus' text, built by ``gateway/metrics.py``: the reactor's series here, the stream series on
+    the worker pool (controller calls block)."""
+
     isLeaf = True
 
-    def __init__(self, store: NodeView, views: StreamViews | None) -> None:
+    def __init__(self, sources: MetricsSources, views: StreamViews | None) -> None:
         super().__init__()
-        self.store = store
+        self.sources = sources
         self.views = views
 
-    def container_lines(self) -> list[str]:
-        lines = []
-        gauges = {
-            "millrace_container_appends_total": lambda c: c.stats["appends"],
-            "millrace_container_append_bytes_total": lambda c: c.stats["append_bytes"],
-            "millrace_container_cache_reads_total": lambda c: c.stats["cache_reads"],
-            "millrace_container_storage_reads_total": lambda c: c.stats["storage_reads"],
-            "millrace_container_cache_bytes": lambda c: c.read_index().total_bytes,
-            "millrace_container_log_bytes": lambda c: c.log_size_bytes,
-            "millrace_container_chunks_written_total": lambda c: c.writer.chunks_written,
-            "millrace_container_flushed_bytes_total": lambda c: c.writer.bytes_written,
-            "millrace_container_segments": lambda c: len(c.segment_names()),
-        }
-        for metric, value in gauges.items():
-            kind = "counter" if metric.endswith("_total") else "gauge"
-            lines.append(f"# TYPE {metric} {kind}")
-            for c in self.store.containers:
-                lines.append(f'{metric}{{container="{c.container_id}"}} {value(c)}')
-        return lines
-
     def render_GET(self, request: server.Request) -> bytes | int:  # noqa: N802 - Twisted's name
-        request.setHeader(b"content-type", b"text/plain; version=0.0.4")
-        lines = self.container_lines()
+        request.setHeader(b"content-type", CONTENT_TYPE.encode())
+        families = reactor_families(self.sources)
         if self.views is None:
-            return ("\n".join(lines) + "\n").encode()
+            return render(families)
         gone = []
         request.notifyFinish().addErrback(lambda _: gone.append(True))
 
-        def failed(failure: Failure) -> list[str]:
-            # The container series still help when the controller cannot answer (e.g. an
-            # offline container holding a system table).
+        def failed(failure: Failure) -> list[Metric]:
+            # The other series still help when the controller cannot answer (e.g. an offline container
+            # holding a system table).
             log.warning("stream metrics unavailable: %s", failure.getErrorMessage())
             return []
 
-        def finish(stream_lines: list[str]) -> None:
+        def finish(streams: list[Metric]) -> None:
             if not gone:
-                request.write(("\n".join(lines + stream_lines) + "\n").encode())
+                request.write(render(families + streams))
                 request.finish()
 
-        d = self.views.blocking(stream_metric_lines, self.views.controller, self.store)
+        d = self.views.blocking(stream_families, self.views.controller, self.sources.store)
         d.addErrback(failed).addCallback(finish)
         return server.NOT_DONE_YET
 
@@ -539,12 +470,14 @@ def _json_body(request: server.Request) -> bool:
     return content_type == b"application/json"
 
 
-def http_site(store: NodeView, views: StreamViews | None = None, access: HttpAccess | None = None) -> server.Site:
+def http_site(store: NodeView, views: StreamViews | None = None, access: HttpAccess | None = None,
+              metrics: MetricsSources | None = None) -> server.Site:
     """The HTTP site; without ``views`` (no controller) only the store's resources exist; with ``access``
-    every request is authenticated and authorized as it says (``_Guard``)."""
+    every request is authenticated and authorized as it says (``_Guard``); ``metrics``: what
+    ``/metrics`` reads (None: the store's containers only)."""
     root = resource.Resource()
     root.putChild(b"health", _Health(store))
-    root.putChild(b"metrics", _Metrics(store, views))
+    root.putChild(b"metrics", _Metrics(metrics if metrics is not None else MetricsSources(store), views))
     api = resource.Resource()
     root.putChild(b"api", api)
     api.putChild(b"segments", _Segments(store))

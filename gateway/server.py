@@ -31,6 +31,7 @@ from millrace.gateway.assembly import (
 )
 from millrace.gateway.http import StreamViews, http_site
 from millrace.gateway.kafka.setup import start_background
+from millrace.gateway.metrics import MetricsSources
 from millrace.gateway.options import ServerOptions
 from millrace.store.controller import Controller
 from millrace.store.tables import TableStore
@@ -74,7 +75,8 @@ def serve(options: ServerOptions) -> int:
         native_factory = native_gateway(options, store, controller, controller_pool, broker,
                                         security=native_security(security, native, broker))
         listeners = listen(options, {"native": native_factory,
-                                     "http": http_site(store, views, http_access(security, broker))},
+                                     "http": http_site(store, views, http_access(security, broker),
+                                                       metrics=MetricsSources(store, broker, native_factory.requests))},
                            {**http_tls(security), **native_tls(native)})
     except Exception as exc:  # noqa: BLE001 - e.g. a port in use
         print(f"millrace: cannot listen: {exc}", file=sys.stderr, flush=True)

@@ -15,6 +15,7 @@ from twisted.internet.defer import Deferred
 
 from millrace.gateway.kafka.node_requests import PLAINTEXT_LINK, NodeLink
 from millrace.gateway.kafka.quotas.enforcement import ClientQuotas
+from millrace.gateway.request_metrics import KafkaTraffic, RequestMetrics
 from millrace.gateway.security.acls import (
     CLUSTER_NAME,
     SUPPORTED_OPERATIONS,
@@ -194,6 +195,10 @@ class Broker:
         # Client quotas (empty, so inactive, until loaded or altered: ``gateway.kafka.setup.build_kafka``)
         self.quotas = ClientQuotas(tables, window_num=config.quota_window_num,
                                    window_seconds=config.quota_window_seconds)
+        # What /metrics reports of the Kafka listeners (reactor): request latencies and open connections per
+        # listener, bytes in and out per topic, produce and fetch errors by code.
+        self.requests = RequestMetrics()
+        self.traffic = KafkaTraffic()
 
     def blocking(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> Deferred[T]:
         """Run ``fn`` (which blocks on table-segment or store I/O) on the worker pool; the Deferred

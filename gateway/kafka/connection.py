@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import logging
 from collections.abc import Callable
+from time import perf_counter
 from typing import Any
 
 from twisted.internet import defer, protocol
@@ -44,15 +45,16 @@ def _call_all(calls: list[Callable[[], None]]) -> None:
 class _Slot:
     """A request's place in the connection's response order."""
 
-    __slots__ = ("parts", "ready", "size", "sent_callbacks")
+    __slots__ = ("parts", "ready", "size", "sent_callbacks", "started")
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, started: float = 0.0) -> None:
         # The encoded response as buffers, written as they are (records stay the views the handler
         # gave): no join of the whole response before the transport's own.
         self.parts: list[Buffer] | None = None
         self.ready = False
         self.size = size  # the request's bytes, held against the connection's budget until answered
         self.sent_callbacks: list[Callable[[], None]] | None = None  # ``RequestContext.when_sent``'s
+        self.started = started  # ``perf_counter`` when the request arrived: its latency's start
 
 
 class KafkaConnection(BudgetedReceiver):
@@ -77,14 +79,19 @@ class KafkaConnection(BudgetedReceiver):
         self._outgoing: collections.deque[Buffer] = collections.deque()
         self._after_send: list[Callable[[], None]] = []
         self.on_close: Callable[[], None] | None = None  # what the factory counts, released once closed
+        # The listener's request latencies and open connections (/metrics; the PLAINTEXT listener of the
+        # server's own configuration when none is given)
+        self._metrics = broker.requests.listener(listener.name if listener is not None else "PLAINTEXT")
 
     def connectionMade(self) -> None:  # noqa: N802 - Twisted's name
         # Responses are small and latency-bound: never let Nagle hold one back for a delayed ACK.
         self.tcp.setTcpNoDelay(True)
         peer = self.tcp.getPeer()
         self._peer = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
+        self._metrics.connections.add(self)
 
     def stringReceived(self, frame: memoryview) -> None:  # noqa: N802 - Twisted's name
+        started = perf_counter()
         if self.session is not None and self.session.raw_tokens:
             self._raw_token(self.session, frame)
             return
@@ -110,7 +117,7 @@ class KafkaConnection(BudgetedReceiver):
             return
         ctx = RequestContext(self.broker, header.request_api_key, version, header.correlation_id,
                              header.client_id, self._peer, self.listener, session)
-        slot = _Slot(len(frame))
+        slot = _Slot(len(frame), started)
         self._slots.append(slot)
         quotas = self.broker.quotas
         try:
@@ -175,6 +182,9 @@ class KafkaConnection(BudgetedReceiver):
                 return
         slot.sent_callbacks = ctx.sent_callbacks
         slot.ready = True
+        # Kafka's RequestMetrics, once per request: from its arrival to its response ready to write.
+        latency = self._metrics.latency.get(ctx.api_key) or self._metrics.histogram(ctx.api_key)
+        latency.observe(perf_counter() - slot.started)
         self._flush()
 
     def _flush(self) -> None:
@@ -233,6 +243,7 @@ class KafkaConnection(BudgetedReceiver):
 
     def connectionLost(self, reason: Failure = protocol.connectionDone) -> None:  # noqa: N802 - Twisted's name
         super().connectionLost(reason)
+        self._metrics.connections.discard(self)
         if self.on_close is not None:
             self.on_close()
             self.on_close = None

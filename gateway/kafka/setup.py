@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import logging
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -22,10 +23,11 @@ from millrace.store.contracts import SegmentService
 from millrace.store.controller import Controller, RetentionType
 from millrace.store.errors import SegmentExistsError, TableKeyVersionMismatchError
 from millrace.store.tables import NOT_EXISTS, TableStore
+from millrace.streams.futures import on_reactor
 from millrace.streams.partitions import SegmentPartitionStorage
 from millrace.streams.producer_ids import ProducerIdAllocator
 from millrace.streams.scaling import StreamScaling
-from millrace.streams.topics import TopicRegistry
+from millrace.streams.topics import TopicInfo, TopicRegistry
 
 log = logging.getLogger(__name__)
 CLUSTER_TABLE = "_system/_tables/kafka_cluster"
@@ -60,6 +62,7 @@ def build_kafka(
     broker.partitions = SegmentPartitionStorage(store, broker.topics, tables, broker.blocking, IReactorTime(reactor),
                                                 config.max_message_bytes)
     broker.topics.listeners.append(broker.partitions.topic_event)
+    broker.topics.listeners.append(functools.partial(_forget_traffic, broker))
     broker.producer_ids = ProducerIdAllocator(tables)
     broker.scaling = StreamScaling(broker)
     broker.groups = GroupCoordinator(broker)
@@ -69,6 +72,12 @@ def build_kafka(
     broker.transactions.load()
     broker.partitions.transaction_check = broker.transactions.check_produce
     return broker, KafkaFactory(broker)
+
+
+def _forget_traffic(broker: Broker, event: str, topic: TopicInfo) -> None:
+    """TopicRegistry listener (a worker thread): a deleted topic's traffic series go, on the reactor."""
+    if event == "deleted":
+        on_reactor(broker.traffic.topic_deleted, topic.name)
 
 
 def _retention_failed(failure: Failure, topic: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from time import perf_counter
 from typing import Any
 
 from twisted.internet import defer, protocol
@@ -21,6 +22,7 @@ from millrace.gateway.native.host import NativeHost
 from millrace.gateway.native.security import NativeSecurity, NativeSession
 from millrace.gateway.native.table_commands import Answer, table_handlers
 from millrace.gateway.native.txn_commands import txn_handlers
+from millrace.gateway.request_metrics import ListenerMetrics, RequestMetrics
 from millrace.protocol import messages as m
 from millrace.protocol.contracts import ReadResult
 from millrace.protocol.errors import AuthenticationError, UnknownCommandError, error_details, status_of
@@ -65,9 +67,14 @@ class NativeProtocol(BudgetedReceiver):
     MAX_LENGTH = MAX_FRAME_BYTES
 
     def __init__(self, store: SegmentService, controller_commands: Handlers,
-                 budget_bytes: int = DEFAULT_CONNECTION_BUDGET_BYTES, security: NativeSecurity | None = None) -> None:
+                 budget_bytes: int = DEFAULT_CONNECTION_BUDGET_BYTES, security: NativeSecurity | None = None,
+                 metrics: ListenerMetrics | None = None) -> None:
         super().__init__(budget_bytes, "native-connection")
         self.store = store
+        # The listener's request latencies and open connections (/metrics; None: not counted). A request
+        # in flight is (command, ``perf_counter`` at arrival) by its id until its reply is written.
+        self._metrics = metrics
+        self._started: dict[int, tuple[int, float]] = {}
         # With TLS, SASL or an authorizer (``security.py``): the connection's session, made once connected.
         # None otherwise: every request is served, and the hot path tests only that.
         self._security = security if security is not None and security.active else None
@@ -107,16 +114,25 @@ class NativeProtocol(BudgetedReceiver):
             self.session = NativeSession(self._security, str(getattr(peer, "host", "")), self.close_connection)
             if self._security.uses_sasl:  # until authenticated, frames no larger than this
                 self.MAX_LENGTH = self._security.max_pre_auth_bytes
+        if self._metrics is not None:
+            self._metrics.connections.add(self)
 
+    def connectionLost(self, reason: Failure = protocol.connectionDone) -> None:  # noqa: N802 - Twisted's name
+        super().connectionLost(reason)
+        if self._metrics is not None:
+            self._metrics.connections.discard(self)
 
     def stringReceived(self, body: memoryview) -> None:  # noqa: N802 - Twisted's name
         size = len(body)
+        started = perf_counter()
         try:
             code, request_id, header, payload = decode_body(body)
         except WireError as exc:
             log.info("closing native connection from %s: %s", self.tcp.getPeer(), exc)
             self.close_connection()
             return
+        if self._metrics is not None:
+            self._started[request_id] = (code, started)
         try:
             request = decode_request(code, header)
             session, listing = self.session, None
@@ -187,8 +203,15 @@ class NativeProtocol(BudgetedReceiver):
         exc = failure.value
         self._reply_exception(request_id, size, exc if exc is not None else RuntimeError(failure.getErrorMessage()))
 
-    def _reply(self, frame: bytes, size: int) -> None:
+    def _reply(self, request_id: int, frame: bytes, size: int) -> None:
         """Write a reply; the request's ``size`` bytes stop holding the budget."""
+        metrics = self._metrics
+        if metrics is not None:
+            arrived = self._started.pop(request_id, None)
+            if arrived is not None:  # from arrival to its reply written, once per request
+                code, started = arrived
+                latency = metrics.latency.get(code) or metrics.histogram(code)
+                latency.observe(perf_counter() - started)
         self.tcp.write(frame)
         self.answered(size)
 
@@ -202,7 +225,7 @@ class NativeProtocol(BudgetedReceiver):
             frame = encode_frame(Status.OK, request_id, m.to_header(m.ValueReply(value=value)))
         else:
             frame = encode_frame(Status.OK, request_id, _header_of(value))
-        self._reply(frame, size)
+        self._reply(request_id, frame, size)
 
     def _reply_exception(self, request_id: int, size: int, exc: BaseException) -> None:
         status = status_of(exc)
@@ -214,7 +237,7 @@ class NativeProtocol(BudgetedReceiver):
 
     def _reply_error(self, request_id: int, size: int, status: Status, message: str,
                      extra: dict | None = None) -> None:
-        self._reply(encode_frame(status, request_id, {"error": message, **(extra or {})}), size)
+        self._reply(request_id, encode_frame(status, request_id, {"error": message, **(extra or {})}), size)
 
 
 _ANSWERED = object()  # a request the session answered itself
@@ -258,6 +281,9 @@ class NativeFactory(protocol.ServerFactory):
         }
         self.connection_budget_bytes = connection_budget_bytes
         self.security = security  # None: PLAINTEXT, no ACLs
+        self.requests = RequestMetrics()  # its connections' latencies and the open ones, for /metrics
+        self.requests.listener("NATIVE")  # reported from the start, with no connection yet
 
     def buildProtocol(self, addr: Any) -> NativeProtocol:  # noqa: N802 - Twisted's name
-        return NativeProtocol(self.store, self.controller_commands, self.connection_budget_bytes, self.security)
+        return NativeProtocol(self.store, self.controller_commands, self.connection_budget_bytes, self.security,
+                              self.requests.listener("NATIVE"))

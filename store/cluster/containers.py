@@ -16,6 +16,7 @@ handover without a crash replays little.
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 from collections.abc import Callable
@@ -69,6 +70,9 @@ class SegmentContainerHost:
         # it cannot drop, so a flood slows to what its log and long-term storage sustain.
         self.container_budget_bytes = container_budget_bytes
         self._budgets: dict[int, ByteBudget] = {}
+        # Ownership changes of this node's containers since it started, for /metrics: terms taken
+        # ("acquired", a container started here) and given up ("released", stopped here).
+        self.ownership_changes: collections.Counter[str] = collections.Counter()
 
     def start_container(self, term: OwnershipTerm) -> None:
         container = SegmentContainer(term.container_id, self.log_for_term(term), self.storage, self.config,
@@ -84,6 +88,7 @@ class SegmentContainerHost:
         with self._lock:
             self._running[term.container_id] = (term, container)
             self._budgets[term.container_id] = budget
+            self.ownership_changes["acquired"] += 1
         log.info("container %d: started in ownership epoch %d (log epoch %d)", term.container_id, term.epoch,
                  container.epoch)
 
@@ -91,6 +96,7 @@ class SegmentContainerHost:
         with self._lock:
             _, container = self._running.pop(container_id)
             self._budgets.pop(container_id, None)
+            self.ownership_changes["released"] += 1
         container.close()
         log.info("container %d: stopped", container_id)
 

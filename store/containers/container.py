@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -96,6 +97,8 @@ class SegmentContainer:
         self._metadata = ContainerMetadata()
         self._read_index = ReadIndex(config.cache_max_bytes)
         self.writer = StorageWriter(self, storage, config)
+        self.budget: ByteBudget | None = None  # the byte budget its operations are held against, if any
+        self.recovery_seconds = 0.0  # how long its last start took to open the log and recover (/metrics)
         # Counted when appends become durable on the live path; replayed appends are not load.
         self.rates = rates if rates is not None else RateRegistry()
         self._memory = MemoryState(
@@ -129,10 +132,12 @@ class SegmentContainer:
     def start(self) -> None:
         """Take ownership of the log, recover, and start the storage writer. With an empty log, the
         state comes from the checkpoint the last clean shutdown left in long-term storage, if any."""
+        began = time.monotonic()
         self._log.open()
         fresh = recovery.replay_log(self.container_id, self._log, self._memory)
         if fresh:
             recovery.restore_published(self.container_id, self.storage, self._memory)
+        self.recovery_seconds = time.monotonic() - began
         self._state = RUNNING
         if fresh:
             # The log always begins with a checkpoint.
@@ -314,6 +319,17 @@ class SegmentContainer:
     def log_size_bytes(self) -> int:
         return self._log.size_bytes
 
+    @property
+    def durable_log(self) -> DurableDataLog:
+        """Its durable log, for what the log reports of itself (/metrics: replication health)."""
+        return self._log
+
+    def unflushed_age(self) -> float:
+        """Seconds since the oldest durable byte not yet in long-term storage arrived (0: none waits)."""
+        with self._lock:
+            oldest = min((cache.dirty_since for _, cache in self._read_index.dirty_segments()), default=None)
+        return 0.0 if oldest is None else max(0.0, time.monotonic() - oldest)
+
     # -- the storage writer's view (WriterDataSource) ------------------------------------------------
     @property
     def serving(self) -> bool:
@@ -321,6 +337,7 @@ class SegmentContainer:
 
     def attach_budget(self, budget: ByteBudget) -> None:
         """Hold every queued operation's bytes against ``budget`` until it is applied."""
+        self.budget = budget
         self._processor.attach_budget(budget)
 
     def unflushed_bytes(self) -> int:

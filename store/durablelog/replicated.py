@@ -61,19 +61,21 @@ from millrace.store.durablelog.replicated_recovery import recover
 from millrace.store.durablelog.replicated_repair import ReplicaRepair
 from millrace.store.durablelog.replication_config import ReplicationConfig
 from millrace.store.errors import ContainerOfflineError, DataLogWriterFencedError
+from millrace.store.latency import LatencyHistogram
 from millrace.store.logd import wire
 
 log = logging.getLogger(__name__)
 
 
 class _Pending:
-    __slots__ = ("sequence", "payload", "crc", "future")
+    __slots__ = ("sequence", "payload", "crc", "future", "sent")
 
-    def __init__(self, sequence: int, payload: bytes, future: Future[LogAddress]) -> None:
+    def __init__(self, sequence: int, payload: bytes, future: Future[LogAddress], sent: float) -> None:
         self.sequence = sequence
         self.payload = payload
         self.crc = crc32c(payload)
         self.future = future
+        self.sent = sent  # monotonic time it was first sent: its acknowledgement's latency starts here
 
 
 class ReplicatedDurableDataLog(DurableDataLog):
@@ -113,6 +115,9 @@ class ReplicatedDurableDataLog(DurableDataLog):
         self._size_total = 0
         self.replacements = 0
         self.growths = 0
+        # From an entry's first send to its ack quorum (BookKeeper's add-entry latency), for /metrics:
+        # written by the I/O thread only.
+        self.ack_latency = LatencyHistogram()
 
     @property
     def record(self) -> LogRecord:
@@ -121,6 +126,12 @@ class ReplicatedDurableDataLog(DurableDataLog):
     @property
     def epoch(self) -> int:
         return self._owned.epoch
+
+    def under_replicated_fragments(self) -> int:
+        """Fragments of the log's record kept on fewer replicas than the write quorum (an ensemble that
+        shrank with no spare, not yet grown back): what re-replication has still to mend."""
+        quorum = self.config.write_quorum
+        return sum(1 for fragment in self._owned.record.fragments if len(fragment.ensemble) < quorum)
 
     @property
     def repairs(self) -> int:
@@ -342,9 +353,10 @@ class ReplicatedDurableDataLog(DurableDataLog):
         while queue_:
             batch: list[_Pending] = []
             size = 0
+            now = time.monotonic()
             while queue_ and size < self.config.max_batch_bytes:
                 payload, future = queue_.popleft()
-                pending = _Pending(self._next_sequence, payload, future)
+                pending = _Pending(self._next_sequence, payload, future, now)
                 self._next_sequence += 1
                 batch.append(pending)
                 size += len(payload)
@@ -394,8 +406,10 @@ class ReplicatedDurableDataLog(DurableDataLog):
         awaiting = self._awaiting
         if quorum > self._confirmed:
             self._confirmed = quorum
+            now, latency = time.monotonic(), self.ack_latency
             while awaiting and awaiting[0].sequence <= quorum:
                 pending = awaiting.popleft()
+                latency.observe(now - pending.sent)
                 with contextlib.suppress(InvalidStateError):
                     pending.future.set_result(LogAddress(pending.sequence))
         # An entry is kept for resending until every member that is sent it (from its start) holds it.

@@ -38,6 +38,7 @@ from tests.cluster.faults import librdkafka_trace
 from tests.cluster.serve_cluster import CONTAINERS, Cluster, NodeProcess, wait_for
 from tests.kafka.wire import KafkaWire
 from tests.server_process import ServerProcess
+from tests.test_metrics import check_agreement, requests, scrape
 
 FIND_COORDINATOR, JOIN_GROUP = FindCoordinatorRequest.API_KEY, JoinGroupRequest.API_KEY
 NOT_LEADER = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
@@ -223,6 +224,35 @@ class TestOnOneCluster:
                 offsets = c.list_offset(topic, p, -1)
                 if offsets.error_code == 0:
                     assert offsets.offset == load.acked_partitions.count(p), (p, offsets, leaders(cluster.nodes[0], topic))
+
+    def test_metrics_of_each_node(self, cluster: Cluster) -> None:
+        """Each node's /metrics, parsed: its ZooKeeper session, the containers it took, its replicated
+        logs' health and acknowledgement latency, its Kafka requests; and the cluster's series as
+        docs/metrics.md documents them."""
+        names = [f"metrics/s/{i}" for i in range(8)]  # spread over the four containers
+        with SegmentClient("127.0.0.1", cluster.nodes[0].native_port) as client:
+            for name in names:
+                client.create_segment(name)
+                client.append(name, b"m" * 100)
+        with wire(cluster.nodes[1]) as c:
+            c.metadata(12, None)
+        acquired = 0
+        running: list[str] = []
+        for node in cluster.nodes:
+            page = scrape(node)
+            check_agreement(page, {"replicated", "cluster"})
+            assert page.value("millrace_zookeeper_session_state", state="CONNECTED") == 1
+            assert page.value("millrace_zookeeper_session_state", state="LOST") == 0
+            acquired += int(page.value("millrace_container_ownership_changes_total", change="acquired"))
+            containers = [s.labels["container"] for s in page.samples["millrace_log_under_replicated_fragments"]]
+            running += containers
+            for container in containers:  # every replica is up: nothing to re-replicate
+                assert page.value("millrace_log_under_replicated_fragments", container=container) == 0
+                assert page.value("millrace_log_ack_latency_seconds_count", container=container) > 0
+            assert page.value("millrace_connections", listener="NATIVE") >= 0
+        assert requests(scrape(cluster.nodes[1]), "Metadata") >= 1
+        assert sorted(running, key=int) == [str(c) for c in range(CONTAINERS)]  # each on one node
+        assert acquired >= CONTAINERS
 
 
 def _serves(node: NodeProcess, name: str) -> bool:

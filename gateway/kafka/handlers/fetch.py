@@ -178,6 +178,23 @@ class _FetchPlan:
         return data
 
 
+def _count(ctx: RequestContext, plan: _FetchPlan, topics: list[_Topic]) -> None:
+    """Kafka's BytesOutPerSec per topic and the errors the partitions answered, for /metrics (by the
+    partitions' logs: a v13+ request names topics by id only)."""
+    traffic = ctx.broker.traffic
+    for (_, entries), answered in zip(plan.topics, topics, strict=True):
+        sent = 0
+        name = ""
+        for (_, p, _), data in zip(entries, answered.partitions, strict=True):
+            if data.error_code:
+                traffic.errors[FETCH, data.error_code] += 1
+            elif p is not None and data.records:
+                sent += len(data.records)
+                name = p.topic
+        if sent:
+            traffic.bytes_out[name] += sent
+
+
 def _respond(ctx: RequestContext, topics: list[_Topic], error: int = ErrorCode.NONE) -> FetchResponse:
     return Response(error_code=int(error), session_id=0, responses=topics)
 
@@ -185,6 +202,7 @@ def _respond(ctx: RequestContext, topics: list[_Topic], error: int = ErrorCode.N
 @api(FetchRequest, 4, 17)
 def handle_fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse | defer.Deferred[FetchResponse]:
     if ctx.api_version >= 7 and (request.session_id != 0 or request.session_epoch > 0):
+        ctx.broker.traffic.errors[FETCH, ErrorCode.FETCH_SESSION_ID_NOT_FOUND] += 1
         return _respond(ctx, [], ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
     plan = _FetchPlan(ctx, request)
     deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
@@ -200,6 +218,7 @@ def handle_fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse | 
         if total >= min_bytes or errors or remaining <= 0.001:
             # The response's bytes stay in memory until the socket has taken them.
             ctx.when_sent(lambda: memory.release(held))
+            _count(ctx, plan, topics)
             return _respond(ctx, topics)
         memory.release(held)
         if not plan.logs():

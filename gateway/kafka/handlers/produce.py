@@ -16,6 +16,7 @@ from millrace.gateway.kafka.resolve import loaded_topic_logs, topic_logs
 from millrace.gateway.kafka.stream_errors import error_code
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.produce import ProduceRequest, ProduceResponse
+from millrace.gateway.request_metrics import KafkaTraffic
 from millrace.gateway.security.acls import AclOperation, ResourceType
 from millrace.streams.partitions import PartitionError, PartitionLog, SegmentPartitionStorage
 from millrace.streams.topics import TopicInfo
@@ -43,8 +44,9 @@ class _Answers:
     settles; ``done`` fires with the response once the last is in. (``gatherResults`` per topic and per
     request would do the same with two DeferredLists; a small request's cost is the hot path.)"""
 
-    def __init__(self, request: ProduceRequest) -> None:
+    def __init__(self, request: ProduceRequest, traffic: KafkaTraffic) -> None:
         self.request = request
+        self.traffic = traffic
         self.results: list[list[PartitionAnswer | None]] = [[None] * len(td.partition_data)
                                                             for td in request.topic_data]
         self.waiting = 1  # the handler's own hold, released once every partition is on its way
@@ -66,10 +68,26 @@ class _Answers:
     def release(self) -> None:
         self.waiting -= 1
         if self.waiting == 0:
+            self._count()
             self.done.callback(Response(responses=[
                 # Every slot is filled by now.
                 Response.TopicProduceResponse(name=td.name, partition_responses=cast("list[PartitionAnswer]", partitions))
                 for td, partitions in zip(self.request.topic_data, self.results, strict=True)]))
+
+    def _count(self) -> None:
+        """Kafka's BytesInPerSec per topic (the batches of partitions that took them) and the errors
+        the partitions answered, for /metrics."""
+        traffic = self.traffic
+        for td, answers in zip(self.request.topic_data, self.results, strict=True):
+            appended = 0
+            for pd, answer in zip(td.partition_data, answers, strict=True):
+                code = answer.error_code if answer is not None else 0
+                if code:
+                    traffic.errors[PRODUCE, code] += 1
+                elif pd.records is not None:
+                    appended += len(pd.records)
+            if appended:
+                traffic.bytes_in[td.name] += appended
 
     def fail(self, failure: Failure) -> None:
         # A bug, not a refusal (refusals are answers): the connection logs it and closes.
@@ -153,7 +171,7 @@ def handle_produce(ctx: RequestContext,
                    request: ProduceRequest) -> defer.Deferred[ProduceResponse] | NoResponse:
     # A transactional batch is admitted by its partition only inside its producer's ongoing transaction
     # (the partition storage asks the transaction coordinator), whatever transactional id is named here.
-    answers = _Answers(request)
+    answers = _Answers(request, ctx.broker.traffic)
     txn_id = request.transactional_id
     if txn_id is not None and not ctx.authorized(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id):
         # Kafka refuses the whole request: every partition carries the error.
