@@ -14,6 +14,7 @@ from dataclasses import fields
 from typing import Any
 
 from millrace.gateway.cluster_cli import add_cluster_parser, run_cluster
+from millrace.gateway.groups_cli import add_groups_parser, run_groups
 from millrace.gateway.options import ServerOptions
 from millrace.gateway.users_cli import add_users_parser, run_users
 
@@ -330,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     _admin_parsers(sub)
     add_cluster_parser(sub)
     add_users_parser(sub)
+    add_groups_parser(sub)
     args = parser.parse_args(argv)
     if args.command in ("serve", "logd"):
         # `kill -USR1 PID` prints every thread's stack to stderr, as jstack does for a JVM: the way to see
@@ -339,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_cluster(args)
     if args.command == "users":
         return run_users(args)
+    if args.command == "groups":
+        return run_groups(args)
     if args.command in ("scopes", "streams"):
         return _admin(args)
     if args.command == "curve-keys":

@@ -68,6 +68,8 @@ from millrace.gateway.assembly import (
     scram_credentials,
     topic_partitions,
 )
+from millrace.gateway.console import Console
+from millrace.gateway.console.cluster_view import describe_cluster
 from millrace.gateway.http import StreamViews, http_site
 from millrace.gateway.kafka.broker import Broker
 from millrace.gateway.kafka.cluster import (
@@ -392,7 +394,10 @@ class ClusterServer:
         node = self.node
         metrics = MetricsSources(node_view, broker, native_factory.requests,
                                  ClusterSources(lambda: node.client, self.router.local.host.ownership_changes))
-        self.http_front.inner = http_site(node_view, views, http_access(self.security, broker), metrics=metrics)
+        console = Console(node_view, views, broker,
+                          cluster=lambda: describe_cluster(cluster, self.options.containers))
+        self.http_front.inner = http_site(node_view, views, http_access(self.security, broker), console,
+                                          metrics=metrics)
         self.loops.append(start_background(broker))
 
         # Each second: topics created through other nodes (their records are in the topics table), and

@@ -21,7 +21,8 @@ Access (``HttpAccess``, when the HTTP listener authenticates or an authorizer is
 root is a guard that asks ``endpoint_permission`` what a request needs, authenticates it (``Authorization:
 Basic`` or ``Bearer``, ``security/http_auth.py``) and asks the server's one Authorizer (``Broker.acls``)
 before the endpoint's resource is reached. Reads are open unless
-``millrace.http.authentication.required.for.reads``; every other request needs a principal: 401 with
+``millrace.http.authentication.required.for.reads`` (a topic's records excepted: they are authorized as
+a Fetch is, ``endpoint_permission``); every other request needs a principal: 401 with
 ``WWW-Authenticate`` when credentials are missing or wrong (the same answer for either), 403 when the
 Authorizer refuses (without an authorizer every authenticated principal may do everything). On a listener
 that does not authenticate, with an authorizer, mutating requests are asked as User:ANONYMOUS, as Kafka
@@ -41,7 +42,7 @@ import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote
 
 from prometheus_client.core import Metric
@@ -62,6 +63,9 @@ from millrace.store.controller import Controller, InvalidScaleError, ScaleConfli
 from millrace.store.errors import ScopeNotFoundError, SegmentNotFoundError, StreamNotFoundError
 from millrace.streams.futures import to_deferred
 from millrace.streams.scaling import StreamScaling
+
+if TYPE_CHECKING:
+    from millrace.gateway.console import Console
 
 log = logging.getLogger(__name__)
 
@@ -329,17 +333,32 @@ def endpoint_permission(method: str, path: Sequence[str], kafka_scope: str) -> t
     request                                               mutating  permission
     ====================================================  ========  ======================================
     GET/HEAD /health, /metrics, /api/segments,            no        DESCRIBE on CLUSTER kafka-cluster
-    /api/streams, /api/streams/SCOPE (and unknown paths)
-    GET/HEAD /api/streams/SCOPE/STREAM                    no        DESCRIBE on ``stream_acl_resource``
+    /api/streams, /api/streams/SCOPE, the console's
+    pages (/, /static/...), /api/overview, /api/cluster,
+    /api/groups, /api/topics (and unknown paths)
+    GET/HEAD /api/streams/SCOPE/STREAM,                   no        DESCRIBE on ``stream_acl_resource``
+    /api/heatmap/SCOPE/STREAM
+    GET/HEAD /api/groups/GROUP                            no        DESCRIBE on GROUP ``GROUP``
+    GET/HEAD /api/topics/TOPIC                            no        DESCRIBE on TOPIC ``TOPIC``
+    GET/HEAD /api/topics/TOPIC/messages                   no        READ on TOPIC ``TOPIC`` (records)
     POST /api/streams/SCOPE/STREAM/split, .../merge       yes       ALTER on ``stream_acl_resource``
     anything else (other methods and paths)               yes       ALTER on CLUSTER kafka-cluster
     ====================================================  ========  ======================================
+
+    A READ (records) needs a principal even where other reads are open, as a Kafka Fetch is authorized
+    (``_Guard``: authenticated where the listener authenticates, ANONYMOUS to an authorizer otherwise).
     """
     path = list(path)
     streams = path[:2] == ["api", "streams"]
     if method in ("GET", "HEAD"):
-        if streams and len(path) == 4:
+        if (streams or path[:2] == ["api", "heatmap"]) and len(path) == 4:
             return False, Permission(AclOperation.DESCRIBE, *stream_acl_resource(path[2], path[3], kafka_scope))
+        if path[:2] == ["api", "groups"] and len(path) == 3:
+            return False, Permission(AclOperation.DESCRIBE, ResourceType.GROUP, path[2])
+        if path[:2] == ["api", "topics"] and len(path) == 3:
+            return False, Permission(AclOperation.DESCRIBE, ResourceType.TOPIC, path[2])
+        if path[:2] == ["api", "topics"] and len(path) == 4 and path[3] == "messages":
+            return False, Permission(AclOperation.READ, ResourceType.TOPIC, path[2])
         return False, _CLUSTER_DESCRIBE
     if method == "POST" and streams and len(path) == 5 and path[4] in _STREAM_ACTIONS:
         return True, Permission(AclOperation.ALTER, *stream_acl_resource(path[2], path[3], kafka_scope))
@@ -391,7 +410,8 @@ class _Guard(resource.Resource):
         access = self.access
         path = [unquote(p.decode()) for p in request.postpath or () if p]
         mutating, permission = endpoint_permission(request.method.decode("latin-1"), path, access.kafka_scope)
-        needs_principal = mutating or access.reads_authenticated
+        # Records are data, not descriptions: authorized like a Fetch even where other reads are open.
+        needs_principal = mutating or access.reads_authenticated or permission.operation is AclOperation.READ
         authenticator = access.authenticator
         if not needs_principal or (authenticator is None and access.authorizer() is None):
             return self._serve(request)
@@ -471,9 +491,10 @@ def _json_body(request: server.Request) -> bool:
 
 
 def http_site(store: NodeView, views: StreamViews | None = None, access: HttpAccess | None = None,
-              metrics: MetricsSources | None = None) -> server.Site:
+              console: Console | None = None, metrics: MetricsSources | None = None) -> server.Site:
     """The HTTP site; without ``views`` (no controller) only the store's resources exist; with ``access``
-    every request is authenticated and authorized as it says (``_Guard``); ``metrics``: what
+    every request is authenticated and authorized as it says (``_Guard``); ``console`` adds the web
+    console at ``/`` and its JSON resources under ``/api`` (``gateway/console/``); ``metrics``: what
     ``/metrics`` reads (None: the store's containers only)."""
     root = resource.Resource()
     root.putChild(b"health", _Health(store))
@@ -483,4 +504,6 @@ def http_site(store: NodeView, views: StreamViews | None = None, access: HttpAcc
     api.putChild(b"segments", _Segments(store))
     if views is not None:
         api.putChild(b"streams", _Streams(views))
+    if console is not None:
+        console.mount(root, api)
     return server.Site(root if access is None else _Guard(root, access))

@@ -29,6 +29,7 @@ from millrace.gateway.assembly import (
     scram_credentials,
     topic_partitions,
 )
+from millrace.gateway.console import Console
 from millrace.gateway.http import StreamViews, http_site
 from millrace.gateway.kafka.setup import start_background
 from millrace.gateway.metrics import MetricsSources
@@ -76,7 +77,8 @@ def serve(options: ServerOptions) -> int:
                                         security=native_security(security, native, broker))
         listeners = listen(options, {"native": native_factory,
                                      "http": http_site(store, views, http_access(security, broker),
-                                                       metrics=MetricsSources(store, broker, native_factory.requests))},
+                                                       Console(store, views, broker),
+                                                       MetricsSources(store, broker, native_factory.requests))},
                            {**http_tls(security), **native_tls(native)})
     except Exception as exc:  # noqa: BLE001 - e.g. a port in use
         print(f"millrace: cannot listen: {exc}", file=sys.stderr, flush=True)

@@ -15,6 +15,9 @@ command -v jq >/dev/null 2>&1 || need_apt+=(jq)
 # ZooKeeper (Debian's package: jars in /usr/share/java, zkServer.sh in /usr/share/zookeeper/bin): the cluster
 # coordination tests (tests/cluster/) start a real standalone server from it; nothing runs as a service.
 [ -f /usr/share/java/zookeeper.jar ] || need_apt+=(zookeeper)
+# Chromium: the web console's browser tests (tests/console/) drive Debian's headless browser through
+# Playwright; Playwright's own browser download is never used.
+[ -x /usr/bin/chromium ] || need_apt+=(chromium)
 if [ "${#need_apt[@]}" -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
         apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null

@@ -222,6 +222,10 @@ class KafkaCluster:
             return None
         return entry[1]
 
+    def assignment(self, container_id: int) -> Assignment | None:
+        """The container's owner and ownership epoch as ZooKeeper holds them now (None: never assigned)."""
+        return self._assignments.get(container_id)
+
     def owner(self, container_id: int) -> KafkaNode | None:
         """The container's live owner as a Kafka broker."""
         info = self.owner_info(container_id)

@@ -96,6 +96,7 @@ class SegmentReader:
                     data, next_cached = self._read_index.read(seg.segment_id, offset, limit)
                     if data is not None:
                         self._stats["cache_reads"] += 1
+                        self._stats["read_bytes"] += len(data)
                         answer = ReadResult(offset, data)
                     else:
                         ref = seg.chunks.find(offset)
@@ -107,6 +108,7 @@ class SegmentReader:
                         if next_cached is not None:
                             limit = min(limit, next_cached - offset)
                         self._stats["storage_reads"] += 1
+                        self._stats["read_bytes"] += limit
                         from_storage = (ref, limit)
         except StoreError as exc:
             if not result.done():

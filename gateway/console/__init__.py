@@ -1,0 +1,71 @@
+"""The web console and its JSON API, on the HTTP listener beside ``gateway/http.py``'s resources.
+
+Pages (``static/``): ``GET /`` is the console (plain JS modules and the vendored Apache ECharts, see
+``static/vendor/README.md``); ``GET /static/...`` its files. The pages only read the JSON API below and
+the existing ``/api/streams`` resources (split and merge are ``POST /api/streams/SCOPE/STREAM/split|merge``).
+
+JSON API (every answer ``application/json``; errors as gateway/http.py answers them, 404 for unknown
+names, 400 for malformed queries, 503 when this node cannot answer now: on a cluster, the groups are
+answered by the node coordinating them and a partition's records by the node leading it, and the others
+answer 503 naming that node and its HTTP address):
+
+- ``GET /api/overview``: throughput in/out over time (sampled), scopes with their streams, topics,
+  storage used (durable log, cache, long-term), container health.
+- ``GET /api/cluster``: nodes, containers with owner, epoch and state, log replicas where known.
+- ``GET /api/groups``: Kafka consumer groups with state, type, members and total lag.
+- ``GET /api/groups/GROUP``: members with assignments, per partition the committed offset, log start,
+  high watermark and lag, and the group's total lag over time (``lag_history``).
+- ``GET /api/topics``: topic names and partition counts; ``GET /api/topics/TOPIC``: partitions with
+  their offsets, and the topic's configs.
+- ``GET /api/topics/TOPIC/messages?partition=P[&offset=O|&timestamp=MS][&limit=N][&format=text|json|
+  hex|base64][&isolation=read_committed|read_uncommitted]``: records (key, value, headers, timestamp,
+  offset), read_committed unless asked otherwise, at most ``kafka_views.MAX_MESSAGES``; without an
+  offset or timestamp, the newest ``limit``.
+- ``GET /api/heatmap/SCOPE/STREAM``: the stream's segments over time for the heat map: each segment's
+  key range, when it was created and sealed and by which epoch's reason, the epochs, and the sampled
+  rates of its open segments (``history.ConsoleHistory``).
+
+Access: ``gateway/http.py``'s ``endpoint_permission`` names what each path needs (DESCRIBE on the
+group, topic or stream; READ on the topic for its records, as a Kafka Fetch needs).
+
+Threads: the resources answer on the reactor thread, which owns the group coordinator and partition
+logs they read; controller calls run on the controller pool (``StreamViews.blocking``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from twisted.web import resource
+
+if TYPE_CHECKING:
+    from millrace.gateway.console.history import ConsoleHistory
+    from millrace.gateway.http import NodeView, StreamViews
+    from millrace.gateway.kafka.broker import Broker
+
+
+@dataclass
+class Console:
+    """What the console reads: the node's store view, the stream views (controller and pool), the Kafka
+    broker (groups, topics, partitions), and ``cluster``: a blocking call describing the cluster's nodes,
+    containers and log replicas (None: the embedded server, one node)."""
+
+    store: NodeView
+    views: StreamViews
+    broker: Broker
+    cluster: Callable[[], dict[str, Any]] | None = None
+    history: ConsoleHistory = field(init=False)
+
+    def __post_init__(self) -> None:
+        from millrace.gateway.console.history import ConsoleHistory
+        from millrace.gateway.console.kafka_views import total_lags
+
+        self.history = ConsoleHistory(self.views, self.store, lambda: total_lags(self.broker))
+
+    def mount(self, root: resource.Resource, api: resource.Resource) -> None:
+        """Add the pages to the site's ``root`` and the JSON resources to its ``/api``."""
+        from millrace.gateway.console.resources import mount
+
+        mount(self, root, api)
