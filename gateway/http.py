@@ -117,8 +117,10 @@ def _error_status(exc: BaseException | None) -> int:
     return 500
 
 
-def _answer_later(request: server.Request, d: defer.Deferred) -> int:
-    """Finish ``request`` with the JSON ``d`` gives, or a JSON error; returns NOT_DONE_YET."""
+def answer_later(request: server.Request, d: defer.Deferred,
+                 status_of: Callable[[BaseException | None], int] = _error_status) -> int:
+    """Finish ``request`` with the JSON ``d`` gives, or a JSON error whose status ``status_of`` picks;
+    returns NOT_DONE_YET."""
     gone = []
     request.notifyFinish().addErrback(lambda _: gone.append(True))
 
@@ -129,7 +131,7 @@ def _answer_later(request: server.Request, d: defer.Deferred) -> int:
 
     def failed(failure: Failure) -> None:
         exc = failure.value
-        status = _error_status(exc)
+        status = status_of(exc)
         if status == 500:
             log.error("HTTP %s %s failed", request.method.decode(), request.uri.decode(), exc_info=exc)
         if not gone:
@@ -272,19 +274,19 @@ class _Streams(resource.Resource):
             d = self.views.blocking(self.views.describe, path[0], path[1])
         else:
             d = defer.fail(_NotFoundError(f"no resource {request.path.decode()} (GET)"))
-        return _answer_later(request, d)
+        return answer_later(request, d)
 
     def render_POST(self, request: server.Request) -> int:  # noqa: N802 - Twisted's name
         path = self._path(request)
         if len(path) != 3 or path[2] not in ("split", "merge"):
-            return _answer_later(request, defer.fail(_NotFoundError(f"no resource {request.path.decode()} (POST)")))
+            return answer_later(request, defer.fail(_NotFoundError(f"no resource {request.path.decode()} (POST)")))
         scope, stream, action = path
         try:
             body = json.loads((request.content.read() if request.content is not None else b"") or b"{}")
             if not isinstance(body, dict):
                 raise ValueError("the request body must be a JSON object")
         except ValueError as exc:
-            return _answer_later(request, defer.fail(ValueError(f"bad request body: {exc}")))
+            return answer_later(request, defer.fail(ValueError(f"bad request body: {exc}")))
         scaler = self.views.scaler
 
         def scale() -> dict[str, Any]:
@@ -298,7 +300,7 @@ class _Streams(resource.Resource):
                 scaler.merge(scope, stream, segments)
             return self.views.describe(scope, stream)
 
-        return _answer_later(request, self.views.blocking(scale))
+        return answer_later(request, self.views.blocking(scale))
 
 
 # Access.

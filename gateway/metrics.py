@@ -38,7 +38,7 @@ from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.request_metrics import RequestMetrics
 from millrace.protocol.wire import Command
 from millrace.store.containers.container import SegmentContainer
-from millrace.store.controller import Controller
+from millrace.store.controller import Controller, SegmentRange, StreamInfo
 from millrace.store.durablelog.replicated import ReplicatedDurableDataLog
 from millrace.store.errors import ScopeNotFoundError, SegmentNotFoundError, StreamNotFoundError
 from millrace.store.latency import HistogramSnapshot
@@ -360,6 +360,21 @@ def reactor_families(sources: MetricsSources) -> list[Metric]:
 
 # -- worker-pool families ------------------------------------------------------------------------------
 
+def live_streams(controller: Controller) -> Iterator[tuple[StreamInfo, list[SegmentRange]]]:
+    """Every stream with its current segments (blocking: controller calls), skipping scopes and streams
+    deleted while listed."""
+    for scope in controller.list_scopes():
+        try:
+            streams = controller.list_streams(scope)
+        except ScopeNotFoundError:
+            continue  # deleted since it was listed
+        for stream in streams:
+            try:
+                yield controller.get_stream(scope, stream), controller.get_current_segments(scope, stream)
+            except StreamNotFoundError:
+                continue
+
+
 def stream_families(controller: Controller, store: ContainerView) -> list[Metric]:
     """The per-stream and per-segment series (blocking: controller calls)."""
     counts = GaugeMetricFamily("millrace_stream_segments", "Open segments of the stream.",
@@ -371,31 +386,22 @@ def stream_families(controller: Controller, store: ContainerView) -> list[Metric
                                "Durable events appended per second (moving average).", labels=seg_labels)
     nbytes = GaugeMetricFamily("millrace_segment_bytes_per_second",
                                "Durable bytes appended per second (moving average).", labels=seg_labels)
-    for scope in controller.list_scopes():
-        try:
-            streams = controller.list_streams(scope)
-        except ScopeNotFoundError:
-            continue  # deleted since it was listed
-        for stream in streams:
+    for info, segments in live_streams(controller):
+        scope, stream = info.scope, info.stream
+        open_segments = 0
+        for seg in segments:
             try:
-                info = controller.get_stream(scope, stream)
-                segments = controller.get_current_segments(scope, stream)
-            except StreamNotFoundError:
+                sealed = store.get_info(seg.name).sealed
+                rates = store.segment_rates(seg.name)
+            except SegmentNotFoundError:
                 continue
-            open_segments = 0
-            for seg in segments:
-                try:
-                    sealed = store.get_info(seg.name).sealed
-                    rates = store.segment_rates(seg.name)
-                except SegmentNotFoundError:
-                    continue
-                if sealed:
-                    continue  # a sealed stream's last segments: nothing flows, nothing to show
-                open_segments += 1
-                for w, ev, by in zip(rates.windows, rates.events_per_s, rates.bytes_per_s, strict=True):
-                    labels = [scope, stream, seg.name, f"{w:g}s"]
-                    events.add_metric(labels, ev)
-                    nbytes.add_metric(labels, by)
-            counts.add_metric([scope, stream], open_segments)
-            epochs.add_metric([scope, stream], info.current_epoch)
+            if sealed:
+                continue  # a sealed stream's last segments: nothing flows, nothing to show
+            open_segments += 1
+            for w, ev, by in zip(rates.windows, rates.events_per_s, rates.bytes_per_s, strict=True):
+                labels = [scope, stream, seg.name, f"{w:g}s"]
+                events.add_metric(labels, ev)
+                nbytes.add_metric(labels, by)
+        counts.add_metric([scope, stream], open_segments)
+        epochs.add_metric([scope, stream], info.current_epoch)
     return [counts, epochs, events, nbytes]

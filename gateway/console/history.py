@@ -28,7 +28,8 @@ from twisted.internet import task
 from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
 
-from millrace.store.errors import ScopeNotFoundError, SegmentNotFoundError, StreamNotFoundError
+from millrace.gateway.metrics import live_streams
+from millrace.store.errors import SegmentNotFoundError
 
 if TYPE_CHECKING:
     from millrace.gateway.http import NodeView, StreamViews
@@ -56,26 +57,16 @@ class Sample:
 
 def stream_rates(views: StreamViews, store: NodeView) -> StreamRates:
     """Every open segment's rate over the shortest window (blocking: controller and store calls)."""
-    controller = views.controller
     out: StreamRates = {}
-    for scope in controller.list_scopes():
-        try:
-            streams = controller.list_streams(scope)
-        except ScopeNotFoundError:
-            continue  # deleted since it was listed
-        for stream in streams:
+    for info, segments in live_streams(views.controller):
+        rates: dict[int, tuple[float, float]] = {}
+        for seg in segments:
             try:
-                segments = controller.get_current_segments(scope, stream)
-            except StreamNotFoundError:
+                r = store.segment_rates(seg.name)
+            except SegmentNotFoundError:
                 continue
-            rates: dict[int, tuple[float, float]] = {}
-            for seg in segments:
-                try:
-                    r = store.segment_rates(seg.name)
-                except SegmentNotFoundError:
-                    continue
-                rates[seg.segment_id] = (r.events_per_s[0], r.bytes_per_s[0])
-            out[f"{scope}/{stream}"] = rates
+            rates[seg.segment_id] = (r.events_per_s[0], r.bytes_per_s[0])
+        out[f"{info.scope}/{info.stream}"] = rates
     return out
 
 

@@ -9,12 +9,11 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from twisted.internet import defer
-from twisted.python.failure import Failure
 from twisted.web import resource, server, static
 
 from millrace.gateway.console import kafka_views
 from millrace.gateway.console.kafka_views import Browse, ConsoleNotFoundError, NotServedHereError
-from millrace.gateway.http import _error_status, _json
+from millrace.gateway.http import _error_status, _json, answer_later
 from millrace.protocol.names import segment_number
 from millrace.store.durablelog.replicated import ReplicatedDurableDataLog
 
@@ -36,27 +35,8 @@ def _status(exc: BaseException | None) -> int:
 
 def _answer(request: server.Request, make: Callable[[], Any]) -> int:
     """Finish ``request`` with the JSON ``make`` gives (a value or a Deferred), or a JSON error."""
-    gone: list[bool] = []
-    request.notifyFinish().addErrback(lambda _: gone.append(True))
     request.setHeader(b"cache-control", b"no-store")  # live data: a poll must never see a cached answer
-
-    def ok(body: Any) -> None:
-        if not gone:
-            request.write(_json(request, 200, body))
-            request.finish()
-
-    def failed(failure: Failure) -> None:
-        exc = failure.value
-        status = _status(exc)
-        if status == 500:
-            log.error("HTTP %s %s failed", request.method.decode(), request.uri.decode(), exc_info=exc)
-        if not gone:
-            message = str(exc) or type(exc).__name__
-            request.write(_json(request, status, {"error": message, "type": type(exc).__name__}))
-            request.finish()
-
-    defer.maybeDeferred(make).addCallbacks(ok, failed)
-    return server.NOT_DONE_YET
+    return answer_later(request, defer.maybeDeferred(make), _status)
 
 
 def _path(request: server.Request) -> list[str]:
