@@ -4,14 +4,14 @@ One fresh ``millrace serve``; then, timed:
 - create: ``--topics`` topics of ``--partitions`` partitions each through the Admin API, ``--per-request``
   topics a CreateTopics request;
 - metadata: a Metadata request for every topic (``list_topics``), median of 5, and for one topic;
-- produce: one 100 B record to every partition from one confluent-kafka producer (acks=all,
-  idempotent), until the last is acknowledged (the first produce to a topic loads its partitions);
+- produce: one 100 B record to every partition from ``--producers`` confluent-kafka producers (acks=all,
+  idempotent; the topics dealt out among them), until the last is acknowledged;
 - restart: SIGTERM, then start on the same data directory until ready (the listeners open before the
   topics' partitions are loaded), then until the server logs that its background load of every topic
   is done; then the same Metadata request and produce round again.
 Also the segments the store holds (``GET /api/segments``) and the server's RSS after each phase.
 
-    .venv/bin/python -m benchmarks.metadata_scale [--topics 1000] [--partitions 10] [--per-request 50]
+    .venv/bin/python -m benchmarks.metadata_scale [--topics 1000] [--partitions 10] [--per-request 50] [--producers 1]
 """
 
 from __future__ import annotations
@@ -62,10 +62,12 @@ def metadata_seconds(admin: AdminClient, topic: str | None, expected: int) -> fl
     return statistics.median(times)
 
 
-def produce_everywhere(bootstrap: str, names: list[str], partitions: int) -> float:
-    """One record to every partition; seconds until the last is acknowledged."""
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
-                         "linger.ms": 5, "message.timeout.ms": 300_000})
+def produce_everywhere(bootstrap: str, names: list[str], partitions: int, producers: int = 1) -> float:
+    """One record to every partition, the topics dealt out to ``producers`` producers (one librdkafka
+    client tracks every partition it writes to: past some thousands that client, not the server, sets
+    the pace); seconds until the last is acknowledged."""
+    clients = [Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                         "linger.ms": 5, "message.timeout.ms": 300_000}) for _ in range(producers)]
     failed: list[str] = []
 
     def delivered(err: object, _msg: object) -> None:
@@ -73,11 +75,17 @@ def produce_everywhere(bootstrap: str, names: list[str], partitions: int) -> flo
             failed.append(str(err))
 
     began = time.perf_counter()
-    for name in names:
+    for i, name in enumerate(names):
+        producer = clients[i % producers]
         for p in range(partitions):
             producer.produce(name, b"x" * 100, partition=p, on_delivery=delivered)
         producer.poll(0)
-    left = producer.flush(300)
+    deadline = time.monotonic() + 300
+    left = sum(len(c) for c in clients)
+    while left and time.monotonic() < deadline:
+        for c in clients:
+            c.poll(0.05)
+        left = sum(len(c) for c in clients)
     seconds = time.perf_counter() - began
     if left or failed:
         raise RuntimeError(f"{left} records unacknowledged, {len(failed)} failed: {failed[:3]}")
@@ -95,7 +103,7 @@ def topics_loaded(server: ServerProcess, timeout: float = 600) -> float:
     return time.perf_counter()
 
 
-def run(topics: int, partitions: int, per_request: int) -> dict:
+def run(topics: int, partitions: int, per_request: int, producers: int = 1) -> dict:
     data_dir = tempfile.mkdtemp(prefix="millrace-metadata-")
     names = [f"topic-{i:05d}" for i in range(topics)]
     result: dict = {"topics": topics, "partitions_per_topic": partitions, "partitions": topics * partitions}
@@ -106,7 +114,7 @@ def run(topics: int, partitions: int, per_request: int) -> dict:
         result["rss_mb_after_create"] = rss_mb(server)
         result["metadata_all_s"] = metadata_seconds(admin, None, topics)
         result["metadata_one_s"] = metadata_seconds(admin, names[-1], 1)
-        result["produce_s"] = produce_everywhere(server.bootstrap, names, partitions)
+        result["produce_s"] = produce_everywhere(server.bootstrap, names, partitions, producers)
         result["segments"] = segment_count(server)
         result["rss_mb_after_produce"] = rss_mb(server)
         del admin  # closed, so it does not retry the stopped server's address
@@ -119,7 +127,7 @@ def run(topics: int, partitions: int, per_request: int) -> dict:
         result["rss_mb_after_topics_loaded"] = rss_mb(server)
         admin = AdminClient({"bootstrap.servers": server.bootstrap})
         result["metadata_all_after_restart_s"] = metadata_seconds(admin, None, topics)
-        result["produce_after_restart_s"] = produce_everywhere(server.bootstrap, names, partitions)
+        result["produce_after_restart_s"] = produce_everywhere(server.bootstrap, names, partitions, producers)
         result["rss_mb_at_end"] = rss_mb(server)
     finally:
         server.kill()
@@ -132,8 +140,9 @@ def main() -> None:
     parser.add_argument("--topics", type=int, default=1000)
     parser.add_argument("--partitions", type=int, default=10)
     parser.add_argument("--per-request", type=int, default=50)
+    parser.add_argument("--producers", type=int, default=1, help="producers the produce rounds deal the topics to")
     args = parser.parse_args()
-    print(json.dumps(run(args.topics, args.partitions, args.per_request), indent=1))
+    print(json.dumps(run(args.topics, args.partitions, args.per_request, args.producers), indent=1))
 
 
 if __name__ == "__main__":
