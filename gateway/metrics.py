@@ -169,6 +169,9 @@ def container_families(containers: Sequence[SegmentContainer]) -> list[Metric]:
     limit = _gauge("millrace_container_budget_limit_bytes", "The container's byte budget.")
     under = _gauge("millrace_log_under_replicated_fragments",
                    "Fragments of the container's replicated log on fewer replicas than the write quorum.")
+    replica_lag = GaugeMetricFamily("millrace_log_replica_lag_entries",
+                                    "Entries sent to a replica of the container's log it has not acknowledged yet.",
+                                    labels=["container", "replica"])
     acks = HistogramMetricFamily("millrace_log_ack_latency_seconds",
                                  "From an entry's first send to its ack quorum (replicated logs).",
                                  labels=["container"])
@@ -198,9 +201,12 @@ def container_families(containers: Sequence[SegmentContainer]) -> list[Metric]:
         durable_log = c.durable_log
         if isinstance(durable_log, ReplicatedDurableDataLog):
             under.add_metric(label, durable_log.under_replicated_fragments())
+            for replica, behind in durable_log.replica_lag().items():
+                replica_lag.add_metric([*label, replica], behind)
             _histogram(acks, label, durable_log.ack_latency.snapshot())
     return [appends, append_bytes, cache_reads, storage_reads, chunks, flushed, cache_bytes, cache_limit,
-            hit_ratio, log_bytes, segments, unflushed, unflushed_age, recovery, held, limit, under, acks]
+            hit_ratio, log_bytes, segments, unflushed, unflushed_age, recovery, held, limit, under, replica_lag,
+            acks]
 
 
 def _connection_families(protocols: Sequence[RequestMetrics]) -> list[Metric]:

@@ -173,7 +173,8 @@ def local_logs(console: Console) -> list[dict[str, Any]]:
         log = c.durable_log
         if isinstance(log, ReplicatedDurableDataLog):
             out.append({"container": c.container_id, "epoch": log.epoch, "ensemble": list(log.current_ensemble()),
-                        "under_replicated_fragments": log.under_replicated_fragments()})
+                        "under_replicated_fragments": log.under_replicated_fragments(),
+                        "replica_lag": log.replica_lag()})
     return out
 
 

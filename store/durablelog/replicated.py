@@ -133,6 +133,13 @@ class ReplicatedDurableDataLog(DurableDataLog):
         quorum = self.config.write_quorum
         return sum(1 for fragment in self._owned.record.fragments if len(fragment.ensemble) < quorum)
 
+    def replica_lag(self) -> dict[str, int]:
+        """Per member of the current ensemble: entries sent to it that it has not acknowledged yet (any
+        thread: copies of the I/O thread's state, each taken whole under the GIL)."""
+        sent = self._next_sequence - 1
+        acked = dict(self._acked)
+        return {address: max(0, sent - acked.get(address, sent)) for address in list(self._ensemble)}
+
     @property
     def repairs(self) -> int:
         """Bad copies of entries rewritten from a good one."""

@@ -44,6 +44,8 @@ def test_console_api_on_each_node(zk_hosts: str, tmp_path: Path) -> None:
             mine = [c["id"] for c in described["containers"] if c["owner"] == str(node.node_id)]
             assert sorted(log["container"] for log in described["log_replicas"]) == sorted(mine)
             assert all(len(log["ensemble"]) == 3 and log["under_replicated_fragments"] == 0
+                       and sorted(log["replica_lag"]) == sorted(log["ensemble"])
+                       and all(behind >= 0 for behind in log["replica_lag"].values())
                        for log in described["log_replicas"])
 
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})

@@ -249,6 +249,8 @@ class TestOnOneCluster:
             for container in containers:  # every replica is up: nothing to re-replicate
                 assert page.value("millrace_log_under_replicated_fragments", container=container) == 0
                 assert page.value("millrace_log_ack_latency_seconds_count", container=container) > 0
+                lags = [s for s in page.samples["millrace_log_replica_lag_entries"] if s.labels["container"] == container]
+                assert len(lags) >= 2 and all(s.value >= 0 for s in lags)  # a series per ensemble member
             assert page.value("millrace_connections", listener="NATIVE") >= 0
         assert requests(scrape(cluster.nodes[1]), "Metadata") >= 1
         assert sorted(running, key=int) == [str(c) for c in range(CONTAINERS)]  # each on one node

@@ -58,6 +58,8 @@ def test_entries_are_acknowledged_by_an_ack_quorum(replicas: Replicas) -> None:
     stopped[0].pause()  # one of three silent: two acks still make the quorum
     one_down = [log.append(f"b{i}".encode()) for i in range(100)]
     assert [f.result(30).sequence for f in one_down] == list(range(101, 201))
+    lag = log.replica_lag()  # the silent one lags by what it missed; the quorum holds everything
+    assert lag[ensemble[0]] >= 100 and lag[ensemble[1]] == lag[ensemble[2]] == 0
     replicas.by_address(ensemble[1]).pause()  # two silent: one ack is not a quorum
     blocked = log.append(b"needs-two")
     time.sleep(1.0)
@@ -65,6 +67,10 @@ def test_entries_are_acknowledged_by_an_ack_quorum(replicas: Replicas) -> None:
     replicas.by_address(ensemble[1]).resume()
     assert blocked.result(30) == LogAddress(201)
     stopped[0].resume()
+    deadline = time.monotonic() + 30
+    while log.replica_lag()[ensemble[0]] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert log.replica_lag() == {address: 0 for address in ensemble}  # it caught up once it answered again
     log.close()
     got = read_back(replicas)
     assert [p for _, p in got] == [f"a{i}".encode() for i in range(100)] + [

@@ -299,8 +299,9 @@ pages.cluster = () => {
       table(["container", "owner", "epoch", "state", "durable log"], c.containers.map((x) => [x.id, x.owner, x.epoch,
         x.state, bytes(x.log_bytes)]), { id: "containers-table" }),
       h("h3", {}, c.mode === "embedded" ? "Durable logs" : `Replicated logs of node ${c.this_node}'s containers`),
-      c.log_replicas.length ? table(["container", "log epoch", "ensemble (replicas)", "under-replicated fragments"],
-        c.log_replicas.map((r) => [r.container, r.epoch, r.ensemble.join(", "),
+      c.log_replicas.length ? table(["container", "log epoch", "ensemble (replicas, entries not yet acknowledged)", "under-replicated fragments"],
+        c.log_replicas.map((r) => [r.container, r.epoch,
+          r.ensemble.map((a) => `${a} (${r.replica_lag[a] ?? 0} behind)`).join(", "),
           h("td", { class: r.under_replicated_fragments ? "num bad" : "num" }, r.under_replicated_fragments)]),
         { id: "logs-table" })
         : h("p", { class: "muted" }, "Local file logs: no replicas."));
