@@ -21,6 +21,7 @@ from millrace.protocol import messages as m
 from millrace.protocol.contracts import SegmentInfo
 from millrace.protocol.errors import ConnectionLostError
 from millrace.protocol.messages import Request, decode_reply
+from millrace.protocol.names import parse_segment_name
 
 _Reply = TypeVar("_Reply")
 
@@ -135,6 +136,16 @@ class ControllerClient:
     def truncate_stream(self, cut: StreamCut) -> None:
         # Truncating at the same cut twice is the same as once, so a lost answer may be resent.
         self.call(m.TruncateStream(scope=cut.scope, stream=cut.stream, cut=cut.to_wire()), retry=True)
+
+    def update_subscriber_cut(self, scope: str, stream: str, subscriber: str, cut: StreamCut | None) -> None:
+        # Setting the same cut twice is the same as once, so a lost answer may be resent.
+        self.call(m.UpdateSubscriberCut(scope=scope, stream=stream, subscriber=subscriber,
+                                        cut=None if cut is None else cut.to_wire()), retry=True)
+
+    def subscriber_cuts(self, scope: str, stream: str) -> dict[str, StreamCut]:
+        reply = self.ask(m.ListSubscriberCuts(scope=scope, stream=stream), m.SubscriberCutsReply, retry=True)
+        return {name: StreamCut(scope, stream, {parse_segment_name(seg)[2]: off for seg, off in cut.items()})
+                for name, cut in reply.cuts.items()}
 
     def split_segment(self, scope: str, stream: str, segment: Segment, pieces: int = 2) -> StreamDescription:
         # By name: a bare number could be an id or a number in the current epoch.

@@ -11,6 +11,7 @@ one connection pool; it reconnects by itself after a lost connection.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
@@ -21,14 +22,19 @@ from millrace.client.controller import ControllerClient
 from millrace.client.kvtable import KeyValueTable
 from millrace.client.reader_group import (
     ConfigMismatchError,
+    EventPointer,
     ReaderGroup,
     ReaderGroupManager,
     ReaderGroupNotFoundError,
+    StreamDataRetention,
     cut_positions,
+    fetch_event,
     group_config,
     open_state,
+    retention_of,
     split_stream,
     state_stream,
+    subscriber_name,
 )
 from millrace.client.reader_group_state import SegmentPosition, initial_state
 from millrace.client.security import ClientSecurity
@@ -41,7 +47,7 @@ from millrace.client.streams import (
     StreamCut,
     StreamDescription,
 )
-from millrace.client.synchronizer import StateSynchronizer
+from millrace.client.synchronizer import StateNotInitializedError, StateSynchronizer
 from millrace.client.transactions import DEFAULT_LEASE_MS, TransactionalEventStreamWriter
 from millrace.client.writer import EventStreamWriter
 from millrace.protocol import messages as m
@@ -53,6 +59,7 @@ from millrace.protocol.errors import (
     StreamExistsError,
     StreamNotFoundError,
 )
+from millrace.protocol.names import parse_segment_name
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -237,6 +244,13 @@ class StreamManager:
         ranges = self.create_batch_client().list_segments(from_cut.scope, from_cut.stream, from_cut, to_cut)
         return sum(r.length for r in ranges)
 
+    def fetch_event(self, pointer: EventPointer, serializer: Serializer[T] | None = None) -> T:
+        """The event at ``pointer`` (an ``EventRead.event_pointer``) read again, deserialized with
+        ``serializer`` (bytes by default), as Pravega's ``fetchEvent``. NoSuchEventError if no event
+        is there; SegmentTruncatedError once truncation (or retention) removed it."""
+        chosen: Any = serializer if serializer is not None else BytesSerializer()
+        return fetch_event(self.controller, pointer, chosen)
+
     # -- writers ----------------------------------------------------------------------------------------
     def create_writer(self, scope: str, stream: str, serializer: Serializer[T] | None = None,
                       writer_id: str | None = None) -> EventStreamWriter[T]:
@@ -363,14 +377,21 @@ class StreamManager:
     def create_reader_group(self, name: str, scope: str, streams: str | list[str],
                             start: StreamCut | list[StreamCut] | None = None,
                             serializer: Serializer[T] | None = None, *,
-                            end: StreamCut | list[StreamCut] | None = None) -> ReaderGroup[T]:
+                            end: StreamCut | list[StreamCut] | None = None,
+                            automatic_checkpoint_interval: float | None = None,
+                            retention_type: StreamDataRetention = StreamDataRetention.NONE) -> ReaderGroup[T]:
         """A reader group ``name`` in ``scope`` reading ``streams`` (names in ``scope``, or
         "other-scope/stream") from ``start`` (a cut per stream; by default each stream's head) up to
         ``end`` (a cut per stream whose read ends there; by default none ends: the group follows the
         streams' tails). If the group exists already with this configuration it is opened as it is;
         with another one (streams, start or end cuts; a reset changes its start) ConfigMismatchError,
         as Pravega's. ``serializer`` turns event bytes into events (bytes by default); readers may
-        override it."""
+        override it. ``automatic_checkpoint_interval`` (seconds, Pravega's
+        ``automaticCheckpointIntervalMillis``): readers start a checkpoint by themselves that often
+        (each returns a checkpoint event for it); by default only the application starts them.
+        ``retention_type`` (``StreamDataRetention``, Pravega's): other than NONE, the group is a
+        subscriber of its streams, holding their data back from consumption-based retention from its
+        start cuts until it releases it."""
         wanted = [split_stream(scope, s) for s in ([streams] if isinstance(streams, str) else streams)]
         starts = self._cuts_by_stream(start, wanted, "start")
         ends = self._cuts_by_stream(end, wanted, "end")
@@ -385,7 +406,8 @@ class StreamManager:
                 raise InvalidStreamCutError(f"end cut before the start cut: segment {key} starts at {pos.offset} "
                                             f"and ends at {end_positions[key].offset}")
         qualified = [f"{sc}/{st}" for sc, st in wanted]
-        config = group_config(qualified, starts.values(), ends.values())
+        config = group_config(qualified, starts.values(), ends.values(), automatic_checkpoint_interval,
+                              retention_type)
         initial = initial_state(qualified, positions, end_positions, config)
         sync = open_state(self, scope, name, initial)
         found = sync.state.config
@@ -393,8 +415,27 @@ class StreamManager:
             sync.close()
             raise ConfigMismatchError(f"reader group {scope}/{name} exists with another configuration: {found} "
                                       f"(asked for {config}); open it with reader_group(), or delete it first")
+        if retention_type != StreamDataRetention.NONE:
+            # A subscriber from its start, unless it is one already (an existing group opened again:
+            # what it released stays released).
+            subscriber = subscriber_name(scope, name)
+            for sc, st in wanted:
+                if subscriber not in self.controller.subscriber_cuts(sc, st):
+                    start_cut = starts[(sc, st)] if (sc, st) in starts else self._cut_of(positions, sc, st)
+                    self.controller.update_subscriber_cut(sc, st, subscriber, start_cut)
         chosen: Any = serializer if serializer is not None else BytesSerializer()
         return ReaderGroup(self, scope, name, sync, chosen)
+
+    @staticmethod
+    def _cut_of(positions: dict[str, SegmentPosition], scope: str, stream: str) -> StreamCut:
+        prefix = f"{scope}/{stream}/"
+        return StreamCut(scope, stream, {parse_segment_name(k)[2]: p.offset for k, p in positions.items()
+                                         if k.startswith(prefix)})
+
+    def subscriber_cuts(self, scope: str, stream: str) -> dict[str, StreamCut]:
+        """The subscriber reader groups of ``scope/stream`` ("scope/group") with their retention cuts:
+        a stream with consumption-based retention is never truncated past the lowest of them."""
+        return self.controller.subscriber_cuts(scope, stream)
 
     @staticmethod
     def _cuts_by_stream(cuts: StreamCut | list[StreamCut] | None, wanted: list[tuple[str, str]],
@@ -429,7 +470,21 @@ class StreamManager:
         return ReaderGroupManager(self, scope)
 
     def delete_reader_group(self, name: str, scope: str) -> None:
-        """Delete the group and its state (its readers fail at their next state refresh)."""
+        """Delete the group and its state (its readers fail at their next state refresh). A subscriber
+        group stops being one: its streams' consumption-based retention no longer waits for it."""
+        streams: list[str] = []
+        try:
+            group: ReaderGroup[bytes]
+            with self.reader_group(name, scope, BytesSerializer()) as group:
+                state = group.state()
+                if retention_of(state) != StreamDataRetention.NONE:
+                    streams = state.streams
+        except (ReaderGroupNotFoundError, StateNotInitializedError):
+            pass  # no group (the seal below says so), or one never initialized: no subscriber
+        for qualified in streams:
+            sc, st = qualified.split("/", 1)
+            with contextlib.suppress(StreamNotFoundError):
+                self.controller.update_subscriber_cut(sc, st, subscriber_name(scope, name), None)
         try:
             self.seal_stream(scope, state_stream(name))
             self.delete_stream(scope, state_stream(name))

@@ -45,6 +45,7 @@ conditional update, on the newest state):
 from __future__ import annotations
 
 import base64
+import enum
 import json
 import threading
 import time
@@ -54,12 +55,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from millrace.client import reader_group_state as rgs
+from millrace.client import watermarks
 from millrace.client.reader_group_state import ReaderGroupState, SegmentPosition
-from millrace.client.segment_reader import SegmentEvent, SegmentEventReader
+from millrace.client.segment_reader import SegmentEvent, SegmentEventReader, read_segment_events
 from millrace.client.serializers import Serializer
 from millrace.client.streams import StreamCut, StreamDescription, decode_value, encode_value, from_base64
 from millrace.client.synchronizer import StateSynchronizer, Updates
 from millrace.protocol.errors import (
+    InvalidRequestError,
     SegmentNotFoundError,
     SegmentTruncatedError,
     StoreError,
@@ -68,12 +71,14 @@ from millrace.protocol.errors import (
 from millrace.protocol.names import parse_segment_name, segment_name
 
 if TYPE_CHECKING:
+    from millrace.client.controller import ControllerClient
     from millrace.client.manager import StreamManager
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 SILENT_CHECKPOINT_PREFIX = "_cuts-"  # generate_stream_cuts' checkpoints (forgotten once their cuts are taken)
+AUTO_CHECKPOINT_PREFIX = "_auto-"  # checkpoints readers start by themselves (automatic_checkpoint_interval)
 STATE_STREAM_PREFIX = "_RG"  # the group's state stream: <scope>/_RG<name>, as Pravega names it
 REFRESH_S = 0.2  # how stale a reader's view of the group may get while it has data to read
 REBALANCE_S = 0.5  # between a reader's fair-share checks (acquire, release)
@@ -85,6 +90,19 @@ POLL_MS = 20
 IDLE_POLL_MS = 500  # ... while it holds one
 SCALE_WAIT_S = 0.05  # between looks at a stream whose scale is under way
 COMPACT_EVERY = 500  # updates by one group object between compactions of the state stream
+
+
+class StreamDataRetention(enum.Enum):
+    """Whether a reader group holds its streams' data back from consumption-based retention (Pravega's
+    ``ReaderGroupConfig.StreamDataRetention``): NONE does not (it is no subscriber); the other two make
+    the group a **subscriber** of each of its streams, whose retention cut (where it has released the
+    data before) a stream with ``RetentionPolicy.by_consumption()`` is never truncated past. The cut
+    starts at the group's start cuts and moves with ``update_retention_stream_cut`` (MANUAL) or with
+    every completed checkpoint (AUTOMATIC)."""
+
+    NONE = "none"
+    MANUAL_RELEASE_AT_USER_STREAMCUT = "manual_release_at_user_streamcut"
+    AUTOMATIC_RELEASE_AT_LAST_CHECKPOINT = "automatic_release_at_last_checkpoint"
 
 
 class ReaderGroupNotFoundError(StoreError):
@@ -130,6 +148,69 @@ class TruncatedDataError(StoreError):
         self.scope, self.stream, self.segment_id = parse_segment_name(segment)
         self.from_offset = from_offset
         self.to_offset = to_offset
+
+
+class NoSuchEventError(StoreError):
+    """``fetch_event``: no event at that pointer (Pravega's ``NoSuchEventException``): the pointer names
+    no record of a visible batch there. A pointer into data truncated away raises
+    ``SegmentTruncatedError`` instead, and one into a deleted segment ``SegmentNotFoundError``."""
+
+
+@dataclass(frozen=True)
+class EventPointer:
+    """Where one event lies (Pravega's ``EventPointer``): its segment, the offset of the stored batch
+    holding it and its index in that batch. Every ``EventRead`` carries one; ``fetch_event`` reads
+    the event again from it, at any later time and from any process (it serialises as ``to_bytes`` /
+    ``to_base64``), as long as the stream still holds it."""
+
+    scope: str
+    stream: str
+    segment_id: int
+    offset: int  # the segment offset of the batch (a batch boundary)
+    index: int  # the record's number within that batch
+
+    @property
+    def segment(self) -> str:
+        return segment_name(self.scope, self.stream, self.segment_id)
+
+    def to_bytes(self) -> bytes:
+        return encode_value("EventPointer", {"scope": self.scope, "stream": self.stream,
+                                             "segment_id": self.segment_id, "offset": self.offset,
+                                             "index": self.index})
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> EventPointer:
+        """The pointer ``to_bytes`` wrote; ValueError for other bytes."""
+        body = decode_value("EventPointer", raw)
+        try:
+            return cls(str(body["scope"]), str(body["stream"]), int(body["segment_id"]), int(body["offset"]),
+                       int(body["index"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"a malformed serialised EventPointer: {exc!r}") from None
+
+    def to_base64(self) -> str:
+        return base64.b64encode(self.to_bytes()).decode("ascii")
+
+    @classmethod
+    def from_base64(cls, text: str) -> EventPointer:
+        return cls.from_bytes(from_base64(text))
+
+    def __str__(self) -> str:
+        return f"{self.segment}@{self.offset}#{self.index}"
+
+
+def fetch_event(controller: ControllerClient, pointer: EventPointer, serializer: Serializer[T]) -> T:
+    """The event at ``pointer``, deserialized: one read of the batch it lies in (a read changes
+    nothing, so it may come from anywhere at any time). NoSuchEventError if no visible event is
+    there; SegmentTruncatedError / SegmentNotFoundError if the stream no longer holds it."""
+    # max_bytes=1: the server answers the first batch at the offset whole, however large, and no more.
+    got = read_segment_events(controller, pointer.scope, pointer.stream, pointer.segment_id, pointer.offset,
+                              max_bytes=1)
+    for event in got.events:
+        if event.position == pointer.offset and event.index == pointer.index:
+            return serializer.deserialize(event.data)
+    raise NoSuchEventError(f"no event at {pointer}: no visible batch begins at offset {pointer.offset} of "
+                           f"{pointer.segment}, or it has no record {pointer.index}")
 
 
 @dataclass(frozen=True)
@@ -185,7 +266,8 @@ class EventRead(Generic[T]):
     ``reader_offline``). For a checkpoint, ``is_checkpoint`` is set, ``checkpoint_name`` names it and
     ``data`` is None. In a group with end cuts, once every reader has read up to them, every call
     returns an ``EventRead`` with ``is_read_completed`` set and ``data`` None (Pravega's
-    ``isReadCompleted``)."""
+    ``isReadCompleted``). ``event_pointer`` (None for those) reads the event again with
+    ``fetch_event``."""
 
     data: T | None
     routing_key: str | None
@@ -199,6 +281,7 @@ class EventRead(Generic[T]):
     is_checkpoint: bool = False
     checkpoint_name: str | None = None
     is_read_completed: bool = False
+    event_pointer: EventPointer | None = None
 
 
 @dataclass(frozen=True)
@@ -269,11 +352,39 @@ def cuts_config(cuts: Iterable[StreamCut]) -> dict[str, dict[str, int]]:
     return {f"{c.scope}/{c.stream}": {str(sid): off for sid, off in sorted(c.positions.items())} for c in cuts}
 
 
-def group_config(streams: Iterable[str], start: Iterable[StreamCut], end: Iterable[StreamCut]) -> dict[str, Any]:
+def group_config(streams: Iterable[str], start: Iterable[StreamCut], end: Iterable[StreamCut],
+                 automatic_checkpoint_interval: float | None = None,
+                 retention_type: StreamDataRetention = StreamDataRetention.NONE) -> dict[str, Any]:
     """A group's configuration as ``create_reader_group`` was asked for it, to compare when it is
     asked again: the streams, and the start and end cuts given (a stream given none starts at "its
-    head" and has no end, whatever the head is when the group is created)."""
-    return {"streams": list(streams), "start": cuts_config(start), "end": cuts_config(end)}
+    head" and has no end, whatever the head is when the group is created), and the automatic
+    checkpoint interval and retention type if given (absent otherwise, as in groups stored before
+    they existed)."""
+    config: dict[str, Any] = {"streams": list(streams), "start": cuts_config(start), "end": cuts_config(end)}
+    if automatic_checkpoint_interval is not None:
+        if automatic_checkpoint_interval <= 0:
+            raise ValueError(f"automatic_checkpoint_interval must be positive seconds, not "
+                             f"{automatic_checkpoint_interval!r}")
+        config["automatic_checkpoint_interval"] = float(automatic_checkpoint_interval)
+    if retention_type != StreamDataRetention.NONE:
+        config["retention_type"] = retention_type.value
+    return config
+
+
+def retention_of(state: ReaderGroupState) -> StreamDataRetention:
+    """The group's retention type (from its configuration)."""
+    return StreamDataRetention((state.config or {}).get("retention_type", StreamDataRetention.NONE.value))
+
+
+def subscriber_name(scope: str, name: str) -> str:
+    """How a group is known among its streams' subscribers: ``<scope>/<group>``."""
+    return f"{scope}/{name}"
+
+
+def automatic_interval(state: ReaderGroupState) -> float | None:
+    """The group's automatic checkpoint interval in seconds (from its configuration), or None."""
+    interval = (state.config or {}).get("automatic_checkpoint_interval")
+    return None if interval is None else float(interval)
 
 
 def cut_positions(cut: StreamCut) -> dict[str, SegmentPosition]:
@@ -355,8 +466,60 @@ class ReaderGroup(Generic[T]):
     def get_stream_cuts(self) -> dict[str, StreamCut]:
         """A cut per stream ("scope/stream" -> cut) at the group's recorded positions (Pravega's
         ``getStreamCuts``): readers record theirs every ``RECORD_S``, when caught up, at checkpoints
-        and when giving segments up, so the cuts may lie somewhat before what readers returned."""
+        (automatic ones included) and when giving segments up, so the cuts may lie somewhat before
+        what readers returned."""
         return self._cuts(self.state().frontier())
+
+    @property
+    def automatic_checkpoint_interval(self) -> float | None:
+        """Seconds between the checkpoints readers start by themselves (None: only those asked for)."""
+        return automatic_interval(self.state())
+
+    @property
+    def retention_type(self) -> StreamDataRetention:
+        return retention_of(self.state())
+
+    def update_retention_stream_cut(self, cuts: StreamCut | Iterable[StreamCut] | Mapping[str, StreamCut]) -> None:
+        """Release the data before ``cuts`` (one cut per stream of the group, as many streams as wanted)
+        to consumption-based retention, as Pravega's ``updateRetentionStreamCut``: a stream with
+        ``RetentionPolicy.by_consumption()`` may then be truncated up to them (and up to the other
+        subscribers' cuts). Only for groups created with ``MANUAL_RELEASE_AT_USER_STREAMCUT``
+        (InvalidRequestError otherwise); InvalidRequestError for a cut of another stream."""
+        retention = self.retention_type
+        if retention != StreamDataRetention.MANUAL_RELEASE_AT_USER_STREAMCUT:
+            raise InvalidRequestError(f"{self!r} releases data {retention.name}: update_retention_stream_cut is "
+                                      "for groups created with MANUAL_RELEASE_AT_USER_STREAMCUT")
+        if isinstance(cuts, StreamCut):
+            listed = [cuts]
+        elif isinstance(cuts, Mapping):
+            listed = list(cuts.values())
+        else:
+            listed = list(cuts)
+        strangers = sorted(str(c) for c in listed if f"{c.scope}/{c.stream}" not in self.streams)
+        if strangers:
+            raise InvalidRequestError(f"{self!r} does not read the streams of {strangers}")
+        self._release(listed)
+
+    def _release(self, cuts: Iterable[StreamCut]) -> None:
+        for cut in cuts:
+            self.controller.update_subscriber_cut(cut.scope, cut.stream, subscriber_name(self.scope, self.name), cut)
+
+    def _released_at_checkpoint(self, name: str, state: ReaderGroupState) -> None:
+        """A checkpoint completed: a group releasing AUTOMATIC_RELEASE_AT_LAST_CHECKPOINT releases the
+        data before its cuts (``generate_stream_cuts``' silent ones release nothing)."""
+        if name.startswith(SILENT_CHECKPOINT_PREFIX) or name not in state.completed_checkpoints or \
+                retention_of(state) != StreamDataRetention.AUTOMATIC_RELEASE_AT_LAST_CHECKPOINT:
+            return
+        self._release(self._checkpoint(name, state.completed_checkpoints[name]).cuts.values())
+
+    def last_checkpoint(self) -> Checkpoint | None:
+        """The newest completed checkpoint, automatic or initiated (``generate_stream_cuts``' are not
+        kept), or None if none completed yet (or a reset dropped them)."""
+        completed = self.state().completed_checkpoints
+        for name in reversed(list(completed)):
+            if not name.startswith(SILENT_CHECKPOINT_PREFIX):
+                return self._checkpoint(name, completed[name])
+        return None
 
     def _run_checkpoint(self, name: str, timeout: float, silent: bool) -> Checkpoint:
         def create(state: ReaderGroupState) -> tuple[Updates[dict[str, Any]], str | None]:
@@ -373,6 +536,7 @@ class ReaderGroup(Generic[T]):
         while True:
             state = self.state()
             if name in state.completed_checkpoints:
+                self._released_at_checkpoint(name, state)
                 return self._checkpoint(name, state.completed_checkpoints[name])
             if not any(c.name == name for c in state.checkpoints):
                 raise CheckpointFailedError(f"checkpoint {name!r} was dropped (cancelled, or the group was reset)")
@@ -514,8 +678,12 @@ class ReaderGroupManager:
     def create_reader_group(self, name: str, streams: str | list[str],
                             start: StreamCut | list[StreamCut] | None = None,
                             serializer: Serializer[T] | None = None,
-                            end: StreamCut | list[StreamCut] | None = None) -> ReaderGroup[T]:
-        return self.manager.create_reader_group(name, self.scope, streams, start, serializer, end=end)
+                            end: StreamCut | list[StreamCut] | None = None, *,
+                            automatic_checkpoint_interval: float | None = None,
+                            retention_type: StreamDataRetention = StreamDataRetention.NONE) -> ReaderGroup[T]:
+        return self.manager.create_reader_group(name, self.scope, streams, start, serializer, end=end,
+                                                automatic_checkpoint_interval=automatic_checkpoint_interval,
+                                                retention_type=retention_type)
 
     def reader_group(self, name: str, serializer: Serializer[T] | None = None) -> ReaderGroup[T]:
         return self.manager.reader_group(name, self.scope, serializer)
@@ -525,6 +693,10 @@ class ReaderGroupManager:
 
     def list_reader_groups(self) -> list[str]:
         return self.manager.list_reader_groups(self.scope)
+
+    def fetch_event(self, pointer: EventPointer, serializer: Serializer[T] | None = None) -> T:
+        """The event at ``pointer`` (``StreamManager.fetch_event``)."""
+        return self.manager.fetch_event(pointer, serializer)
 
 
 def successor_map(described: StreamDescription) -> dict[int, dict[int, list[int]]]:
@@ -539,6 +711,10 @@ def successor_map(described: StreamDescription) -> dict[int, dict[int, list[int]
             for pred in preds:
                 out.setdefault(pred, {})[created.segment_id] = preds
     return out
+
+
+def _highest(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else max(a, b)
 
 
 @dataclass
@@ -567,8 +743,12 @@ class EventStreamReader(Generic[T]):
         self._refreshed = 0.0
         self._rebalanced = 0.0
         self._recorded = time.monotonic()
+        self._checkpointed = time.monotonic()  # since when no checkpoint was started or recorded here
         self._progressed = False  # read something since the last record of positions
         self._closed = False
+        # get_current_time_window: each stream's marks (opened at the first call) and last window
+        self._marks: dict[str, StateSynchronizer[watermarks.Marks, dict[str, Any]]] = {}
+        self._windows: dict[str, watermarks.TimeWindow] = {}
 
     # -- reading --------------------------------------------------------------------------------------
     def read_next_event(self, timeout: float = 0.0) -> EventRead[T] | None:
@@ -599,6 +779,9 @@ class EventStreamReader(Generic[T]):
             self._refresh()
         elif self._state().generation != self._generation:
             self._reconcile()  # a reset through this process's handle: follow it at once
+        interval = automatic_interval(self._state())
+        if interval is not None and now - self._checkpointed >= interval:
+            self._start_automatic_checkpoint()
         checkpoint = self._state().checkpoint_for(self.reader_id)
         if checkpoint is not None:
             return self._checkpoint(checkpoint, deadline)
@@ -691,7 +874,48 @@ class EventStreamReader(Generic[T]):
 
     def _event(self, h: _Held, event: SegmentEvent) -> EventRead[T]:
         return EventRead(self.serializer.deserialize(event.data), event.routing_key, self.position(), h.scope,
-                         h.stream, event.segment_id, event.kafka_offset, event.partition, event.timestamp_ms)
+                         h.stream, event.segment_id, event.kafka_offset, event.partition, event.timestamp_ms,
+                         event_pointer=EventPointer(h.scope, h.stream, event.segment_id, event.position,
+                                                    event.index))
+
+    def get_current_time_window(self, stream: str) -> watermarks.TimeWindow:
+        """Bounds on event times around this reader's position in ``stream`` ("scope/stream", or a
+        stream of the group's scope), from the marks its writers noted (``note_time``), as Pravega's
+        ``getCurrentTimeWindow``: events it has still to read there carry times at or after
+        ``lower_time_bound``, events it returned times at or before ``upper_time_bound`` (None where
+        not known yet, e.g. before this reader holds a segment of it). Neither goes back (an upper
+        bound may become unknown, when no writer has noted a time ahead of the reader)."""
+        scope, name = split_stream(self.group.scope, stream)
+        qualified = f"{scope}/{name}"
+        held = {parse_segment_name(k)[2]: h.reader.offset for k, h in self._held.items()
+                if (h.scope, h.stream) == (scope, name)}
+        marks = self._marks.get(qualified)
+        if marks is None:
+            try:
+                marks = self._marks[qualified] = watermarks.open_marks(self.controller, scope, name)
+            except StoreError:
+                return self._windows.get(qualified, watermarks.TimeWindow(None, None))
+        marks.fetch_updates()
+        described = self.group.describe(scope, name)
+        ranges = watermarks.ranges_of(described.history)
+        if any(sid not in ranges for sid in held):
+            ranges = watermarks.ranges_of(self.group.describe(scope, name, fresh=True).history)
+        window = watermarks.time_window(marks.state, held, ranges)
+        before = self._windows.get(qualified)
+        if before is not None:
+            # Never back: a writer that joins later cannot lower what was known. An upper bound that
+            # became unknown (no writer's mark ahead any more) stays unknown: the old one may no
+            # longer hold for what was read since.
+            upper = window.upper_time_bound
+            window = watermarks.TimeWindow(_highest(before.lower_time_bound, window.lower_time_bound),
+                                           None if upper is None else _highest(before.upper_time_bound, upper))
+        self._windows[qualified] = window
+        return window
+
+    def fetch_event(self, pointer: EventPointer) -> T:
+        """The event at ``pointer`` read again with this reader's serializer (Pravega's
+        ``EventStreamReader.fetchEvent``); it changes nothing of the reader's place."""
+        return fetch_event(self.controller, pointer, self.serializer)
 
     def position(self) -> Position:
         """Where this reader is now: just after the last event it returned."""
@@ -763,6 +987,23 @@ class EventStreamReader(Generic[T]):
         self.group._update(lambda state: (Updates([update]), None))
         self._reconcile()
 
+    def _start_automatic_checkpoint(self) -> None:
+        """Start a checkpoint of the group's automatic interval, as Pravega's readers do: whichever
+        reader's timer runs out first, unless a checkpoint is under way already (every reader's timer
+        restarts when it records one). Only the newest completed automatic checkpoint is kept besides
+        the one started, so they never push the application's own out."""
+        self._checkpointed = time.monotonic()
+        name = f"{AUTO_CHECKPOINT_PREFIX}{uuid.uuid4().hex}"
+
+        def start(state: ReaderGroupState) -> tuple[Updates[dict[str, Any]], None]:
+            if self.reader_id not in state.readers or any(not c.silent for c in state.checkpoints) \
+                    or len(state.checkpoints) >= rgs.MAX_PENDING_CHECKPOINTS:
+                return Updates([]), None
+            older = [n for n in state.completed_checkpoints if n.startswith(AUTO_CHECKPOINT_PREFIX)][:-1]
+            return Updates([*(rgs.forget_checkpoint(n) for n in older), rgs.create_checkpoint(name)]), None
+
+        self.group._update(start)
+
     def _checkpoint(self, name: str, deadline: float) -> EventRead[T] | None:
         """Finish a batch this reader is inside of (its events come before the checkpoint), else
         record the checkpoint and return its event."""
@@ -775,7 +1016,9 @@ class EventStreamReader(Generic[T]):
         self.group._update(lambda state: (Updates([update]), None))
         position = self.position()
         self._reconcile()
-        self._recorded = time.monotonic()
+        # The last reader to record a checkpoint completes it: it releases what lies before it.
+        self.group._released_at_checkpoint(name, self._state())
+        self._recorded = self._checkpointed = time.monotonic()
         self._progressed = False
         if silent:
             return None  # generate_stream_cuts: recorded, and the application sees nothing of it
@@ -820,6 +1063,9 @@ class EventStreamReader(Generic[T]):
     def close(self) -> None:
         """Go offline at the position of the last event returned: others take over from there. After
         a reset of the group it is offline already (and another reader may have its id): nothing."""
+        for marks in self._marks.values():
+            marks.close()
+        self._marks.clear()
         if self._closed:
             return
         self._closed = True

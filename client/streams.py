@@ -28,6 +28,8 @@ class RetentionType(enum.Enum):
     NONE = "none"
     TIME = "time"  # value: milliseconds
     SIZE = "size"  # value: bytes
+    # Released by subscriber reader groups: truncated at the lowest of their retention cuts.
+    CONSUMPTION = "consumption"
 
 
 @dataclass(frozen=True)
@@ -57,8 +59,8 @@ class ScalingPolicy:
 
 @dataclass(frozen=True)
 class RetentionPolicy:
-    """What the server may drop from a stream's head: nothing, data older than a time, or data
-    beyond a size."""
+    """What the server may drop from a stream's head: nothing, data older than a time, data beyond a
+    size, or (``by_consumption``) what every subscriber reader group has released."""
 
     type: RetentionType = RetentionType.NONE
     value: int = 0
@@ -70,6 +72,13 @@ class RetentionPolicy:
     @classmethod
     def by_size(cls, size_bytes: int) -> RetentionPolicy:
         return cls(RetentionType.SIZE, size_bytes)
+
+    @classmethod
+    def by_consumption(cls) -> RetentionPolicy:
+        """Pravega's consumption-based retention: the server truncates the stream at the lowest of
+        its subscribers' retention cuts (``update_retention_stream_cut``, or each group's last
+        checkpoint), never past one; a stream without subscribers keeps everything."""
+        return cls(RetentionType.CONSUMPTION)
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from typing import Generic, TypeVar
 from millrace.client.connection import Reply
 from millrace.client.controller import ControllerClient
 from millrace.client.serializers import Serializer
+from millrace.client.watermarks import TimeNoter
 from millrace.client.writer import EventPosition, EventSender, _Batch, _EventFuture, _Partition
 from millrace.protocol import messages as m
 from millrace.protocol.errors import ConnectionLostError, RetriableError, TxnFailedError, TxnNotFoundError
@@ -96,13 +97,17 @@ class Transaction(EventSender[T]):
             raise TxnFailedError(f"transaction {self.txn_id} is {self._ended.value.lower()}: no more events")
 
     # -- ending -------------------------------------------------------------------------------------
-    def commit(self) -> None:
+    def commit(self, timestamp: int | None = None) -> None:
         """Flush, then commit; returns once the commit is complete (every event then visible, once).
         Raises TxnFailedError if the transaction aborted meanwhile (e.g. its lease ran out), and the
         flush's error if an event could not be written (the transaction then stays open until
-        ``abort()`` or its lease ends it)."""
+        ``abort()`` or its lease ends it). With ``timestamp`` (Pravega's ``commit(timestamp)``), the
+        writer then notes that time, as ``EventStreamWriter.note_time``: its later transactions'
+        events carry times at or after it, and readers' time windows follow."""
         self.flush()
         self._end(commit=True)
+        if timestamp is not None and self._ended == TxnStatus.COMMITTED:
+            self.writer._noter.note(timestamp)
 
     def abort(self) -> None:
         """Abort: none of the transaction's events will ever be visible. Returns once that is durable."""
@@ -150,6 +155,7 @@ class TransactionalEventStreamWriter(Generic[T]):
         self.writer_id = writer_id or uuid.uuid4().hex
         self.serializer = serializer
         self.lease_ms = lease_ms
+        self._noter = TimeNoter(controller, scope, stream, self.writer_id)  # commit(timestamp)'s marks
 
     def begin_txn(self) -> Transaction[T]:
         """A new open transaction; its lease starts now."""
@@ -191,7 +197,9 @@ class TransactionalEventStreamWriter(Generic[T]):
             self.controller.endpoint, request).result(self.controller.timeout))
 
     def close(self) -> None:
-        """Nothing to release: each transaction ends by commit, abort or its lease."""
+        """Each transaction ends by commit, abort or its lease; only the marks' synchronizer of
+        ``commit(timestamp)`` is closed."""
+        self._noter.close()
 
     def __enter__(self) -> TransactionalEventStreamWriter[T]:
         return self

@@ -33,6 +33,7 @@ from concurrent.futures._base import FINISHED, PENDING
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from millrace.client import watermarks
 from millrace.client.connection import Endpoint, Reply
 from millrace.client.controller import ControllerClient
 from millrace.client.serializers import BytesSerializer, Serializer
@@ -489,6 +490,7 @@ class EventStreamWriter(EventSender[T]):
         self._previous = -1  # the number of this instance's previous event
         # max(_previous, the highest number recorded at open): kept as one field, it is read per event
         self._highest = max(recorded.values(), default=-1)
+        self._noter = watermarks.TimeNoter(controller, scope, stream, self.writer_id)  # note_time's marks
 
     @property
     def written_before(self) -> dict[int, int]:
@@ -570,6 +572,21 @@ class EventStreamWriter(EventSender[T]):
                     (data, fut, first + i if self._numbered else -1) for i, (data, fut) in
                     enumerate(zip(datas, futures, strict=True))])
         return _all_of(futures)
+
+    def note_time(self, timestamp: int) -> None:
+        """Note that every event this writer writes from now on carries a time at or after
+        ``timestamp`` (any integer clock, e.g. epoch milliseconds; increasing per writer), as
+        Pravega's ``noteTime``: readers' ``get_current_time_window`` is built from these marks. It
+        flushes first (so it waits until what was written is durable) and then records the mark
+        (``client/watermarks.py``)."""
+        self.flush()
+        self._noter.note(timestamp)
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._noter.close()
 
     def __enter__(self) -> EventStreamWriter[T]:
         return self

@@ -1,5 +1,6 @@
-"""Reader groups: readers sharing a stream's segments, following a split, a checkpoint and a reset; a
-generated stream cut, a bounded read up to it, and a truncation under a reader.
+"""Reader groups: readers sharing a stream's segments, following a split, a checkpoint and a reset; an
+event read again from its pointer; a generated stream cut, a bounded read up to it, a truncation under
+a reader, and checkpoints the readers take by themselves.
 
     python examples/reader_groups.py tcp://127.0.0.1:9090
 
@@ -15,6 +16,7 @@ import threading
 from typing import Any
 
 from millrace import (
+    EventPointer,
     EventRead,
     EventStreamReader,
     JsonSerializer,
@@ -98,6 +100,11 @@ def main(uri: str) -> None:
         read_all(alice, again)
         print(f"after reset_to: {sorted(e.data['order'] for e in again)}")
 
+        # Every event has a pointer: kept as text (beside a result, say), it reads that event again.
+        first = next(e for e in again if e.event_pointer is not None)
+        kept = first.event_pointer.to_base64() if first.event_pointer is not None else ""
+        print(f"fetched again: {sm.fetch_event(EventPointer.from_base64(kept), JsonSerializer())}")
+
         # A cut agreed with the reading readers (no event is returned for it), then a bounded read up
         # to it by another group: it returns what lies before the cut, never what came after, and
         # then reports the read complete.
@@ -133,7 +140,25 @@ def main(uri: str) -> None:
                 rest.append(event.data["order"])
         print(f"after truncation: told of lost data: {told}, then read {sorted(rest)}")
 
+        # A group whose readers take a checkpoint every half second by themselves (Pravega's
+        # automatic checkpoints): each returns a checkpoint event, and the group keeps the last one.
+        nightly = sm.create_reader_group("nightly", "shop", "orders", serializer=JsonSerializer(),
+                                         automatic_checkpoint_interval=0.5)
+        reader = nightly.create_reader("night-reader")
+        read, after_all = 0, 0
+        while after_all < 1:  # until a checkpoint comes after all five events
+            event = reader.read_next_event(timeout=1.0)
+            if event is not None and event.is_checkpoint:
+                after_all += read == 5
+            elif event is not None:
+                read += 1
+        last = nightly.last_checkpoint()
+        print(f"automatic checkpoint after {read} events, its cut at the tail: "
+              f"{last is not None and last.cuts['shop/orders'] == sm.tail_cut('shop', 'orders')}")
+        reader.close()
+
         alice.close()
+        sm.delete_reader_group("nightly", "shop")
         sm.delete_reader_group("audit", "shop")
         sm.delete_reader_group("billing", "shop")
         print("group deleted")

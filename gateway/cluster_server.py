@@ -108,7 +108,8 @@ log = logging.getLogger("millrace")
 # controller runs topic changes); reads and table-segment data commands are served by any node.
 CONTROLLER_CHANGES = (Command.CREATE_SCOPE, Command.DELETE_SCOPE, Command.CREATE_STREAM, Command.UPDATE_STREAM,
                       Command.SEAL_STREAM, Command.DELETE_STREAM, Command.TRUNCATE_STREAM, Command.SPLIT_SEGMENT,
-                      Command.MERGE_SEGMENTS, Command.CREATE_KV_TABLE, Command.DELETE_KV_TABLE)
+                      Command.MERGE_SEGMENTS, Command.CREATE_KV_TABLE, Command.DELETE_KV_TABLE,
+                      Command.UPDATE_SUBSCRIBER_CUT)
 
 _BUILD_ATTEMPTS = 10
 

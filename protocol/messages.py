@@ -479,6 +479,27 @@ class TruncateStream(StreamRequest):
     cut: dict[str, int]  # segment name (or id as a string) -> offset
 
 
+@_serves(Command.UPDATE_SUBSCRIBER_CUT)
+@dataclass(frozen=True, kw_only=True)
+class UpdateSubscriberCut(StreamRequest):
+    """Consumption-based retention: ``subscriber``'s retention cut of the stream (segment name ->
+    offset); None removes the subscriber."""
+
+    subscriber: str
+    cut: dict[str, int] | None = None
+
+
+@_serves(Command.LIST_SUBSCRIBER_CUTS)
+@dataclass(frozen=True, kw_only=True)
+class ListSubscriberCuts(StreamRequest):
+    pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class SubscriberCutsReply:
+    cuts: dict[str, dict[str, int]]  # subscriber -> its retention cut (segment name -> offset)
+
+
 @_serves(Command.SPLIT_SEGMENT)
 @dataclass(frozen=True, kw_only=True)
 class SplitSegment(StreamRequest):
@@ -585,6 +606,8 @@ class KvIterate(TablePartitionRequest):
     limit: int = 1000
     continuation: str | None = None  # hex
     with_values: bool = False
+    start: str | None = None  # hex: only keys at or above this stored key
+    end: str | None = None  # hex: only keys below this stored key
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -593,6 +616,22 @@ class KvIterateReply:
     values: tuple[int, ...]
     versions: tuple[int, ...]
     continuation: str | None = None
+
+
+@_serves(Command.KV_UPDATE)
+@dataclass(frozen=True, kw_only=True)
+class KvUpdate(TablePartitionRequest):
+    """Puts and removals applied together, all or none. The payload holds the keys, then the values
+    of the puts, of these lengths; a value length of None makes that entry a removal."""
+
+    keys: tuple[int, ...]
+    values: tuple[int | None, ...]
+    expected: tuple[int | None, ...]  # per entry: None, a version, or MUST_NOT_EXIST (puts only)
+
+
+@dataclass(frozen=True, kw_only=True)
+class KvUpdateReply:
+    versions: tuple[int | None, ...]  # per entry: a put's new version, None for a removal
 
 
 # -- event writers and readers (``protocol.events`` encodes the batches) -------------------------------

@@ -55,6 +55,10 @@ class Command(enum.IntEnum):
     SPLIT_SEGMENT = 30
     MERGE_SEGMENTS = 31
     UPDATE_STREAM = 32
+    # A subscriber reader group's retention cut of a stream (None: no longer a subscriber), and the
+    # cuts of a stream's subscribers (store/controller/subscribers.py)
+    UPDATE_SUBSCRIBER_CUT = 33
+    LIST_SUBSCRIBER_CUTS = 34
     # key-value tables (protocol/tables.py encodes their payloads)
     CREATE_KV_TABLE = 40
     DELETE_KV_TABLE = 41
@@ -64,6 +68,7 @@ class Command(enum.IntEnum):
     KV_REMOVE = 45
     KV_GET = 46
     KV_ITERATE = 47
+    KV_UPDATE = 48  # puts and removals of one table segment in one atomic batch
     # event writers (protocol/events.py encodes the batches)
     OPEN_WRITER = 50
     APPEND_EVENTS = 51

@@ -21,6 +21,7 @@ from millrace.gateway.kafka.registry import load_handlers
 from millrace.gateway.kafka.transactions import TransactionCoordinator
 from millrace.store.contracts import SegmentService
 from millrace.store.controller import Controller, RetentionType
+from millrace.store.controller.subscribers import Subscribers
 from millrace.store.errors import SegmentExistsError, TableKeyVersionMismatchError
 from millrace.store.tables import NOT_EXISTS, TableStore
 from millrace.streams.futures import on_reactor
@@ -86,8 +87,16 @@ def _retention_failed(failure: Failure, topic: str) -> None:
 
 def _stream_retention(broker: Broker, name: str) -> tuple[int, int]:
     """Blocking: (retention ms, retention bytes), -1 meaning unlimited, from the retention policy of the
-    native stream recorded under ``name`` (its configuration is the controller's, and may change)."""
-    policy = broker.controller.get_stream(*broker.topics.stream_of(name)).config.retention
+    native stream recorded under ``name`` (its configuration is the controller's, and may change). A
+    consumption policy is applied here instead, by truncating the stream at the lower bound of its
+    subscribers' retention cuts (the segments' new starts move the partitions' log starts); on a
+    cluster by the elected controller alone, which runs every truncation."""
+    scope, stream = broker.topics.stream_of(name)
+    policy = broker.controller.get_stream(scope, stream).config.retention
+    if policy.type == RetentionType.CONSUMPTION:
+        if broker.cluster is None or broker.cluster.is_controller():
+            Subscribers(broker.controller).enforce(scope, stream)
+        return -1, -1
     if policy.type == RetentionType.TIME:
         return policy.value, -1
     if policy.type == RetentionType.SIZE:

@@ -107,6 +107,9 @@ RULES: dict[Command, Rule] = {
     Command.SPLIT_SEGMENT: Rule("stream", ALTER),
     Command.MERGE_SEGMENTS: Rule("stream", ALTER),
     Command.UPDATE_STREAM: Rule("stream", ALTER_CONFIGS),
+    # a subscriber's retention cut lets data go, as a truncation does; reading them is describing
+    Command.UPDATE_SUBSCRIBER_CUT: _STREAM_WRITE,
+    Command.LIST_SUBSCRIBER_CUTS: Rule("stream", DESCRIBE),
     # key-value tables
     Command.CREATE_KV_TABLE: Rule("table", CREATE, CREATE),
     Command.DELETE_KV_TABLE: Rule("table", DELETE),
@@ -116,6 +119,7 @@ RULES: dict[Command, Rule] = {
     Command.KV_REMOVE: Rule("table", WRITE),
     Command.KV_GET: Rule("table", READ),
     Command.KV_ITERATE: Rule("table", READ),
+    Command.KV_UPDATE: Rule("table", WRITE),
     # events and transactions (the transaction commands also check the transaction's owner)
     Command.OPEN_WRITER: _STREAM_WRITE,
     Command.APPEND_EVENTS: _STREAM_WRITE,

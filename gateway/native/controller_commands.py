@@ -23,6 +23,7 @@ from millrace.store.controller import (
     StreamConfiguration,
     segment_name,
 )
+from millrace.store.controller.subscribers import Subscribers
 from millrace.store.errors import SegmentNotFoundError
 from millrace.store.futures import StoreFuture
 
@@ -165,7 +166,16 @@ def controller_handlers(
         return serve(request, on_pool(pool, lambda r, _payload: fn(r)))
 
     c = controller
-    delete = delete_stream if delete_stream is not None else c.delete_stream
+    delete_segments = delete_stream if delete_stream is not None else c.delete_stream
+    subscribers = Subscribers(c)
+
+    def delete(scope: str, stream: str) -> None:
+        delete_segments(scope, stream)
+        subscribers.forget_stream(scope, stream)  # a stream re-created under the name starts afresh
+
+    def subscriber_cuts(r: m.ListSubscriberCuts) -> m.SubscriberCutsReply:
+        return m.SubscriberCutsReply(cuts={name: {segment_name(r.scope, r.stream, sid): off for sid, off in cut.items()}
+                                           for name, cut in subscribers.cuts(r.scope, r.stream).items()})
 
     def describe(scope: str, stream: str) -> m.StreamDescriptionReply:
         return describe_stream(c, scope, stream, partitions_of)
@@ -195,6 +205,9 @@ def controller_handlers(
         blocking(m.SealStream, lambda r: c.seal_stream(r.scope, r.stream)),
         blocking(m.DeleteStream, lambda r: delete(r.scope, r.stream)),
         blocking(m.TruncateStream, lambda r: c.truncate_stream(r.scope, r.stream, _cut(r.cut))),
+        blocking(m.UpdateSubscriberCut, lambda r: subscribers.update(
+            r.scope, r.stream, r.subscriber, None if r.cut is None else _cut(r.cut))),
+        blocking(m.ListSubscriberCuts, subscriber_cuts),
         blocking(m.SplitSegment, split),
         blocking(m.MergeSegments, merge),
     )

@@ -39,7 +39,7 @@ def _expected(raw: int | None) -> ExpectedVersion:
 
 
 def table_handlers(kv: KeyValueTables, tables: TableStore, pool: ThreadPoolExecutor) -> Handlers:
-    def segment(r: m.KvPut | m.KvRemove | m.KvGet | m.KvIterate) -> str:
+    def segment(r: m.KvPut | m.KvRemove | m.KvGet | m.KvIterate | m.KvUpdate) -> str:
         return kv.get(r.scope, r.table).segment(r.partition)
 
     def put(r: m.KvPut, payload: bytes) -> m.KvVersionsReply:
@@ -56,6 +56,16 @@ def table_handlers(kv: KeyValueTables, tables: TableStore, pool: ThreadPoolExecu
             raise ValueError("a removal names one version (or null) per key, never 'must not exist'")
         tables.remove(segment(r), list(zip(keys, r.expected, strict=True)))
 
+    def update(r: m.KvUpdate, payload: bytes) -> m.KvUpdateReply:
+        if not len(r.keys) == len(r.values) == len(r.expected):
+            raise ValueError("keys, values and expected versions differ in number")
+        present = [n for n in r.values if n is not None]
+        blobs = unpack([*r.keys, *present], payload)
+        keys, values = blobs[: len(r.keys)], iter(blobs[len(r.keys):])
+        entries = [(k, None if n is None else next(values), _expected(e))
+                   for k, n, e in zip(keys, r.values, r.expected, strict=True)]
+        return m.KvUpdateReply(versions=tuple(tables.update(segment(r), entries)))
+
     def get(r: m.KvGet, payload: bytes) -> Answer:
         found = tables.get(segment(r), unpack(list(r.keys), payload))
         lengths, data = pack([e.value for e in found if e is not None])
@@ -66,14 +76,16 @@ def table_handlers(kv: KeyValueTables, tables: TableStore, pool: ThreadPoolExecu
         if not 1 <= r.limit <= MAX_ITERATE_LIMIT:
             raise ValueError(f"limit must be 1..{MAX_ITERATE_LIMIT}")
         continuation = bytes.fromhex(r.continuation) if r.continuation is not None else None
+        start = bytes.fromhex(r.start) if r.start is not None else None
+        end = bytes.fromhex(r.end) if r.end is not None else None
         name = segment(r)
         if r.with_values:
-            entries = tables.iterate_entries(name, continuation, r.limit, bytes(payload))
+            entries = tables.iterate_entries(name, continuation, r.limit, bytes(payload), start, end)
             items = [(e.key, e.version) for e in entries.items]
             value_lengths, value_data = pack([e.value for e in entries.items])
             next_token = entries.continuation
         else:
-            page = tables.iterate_keys(name, continuation, r.limit, bytes(payload))
+            page = tables.iterate_keys(name, continuation, r.limit, bytes(payload), start, end)
             items = [(k.key, k.version) for k in page.items]
             value_lengths, value_data = [], b""
             next_token = page.continuation
@@ -101,4 +113,5 @@ def table_handlers(kv: KeyValueTables, tables: TableStore, pool: ThreadPoolExecu
         serve(m.KvRemove, on_pool(pool, remove)),
         serve(m.KvGet, on_pool(pool, get)),
         serve(m.KvIterate, on_pool(pool, iterate)),
+        serve(m.KvUpdate, on_pool(pool, update)),
     )

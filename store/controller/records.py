@@ -86,6 +86,7 @@ class RetentionType(enum.IntEnum):
     NONE = 0
     TIME = 1  # value: milliseconds
     SIZE = 2  # value: bytes
+    CONSUMPTION = 3  # truncated at the lower bound of the subscribers' retention cuts (controller/subscribers.py)
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,10 @@ class RetentionPolicy:
     @classmethod
     def by_size(cls, size_bytes: int) -> RetentionPolicy:
         return cls(RetentionType.SIZE, size_bytes)
+
+    @classmethod
+    def by_consumption(cls) -> RetentionPolicy:
+        return cls(RetentionType.CONSUMPTION)
 
 
 @dataclass(frozen=True)

@@ -294,6 +294,33 @@ class TableStore:
 
         self._write(table, build)
 
+    def update(self, table: str, items: Iterable[tuple[bytes, bytes | None, ExpectedVersion]]) -> list[int | None]:
+        """Puts and removals in one batch, all or nothing (Pravega's ``update`` of mixed
+        ``TableModification``s). Each item is (key, value, expected): a value of None removes the key.
+        Expected versions work as in ``put`` and ``remove``; a removal cannot expect NOT_EXISTS.
+        Returns, in order, each put's new version and None for each removal."""
+        checked: list[tuple[bytes, bytes | None, ExpectedVersion]] = []
+        for key, value, expected in items:
+            if value is None:
+                if expected is NOT_EXISTS:
+                    raise ValueError("a removal cannot expect the key to be absent")
+            elif len(value) > MAX_VALUE_BYTES:
+                raise ValueError(f"value of {len(value)} bytes exceeds {MAX_VALUE_BYTES}")
+            checked.append((bytes(key), None if value is None else bytes(value), expected))
+        self._check_keys([k for k, _, _ in checked])
+        if not checked:
+            return []
+
+        def build(t: _Table) -> list[EncodedEntry]:
+            for key, _value, expected in checked:
+                self._check_version(t, key, expected)
+            # Tombstones only for keys that exist, as in ``remove``.
+            return [EncodedEntry(key, value) for key, value, _ in checked if value is not None or key in t.index]
+
+        # ``build`` keeps the items' order, so the puts' entries come back in their order.
+        versions = iter([d.version for d in self._write(table, build) if d.value is not None])
+        return [None if value is None else next(versions) for _key, value, _ in checked]
+
     # -- reads -------------------------------------------------------------------------------------
     def get(self, table: str, keys: Sequence[bytes]) -> list[TableEntry | None]:
         """Current entries of ``keys`` (None for absent keys), in order."""
@@ -308,19 +335,22 @@ class TableStore:
         return {e.key: e for e in self.entries(table, prefix)}
 
     def iterate_keys(
-        self, table: str, continuation: bytes | None = None, limit: int = 1000, prefix: bytes = b""
+        self, table: str, continuation: bytes | None = None, limit: int = 1000, prefix: bytes = b"",
+        start: bytes | None = None, end: bytes | None = None,
     ) -> IteratorPage[TableKey]:
         """Up to ``limit`` keys in ascending byte order, after ``continuation`` (from a previous
-        page). Order is by key, so a token stays valid across updates, compaction and restarts."""
-        t, page, more = self._page(table, continuation, limit, prefix)
+        page), of those that start with ``prefix`` and lie in [``start``, ``end``) when given. Order
+        is by key, so a token stays valid across updates, compaction and restarts."""
+        t, page, more = self._page(table, continuation, limit, prefix, start, end)
         items = [TableKey(k, s.version) for k, s in page]
         return IteratorPage(items, _token(page[-1][0]) if more and page else None)
 
     def iterate_entries(
-        self, table: str, continuation: bytes | None = None, limit: int = 1000, prefix: bytes = b""
+        self, table: str, continuation: bytes | None = None, limit: int = 1000, prefix: bytes = b"",
+        start: bytes | None = None, end: bytes | None = None,
     ) -> IteratorPage[TableEntry]:
         """Like iterate_keys, with values."""
-        t, page, more = self._page(table, continuation, limit, prefix)
+        t, page, more = self._page(table, continuation, limit, prefix, start, end)
         entries = self._materialize(t, [k for k, _ in page], [s for _, s in page])
         items = [e for e in entries if e is not None]
         return IteratorPage(items, _token(page[-1][0]) if more and page else None)
@@ -521,24 +551,29 @@ class TableStore:
                     slots = [t.index.get(k) for k in keys]
 
     def _page(
-        self, table: str, continuation: bytes | None, limit: int, prefix: bytes
+        self, table: str, continuation: bytes | None, limit: int, prefix: bytes,
+        start: bytes | None = None, end: bytes | None = None,
     ) -> tuple[_Table, list[tuple[bytes, _Slot]], bool]:
         if limit < 1:
             raise ValueError("limit must be positive")
         t = self._table(table)
+
+        def within(key: bytes) -> bool:
+            return key.startswith(prefix) and (end is None or key < end)
+
         with t.lock:
             ordered = t.sorted_keys()
-            i = bisect.bisect_left(ordered, prefix)
+            i = bisect.bisect_left(ordered, prefix if start is None else max(prefix, start))
             if continuation is not None:
                 i = max(i, bisect.bisect_right(ordered, _untoken(continuation)))
             page: list[tuple[bytes, _Slot]] = []
             while i < len(ordered) and len(page) < limit:
                 key = ordered[i]
-                if not key.startswith(prefix):
+                if not within(key):
                     return t, page, False
                 page.append((key, t.index[key]))
                 i += 1
-            more = i < len(ordered) and ordered[i].startswith(prefix)
+            more = i < len(ordered) and within(ordered[i])
         return t, page, more
 
 

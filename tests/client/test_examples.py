@@ -65,7 +65,18 @@ def test_reader_groups_example(server: ServerProcess, uri: str) -> None:
     assert out[:3] == ["read 20 orders, each once: True", "online: ['alice', 'bob']",
                        "after the split: 10 more, per-customer order kept: True"]
     assert out[3].startswith("checkpoint before-refund-run: shop/orders[0.1@") and out[3].endswith(", 1.2@0, 1.3@0]")
-    assert out[4:] == ["checkpoint event returned: ['before-refund-run']", "after reset_to: [30, 31, 32, 33, 34]",
-                       "bounded read up to the cut: True, read completed: True",
+    assert out[4:6] == ["checkpoint event returned: ['before-refund-run']", "after reset_to: [30, 31, 32, 33, 34]"]
+    assert out[6].startswith("fetched again: {'order': 3") and "'customer': 'customer-" in out[6]
+    assert out[7:] == ["bounded read up to the cut: True, read completed: True",
                        "after truncation: told of lost data: True, then read [45, 46, 47, 48, 49]",
+                       "automatic checkpoint after 5 events, its cut at the tail: True",
                        "group deleted"]
+
+
+def test_asyncio_client_example(server: ServerProcess, uri: str) -> None:
+    out = run(os.path.join(EXAMPLES, "asyncio_client.py"), uri).splitlines()
+    assert out[0].startswith("first event at partition ")
+    assert out[1:] == ["read: ['order-1 placed', 'order-2 placed', 'order-3 placed', 'order-4 placed', "
+                       "'order-5 placed']",
+                       "november: ['2026-11-01', '2026-11-02']",
+                       "update gave versions for the puts only: [False, True, True]"]

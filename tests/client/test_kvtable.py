@@ -8,7 +8,10 @@ import threading
 import pytest
 
 from millrace import (
+    Insert,
     KeyValueTableNotFoundError,
+    Put,
+    Remove,
     ScopeNotEmptyError,
     StreamManager,
     TableEntry,
@@ -157,3 +160,69 @@ def test_a_scope_holding_a_table_is_not_empty(uri: str) -> None:
         sm.delete_key_value_table("tables-only", "settings")
         sm.delete_scope("tables-only")
         assert "tables-only" not in sm.list_scopes()
+
+
+def test_byte_keys_and_families(uri: str) -> None:
+    with StreamManager(uri) as sm:
+        sm.create_scope("kvbytes")
+        table = sm.create_key_value_table("kvbytes", "raw", partitions=3)
+        binary = b"\x00\xff\xfe-id"  # not UTF-8
+        v = table.put(binary, b"one", key_family=b"\x01fam")
+        assert table.get(binary, key_family=b"\x01fam") == (b"one", v)
+        assert table.get(binary) is None  # another family (none) is another key
+        table.put("text", b"same")  # a str key is its UTF-8 bytes: one key, two spellings
+        assert table.get(b"text") == table.get("text")
+        with pytest.raises(TableKeyVersionMismatchError, match=r"key b'\\x00\\xff\\xfe-id' of key family b'\\x01fam'"):
+            table.put_if_absent(binary, b"again", key_family=b"\x01fam")
+        entries = list(table.entries(key_family=b"\x01fam", raw_keys=True))
+        assert entries == [TableEntry(binary, b"one", v, b"\x01fam")]
+        with pytest.raises(ValueError, match="raw_keys=True"):
+            list(table.keys(key_family=b"\x01fam"))  # not text: asks for raw keys
+        with pytest.raises(TypeError):
+            table.put(7, b"x")  # type: ignore[arg-type]
+
+
+def test_secondary_key_ranges_and_prefixes(uri: str) -> None:
+    with StreamManager(uri) as sm:
+        sm.create_scope("kvrange")
+        table = sm.create_key_value_table("kvrange", "readings", partitions=4)
+        # The family is the primary key (a device), the key the secondary key (a time), as Pravega's.
+        table.put_all([(f"2026-11-{d:02d}", f"{d}".encode()) for d in range(1, 31)], key_family="dev-1")
+        table.put_all([(f"2026-12-{d:02d}", b"dec") for d in range(1, 4)], key_family="dev-1")
+        table.put("2026-11-15", b"other device", key_family="dev-2")
+        week = [e.key for e in table.entries(key_family="dev-1", start="2026-11-08", end="2026-11-15")]
+        assert week == [f"2026-11-{d:02d}" for d in range(8, 15)]
+        december = [k for k, _ in table.keys(key_family="dev-1", prefix="2026-12-")]
+        assert december == ["2026-12-01", "2026-12-02", "2026-12-03"]
+        tail = [e.value for e in table.entries(key_family="dev-1", prefix="2026-11-", start="2026-11-29")]
+        assert tail == [b"29", b"30"]
+        assert list(table.entries(key_family="dev-1", start="2027")) == []
+        # Keys without a family are spread over the partitions, and still come back in key order.
+        for i in range(40):
+            table.put(f"loose-{i:02d}", b"x")
+        loose = [k for k, _ in table.keys(start="loose-10", end="loose-20")]
+        assert loose == [f"loose-{i:02d}" for i in range(10, 20)]
+        assert [k for k, _ in table.keys(prefix="loose-3")] == [f"loose-3{i}" for i in range(10)]
+
+
+def test_update_applies_puts_and_removals_atomically(uri: str) -> None:
+    with StreamManager(uri) as sm:
+        sm.create_scope("kvupdate")
+        table = sm.create_key_value_table("kvupdate", "orders", partitions=2)
+        v_open, v_total = table.put_all([("open", b"1"), ("total", b"10")], key_family="cart")
+        # A stale condition on the removal fails the whole update: no put lands.
+        with pytest.raises(TableKeyVersionMismatchError, match=r"^kvupdate/orders: key 'open' of key family 'cart'"):
+            table.update([Put("total", b"11", if_version=v_total), Insert("item-1", b"apple"),
+                          Remove("open", if_version=v_open + 1)], key_family="cart")
+        assert table.get_all(["open", "total", "item-1"], key_family="cart") == [(b"1", v_open), (b"10", v_total), None]
+        versions = table.update([Put("total", b"11", if_version=v_total), Insert("item-1", b"apple"),
+                                 Remove("open", if_version=v_open)], key_family="cart")
+        assert versions[2] is None and versions[0] is not None and versions[1] is not None
+        assert table.get_all(["open", "total", "item-1"], key_family="cart") == \
+            [None, (b"11", versions[0]), (b"apple", versions[1])]
+        with pytest.raises(TableKeyVersionMismatchError):
+            table.update([Insert("item-1", b"pear")], key_family="cart")
+        with pytest.raises(ValueError, match="needs a key family"):
+            table.update([Put("a", b"1"), Remove("b")])
+        assert table.update([Remove(b"no-family-key")]) == [None]  # one key needs no family
+        assert table.update([]) == []

@@ -357,3 +357,43 @@ def test_batch_encoding_roundtrip_and_crc() -> None:
     broken[-1] ^= 0xFF
     with pytest.raises(DataCorruptionError):
         list(decode_batch(bytes(broken), 0))
+
+
+def test_update_mixes_puts_and_removals_all_or_nothing(tables: TableStore, table: str) -> None:
+    va, vb = tables.put(table, [(b"a", b"1"), (b"b", b"2")])
+    length = tables.get_info(table).length
+    # One failed condition (on a removal) fails the puts beside it too: nothing is appended.
+    with pytest.raises(TableKeyVersionMismatchError):
+        tables.update(table, [(b"c", b"3", None), (b"a", None, va + 1)])
+    with pytest.raises(TableKeyVersionMismatchError):
+        tables.update(table, [(b"a", None, None), (b"b", b"x", NOT_EXISTS)])
+    assert tables.get_info(table).length == length
+    assert [e.value if e else None for e in tables.get(table, [b"a", b"b", b"c"])] == [b"1", b"2", None]
+    # Applied: a removal, a conditional put, a fresh key and a removal of an absent key, in one batch.
+    versions = tables.update(table, [(b"a", None, va), (b"b", b"two", vb), (b"c", b"3", NOT_EXISTS),
+                                     (b"absent", None, None)])
+    assert versions[0] is None and versions[3] is None
+    assert versions[1] is not None and versions[2] is not None and vb < versions[1] < versions[2]
+    b, c = tables.get(table, [b"b", b"c"])
+    assert (b.value, b.version, c.value, c.version) == (b"two", versions[1], b"3", versions[2])
+    assert tables.get(table, [b"a"]) == [None]
+    with pytest.raises(ValueError):
+        tables.update(table, [(b"b", None, None), (b"b", b"again", None)])  # one key twice
+    with pytest.raises(ValueError):
+        tables.update(table, [(b"b", None, NOT_EXISTS)])  # a removal cannot expect absence
+
+
+def test_iteration_within_a_key_range(tables: TableStore, table: str) -> None:
+    keys = [f"r/{i:02d}".encode() for i in range(30)] + [b"q", b"s"]
+    tables.put(table, [(k, k) for k in keys])
+    page = tables.iterate_keys(table, limit=4, prefix=b"r/", start=b"r/05", end=b"r/12")
+    assert [k.key for k in page.items] == [b"r/05", b"r/06", b"r/07", b"r/08"]
+    rest = tables.iterate_entries(table, page.continuation, limit=100, prefix=b"r/", start=b"r/05", end=b"r/12")
+    assert [e.key for e in rest.items] == [b"r/09", b"r/10", b"r/11"] and rest.continuation is None
+    # A bound below the prefix does not widen it; an end at the page's edge leaves no continuation.
+    assert [k.key for k in tables.iterate_keys(table, prefix=b"r/", start=b"a", end=b"r/02").items] == \
+        [b"r/00", b"r/01"]
+    exact = tables.iterate_keys(table, limit=2, start=b"r/28")
+    assert [k.key for k in exact.items] == [b"r/28", b"r/29"] and exact.continuation is not None
+    assert [k.key for k in tables.iterate_keys(table, exact.continuation, start=b"r/28").items] == [b"s"]
+    assert tables.iterate_keys(table, limit=2, start=b"r/28", end=b"s").continuation is None

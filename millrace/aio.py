@@ -1,0 +1,27 @@
+"""``millrace.aio``: the asyncio API of the native client (``millrace.client.aio`` holds it).
+
+A module, not a link like the folders beside it: a linked file would load twice, as ``millrace.aio`` and
+``millrace.client.aio``, with two of each class, so ``isinstance`` would fail across the two names.
+"""
+
+from millrace.client.aio import (
+    AsyncEventReader,
+    AsyncEventWriter,
+    AsyncKeyValueTable,
+    AsyncReaderGroup,
+    AsyncStreamManager,
+    AsyncTransaction,
+    AsyncTransactionalWriter,
+    PendingWrite,
+)
+
+__all__ = [
+    "AsyncEventReader",
+    "AsyncEventWriter",
+    "AsyncKeyValueTable",
+    "AsyncReaderGroup",
+    "AsyncStreamManager",
+    "AsyncTransaction",
+    "AsyncTransactionalWriter",
+    "PendingWrite",
+]
