@@ -35,8 +35,8 @@ from millrace.client.controller import ControllerClient
 from millrace.client.streams import ScalingPolicy, StreamConfiguration
 from millrace.client.synchronizer import StateSynchronizer, Updates
 from millrace.protocol.errors import StreamExistsError
+from millrace.protocol.names import MARK_STREAM_PREFIX  # <scope>/_MARK<stream>, reserved as every "_" name is
 
-MARK_STREAM_PREFIX = "_MARK"  # <scope>/_MARK<stream>, reserved as every "_" name is
 MARKS_KEPT = 32  # per writer: a reader further behind than that sees its bounds from the oldest kept
 COMPACT_EVERY = 64  # notes by one writer between compactions of the marks' stream
 

@@ -10,6 +10,9 @@ import re
 
 EPOCH_DELIMITER = ".#epoch."
 SYSTEM_SCOPE = "_system"
+# A stream's watermark companion, <scope>/_MARK<stream> (Pravega's mark stream): the client's writers
+# note their times there, and the controller deletes it with its stream.
+MARK_STREAM_PREFIX = "_MARK"
 
 # Kafka's topic alphabet, so every topic name is a valid stream name; "/" separates name parts.
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")

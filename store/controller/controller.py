@@ -35,6 +35,7 @@ from millrace.store.controller.errors import (
 )
 from millrace.store.controller.keys import key_hash
 from millrace.store.controller.names import (
+    MARK_STREAM_PREFIX,
     SYSTEM_SCOPE,
     parse_segment_name,
     segment_epoch,
@@ -316,6 +317,17 @@ class Controller:
         if epochs:
             self.tables.remove(EPOCHS_TABLE, [e.key for e in epochs])
         self.tables.remove(STREAMS_TABLE, [_stream_key(scope, stream)])
+        if not stream.startswith(MARK_STREAM_PREFIX):
+            self._delete_mark_stream(scope, MARK_STREAM_PREFIX + stream)
+
+    def _delete_mark_stream(self, scope: str, mark: str) -> None:
+        """Delete a stream's watermark companion, if its writers made one: it is the stream's, and left
+        behind it would keep the scope from being deleted."""
+        try:
+            self.seal_stream(scope, mark)
+            self.delete_stream(scope, mark)
+        except StreamNotFoundError:
+            pass
 
     # -- scaling -----------------------------------------------------------------------------------
     def scale_stream(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from millrace.protocol.names import (
     EPOCH_DELIMITER,
+    MARK_STREAM_PREFIX,
     SYSTEM_SCOPE,
     parse_segment_name,
     segment_epoch,
@@ -15,6 +16,7 @@ from millrace.protocol.names import (
 
 __all__ = [
     "EPOCH_DELIMITER",
+    "MARK_STREAM_PREFIX",
     "SYSTEM_SCOPE",
     "parse_segment_name",
     "segment_epoch",

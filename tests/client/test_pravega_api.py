@@ -335,6 +335,12 @@ def test_watermarks_advance_monotonically_and_bound_event_times(sm: StreamManage
     assert windows[-1].lower_time_bound == 800 and windows[-1].upper_time_bound is None
     assert reader.get_current_time_window(f"{scope}/{stream}").lower_time_bound == 800
     reader.close()
+    # The marks are the stream's: deleting it deletes them, and the scope can go (reader group first).
+    sm.delete_reader_group("g", scope)
+    sm.seal_stream(scope, stream)
+    sm.delete_stream(scope, stream)
+    assert sm.list_streams(scope) == []
+    sm.delete_scope(scope)
 
 
 def test_transaction_commit_notes_its_time(sm: StreamManager) -> None:
