@@ -15,20 +15,27 @@ an error, never skipped)::
 
     magic:u16  kind:u8  nonce:8 bytes  length:u32  crc32:u32  payload
 
-``STATE`` carries a whole state (the initial one, a compaction snapshot, or an update that returned
-a new state) and replaces the local copy; ``UPDATES`` carries a list of serialized updates applied in
-order with the synchronizer's ``apply_update``. The nonce names the write attempt: after a lost
-connection the outcome of a conditional append is unknown, and the member learns it by reading the
-slot the append aimed at (it holds that nonce or it does not), so an update is applied exactly once.
+``STATE`` carries a whole state (the initial one, or an update that returned a new state) and replaces
+the local copy; ``UPDATES`` carries a list of serialized updates applied in order with the
+synchronizer's ``apply_update``; ``SNAPSHOT`` is a compaction's state (below). The nonce names the
+write attempt: after a lost connection the outcome of a conditional append is unknown, and the member
+learns it by reading the slot the append aimed at (it holds that nonce or it does not), so an update
+is applied exactly once.
 
-**Compaction** writes the current state as a ``STATE`` entry at the tail (conditionally, so it is the
-exact state there) and truncates the segment before it. The segment's start offset is therefore
-always the offset of a ``STATE`` entry, and a member that starts, or that finds its revision below the
-start (``SegmentTruncatedError``), reads from the start and begins with that snapshot.
+**Compaction** writes the current state as a ``SNAPSHOT`` entry at the tail (conditionally, so it is
+the exact state there) and truncates the segment before it. The segment's start offset is therefore
+always the offset of a ``STATE`` or ``SNAPSHOT`` entry, and a member that starts, or that finds its
+revision below the start (``SegmentTruncatedError``), reads from the start and begins with that
+snapshot. A snapshot also lists the nonces of the entries it covers back to an offset (the newest
+``RECENT_NONCES``): a member whose lost append was truncated away by another member's compaction
+learns from that list whether the append is in the snapshot's state, rather than write it again. If
+the slot lies before what the list covers, the outcome cannot be known and ``ConnectionLostError``
+says so.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import os
@@ -62,6 +69,10 @@ R = TypeVar("R")
 MAGIC = 0x5359  # "SY"
 KIND_STATE = 1
 KIND_UPDATES = 2
+KIND_SNAPSHOT = 3
+# A snapshot's payload: the offset its nonce list starts at and how many nonces, the nonces, the state.
+_SNAPSHOT_HEAD = struct.Struct(">QI")
+RECENT_NONCES = 1024  # nonces a snapshot lists: 8 KiB
 _HEADER = struct.Struct(">HB8sII")
 _COUNT = struct.Struct(">I")
 READ_BYTES = 1 << 20
@@ -122,11 +133,24 @@ def decode_entries(data: bytes, offset: int) -> tuple[list[Entry], int]:
         payload = bytes(data[pos + _HEADER.size:end])
         if zlib.crc32(payload) != crc:
             raise StateCorruptError(f"entry at offset {offset + pos} fails its CRC")
-        if kind not in (KIND_STATE, KIND_UPDATES):
+        if kind not in (KIND_STATE, KIND_UPDATES, KIND_SNAPSHOT):
             raise StateCorruptError(f"entry at offset {offset + pos} has unknown kind {kind}")
         entries.append(Entry(offset + pos, offset + end, kind, nonce, payload))
         pos = end
     return entries, pos
+
+
+def pack_snapshot(covered_from: int, nonces: Iterable[bytes], state: bytes) -> bytes:
+    listed = list(nonces)
+    return b"".join([_SNAPSHOT_HEAD.pack(covered_from, len(listed)), *listed, state])
+
+
+def unpack_snapshot(payload: bytes) -> tuple[int, list[bytes], bytes]:
+    """(the offset the nonce list covers from, the nonces of the entries covered, the state's bytes)."""
+    covered_from, count = _SNAPSHOT_HEAD.unpack_from(payload)
+    start = _SNAPSHOT_HEAD.size
+    nonces = [payload[start + 8 * i:start + 8 * i + 8] for i in range(count)]
+    return covered_from, nonces, payload[start + 8 * count:]
 
 
 def pack_updates(items: Iterable[bytes]) -> bytes:
@@ -173,6 +197,9 @@ class StateSynchronizer(Generic[S, U]):
         self._accepted_length = 0  # a refused append's view of the segment's length
         self._state: S | None = None
         self._initialized = False
+        # (offset, nonce) of the newest entries applied, what a snapshot written here lists; those a
+        # snapshot carried over stand at the offset its list starts at (all that is read is the oldest)
+        self._recent: collections.deque[tuple[int, bytes]] = collections.deque(maxlen=RECENT_NONCES)
         self._lock = threading.RLock()
         self._closed = False
 
@@ -238,7 +265,7 @@ class StateSynchronizer(Generic[S, U]):
             # (the usual case) pays one round trip, and a stale one learns it from the refusal.
             # Attempts whose answer was lost: nonce -> result. At most one of them can have landed
             # (each aimed at a slot this member had not yet seen filled), and reading shows which.
-            unknown: dict[bytes, R] = {}
+            unknown: dict[bytes, tuple[R, int]] = {}  # nonce -> (result, the slot it aimed at)
             attempts = 0
             while True:
                 if not self._initialized:
@@ -246,10 +273,11 @@ class StateSynchronizer(Generic[S, U]):
                 outcome, result = fn(copy.deepcopy(self.state))
                 kind, payload = self._encode_outcome(outcome)
                 nonce = os.urandom(8)
+                slot = self._revision
                 try:
-                    landed = self._write_at(self._revision, kind, payload, nonce)
+                    landed = self._write_at(slot, kind, payload, nonce)
                 except ConnectionLostError:
-                    unknown[nonce] = result
+                    unknown[nonce] = (result, slot)
                     self.lost_answers += 1
                 else:
                     if landed is not None:
@@ -258,7 +286,11 @@ class StateSynchronizer(Generic[S, U]):
                     self.conflicts += 1
                 for entry in self._fetch():
                     if entry.nonce in unknown:
-                        return unknown[entry.nonce]
+                        return unknown[entry.nonce][0]
+                    if entry.kind == KIND_SNAPSHOT and unknown:
+                        settled = _settled_by_snapshot(entry, unknown)
+                        if settled is not None:
+                            return settled[0]
                 attempts += 1
                 _backoff(attempts)
 
@@ -282,8 +314,11 @@ class StateSynchronizer(Generic[S, U]):
                 if not self._initialized:
                     raise StateNotInitializedError(f"{self.scope}/{self.stream} holds no state yet")
                 at = self._revision
+                recent = list(self._recent)
+                snapshot = pack_snapshot(recent[0][0] if recent else at, (nonce for _, nonce in recent),
+                                         self._encode_state(self.state))
                 try:
-                    landed = self._write_at(at, KIND_STATE, self._encode_state(self.state))
+                    landed = self._write_at(at, KIND_SNAPSHOT, snapshot)
                 except ConnectionLostError:
                     # Unknown outcome: a snapshot that lands later anyway is harmless (it is the
                     # exact state where it lies); only truncate at one known to be there.
@@ -401,6 +436,12 @@ class StateSynchronizer(Generic[S, U]):
         if entry.kind == KIND_STATE:
             self._state = self.serializer.deserialize(entry.payload)
             self._initialized = True
+        elif entry.kind == KIND_SNAPSHOT:
+            covered_from, nonces, state_bytes = unpack_snapshot(entry.payload)
+            self._state = self.serializer.deserialize(state_bytes)
+            self._initialized = True
+            self._recent.clear()
+            self._recent.extend((covered_from, nonce) for nonce in nonces)
         else:
             if not self._initialized:
                 raise StateCorruptError(f"updates at offset {entry.offset} precede any state")
@@ -411,7 +452,23 @@ class StateSynchronizer(Generic[S, U]):
             for blob in unpack_updates(entry.payload):
                 state = self.apply_update(state, self.update_serializer.deserialize(blob))  # type: ignore[arg-type]
             self._state = state
+        self._recent.append((entry.offset, entry.nonce))
         self._revision = entry.end
+
+
+def _settled_by_snapshot(entry: Entry, unknown: dict[bytes, tuple[R, int]]) -> tuple[R] | None:
+    """For attempts whose answer was lost: (the result of the one a snapshot's state holds,), None when
+    it holds none of them; ConnectionLostError when an attempt's slot lies before what the snapshot
+    lists (its entry was compacted away unlisted, so whether it landed cannot be known)."""
+    covered_from, nonces, _ = unpack_snapshot(entry.payload)
+    listed = set(nonces)
+    for nonce, (result, _slot) in unknown.items():
+        if nonce in listed:
+            return (result,)
+    if any(slot < covered_from for _, slot in unknown.values()):
+        raise ConnectionLostError("an update's answer was lost and its slot was compacted away before it "
+                                  "could be read: whether it was applied is unknown")
+    return None
 
 
 def _backoff(attempts: int) -> None:

@@ -284,3 +284,29 @@ def test_updates_apply_once_across_server_sigkills(tmp_path: Any) -> None:
         for m in managers:
             m.close()
         server.kill()
+
+
+def test_a_lost_answer_whose_entry_another_member_compacted_away_is_applied_once(sm: StreamManager) -> None:
+    """A's append lands but its answer is lost; before A reads its slot, B applies it, compacts and
+    truncates it away. A must learn from B's snapshot that its update is in the state, not write it
+    again (it used to: one update counted twice, seen as a flaky total in the SIGKILL test)."""
+    from millrace import ConnectionLostError
+
+    a = sm.create_synchronizer(SCOPE, "compacted-away", initial={"total": 0})
+    b = sm.create_synchronizer(SCOPE, "compacted-away")
+    b.fetch_updates()
+    real_append = a._append
+
+    def append_then_lose_the_answer(data: bytes, expected_offset: int | None) -> None:
+        real_append(data, expected_offset)  # it lands...
+        a._append = real_append  # (only this once)
+        b.fetch_updates()  # ...B applies it, snapshots the state and truncates the entry away
+        b.compact()
+        raise ConnectionLostError("the answer was lost")
+
+    a._append = append_then_lose_the_answer  # type: ignore[method-assign]
+    a.update(lambda s: {"total": s["total"] + 1})
+    assert a.lost_answers == 1
+    assert a.state == {"total": 1}
+    b.fetch_updates()
+    assert b.state == {"total": 1}
