@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Type check the millrace package (protocol/, gateway/, streams/, store/ and client/ through the links in millrace/).
+# Type check the millrace package (protocol/, gateway/, streams/, store/, client/ and spark/ through the links in millrace/).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"

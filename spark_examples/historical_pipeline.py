@@ -8,7 +8,9 @@ The same stream that feeds production is the test data of the next version: spar
 between --starting-offsets/--ending-offsets (earliest, latest, or JSON per partition) or --from/--to (event
 times: the records carry them as Kafka timestamps, and each partition starts at its first record at or after
 --from and ends before its first record at or after --to). The result can go to Parquet, to a topic, and be
-compared window by window with what the streaming pipeline wrote (--compare-with its Parquet output)."""
+compared window by window with what the streaming pipeline wrote (--compare-with its Parquet output).
+With --source native the history is read by Millrace's own connector between two stream cuts (--start-cut,
+--end-cut: base64 StreamCuts, default the head and the tail), one Spark partition per segment range."""
 
 from __future__ import annotations
 
@@ -22,6 +24,12 @@ from pyspark.sql import functions as F
 from spark_examples.generate import parse_time_ms
 from spark_examples.kafka_options import sink_options, source_options
 from spark_examples.logic import aggregate, as_kafka_records
+from spark_examples.native_source import (
+    add_source_arguments,
+    native_options,
+    native_readings,
+    native_stream_name,
+)
 from spark_examples.session import add_spark_arguments, build_session
 
 KEY = ["device", "window_start_ms", "window_end_ms"]
@@ -73,18 +81,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--show", type=int, default=20, help="print this many aggregate rows")
     ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                     help="any other Kafka source option (kafka.* for client settings)")
+    add_source_arguments(ap)
+    ap.add_argument("--end-cut", default=None,
+                    help="--source native: end at this base64 StreamCut (default: the stream's tail)")
     add_spark_arguments(ap)
     args = ap.parse_args(argv)
+    kafka_only = (args.from_, args.to, args.starting_offsets != "earliest", args.ending_offsets != "latest")
+    if args.source == "native" and any(kafka_only):
+        ap.error("--from, --to, --starting-offsets and --ending-offsets are Kafka source options "
+                 "(--start-cut and --end-cut for native)")
 
+    if args.source == "native" and not args.output_topic and args.packages is None:
+        args.packages = "none"  # no Kafka source or sink: Spark's Kafka connector is not needed
     spark = build_session("millrace-sensors-history", args)
     extra = dict(item.split("=", 1) for item in args.option)
-    options = source_options(
-        args.bootstrap, args.topic, starting_offsets=args.starting_offsets, ending_offsets=args.ending_offsets,
-        starting_timestamp=parse_time_ms(args.from_) if args.from_ else None,
-        ending_timestamp=parse_time_ms(args.to) if args.to else None, extra=extra)
-    result = historical_aggregates(kafka_history(spark, options), args.window).cache()
+    if args.source == "native":
+        name = native_stream_name(args)
+        raw = native_readings(spark, native_options(args.endpoint, name, start_cut=args.start_cut,
+                                                    end_cut=args.end_cut), streaming=False)
+    else:
+        name = args.topic
+        raw = kafka_history(spark, source_options(
+            args.bootstrap, args.topic, starting_offsets=args.starting_offsets, ending_offsets=args.ending_offsets,
+            starting_timestamp=parse_time_ms(args.from_) if args.from_ else None,
+            ending_timestamp=parse_time_ms(args.to) if args.to else None, extra=extra))
+    result = historical_aggregates(raw, args.window).cache()
     windows = result.count()
-    print(f"{windows} device windows from {args.topic}", file=sys.stderr)
+    print(f"{windows} device windows from {name}", file=sys.stderr)
     if args.show:
         result.orderBy("window_start_ms", "device").show(args.show, truncate=False)
     if args.parquet:

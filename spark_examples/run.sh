@@ -17,7 +17,7 @@ esac
 shift
 [ -x "$py" ] || "$root/scripts/bootstrap.sh"
 if ! "$py" - <<'PY' 2>/dev/null
-import confluent_kafka, pyspark
+import confluent_kafka, pyarrow, pyspark
 assert pyspark.__version__.startswith("4.0."), pyspark.__version__
 PY
 then

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 import pyspark
 from pyspark.sql import SparkSession
@@ -40,6 +41,11 @@ def build_session(app: str, args: argparse.Namespace) -> SparkSession:
         builder = builder.config("spark.jars", jars)
     elif (args.packages or "") != "none":
         builder = builder.config("spark.jars.packages", args.packages or connector_package())
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        # Python data sources (--source native) plan and read in Python workers: this interpreter, which
+        # has millrace and pyspark, rather than Spark's default python3 from the PATH (the planner's workers
+        # follow PYSPARK_PYTHON, not spark.pyspark.python). Under spark-submit, its settings rule.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = (builder.config("spark.sql.session.timeZone", "UTC")
                .config("spark.sql.shuffle.partitions", str(args.shuffle_partitions))
                .config("spark.ui.showConsoleProgress", "false"))

@@ -3,7 +3,8 @@
     spark_examples/run.sh stream --bootstrap 127.0.0.1:9092 --topic sensor-readings \\
         --output-topic sensor-aggregates --parquet out/aggregates --checkpoint out/checkpoint
 
-readStream.format("kafka") -> parse JSON -> per-device tumbling event-time windows with a watermark ->
+readStream.format("kafka") (or, with --source native, Millrace's own format("millrace") over the topic's stream
+kafka/<topic> or any --stream) -> parse JSON -> per-device tumbling event-time windows with a watermark ->
 two queries with their own checkpoints under --checkpoint: the Kafka sink into --output-topic (key = device,
 value = the aggregate as JSON) and the Parquet file sink into --parquet (exactly-once). Output mode is append:
 a window is written once, when the watermark passes its end. Stopped (Ctrl-C) and started again with the
@@ -25,6 +26,12 @@ from pyspark.sql.streaming import StreamingQuery
 
 from spark_examples.kafka_options import sink_options, source_options
 from spark_examples.logic import aggregate, as_kafka_records
+from spark_examples.native_source import (
+    add_source_arguments,
+    native_options,
+    native_readings,
+    native_stream_name,
+)
 from spark_examples.session import add_spark_arguments, build_session
 
 
@@ -133,21 +140,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--available-now", action="store_true", help="process what is there, then stop")
     ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                     help="any other Kafka source option (kafka.* for client settings)")
+    add_source_arguments(ap)
     add_spark_arguments(ap)
     args = ap.parse_args(argv)
+    if args.source == "native" and (args.max_offsets_per_trigger is not None or args.starting_offsets != "earliest"):
+        ap.error("--max-offsets-per-trigger and --starting-offsets are Kafka source options (--start-cut for native)")
 
     stop = StopRequest()
     stop.install()  # a Ctrl-C while the JVM starts is remembered, not a traceback
+    if args.source == "native" and not args.output_topic and args.packages is None:
+        args.packages = "none"  # no Kafka source or sink: Spark's Kafka connector is not needed
     spark = build_session("millrace-sensors-streaming", args)
     stop.install()  # again: creating the SparkContext installed PySpark's handler over ours
     extra = dict(item.split("=", 1) for item in args.option)
-    raw = kafka_stream(spark, source_options(args.bootstrap, args.topic, starting_offsets=args.starting_offsets,
-                                             max_offsets_per_trigger=args.max_offsets_per_trigger, extra=extra))
+    if args.source == "native":
+        raw = native_readings(spark, native_options(args.endpoint, native_stream_name(args), start_cut=args.start_cut),
+                              streaming=True)
+    else:
+        raw = kafka_stream(spark, source_options(args.bootstrap, args.topic, starting_offsets=args.starting_offsets,
+                                                 max_offsets_per_trigger=args.max_offsets_per_trigger, extra=extra))
+    # Spark 4.0 has no Trigger.AvailableNow for Python data sources: it falls back to a single batch, which
+    # never runs the next one that lets the watermark close windows. So a native catch-up run polls every
+    # second until everything there is processed (watermark batches included), then stops.
+    catch_up = args.source == "native" and args.available_now
     queries = start_pipeline(raw, checkpoint=args.checkpoint, parquet=args.parquet or None,
                              bootstrap=args.bootstrap, output_topic=args.output_topic or None,
-                             window=args.window, watermark=args.watermark, available_now=args.available_now,
-                             trigger_seconds=args.trigger_seconds, client_options=extra)
+                             window=args.window, watermark=args.watermark,
+                             available_now=args.available_now and not catch_up,
+                             trigger_seconds=1.0 if catch_up else args.trigger_seconds, client_options=extra)
     print(f"started {', '.join(q.name for q in queries)}; checkpoint {args.checkpoint}", file=sys.stderr)
+    if catch_up:
+        for q in queries:
+            q.processAllAvailable()
+        for q in queries:
+            stop_gracefully(q)
     await_queries(queries, stop)
     for q in queries:
         progress = q.lastProgress or {}

@@ -22,6 +22,8 @@ RULES: list[tuple[str, tuple[str, ...], str]] = [
     ("store", ("millrace.gateway", "millrace.streams", "millrace.client"), "the store serves every protocol"),
     ("streams", ("millrace.gateway", "millrace.client"), "the stream layer serves both protocol adapters"),
     ("client", ("millrace.gateway", "millrace.streams", "millrace.store"), "the client ships without the server"),
+    ("spark", ("millrace.gateway", "millrace.streams", "millrace.store", "millrace.client", "millrace.protocol"),
+     "the Spark connector uses the native client's public API (millrace) only"),
     ("store", ("subprocess",), "the store runs inside a server; tools that run processes live with the CLI"),
     ("gateway/kafka_protocol", ("millrace.gateway.kafka", "millrace.gateway.native"), "the codec does no I/O"),
     ("gateway/kafka", ("millrace.gateway.native",), "the Kafka adapter stands beside the native one"),

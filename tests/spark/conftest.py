@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,10 @@ def spark() -> Iterator[Any]:
         pytest.skip(why)
     from pyspark.sql import SparkSession
 
+    # Python data sources (format("millrace")) plan and read in Python workers, which must be this
+    # interpreter, whose environment has millrace and pyspark: Spark's default is python3 from the PATH,
+    # and its planner workers follow PYSPARK_PYTHON, not spark.pyspark.python.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     session = (SparkSession.builder.master("local[2]").appName("millrace-spark-tests")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.default.parallelism", "2")
