@@ -489,12 +489,7 @@ class ReaderGroup(Generic[T]):
         if retention != StreamDataRetention.MANUAL_RELEASE_AT_USER_STREAMCUT:
             raise InvalidRequestError(f"{self!r} releases data {retention.name}: update_retention_stream_cut is "
                                       "for groups created with MANUAL_RELEASE_AT_USER_STREAMCUT")
-        if isinstance(cuts, StreamCut):
-            listed = [cuts]
-        elif isinstance(cuts, Mapping):
-            listed = list(cuts.values())
-        else:
-            listed = list(cuts)
+        listed = _listed_cuts(cuts)
         strangers = sorted(str(c) for c in listed if f"{c.scope}/{c.stream}" not in self.streams)
         if strangers:
             raise InvalidRequestError(f"{self!r} does not read the streams of {strangers}")
@@ -586,12 +581,7 @@ class ReaderGroup(Generic[T]):
             streams = list(cuts.cuts)
             listed = list(cuts.cuts.values())
         else:
-            if isinstance(cuts, StreamCut):
-                listed = [cuts]
-            elif isinstance(cuts, Mapping):
-                listed = list(cuts.values())
-            else:
-                listed = list(cuts)
+            listed = _listed_cuts(cuts)
             positions, streams = {}, []
             for cut in listed:
                 positions.update(cut_positions(cut))
@@ -1087,3 +1077,11 @@ class EventStreamReader(Generic[T]):
     def __repr__(self) -> str:
         return f"EventStreamReader({self.reader_id} in {self.group.scope}/{self.group.name})"
 
+
+def _listed_cuts(cuts: StreamCut | Mapping[Any, StreamCut] | Iterable[StreamCut]) -> list[StreamCut]:
+    """One cut, a mapping whose values are cuts, or any iterable of cuts, as a list."""
+    if isinstance(cuts, StreamCut):
+        return [cuts]
+    if isinstance(cuts, Mapping):
+        return list(cuts.values())
+    return list(cuts)

@@ -142,24 +142,18 @@ def passed(mark: Mapping[int, int], held: Mapping[int, int], ranges: Mapping[int
     """Whether positions ``held`` (segment id -> offset, the reader's) lie at or after the cut ``mark``
     throughout the held segments' key ranges: in the same segment at or past its offset, or in a
     segment of a later epoch than the mark's there."""
-    for sid, offset in held.items():
-        for mid, moff in mark.items():
-            if sid not in ranges or mid not in ranges:
-                return False
-            h, c = ranges[sid], ranges[mid]
-            if not (h.key_start < c.key_end and c.key_start < h.key_end):
-                continue
-            if mid == sid:
-                if offset < moff:
-                    return False
-            elif mid >> 32 >= sid >> 32:
-                return False  # the mark lies in a later segment than the reader there
-    return True
+    return _ordered(mark, held, ranges, 1)
 
 
 def ahead(mark: Mapping[int, int], held: Mapping[int, int], ranges: Mapping[int, _Range]) -> bool:
     """Whether the cut ``mark`` lies at or after positions ``held`` throughout the held segments' key
     ranges (so everything read from them lies before it)."""
+    return _ordered(mark, held, ranges, -1)
+
+
+def _ordered(mark: Mapping[int, int], held: Mapping[int, int], ranges: Mapping[int, _Range], sign: int) -> bool:
+    """With ``sign`` 1, whether ``held`` lies at or after ``mark`` wherever their key ranges meet; with -1,
+    whether ``mark`` lies at or after ``held`` (a segment of a later epoch lies after, whatever offset)."""
     for sid, offset in held.items():
         for mid, moff in mark.items():
             if sid not in ranges or mid not in ranges:
@@ -168,10 +162,10 @@ def ahead(mark: Mapping[int, int], held: Mapping[int, int], ranges: Mapping[int,
             if not (h.key_start < c.key_end and c.key_start < h.key_end):
                 continue
             if mid == sid:
-                if moff < offset:
+                if (offset - moff) * sign < 0:
                     return False
-            elif mid >> 32 <= sid >> 32:
-                return False  # the mark lies in an earlier segment than the reader there
+            elif ((sid >> 32) - (mid >> 32)) * sign <= 0:
+                return False  # the other lies in a segment of the same or the wrong epoch there
     return True
 
 

@@ -4,24 +4,7 @@ A module, not a link like the folders beside it: a linked file would load twice,
 ``millrace.client.aio``, with two of each class, so ``isinstance`` would fail across the two names.
 """
 
-from millrace.client.aio import (
-    AsyncEventReader,
-    AsyncEventWriter,
-    AsyncKeyValueTable,
-    AsyncReaderGroup,
-    AsyncStreamManager,
-    AsyncTransaction,
-    AsyncTransactionalWriter,
-    PendingWrite,
-)
+from millrace.client import aio as _aio
+from millrace.client.aio import *  # noqa: F403 - exactly its __all__
 
-__all__ = [
-    "AsyncEventReader",
-    "AsyncEventWriter",
-    "AsyncKeyValueTable",
-    "AsyncReaderGroup",
-    "AsyncStreamManager",
-    "AsyncTransaction",
-    "AsyncTransactionalWriter",
-    "PendingWrite",
-]
+__all__ = _aio.__all__
