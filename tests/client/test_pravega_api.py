@@ -30,23 +30,8 @@ from millrace import (
     TimeWindow,
     TruncatedDataError,
 )
+from tests.client.conftest import drain
 from tests.server_process import ServerProcess
-
-
-@pytest.fixture
-def sm(uri: str) -> Iterator[StreamManager]:
-    with StreamManager(uri) as manager:
-        yield manager
-
-
-def drain(reader: EventStreamReader[Any]) -> list[EventRead[Any]]:
-    """Every event the reader has to give now, checkpoints left out (a short timeout ends it: what was
-    written is durable)."""
-    out: list[EventRead[Any]] = []
-    while (event := reader.read_next_event(timeout=1.0)) is not None:
-        if not event.is_checkpoint:
-            out.append(event)
-    return out
 
 
 # -- 1. event pointers ---------------------------------------------------------------------------------

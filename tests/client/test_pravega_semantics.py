@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -35,12 +35,7 @@ from millrace import (
     TruncatedDataError,
 )
 from millrace.protocol.names import segment_name
-
-
-@pytest.fixture
-def sm(uri: str) -> Iterator[StreamManager]:
-    with StreamManager(uri) as manager:
-        yield manager
+from tests.client.conftest import drain
 
 
 def write(sm: StreamManager, scope: str, stream: str, values: list[str], key: str = "k") -> None:
@@ -57,13 +52,6 @@ def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) ->
         time.sleep(0.05)
 
 
-def drain(reader: EventStreamReader[Any]) -> list[EventRead[Any]]:
-    """Every event the reader has to give now (a short timeout ends it: what was written is durable)."""
-    out: list[EventRead[Any]] = []
-    while (event := reader.read_next_event(timeout=1.0)) is not None:
-        if not event.is_checkpoint:
-            out.append(event)
-    return out
 
 
 def read_through_truncations(reader: EventStreamReader[Any]) -> tuple[list[bytes], list[TruncatedDataError]]:
