@@ -147,9 +147,11 @@ class ControllerClient:
         return {name: StreamCut(scope, stream, {parse_segment_name(seg)[2]: off for seg, off in cut.items()})
                 for name, cut in reply.cuts.items()}
 
-    def split_segment(self, scope: str, stream: str, segment: Segment, pieces: int = 2) -> StreamDescription:
+    def split_segment(self, scope: str, stream: str, segment: Segment, pieces: int = 2,
+                      at: list[float] | None = None) -> StreamDescription:
         # By name: a bare number could be an id or a number in the current epoch.
-        return self._described(m.SplitSegment(scope=scope, stream=stream, segment=segment.name, pieces=pieces))
+        return self._described(m.SplitSegment(scope=scope, stream=stream, segment=segment.name, pieces=pieces,
+                                              at=None if at is None else tuple(at)))
 
     def merge_segments(self, scope: str, stream: str, segments: list[Segment]) -> StreamDescription:
         return self._described(m.MergeSegments(scope=scope, stream=stream, segments=tuple(s.name for s in segments)))

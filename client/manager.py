@@ -195,9 +195,12 @@ class StreamManager:
         """Drop everything before ``cut``; the stream's head becomes ``cut``."""
         self.controller.truncate_stream(cut)
 
-    def split_segment(self, scope: str, stream: str, segment: Segment, pieces: int = 2) -> StreamDescription:
-        """Scale up by hand: seal ``segment`` and create ``pieces`` successors over its key range."""
-        return self.controller.split_segment(scope, stream, segment, pieces)
+    def split_segment(self, scope: str, stream: str, segment: Segment, pieces: int = 2,
+                      at: list[float] | None = None) -> StreamDescription:
+        """Scale up by hand: seal ``segment`` and create ``pieces`` equal successors over its key range,
+        or successors split at the points ``at`` (a native stream anywhere inside it; a Kafka topic at
+        its partitions' boundaries)."""
+        return self.controller.split_segment(scope, stream, segment, pieces, at)
 
     def merge_segments(self, scope: str, stream: str, segments: list[Segment]) -> StreamDescription:
         """Scale down by hand: seal adjacent open ``segments`` and create one successor over their union."""

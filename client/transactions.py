@@ -62,12 +62,14 @@ class Transaction(EventSender[T]):
     """One open transaction: ``write_event`` as on a writer, then ``commit()`` or ``abort()``."""
 
     def __init__(self, writer: TransactionalEventStreamWriter[T], txn_id: uuid.UUID,
-                 slices: list[tuple[float, float]], lease_ms: int, next_events: dict[int, int] | None = None) -> None:
+                 slices: list[tuple[float, float]], lease_ms: int, next_events: dict[int, int] | None = None,
+                 retired: tuple[int, ...] = ()) -> None:
         """``next_events``: per partition, the number of the next event (a transaction resumed by
-        another process goes on from the server's)."""
+        another process goes on from the server's); ``retired``: partitions not to route to (events
+        that still land in one, retired after the begin, are routed by key at commit)."""
         # Plain batches (no producer id): the event numbers make resends exact.
         super().__init__(writer.controller, writer.scope, writer.stream, writer.serializer, NO_PRODUCER_ID, -1,
-                         slices, f"transaction {txn_id}")
+                         slices, f"transaction {txn_id}", retired=retired)
         self.writer = writer
         self.writer_id = writer.writer_id
         self.txn_id = txn_id
@@ -163,7 +165,7 @@ class TransactionalEventStreamWriter(Generic[T]):
         # The id is ours, so a begin whose answer was lost is resent and answers the same transaction.
         reply = decode_reply(m.BeginTxnReply, self._call(m.BeginTxn(
             scope=self.scope, stream=self.stream, txn_id=txn_id, lease_ms=self.lease_ms, writer_id=self.writer_id)))
-        return Transaction(self, txn_id, list(reply.slices), reply.lease_ms)
+        return Transaction(self, txn_id, list(reply.slices), reply.lease_ms, retired=reply.retired)
 
     def get_txn(self, txn_id: uuid.UUID | str) -> Transaction[T]:
         """The transaction ``txn_id``, begun by this or another process, to inspect, write to, commit or

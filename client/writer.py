@@ -21,6 +21,7 @@ retries run on a timer thread; one lock guards the partition states, and futures
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import logging
 import threading
@@ -38,8 +39,15 @@ from millrace.client.connection import Endpoint, Reply
 from millrace.client.controller import ControllerClient
 from millrace.client.serializers import BytesSerializer, Serializer
 from millrace.protocol import messages as m
-from millrace.protocol.errors import ConnectionLostError, EventsRefusedError, RetriableError, WrongHostError
-from millrace.protocol.events import OUT_OF_ORDER_SEQUENCE, encode_batch
+from millrace.protocol.errors import (
+    ConnectionLostError,
+    EventsRefusedError,
+    RetriableError,
+    SegmentSealedError,
+    StreamSealedError,
+    WrongHostError,
+)
+from millrace.protocol.events import OUT_OF_ORDER_SEQUENCE, PARTITION_RETIRED, encode_batch
 from millrace.protocol.keys import key_hash
 from millrace.protocol.messages import Request, decode_reply
 
@@ -55,6 +63,17 @@ MAX_ATOMIC_BYTES = 8 * 1024 * 1024
 RETRY_DELAYS = (0.05, 0.1, 0.2, 0.5, 1.0)
 ROUTED_PATIENCE = 2.0  # a routed partition's owner lookup and connect, per retry
 PARTITION_CACHE_KEYS = 100_000
+_GOLDEN = 0x9E3779B97F4A7C15  # Fibonacci hashing: spreads consecutive event numbers over [0, 1)
+
+# A queued event: (routing key, data, future, event number or -1, events that must go in one batch from
+# this one: 1 for a lone event, n on the first of write_events' n and 0 on the others)
+_Event = tuple[bytes | None, bytes, "_EventFuture", int, int]
+
+
+def number_hash(number: int) -> float:
+    """Where in the key space an event without a routing key goes, by its event number: the same place
+    each time, so a writer opened again finds where it went (as for a key)."""
+    return ((number * _GOLDEN) & 0xFFFFFFFFFFFFFFFF) / 2.0 ** 64
 
 
 #: The offset of an event written already (its event number is at or below the one the partition's
@@ -166,16 +185,16 @@ class _Batch:
     futures: list[_EventFuture]
     first_event: int  # event numbers (-1: the sender does not number its events)
     last_event: int
+    events: list[_Event] = field(default_factory=list)  # as queued: routed again if the partition retires
     outcome: Future[Reply] | None = None  # of the current attempt
+    refused_retired: bool = False  # the partition retired before this batch reached it: nothing stored
 
 
 @dataclass
 class _Partition:
     number: int
     next_sequence: int = 0
-    # (routing key, data, future, event number or -1, events that must go in one batch from this one: 1
-    # for a lone event, n on the first of write_events' n and 0 on the others)
-    pending: deque[tuple[bytes | None, bytes, _EventFuture, int, int]] = field(default_factory=deque)
+    pending: deque[_Event] = field(default_factory=deque)
     in_flight: deque[_Batch] = field(default_factory=deque)
     retrying: bool = False  # a batch failed retriably: send nothing new until the resend
     failing_since: float | None = None  # monotonic time of the first failure since the last success
@@ -189,6 +208,11 @@ class _Partition:
     acknowledged: bool = False
     segment: str | None = None  # the partition's open segment, as last heard (OPEN_WRITER, WRONG_HOST)
     endpoint: Endpoint | None = None  # where its batches go: that segment's owner (None: look it up)
+    retired: bool = False  # the stream split inside its slice: it takes no more events (``_drain``)
+    reroute: bool = False  # a batch was refused as retired: ask for the stream's routing again
+    sealed_seen: bool = False  # its segment was sealed under a batch: a scale, or the stream's seal
+    # Retired partitions whose unsent events (older than any here) go first: nothing is sent until then.
+    held: set[int] = field(default_factory=set)
 
 
 class EventSender(Generic[T]):
@@ -202,10 +226,12 @@ class EventSender(Generic[T]):
 
     def __init__(self, controller: ControllerClient, scope: str, stream: str, serializer: Serializer[T] | None,
                  producer_id: int, epoch: int, slices: list[tuple[float, float]], label: str,
-                 sequences: dict[int, int] | None = None, segments: list[str | None] | None = None) -> None:
+                 sequences: dict[int, int] | None = None, segments: list[str | None] | None = None,
+                 retired: Iterable[int] = ()) -> None:
         """``label`` names the sender in logs; ``sequences``: the next sequence of partitions that have
         some already (a transaction resumed by another process); ``segments``: each partition's open
-        segment, whose owner takes its batches (None: the controller endpoint takes them)."""
+        segment, whose owner takes its batches (None: the controller endpoint takes them); ``retired``:
+        partitions not to route to (a native stream split inside their slices)."""
         self.controller = controller
         self.scope = scope
         self.stream = stream
@@ -215,13 +241,15 @@ class EventSender(Generic[T]):
         self.slices = slices
         self._label = label
         self._partitions = [_Partition(p, (sequences or {}).get(p, 0)) for p in range(len(self.slices))]
+        for number in retired:
+            self._partitions[number].retired = True
         owners = controller.owners
         if segments is not None:
             owners.prefetch([s for s in segments if s is not None])
             for p, segment in zip(self._partitions, segments, strict=False):
                 p.segment = segment
                 p.endpoint = None if segment is None else owners.cached(segment)
-        self._unkeyed = itertools.cycle(range(len(self.slices)))
+        self._unkeyed = itertools.cycle(self._live())
         self._partition_of_key: dict[str, int] = {}
         # Reentrant: a request that fails (or is answered) at once runs its completion in the sending
         # thread, which holds the lock.
@@ -290,10 +318,31 @@ class EventSender(Generic[T]):
 
 
     # -- routing --------------------------------------------------------------------------------------
+    def _live(self) -> list[int]:
+        """The live partitions, by slice start; ``_live_starts`` is kept beside them for bisecting."""
+        live = sorted((self.slices[p.number][0], p.number) for p in self._partitions if not p.retired)
+        self._live_starts = [start for start, _ in live]
+        self._live_numbers = [number for _, number in live]
+        return self._live_numbers
+
     def _partition_of(self, routing_key: str | None) -> int:
         if routing_key is None:
             return next(self._unkeyed)  # no order to keep: spread
         return self._partition_of_routing_key(routing_key)
+
+    def _partition_of_hash(self, h: float) -> int:
+        """The live partition whose slice holds ``h`` (live slices cover [0, 1) without overlapping)."""
+        i = bisect.bisect_right(self._live_starts, h) - 1
+        if i < 0:
+            raise AssertionError(f"the stream's slices do not cover {h}")
+        return self._live_numbers[i]
+
+    def _partition_of_event(self, event: _Event) -> int:
+        """Where a queued event goes now (routed again when its partition retired)."""
+        key, number = event[0], event[3]
+        if key is not None:
+            return self._partition_of_routing_key(key.decode())
+        return self._partition_of(None) if number < 0 else self._partition_of_hash(number_hash(number))
 
     def _partition_of_routing_key(self, routing_key: str) -> int:
         number = self._partition_of_key.get(routing_key)
@@ -301,17 +350,16 @@ class EventSender(Generic[T]):
             # Keys repeat (sensors, users, devices): hash each once while the cache is bounded.
             if len(self._partition_of_key) >= PARTITION_CACHE_KEYS:
                 self._partition_of_key.clear()
-            h = key_hash(routing_key)
-            number = next((n for n, (lo, hi) in enumerate(self.slices) if lo <= h < hi), None)
-            if number is None:
-                raise AssertionError(f"the stream's slices do not cover {h}")
+            number = self._partition_of_hash(key_hash(routing_key))
             self._partition_of_key[routing_key] = number
         return number
 
     # -- sending (under the lock) ---------------------------------------------------------------------
     def _pump(self, p: _Partition) -> None:
         limit = MAX_IN_FLIGHT if p.acknowledged else 1
-        while p.pending and not p.retrying and p.failed is None and len(p.in_flight) < limit:
+        while p.pending and not p.retrying and not p.held and not p.retired and p.failed is None \
+                and len(p.in_flight) < limit:
+            queued: list[_Event] = []
             events: list[tuple[bytes | None, bytes]] = []
             futures: list[_EventFuture] = []
             size = 0
@@ -324,13 +372,15 @@ class EventSender(Generic[T]):
                 if events and size + adding > MAX_BATCH_BYTES:
                     break
                 for _ in range(together):
-                    key, data, fut, last_event, _ = p.pending.popleft()
+                    event = p.pending.popleft()
+                    key, data, fut, last_event, _ = event
+                    queued.append(event)
                     events.append((key, data))
                     futures.append(fut)
                     size += len(data) + (len(key) if key else 0)
             payload = encode_batch(events, int(time.time() * 1000), self.producer_id, self.epoch, p.next_sequence,
                                    self.transactional)
-            batch = _Batch(p.next_sequence, payload, futures, first_event, last_event)
+            batch = _Batch(p.next_sequence, payload, futures, first_event, last_event, queued)
             p.next_sequence += len(events)
             p.in_flight.append(batch)
             self._send(p, batch)
@@ -371,6 +421,19 @@ class EventSender(Generic[T]):
                 else:
                     done += [(f, EventPosition(p.number, base + i)) for i, f in enumerate(batch.futures)]
                 self._pump(p)
+                self._drain(p)
+            elif isinstance(exc, EventsRefusedError) and exc.reason == PARTITION_RETIRED:
+                # Nothing of it was stored: once every batch in flight has its answer, the stream's
+                # routing is read again and these events go where their keys belong now (``_retry``).
+                batch.refused_retired = True
+                p.retrying = p.reroute = True
+            elif isinstance(exc, SegmentSealedError):
+                # The segment was sealed under the batch (nothing of it stored): a scale made through
+                # another cluster node, after which the server points the partition at the successor,
+                # or the stream's seal. ``_retry`` asks which before sending again.
+                p.retrying = p.sealed_seen = True
+                if p.failing_since is None:
+                    p.failing_since = time.monotonic()
             elif isinstance(exc, (ConnectionLostError, RetriableError, WrongHostError)) or (
                     # A batch behind one that failed finds a gap in the sequence: ours, not a refusal.
                     isinstance(exc, EventsRefusedError) and exc.reason == OUT_OF_ORDER_SEQUENCE
@@ -416,6 +479,18 @@ class EventSender(Generic[T]):
         return doomed
 
     def _retry(self, p: _Partition) -> None:
+        if p.reroute:
+            self._route_again(p)
+            return
+        if p.sealed_seen and self._stream_sealed():
+            with self._lock:
+                p.retry_scheduled = p.sealed_seen = False
+                ended = self._fail_partition(p, StreamSealedError(
+                    f"stream {self.scope}/{self.stream} is sealed: it takes no more events"))
+            for fut, error in ended:
+                fut.complete(error)
+            return
+        p.sealed_seen = False
         # Find the owner and connect first, outside the lock: a container between owners, or a server
         # restarting, may take a while. A routed partition tries for a while at a time, so the owner is
         # looked up again (it may move once more) and the give-up below is checked between tries.
@@ -453,11 +528,101 @@ class EventSender(Generic[T]):
                 for batch in list(p.in_flight):
                     if p.retrying:
                         break  # this resend failed already: the next one sends from the first batch again
+                    if batch.refused_retired:
+                        continue  # stays for ``_drain``, in its place
                     self.resent_batches += 1
                     self._send(p, batch)
+                self._drain(p)
                 self._pump(p)
         for fut, error in doomed:
             fut.complete(error)
+
+    def _stream_sealed(self) -> bool:
+        """Whether the stream is sealed now (blocking; outside the lock). Unknown counts as not."""
+        try:
+            described = self.controller.ask(m.DescribeStream(scope=self.scope, stream=self.stream),
+                                            m.StreamDescriptionReply, retry=True)
+        except Exception:  # noqa: BLE001 - the resend finds out again
+            return False
+        return described.state == "sealed"
+
+    # -- a native stream's partition retired (a split inside its slice) -------------------------------
+    def _route_again(self, p: _Partition) -> None:
+        """Read the stream's routing again (outside the lock), take it, and send on (timer thread)."""
+        try:
+            routing = self.controller.ask(m.WriterRouting(scope=self.scope, stream=self.stream),
+                                          m.WriterRoutingReply, retry=True)
+        except Exception as exc:  # noqa: BLE001 - any failure ends the partition's events, named
+            with self._lock:
+                doomed = self._fail_partition(p, exc)
+            for fut, error in doomed:
+                fut.complete(error)
+            return
+        with self._lock:
+            p.retry_scheduled = p.reroute = False
+            self._take_routing(list(routing.slices), set(routing.retired), list(routing.segments))
+            if not p.retired:  # refused by a node that knew more than the routing read here: ask again
+                p.reroute = p.retrying = True
+                self._schedule_retry(p)
+                return
+            p.retrying = False
+            for batch in list(p.in_flight):
+                if not batch.refused_retired:  # its answer was lost: the resend finds out whether it landed
+                    self.resent_batches += 1
+                    self._send(p, batch)
+            self._drain(p)
+
+    def _take_routing(self, slices: list[tuple[float, float]], retired: set[int],
+                      segments: list[str | None]) -> None:
+        """Learn partitions added and retired since (under the lock). A partition's slice never changes,
+        so the known ones stay as they are; each live partition inside a newly retired one's slice is held
+        until the retired one's events are routed to it (``_drain``), which keeps order per key."""
+        owners = self.controller.owners
+        for number in range(len(self._partitions), len(slices)):
+            q = _Partition(number)
+            segment = segments[number] if number < len(segments) else None
+            if segment is not None:
+                q.segment = segment
+                q.endpoint = owners.cached(segment)
+            self._partitions.append(q)
+        self.slices = slices
+        newly = [self._partitions[r] for r in sorted(retired) if not self._partitions[r].retired]
+        for r in newly:
+            r.retired = True
+        for r in newly:
+            lo, hi = slices[r.number]
+            for q in self._partitions:
+                if not q.retired and lo <= slices[q.number][0] and slices[q.number][1] <= hi:
+                    q.held.add(r.number)
+        self._partition_of_key.clear()
+        self._unkeyed = itertools.cycle(self._live())
+        self._routing_grew()
+        for r in newly:
+            self._drain(r)
+
+    def _routing_grew(self) -> None:
+        """Hook: the partitions changed (under the lock)."""
+
+    def _drain(self, r: _Partition) -> None:
+        """A retired partition's events, once none of its batches can still land there, queued ahead of
+        anything newer on the partitions that hold their keys now, in order (under the lock)."""
+        if not r.retired or any(not b.refused_retired for b in r.in_flight):
+            return
+        events = [e for b in r.in_flight for e in b.events] + list(r.pending)
+        r.in_flight.clear()
+        r.pending.clear()
+        r.retrying = False
+        moved: dict[int, list[_Event]] = {}
+        target = -1
+        for event in events:
+            if event[4] != 0:  # the rest of a write_events group goes where its first went
+                target = self._partition_of_event(event)
+            moved.setdefault(target, []).append(event)
+        for q in self._partitions:
+            if r.number in q.held or q.number in moved:
+                q.held.discard(r.number)
+                q.pending.extendleft(reversed(moved.get(q.number, [])))
+                self._pump(q)
 
 
 class EventStreamWriter(EventSender[T]):
@@ -482,21 +647,34 @@ class EventStreamWriter(EventSender[T]):
         self._numbered = writer_id is not None
         opened = controller.ask(m.OpenWriter(scope=scope, stream=stream, writer_id=self.writer_id),
                                 m.OpenWriterReply, retry=True)
-        super().__init__(controller, scope, stream, serializer, opened.producer_id, opened.epoch,
-                         list(opened.slices), f"writer {self.writer_id}", segments=list(opened.segments))
         recorded = {int(p): n for p, n in opened.event_numbers.items()}
-        # Per partition, the last event number the stream held for this writer id when it opened.
-        self._written_before = [recorded.get(p, -1) for p in range(len(self.slices))]
+        self._recorded = recorded  # per partition, the id's last event number when the writer opened
+        self._written_before: list[int] = []
+        super().__init__(controller, scope, stream, serializer, opened.producer_id, opened.epoch,
+                         list(opened.slices), f"writer {self.writer_id}", segments=list(opened.segments),
+                         retired=opened.retired)
+        self._routing_grew()
         self._previous = -1  # the number of this instance's previous event
         # max(_previous, the highest number recorded at open): kept as one field, it is read per event
         self._highest = max(recorded.values(), default=-1)
         self._noter = watermarks.TimeNoter(controller, scope, stream, self.writer_id)  # note_time's marks
 
+    def _routing_grew(self) -> None:
+        """Per partition, the number at or below which an event is skipped as written before: the highest
+        the stream held at open in the partition or in any retired one whose slice holds its slice (keys
+        now routed here went there before; slices never change, so containment is exact)."""
+        recorded, slices = self._recorded, self.slices
+        retired = [(r.number, *slices[r.number]) for r in self._partitions if r.retired and r.number in recorded]
+        self._written_before = [
+            max([recorded.get(q, -1)] + [recorded[r] for r, lo, hi in retired
+                                          if lo <= slices[q][0] and slices[q][1] <= hi])
+            for q in range(len(slices))]
+
     @property
     def written_before(self) -> dict[int, int]:
         """Per partition, the last event number of this writer id the stream held when the writer opened
         (partitions it never wrote to are missing)."""
-        return {p: n for p, n in enumerate(self._written_before) if n >= 0}
+        return dict(self._recorded)
 
     @property
     def last_event_number(self) -> int:
@@ -525,7 +703,7 @@ class EventStreamWriter(EventSender[T]):
                 raise ValueError(f"event number {event_number} does not exceed the previous one, {self._previous}")
             self._previous = number
             if routing_key is None:
-                partition = number % len(self._partitions)
+                partition = self._partition_of_hash(number_hash(number))
             else:
                 found = self._partition_of_key.get(routing_key)
                 partition = self._partition_of_routing_key(routing_key) if found is None else found

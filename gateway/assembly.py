@@ -253,13 +253,16 @@ def kafka_gateway(options: ServerOptions, store: SegmentService, controller: Con
     return broker, factory
 
 
-def topic_partitions(broker: Broker) -> Callable[[str, str], tuple[tuple[float, float], ...] | None]:
+def topic_partitions(broker: Broker) -> Callable[[str, str], tuple[tuple[float, float] | None, ...] | None]:
     """``partitions_of(scope, stream)``: the partition slices of a Kafka topic or of a stream event
-    writers have partitioned, None for other streams (an in-memory lookup, safe from any thread)."""
+    writers have partitioned (None for a retired partition), None for other streams (an in-memory
+    lookup, safe from any thread)."""
 
-    def partitions_of(scope: str, stream: str) -> tuple[tuple[float, float], ...] | None:
+    def partitions_of(scope: str, stream: str) -> tuple[tuple[float, float] | None, ...] | None:
         topic = broker.topics.of_stream(scope, stream)
-        return None if topic is None else topic.slices
+        if topic is None:
+            return None
+        return tuple(None if p in topic.retired else s for p, s in enumerate(topic.slices))
 
     return partitions_of
 

@@ -228,8 +228,10 @@ def _short(name: str) -> str:
 
 def _print_stream(desc: dict[str, Any]) -> None:
     """A stream for humans: a heading, a table of its current segments, then its epochs."""
-    topic = desc.get("partition_count")
-    kind = f", Kafka topic with {topic} partitions" if topic is not None else ""
+    count = desc.get("partition_count")
+    live = {p for seg in desc["segments"] for p in seg.get("partitions") or ()}
+    kind = "" if count is None else f", {count} partitions" if len(live) == count else \
+        f", {len(live)} of its {count} partitions live"
     print(f"{desc['scope']}/{desc['stream']}: {desc['state']}, epoch {desc['epoch']}, "
           f"{len(desc['segments'])} open segments{kind}")
     print(f"  retention: {desc['config']['retention']['type']} {desc['config']['retention']['value']}; "

@@ -30,6 +30,9 @@ TRANSACTIONAL_ATTRIBUTE = 0x10  # Kafka's isTransactional bit of a batch's attri
 NO_PRODUCER_ID = -1
 # The refusal reason (EventsRefusedError.reason) of a batch that does not continue its sequence
 OUT_OF_ORDER_SEQUENCE = "out of order sequence"
+# A native stream's partition retired by a split inside its slice (streams/topics.py): the writer asks
+# for the stream's routing again and sends the batch's events to the partitions that hold their keys now.
+PARTITION_RETIRED = "partition retired"
 
 
 class EventRecord(NamedTuple):

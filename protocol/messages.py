@@ -375,7 +375,7 @@ class SegmentDescription:
     key_start: float
     key_end: float
     container: int
-    partitions: tuple[int, ...] | None  # topic partitions whose slice starts in the range; null: no topic
+    partitions: tuple[int, ...] | None  # live partitions whose slice starts in the range; null: no partitions
     length: int | None
     storage_length: int | None
     start_offset: int | None
@@ -426,7 +426,9 @@ class StreamDescriptionReply:
     created_ms: int
     config: StreamConfigFields
     truncation: dict[str, int]  # the stream's head as a cut: segment id -> offset
-    partition_count: int | None  # a Kafka topic's partitions; null for other streams
+    # A Kafka topic's partitions, or every partition (retired ones too) of a native stream events were
+    # written to; null for other streams
+    partition_count: int | None
     rate_windows: tuple[float, ...]  # seconds, shortest first
     segments: tuple[SegmentDescription, ...]  # the current epoch's, by key range
     history: tuple[EpochDescription, ...]  # every epoch, oldest first
@@ -648,6 +650,21 @@ class OpenWriterReply:
     slices: tuple[tuple[float, float], ...]  # partition p's routing-key slice
     event_numbers: dict[str, int] = field(default_factory=dict)  # partition -> the id's last event number
     segments: tuple[str | None, ...] = ()  # each partition's open segment
+    retired: tuple[int, ...] = ()  # partitions that take no more appends (a native stream split inside them)
+
+
+@_serves(Command.WRITER_ROUTING)
+@dataclass(frozen=True, kw_only=True)
+class WriterRouting(StreamRequest):
+    """A writer's routing again, without opening it again (which would fence its other batches): after a
+    refusal because a partition retired."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class WriterRoutingReply:
+    slices: tuple[tuple[float, float], ...]
+    retired: tuple[int, ...] = ()
+    segments: tuple[str | None, ...] = ()
 
 
 @_serves(Command.APPEND_EVENTS)
@@ -703,6 +720,7 @@ class BeginTxn(TxnRequest):
 class BeginTxnReply:
     slices: tuple[tuple[float, float], ...]
     lease_ms: int
+    retired: tuple[int, ...] = ()  # partitions not to route to (a commit re-routes what still lands there)
 
 
 @_serves(Command.APPEND_TXN_EVENTS)

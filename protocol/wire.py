@@ -73,6 +73,7 @@ class Command(enum.IntEnum):
     OPEN_WRITER = 50
     APPEND_EVENTS = 51
     READ_EVENTS = 52  # the committed events of one segment from a position (gateway/native/event_commands.py)
+    WRITER_ROUTING = 53  # a stream's partition slices, retired partitions and open segments, for a writer
     # transactions of native writers: 60-69 (gateway/native/txn_commands.py)
     BEGIN_TXN = 60
     APPEND_TXN_EVENTS = 61

@@ -1,6 +1,9 @@
 """Scaling partitioned streams (Kafka topics, and the streams of other scopes that native writers have
-partitioned): they split and merge only at partition-slice boundaries, and the partition writers move to the successors between the successors' creation and the predecessors'
-seal, so no append is lost, duplicated or reordered per partition across the switch."""
+partitioned). A Kafka topic splits and merges only at its partition-slice boundaries (its clients see
+its partitions); a native stream splits anywhere, its partitions carved at the new boundaries first
+(``TopicRegistry.carve``). Either way the partition writers move to the successors between the
+successors' creation and the predecessors' seal, so no append is lost, duplicated or reordered per
+partition across the switch."""
 
 from __future__ import annotations
 
@@ -56,14 +59,16 @@ class StreamScaling:
         self.scope: str = broker.config.scope
 
     def is_topic(self, scope: str, stream: str) -> bool:
-        return self.broker.topics.of_stream(scope, stream) is not None
+        """A Kafka topic: its segments hold whole partitions, which never change."""
+        topic = self.broker.topics.of_stream(scope, stream)
+        return topic is not None and topic.kafka_view
 
     # -- the auto-scaler's callbacks (worker thread) -----------------------------------------------
     def boundaries(self, scope: str, stream: str, segment: SegmentRange) -> list[float]:
-        """Where a segment may split: partition-slice starts strictly inside it (topics); anywhere
+        """Where a segment may split: partition-slice starts strictly inside it (Kafka topics); anywhere
         for other streams (equal splits)."""
         topic = self.broker.topics.of_stream(scope, stream)
-        if topic is None:
+        if topic is None or not topic.kafka_view:
             return [segment.key_start + (segment.key_end - segment.key_start) * i / 8 for i in range(1, 8)]
         return sorted(lo for lo, _ in topic.slices if segment.key_start < lo < segment.key_end)
 
@@ -74,6 +79,9 @@ class StreamScaling:
         topic = self.broker.topics.of_stream(scope, stream)
         if topic is None:
             return self.controller.scale_stream(scope, stream, seal, new_ranges, reason)
+        if not topic.kafka_view:
+            self._check_ranges(scope, stream, seal, new_ranges)
+            topic = self.broker.topics.carve(topic.name, sorted({x for r in new_ranges for x in r}))
         starts = {lo for lo, _ in topic.slices}
         for lo, hi in new_ranges:
             if lo not in starts and lo != 0.0:
@@ -92,6 +100,20 @@ class StreamScaling:
             log.info("%s/%s: %d partitions switched to %s", scope, stream, moved, [s.name for s in successors])
 
         return self.controller.scale_stream(scope, stream, seal, new_ranges, reason, before_seal=before_seal)
+
+    def _check_ranges(self, scope: str, stream: str, seal: list[int], new_ranges: list[tuple[float, float]]) -> None:
+        """Refuse, before any partition is carved, a scale the controller would refuse for its ranges:
+        successors that do not cover exactly the open segments sealed (a carve for a scale that never
+        happens would only add partitions for nothing)."""
+        current = {s.segment_id: s for s in self.controller.get_current_segments(scope, stream)}
+        sealed = sorted((current[sid].key_start, current[sid].key_end) for sid in seal if sid in current)
+        if len(sealed) != len(set(seal)) or not new_ranges:
+            return  # the controller names what is wrong
+        ranges = sorted(new_ranges)
+        if ranges[0][0] != sealed[0][0] or ranges[-1][1] != sealed[-1][1] or any(
+                a[1] != b[0] for a, b in zip(ranges, ranges[1:], strict=False)) or any(lo >= hi for lo, hi in ranges):
+            raise InvalidScaleError(f"{scope}/{stream}: the new ranges {new_ranges} do not cover the sealed "
+                                    f"segments' key range exactly")
 
     # -- manual scaling (CLI, HTTP, native protocol; worker thread) ------------------------------------
     def open_segment(self, scope: str, stream: str, segment: int | str) -> SegmentRange:

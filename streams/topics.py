@@ -10,7 +10,13 @@ The Kafka-only facts (topic id, slices, configs) are kept in a table segment; th
 the controller's. Streams of other scopes that native writers append to have the same record, keyed
 ``scope/stream`` (a '/' no Kafka topic name can hold, so the keys never collide and Kafka topics keep
 their bare names, and their stored records, unchanged); ``key`` makes the key of a (scope, stream).
-A native stream's partitions are fixed when its record is made (``adopt_stream``).
+A native stream's partitions follow its segments instead (``carve``): it starts with one partition per
+segment, and a split at a point inside a partition's slice retires that partition and adds one per
+piece. A retired partition keeps its slice and its data (readers read segments, which hold it) but
+takes no more appends; native writers that route to it are refused and route again. Slices are never
+changed once made, so the partitions that ever held a key are exactly those whose slices contain its
+hash: how a writer opened again finds the event numbers it wrote before (``client/writer.py``). Kafka
+topics never retire partitions: their clients see partitions, not segments.
 
 Threads: changes (create, delete, grow, configs) and the segment lookups block on table and controller
 I/O, so they run on the worker pool, one writer at a time under the registry's lock; they replace
@@ -68,10 +74,6 @@ SCALING_TYPES = {
 }
 READ_ONLY_CONFIGS = topic_configs.READ_ONLY
 
-# A native stream gets the smallest multiple of its initial segment count that is at least this many
-# partitions: enough slices for its segments to split a few times, each initial segment whole partitions.
-NATIVE_MIN_PARTITIONS = 16
-
 # Kafka's rule (org.apache.kafka.common.internals.Topic): ASCII letters, digits, '.', '_', '-'; at most
 # 249 characters; not "." or "..". str.isalnum() would let non-ASCII letters through, which Kafka
 # refuses and the controller's stream names cannot hold.
@@ -104,10 +106,17 @@ class TopicInfo:
     slices: tuple[tuple[float, float], ...]  # partition -> [start, end) of the key space
     configs: dict[str, str] = field(default_factory=dict)  # only what was set explicitly
     created_ms: int = 0
+    retired: frozenset[int] = frozenset()  # a native stream's partitions that take no more appends
 
     @property
     def partition_count(self) -> int:
         return len(self.slices)
+
+    @property
+    def kafka_view(self) -> bool:
+        """A Kafka topic (its clients see its partitions); else a native stream of another scope, whose
+        partitions follow its segments."""
+        return "/" not in self.name
 
     def config(self, key: str) -> str:
         return self.configs.get(key, DEFAULT_CONFIGS.get(key, ""))
@@ -129,19 +138,40 @@ class TopicInfo:
         the same partitions Kafka consumers read."""
         h = key_hash(routing_key)
         for p, (lo, hi) in enumerate(self.slices):
-            if lo <= h < hi:
+            if lo <= h < hi and p not in self.retired:
                 return p
         raise AssertionError(f"slices do not cover {h}")
 
     def encode(self) -> bytes:
-        return json.dumps({
-            "id": str(self.topic_id), "slices": self.slices, "configs": self.configs, "created": self.created_ms,
-        }).encode()
+        fields: dict[str, Any] = {
+            "id": str(self.topic_id), "slices": self.slices, "configs": self.configs, "created": self.created_ms}
+        if self.retired:
+            fields["retired"] = sorted(self.retired)
+        return json.dumps(fields).encode()
 
     @classmethod
     def decode(cls, name: str, raw: bytes) -> TopicInfo:
         d = json.loads(raw)
-        return cls(name, uuid.UUID(d["id"]), tuple(tuple(s) for s in d["slices"]), d["configs"], d["created"])
+        return cls(name, uuid.UUID(d["id"]), tuple(tuple(s) for s in d["slices"]), d["configs"], d["created"],
+                   frozenset(d.get("retired", ())))
+
+
+def carve_slices(topic: TopicInfo, points: list[float]) -> TopicInfo:
+    """``topic`` with every live partition whose slice holds one of ``points`` strictly inside retired
+    and replaced by one new partition per piece (appended, so no partition changes its number); the
+    topic itself when no point falls inside a live slice."""
+    slices = list(topic.slices)
+    retired = set(topic.retired)
+    for p, (lo, hi) in enumerate(topic.slices):
+        inside = sorted({x for x in points if lo < x < hi})
+        if p in retired or not inside:
+            continue
+        retired.add(p)
+        bounds = [lo, *inside, hi]
+        slices += zip(bounds, bounds[1:], strict=False)
+    if len(slices) == len(topic.slices):
+        return topic
+    return replace(topic, slices=tuple(slices), retired=frozenset(retired))
 
 
 def split_slices(slices: tuple[tuple[float, float], ...], total: int,
@@ -364,27 +394,18 @@ class TopicRegistry:
         return topic
 
     def adopt_stream(self, scope: str, stream: str) -> TopicInfo:
-        """Blocking: the record of an existing stream outside the Kafka scope, made on first use with
-        P partitions, P the smallest multiple of its initial segment count that is at least
-        NATIVE_MIN_PARTITIONS, in equal slices. Its segments must lie on slice boundaries (they do
-        unless it was scaled before its first writer); from then on its scaling keeps to them. A
-        stream whose segments already hold bytes, or carry the byte-stream mark, is refused."""
+        """Blocking: the record of an existing stream outside the Kafka scope, made on first use with one
+        partition per open segment (its slice that segment's key range): a stream scaled any way before
+        its first writer takes events. A stream whose segments already hold bytes, or carry the
+        byte-stream mark, is refused."""
         name = self.key(scope, stream)
         with self._lock:
             found = self._cache.get(name)
             if found is not None:
                 return found
-            initial = max(1, self.controller.get_stream(scope, stream).config.initial_segments)
-            partitions = initial * -(-NATIVE_MIN_PARTITIONS // initial)
-            starts = {p / partitions for p in range(partitions)}
-            for seg in self.controller.get_current_segments(scope, stream):
-                if seg.key_start not in starts:
-                    raise TopicError(Reason.INVALID_REQUEST,
-                                     f"{name}: segment {seg.name} does not start on a partition boundary")
+            ranges = sorted((seg.key_start, seg.key_end) for seg in self.controller.get_current_segments(scope, stream))
             self._refuse_non_event_data(name)
-            topic = TopicInfo(name, uuid.uuid4(), tuple((p / partitions, (p + 1) / partitions)
-                                                       for p in range(partitions)), {},
-                              time.time_ns() // 1_000_000)
+            topic = TopicInfo(name, uuid.uuid4(), tuple(ranges), {}, time.time_ns() // 1_000_000)
             self.tables.put(TOPICS_TABLE, [(name.encode(), topic.encode(), NOT_EXISTS)])
             self._cache[name] = topic
             try:
@@ -462,6 +483,24 @@ class TopicRegistry:
             self._cache[name] = grown
         self._notify("grown", grown)
         return grown
+
+    def carve(self, name: str, points: list[float]) -> TopicInfo:
+        """Blocking: make every point a slice boundary of the native stream ``name`` before its segments
+        split there (``carve_slices``), recorded before the split so no successor ever starts inside a
+        live partition; listeners hear "grown". A no-op when the points are boundaries already."""
+        with self._lock:
+            topic = self._cache.get(name)
+            if topic is None:
+                raise TopicError(Reason.UNKNOWN_TOPIC, f"unknown stream {name!r}")
+            if topic.kafka_view:
+                raise TopicError(Reason.INVALID_REQUEST, f"{name} is a Kafka topic: its partitions stay")
+            carved = carve_slices(topic, points)
+            if carved is topic:
+                return topic
+            self.tables.put(TOPICS_TABLE, [(name.encode(), carved.encode())])
+            self._cache[name] = carved
+        self._notify("grown", carved)
+        return carved
 
     def alter_configs(self, name: str, changes: dict[str, str | None], replace_all: bool,
                       validate_only: bool = False) -> TopicInfo:

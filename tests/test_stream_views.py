@@ -134,7 +134,7 @@ def test_kafka_topic_split_and_merge_are_visible(server):
     human = cli(server, "streams", "describe", "kafka/views")
     assert human.returncode == 0, human.stderr
     text = human.stdout
-    assert "epoch 3, 2 open segments, Kafka topic with 8 partitions" in text
+    assert "epoch 3, 2 open segments, 8 partitions" in text
     for s in described["segments"]:
         assert s["name"] in text
     assert "0-3" in text and "4-7" in text

@@ -123,6 +123,7 @@ RULES: dict[Command, Rule] = {
     # events and transactions (the transaction commands also check the transaction's owner)
     Command.OPEN_WRITER: _STREAM_WRITE,
     Command.APPEND_EVENTS: _STREAM_WRITE,
+    Command.WRITER_ROUTING: _STREAM_WRITE,
     Command.READ_EVENTS: Rule("stream", READ),
     Command.BEGIN_TXN: _STREAM_WRITE,
     Command.APPEND_TXN_EVENTS: _STREAM_WRITE,

@@ -31,8 +31,9 @@ if TYPE_CHECKING:
     from millrace.streams.scaling import StreamScaling
 _Req = TypeVar("_Req", bound=Request)
 
-# A Kafka topic's partition slices [(start, end)] by partition, or None for a stream that is no topic.
-PartitionsOf = Callable[[str, str], Sequence[tuple[float, float]] | None]
+# A partitioned stream's slices [(start, end)] by partition (None for a retired one), or None for a
+# stream that has no partitions.
+PartitionsOf = Callable[[str, str], Sequence[tuple[float, float] | None] | None]
 
 
 def describe_stream(
@@ -49,7 +50,8 @@ def describe_stream(
     store = controller.store
     described = []
     for seg in current.ranges(scope, stream):
-        partitions = None if slices is None else tuple(p for p, (lo, _) in enumerate(slices) if seg.contains(lo))
+        partitions = None if slices is None else tuple(
+            p for p, s in enumerate(slices) if s is not None and seg.contains(s[0]))
         known: dict[str, Any] = {"length": None, "storage_length": None, "start_offset": None, "sealed": None,
                                  "rates": ()}
         try:

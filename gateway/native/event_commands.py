@@ -16,7 +16,11 @@ reactor.
 
 Every stream can take events. A Kafka topic is served as is; a stream of another scope gets its
 partitions from the topic registry on its first ``OPEN_WRITER`` (``TopicRegistry.adopt_stream``),
-after which the partition storage serves it under the key ``scope/stream`` exactly like a topic.
+after which the partition storage serves it under the key ``scope/stream`` exactly like a topic. Its
+partitions follow its segments: a split inside a partition's slice retires the partition, and an
+``APPEND_EVENTS`` to a retired one is refused (``EventsRefusedError`` with ``PARTITION_RETIRED``, nothing
+stored), so the writer asks ``WRITER_ROUTING`` for the slices now and sends those events again to the
+partitions that hold their keys; ``OPEN_WRITER`` names the retired partitions too.
 """
 
 from __future__ import annotations
@@ -31,9 +35,12 @@ from millrace.gateway.native.stream_errors import native_refusal
 from millrace.gateway.native.table_commands import Answer
 from millrace.protocol import messages as m
 from millrace.protocol.errors import (
+    EventsRefusedError,
     InvalidRequestError,
     StreamNotFoundError,
 )
+from millrace.protocol.events import PARTITION_RETIRED
+from millrace.protocol.records import RecordBatchError, iter_batches
 from millrace.streams.errors import StreamError
 from millrace.streams.partitions import PartitionError, PartitionLog
 from millrace.streams.partitions.writer_events import WriterEvents
@@ -79,6 +86,18 @@ def partitioned_stream(broker: NativeHost, scope: str, stream: str) -> defer.Def
     return broker.blocking(_adopt, broker, scope, stream)
 
 
+def _resent(p: PartitionLog, payload: bytes) -> bool:
+    """The batch is one the partition holds already (its answer was lost): a retired partition answers
+    it as stored rather than refusing it, which would make the writer store its events a second time
+    elsewhere."""
+    try:
+        h = next(iter_batches(memoryview(payload))).header
+    except (StopIteration, RecordBatchError):
+        return False  # the append refuses it as it would anyway
+    last = h.base_sequence + h.record_count - 1
+    return h.base_sequence >= 0 and p.producers.holds(h.producer_id, h.producer_epoch, h.base_sequence, last)
+
+
 def event_handlers(broker: NativeHost) -> Handlers:
     def open_writer(r: m.OpenWriter, _payload: bytes) -> defer.Deferred[m.OpenWriterReply]:
         scope, stream, name = r.scope, r.stream, stream_key(broker, r.scope, r.stream)
@@ -101,7 +120,8 @@ def event_handlers(broker: NativeHost) -> Handlers:
                     # segment's owner (GET_SEGMENT_OWNER) instead of learning it from WRONG_HOST.
                     segments = tuple(p.writer.name if p.writer is not None else None for p in found[1])
                     return m.OpenWriterReply(producer_id=producer_id, epoch=epoch, slices=tuple(current.slices),
-                                             event_numbers=numbers, segments=segments)
+                                             event_numbers=numbers, segments=segments,
+                                             retired=tuple(sorted(found[0].retired)))
 
                 return record_logs(broker, current).addCallback(answer)
 
@@ -129,8 +149,12 @@ def event_handlers(broker: NativeHost) -> Handlers:
 
         def append(found: tuple[TopicInfo, list[PartitionLog]]) -> defer.Deferred[int]:
             current, parts = found
+            current = broker.topics.record(current.name) or current  # a load may have read a newer one
             if not 0 <= partition < len(parts):
                 raise StreamNotFoundError(f"{stream} has no partition {partition}")
+            if partition in current.retired and not _resent(parts[partition], payload):
+                raise EventsRefusedError(f"{stream}: partition {partition} retired when the stream split inside "
+                                         f"its key range; route again", PARTITION_RETIRED)
             writer = parts[partition].writer
             if writer is not None:
                 served_here(broker, writer.name)  # else NOT_LEADER (retriable) here forever
@@ -145,10 +169,24 @@ def event_handlers(broker: NativeHost) -> Handlers:
         def logs(topic: TopicInfo | None) -> defer.Deferred[tuple[TopicInfo, list[PartitionLog]]]:
             if topic is None:  # a stream of another scope gets its record from OPEN_WRITER
                 raise StreamNotFoundError(stream)
+            if partition >= topic.partition_count and broker.cluster is not None:
+                # A partition carved through another node since this one last read the topics table.
+                return refreshed(broker, topic.name, broker.topics.record).addCallback(
+                    lambda fresh: record_logs(broker, fresh or topic))
             return record_logs(broker, topic)
 
         return known_record(broker, stream_key(broker, r.scope, r.stream)).addCallback(logs).addCallback(
             append).addCallbacks(lambda base: m.OffsetReply(offset=base), refused)
+
+    def writer_routing(r: m.WriterRouting, _payload: bytes) -> defer.Deferred[m.WriterRoutingReply]:
+        def answer(found: tuple[TopicInfo, list[PartitionLog]]) -> m.WriterRoutingReply:
+            topic, parts = found
+            return m.WriterRoutingReply(
+                slices=tuple(topic.slices), retired=tuple(sorted(topic.retired)),
+                segments=tuple(p.writer.name if p.writer is not None else None for p in parts))
+
+        return partitioned_stream(broker, r.scope, r.stream).addCallback(
+            lambda topic: record_logs(broker, broker.topics.record(topic.name) or topic)).addCallback(answer)
 
     def read_segment_events(r: m.ReadEvents, _payload: bytes) -> defer.Deferred[Answer]:
         if r.offset < 0 or r.max_bytes <= 0 or r.wait_ms < 0:
@@ -159,4 +197,5 @@ def event_handlers(broker: NativeHost) -> Handlers:
             r.wait_ms, r.end_offset))
 
     return handlers(serve(m.OpenWriter, open_writer), serve(m.AppendEvents, append_events),
+                    serve(m.WriterRouting, writer_routing),
                     serve(m.ReadEvents, read_segment_events))

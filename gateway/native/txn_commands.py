@@ -278,9 +278,12 @@ class NativeTransactions:
             self._beginning[key] = shared
         return shared.join()
 
-    @staticmethod
-    def _begun(record: TxnRecord) -> m.BeginTxnReply:
-        return m.BeginTxnReply(slices=record.slices, lease_ms=record.lease_ms)
+    def _begun(self, record: TxnRecord) -> m.BeginTxnReply:
+        # The partitions retired now, so the client routes around them; one retired later still takes
+        # the transaction's events, which the commit sends to the partitions that hold their keys then.
+        topic = self.broker.topics.of_stream(record.scope, record.stream)
+        return m.BeginTxnReply(slices=record.slices, lease_ms=record.lease_ms,
+                               retired=tuple(sorted(topic.retired)) if topic is not None else ())
 
     def append(self, r: m.AppendTxnEvents, payload: bytes) -> defer.Deferred[m.OffsetReply]:
         txn = self._find(r)

@@ -6,6 +6,13 @@ partitions' *current* segments under the writer id ``txn:<uuid>`` with the batch
 transaction segment as its event number, so the partition assigns Kafka offsets now and a batch appended
 again after a crash answers ALREADY_WRITTEN instead of landing twice.
 
+A native stream's partition may retire while a transaction is open (the stream split inside its key
+range): its batches are then split by routing key among the partitions that hold those keys at commit
+(``reroute``), each piece keeping its batch's index as event number, so each partition still sees its
+pieces in order and once. (A commit resumed after a crash, if another split retired one of those
+partitions meanwhile, splits the rest again and may land a piece a second time: scales are minutes
+apart, so that needs a crash mid-commit and a split of the same range while the node recovers.)
+
 Threads: the reactor; segment I/O that blocks runs on the worker pool (``NativeHost.blocking``).
 """
 
@@ -23,6 +30,8 @@ from twisted.internet.interfaces import IReactorTime
 from millrace.gateway.native.host import NativeHost
 from millrace.gateway.native.txn_state import WRITER_PREFIX, events_attribute
 from millrace.protocol.errors import RetriableError, SegmentNotFoundError
+from millrace.protocol.events import batch_records, encode_batch
+from millrace.protocol.keys import key_hash
 from millrace.store.controller.transactions import TxnRecord
 from millrace.streams.errors import Reason
 from millrace.streams.partitions import PartitionError, PartitionLog
@@ -75,6 +84,34 @@ def sealed_batches(broker: NativeHost, name: str) -> _Batches:
     return batches
 
 
+def reroute(topic: TopicInfo, batches: _Batches) -> _Batches:
+    """The batches of ``topic``'s retired partitions split by routing key among its live partitions (an
+    event without a key goes to the first live partition inside its old one's slice); the others as
+    they are. Pieces keep their batch's index and its events' order."""
+    if not topic.retired or all(p not in topic.retired for p, _, _ in batches):
+        return batches
+    live = [(p, lo, hi) for p, (lo, hi) in enumerate(topic.slices) if p not in topic.retired]
+    out: _Batches = []
+    for partition, index, batch in batches:
+        if partition not in topic.retired:
+            out.append((partition, index, batch))
+            continue
+        lo, hi = topic.slices[partition]
+        unkeyed = next(p for p, a, b in live if lo <= a and b <= hi)
+        pieces: dict[int, list[tuple[bytes | None, bytes]]] = {}
+        timestamp = 0
+        for record in batch_records(batch):
+            timestamp = record.timestamp_ms
+            if record.key is None:
+                target = unkeyed
+            else:
+                h = key_hash(record.key.decode())
+                target = next(p for p, a, b in live if a <= h < b)
+            pieces.setdefault(target, []).append((record.key, record.value))
+        out += [(p, index, encode_batch(events, timestamp)) for p, events in sorted(pieces.items())]
+    return out
+
+
 def delete_segments(broker: NativeHost, names: list[str]) -> None:
     """Blocking: delete transaction segments that exist."""
     for name in names:
@@ -120,9 +157,12 @@ class CommitMerge:
 
         def merge_segment(batches: _Batches) -> defer.Deferred[Any]:
             by_partition: dict[int, list[tuple[int, bytes]]] = defaultdict(list)
+            counts[0] += len(batches)
+            topic = self.broker.topics.record(name)
+            if topic is not None:
+                batches = reroute(topic, batches)
             for partition, index, batch in batches:
                 by_partition[partition].append((index, batch))
-            counts[0] += len(batches)
             return defer.gatherResults([self._land(name, writer_id, p, todo, 0, counts)
                                         for p, todo in by_partition.items()], consumeErrors=True)
 
@@ -131,9 +171,10 @@ class CommitMerge:
                 log.info("transaction %s: commit resumed, %d of its %d batches had been appended already",
                          record.txn_id, counts[1], counts[0])
 
-        return defer.gatherResults([
+        # The topics table read first: a partition another node retired must not take these batches.
+        return self.broker.blocking(self.broker.topics.refresh).addCallback(lambda _: defer.gatherResults([
             self.broker.blocking(sealed_batches, self.broker, segment).addCallback(merge_segment)
-            for segment, _ in record.segments], consumeErrors=True).addCallback(merged)
+            for segment, _ in record.segments], consumeErrors=True)).addCallback(merged)
 
     def _land(self, name: str, writer_id: str, partition: int, batches: list[tuple[int, bytes]],
               attempt: int, counts: list[int]) -> defer.Deferred[None]:

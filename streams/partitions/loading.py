@@ -57,6 +57,7 @@ def load_topic(store: SegmentService, clock: IReactorTime, topics: TopicRegistry
                topic: TopicInfo) -> LoadedTopic:
     """Blocking: rebuild every partition of ``topic`` from its snapshot (if it has a usable one), its
     segments past it, and its stored log starts."""
+    topic = current_record(topics, topic)
     try:
         return _load_topic(store, clock, topics, tables, topic, from_snapshot=True)
     except (StaleSnapshot, StaleCoverage) as e:
@@ -92,6 +93,20 @@ def _load_topic(store: SegmentService, clock: IReactorTime, topics: TopicRegistr
         if snapshot is not None and not p.forget_segments({w.name for w in p.segments} - writers.keys()):
             raise StaleSnapshot(f"partition {p.partition} still needs a segment that is gone")
     return LoadedTopic(topic, parts, writers)
+
+
+def current_record(topics: TopicRegistry, topic: TopicInfo) -> TopicInfo:
+    """Blocking: ``topic``, or the registry's record read again from its table when this node's copy is
+    out of date. A native stream's partitions are carved before its segments split there, so an open
+    segment that starts inside a live slice means another node carved it since this node's last
+    refresh; loading from the old record would point the old partition at one piece of its slice."""
+    if topic.kafka_view:
+        return topic
+    starts = [seg.key_start for seg in topics.current_segments(topic.name)]
+    if any(lo < x < hi for p, (lo, hi) in enumerate(topic.slices) if p not in topic.retired for x in starts):
+        topics.refresh()
+        return topics.record(topic.name) or topic
+    return topic
 
 
 def replay(store: SegmentService, parts: list[PartitionLog], writer: SegmentWriter, found: RecoveredSegment,

@@ -115,6 +115,11 @@ class Producers:
         base = _in_window(state, first_sequence, last_sequence)
         return None if base is None or base in state.in_flight else base
 
+    def holds(self, producer_id: int, epoch: int, first_sequence: int, last_sequence: int) -> bool:
+        """This producer's batch is among the last few this partition holds or is writing: a resend."""
+        state = self._states.get(producer_id)
+        return state is not None and state.epoch == epoch and _in_window(state, first_sequence, last_sequence) is not None
+
     def fence(self, producer_id: int, epoch: int, now_ms: int, coordinator_epoch: int) -> None:
         """A transaction marker of ``epoch`` was written: older epochs of the producer are refused from
         now on (a coordinator that aborts a zombie's transaction writes its marker with a bumped epoch)."""

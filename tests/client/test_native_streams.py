@@ -1,10 +1,13 @@
-"""EventStreamWriter on streams outside the Kafka scope: a stream made by StreamManager gets its
-partitions on its first writer, keeps per-key order and exactly-once across splits and merges, and its
-events are stored as Kafka records in its own segments (read back raw here)."""
+"""EventStreamWriter on streams outside the Kafka scope: a stream made by StreamManager gets one
+partition per segment on its first writer, splits anywhere (a split inside a partition retires it and
+adds one per piece), keeps per-key order and exactly-once across splits and merges, and its events are
+stored as Kafka records in its own segments (read back raw here)."""
 
 from __future__ import annotations
 
+import threading
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -14,9 +17,11 @@ from confluent_kafka.admin import AdminClient
 
 from millrace import EventPosition, RetentionPolicy, StreamManager, StringSerializer, WriterFencedError
 from millrace.client.segments import SegmentClient
-from millrace.protocol.errors import StreamNotFoundError
+from millrace.protocol.errors import StreamNotFoundError, StreamSealedError
+from millrace.protocol.keys import key_hash
 from millrace.protocol.records import iter_batches
 from millrace.streams.partitions.formats import ENVELOPE, ENVELOPE_MAGIC, INDEX_SUFFIX
+from millrace.streams.topics import TopicInfo, carve_slices
 from tests.ports import free_port
 from tests.server_process import ServerProcess
 
@@ -55,8 +60,8 @@ def test_a_writer_for_a_stream_in_any_scope(server: ServerProcess, uri: str) -> 
     writer.write_event(b"21.5", routing_key="sensor-7").result()
     writer.flush(); writer.close()  # noqa: E702 (the README-style snippet, kept as written)
 
-    assert len(writer.slices) == 16  # the smallest multiple of 2 segments that is at least 16
-    assert sm.describe_stream("iot", "readings").partition_count == 16
+    assert writer.slices == [(0.0, 0.5), (0.5, 1.0)]  # one partition per segment
+    assert sm.describe_stream("iot", "readings").partition_count == 2
     assert [(k, v) for _, _, k, v in stored_events(server, sm, "iot", "readings")] == [(b"sensor-7", b"21.5")]
     again = sm.create_writer("iot", "readings")  # the partitions, once made, stay
     assert again.slices == writer.slices
@@ -68,14 +73,22 @@ def test_a_writer_for_a_stream_in_any_scope(server: ServerProcess, uri: str) -> 
     assert not any("readings" in name for name in listed)
 
 
-def test_partitions_fit_the_initial_segments(uri: str) -> None:
+def test_partitions_are_the_segments_at_the_first_writer(uri: str) -> None:
     with StreamManager(uri) as sm:
         sm.create_scope("sizes")
-        for segments, partitions in ((1, 16), (3, 18), (5, 20), (16, 16), (20, 20)):
+        for segments in (1, 3, 5, 20):
             sm.create_stream("sizes", f"s{segments}", initial_segments=segments)
             writer = sm.create_writer("sizes", f"s{segments}")
-            assert len(writer.slices) == partitions
+            ranges = [(s.segment.key_start, s.segment.key_end) for s in sm.describe_stream("sizes", f"s{segments}").segments]
+            assert writer.slices == sorted(ranges)
             writer.close()
+        # Scaled before its first writer, at points no equal division has: it still takes events.
+        sm.create_stream("sizes", "early", initial_segments=1)
+        sm.split_segment("sizes", "early", sm.describe_stream("sizes", "early").segments[0].segment, at=[0.3, 0.77])
+        writer = sm.create_writer("sizes", "early")
+        assert writer.slices == [(0.0, 0.3), (0.3, 0.77), (0.77, 1.0)]
+        writer.write_event(b"x", routing_key="k").result(30)
+        writer.close()
 
 
 def test_a_writer_for_an_unknown_stream_is_refused(uri: str) -> None:
@@ -105,8 +118,8 @@ def test_order_and_exactly_once_across_splits_and_a_merge(server: ServerProcess,
         writer.close()
         described = sm.describe_stream("plant", "elastic")
         assert len(described.segments) == 3
-        # Every segment holds whole partitions: its bounds are slice boundaries of the 16.
-        assert all(s.segment.key_start * 16 == int(s.segment.key_start * 16) for s in described.segments)
+        # Each split cut a partition: it retired, and its pieces are new partitions.
+        assert described.partition_count == 1 + 2 * 3
         stored = stored_events(server, sm, "plant", "elastic")
 
     by_key: dict[str, list[EventPosition]] = defaultdict(list)
@@ -115,7 +128,9 @@ def test_order_and_exactly_once_across_splits_and_a_merge(server: ServerProcess,
     assert len(stored) == len(futures) == len({(p, o) for p, o, _, _ in stored})  # each event once
     for k in keys:
         landed = by_key[k]
-        assert len({p.partition for p in landed}) == 1  # one key, one partition, across every switch
+        # A key moves only from a retired partition to one of its pieces, which are numbered after it:
+        # sorted by (partition, offset), its events are in the order written.
+        assert [p.partition for p in landed] == sorted(p.partition for p in landed)
         mine = [(p, o, v) for p, o, key, v in stored if key == k.encode()]
         assert [(p, o) for p, o, _ in mine] == [(x.partition, x.offset) for x in landed]
         assert [v for _, _, v in mine] == [f"{k}:{i}".encode() for i in range(400)]
@@ -188,7 +203,7 @@ def test_a_deleted_stream_re_created_under_its_name_starts_fresh(tmp_path) -> No
         uri = f"tcp://127.0.0.1:{server.native_port}"
         with StreamManager(uri) as sm:
             sm.create_scope("redo")
-            for round_, (segments, partitions) in enumerate(((1, 16), (3, 18), (1, 16))):
+            for round_, (segments, partitions) in enumerate(((1, 1), (3, 3), (1, 1))):
                 if sm.list_streams("redo"):
                     sm.seal_stream("redo", "s")
                     sm.delete_stream("redo", "s")
@@ -208,7 +223,7 @@ def test_a_deleted_stream_re_created_under_its_name_starts_fresh(tmp_path) -> No
             with sm.create_writer("redo", "s") as writer:
                 # Into every partition: one that loaded an old entry would continue after it.
                 written = [writer.write_event(b"w%d" % i, routing_key=f"after-{i}") for i in range(200)]
-                assert len({f.result(30).partition for f in written}) == 16
+                assert {f.result(30).partition for f in written} == {0}
             events = stored_events(server, sm, "redo", "s")
             assert len(events) == 210 and _offsets_are_dense(events)
     finally:
@@ -288,3 +303,156 @@ def test_a_native_stream_s_retention_policy_truncates_it(tmp_path) -> None:
             assert [v for _, _, _, v in retained_events(server, sm, "ret", "by-time")] == [b"new"]
     finally:
         server.kill()
+
+
+def _wait(predicate: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_a_native_stream_splits_anywhere_and_merges_back_under_a_reader_group(sm: StreamManager) -> None:
+    """Pravega's scaling on a native stream: split at 0.3, the upper piece into 5, all merged back into
+    one, while a writer writes and a reader group of two reads: every event read once, in order per key."""
+    scope, stream, keys, total = "anywhere", "s", 24, 6000
+    sm.create_scope(scope)
+    sm.create_stream(scope, stream, initial_segments=1)
+    writer = sm.create_writer(scope, stream, StringSerializer(), writer_id="anywhere-writer")
+    group = sm.create_reader_group("anywhere-group", scope, stream, serializer=StringSerializer())
+    read: list[tuple[str, int]] = []
+    lock = threading.Lock()
+    done = threading.Event()
+
+    def read_with(reader_id: str) -> None:
+        reader = group.create_reader(reader_id)
+        while not done.is_set() or len(read) < total:
+            event = reader.read_next_event(timeout=0.5)
+            if event is not None and not event.is_checkpoint and event.data is not None:
+                key, _, seq = event.data.partition(":")
+                with lock:  # before the next read: only that one may hand the segment's successors on
+                    read.append((key, int(seq)))
+            if len(read) >= total:
+                break
+        reader.close()
+
+    readers = [threading.Thread(target=read_with, args=(f"r{i}",), daemon=True) for i in range(2)]
+    for t in readers:
+        t.start()
+    progress = [0]
+
+    def write() -> None:
+        for i in range(total):
+            writer.write_event(f"k{i % keys}:{i // keys}", routing_key=f"k{i % keys}")
+            if i % 100 == 99:
+                writer.flush()
+                progress[0] = i + 1
+        writer.flush()
+        progress[0] = total
+
+    writing = threading.Thread(target=write, daemon=True)
+    writing.start()
+    _wait(lambda: progress[0] >= 1500, "1500 events written")
+    (whole,) = sm.describe_stream(scope, stream).segments
+    sm.split_segment(scope, stream, whole.segment, at=[0.3])  # inside the stream's only partition
+    ranges = [(s.segment.key_start, s.segment.key_end) for s in sm.describe_stream(scope, stream).segments]
+    assert ranges == [(0.0, 0.3), (0.3, 1.0)]
+    _wait(lambda: progress[0] >= 3000, "3000 events written")
+    upper = sm.describe_stream(scope, stream).segments[1].segment
+    sm.split_segment(scope, stream, upper, pieces=5)
+    assert len(sm.describe_stream(scope, stream).segments) == 6
+    _wait(lambda: progress[0] >= 4500, "4500 events written")
+    sm.merge_segments(scope, stream, [s.segment for s in sm.describe_stream(scope, stream).segments])
+    writing.join(120)
+    assert progress[0] == total
+    writer.close()
+    done.set()
+    for t in readers:
+        t.join(120)
+    described = sm.describe_stream(scope, stream)
+    assert [(s.segment.key_start, s.segment.key_end) for s in described.segments] == [(0.0, 1.0)]
+    assert described.partition_count == 1 + 2 + 5  # one retired by each split, one per piece
+
+    assert len(read) == total and len(set(read)) == total  # each once
+    for k in range(keys):
+        assert [seq for key, seq in read if key == f"k{k}"] == list(range(total // keys))  # in order
+
+
+def test_a_writer_opened_again_after_a_split_skips_what_it_wrote_before(sm: StreamManager, server: ServerProcess) -> None:
+    """Exactly once across a split inside a partition: a writer id's events written before the split are
+    recognised when an instance opened after it writes them again (their keys route to the new pieces;
+    the retired partition, whose slice holds theirs, recorded the numbers)."""
+    scope, stream = "again", "s"
+    sm.create_scope(scope)
+    sm.create_stream(scope, stream, initial_segments=1)
+    events = [(f"key-{i}", f"v{i}") for i in range(300)]
+    with sm.create_writer(scope, stream, StringSerializer(), writer_id="w") as first:
+        for number, (key, value) in enumerate(events):
+            first.write_event(value, routing_key=key, event_number=number)
+    (whole,) = sm.describe_stream(scope, stream).segments
+    sm.split_segment(scope, stream, whole.segment, at=[0.42])
+    with sm.create_writer(scope, stream, StringSerializer(), writer_id="w") as second:
+        assert second.slices == [(0.0, 1.0), (0.0, 0.42), (0.42, 1.0)]
+        again = [second.write_event(value, routing_key=key, event_number=number)
+                 for number, (key, value) in enumerate(events)]
+        assert {f.result(30).offset for f in again} == {-1}  # every one written before
+        second.write_event("new", routing_key="key-0", event_number=len(events)).result(30)
+    stored = [v for _, _, _, v in stored_events(server, sm, scope, stream)]
+    assert sorted(stored) == sorted([v.encode() for _, v in events] + [b"new"])
+
+
+def test_a_transaction_open_across_a_split_lands_by_key(sm: StreamManager, server: ServerProcess) -> None:
+    """A transaction's events written to a partition that retires before the commit land, at the commit,
+    in the pieces that hold their keys (so a reader of the successors finds each key where it belongs)."""
+    scope, stream = "txsplit", "s"
+    sm.create_scope(scope)
+    sm.create_stream(scope, stream, initial_segments=1)
+    txw = sm.create_transaction_writer(scope, stream, "tx", StringSerializer())
+    txn = txw.begin_txn()
+    keys = [f"key-{i}" for i in range(40)]
+    for key in keys:
+        txn.write_event(f"{key}:before", routing_key=key)
+    (whole,) = sm.describe_stream(scope, stream).segments
+    sm.split_segment(scope, stream, whole.segment, at=[0.5])
+    for key in keys:
+        txn.write_event(f"{key}:after", routing_key=key)
+    txn.commit()
+    txw.close()
+    slices = {0: (0.0, 1.0), 1: (0.0, 0.5), 2: (0.5, 1.0)}
+    stored = stored_events(server, sm, scope, stream)
+    assert len(stored) == 2 * len(keys)
+    for partition, _, key, _value in stored:
+        assert partition in (1, 2)  # nothing in the retired partition
+        lo, hi = slices[partition]
+        assert key is not None and lo <= key_hash(key.decode()) < hi
+    for key in keys:
+        assert [v for _, _, k, v in stored if k == key.encode()] == [f"{key}:before".encode(), f"{key}:after".encode()]
+
+
+def test_carving_slices() -> None:
+    topic = TopicInfo("s/x", uuid.uuid4(), ((0.0, 0.5), (0.5, 1.0)))
+    assert carve_slices(topic, [0.5]) is topic  # a boundary already
+    carved = carve_slices(topic, [0.25, 0.3, 0.5])
+    assert carved.slices == ((0.0, 0.5), (0.5, 1.0), (0.0, 0.25), (0.25, 0.3), (0.3, 0.5))
+    assert carved.retired == {0}
+    again = carve_slices(carved, [0.1, 0.75])
+    assert again.retired == {0, 1, 2} and again.slices[5:] == ((0.5, 0.75), (0.75, 1.0), (0.0, 0.1), (0.1, 0.25))
+    assert [again.partition_for_key(k) for k in ("a", "b")] == [
+        next(p for p, (lo, hi) in enumerate(again.slices) if lo <= key_hash(k) < hi and p not in again.retired)
+        for k in ("a", "b")]
+    assert TopicInfo.decode("s/x", again.encode()) == again
+
+
+def test_a_writer_on_a_stream_sealed_under_it_fails_with_stream_sealed(sm: StreamManager) -> None:
+    """A segment sealed under a writer's batch is a scale (send again) or the stream's seal: the writer
+    asks which, and for a sealed stream fails the events with StreamSealedError, not a segment's name."""
+    sm.create_scope("closing")
+    sm.create_stream("closing", "s", initial_segments=1)
+    writer = sm.create_writer("closing", "s")
+    writer.write_event(b"before", routing_key="k").result(30)
+    sm.seal_stream("closing", "s")
+    with pytest.raises(StreamSealedError, match="closing/s is sealed"):
+        writer.write_event(b"after", routing_key="k").result(30)
+    with pytest.raises(StreamSealedError):
+        writer.write_event(b"later", routing_key="k").result(30)
+    writer.close()

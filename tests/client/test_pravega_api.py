@@ -42,7 +42,7 @@ def test_event_pointers_read_each_event_again(sm: StreamManager) -> None:
     with sm.create_writer(scope, stream, StringSerializer()) as writer:
         for i in range(10):
             writer.write_event(f"single-{i}", routing_key=f"k{i % 4}")
-        writer.write_events("k-batch", ["one", "two", "three"])  # one batch: indexes 0, 1, 2
+        writer.write_events("k-batch", ["one", "two", "three"])  # one batch, in a row (after singles, perhaps)
         writer.flush()
     group = sm.create_reader_group("g", scope, stream, serializer=StringSerializer())
     reader = group.create_reader("r")
@@ -53,7 +53,8 @@ def test_event_pointers_read_each_event_again(sm: StreamManager) -> None:
     assert all(isinstance(p, EventPointer) for p in pointers.values())
     batch = [pointers[name] for name in ("one", "two", "three")]
     assert len({(p.segment_id, p.offset) for p in batch if p is not None}) == 1  # same batch...
-    assert [p.index for p in batch if p is not None] == [0, 1, 2]  # ... each record by its index
+    first = batch[0].index if batch[0] is not None else -1
+    assert [p.index for p in batch if p is not None] == [first, first + 1, first + 2]  # ... each by its index
 
     rgm = sm.reader_group_manager(scope)
     for data, pointer in pointers.items():
@@ -67,20 +68,20 @@ def test_event_pointers_read_each_event_again(sm: StreamManager) -> None:
     assert sm.fetch_event(batch[1]) == b"two"  # bytes by default
     assert reader.read_next_event(timeout=0.2) is None  # fetching moved nothing of the reader's place
 
-    first = batch[0]
-    assert first is not None
-    with pytest.raises(NoSuchEventError) as missing:
-        sm.fetch_event(EventPointer(scope, stream, first.segment_id, first.offset, 3))
-    assert isinstance(missing.value, millrace.StoreError) and str(first.offset) in str(missing.value)
+    last = batch[2]
+    assert last is not None
+    with pytest.raises(NoSuchEventError) as missing:  # past the batch's last record
+        sm.fetch_event(EventPointer(scope, stream, last.segment_id, last.offset, last.index + 1))
+    assert isinstance(missing.value, millrace.StoreError) and str(last.offset) in str(missing.value)
     with pytest.raises(ValueError):
         EventPointer.from_bytes(sm.tail_cut(scope, stream).to_bytes())  # another kind of value
     with pytest.raises(ValueError):
-        StreamCut.from_bytes(first.to_bytes())
+        StreamCut.from_bytes(last.to_bytes())
 
     # Truncated away: the stream no longer holds the event, and says so.
     sm.truncate_stream(sm.tail_cut(scope, stream))
     with pytest.raises(SegmentTruncatedError):
-        sm.fetch_event(first)
+        sm.fetch_event(last)
     reader.close()
 
 
