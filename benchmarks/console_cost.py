@@ -5,14 +5,15 @@ One `millrace serve` process (fresh data directory), one 8-partition topic carri
 consumer group on it. Rounds alternate "closed" (no browser) and "open" (headless Chromium, the system
 `/usr/bin/chromium` driven by Playwright, showing three console pages at once: the overview, the
 topic's stream page with the segment heat map, and the consumer group's page, each polling the JSON API
-every 2 s, which also keeps the server's console sampling running). Each round produces N records with
+every 2 s). Each round produces N records with
 acks=all (idempotent, as clients default) as fast as librdkafka can, then the group consumes them all
 back (assigned to all partitions from its committed offsets). Reported per condition: the median over
 rounds of produce and fetch MB/s and msgs/s, the server's CPU seconds for them, and the server's CPU use
 over 10 s without traffic before them (what the console alone costs); for the open rounds, the
 console's API requests per second and the browser's own CPU seconds (it shares the machine with client and
-server); and each open round against the closed round before it (median of the ratios). The console's sampling (every 5 s) goes on for 10 minutes after its
-last request, so closed rounds after the first still include it: they measure the browser's polling.
+server); and each open round against the closed round before it (median of the ratios). The console's sampling (every 5 s) runs from the
+server's start whether or not a console is open, so both conditions include it: they measure the browser's polling
+(``benchmarks/console_history_cost.py`` measures the sampling itself).
 
     .venv/bin/python -m benchmarks.console_cost [--messages 200000] [--size 512] [--rounds 3]
 """

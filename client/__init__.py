@@ -4,9 +4,11 @@ Units: ``connection`` (pipelined connections, reconnecting pool), ``controller``
 commands, typed), ``streams`` (configurations, descriptions, stream cuts), ``manager``
 (``StreamManager``), ``segments`` (raw segment access for tools and tests), ``synchronizer``
 (``StateSynchronizer``, a state shared through conditional appends), ``batch`` (``BatchClient``, a
-stream's history between two cuts as segment ranges read in parallel), ``reader_group_state`` (a
-reader group's state as data and pure updates) and ``reader_group`` (``ReaderGroup``,
-``EventStreamReader``: readers sharing streams' segments through a synchronizer).
+stream's history between two cuts as segment ranges read in parallel) and ``reader_group``
+(``ReaderGroup``, ``EventStreamReader``: readers sharing streams' segments through a synchronizer). A
+reader group's state as data and pure updates (``protocol/reader_group_state.py``) and the
+synchronizer's entries (``protocol/synchronizer.py``) live in ``millrace.protocol``: the server reads
+them too, to show reader groups.
 """
 
 from millrace.client.reader_group import TruncatedDataError

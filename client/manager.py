@@ -36,7 +36,6 @@ from millrace.client.reader_group import (
     state_stream,
     subscriber_name,
 )
-from millrace.client.reader_group_state import SegmentPosition, initial_state
 from millrace.client.security import ClientSecurity
 from millrace.client.serializers import BytesSerializer, JsonSerializer, Serializer
 from millrace.client.streams import (
@@ -60,6 +59,7 @@ from millrace.protocol.errors import (
     StreamNotFoundError,
 )
 from millrace.protocol.names import parse_segment_name
+from millrace.protocol.reader_group_state import SegmentPosition, initial_state
 
 T = TypeVar("T")
 U = TypeVar("U")

@@ -5,7 +5,7 @@ as Pravega's ``ReaderGroup`` / ``EventStreamReader``.
     reader = group.create_reader("reader-1")
     event = reader.read_next_event(timeout=5.0)                      # None on timeout
 
-**Where the group lives.** The group's state (``client/reader_group_state.py``: who holds which
+**Where the group lives.** The group's state (``protocol/reader_group_state.py``: who holds which
 segment at which position, what waits for what, checkpoints) is a ``StateSynchronizer`` in the stream
 ``<scope>/_RG<name>``. Every change (a reader joins or leaves, acquires or releases a segment,
 completes one, records positions or a checkpoint; a reset) is one update appended conditionally on
@@ -54,13 +54,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from millrace.client import reader_group_state as rgs
 from millrace.client import watermarks
-from millrace.client.reader_group_state import ReaderGroupState, SegmentPosition
 from millrace.client.segment_reader import SegmentEvent, SegmentEventReader, read_segment_events
 from millrace.client.serializers import Serializer
 from millrace.client.streams import StreamCut, StreamDescription, decode_value, encode_value, from_base64
 from millrace.client.synchronizer import StateSynchronizer, Updates
+from millrace.protocol import reader_group_state as rgs
 from millrace.protocol.errors import (
     InvalidRequestError,
     SegmentNotFoundError,
@@ -69,6 +68,7 @@ from millrace.protocol.errors import (
     StreamNotFoundError,
 )
 from millrace.protocol.names import parse_segment_name, segment_name
+from millrace.protocol.reader_group_state import ReaderGroupState, SegmentPosition
 
 if TYPE_CHECKING:
     from millrace.client.controller import ControllerClient

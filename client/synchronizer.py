@@ -10,8 +10,8 @@ which is also where its next entry must land. Every write is an append condition
 computed from a stale state is refused (``BadOffsetError``), the member reads what it missed and
 computes again. No update is lost, and every member applies the same entries in the same order.
 
-Entries (one atomic append each, so there are no torn ones to skip; anything that does not parse is
-an error, never skipped)::
+Entries (their format and how they fold into a state are ``protocol/synchronizer.py``'s, which the
+server shares to show a reader group's state)::
 
     magic:u16  kind:u8  nonce:8 bytes  length:u32  crc32:u32  payload
 
@@ -40,12 +40,9 @@ import contextlib
 import copy
 import os
 import random
-import struct
 import threading
 import time
-import zlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from millrace.client.controller import ControllerClient
@@ -60,21 +57,26 @@ from millrace.protocol.errors import (
     StoreError,
 )
 from millrace.protocol.messages import decode_reply
+from millrace.protocol.synchronizer import (
+    KIND_SNAPSHOT,
+    KIND_STATE,
+    KIND_UPDATES,
+    Entry,
+    StateCorruptError,
+    decode_entries,
+    encode_entry,
+    fold_entry,
+    pack_snapshot,
+    pack_updates,
+    unpack_snapshot,
+)
 from millrace.protocol.wire import MAX_FRAME_BYTES
 
 S = TypeVar("S")
 U = TypeVar("U")
 R = TypeVar("R")
 
-MAGIC = 0x5359  # "SY"
-KIND_STATE = 1
-KIND_UPDATES = 2
-KIND_SNAPSHOT = 3
-# A snapshot's payload: the offset its nonce list starts at and how many nonces, the nonces, the state.
-_SNAPSHOT_HEAD = struct.Struct(">QI")
 RECENT_NONCES = 1024  # nonces a snapshot lists: 8 KiB
-_HEADER = struct.Struct(">HB8sII")
-_COUNT = struct.Struct(">I")
 READ_BYTES = 1 << 20
 ACCEPTED_WAIT_MS = 1000
 # An entry travels in one frame with a small JSON header beside it.
@@ -83,11 +85,6 @@ MAX_ENTRY_BYTES = MAX_FRAME_BYTES - 64 * 1024
 
 class StateNotInitializedError(StoreError):
     """The synchronizer's segment holds no state yet: call ``initialize`` first."""
-
-
-class StateCorruptError(StoreError):
-    """The segment holds bytes that are not a synchronizer entry (or an entry kind this client does
-    not know): the state cannot be rebuilt, so nothing is guessed."""
 
 
 class Updates(Generic[U]):
@@ -101,75 +98,6 @@ class Updates(Generic[U]):
 
     def __repr__(self) -> str:
         return f"Updates({list(self.items)!r})"
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One decoded entry and where it lies in the segment."""
-
-    offset: int
-    end: int
-    kind: int
-    nonce: bytes
-    payload: bytes
-
-
-def encode_entry(kind: int, nonce: bytes, payload: bytes) -> bytes:
-    return _HEADER.pack(MAGIC, kind, nonce, len(payload), zlib.crc32(payload)) + payload
-
-
-def decode_entries(data: bytes, offset: int) -> tuple[list[Entry], int]:
-    """The whole entries at the front of ``data`` (which starts at segment ``offset``), and how many
-    bytes they take; a trailing partial entry is left for the next read."""
-    entries: list[Entry] = []
-    pos = 0
-    while len(data) - pos >= _HEADER.size:
-        magic, kind, nonce, length, crc = _HEADER.unpack_from(data, pos)
-        if magic != MAGIC:
-            raise StateCorruptError(f"no synchronizer entry at offset {offset + pos}")
-        end = pos + _HEADER.size + length
-        if end > len(data):
-            break
-        payload = bytes(data[pos + _HEADER.size:end])
-        if zlib.crc32(payload) != crc:
-            raise StateCorruptError(f"entry at offset {offset + pos} fails its CRC")
-        if kind not in (KIND_STATE, KIND_UPDATES, KIND_SNAPSHOT):
-            raise StateCorruptError(f"entry at offset {offset + pos} has unknown kind {kind}")
-        entries.append(Entry(offset + pos, offset + end, kind, nonce, payload))
-        pos = end
-    return entries, pos
-
-
-def pack_snapshot(covered_from: int, nonces: Iterable[bytes], state: bytes) -> bytes:
-    listed = list(nonces)
-    return b"".join([_SNAPSHOT_HEAD.pack(covered_from, len(listed)), *listed, state])
-
-
-def unpack_snapshot(payload: bytes) -> tuple[int, list[bytes], bytes]:
-    """(the offset the nonce list covers from, the nonces of the entries covered, the state's bytes)."""
-    covered_from, count = _SNAPSHOT_HEAD.unpack_from(payload)
-    start = _SNAPSHOT_HEAD.size
-    nonces = [payload[start + 8 * i:start + 8 * i + 8] for i in range(count)]
-    return covered_from, nonces, payload[start + 8 * count:]
-
-
-def pack_updates(items: Iterable[bytes]) -> bytes:
-    blobs = list(items)
-    return b"".join([_COUNT.pack(len(blobs)), *(_COUNT.pack(len(b)) + b for b in blobs)])
-
-
-def unpack_updates(payload: bytes) -> list[bytes]:
-    (count,) = _COUNT.unpack_from(payload, 0)
-    pos = _COUNT.size
-    out: list[bytes] = []
-    for _ in range(count):
-        (length,) = _COUNT.unpack_from(payload, pos)
-        pos += _COUNT.size
-        out.append(payload[pos:pos + length])
-        pos += length
-    if pos != len(payload):
-        raise StateCorruptError("an updates entry's lengths do not add up")
-    return out
 
 
 class StateSynchronizer(Generic[S, U]):
@@ -433,25 +361,13 @@ class StateSynchronizer(Generic[S, U]):
         return start
 
     def _apply(self, entry: Entry) -> None:
-        if entry.kind == KIND_STATE:
-            self._state = self.serializer.deserialize(entry.payload)
-            self._initialized = True
-        elif entry.kind == KIND_SNAPSHOT:
-            covered_from, nonces, state_bytes = unpack_snapshot(entry.payload)
-            self._state = self.serializer.deserialize(state_bytes)
-            self._initialized = True
+        self._state = fold_entry(self._state, entry, self.serializer.deserialize, self.apply_update,
+                                 self.update_serializer.deserialize, has_state=self._initialized)
+        self._initialized = True
+        if entry.kind == KIND_SNAPSHOT:
+            covered_from, nonces, _ = unpack_snapshot(entry.payload)
             self._recent.clear()
             self._recent.extend((covered_from, nonce) for nonce in nonces)
-        else:
-            if not self._initialized:
-                raise StateCorruptError(f"updates at offset {entry.offset} precede any state")
-            if self.apply_update is None:
-                raise StateCorruptError(f"updates at offset {entry.offset}, but this synchronizer has no "
-                                        "apply_update function")
-            state = self._state
-            for blob in unpack_updates(entry.payload):
-                state = self.apply_update(state, self.update_serializer.deserialize(blob))  # type: ignore[arg-type]
-            self._state = state
         self._recent.append((entry.offset, entry.nonce))
         self._revision = entry.end
 

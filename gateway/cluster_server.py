@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -393,12 +394,15 @@ class ClusterServer:
         views = StreamViews(controller, self.pool, broker.scaling, topic_partitions(broker))
         node_view = NodeHttpView(self.router.local, self.router)
         node = self.node
-        metrics = MetricsSources(node_view, broker, native_factory.requests,
-                                 ClusterSources(lambda: node.client, self.router.local.host.ownership_changes))
         console = Console(node_view, views, broker,
-                          cluster=lambda: describe_cluster(cluster, self.options.containers))
+                          cluster=lambda: describe_cluster(cluster, self.options.containers),
+                          data_dir=os.path.abspath(self.options.data_dir))
+        metrics = MetricsSources(node_view, broker, native_factory.requests,
+                                 ClusterSources(lambda: node.client, self.router.local.host.ownership_changes),
+                                 reader_groups=console.reader_groups)
         self.http_front.inner = http_site(node_view, views, http_access(self.security, broker), console,
                                           metrics=metrics)
+        console.start()
         self.loops.append(start_background(broker))
 
         # Each second: topics created through other nodes (their records are in the topics table), and

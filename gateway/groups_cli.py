@@ -1,11 +1,16 @@
-"""``millrace groups list|describe``: a server's Kafka consumer groups with their lag, read from the HTTP
-listener's JSON API (``GET /api/groups``, ``/api/groups/GROUP``: the same answers the web console
-draws), printed as ``kafka-consumer-groups.sh --list`` / ``--describe`` print them.
+"""``millrace groups list|describe|readers``: a server's Kafka consumer groups with their lag and its native
+reader groups with their positions and unread bytes, read from the HTTP listener's JSON API (``GET
+/api/groups[/GROUP]``, ``/api/reader-groups[/SCOPE/GROUP]``: the same answers the web console draws).
 
-``millrace groups readers SCOPE[/GROUP]``: native reader groups, with each reader's segments, their
-positions and unread bytes. A reader group's state lives in its readers' state synchronizer (the
-stream ``SCOPE/_RG<group>``), decided by the native client's rules, which the server does not run; so
-this action reads it as a native client does, through the native listener (``--server``).
+- ``list``: the Kafka groups as ``kafka-consumer-groups.sh --list`` prints them, then the reader groups
+  (``--json``: ``{"groups": [...], "reader_groups": [...]}``, the two API answers).
+- ``describe GROUP``: a Kafka group as ``kafka-consumer-groups.sh --describe`` prints it;
+  ``describe --reader-group SCOPE/GROUP``: a reader group's segments, each with its reader, position and
+  unread bytes.
+- ``readers SCOPE[/GROUP]``: a scope's reader groups, or one in detail. (It used to read the group's state
+  through the native listener as a client; the server now folds the state itself,
+  ``gateway/reader_groups.py``, so every action takes one address, one TLS and credential setup, and
+  shows the same figures as the console and ``/metrics``.)
 
 An HTTPS listener is trusted through ``--ca-file``; one that authenticates reads gets HTTP Basic
 credentials: ``--user`` and the password from ``--password-file`` (never the command line, where
@@ -31,17 +36,19 @@ class GroupsError(Exception):
 
 
 def add_groups_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("groups", help="Kafka consumer groups with their lag (through the HTTP API)")
+    p = sub.add_parser("groups", help="Kafka consumer groups with their lag, native reader groups with their "
+                       "unread bytes (through the HTTP API)")
     actions = p.add_subparsers(dest="action", required=True)
-    listing = actions.add_parser("list", help="every group: state, type, members, total lag")
-    describing = actions.add_parser("describe", help="a group's members, assignments, offsets and lag")
-    describing.add_argument("group")
-    readers = actions.add_parser("readers", help="native reader groups: readers, segments, positions, unread bytes "
-                                 "(through the native listener)")
+    listing = actions.add_parser("list", help="every Kafka group (state, type, members, total lag) and every "
+                                 "native reader group (streams, readers, unread bytes)")
+    describing = actions.add_parser("describe", help="a Kafka group's members, assignments, offsets and lag, or "
+                                    "(--reader-group) a reader group's segments, positions and unread bytes")
+    describing.add_argument("group", metavar="GROUP | SCOPE/GROUP")
+    describing.add_argument("--reader-group", action="store_true",
+                            help="GROUP is a native reader group, named SCOPE/GROUP")
+    readers = actions.add_parser("readers", help="native reader groups: readers, segments, positions, unread bytes")
     readers.add_argument("name", metavar="SCOPE[/GROUP]", help="every group of SCOPE, or SCOPE/GROUP in detail")
-    readers.add_argument("--server", default="127.0.0.1:9090", help="native endpoint HOST:PORT")
-    readers.add_argument("--json", action="store_true", help="print JSON")
-    for action in (listing, describing):
+    for action in (listing, describing, readers):
         action.add_argument("--http", default="http://127.0.0.1:9091", metavar="URL",
                             help="the server's HTTP listener (default http://127.0.0.1:9091)")
         action.add_argument("--ca-file", default=None, metavar="PEM", help="trust an HTTPS listener's CA")
@@ -109,47 +116,16 @@ def print_describe(group: dict[str, Any]) -> None:
            rows)
 
 
-def reader_groups(server: str, name: str) -> Any:
-    """SCOPE: every reader group of the scope, with its streams, online readers and unread bytes;
-    SCOPE/GROUP: that group's readers, each segment it holds or that waits unassigned, with the position
-    reading resumes at and the bytes after it, and the group's unread bytes (blocking: native calls)."""
-    from millrace.client.manager import StreamManager
-    from millrace.client.reader_group import ReaderGroup
-    from millrace.client.reader_group_state import SegmentPosition
-    from millrace.protocol.errors import StoreError
-
-    scope, _, group_name = name.partition("/")
-    try:
-        with StreamManager(server) as manager:
-            names = [group_name] if group_name else manager.list_reader_groups(scope)
-            out = []
-            for group_id in names:
-                group: ReaderGroup[bytes]
-                with manager.reader_group(group_id, scope) as group:
-                    state = group.state()
-                    described: dict[str, Any] = {
-                        "scope": scope, "group": group_id, "streams": list(state.streams),
-                        "online_readers": sorted(state.readers), "unread_bytes": group.unread_bytes()}
-                    if group_name:
-                        held: list[tuple[str | None, str, SegmentPosition]] = [
-                            (reader, key, pos) for reader, positions in sorted(state.readers.items())
-                            for key, pos in sorted(positions.items())]
-                        held += [(None, key, pos) for key, pos in sorted(state.unassigned.items())]
-                        segments = []
-                        for reader, key, pos in held:
-                            length = manager.controller.segment_info(key).length
-                            segments.append({"segment": key, "reader": reader, "offset": pos.offset,
-                                             "skip": pos.skip, "length": length,
-                                             "unread_bytes": max(0, length - pos.offset)})
-                        described["segments"] = segments
-                        described["waiting_successors"] = sorted(state.future)
-                    out.append(described)
-    except (StoreError, OSError) as exc:
-        raise GroupsError(str(exc)) from None
-    return out[0] if group_name else out
+def reader_group_path(name: str) -> str:
+    """``/api/reader-groups/SCOPE/GROUP`` of ``SCOPE/GROUP``."""
+    scope, _, group = name.partition("/")
+    if not scope or not group:
+        raise GroupsError(f"a reader group is named SCOPE/GROUP, not {name!r}")
+    return "/api/reader-groups/" + urllib.parse.quote(scope, safe="") + "/" + urllib.parse.quote(group, safe="")
 
 
 def print_reader_groups(out: Any) -> None:
+    """A list of reader groups as a table, or one group's segments."""
     if isinstance(out, list):
         _table(["SCOPE", "GROUP", "STREAMS", "READERS", "UNREAD-BYTES"],
                [[g["scope"], g["group"], ",".join(g["streams"]), str(len(g["online_readers"])), str(g["unread_bytes"])]
@@ -157,22 +133,22 @@ def print_reader_groups(out: Any) -> None:
         return
     print(f"reader group {out['scope']}/{out['group']}: streams {', '.join(out['streams'])}, "
           f"{len(out['online_readers'])} readers online, {out['unread_bytes']} bytes unread")
-    _table(["SEGMENT", "READER", "OFFSET", "LENGTH", "UNREAD-BYTES"],
-           [[x["segment"], _cell(x["reader"]), str(x["offset"]), str(x["length"]), str(x["unread_bytes"])]
+    _table(["SEGMENT", "READER", "STATE", "OFFSET", "LENGTH", "UNREAD-BYTES"],
+           [[x["segment"], _cell(x["reader"]), x["state"], str(x["offset"]), str(x["length"]), str(x["unread_bytes"])]
             for x in out["segments"]])
 
 
 def run_groups(args: argparse.Namespace) -> int:
     try:
-        if args.action == "readers":
-            out = reader_groups(args.server, args.name)
-            if args.json:
-                print(json.dumps(out, indent=2))
-            else:
-                print_reader_groups(out)
-            return 0
         if args.action == "list":
-            out = _get(args, "/api/groups")["groups"]
+            out: Any = {"groups": _get(args, "/api/groups")["groups"],
+                        "reader_groups": _get(args, "/api/reader-groups")["reader_groups"]}
+        elif args.action == "readers":
+            scope, _, group = args.name.partition("/")
+            out = (_get(args, reader_group_path(args.name)) if group else
+                   _get(args, "/api/reader-groups?" + urllib.parse.urlencode({"scope": scope}))["reader_groups"])
+        elif args.reader_group:
+            out = _get(args, reader_group_path(args.group))
         else:
             out = _get(args, "/api/groups/" + urllib.parse.quote(args.group, safe=""))
     except GroupsError as exc:
@@ -181,7 +157,12 @@ def run_groups(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out, indent=2))
     elif args.action == "list":
-        print_list(out)
+        print_list(out["groups"])
+        if out["reader_groups"]:
+            print()
+            print_reader_groups(out["reader_groups"])
+    elif args.action == "readers" or args.reader_group:
+        print_reader_groups(out)
     else:
         print_describe(out)
     return 0

@@ -50,7 +50,7 @@ from twisted.internet import defer, threads
 from twisted.python.failure import Failure
 from twisted.web import resource, server
 
-from millrace.gateway.metrics import CONTENT_TYPE, MetricsSources, reactor_families, render, stream_families
+from millrace.gateway.metrics import CONTENT_TYPE, MetricsSources, reactor_families, render, worker_families
 from millrace.gateway.native.controller_commands import PartitionsOf, describe_stream
 from millrace.gateway.security.acls import CLUSTER_NAME, AclOperation, Authorizer, ResourceType, client_host
 from millrace.gateway.security.http_auth import HttpAuthenticator
@@ -207,7 +207,7 @@ class _Metrics(resource.Resource):
                 request.write(render(families + streams))
                 request.finish()
 
-        d = self.views.blocking(stream_families, self.views.controller, self.sources.store)
+        d = self.views.blocking(worker_families, self.views.controller, self.sources)
         d.addErrback(failed).addCallback(finish)
         return server.NOT_DONE_YET
 
@@ -337,10 +337,13 @@ def endpoint_permission(method: str, path: Sequence[str], kafka_scope: str) -> t
     GET/HEAD /health, /metrics, /api/segments,            no        DESCRIBE on CLUSTER kafka-cluster
     /api/streams, /api/streams/SCOPE, the console's
     pages (/, /static/...), /api/overview, /api/cluster,
-    /api/groups, /api/topics (and unknown paths)
+    /api/groups, /api/reader-groups, /api/topics (and
+    unknown paths)
     GET/HEAD /api/streams/SCOPE/STREAM,                   no        DESCRIBE on ``stream_acl_resource``
     /api/heatmap/SCOPE/STREAM
     GET/HEAD /api/groups/GROUP                            no        DESCRIBE on GROUP ``GROUP``
+    GET/HEAD /api/reader-groups/SCOPE/GROUP               no        DESCRIBE on GROUP ``SCOPE/GROUP`` (a
+                                                                    native reader group's resource)
     GET/HEAD /api/topics/TOPIC                            no        DESCRIBE on TOPIC ``TOPIC``
     GET/HEAD /api/topics/TOPIC/messages                   no        READ on TOPIC ``TOPIC`` (records)
     POST /api/streams/SCOPE/STREAM/split, .../merge       yes       ALTER on ``stream_acl_resource``
@@ -357,6 +360,8 @@ def endpoint_permission(method: str, path: Sequence[str], kafka_scope: str) -> t
             return False, Permission(AclOperation.DESCRIBE, *stream_acl_resource(path[2], path[3], kafka_scope))
         if path[:2] == ["api", "groups"] and len(path) == 3:
             return False, Permission(AclOperation.DESCRIBE, ResourceType.GROUP, path[2])
+        if path[:2] == ["api", "reader-groups"] and len(path) == 4:
+            return False, Permission(AclOperation.DESCRIBE, ResourceType.GROUP, f"{path[2]}/{path[3]}")
         if path[:2] == ["api", "topics"] and len(path) == 3:
             return False, Permission(AclOperation.DESCRIBE, ResourceType.TOPIC, path[2])
         if path[:2] == ["api", "topics"] and len(path) == 4 and path[3] == "messages":

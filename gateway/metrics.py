@@ -13,7 +13,9 @@ Threads: a scrape reads reactor-owned state (connections, partitions, groups), s
 runs on the reactor; the stream series call the controller, which blocks on table reads, so
 ``stream_families`` runs on the HTTP site's worker pool (computed for every scrape rather than cached by
 a periodic refresh: a scrape is never staler than itself, and nothing runs when nobody scrapes; the cost
-is a few table reads per stream, which the table index serves from memory). Values other threads write
+is a few table reads per stream, which the table index serves from memory), and so do the reader
+groups' (their state segments are read and folded, ``gateway/reader_groups.py``: only what was appended
+since the last look). Values other threads write
 (containers' stats, a replicated log's acknowledgements) are read as the single ints they are.
 
 A series that cannot be computed in a mode is left out there rather than exported as a constant: the
@@ -23,6 +25,7 @@ changes only on a cluster node, consumer lag only for partitions whose high wate
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -47,8 +50,11 @@ if TYPE_CHECKING:
     from collections import Counter
 
     from millrace.gateway.kafka.broker import Broker
+    from millrace.gateway.reader_groups import ReaderGroupViews
     from millrace.store.containers.rates import SegmentRates
     from millrace.store.contracts import SegmentInfo
+
+log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # Prometheus' text format, as generate_latest writes it
 
@@ -84,12 +90,14 @@ class ClusterSources:
 @dataclass
 class MetricsSources:
     """Everything /metrics reads: the node's containers, the Kafka gateway (None: no Kafka listener),
-    the native listener's request metrics (None: none), and, on a cluster node, ``cluster``."""
+    the native listener's request metrics (None: none), on a cluster node ``cluster``, and the native
+    reader groups' view (None: not shown)."""
 
     store: ContainerView
     broker: Broker | None = None
     native: RequestMetrics | None = None
     cluster: ClusterSources | None = None
+    reader_groups: ReaderGroupViews | None = None
 
 
 class _Families:
@@ -411,3 +419,26 @@ def stream_families(controller: Controller, store: ContainerView) -> list[Metric
         counts.add_metric([scope, stream], open_segments)
         epochs.add_metric([scope, stream], info.current_epoch)
     return [counts, epochs, events, nbytes]
+
+
+def reader_group_families(groups: ReaderGroupViews) -> list[Metric]:
+    """Each native reader group's unread bytes per stream it reads (blocking: segment reads, controller
+    calls)."""
+    unread = GaugeMetricFamily("millrace_reader_group_unread_bytes",
+                               "Bytes of the stream the reader group has not read past yet (from its readers' "
+                               "recorded positions; successors not reached yet count whole).",
+                               labels=["scope", "group", "stream"])
+    for scope, group, stream, n in groups.unread_by_stream():
+        unread.add_metric([scope, group, stream], n)
+    return [unread]
+
+
+def worker_families(controller: Controller, sources: MetricsSources) -> list[Metric]:
+    """Every family that needs blocking calls (call on a worker pool)."""
+    families = stream_families(controller, sources.store)
+    if sources.reader_groups is not None:
+        try:
+            families += reader_group_families(sources.reader_groups)
+        except Exception as exc:  # noqa: BLE001 - the stream series still help; say why these are missing
+            log.warning("reader group metrics unavailable: %s", exc)
+    return families

@@ -75,10 +75,11 @@ def serve(options: ServerOptions) -> int:
         kafka_listeners = listen_kafka(security, broker, kafka_factory.connection_budget_bytes, scram)
         native_factory = native_gateway(options, store, controller, controller_pool, broker,
                                         security=native_security(security, native, broker))
+        console = Console(store, views, broker, data_dir=os.path.abspath(options.data_dir))
+        metrics = MetricsSources(store, broker, native_factory.requests, reader_groups=console.reader_groups)
         listeners = listen(options, {"native": native_factory,
-                                     "http": http_site(store, views, http_access(security, broker),
-                                                       Console(store, views, broker),
-                                                       MetricsSources(store, broker, native_factory.requests))},
+                                     "http": http_site(store, views, http_access(security, broker), console,
+                                                       metrics)},
                            {**http_tls(security), **native_tls(native)})
     except Exception as exc:  # noqa: BLE001 - e.g. a port in use
         print(f"millrace: cannot listen: {exc}", file=sys.stderr, flush=True)
@@ -86,6 +87,7 @@ def serve(options: ServerOptions) -> int:
         store.close()
         return 1
     start_background(broker)
+    console.start()
     scaler = autoscaler(options, controller, store, broker)
     scaler.start(reactor)
     for i, (settings, port) in enumerate(kafka_listeners):

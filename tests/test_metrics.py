@@ -1,7 +1,8 @@
 """/metrics on a real server under real traffic, parsed with Prometheus' own text parser: the series
 docs/metrics.md documents move as they should (request counts and latency histograms grow, bytes in
 cover what was produced, consumer lag rises while a group's consumer is away and falls once it is back,
-byte budgets stay within their limits), and the table and the live page agree both ways."""
+byte budgets stay within their limits, a native reader group's unread bytes rise while its reader stops
+and fall once it reads), and the table and the live page agree both ways."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from confluent_kafka import TopicPartition as CTopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from millrace.client.manager import StreamManager
 from millrace.client.segments import SegmentClient
 from millrace.gateway.kafka_protocol.codec import request_class
 from millrace.gateway.kafka_protocol.messages.fetch import FetchRequest
@@ -259,6 +261,52 @@ def test_a_client_that_does_not_read_pauses_its_connection(server: ServerProcess
         time.sleep(0.2)
 
 
+def unread(s: Scrape, scope: str, group: str) -> list[float]:
+    return s.values("millrace_reader_group_unread_bytes", scope=scope, group=group)
+
+
+def test_reader_group_unread_bytes_rise_and_fall(server: ServerProcess) -> None:
+    """The server's figure (folded from the group's state segment) moves with the reader, and is the
+    native client's own ``ReaderGroup.unread_bytes`` from the same recorded positions."""
+    with StreamManager(f"tcp://127.0.0.1:{server.native_port}") as sm:
+        sm.create_scope("metered-rg")
+        sm.create_stream("metered-rg", "events", initial_segments=2)
+        writer = sm.create_writer("metered-rg", "events")
+        for i in range(20):
+            writer.write_event(b"e" * 100, routing_key=f"k{i}").result()
+        group = sm.create_reader_group("watchers", "metered-rg", "events")
+        before = scrape(server)
+        # No reader read anything yet: everything written is unread, in the one stream the group reads.
+        assert before.samples["millrace_reader_group_unread_bytes"][0].labels.keys() >= {"scope", "group", "stream"}
+        assert unread(before, "metered-rg", "watchers") == [group.unread_bytes()]
+        assert group.unread_bytes() > 2000
+        reader = group.create_reader("r1")
+        read = 0
+        while reader.read_next_event(timeout=2.0) is not None:
+            read += 1
+        assert read == 20  # caught up: the reader records its positions
+
+        def settled(expected: float | None = None) -> Scrape:
+            deadline = time.monotonic() + 30
+            while True:
+                page = scrape(server)
+                if unread(page, "metered-rg", "watchers") == [group.unread_bytes() if expected is None else expected]:
+                    return page
+                assert time.monotonic() < deadline, unread(page, "metered-rg", "watchers")
+                time.sleep(0.2)
+
+        settled(0)
+        for i in range(10):  # the reader is away: unread bytes rise by what is written
+            writer.write_event(b"w" * 100, routing_key=f"k{i}").result()
+        away = settled()
+        assert away.value("millrace_reader_group_unread_bytes", group="watchers", stream="metered-rg/events") > 1000
+        while reader.read_next_event(timeout=2.0) is not None:
+            pass
+        settled(0)  # it read them: nothing unread
+        reader.close()
+        writer.close()
+
+
 # -- the table and the live page agree ----------------------------------------------------------------
 
 _ROW = re.compile(r"^\| `(millrace_[a-z_]+)` \| (counter|gauge|histogram) \|([^|]*)\| (every|replicated|cluster) \|")
@@ -302,7 +350,8 @@ def check_agreement(s: Scrape, where: set[str]) -> None:
 
 
 def test_documented_series_match_the_live_page(server: ServerProcess) -> None:
-    # Enough traffic that every labelled series has a value: Kafka produce, group reads, errors, native.
+    # Enough traffic that every labelled series has a value: Kafka produce, group reads, errors, native,
+    # a reader group.
     create_topic(server, "metered-docs", 1)
     create_topic(server, "metered-docs-small", 1, **{"max.message.bytes": "1000"})
     produce(server, "metered-docs", 10)
@@ -313,6 +362,10 @@ def test_documented_series_match_the_live_page(server: ServerProcess) -> None:
     with SegmentClient("127.0.0.1", server.native_port) as client:
         client.create_segment("metered/docs/0")
         client.append("metered/docs/0", b"d")
+    with StreamManager(f"tcp://127.0.0.1:{server.native_port}") as sm:  # a native reader group
+        sm.create_scope("metered-docs")
+        sm.create_stream("metered-docs", "events", initial_segments=1)
+        sm.create_reader_group("docs-readers", "metered-docs", "events").close()
     check_agreement(scrape(server), {"every"})
 
 

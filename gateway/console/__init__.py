@@ -15,6 +15,11 @@ answer 503 naming that node and its HTTP address):
 - ``GET /api/groups``: Kafka consumer groups with state, type, members and total lag.
 - ``GET /api/groups/GROUP``: members with assignments, per partition the committed offset, log start,
   high watermark and lag, and the group's total lag over time (``lag_history``).
+- ``GET /api/reader-groups[?scope=SCOPE]``: native reader groups (``gateway/reader_groups.py``) with
+  their streams, online readers and unread bytes.
+- ``GET /api/reader-groups/SCOPE/GROUP``: the group's readers with their segments and positions, every
+  segment left to read with its unread bytes (successors not reached yet count whole), totals per
+  stream and in all, checkpoints, and the unread bytes over time (``unread_history``).
 - ``GET /api/topics``: topic names and partition counts; ``GET /api/topics/TOPIC``: partitions with
   their offsets, and the topic's configs.
 - ``GET /api/topics/TOPIC/messages?partition=P[&offset=O|&timestamp=MS][&limit=N][&format=text|json|
@@ -25,44 +30,65 @@ answer 503 naming that node and its HTTP address):
   key range, when it was created and sealed and by which epoch's reason, the epochs, and the sampled
   rates of its open segments (``history.ConsoleHistory``).
 
+The "over time" figures (throughput, lag, unread bytes, rates) are ``history.ConsoleHistory``'s samples:
+taken on a timer from ``Console.start``, a fixed number kept, saved under the data dir and loaded again
+at the next start.
+
 Access: ``gateway/http.py``'s ``endpoint_permission`` names what each path needs (DESCRIBE on the
 group, topic or stream; READ on the topic for its records, as a Kafka Fetch needs).
 
 Threads: the resources answer on the reactor thread, which owns the group coordinator and partition
-logs they read; controller calls run on the controller pool (``StreamViews.blocking``).
+logs they read; controller calls and reader groups' state reads run on the controller pool
+(``StreamViews.blocking``).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from twisted.web import resource
 
+from millrace.gateway.reader_groups import ReaderGroupViews
+
 if TYPE_CHECKING:
     from millrace.gateway.console.history import ConsoleHistory
     from millrace.gateway.http import NodeView, StreamViews
     from millrace.gateway.kafka.broker import Broker
 
+HISTORY_DIR = "console"  # under the data dir: the history's files
+
 
 @dataclass
 class Console:
     """What the console reads: the node's store view, the stream views (controller and pool), the Kafka
-    broker (groups, topics, partitions), and ``cluster``: a blocking call describing the cluster's nodes,
-    containers and log replicas (None: the embedded server, one node)."""
+    broker (groups, topics, partitions), ``cluster``: a blocking call describing the cluster's nodes,
+    containers and log replicas (None: the embedded server, one node), and ``data_dir``: where its
+    history is saved (None: in memory only). ``reader_groups`` (the native reader groups' view) is
+    shared with ``/metrics``."""
 
     store: NodeView
     views: StreamViews
     broker: Broker
     cluster: Callable[[], dict[str, Any]] | None = None
+    data_dir: str | None = None
     history: ConsoleHistory = field(init=False)
+    reader_groups: ReaderGroupViews = field(init=False)
 
     def __post_init__(self) -> None:
         from millrace.gateway.console.history import ConsoleHistory
         from millrace.gateway.console.kafka_views import total_lags
 
-        self.history = ConsoleHistory(self.views, self.store, lambda: total_lags(self.broker))
+        self.reader_groups = ReaderGroupViews(self.views.controller)
+        directory = None if self.data_dir is None else os.path.join(self.data_dir, HISTORY_DIR)
+        self.history = ConsoleHistory(self.views, self.store, lambda: total_lags(self.broker), self.reader_groups,
+                                      directory)
+
+    def start(self) -> None:
+        """Load the saved history and start sampling (on the reactor thread, before or as it runs)."""
+        self.history.start()
 
     def mount(self, root: resource.Resource, api: resource.Resource) -> None:
         """Add the pages to the site's ``root`` and the JSON resources to its ``/api``."""

@@ -14,6 +14,7 @@ from twisted.web import resource, server, static
 from millrace.gateway.console import kafka_views
 from millrace.gateway.console.kafka_views import Browse, ConsoleNotFoundError, NotServedHereError
 from millrace.gateway.http import _error_status, _json, answer_later
+from millrace.gateway.reader_groups import ReaderGroupNotFoundError
 from millrace.protocol.names import segment_number
 from millrace.store.durablelog.replicated import ReplicatedDurableDataLog
 
@@ -26,7 +27,7 @@ STATIC = Path(__file__).parent / "static"
 
 
 def _status(exc: BaseException | None) -> int:
-    if isinstance(exc, ConsoleNotFoundError):
+    if isinstance(exc, ConsoleNotFoundError | ReaderGroupNotFoundError):
         return 404
     if isinstance(exc, NotServedHereError):
         return 503
@@ -66,7 +67,6 @@ class _ConsoleResource(resource.Resource):
         self.console = console
 
     def render_GET(self, request: server.Request) -> int:  # noqa: N802 - Twisted's name
-        self.console.history.touch()
         path = _path(request)
         return _answer(request, lambda: self.get(request, path))
 
@@ -85,6 +85,24 @@ class _Groups(_ConsoleResource):
             history = self.console.history
             return kafka_views.describe_group(broker, path[0]).addCallback(
                 lambda d: {**d, "lag_history": history.group_lag(path[0])})
+        raise ConsoleNotFoundError(f"no resource {request.path.decode()}")
+
+
+class _ReaderGroups(_ConsoleResource):
+    """``/api/reader-groups[/SCOPE/GROUP]``: native reader groups, folded from their state segments on
+    the controller pool (``gateway/reader_groups.py``)."""
+
+    def get(self, request: server.Request, path: list[str]) -> Any:
+        views, groups = self.console.views, self.console.reader_groups
+        if not path:
+            return views.blocking(groups.summaries, _arg(request, "scope")).addCallback(
+                lambda listed: {"reader_groups": listed})
+        if len(path) == 2:
+            scope, group = path
+            history = self.console.history
+            return views.blocking(groups.describe, scope, group).addCallback(
+                lambda d: {**d, "sample_seconds": history.interval,
+                           "unread_history": history.reader_group_unread(scope, group)})
         raise ConsoleNotFoundError(f"no resource {request.path.decode()}")
 
 
@@ -262,5 +280,6 @@ def mount(console: Console, root: resource.Resource, api: resource.Resource) -> 
     api.putChild(b"overview", _Overview(console))
     api.putChild(b"cluster", _Cluster(console))
     api.putChild(b"groups", _Groups(console))
+    api.putChild(b"reader-groups", _ReaderGroups(console))
     api.putChild(b"topics", _Topics(console))
     api.putChild(b"heatmap", _Heatmap(console))

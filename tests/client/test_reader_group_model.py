@@ -1,4 +1,4 @@
-"""The reader-group state model (client/reader_group_state.py) driven by hypothesis: readers join,
+"""The reader-group state model (protocol/reader_group_state.py) driven by hypothesis: readers join,
 read, go offline (with their exact position, or failing with none), segments split and merge while
 events are written, checkpoints are taken and the group is reset to them.
 
@@ -27,9 +27,9 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from millrace.client import reader_group_state as rgs
-from millrace.client.reader_group_state import ReaderGroupState, SegmentPosition
+from millrace.protocol import reader_group_state as rgs
 from millrace.protocol.names import segment_name
+from millrace.protocol.reader_group_state import ReaderGroupState, SegmentPosition
 
 SCOPE = "m"
 STREAMS = ["a", "b"]

@@ -1,7 +1,8 @@
 """The web console's API on a cluster: every node describes the cluster as ZooKeeper has it (nodes,
 container owners and epochs, its own containers' replicated logs), any node draws a stream's heat map,
-and the consumer groups and a partition's records are answered by the node coordinating or leading
-them, the others naming it."""
+and any node shows a native reader group (its state segment read through the node owning it), while the
+consumer groups and a partition's records are answered by the node coordinating or leading them, the
+others naming it."""
 
 from __future__ import annotations
 
@@ -69,6 +70,24 @@ def test_console_api_on_each_node(zk_hosts: str, tmp_path: Path) -> None:
             status, heat = get(node, "/api/heatmap/kafka/spread")
             assert status == 200, heat
             assert [(s["key_start"], s["key_end"]) for s in heat["segments"]] == [(0.0, 1.0)]
+
+        # A native reader group: every node folds its state segment (wherever its container runs) alike.
+        from millrace.client.manager import StreamManager
+
+        first = cluster.nodes[0]
+        with StreamManager(f"tcp://127.0.0.1:{first.native_port}") as sm:
+            sm.create_scope("plant")
+            sm.create_stream("plant", "meters", initial_segments=2)
+            with sm.create_writer("plant", "meters") as writer:
+                for i in range(10):
+                    writer.write_event(b"m" * 100, routing_key=f"meter-{i}").result()
+            sm.create_reader_group("floor", "plant", "meters").close()
+        shown = {node.node_id: get(node, "/api/reader-groups/plant/floor") for node in cluster.nodes}
+        assert all(status == 200 for status, _ in shown.values()), shown
+        unread = {body["unread_bytes"] for _, body in shown.values()}
+        assert len(unread) == 1 and unread.pop() > 1000  # nothing read yet: all ten events
+        assert all(len(body["segments"]) == 2 and all(s["state"] == "unassigned" for s in body["segments"])
+                   for _, body in shown.values())
 
         # A partition's records come from the node leading it; the other names that node.
         producer = Producer({"bootstrap.servers": cluster.bootstrap})

@@ -34,9 +34,12 @@ def asked(method: str, path: str) -> tuple[bool, str, str, str]:
 
 def test_console_endpoint_permissions() -> None:
     cluster = (False, "DESCRIBE", "CLUSTER", "kafka-cluster")
-    for path in ("/", "/static/console.js", "/api/overview", "/api/cluster", "/api/groups", "/api/topics"):
+    for path in ("/", "/static/console.js", "/api/overview", "/api/cluster", "/api/groups", "/api/topics",
+                 "/api/reader-groups"):
         assert asked("GET", path) == cluster, path
     assert asked("GET", "/api/groups/billing") == (False, "DESCRIBE", "GROUP", "billing")
+    # A native reader group is authorized as GROUP SCOPE/GROUP, as the native listener authorizes it.
+    assert asked("GET", "/api/reader-groups/iot/dashboard") == (False, "DESCRIBE", "GROUP", "iot/dashboard")
     assert asked("GET", "/api/topics/orders") == (False, "DESCRIBE", "TOPIC", "orders")
     assert asked("GET", "/api/topics/orders/messages") == (False, "READ", "TOPIC", "orders")
     assert asked("GET", "/api/heatmap/kafka/orders") == (False, "DESCRIBE", "TOPIC", "orders")
@@ -103,4 +106,4 @@ def test_groups_cli_over_https_trusts_the_given_ca(secured: Secured) -> None:  #
     assert untrusted.returncode == 1 and "CERTIFICATE_VERIFY_FAILED" in untrusted.stderr
     trusted = groups("--ca-file", str(secured.ca), "--json")
     assert trusted.returncode == 0, trusted.stderr
-    assert isinstance(json.loads(trusted.stdout), list)
+    assert set(json.loads(trusted.stdout)) == {"groups", "reader_groups"}

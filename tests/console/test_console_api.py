@@ -1,7 +1,7 @@
 """The console's JSON API against a real server with real Kafka traffic: consumer groups with lag,
 record browsing (formats, timestamps, read_committed), the heat map's segment history, cluster and
-overview, the pages' files; and ``millrace groups`` (Kafka groups over the API, native reader groups
-through the native listener)."""
+overview, the pages' files; native reader groups (positions and unread bytes, folded by the server from
+their state segments); and ``millrace groups`` (Kafka and reader groups over the API)."""
 
 from __future__ import annotations
 
@@ -285,12 +285,98 @@ def test_pages_and_their_files_are_served_offline(server: ServerProcess) -> None
         assert refused.value.code == 404, missing
 
 
-def test_groups_cli_shows_reader_groups_positions_and_unread_bytes(server: ServerProcess) -> None:
+def reader_group(server: ServerProcess, scope: str, group: str) -> Any:
+    return ok(server, f"/api/reader-groups/{scope}/{group}")
+
+
+def test_reader_group_positions_and_unread_bytes_rise_and_fall(server: ServerProcess) -> None:
+    """A real native reader group: the API shows its reader's segment at the recorded position; unread
+    bytes rise while the reader stops (successors of a split it has not reached counting whole) and fall
+    once it reads again; the sampled history shows the rise and the fall."""
     from millrace.client.manager import StreamManager
 
-    def readers(*args: str) -> Any:
-        out = subprocess.run([sys.executable, "-m", "millrace", "groups", "readers", *args,
-                              "--server", f"127.0.0.1:{server.native_port}"], capture_output=True, text=True, timeout=60)
+    with StreamManager(f"tcp://127.0.0.1:{server.native_port}") as sm:
+        sm.create_scope("plant")
+        sm.create_stream("plant", "meters", initial_segments=1)
+        writer = sm.create_writer("plant", "meters")
+        for _ in range(10):
+            writer.write_event(b"m" * 100, routing_key="meter-1").result()
+        group = sm.create_reader_group("floor", "plant", "meters")
+        reader = group.create_reader("reader-1")
+        for _ in range(10):
+            assert reader.read_next_event(timeout=5.0) is not None
+        assert reader.read_next_event(timeout=1.0) is None  # caught up: the reader records its position
+        caught_up = wait_for(lambda: (d := reader_group(server, "plant", "floor"))["unread_bytes"] == 0
+                             and d["segments"][0]["offset"] > 0 and d, "the reader's recorded position")
+        (held,) = caught_up["segments"]
+        assert held["reader"] == "reader-1" and held["state"] == "held" and held["offset"] == held["length"]
+        assert caught_up["online_readers"] == ["reader-1"] and caught_up["streams"] == ["plant/meters"]
+        assert caught_up["readers"] == [{"reader": "reader-1", "segments": [held], "unread_bytes": 0}]
+
+        # The reader stops; more is written, the segment is split and more lands in the successors.
+        for _ in range(5):
+            writer.write_event(b"u" * 100, routing_key="meter-1").result()
+        status, _ = post(server, "/api/streams/plant/meters/split", {"segment": 0, "pieces": 2})
+        assert status == 200
+        for i in range(8):
+            writer.write_event(b"s" * 100, routing_key=f"meter-{i}").result()
+        behind = reader_group(server, "plant", "floor")
+        first = next(x for x in behind["segments"] if x["segment"] == held["segment"])
+        assert first["offset"] == held["offset"] and first["unread_bytes"] == first["length"] - held["offset"] > 500
+        successors = [x for x in behind["segments"] if x["state"] == "successor"]
+        assert len(successors) == 2 and all(x["reader"] is None and x["offset"] == 0 for x in successors)
+        assert sum(x["unread_bytes"] for x in successors) == sum(x["length"] for x in successors) > 800
+        assert behind["unread_bytes"] == first["unread_bytes"] + sum(x["unread_bytes"] for x in successors)
+        assert behind["unread_by_stream"] == {"plant/meters": behind["unread_bytes"]}
+        listed = ok(server, "/api/reader-groups", scope="plant")["reader_groups"]
+        assert listed == [{"scope": "plant", "group": "floor", "streams": ["plant/meters"],
+                           "online_readers": ["reader-1"], "unread_bytes": behind["unread_bytes"]}]
+        wait_for(lambda: any(x["unread_bytes"] == behind["unread_bytes"]
+                             for x in reader_group(server, "plant", "floor")["unread_history"]), "the rise sampled")
+
+        # It reads everything again (the successors after their predecessor): unread falls to nothing.
+        got = 0
+        while reader.read_next_event(timeout=2.0) is not None:
+            got += 1
+        assert got == 13
+        wait_for(lambda: reader_group(server, "plant", "floor")["unread_bytes"] == 0, "unread bytes falling to 0")
+        history = wait_for(lambda: (h := reader_group(server, "plant", "floor")["unread_history"])[-1]["unread_bytes"] == 0
+                           and h, "the fall sampled")
+        values = [x["unread_bytes"] for x in history]
+        assert values[values.index(behind["unread_bytes"]):][-1] == 0
+        reader.close()
+        writer.close()
+    assert get(server, "/api/reader-groups/plant/nobody")[0] == 404
+    assert get(server, "/api/reader-groups", scope="no-such-scope")[0] == 404
+
+
+def test_reader_group_state_is_folded_again_after_a_compaction(server: ServerProcess) -> None:
+    """The server's cached fold stops where it last read; a compaction then truncates the state segment past
+    that point, and the next look starts again from the snapshot at the segment's start."""
+    from millrace.client.manager import StreamManager
+
+    with StreamManager(f"tcp://127.0.0.1:{server.native_port}") as sm:
+        sm.create_scope("compacted")
+        sm.create_stream("compacted", "s", initial_segments=2)
+        group = sm.create_reader_group("g", "compacted", "s")
+        assert reader_group(server, "compacted", "g")["online_readers"] == []  # the fold reached the tail
+        first = group.create_reader("r1")
+        before = sm.describe_stream("compacted", "_RGg").segments[0].segment.name
+        start = group._sync.compact()  # what every 500th update of a group handle does
+        assert sm.controller.segment_info(before).start_offset == start > 0
+        second = group.create_reader("r2")
+        described = reader_group(server, "compacted", "g")
+        assert described["online_readers"] == ["r1", "r2"] and len(described["segments"]) == 2
+        first.close()
+        second.close()
+        assert reader_group(server, "compacted", "g")["online_readers"] == []
+
+
+def test_groups_cli_shows_reader_groups_over_the_api(server: ServerProcess) -> None:
+    from millrace.client.manager import StreamManager
+
+    def cli(*args: str) -> Any:
+        out = groups_cli(server, *args)
         assert out.returncode == 0, out.stderr
         return json.loads(out.stdout) if "--json" in args else out.stdout
 
@@ -305,22 +391,32 @@ def test_groups_cli_shows_reader_groups_positions_and_unread_bytes(server: Serve
         for _ in range(10):
             assert reader.read_next_event(timeout=5.0) is not None
         assert reader.read_next_event(timeout=1.0) is None  # caught up: the reader records its position
-        read_to = wait_for(lambda: (d := readers("iot/dashboard", "--json"))["segments"][0]["offset"] > 0 and d,
+        read_to = wait_for(lambda: (d := cli("readers", "iot/dashboard", "--json"))["segments"][0]["offset"] > 0 and d,
                            "the reader's recorded position")
         (held,) = read_to["segments"]
         assert held["reader"] == "reader-1" and held["unread_bytes"] == 0 and held["offset"] == held["length"]
         for _ in range(5):
             writer.write_event(b"u" * 100, routing_key="sensor-7").result()
         writer.close()
-        described = readers("iot/dashboard", "--json")
+        described = cli("describe", "--reader-group", "iot/dashboard", "--json")
         (behind,) = described["segments"]
         assert behind["offset"] == held["offset"] and behind["unread_bytes"] == behind["length"] - held["offset"] > 500
         assert described["unread_bytes"] == behind["unread_bytes"]
-        assert described["online_readers"] == ["reader-1"] and described["streams"] == ["iot/readings"]
-        listed = readers("iot", "--json")
-        assert listed == [{"scope": "iot", "group": "dashboard", "streams": ["iot/readings"],
-                           "online_readers": ["reader-1"], "unread_bytes": behind["unread_bytes"]}]
-        table = readers("iot").splitlines()
+        summary = {"scope": "iot", "group": "dashboard", "streams": ["iot/readings"], "online_readers": ["reader-1"],
+                   "unread_bytes": behind["unread_bytes"]}
+        assert cli("readers", "iot", "--json") == [summary]
+        assert summary in cli("list", "--json")["reader_groups"]
+        table = cli("readers", "iot").splitlines()
         assert table[0].split() == ["SCOPE", "GROUP", "STREAMS", "READERS", "UNREAD-BYTES"]
         assert table[1].split() == ["iot", "dashboard", "iot/readings", "1", str(behind["unread_bytes"])]
+        # list: the Kafka groups' table, then the reader groups'.
+        listed = [line.split() for line in cli("list").splitlines()]
+        assert ["iot", "dashboard", "iot/readings", "1", str(behind["unread_bytes"])] in listed
+        assert listed.index(["SCOPE", "GROUP", "STREAMS", "READERS", "UNREAD-BYTES"]) > 0
+        rows = [line.split() for line in cli("describe", "--reader-group", "iot/dashboard").splitlines()]
+        assert rows[1] == ["SEGMENT", "READER", "STATE", "OFFSET", "LENGTH", "UNREAD-BYTES"]
+        assert rows[2] == [behind["segment"], "reader-1", "held", str(held["offset"]), str(behind["length"]),
+                           str(behind["unread_bytes"])]
         reader.close()
+    missing = groups_cli(server, "describe", "--reader-group", "iot/nobody")
+    assert missing.returncode == 1 and "404 no reader group 'nobody' in scope 'iot'" in missing.stderr

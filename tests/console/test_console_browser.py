@@ -1,8 +1,9 @@
 """The web console in real headless Chromium (Debian's ``chromium``, driven by Playwright over its DevTools
 protocol; no browser is downloaded) against a live server with real Kafka traffic: the heat map shows an
 auto-scaling topic's split, a split asked for on the page happens (after its confirmation), a consumer
-group's lag rises while its consumer is stopped and falls once it resumes, and record browsing finds a
-produced record. Screenshots go to pytest's temporary directory (``console-*.png``)."""
+group's lag rises while its consumer is stopped and falls once it resumes, a native reader group's
+unread bytes do the same while its reader stops and reads again, and record browsing finds a produced
+record. Screenshots go to pytest's temporary directory (``console-*.png``)."""
 
 from __future__ import annotations
 
@@ -245,6 +246,59 @@ def test_lag_rises_while_the_consumer_is_stopped_and_falls_when_it_resumes(
         console.screenshot("lag-fallen")
         stop.set()
         reader.join(30)
+
+
+def test_reader_group_on_the_page_unread_bytes_rise_and_fall(console: Console, server: ServerProcess) -> None:
+    from millrace.client.manager import StreamManager
+
+    def shown_unread() -> int | None:
+        cell = console.page.locator("#reader-group-unread")
+        return int(cell.get_attribute("data-bytes") or "-1") if cell.count() else None
+
+    with StreamManager(f"tcp://127.0.0.1:{server.native_port}") as sm:
+        sm.create_scope("mill")
+        sm.create_stream("mill", "gauges", initial_segments=2)
+        writer = sm.create_writer("mill", "gauges")
+        for i in range(20):
+            writer.write_event(b"g" * 200, routing_key=f"gauge-{i}").result()
+        group = sm.create_reader_group("panel", "mill", "gauges")
+        reader = group.create_reader("panel-1")
+        while reader.read_next_event(timeout=2.0) is not None:
+            pass  # caught up: the reader records its positions
+
+        # The groups page lists it beside the Kafka groups.
+        console.open("#/groups")
+        row = console.page.locator("#reader-groups-table tbody tr", has_text="panel")
+        row.wait_for()
+        assert row.locator("td").nth(0).inner_text() == "mill" and "mill/gauges" in row.inner_text()
+        row.locator("a").click()
+        console.wait(lambda: shown_unread() == 0, "nothing unread while the reader keeps up")
+        segments = console.page.locator("#reader-group-segments-table tbody tr")
+        assert segments.count() == 2 and all("panel-1" in segments.nth(i).inner_text() for i in range(2))
+
+        for i in range(30):  # the reader stops: unread bytes rise
+            writer.write_event(b"h" * 200, routing_key=f"gauge-{i}").result()
+        console.wait(lambda: (n := shown_unread()) is not None and n > 6000, "unread bytes rising on the page")
+        peak = console.wait(lambda: (m := _charted_series_max(console, "unread-chart")) > 6000 and m, "the rise charted")
+        console.screenshot("reader-group-behind")
+        while reader.read_next_event(timeout=2.0) is not None:
+            pass  # it reads again: unread bytes fall
+        console.wait(lambda: shown_unread() == 0, "unread bytes falling to 0 on the page")
+        console.wait(lambda: _fallen_to_zero_after(chart_series(console, "unread-chart"), peak), "the fall charted")
+        console.screenshot("reader-group-caught-up")
+        reader.close()
+        writer.close()
+
+
+def _charted_series_max(console: Console, element: str) -> int:
+    (line,) = chart_series(console, element).values()
+    return max((v for _, v in line["data"]), default=0)
+
+
+def _fallen_to_zero_after(series: dict[str, Any], peak: int) -> bool:
+    (line,) = series.values()
+    values = [v for _, v in line["data"]]
+    return peak in values and 0 in values[values.index(peak) + 1:]
 
 
 def _charted_max(console: Console) -> int:

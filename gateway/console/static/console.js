@@ -205,12 +205,55 @@ pages.stream = (scope, stream) => {
 
 pages.groups = () => {
   const list = h("div", { id: "group-list" });
-  view.append(h("h2", {}, "Consumer groups"), list);
+  const readerList = h("div", { id: "reader-group-list" });
+  view.append(h("h2", {}, "Consumer groups"), list, h("h2", {}, "Native reader groups"), readerList);
   return async () => {
-    const { groups } = await api("/api/groups");
-    list.replaceChildren(groups.length ? table(["group", "state", "type", "members", "lag"], groups.map((g) => [
-      h("td", {}, h("a", { href: `#/group/${enc(g.group_id)}` }, g.group_id)), g.state, g.type, g.members, g.lag]),
-    { id: "groups-table" }) : h("p", { class: "muted" }, "No consumer groups."));
+    // On a cluster only the coordinating node answers for the Kafka groups (the others answer 503 naming
+    // it), while any node answers for the reader groups: draw what came, then report what did not.
+    const [kafka, native] = await Promise.allSettled([api("/api/groups"), api("/api/reader-groups")]);
+    if (kafka.status === "fulfilled") {
+      const { groups } = kafka.value;
+      list.replaceChildren(groups.length ? table(["group", "state", "type", "members", "lag"], groups.map((g) => [
+        h("td", {}, h("a", { href: `#/group/${enc(g.group_id)}` }, g.group_id)), g.state, g.type, g.members, g.lag]),
+      { id: "groups-table" }) : h("p", { class: "muted" }, "No consumer groups."));
+    } else {
+      list.replaceChildren(h("p", { class: "muted" }, String(kafka.reason.message || kafka.reason)));
+    }
+    if (native.status === "rejected") throw native.reason;
+    const readerGroups = native.value.reader_groups;
+    window.millrace.readerGroups = readerGroups;
+    readerList.replaceChildren(readerGroups.length ? table(["scope", "group", "streams", "readers online", "unread"],
+      readerGroups.map((g) => [g.scope,
+        h("td", {}, h("a", { href: `#/reader-group/${enc(g.scope)}/${enc(g.group)}` }, g.group)),
+        g.streams.join(", "), g.online_readers.length, h("td", { class: "num", "data-bytes": g.unread_bytes }, bytes(g.unread_bytes))]),
+    { id: "reader-groups-table" }) : h("p", { class: "muted" }, "No reader groups."));
+    if (kafka.status === "rejected") throw kafka.reason;
+  };
+};
+
+// A native reader group: its readers' segments and positions (what they last recorded) and the bytes left
+// to read, now and over time.
+pages["reader-group"] = (scope, group) => {
+  const summary = h("p", { id: "reader-group-summary" });
+  const unreadChart = h("div", { class: "chart", id: "unread-chart" });
+  const segments = h("div", { id: "reader-group-segments" });
+  const checkpoints = h("p", { id: "reader-group-checkpoints", class: "muted" });
+  view.append(h("h2", {}, `Reader group ${scope}/${group}`), summary, h("h3", {}, "Unread bytes over time"), unreadChart,
+    h("h3", {}, "Segments (held by a reader, waiting, or not reached yet)"), segments, checkpoints);
+  return async () => {
+    const g = await api(`/api/reader-groups/${enc(scope)}/${enc(group)}`);
+    window.millrace.readerGroup = g;
+    summary.replaceChildren(`streams ${g.streams.join(", ")}; ${g.online_readers.length} readers online ` +
+      `(${g.online_readers.join(", ") || "none"}); unread `,
+      h("strong", { id: "reader-group-unread", "data-bytes": g.unread_bytes }, bytes(g.unread_bytes)));
+    lineChart(unreadChart, [{ name: "unread", data: g.unread_history.map((x) => [x.time_ms, x.unread_bytes]) }],
+      "bytes", bytes);
+    segments.replaceChildren(table(["segment", "reader", "state", "position", "length", "unread"],
+      g.segments.map((x) => [x.segment, x.reader, x.state, x.skip ? `${x.offset} (+${x.skip} events)` : x.offset, x.length,
+        h("td", { class: "num", "data-bytes": x.unread_bytes }, bytes(x.unread_bytes))]),
+      { id: "reader-group-segments-table" }));
+    checkpoints.textContent = `checkpoints pending: ${g.checkpoints.pending.map((c) => c.name).join(", ") || "none"}; ` +
+      `completed: ${g.checkpoints.completed.join(", ") || "none"}`;
   };
 };
 
@@ -334,7 +377,7 @@ function route() {
   view.querySelectorAll(".chart").forEach((el) => echarts.getInstanceByDom(el)?.dispose());
   view.replaceChildren();
   document.querySelectorAll("nav a").forEach((a) => a.classList.toggle("active",
-    a.dataset.page === name || (a.dataset.page === "streams" && name === "stream") || (a.dataset.page === "groups" && name === "group")));
+    a.dataset.page === name || (a.dataset.page === "streams" && name === "stream") || (a.dataset.page === "groups" && (name === "group" || name === "reader-group"))));
   refresh = page(...params);
   clearInterval(timer);
   if (refresh) {

@@ -1,9 +1,12 @@
 """A reader group's shared state as plain data, and the pure functions that change it.
 
 This is the model of Pravega's ``ReaderGroupState`` / ``ReaderGroupStateManager``: no I/O here. The
-state lives in a ``StateSynchronizer`` (``client/reader_group.py``); every change is one ``Update``
-(a JSON dict) applied with ``apply``, appended conditionally on the revision it was computed from, so
-every member applies the same updates to the same states in the same order.
+state lives in a state synchronizer (``client/synchronizer.py``, entries as ``protocol/synchronizer.py``
+encodes them) in the stream ``<scope>/_RG<group>`` (``STATE_STREAM_PREFIX``); every change is one
+``Update`` (a JSON dict) applied with ``apply``, appended conditionally on the revision it was computed
+from, so every member applies the same updates to the same states in the same order. It lives in
+``protocol/`` because both sides read it: the client decides and writes (``client/reader_group.py``), the
+server only folds a group's entries to show it (``gateway/console/reader_groups.py``, read-only).
 
 Segments are named by their full segment names (``scope/stream/<n>.#epoch.<e>``), which carry the
 stream, so one state serves several streams. A position in a segment is ``(offset, skip)``: the
@@ -46,6 +49,7 @@ Invariants (checked by tests/client/test_reader_group_model.py):
 from __future__ import annotations
 
 import copy
+import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -54,6 +58,7 @@ from typing import Any
 Update = dict[str, Any]
 SegmentKey = str  # a segment's full name: scope/stream/<number>.#epoch.<epoch>
 
+STATE_STREAM_PREFIX = "_RG"  # a group's state stream: <scope>/_RG<name>, as Pravega names it
 MAX_PENDING_CHECKPOINTS = 3  # as Pravega's default maxOutstandingCheckpointRequest
 COMPLETED_CHECKPOINTS_KEPT = 10
 
@@ -463,3 +468,25 @@ _HANDLERS = {
     "forget_checkpoint": _apply_forget_checkpoint,
     "reset": _apply_reset,
 }
+
+
+# -- bytes: how the state and its updates are written in the synchronizer's entries ----------------------
+# (compact UTF-8 JSON, what the client's state serializer and ``JsonSerializer`` write; a reader of the
+# segment, the server among them, decodes them with these.)
+def encode_state(state: ReaderGroupState) -> bytes:
+    return json.dumps(state.to_json(), separators=(",", ":")).encode()
+
+
+def decode_state(data: bytes) -> ReaderGroupState:
+    return ReaderGroupState.from_json(json.loads(data))
+
+
+def encode_update(update: Mapping[str, Any]) -> bytes:
+    return json.dumps(update, separators=(",", ":")).encode()
+
+
+def decode_update(data: bytes) -> Update:
+    decoded = json.loads(data)
+    if not isinstance(decoded, dict):
+        raise ValueError(f"a reader group update is a JSON object, not {type(decoded).__name__}")
+    return decoded
