@@ -31,6 +31,13 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.server_process import ServerProcess
 
 
+def server_cpu(server: ServerProcess) -> tuple[float, float]:
+    """The server process's (user, system) CPU seconds so far."""
+    assert server.proc is not None
+    times = psutil.Process(server.proc.pid).cpu_times()
+    return times.user, times.system
+
+
 def rss_mb(server: ServerProcess) -> int:
     return round(psutil.Process(server.proc.pid).memory_info().rss / 1e6)
 
@@ -103,24 +110,28 @@ def topics_loaded(server: ServerProcess, timeout: float = 600) -> float:
     return time.perf_counter()
 
 
-def run(topics: int, partitions: int, per_request: int, producers: int = 1) -> dict:
+def run(topics: int, partitions: int, per_request: int, producers: int = 1,
+        server_args: tuple[str, ...] = ()) -> dict:
     data_dir = tempfile.mkdtemp(prefix="millrace-metadata-")
     names = [f"topic-{i:05d}" for i in range(topics)]
     result: dict = {"topics": topics, "partitions_per_topic": partitions, "partitions": topics * partitions}
-    server = ServerProcess(data_dir).start()
+    server = ServerProcess(data_dir, *server_args).start()
     try:
         admin = AdminClient({"bootstrap.servers": server.bootstrap})
         result["create_s"] = create(admin, names, partitions, per_request)
         result["rss_mb_after_create"] = rss_mb(server)
         result["metadata_all_s"] = metadata_seconds(admin, None, topics)
         result["metadata_one_s"] = metadata_seconds(admin, names[-1], 1)
+        cpu_before = server_cpu(server)
         result["produce_s"] = produce_everywhere(server.bootstrap, names, partitions, producers)
+        result["server_cpu_s_during_produce"] = [round(after - before, 2) for before, after in
+                                                 zip(cpu_before, server_cpu(server), strict=True)]  # user, system
         result["segments"] = segment_count(server)
         result["rss_mb_after_produce"] = rss_mb(server)
         del admin  # closed, so it does not retry the stopped server's address
         server.stop()
         began = time.perf_counter()
-        server = ServerProcess(data_dir, "--log-level", "INFO").start(timeout=600)
+        server = ServerProcess(data_dir, "--log-level", "INFO", *server_args).start(timeout=600)
         result["restart_s"] = time.perf_counter() - began
         result["rss_mb_after_restart"] = rss_mb(server)
         result["topics_loaded_after_restart_s"] = topics_loaded(server) - began
@@ -141,8 +152,11 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=10)
     parser.add_argument("--per-request", type=int, default=50)
     parser.add_argument("--producers", type=int, default=1, help="producers the produce rounds deal the topics to")
+    parser.add_argument("--server-arg", action="append", default=[],
+                        help="an argument for the server (repeat; e.g. --server-arg=--flush-age-seconds=2)")
     args = parser.parse_args()
-    print(json.dumps(run(args.topics, args.partitions, args.per_request, args.producers), indent=1))
+    print(json.dumps(run(args.topics, args.partitions, args.per_request, args.producers, tuple(args.server_arg)),
+                     indent=1))
 
 
 if __name__ == "__main__":

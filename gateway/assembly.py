@@ -85,7 +85,8 @@ log = logging.getLogger("millrace")
 
 def container_config(options: ServerOptions) -> ContainerConfig:
     """Every container's configuration: the read cache budget is shared by a node's containers."""
-    return replace(ContainerConfig(), cache_max_bytes=options.cache_mb * MIB // options.containers)
+    return replace(ContainerConfig(), cache_max_bytes=options.cache_mb * MIB // options.containers,
+                   flush_age_seconds=options.flush_age_seconds)
 
 
 def rate_config(options: ServerOptions) -> RateConfig:

@@ -44,6 +44,8 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
                    "(default: DATA_DIR/lts)")
     p.add_argument("--s3-endpoint", default=None, help="S3 endpoint URL for an S3-compatible server")
     p.add_argument("--cache-mb", type=int, default=d.cache_mb, help="read cache budget in MiB")
+    p.add_argument("--flush-age-seconds", type=float, default=d.flush_age_seconds,
+                   help="flush a segment's new data to long-term storage once it is this old (or 8 MiB)")
     p.add_argument("--connection-budget-mb", type=int, default=d.connection_budget_mb,
                    help="MiB of requests one connection may hold unanswered (and appends not yet durable) "
                    "before it stops reading")

@@ -41,6 +41,9 @@ class ServerOptions:
     lts: str | None = None  # a path, file:///path or s3://bucket/prefix; default <data_dir>/lts
     s3_endpoint: str | None = None
     cache_mb: int = 256
+    # A segment's un-flushed data goes to long-term storage once this old (or 8 MiB), as ContainerConfig's
+    # default (Pravega's 30 s; docs/performance.md measures a trickle at 2 s and 30 s).
+    flush_age_seconds: float = 30.0
     # Backpressure (store.budget): bytes one connection's requests and appends may hold, and bytes a
     # container may hold before they are durable, before the connections feeding them stop reading.
     connection_budget_mb: int = 32
