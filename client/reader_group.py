@@ -45,6 +45,7 @@ conditional update, on the newest state):
 from __future__ import annotations
 
 import base64
+import contextlib
 import enum
 import json
 import threading
@@ -575,7 +576,11 @@ class ReaderGroup(Generic[T]):
         offline (its next ``read_next_event`` raises ``ReinitializationRequiredError``; create it
         again), and readers created afterwards read from the new positions. The group's streams become
         the cuts' streams, its configuration's start cuts these (its end cuts stay). Pending
-        checkpoints are dropped."""
+        checkpoints are dropped. A subscriber group's retention cuts follow: each becomes its
+        stream's new start cut (backwards, retention keeps what the group will read again; forwards,
+        it may drop what the group skips), and streams the group no longer reads lose it as a
+        subscriber."""
+        before = self.state()
         if isinstance(cuts, Checkpoint):
             positions = dict(cuts.positions.segments)  # exact: skips included
             streams = list(cuts.cuts)
@@ -592,7 +597,21 @@ class ReaderGroup(Generic[T]):
             config = None if state.config is None else {**state.config, "streams": streams, "start": start}
             return Updates([rgs.reset(streams, positions, config)]), None
 
+        if retention_of(before) == StreamDataRetention.NONE:
+            self._update(reset)
+            return
+        # While the positions move, hold every stream from its head: then no retention round can pass
+        # what readers read, before the reset (behind the old cut) or after it (behind the new one).
+        subscriber = subscriber_name(self.scope, self.name)
+        for cut in listed:
+            self.controller.update_subscriber_cut(cut.scope, cut.stream, subscriber,
+                                                  self.manager.head_cut(cut.scope, cut.stream))
         self._update(reset)
+        self._release(listed)
+        for qualified in sorted(set(before.streams) - set(streams)):
+            scope, stream = qualified.split("/", 1)
+            with contextlib.suppress(StreamNotFoundError):  # deleted meanwhile: its subscribers went with it
+                self.controller.update_subscriber_cut(scope, stream, subscriber, None)
 
     def unread_bytes(self) -> int:
         """Bytes of the group's streams not yet read past: the frontier's rest plus everything after

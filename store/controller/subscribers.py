@@ -10,6 +10,10 @@ them where it enforces retention.
 A stream whose retention policy is ``CONSUMPTION`` is truncated, at each retention round, at the
 **lower bound** of its subscribers' cuts (``lower_bound``): a cut at or before every subscriber's,
 so no data a subscriber has not released is ever dropped. With no subscriber nothing is truncated.
+A stream's cut updates and its truncation rounds run one at a time in the process (``_stream_lock``):
+an update that returns has no round still truncating at the cuts as they were before it, so a group
+that holds its data back (a reset moving its positions backwards) is safe from the moment its update
+returns. On a cluster both run on the elected controller.
 All calls block on table-segment I/O: call them from worker threads.
 """
 
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 from collections.abc import Mapping, Sequence
 
 from millrace.store.controller.controller import Controller
@@ -33,6 +38,17 @@ CutMapping = Mapping[int | str, int] | Mapping[int, int] | Mapping[str, int]
 
 def _prefix(scope: str, stream: str) -> bytes:
     return f"{scope}/{stream}/".encode()
+
+
+_locks_guard = threading.Lock()
+_locks: dict[tuple[str, str], threading.Lock] = {}
+
+
+def _stream_lock(scope: str, stream: str) -> threading.Lock:
+    """The lock serialising ``scope/stream``'s cut updates with its truncation rounds in this process
+    (the gateway builds a ``Subscribers`` per use, so the lock cannot live on the instance)."""
+    with _locks_guard:
+        return _locks.setdefault((scope, stream), threading.Lock())
 
 
 class Subscribers:
@@ -55,10 +71,12 @@ class Subscribers:
             raise InvalidStreamCutError(f"invalid subscriber name {subscriber!r}")
         key = _prefix(scope, stream) + subscriber.encode()
         if cut is None:
-            self.tables.remove(SUBSCRIBERS_TABLE, [key])
+            with _stream_lock(scope, stream):
+                self.tables.remove(SUBSCRIBERS_TABLE, [key])
             return
         offsets = self._validated(scope, stream, cut)
-        self.tables.put(SUBSCRIBERS_TABLE, [(key, json.dumps({str(k): v for k, v in offsets.items()}).encode())])
+        with _stream_lock(scope, stream):  # waits for a round that read the cuts before this one
+            self.tables.put(SUBSCRIBERS_TABLE, [(key, json.dumps({str(k): v for k, v in offsets.items()}).encode())])
 
     def cuts(self, scope: str, stream: str) -> dict[str, dict[int, int]]:
         """Every subscriber of ``scope/stream`` with its retention cut (segment id -> offset)."""
@@ -76,6 +94,10 @@ class Subscribers:
         """Truncate a stream of CONSUMPTION retention at the lower bound of its subscribers' cuts;
         the cut truncated at, or None when nothing was (another policy, no subscribers, or the head
         is there or past it already)."""
+        with _stream_lock(scope, stream):  # the cuts read are the cuts truncated at: no update in between
+            return self._enforce(scope, stream)
+
+    def _enforce(self, scope: str, stream: str) -> dict[int, int] | None:
         info = self.controller.get_stream(scope, stream)
         if info.config.retention.type != RetentionType.CONSUMPTION:
             return None

@@ -21,6 +21,7 @@ from millrace import (
     InvalidRequestError,
     JsonSerializer,
     NoSuchEventError,
+    ReinitializationRequiredError,
     RetentionPolicy,
     SegmentTruncatedError,
     StreamCut,
@@ -261,6 +262,52 @@ def test_subscribers_hold_consumption_retention_back(retention_server: ServerPro
         sm.delete_reader_group("auto", scope)
         assert list(sm.subscriber_cuts(scope, stream)) == [f"{scope}/manual"]
         again.close()
+
+
+def test_reset_moves_a_subscribers_retention_cut(retention_server: ServerProcess) -> None:
+    """``reset_to`` moves a subscriber group's retention cut with its positions: a reset backwards holds
+    what the group reads again (retention stops at the new cut, and the group never meets
+    TruncatedDataError), a reset forwards lets go what it skips, and a stream the reset leaves is no
+    longer held by the group. Another subscriber holds the head until each reset is done."""
+    scope, stream = "resets", "s"
+    with StreamManager(f"tcp://127.0.0.1:{retention_server.native_port}") as sm:
+        sm.create_scope(scope)
+        for name, segments in ((stream, 2), ("left", 1)):
+            sm.create_stream(scope, name, initial_segments=segments, retention=RetentionPolicy.by_consumption())
+
+        def write(phase: str) -> StreamCut:
+            with sm.create_writer(scope, stream, StringSerializer()) as writer:
+                for i in range(20):
+                    writer.write_event(f"{phase}{i}", routing_key=f"k{i % 8}")
+            return sm.tail_cut(scope, stream)
+
+        first, second = write("a"), write("b")
+        manual = StreamDataRetention.MANUAL_RELEASE_AT_USER_STREAMCUT
+        holder = sm.create_reader_group("holder", scope, stream, serializer=BytesSerializer(), retention_type=manual)
+        group = sm.create_reader_group("g", scope, [stream, "left"], serializer=StringSerializer(),
+                                       retention_type=manual)
+        reader = group.create_reader("r")
+        assert len(drain(reader)) == 40
+        group.update_retention_stream_cut(second)  # done with everything
+
+        # Backwards: b is read again, so the group's cut goes back to where b begins.
+        group.reset_to(first)
+        assert sm.subscriber_cuts(scope, stream)[f"{scope}/g"] == first
+        assert f"{scope}/g" not in sm.subscriber_cuts(scope, "left")  # the group reads it no more
+        holder.update_retention_stream_cut(second)
+        wait_for(lambda: sm.head_cut(scope, stream) == first, "retention up to the reset cut")
+        with pytest.raises(ReinitializationRequiredError):
+            reader.read_next_event(timeout=1.0)
+        reader = group.create_reader("r")
+        assert sorted(e.data for e in drain(reader)) == sorted(f"b{i}" for i in range(20))  # none truncated
+        assert sm.head_cut(scope, stream) == first
+
+        # Forwards: c is skipped, so the group releases it.
+        third = write("c")
+        group.reset_to(third)
+        assert sm.subscriber_cuts(scope, stream)[f"{scope}/g"] == third
+        holder.update_retention_stream_cut(third)
+        wait_for(lambda: sm.head_cut(scope, stream) == third, "retention up to the skipped data's end")
 
 
 # -- 4 and 5. watermarks --------------------------------------------------------------------------------

@@ -4,6 +4,9 @@ Hypothesis model of the bound over random cuts of a stream that split)."""
 
 from __future__ import annotations
 
+import threading
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -141,3 +144,39 @@ def test_the_lower_bound_lies_at_or_before_every_cut(case: tuple[dict[int, Segme
                     assert sid >> 32 < cid >> 32  # the cut's segment is a successor of the bound's
     # The lowest possible: a cut given by every subscriber is the bound itself.
     assert lower_bound([cuts[0]], known) == cuts[0]
+
+
+def test_an_update_waits_for_the_round_that_read_the_cuts_before_it(harness: StoreHarness,
+                                                                   controller: Controller) -> None:
+    """A subscriber moving its cut back (a reset backwards) while a retention round is between reading
+    the cuts and truncating: the update returns only once that round is done, so no round truncates
+    at the old cut after the update returned (another instance of ``Subscribers``, as the gateway's
+    native commands and its retention loop each have their own)."""
+    controller.create_scope("sc")
+    controller.create_stream("sc", "race", CONSUMPTION)
+    a, b = controller.get_current_segments("sc", "race")
+    fill(harness, controller, "sc", "race")
+    Subscribers(controller).update("sc", "race", "sc/g", {a.segment_id: 50, b.segment_id: 50})
+    truncating, go_on = threading.Event(), threading.Event()
+    truncate = controller.truncate_stream
+
+    def held_truncate(*args: Any, **kwargs: Any) -> None:
+        truncating.set()
+        go_on.wait(30)
+        truncate(*args, **kwargs)
+
+    controller.truncate_stream = held_truncate  # type: ignore[method-assign]
+    round_ = threading.Thread(target=Subscribers(controller).enforce, args=("sc", "race"))
+    round_.start()
+    assert truncating.wait(30)
+    back = threading.Thread(target=Subscribers(controller).update,
+                            args=("sc", "race", "sc/g", {a.segment_id: 10, b.segment_id: 10}))
+    back.start()
+    back.join(0.5)
+    assert back.is_alive(), "the update returned while a round was about to truncate at the old cut"
+    go_on.set()
+    round_.join(30)
+    back.join(30)
+    controller.truncate_stream = truncate  # type: ignore[method-assign]
+    assert controller.get_stream("sc", "race").truncation == {a.segment_id: 50, b.segment_id: 50}
+    assert Subscribers(controller).cuts("sc", "race") == {"sc/g": {a.segment_id: 10, b.segment_id: 10}}

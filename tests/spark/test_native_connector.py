@@ -1,20 +1,27 @@
 """format("millrace"), the native Spark connector, against a real server and local[2] Spark: batch reads
 between stream cuts (a partition per segment range), the transactional sink exactly once per batch id
-(also when a crash interrupted a commit), and a streaming query that follows a split and a merge, is
-stopped, loses its last commit record as in a crash, and restarts from its checkpoint with every input
-in its sink exactly once. Each stream holds a few dozen events: Spark, not the data, is the cost here."""
+(also when a crash interrupted a commit), and a streaming query in a driver of its own that follows a
+split and a merge, has its JVM SIGKILLed mid-query, and restarts from its checkpoint with every input in
+its sink exactly once. Each stream holds a few dozen events: Spark, not the data, is the cost here."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from millrace import StreamCut, StreamManager, TxnStatus
+from millrace import BytesSerializer, StreamCut, StreamManager, TxnStatus
 from tests.server_process import ServerProcess
 from tests.spark.conftest import pyspark_missing
 
@@ -23,9 +30,11 @@ if pyspark_missing():
 
 from millrace.spark import MillraceDataSource, MillraceOptionError  # noqa: E402 (needs pyspark)
 from millrace.spark.options import sink_options  # noqa: E402
-from millrace.spark.sink import COMMITTING, BatchCommitter, BatchRecord  # noqa: E402
+from millrace.spark.sink import COMMITTED, COMMITTING, BatchCommitter, BatchRecord  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+ROOT = Path(__file__).resolve().parents[2]
 
 KEYS = [f"sensor-{i}" for i in range(5)]
 
@@ -176,52 +185,113 @@ def test_a_commit_interrupted_by_a_crash_lands_once(sm: StreamManager, endpoint:
     assert stored(sm, scope, stream) == Counter(rows)
 
 
-def test_streaming_follows_a_split_and_a_merge_and_restarts_exactly_once(
-        millrace_spark: Any, sm: StreamManager, endpoint: str, tmp_path: Path) -> None:
+def start_driver(endpoint: str, source: str, sink: str, sink_id: str, checkpoint: Path,
+                 log: Path) -> tuple[subprocess.Popen[str], int]:
+    """The streaming query in a Spark driver of its own (tests/spark/native_query_process.py), in a
+    process group of its own; returns it and the pid of its JVM."""
+    with log.open("a") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "tests.spark.native_query_process", endpoint, source, sink,
+                                 sink_id, str(checkpoint)], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=err, text=True, start_new_session=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.startswith("jvm "), f"the driver did not start its query:\n{log.read_text()[-5000:]}"
+    return proc, int(line.split()[1])
+
+
+def end_group(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL what is left of a driver's process group (its Python workers), then reap it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+
+
+def kill_after_a_sink_commit(sm: StreamManager, scope: str, sink_id: str, checkpoint: Path, jvm: int,
+                             going: Callable[[], bool]) -> int | None:
+    """SIGKILL the JVM at the worst moment for exactly-once: the sink has committed a batch and Spark has
+    not yet recorded it in its commit log, so the restarted query runs that batch again. Each time the
+    sink's commit record says a new batch is committed, the JVM is frozen (SIGSTOP) and Spark's commit
+    log looked at: without that batch, the JVM is killed; with it, it goes on (SIGCONT) and the next
+    batch is watched, while ``going()``. The batch id the kill followed, or None (nothing killed)."""
+    table = sm.key_value_table(scope, "spark-commits")  # the sink's default commit table
+    seen = -1
+    while going():
+        found = table.get(sink_id)
+        record = None if found is None else BatchRecord.from_bytes(found[0])
+        if record is not None and record.state == COMMITTED and record.batch_id > seen:
+            os.kill(jvm, signal.SIGSTOP)
+            if not (checkpoint / "commits" / str(record.batch_id)).exists():
+                os.kill(jvm, signal.SIGKILL)
+                return record.batch_id
+            os.kill(jvm, signal.SIGCONT)
+            seen = record.batch_id
+        time.sleep(0.001)
+    return None
+
+
+def wait_until(what: str, check: Callable[[], bool], timeout: float = 300.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.1)
+
+
+def test_streaming_follows_a_split_and_a_merge_and_survives_a_sigkilled_jvm_exactly_once(
+        sm: StreamManager, endpoint: str, tmp_path: Path) -> None:
+    """A streaming query in a driver of its own follows a split and a merge of its source while a writer
+    keeps writing; then its JVM is SIGKILLed in the middle of the query, input still arriving, right
+    after the sink committed a batch that Spark had not recorded yet (``kill_after_a_sink_commit``), and
+    the query started again on its checkpoint leaves every input in the transactional sink exactly once."""
     scope, source = new_stream(sm)
     _, sink = new_stream(sm)
-    checkpoint = str(tmp_path / "checkpoint")
+    checkpoint, log = tmp_path / "checkpoint", tmp_path / "driver.log"
     sink_id = f"stream-{uuid.uuid4().hex[:6]}"
 
-    def start() -> Any:
-        events = (millrace_spark.readStream.format("millrace").option("endpoint", endpoint)
-                  .option("stream", f"{scope}/{source}").load())
-        return (events.select("routing_key", "event").writeStream.format("millrace")
-                .option("endpoint", endpoint).option("stream", f"{scope}/{sink}").option("sink_id", sink_id)
-                .option("checkpointLocation", checkpoint).trigger(processingTime="1 second").start())
+    def held() -> int:
+        return sum(stored(sm, scope, sink).values())
 
     written = write(sm, scope, source, 0, 20)
-    query = start()
-    try:
-        query.processAllAvailable()
-        assert stored(sm, scope, sink) == Counter(written)
-        first = sm.describe_stream(scope, source).segments[0].segment
-        split = sm.split_segment(scope, source, first)
-        written += write(sm, scope, source, 20, 20)  # into the two successors
-        query.processAllAvailable()
-        assert stored(sm, scope, sink) == Counter(written)
-        sm.merge_segments(scope, source, [s.segment for s in split.segments])
-        written += write(sm, scope, source, 40, 20)  # into the merged segment
-        query.processAllAvailable()
-    finally:
-        query.stop()
-    assert stored(sm, scope, sink) == Counter(written)
-    # What came after the split and after the merge reached the sink: the successors were read.
-    history = sm.describe_stream(scope, source).history
-    assert [len(e.created) for e in history] == [1, 2, 1]
+    feeding: list[tuple[str, bytes]] = []
 
-    # A crash after the sink committed the last batch and before Spark recorded it: the commit log's last
-    # entry is lost, so the restarted query runs that batch again from its checkpointed offsets.
-    commits = sorted((Path(checkpoint) / "commits").glob("[0-9]*"), key=lambda p: int(p.name))
-    assert commits
-    commits[-1].unlink()
-    (commits[-1].parent / f".{commits[-1].name}.crc").unlink(missing_ok=True)  # Hadoop's checksum beside it
-    written += write(sm, scope, source, 60, 10)
-    query = start()
+    def feed() -> None:  # events 20 .. 219, one at a time, for several seconds
+        with StreamManager(endpoint) as own, own.create_writer(scope, source, BytesSerializer()) as writer:
+            for n in range(20, 220):
+                feeding.append((KEYS[n % len(KEYS)], f"event-{n}".encode()))
+                writer.write_event(feeding[-1][1], routing_key=feeding[-1][0]).result()
+                time.sleep(0.04)
+
+    driver, jvm = start_driver(endpoint, f"{scope}/{source}", f"{scope}/{sink}", sink_id, checkpoint, log)
+    feeder = threading.Thread(target=feed, name="feeder")
     try:
-        query.processAllAvailable()
+        wait_until("the first events in the sink", lambda: held() >= 20)
+        split = sm.split_segment(scope, source, sm.describe_stream(scope, source).segments[0].segment)
+        feeder.start()
+        wait_until("events after the split in the sink", lambda: held() >= 45)
+        sm.merge_segments(scope, source, [s.segment for s in split.segments])
+        wait_until("events after the merge in the sink", lambda: held() >= 60)
+        after = kill_after_a_sink_commit(sm, scope, sink_id, checkpoint, jvm, feeder.is_alive)
+        if after is None:
+            os.kill(jvm, signal.SIGKILL)  # no batch caught in the window: a kill mid-query all the same
+        at_kill = (held(), len(feeding))
     finally:
-        query.stop()
+        end_group(driver)
+        feeder.join()
+    written += feeding
+    print(f"killed the JVM {'after the sink committed batch ' + str(after) if after is not None else 'mid-query'}, "
+          f"with {at_kill[0]} events in the sink and {20 + at_kill[1]} written; {len(written)} in all")
+    assert at_kill[0] < len(written), "the query had finished everything before the kill: nothing to test"
+    # What came after the split and after the merge was read: the successors were followed.
+    assert [len(e.created) for e in sm.describe_stream(scope, source).history] == [1, 2, 1]
+
+    driver, _ = start_driver(endpoint, f"{scope}/{source}", f"{scope}/{sink}", sink_id, checkpoint, log)
+    try:
+        wait_until("every input in the sink", lambda: set(stored(sm, scope, sink)) >= set(written))
+        assert driver.stdin is not None
+        driver.stdin.write("stop\n")
+        driver.stdin.flush()
+        assert driver.wait(timeout=300) == 0, log.read_text()[-5000:]
+    finally:
+        end_group(driver)
     assert stored(sm, scope, sink) == Counter(written)
 
 
