@@ -24,6 +24,10 @@ loop. Two ways, chosen per call:
   rest queue. Each reader long-polls on a thread of its own (``read_next_event(timeout)`` may wait its
   whole timeout), so readers never starve the pool and the pool never delays a read.
 
+A reader group's notifiers (``segment_notifier``, ``end_of_data_notifier``) poll on a thread of their own,
+as the blocking ones do, and hand each notification to the loop (``call_soon_threadsafe``): listeners run
+on the loop, a coroutine listener as a task.
+
 A read cancelled while its thread is already waiting is not lost: its event is what the reader's next
 ``read_next_event`` returns. One reader serves one coroutine at a time (concurrent reads of one reader
 take turns), as Pravega's readers are single-threaded.
@@ -35,6 +39,7 @@ import asyncio
 import contextlib
 import functools
 import itertools
+import logging
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Mapping, Sequence
@@ -43,6 +48,8 @@ from typing import Any, Generic, ParamSpec, TypeVar
 
 from millrace.client.kvtable import ITERATE_PAGE, Key, KeyValueTable, TableEntry, TableModification
 from millrace.client.manager import StreamManager
+from millrace.client.notifications import DEFAULT_INTERVAL_S as DEFAULT_NOTIFY_INTERVAL_S
+from millrace.client.notifications import EndOfDataNotifier, SegmentNotifier
 from millrace.client.reader_group import Checkpoint, EventRead, EventStreamReader, Position, ReaderGroup
 from millrace.client.serializers import Serializer
 from millrace.client.streams import StreamConfiguration, StreamCut, StreamDescription
@@ -59,6 +66,8 @@ __all__ = [
     "AsyncTransactionalWriter",
     "PendingWrite",
 ]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_WORKERS = 8
 DEFAULT_POLL_SECONDS = 1.0  # how long ``async for`` waits per read before waiting again
@@ -454,6 +463,16 @@ class AsyncReaderGroup(Generic[T]):
     async def unread_bytes(self) -> int:
         return await self._pool.run(self.blocking.unread_bytes)
 
+    def segment_notifier(self, *, interval: float | None = DEFAULT_NOTIFY_INTERVAL_S) -> SegmentNotifier:
+        """``ReaderGroup.segment_notifier`` whose listeners run on this event loop: plain functions
+        are called there, coroutine functions' coroutines run there as tasks. Call it from the loop."""
+        return self.blocking.segment_notifier(_LoopSubmitter(asyncio.get_running_loop()), interval=interval)
+
+    def end_of_data_notifier(self, *, interval: float | None = DEFAULT_NOTIFY_INTERVAL_S) -> EndOfDataNotifier:
+        """``ReaderGroup.end_of_data_notifier`` whose listeners run on this event loop (as
+        ``segment_notifier``'s)."""
+        return self.blocking.end_of_data_notifier(_LoopSubmitter(asyncio.get_running_loop()), interval=interval)
+
     async def close(self) -> None:
         await self._pool.run(self.blocking.close)
 
@@ -462,6 +481,31 @@ class AsyncReaderGroup(Generic[T]):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+class _LoopSubmitter:
+    """Runs a notifier's listener calls on an event loop, from the notifier's polling thread: a
+    coroutine a listener returns becomes a task of the loop (whose failure is logged, as a plain
+    listener's is)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._tasks: set[asyncio.Task[Any]] = set()  # running ones, so none is collected midway
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any) -> None:
+        self.loop.call_soon_threadsafe(self._run, fn, args)
+
+    def _run(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        result = fn(*args)
+        if asyncio.iscoroutine(result):
+            task = self.loop.create_task(result)
+            self._tasks.add(task)
+            task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("a notification listener failed", exc_info=task.exception())
 
 
 class AsyncEventReader(Generic[T]):

@@ -56,6 +56,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from millrace.client import watermarks
+from millrace.client.notifications import DEFAULT_INTERVAL_S as DEFAULT_NOTIFY_INTERVAL_S
+from millrace.client.notifications import EndOfDataNotifier, SegmentNotifier, Submitter
 from millrace.client.segment_reader import SegmentEvent, SegmentEventReader, read_segment_events
 from millrace.client.serializers import Serializer
 from millrace.client.streams import StreamCut, StreamDescription, decode_value, encode_value, from_base64
@@ -77,6 +79,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 R = TypeVar("R")
+NotifierT = TypeVar("NotifierT", SegmentNotifier, EndOfDataNotifier)
 
 SILENT_CHECKPOINT_PREFIX = "_cuts-"  # generate_stream_cuts' checkpoints (forgotten once their cuts are taken)
 AUTO_CHECKPOINT_PREFIX = "_auto-"  # checkpoints readers start by themselves (automatic_checkpoint_interval)
@@ -259,6 +262,20 @@ class Position:
             raise ValueError(f"a malformed serialised Position: {exc!r}") from None
 
 
+F = TypeVar("F")
+_new_object = object.__new__
+_set_attribute = object.__setattr__
+
+
+def _frozen(cls: type[F], fields: dict[str, Any]) -> F:
+    """An instance of the frozen dataclass ``cls`` holding ``fields`` (all of them), made without its
+    ``__init__``, which sets each field through ``object.__setattr__``: for the three made per event
+    that was a third of a reader's time. tests/client/test_reader_fast_path.py checks both agree."""
+    made = _new_object(cls)
+    _set_attribute(made, "__dict__", fields)
+    return made
+
+
 @dataclass(frozen=True)
 class EventRead(Generic[T]):
     """What ``read_next_event`` returns: an event (deserialized) with where it was, or a checkpoint.
@@ -406,6 +423,7 @@ class ReaderGroup(Generic[T]):
         self._lock = threading.Lock()
         self._updates = 0
         self._descriptions: dict[tuple[str, str], StreamDescription] = {}
+        self._notifiers: list[SegmentNotifier | EndOfDataNotifier] = []  # closed with the handle
 
     @property
     def streams(self) -> list[str]:
@@ -640,6 +658,31 @@ class ReaderGroup(Generic[T]):
                 total += max(0, min(info.length, ends.get(sid, info.length)) - start)
         return total
 
+    # -- notifications -----------------------------------------------------------------------------------
+    def segment_notifier(self, executor: Submitter | None = None, *,
+                         interval: float | None = DEFAULT_NOTIFY_INTERVAL_S) -> SegmentNotifier:
+        """A notifier telling its listeners the number of segments the group reads whenever it
+        changes (Pravega's ``getSegmentNotifier``): ``register_listener(fn)`` calls
+        ``fn(SegmentNotification)`` on ``executor`` (or the notifier's polling thread), checking every
+        ``interval`` seconds (None: only when ``check()`` is called). Closed with this handle."""
+        def counts() -> tuple[int, int]:
+            state = self.state()
+            return state.assignable_count(), len(state.readers)
+
+        return self._notifier(SegmentNotifier(counts, interval, executor))
+
+    def end_of_data_notifier(self, executor: Submitter | None = None, *,
+                             interval: float | None = DEFAULT_NOTIFY_INTERVAL_S) -> EndOfDataNotifier:
+        """A notifier telling its listeners once when every stream of the group is sealed and read
+        to its end, or read up to its end cut (Pravega's ``getEndOfDataNotifier``); as
+        ``segment_notifier`` otherwise."""
+        return self._notifier(EndOfDataNotifier(lambda: self.state().read_completed(), interval, executor))
+
+    def _notifier(self, notifier: NotifierT) -> NotifierT:
+        with self._lock:
+            self._notifiers.append(notifier)
+        return notifier
+
     # -- internals ---------------------------------------------------------------------------------------
     def _update(self, fn: Callable[[ReaderGroupState], tuple[Updates[dict[str, Any]], R]]) -> R:
         """A conditional update of the group's state (``fn(state) -> (Updates, result)``), compacting
@@ -663,7 +706,12 @@ class ReaderGroup(Generic[T]):
         return described
 
     def close(self) -> None:
-        """Stop using this handle (the group and its readers' state stay in the store)."""
+        """Stop using this handle (the group and its readers' state stay in the store); its notifiers
+        stop too."""
+        with self._lock:
+            notifiers, self._notifiers = self._notifiers, []
+        for notifier in notifiers:
+            notifier.close()
         self._sync.close()
 
     def __enter__(self) -> ReaderGroup[T]:
@@ -755,6 +803,14 @@ class EventStreamReader(Generic[T]):
         self._checkpointed = time.monotonic()  # since when no checkpoint was started or recorded here
         self._progressed = False  # read something since the last record of positions
         self._closed = False
+        # The fast path of read_next_event (see _quiet): the state it was last found quiet in, and
+        # until when no timer of _step is due.
+        self._quiet_state: ReaderGroupState | None = None
+        self._quiet_until = 0.0
+        # Places of every held segment as of the first of a run of events of segment _snapshot_key
+        # (whose own entry goes stale): each event of the run copies it with its own place put in.
+        self._snapshot: dict[str, SegmentPosition] = {}
+        self._snapshot_key: str | None = None
         # get_current_time_window: each stream's marks (opened at the first call) and last window
         self._marks: dict[str, StateSynchronizer[watermarks.Marks, dict[str, Any]]] = {}
         self._windows: dict[str, watermarks.TimeWindow] = {}
@@ -775,6 +831,17 @@ class EventStreamReader(Generic[T]):
             raise self._reinitialization_required()
         if self._closed:
             raise ValueError(f"reader {self.reader_id!r} is closed")
+        # The fast path: the next event of the segment that gave the last one is in hand, and nothing
+        # _step would do first is due (no timer ran out, the state has not changed since it was found
+        # quiet), so _step would return just this event: return it without the rest of _step.
+        h = self._held.get(self._current) if self._current is not None else None
+        if h is not None and self._streak < STICKY_EVENTS and h.reader.has_buffered() \
+                and self.group._sync.state is self._quiet_state and time.monotonic() < self._quiet_until:
+            event = h.reader.read_next(0)
+            if event is not None:  # always, with events in hand
+                self._streak += 1
+                self._progressed = True
+                return self._event(h, event)
         deadline = time.monotonic() + timeout
         while True:
             got = self._step(deadline)
@@ -783,6 +850,26 @@ class EventStreamReader(Generic[T]):
 
     def _step(self, deadline: float) -> EventRead[T] | None:
         """One round: follow the state, checkpoint or rebalance if due, read. None: nothing yet."""
+        self._quiet_state = None  # an error below leaves the fast path shut until a round completes
+        got = self._step_once(deadline)
+        self._quiet()
+        return got
+
+    def _quiet(self) -> None:
+        """Note whether, and until when, a next call may take the fast path: while the group's state is
+        this one (of this reader's generation, with no checkpoint waiting for it) and before any timer
+        of ``_step`` (refresh, rebalance, record, automatic checkpoint) runs out."""
+        state = self._state()
+        if state.generation != self._generation or state.checkpoint_for(self.reader_id) is not None:
+            self._quiet_state = None
+            return
+        until = min(self._refreshed + REFRESH_S, self._rebalanced + REBALANCE_S, self._recorded + RECORD_S)
+        interval = automatic_interval(state)
+        if interval is not None:
+            until = min(until, self._checkpointed + interval)
+        self._quiet_state, self._quiet_until = state, until
+
+    def _step_once(self, deadline: float) -> EventRead[T] | None:
         now = time.monotonic()
         if not self._held or now - self._refreshed >= REFRESH_S:
             self._refresh()
@@ -849,6 +936,7 @@ class EventStreamReader(Generic[T]):
         try:
             event = h.reader.read_next(wait_ms)
         except SegmentTruncatedError:
+            self._snapshot_key = None  # its place moves (below), and other events' snapshot with it
             # Truncation (by hand or retention) removed what we had not read: say so, as Pravega does,
             # and go on from what is left at the next call.
             lost_from = h.reader.offset
@@ -856,6 +944,7 @@ class EventStreamReader(Generic[T]):
             h.reader = self._open(h.scope, h.stream, h.key, SegmentPosition(start))
             raise TruncatedDataError(h.key, lost_from, start) from None
         except SegmentNotFoundError:
+            self._snapshot_key = None
             # The segment deleted, or a segment behind it (a partition's index) not there yet: only
             # the first ends it (its successors follow). Deleted with its stream, it just ends; deleted
             # while its stream lives, a truncation took it away with what was left of it.
@@ -868,7 +957,13 @@ class EventStreamReader(Generic[T]):
             else:
                 time.sleep(SCALE_WAIT_S)
             return None
+        except BaseException:
+            self._snapshot_key = None  # e.g. a lost connection: whatever moved, the snapshot is stale
+            raise
         if event is None:
+            # Nothing came, yet the place may have moved past batches nobody sees (markers, aborted
+            # transactions): the next event's positions are taken afresh.
+            self._snapshot_key = None
             return None
         self._progressed = True
         return self._event(h, event)
@@ -882,10 +977,24 @@ class EventStreamReader(Generic[T]):
         return described.state != "deleting"
 
     def _event(self, h: _Held, event: SegmentEvent) -> EventRead[T]:
-        return EventRead(self.serializer.deserialize(event.data), event.routing_key, self.position(), h.scope,
-                         h.stream, event.segment_id, event.kafka_offset, event.partition, event.timestamp_ms,
-                         event_pointer=EventPointer(h.scope, h.stream, event.segment_id, event.position,
-                                                    event.index))
+        """The ``EventRead`` of ``event`` just read from ``h``, with the reader's position after it."""
+        data = self.serializer.deserialize(event.data)
+        key, reader = h.key, h.reader
+        if self._snapshot_key != key:
+            # The first event of this segment since another's (or since any place moved otherwise):
+            # every held segment's place afresh, for this segment's events from now on.
+            self._snapshot = {k: SegmentPosition(o.reader.offset, o.reader.skip) for k, o in self._held.items()}
+            self._snapshot_key = key
+        segments = dict(self._snapshot)  # the held segments in the reader's order, as position() has them
+        segments[key] = SegmentPosition(reader.offset, reader.skip)
+        position = _frozen(Position, {"segments": segments, "generation": self._generation})
+        pointer = _frozen(EventPointer, {"scope": h.scope, "stream": h.stream, "segment_id": event.segment_id,
+                                         "offset": event.position, "index": event.index})
+        return _frozen(EventRead, {
+            "data": data, "routing_key": event.routing_key, "position": position, "scope": h.scope,
+            "stream": h.stream, "segment_id": event.segment_id, "kafka_offset": event.kafka_offset,
+            "partition": event.partition, "timestamp_ms": event.timestamp_ms, "is_checkpoint": False,
+            "checkpoint_name": None, "is_read_completed": False, "event_pointer": pointer})
 
     def get_current_time_window(self, stream: str) -> watermarks.TimeWindow:
         """Bounds on event times around this reader's position in ``stream`` ("scope/stream", or a
@@ -942,6 +1051,7 @@ class EventStreamReader(Generic[T]):
     def _reconcile(self) -> None:
         """Make the open segments what the state says this reader holds."""
         self._refreshed = time.monotonic()
+        self._snapshot_key = None  # the held segments may change: events' positions are taken afresh
         state = self._state()
         if state.generation != self._generation:
             # A reset took every reader offline; a reader of the new generation under this id (made

@@ -14,7 +14,6 @@ batch boundaries only (skip 0).
 from __future__ import annotations
 
 import time
-from collections import deque
 from dataclasses import dataclass
 
 from millrace.client.connection import Reply
@@ -118,7 +117,9 @@ class SegmentEventReader:
     """Iterates one segment's committed events from ``(offset, skip)``, up to ``end_offset`` if given.
 
     Not thread-safe: one reader, one thread. ``offset``/``skip`` are always the resume point after
-    the last event returned, so a caller may record them at any moment."""
+    the last event returned, so a caller may record them at any moment. Each read's events are
+    decoded once into a list that ``read_next`` hands out by index (a reader's hot path: no copy or
+    filtering per event)."""
 
     def __init__(self, controller: ControllerClient, scope: str, stream: str, segment_id: int, offset: int = 0,
                  skip: int = 0, end_offset: int | None = None, read_bytes: int = READ_BYTES) -> None:
@@ -131,23 +132,34 @@ class SegmentEventReader:
         self.end_offset = end_offset
         self.read_bytes = read_bytes
         self.at_end = end_offset is not None and offset >= end_offset
-        self._buffered: deque[SegmentEvent] = deque()
+        self._events: list[SegmentEvent] = []  # the last read's events ...
+        self._next = 0  # ... of which those from here on are still to hand out
         self._read_to = offset  # the next read's offset (past the buffered events)
         self._ends_after_buffer = False  # the last read reached the end: finished once the buffer is
 
+    def has_buffered(self) -> bool:
+        """Whether ``read_next`` has an event in hand (it returns it without asking the server)."""
+        return self._next < len(self._events)
+
     def read_next(self, wait_ms: int = 0) -> SegmentEvent | None:
         """The next event; None when none arrived within ``wait_ms`` or the segment is finished."""
-        while not self._buffered:
+        events, at = self._events, self._next
+        while at >= len(events):
             if self.at_end:
                 return None
             read_from = self._read_to
             got = read_segment_events(self.controller, self.scope, self.stream, self.segment_id, read_from,
                                       max_bytes=self.read_bytes, wait_ms=wait_ms, end_offset=self.end_offset)
             self._read_to = got.next_offset
-            # Records of the batch at the resume point that were delivered before are dropped.
-            self._buffered.extend(e for e in got.events if not (e.position == self.offset and e.index < self.skip))
             self._ends_after_buffer = got.end_of_segment
-            if not self._buffered:
+            events, at = got.events, 0
+            # Records of the batch at the resume point that were delivered before are skipped (they
+            # lead the answer: a read starts at the resume point's batch).
+            offset, skip = self.offset, self.skip
+            while at < len(events) and events[at].position == offset and events[at].index < skip:
+                at += 1
+            self._events, self._next = events, at
+            if at >= len(events):
                 self.offset, self.skip = got.next_offset, 0  # all before it was delivered or is invisible
                 if got.end_of_segment:
                     self.at_end = True
@@ -155,13 +167,17 @@ class SegmentEventReader:
                 if got.next_offset == read_from:
                     return None  # no progress: nothing came within wait_ms
                 # Progress without events (markers or aborted batches skipped): read on.
-        event = self._buffered.popleft()
-        if self._buffered and self._buffered[0].position == event.position:
-            self.offset, self.skip = event.position, event.index + 1
+        event = events[at]
+        at += 1
+        self._next = at
+        if at < len(events):
+            following = events[at].position
+            if following == event.position:
+                self.offset, self.skip = following, event.index + 1
+            else:
+                self.offset, self.skip = following, 0  # the batch is done: resume at the next one
         else:
-            # The batch is done: resume at the next batch (the next buffered one, or the next read).
-            self.offset = self._buffered[0].position if self._buffered else self._read_to
-            self.skip = 0
-            if not self._buffered and self._ends_after_buffer:
+            self.offset, self.skip = self._read_to, 0
+            if self._ends_after_buffer:
                 self.at_end = True
         return event

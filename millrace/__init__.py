@@ -63,6 +63,10 @@ _EXPORTS: dict[str, str] = {
     "TruncatedDataError": "millrace.client.reader_group",
     "ConfigMismatchError": "millrace.client.reader_group",
     "ReinitializationRequiredError": "millrace.client.reader_group",
+    "SegmentNotifier": "millrace.client.notifications",
+    "SegmentNotification": "millrace.client.notifications",
+    "EndOfDataNotifier": "millrace.client.notifications",
+    "EndOfDataNotification": "millrace.client.notifications",
     "Serializer": "millrace.client.serializers",
     "BytesSerializer": "millrace.client.serializers",
     "StringSerializer": "millrace.client.serializers",
@@ -102,6 +106,8 @@ __all__ = [
     "CheckpointFailedError",
     "ConfigMismatchError",
     "ConnectionLostError",
+    "EndOfDataNotification",
+    "EndOfDataNotifier",
     "EventPointer",
     "EventPosition",
     "EventRead",
@@ -134,6 +140,8 @@ __all__ = [
     "ScopeNotEmptyError",
     "ScopeNotFoundError",
     "Segment",
+    "SegmentNotification",
+    "SegmentNotifier",
     "SegmentSealedError",
     "SegmentTruncatedError",
     "SegmentRange",
@@ -171,6 +179,12 @@ if TYPE_CHECKING:
     from millrace.client.byte_stream import ByteStreamReader, ByteStreamWriter
     from millrace.client.kvtable import Insert, KeyValueTable, Put, Remove, TableEntry
     from millrace.client.manager import StreamManager
+    from millrace.client.notifications import (
+        EndOfDataNotification,
+        EndOfDataNotifier,
+        SegmentNotification,
+        SegmentNotifier,
+    )
     from millrace.client.serializers import BytesSerializer, JsonSerializer, Serializer, StringSerializer
     from millrace.client.streams import (
         RetentionPolicy,

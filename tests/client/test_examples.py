@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.server_process import ServerProcess
 
@@ -80,3 +82,16 @@ def test_asyncio_client_example(server: ServerProcess, uri: str) -> None:
                        "'order-5 placed']",
                        "november: ['2026-11-01', '2026-11-02']",
                        "update gave versions for the puts only: [False, True, True]"]
+
+
+def test_reader_group_notifications_as_documented(server: ServerProcess, uri: str, tmp_path: Path) -> None:
+    """The notifications snippet of docs/client.md, run as written (only the server's address swapped)."""
+    with open(os.path.join(os.path.dirname(EXAMPLES), "docs", "client.md"), encoding="utf-8") as docs:
+        blocks = re.findall(r"```python\n(.*?)```", docs.read(), re.S)
+    snippet = next(b for b in blocks if "end_of_data_notifier(interval" in b)
+    script = tmp_path / "notifications.py"
+    script.write_text(snippet.replace("tcp://127.0.0.1:9090", uri), encoding="utf-8")
+    assert run(str(script)).splitlines() == [
+        "SegmentNotification(number_of_segments=1, number_of_readers=0)",
+        "SegmentNotification(number_of_segments=2, number_of_readers=1)",
+        "EndOfDataNotification()"]
