@@ -183,6 +183,10 @@ def controller_handlers(
         return describe_stream(c, scope, stream, partitions_of)
 
     def create(r: m.CreateStream) -> m.StreamDescriptionReply:
+        if r.scope == scaler.scope:
+            # A stream there without a topic record would be neither a Kafka topic nor writable.
+            raise InvalidRequestError(f"streams of the scope {r.scope!r} are Kafka topics: create {r.stream!r} "
+                                      f"with Kafka's CreateTopics (an AdminClient, kafka-topics.sh)")
         c.create_stream(r.scope, r.stream, stream_configuration(r))
         return describe(r.scope, r.stream)
 

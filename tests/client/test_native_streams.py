@@ -9,7 +9,6 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable
 from concurrent.futures import Future
 
 import pytest
@@ -17,13 +16,14 @@ from confluent_kafka.admin import AdminClient
 
 from millrace import EventPosition, RetentionPolicy, StreamManager, StringSerializer, WriterFencedError
 from millrace.client.segments import SegmentClient
-from millrace.protocol.errors import StreamNotFoundError, StreamSealedError
+from millrace.protocol.errors import InvalidRequestError, StreamNotFoundError, StreamSealedError
 from millrace.protocol.keys import key_hash
 from millrace.protocol.records import iter_batches
 from millrace.streams.partitions.formats import ENVELOPE, ENVELOPE_MAGIC, INDEX_SUFFIX
 from millrace.streams.topics import TopicInfo, carve_slices
 from tests.ports import free_port
 from tests.server_process import ServerProcess
+from tests.waiting import wait_for
 
 
 def stored_events(server: ServerProcess, sm: StreamManager, scope: str,
@@ -89,6 +89,13 @@ def test_partitions_are_the_segments_at_the_first_writer(uri: str) -> None:
         assert writer.slices == [(0.0, 0.3), (0.3, 0.77), (0.77, 1.0)]
         writer.write_event(b"x", routing_key="k").result(30)
         writer.close()
+
+
+def test_a_kafka_scope_stream_is_made_as_a_kafka_topic_only(uri: str) -> None:
+    """A stream of the Kafka scope made by create_stream would have no topic record: neither a topic
+    Kafka clients see nor one a writer could open. It is refused, naming the way that works."""
+    with StreamManager(uri) as sm, pytest.raises(InvalidRequestError, match="CreateTopics"):
+        sm.create_stream("kafka", "made-natively", initial_segments=4)
 
 
 def test_a_writer_for_an_unknown_stream_is_refused(uri: str) -> None:
@@ -255,13 +262,6 @@ def retained_events(server: ServerProcess, sm: StreamManager, scope: str,
     return sorted(found)
 
 
-def _wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + 60
-    while not condition():
-        assert time.monotonic() < deadline, f"never: {what}"
-        time.sleep(0.1)
-
-
 def test_a_native_stream_s_retention_policy_truncates_it(tmp_path) -> None:
     """The stream's own retention policy drives the gateway's retention for event-written streams:
     by size over the whole stream (oldest batches first), by time per batch."""
@@ -285,7 +285,7 @@ def test_a_native_stream_s_retention_policy_truncates_it(tmp_path) -> None:
             # Retention runs every 0.2 s, also while the events are written (one at a time, so slowly on a
             # busy machine): a round in the middle truncates both segments already, so wait for the round
             # that sees them all.
-            _wait_until(lambda: all(start > 0 for start in segment_starts()) and len(kept()) < len(payloads) // 2,
+            wait_for(lambda: all(start > 0 for start in segment_starts()) and len(kept()) < len(payloads) // 2,
                         "both segments truncated to under half")  # 30 KB written, a 4 KB policy
             assert set(payloads[-20:]) <= set(kept())  # the newest 2 KB are all there
 
@@ -297,7 +297,7 @@ def test_a_native_stream_s_retention_policy_truncates_it(tmp_path) -> None:
                     (state,) = sm.describe_stream("ret", "by-time").segments
                     return state.start_offset == state.length
 
-                _wait_until(all_dropped, "every batch older than 500 ms dropped")
+                wait_for(all_dropped, "every batch older than 500 ms dropped")
                 new = writer.write_event(b"new", routing_key="k").result(30)
             assert new.offset == old[-1].offset + 1  # offsets go on after the dropped ones
             assert [v for _, _, _, v in retained_events(server, sm, "ret", "by-time")] == [b"new"]
@@ -305,11 +305,6 @@ def test_a_native_stream_s_retention_policy_truncates_it(tmp_path) -> None:
         server.kill()
 
 
-def _wait(predicate: Callable[[], bool], what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def test_a_native_stream_splits_anywhere_and_merges_back_under_a_reader_group(sm: StreamManager) -> None:
@@ -352,16 +347,16 @@ def test_a_native_stream_splits_anywhere_and_merges_back_under_a_reader_group(sm
 
     writing = threading.Thread(target=write, daemon=True)
     writing.start()
-    _wait(lambda: progress[0] >= 1500, "1500 events written")
+    wait_for(lambda: progress[0] >= 1500, "1500 events written")
     (whole,) = sm.describe_stream(scope, stream).segments
     sm.split_segment(scope, stream, whole.segment, at=[0.3])  # inside the stream's only partition
     ranges = [(s.segment.key_start, s.segment.key_end) for s in sm.describe_stream(scope, stream).segments]
     assert ranges == [(0.0, 0.3), (0.3, 1.0)]
-    _wait(lambda: progress[0] >= 3000, "3000 events written")
+    wait_for(lambda: progress[0] >= 3000, "3000 events written")
     upper = sm.describe_stream(scope, stream).segments[1].segment
     sm.split_segment(scope, stream, upper, pieces=5)
     assert len(sm.describe_stream(scope, stream).segments) == 6
-    _wait(lambda: progress[0] >= 4500, "4500 events written")
+    wait_for(lambda: progress[0] >= 4500, "4500 events written")
     sm.merge_segments(scope, stream, [s.segment for s in sm.describe_stream(scope, stream).segments])
     writing.join(120)
     assert progress[0] == total

@@ -7,9 +7,7 @@ ReinitializationRequiredError; atomic write_events; byte writers refused at writ
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -36,6 +34,7 @@ from millrace import (
 )
 from millrace.protocol.names import segment_name
 from tests.client.conftest import drain
+from tests.waiting import wait_for
 
 
 def write(sm: StreamManager, scope: str, stream: str, values: list[str], key: str = "k") -> None:
@@ -45,11 +44,6 @@ def write(sm: StreamManager, scope: str, stream: str, values: list[str], key: st
         writer.flush()
 
 
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        time.sleep(0.05)
 
 
 

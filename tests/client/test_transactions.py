@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -38,6 +38,7 @@ from millrace.protocol.messages import EndTxn, ListSegments, SegmentsReply
 from millrace.protocol.wire import Command
 from tests.ports import free_port
 from tests.server_process import ServerProcess, create_topic
+from tests.waiting import wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KEYS = [f"k{n}" for n in range(8)]
@@ -98,11 +99,6 @@ def in_key_order(stored: list[str], tag: str) -> bool:
         for k in range(len(KEYS)))
 
 
-def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        time.sleep(0.2)
 
 
 def test_commit_is_visible_at_once_and_abort_never_to_kafka_consumers(server: ServerProcess, uri: str) -> None:

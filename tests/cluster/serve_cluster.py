@@ -5,12 +5,12 @@ ZooKeeper server is the test module's fixture)."""
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from typing import Self
 
 from tests.durablelog.logd_process import Replicas
 from tests.server_process import ServerProcess
+from tests.waiting import wait_for  # noqa: F401 - the cluster tests' wait, kept importable from here
 
 CONTAINERS = 4
 SESSION_TIMEOUT = 3.0  # seconds: a SIGKILLed node's containers move this long after its death
@@ -87,9 +87,3 @@ class Cluster:
         self.stop()
 
 
-def wait_for(predicate: object, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
