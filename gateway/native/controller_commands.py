@@ -183,8 +183,10 @@ def controller_handlers(
         return describe_stream(c, scope, stream, partitions_of)
 
     def create(r: m.CreateStream) -> m.StreamDescriptionReply:
-        if r.scope == scaler.scope:
-            # A stream there without a topic record would be neither a Kafka topic nor writable.
+        if r.scope == scaler.scope and not r.stream.startswith("_"):
+            # A stream there without a topic record would be neither a Kafka topic nor writable. Names
+            # starting with "_" are Millrace's own streams (a reader group's state, watermark marks),
+            # which the client makes beside the topics it reads.
             raise InvalidRequestError(f"streams of the scope {r.scope!r} are Kafka topics: create {r.stream!r} "
                                       f"with Kafka's CreateTopics (an AdminClient, kafka-topics.sh)")
         c.create_stream(r.scope, r.stream, stream_configuration(r))
