@@ -487,19 +487,29 @@ class TopicRegistry:
     def carve(self, name: str, points: list[float]) -> TopicInfo:
         """Blocking: make every point a slice boundary of the native stream ``name`` before its segments
         split there (``carve_slices``), recorded before the split so no successor ever starts inside a
-        live partition; listeners hear "grown". A no-op when the points are boundaries already."""
+        live partition; listeners hear "grown". A no-op when the points are boundaries already. The
+        stored record is read and replaced conditionally on its version: two cluster nodes scaling the
+        stream at once (an operator's split, the elected auto-scaler's) never lose each other's carve."""
+        if "/" not in name:
+            raise TopicError(Reason.INVALID_REQUEST, f"{name} is a Kafka topic: its partitions stay")
+        key = name.encode()
         with self._lock:
-            topic = self._cache.get(name)
-            if topic is None:
-                raise TopicError(Reason.UNKNOWN_TOPIC, f"unknown stream {name!r}")
-            if topic.kafka_view:
-                raise TopicError(Reason.INVALID_REQUEST, f"{name} is a Kafka topic: its partitions stay")
-            carved = carve_slices(topic, points)
-            if carved is topic:
-                return topic
-            self.tables.put(TOPICS_TABLE, [(name.encode(), carved.encode())])
-            self._cache[name] = carved
-        self._notify("grown", carved)
+            while True:
+                (entry,) = self.tables.get(TOPICS_TABLE, [key])
+                if entry is None:
+                    raise TopicError(Reason.UNKNOWN_TOPIC, f"unknown stream {name!r}")
+                topic = TopicInfo.decode(name, entry.value)
+                carved = carve_slices(topic, points)
+                if carved is not topic:
+                    try:
+                        self.tables.put(TOPICS_TABLE, [(key, carved.encode(), entry.version)])
+                    except TableKeyVersionMismatchError:
+                        continue  # another node carved it meanwhile: carve what it stored
+                grown = carved.partition_count > (self._cache[name].partition_count if name in self._cache else 0)
+                self._cache[name] = carved
+                break
+        if grown:
+            self._notify("grown", carved)
         return carved
 
     def alter_configs(self, name: str, changes: dict[str, str | None], replace_all: bool,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from millrace.store.controller import Controller
+from millrace.store.controller import Controller, StreamConfiguration
 from millrace.store.segment_store import SegmentStore
 from millrace.store.tables.table_store import TableStore
 from millrace.streams.topics import TOPICS_TABLE, TopicRegistry
@@ -68,3 +68,25 @@ def test_topics_are_found_by_id_through_every_change_and_on_every_node(store: Se
     controller_node.delete("orders")
     other_node.refresh()
     assert controller_node.by_id(created.topic_id) is None and other_node.by_id(created.topic_id) is None
+
+
+def test_two_nodes_carving_a_native_stream_keep_both_carves(store: SegmentStore) -> None:
+    """Two nodes scale a native stream at once, one with a copy of its record from before the other's
+    carve: the second carve is made on the stored record (a conditional replace), so neither boundary
+    is lost and no successor could start inside a live partition."""
+    first = TopicRegistry(Controller(store, TableStore(store)), TableStore(store), "kafka")
+    second = TopicRegistry(Controller(store, TableStore(store)), TableStore(store), "kafka")
+    first.controller.create_scope("iot")
+    first.controller.create_stream("iot", "s", StreamConfiguration(initial_segments=1))
+    first.adopt_stream("iot", "s")
+    second.refresh()
+    grown: list[int] = []
+    second.listeners.append(lambda event, topic: grown.append(topic.partition_count) if event == "grown" else None)
+
+    first.carve("iot/s", [0.3])
+    carved = second.carve("iot/s", [0.7])  # its copy still has the one partition [0, 1)
+    assert carved.slices == ((0.0, 1.0), (0.0, 0.3), (0.3, 1.0), (0.3, 0.7), (0.7, 1.0))
+    assert carved.retired == {0, 2}
+    first.refresh()
+    assert first.record("iot/s") == second.record("iot/s") == carved
+    assert grown == [5]
