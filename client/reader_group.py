@@ -636,26 +636,14 @@ class ReaderGroup(Generic[T]):
         it, from the recorded positions (readers record them every ``RECORD_S`` and when caught up);
         in a bounded read, up to the end cuts."""
         state = self.state()
-        frontier = state.frontier()
         total = 0
         for qualified in state.streams:
             scope, stream = qualified.split("/", 1)
-            described = self.manager.describe_stream(scope, stream)
-            successors = successor_map(described)
-            mine = {parse_segment_name(k)[2]: p for k, p in frontier.items() if k.startswith(f"{qualified}/")}
-            ends = {parse_segment_name(k)[2]: p.offset for k, p in state.end.items()
-                    if k.startswith(f"{qualified}/")}
-            todo, seen = list(mine), set(mine)
-            while todo:
-                sid = todo.pop()
-                for succ in {} if sid in ends else successors.get(sid, {}):  # nothing past an end cut
-                    if succ not in seen:
-                        seen.add(succ)
-                        todo.append(succ)
-            for sid in seen:
+            successors = successor_map(self.manager.describe_stream(scope, stream))
+            for sid, (position, end) in rgs.left_to_read(state, qualified, successors).items():
                 info = self.controller.segment_info(segment_name(scope, stream, sid))
-                start = mine[sid].offset if sid in mine else info.start_offset
-                total += max(0, min(info.length, ends.get(sid, info.length)) - start)
+                start = info.start_offset if position is None else max(position.offset, info.start_offset)
+                total += max(0, min(info.length, info.length if end is None else end) - start)
         return total
 
     # -- notifications -----------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from millrace.protocol import reader_group_state as rgs
-from millrace.protocol.names import parse_segment_name, segment_name
+from millrace.protocol.names import segment_name
 from millrace.protocol.reader_group_state import STATE_STREAM_PREFIX, ReaderGroupState, SegmentPosition
 from millrace.protocol.synchronizer import Fold, StateCorruptError
 from millrace.store.controller import Controller
@@ -155,24 +155,14 @@ class ReaderGroupViews:
         out: list[SegmentUnread] = []
         for qualified in state.streams:
             scope, stream = qualified.split("/", 1)
-            mine = {parse_segment_name(k)[2]: k for k in kinds if k.startswith(f"{qualified}/")}
-            ends = {parse_segment_name(k)[2]: p.offset for k, p in state.end.items() if k.startswith(f"{qualified}/")}
-            successors = self._successors(scope, stream)
-            todo, seen = list(mine), set(mine)
-            while todo:
-                sid = todo.pop()
-                for succ in () if sid in ends else successors.get(sid, ()):
-                    if succ not in seen:
-                        seen.add(succ)
-                        todo.append(succ)
-            for sid in sorted(seen):
-                key = mine.get(sid, segment_name(scope, stream, sid))
+            for sid, (position, end) in rgs.left_to_read(state, qualified, self._successors(scope, stream)).items():
+                key = segment_name(scope, stream, sid)
                 try:
                     info = self.controller.store.get_info(key)
                 except SegmentNotFoundError:
                     continue  # deleted (its stream truncated past it): nothing left to read
-                kind, pos = kinds.get(key, ("successor", SegmentPosition(info.start_offset)))
-                length = min(info.length, ends.get(sid, info.length))
+                kind, pos = kinds.get(key, ("successor", position or SegmentPosition(info.start_offset)))
+                length = min(info.length, info.length if end is None else end)
                 out.append(SegmentUnread(key, qualified, kind, held.get(key), pos.offset, pos.skip, length,
                                          max(0, length - max(pos.offset, info.start_offset))))
         return out

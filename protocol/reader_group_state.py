@@ -55,6 +55,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from millrace.protocol.names import parse_segment_name
+
 Update = dict[str, Any]
 SegmentKey = str  # a segment's full name: scope/stream/<number>.#epoch.<epoch>
 
@@ -189,6 +191,32 @@ class ReaderGroupState:
             ended=_positions_from_json(raw.get("ended", {})),
             config=copy.deepcopy(raw.get("config")),
         )
+
+
+def left_to_read(state: ReaderGroupState, qualified: str,
+                 successors: Mapping[int, Iterable[int]]) -> dict[int, tuple[SegmentPosition | None, int | None]]:
+    """The segments of stream ``qualified`` ("scope/stream") the group has yet to read past, by segment
+    id: the frontier's, with their recorded positions, and every successor reachable from them that no
+    reader reached yet (position None: from its start); none past an end cut. Each with its end cut's
+    offset (None: read to its end). ``successors``: segment id -> its successors' ids. What the client's
+    ``ReaderGroup.unread_bytes`` and the server's reader-group views count, the lengths being theirs to
+    read."""
+    prefix = f"{qualified}/"
+    mine = {segment_id(k): p for k, p in state.frontier().items() if k.startswith(prefix)}
+    ends = {segment_id(k): p.offset for k, p in state.end.items() if k.startswith(prefix)}
+    todo, seen = list(mine), set(mine)
+    while todo:
+        sid = todo.pop()
+        for succ in () if sid in ends else successors.get(sid, ()):
+            if succ not in seen:
+                seen.add(succ)
+                todo.append(succ)
+    return {sid: (mine.get(sid), ends.get(sid)) for sid in sorted(seen)}
+
+
+def segment_id(key: SegmentKey) -> int:
+    """The segment id of a segment key (its name)."""
+    return parse_segment_name(key)[2]
 
 
 def _positions_to_json(positions: Mapping[SegmentKey, SegmentPosition]) -> dict[str, list[int]]:
