@@ -155,12 +155,17 @@ class CommitMerge:
 
         counts = [0, 0]  # batches, and those a commit before a crash had appended already
 
-        def merge_segment(batches: _Batches) -> defer.Deferred[Any]:
+        def routed_batches(segment: str) -> tuple[int, _Batches]:
+            """Blocking (a worker: re-routing decodes records): the segment's batches, as stored and as
+            they land."""
+            batches = sealed_batches(self.broker, segment)
+            topic = self.broker.topics.record(name)  # an in-memory read, safe from any thread
+            return len(batches), batches if topic is None else reroute(topic, batches)
+
+        def merge_segment(read: tuple[int, _Batches]) -> defer.Deferred[Any]:
+            stored, batches = read
             by_partition: dict[int, list[tuple[int, bytes]]] = defaultdict(list)
-            counts[0] += len(batches)
-            topic = self.broker.topics.record(name)
-            if topic is not None:
-                batches = reroute(topic, batches)
+            counts[0] += stored
             for partition, index, batch in batches:
                 by_partition[partition].append((index, batch))
             return defer.gatherResults([self._land(name, writer_id, p, todo, 0, counts)
@@ -173,7 +178,7 @@ class CommitMerge:
 
         # The topics table read first: a partition another node retired must not take these batches.
         return self.broker.blocking(self.broker.topics.refresh).addCallback(lambda _: defer.gatherResults([
-            self.broker.blocking(sealed_batches, self.broker, segment).addCallback(merge_segment)
+            self.broker.blocking(routed_batches, segment).addCallback(merge_segment)
             for segment, _ in record.segments], consumeErrors=True)).addCallback(merged)
 
     def _land(self, name: str, writer_id: str, partition: int, batches: list[tuple[int, bytes]],

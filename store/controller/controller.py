@@ -22,7 +22,7 @@ import bisect
 import contextlib
 import struct
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from millrace.store.contracts import SegmentService
@@ -61,6 +61,7 @@ from millrace.store.controller.scaling import (
     normalize_ranges,
     plan_scale,
     split_points_ranges,
+    validate_scale,
 )
 from millrace.store.errors import (
     OffsetOutOfRangeError,
@@ -541,6 +542,14 @@ class Controller:
         entries = self.tables.entries(EPOCHS_TABLE, prefix=_epoch_prefix(scope, stream))
         history = [EpochRecord.decode(e.value) for e in entries]
         return [e for e in history if e.epoch <= record.current_epoch]
+
+    def check_scale(self, scope: str, stream: str, seal: Sequence[int], new_ranges: Sequence[Sequence[float]]) -> None:
+        """Blocking: InvalidScaleError now for a scale ``scale_stream`` would refuse for its segments and
+        ranges against the current epoch (for callers with work to do before it, such as carving a
+        native stream's partitions)."""
+        record, _ = self._visible(scope, stream)
+        validate_scale(self.get_epoch(scope, stream, record.current_epoch), [int(s) for s in seal],
+                       normalize_ranges(new_ranges))
 
     def get_current_segments(self, scope: str, stream: str) -> list[SegmentRange]:
         """The segments of the current epoch, by key range. For a sealed stream: its last ones."""
