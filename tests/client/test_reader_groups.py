@@ -167,6 +167,11 @@ def test_group_of_three_through_splits_merges_offline_and_a_reset(sm: StreamMana
 
     written: Counter[str] = Counter()
     progress = [0]
+    # The writer waits at each of these counts until the stream has scaled there, so every scale
+    # happens under the writer and the successors take events (a writer running ahead of the scales
+    # left only empty successors for the reader that joined last, which then read nothing).
+    scale_at = [200, 400, 600, 800, 1000, 1200, 1600, 2000]
+    scales = 0
 
     def write() -> None:
         with writer_handle as writer:
@@ -177,15 +182,17 @@ def test_group_of_three_through_splits_merges_offline_and_a_reset(sm: StreamMana
                 if i % 50 == 49:
                     writer.flush()
                     progress[0] = i + 1
+                    if i + 1 in scale_at:
+                        wait_for(lambda: scales > scale_at.index(i + 1), f"the scale at {i + 1}")  # noqa: B023
             writer.flush()
             progress[0] = total
 
     writer = threading.Thread(target=write, daemon=True)
     writer.start()
-    scales = 0
 
     def scale_when_written(count: int) -> None:
         nonlocal scales
+        assert count == scale_at[scales]
         wait_for(lambda: progress[0] >= count, f"{count} events written")
         scale_once(sm, scope, stream, scales)
         scales += 1
