@@ -142,6 +142,36 @@ class TopicInfo:
                 return p
         raise AssertionError(f"slices do not cover {h}")
 
+    def pieces_of(self, partition: int) -> tuple[int, ...]:
+        """The partitions the carve that retired ``partition`` made of its slice, in key order (none for a
+        live one): a carve appends one partition per piece, consecutively, before any later carve cuts
+        them, so they are the first later partition inside its slice and those after it up to its end."""
+        if partition not in self.retired:
+            return ()
+        lo, hi = self.slices[partition]
+        later = range(partition + 1, len(self.slices))
+        first = next((q for q in later if lo <= self.slices[q][0] and self.slices[q][1] <= hi), None)
+        if first is None:
+            raise AssertionError(f"{self.name}: retired partition {partition} has no pieces")
+        pieces: list[int] = []
+        for q in range(first, len(self.slices)):
+            pieces.append(q)
+            if self.slices[q][1] >= hi:
+                break
+        return tuple(pieces)
+
+    def view(self, count: int) -> TopicInfo:
+        """A native stream's record as it stood when it had ``count`` partitions. Slices are only
+        appended and a partition retires in the carve that appends its pieces, so partition p < ``count``
+        was retired then exactly when its first piece is below ``count``. (A Kafka topic's slices halve
+        as it grows, but none retires: its view retires none either.)"""
+        if not 0 < count <= len(self.slices):
+            raise ValueError(f"{self.name} has {len(self.slices)} partitions: no view at {count}")
+        if count == len(self.slices):
+            return self
+        retired = frozenset(p for p in self.retired if p < count and self.pieces_of(p)[0] < count)
+        return replace(self, slices=self.slices[:count], retired=retired)
+
     def encode(self) -> bytes:
         fields: dict[str, Any] = {
             "id": str(self.topic_id), "slices": self.slices, "configs": self.configs, "created": self.created_ms}

@@ -19,7 +19,8 @@ partitions from the topic registry on its first ``OPEN_WRITER`` (``TopicRegistry
 after which the partition storage serves it under the key ``scope/stream`` exactly like a topic. Its
 partitions follow its segments: a split inside a partition's slice retires the partition, and an
 ``APPEND_EVENTS`` to a retired one is refused (``EventsRefusedError`` with ``PARTITION_RETIRED``, nothing
-stored), so the writer asks ``WRITER_ROUTING`` for the slices now and sends those events again to the
+stored; a batch it holds already, by producer sequence or writer event numbers, answers as stored), so the
+writer asks ``WRITER_ROUTING`` for the slices now and sends those events again to the
 partitions that hold their keys; ``OPEN_WRITER`` names the retired partitions too.
 """
 
@@ -86,10 +87,12 @@ def partitioned_stream(broker: NativeHost, scope: str, stream: str) -> defer.Def
     return broker.blocking(_adopt, broker, scope, stream)
 
 
-def _resent(p: PartitionLog, payload: bytes) -> bool:
-    """The batch is one the partition holds already (its answer was lost): a retired partition answers
-    it as stored rather than refusing it, which would make the writer store its events a second time
-    elsewhere."""
+def _resent(p: PartitionLog, payload: bytes, events: WriterEvents | None) -> bool:
+    """The batch is one the partition holds already (its answer was lost, or a resumed commit's merge
+    sends it again): a retired partition answers it as stored rather than refusing it, which would make
+    the writer store its events a second time elsewhere."""
+    if events is not None and p.writer_events.holds(events):
+        return True
     try:
         h = next(iter_batches(memoryview(payload))).header
     except (StopIteration, RecordBatchError):
@@ -152,7 +155,7 @@ def event_handlers(broker: NativeHost) -> Handlers:
             current = broker.topics.record(current.name) or current  # a load may have read a newer one
             if not 0 <= partition < len(parts):
                 raise StreamNotFoundError(f"{stream} has no partition {partition}")
-            if partition in current.retired and not _resent(parts[partition], payload):
+            if partition in current.retired and not _resent(parts[partition], payload, events):
                 raise EventsRefusedError(f"{stream}: partition {partition} retired when the stream split inside "
                                          f"its key range; route again", PARTITION_RETIRED)
             writer = parts[partition].writer

@@ -21,7 +21,9 @@ recorded by the controller in a table segment (``store.controller.transactions``
   transaction segment as its event number, so the partition assigns Kafka offsets now (a store-level
   merge of the segment's chunks cannot: stored batches must carry their partition's offsets) and a
   batch appended again after a crash answers ALREADY_WRITTEN instead of landing twice. Partitions never
-  move between slices, so this holds across any scaling while the transaction was open. Then COMMITTED
+  move between slices, so this holds across any scaling while the transaction was open; COMMITTING
+  records the stream's partition count, so a merge resumed after a later split routes as the first
+  pass did (``txn_merge``). Then COMMITTED
   is recorded and the transaction segments are deleted; an abort deletes them and records ABORTED.
   Once COMMITTING is recorded every batch lands (a restart finishes it), but partitions are merged
   one by one: a reader may see one partition's part before another's. Answers the final state; ending
@@ -377,7 +379,11 @@ class NativeTransactions:
         txn.outcome = commit  # from here no append is admitted
 
         def record(_: Any) -> defer.Deferred[TxnRecord]:
-            return self.records.record(txn, lambda r: r.moved(target))
+            # A commit records the partitions there are now: its merge, resumed after any later split,
+            # routes against the partitions live at this count, as its first pass did (``txn_merge``).
+            topic = self.broker.topics.record(self._stream_key(txn.record)) if commit else None
+            count = {} if topic is None else {"partition_count": topic.partition_count}
+            return self.records.record(txn, lambda r: r.moved(target, **count))
 
         def not_recorded(failure: Failure) -> Failure:
             txn.outcome = None  # still OPEN: it may be ended again

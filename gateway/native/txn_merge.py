@@ -7,11 +7,17 @@ transaction segment as its event number, so the partition assigns Kafka offsets 
 again after a crash answers ALREADY_WRITTEN instead of landing twice.
 
 A native stream's partition may retire while a transaction is open (the stream split inside its key
-range): its batches are then split by routing key among the partitions that hold those keys at commit
+range): its batches are then split by routing key among the partitions live when the commit was decided
 (``reroute``), each piece keeping its batch's index as event number, so each partition still sees its
-pieces in order and once. (A commit resumed after a crash, if another split retired one of those
-partitions meanwhile, splits the rest again and may land a piece a second time: scales are minutes
-apart, so that needs a crash mid-commit and a split of the same range while the node recovers.)
+pieces in order and once. The COMMITTING record keeps the stream's partition count then, and every pass
+of the merge, the first or one resumed after a crash, routes against the stream's record as it stood at
+that count (``TopicInfo.view``), so each pass sends each piece to the same partition. A partition that
+retired since (a split while the commit was cut off) holds exactly the pieces at or below its last event
+number for ``txn:<uuid>`` (pieces land in index order per partition): it answers those ALREADY_WRITTEN
+and refuses the next with PARTITION_RETIRED (``local_batch_appender`` here, ``APPEND_EVENTS`` on its
+leader), and the refused piece and the rest go on, split by key, to the pieces its carve made
+(``passed_on``), which may pass on in turn. So no piece lands twice, whatever splits a resumed commit
+meets.
 
 Threads: the reactor; segment I/O that blocks runs on the worker pool (``NativeHost.blocking``).
 """
@@ -29,8 +35,8 @@ from twisted.internet.interfaces import IReactorTime
 
 from millrace.gateway.native.host import NativeHost
 from millrace.gateway.native.txn_state import WRITER_PREFIX, events_attribute
-from millrace.protocol.errors import RetriableError, SegmentNotFoundError
-from millrace.protocol.events import batch_records, encode_batch
+from millrace.protocol.errors import EventsRefusedError, RetriableError, SegmentNotFoundError
+from millrace.protocol.events import PARTITION_RETIRED, batch_records, encode_batch
 from millrace.protocol.keys import key_hash
 from millrace.store.controller.transactions import TxnRecord
 from millrace.streams.errors import Reason
@@ -53,9 +59,27 @@ BatchAppender = Callable[[TopicInfo, PartitionLog, bytes, WriterEvents], "defer.
 
 
 def local_batch_appender(broker: NativeHost) -> BatchAppender:
-    """Commits append through this node's partition storage (a single server leads every partition)."""
-    return lambda topic, log_, batch, events: broker.partitions.append(topic, log_, memoryview(batch),
-                                                                       events=events)
+    """Commits append through this node's partition storage (a single server leads every partition). A
+    partition retired in ``topic`` takes only the batches it holds already (they answer ALREADY_WRITTEN),
+    as an ``APPEND_EVENTS`` to its leader would: any other is refused with PARTITION_RETIRED."""
+
+    def append(topic: TopicInfo, log_: PartitionLog, batch: bytes, events: WriterEvents) -> defer.Deferred[int]:
+        if log_.partition in topic.retired and not log_.writer_events.holds(events):
+            raise retired_refusal(topic, log_.partition)
+        return broker.partitions.append(topic, log_, memoryview(batch), events=events)
+
+    return append
+
+
+def retired_refusal(topic: TopicInfo, partition: int) -> EventsRefusedError:
+    """What a retired partition answers a batch it does not hold (as ``APPEND_EVENTS`` does)."""
+    return EventsRefusedError(f"{topic.name}: partition {partition} retired when the stream split inside its "
+                              f"key range", PARTITION_RETIRED)
+
+
+def is_retired_refusal(exc: BaseException) -> bool:
+    """The partition refused a batch it does not hold because it retired (here or on its leader)."""
+    return isinstance(exc, EventsRefusedError) and exc.reason == PARTITION_RETIRED
 
 
 def sealed_batches(broker: NativeHost, name: str) -> _Batches:
@@ -97,18 +121,36 @@ def reroute(topic: TopicInfo, batches: _Batches) -> _Batches:
             out.append((partition, index, batch))
             continue
         lo, hi = topic.slices[partition]
-        unkeyed = next(p for p, a, b in live if lo <= a and b <= hi)
-        pieces: dict[int, list[tuple[bytes | None, bytes]]] = {}
-        timestamp = 0
-        for record in batch_records(batch):
-            timestamp = record.timestamp_ms
-            if record.key is None:
-                target = unkeyed
-            else:
-                h = key_hash(record.key.decode())
-                target = next(p for p, a, b in live if a <= h < b)
-            pieces.setdefault(target, []).append((record.key, record.value))
-        out += [(p, index, encode_batch(events, timestamp)) for p, events in sorted(pieces.items())]
+        inside = [(p, a, b) for p, a, b in live if lo <= a and b <= hi]
+        out += [(p, index, piece) for p, piece in split_batch(batch, inside)]
+    return out
+
+
+def split_batch(batch: bytes, targets: list[tuple[int, float, float]]) -> list[tuple[int, bytes]]:
+    """A batch's events split by routing key among ``targets`` (partition, key range start, end), which
+    cover the key ranges of its events; an event without a key goes to the first target. Per target
+    partition (in order) one batch of its events, in their order."""
+    pieces: dict[int, list[tuple[bytes | None, bytes]]] = {}
+    timestamp = 0
+    for record in batch_records(batch):
+        timestamp = record.timestamp_ms
+        if record.key is None:
+            target = targets[0][0]
+        else:
+            h = key_hash(record.key.decode())
+            target = next(p for p, a, b in targets if a <= h < b)
+        pieces.setdefault(target, []).append((record.key, record.value))
+    return [(p, encode_batch(events, timestamp)) for p, events in sorted(pieces.items())]
+
+
+def passed_on(topic: TopicInfo, partition: int, batches: list[tuple[int, bytes]]) -> dict[int, list[tuple[int, bytes]]]:
+    """Batches a retired ``partition`` never took, split by routing key among the pieces its carve made
+    (``TopicInfo.pieces_of``): per piece, its parts in index order."""
+    pieces = [(q, *topic.slices[q]) for q in topic.pieces_of(partition)]
+    out: dict[int, list[tuple[int, bytes]]] = defaultdict(list)
+    for index, batch in batches:
+        for q, piece in split_batch(batch, pieces):
+            out[q].append((index, piece))
     return out
 
 
@@ -157,10 +199,17 @@ class CommitMerge:
 
         def routed_batches(segment: str) -> tuple[int, _Batches]:
             """Blocking (a worker: re-routing decodes records): the segment's batches, as stored and as
-            they land."""
+            they land: routed among the partitions live when the commit was decided, so every pass
+            routes them alike (a partition retired since passes on what it never took: ``_land_in``)."""
             batches = sealed_batches(self.broker, segment)
             topic = self.broker.topics.record(name)  # an in-memory read, safe from any thread
-            return len(batches), batches if topic is None else reroute(topic, batches)
+            if topic is None:
+                return len(batches), batches
+            count = topic.partition_count if record.partition_count is None else record.partition_count
+            if count > topic.partition_count:
+                raise RetriableError(f"{name} had {count} partitions at the commit of {record.txn_id}; this "
+                                     f"node knows {topic.partition_count}")
+            return len(batches), reroute(topic.view(count), batches)
 
         def merge_segment(read: tuple[int, _Batches]) -> defer.Deferred[Any]:
             stored, batches = read
@@ -211,7 +260,7 @@ class CommitMerge:
                 try:
                     acks.append(self.append_batch(current, parts[partition], batch,
                                                   WriterEvents(writer_id, index, index)))
-                except PartitionError as exc:
+                except (PartitionError, EventsRefusedError) as exc:
                     acks.append(defer.fail(exc))
                     break
             return defer.DeferredList(acks, consumeErrors=True)
@@ -229,6 +278,8 @@ class CommitMerge:
                 rest = batches[failed:]
                 return self._land(name, writer_id, partition, rest, 0, counts) if rest else None
             reason = results[failed][1]
+            if is_retired_refusal(reason.value):
+                return self._retired(name, writer_id, partition, batches[failed:], attempt, counts)
             delay = min(MAX_RETRY_SECONDS, RETRY_SECONDS * 2 ** min(attempt, 5))
             level = logging.DEBUG if isinstance(reason.value, PartitionError) and reason.value.reason in (
                 Reason.NOT_OWNER, Reason.LOADING, Reason.SEGMENT_SEALED) else logging.WARNING
@@ -238,3 +289,27 @@ class CommitMerge:
                 lambda _: self._land(name, writer_id, partition, batches[failed:], attempt + 1, counts))
 
         return record_logs(self.broker, topic).addCallback(append_all).addCallback(landed)
+
+    def _retired(self, name: str, writer_id: str, partition: int, batches: list[tuple[int, bytes]],
+                 attempt: int, counts: list[int]) -> defer.Deferred[None]:
+        """``partition`` retired since the commit was decided and refused the first of ``batches``: it
+        holds those before (a partition takes its batches in index order, and answered them
+        ALREADY_WRITTEN), never these, so they go on, split by routing key, to the pieces its carve made
+        (each of which may have retired too, and passes on in turn)."""
+
+        def split(topic: TopicInfo | None) -> defer.Deferred[Any]:
+            if topic is None or partition not in topic.retired:
+                # Its leader knows of a carve this node has not read (or the stream is gone): land again
+                # from the record read afresh.
+                delay = min(MAX_RETRY_SECONDS, RETRY_SECONDS * 2 ** min(attempt, 5))
+                return task.deferLater(self.clock, delay, lambda: None).addCallback(
+                    lambda _: self._land(name, writer_id, partition, batches, attempt + 1, counts))
+            return self.broker.blocking(passed_on, topic, partition, batches).addCallback(
+                lambda pieces: defer.gatherResults([self._land(name, writer_id, q, todo, 0, counts)
+                                                    for q, todo in pieces.items()], consumeErrors=True))
+
+        topic = self.broker.topics.record(name)
+        if topic is not None and partition in topic.retired:
+            return split(topic)
+        return refreshed(self.broker, name, self.broker.topics.record).addCallback(split)
+

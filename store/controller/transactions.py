@@ -5,8 +5,9 @@ metadata in the controller's tables).
 A record names the transaction (scope, stream, uuid, the writer id that began it), its state, its
 lease deadline, the stream's partition slices when it began (the client routes the transaction's events
 with these for its whole life) and its transaction segments: ``<parent segment>#transaction.<uuid hex>``
-for each segment that held partitions when it began, with those partitions. A transaction segment lives
-in its parent's container (``store.segment_store.container_key``).
+for each segment that held partitions when it began, with those partitions; once the commit is decided,
+the stream's partition count then. A transaction segment lives in its parent's container
+(``store.segment_store.container_key``).
 
 States and their order: OPEN -> COMMITTING -> COMMITTED, or OPEN -> ABORTING -> ABORTED. Each step is a
 conditional replace of the record at the version its writer read, so two writers of one transaction
@@ -64,6 +65,10 @@ class TxnRecord:
     segments: tuple[tuple[str, tuple[int, ...]], ...]  # transaction segment -> the partitions it holds
     # The principal that began it, with security on (``User:alice``): only it may write, ping or end it.
     owner: str | None = None
+    # The stream's partition count when the commit was decided (recorded with COMMITTING): the merge
+    # routes against the partitions live then, so a merge resumed after a later split routes as the
+    # first pass did. None in records written before it was kept: the count at the merge.
+    partition_count: int | None = None
 
     @property
     def key(self) -> bytes:
@@ -87,6 +92,7 @@ class TxnRecord:
             "slices": [list(s) for s in self.slices],
             "segments": [[name, list(partitions)] for name, partitions in self.segments],
             **({} if self.owner is None else {"owner": self.owner}),
+            **({} if self.partition_count is None else {"partition_count": self.partition_count}),
         }, separators=(",", ":")).encode()
 
     @classmethod
@@ -96,7 +102,8 @@ class TxnRecord:
                    TxnState(r["state"]), int(r["lease_ms"]), int(r["deadline_ms"]), int(r["created_ms"]),
                    int(r["ended_ms"]), tuple((float(lo), float(hi)) for lo, hi in r["slices"]),
                    tuple((str(name), tuple(int(p) for p in parts)) for name, parts in r["segments"]),
-                   None if r.get("owner") is None else str(r["owner"]))
+                   None if r.get("owner") is None else str(r["owner"]),
+                   None if r.get("partition_count") is None else int(r["partition_count"]))
 
 
 def record_key(scope: str, stream: str, txn_id: uuid.UUID) -> bytes:

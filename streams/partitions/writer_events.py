@@ -92,6 +92,12 @@ class WriterEventNumbers:
         state = self._writers.get(writer_id)
         return None if state is None else state.last
 
+    def holds(self, events: WriterEvents) -> bool:
+        """The batch is one this partition holds or is writing already (its events are at or below the
+        writer's last number here): a resend, which ``check`` answers ``ALREADY_WRITTEN``."""
+        state = self._writers.get(events.writer_id)
+        return state is not None and events.last_event <= state.last
+
     def check(self, events: WriterEvents) -> defer.Deferred[int] | None:
         """None for a batch to append; for one written before, a Deferred of ``ALREADY_WRITTEN``.
         Raises PartitionError for a batch that overlaps the recorded number."""

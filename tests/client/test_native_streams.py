@@ -5,6 +5,10 @@ stored as Kafka records in its own segments (read back raw here)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -16,7 +20,14 @@ from confluent_kafka.admin import AdminClient
 
 from millrace import EventPosition, RetentionPolicy, StreamManager, StringSerializer, WriterFencedError
 from millrace.client.segments import SegmentClient
-from millrace.protocol.errors import InvalidRequestError, StreamNotFoundError, StreamSealedError
+from millrace.protocol import messages as m
+from millrace.protocol.errors import (
+    EventsRefusedError,
+    InvalidRequestError,
+    StreamNotFoundError,
+    StreamSealedError,
+)
+from millrace.protocol.events import PARTITION_RETIRED, encode_batch
 from millrace.protocol.keys import key_hash
 from millrace.protocol.records import iter_batches
 from millrace.streams.partitions.formats import ENVELOPE, ENVELOPE_MAGIC, INDEX_SUFFIX
@@ -24,6 +35,8 @@ from millrace.streams.topics import TopicInfo, carve_slices
 from tests.ports import free_port
 from tests.server_process import ServerProcess
 from tests.waiting import wait_for
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def stored_events(server: ServerProcess, sm: StreamManager, scope: str,
@@ -424,6 +437,56 @@ def test_a_transaction_open_across_a_split_lands_by_key(sm: StreamManager, serve
         assert [v for _, _, k, v in stored if k == key.encode()] == [f"{key}:before".encode(), f"{key}:after".encode()]
 
 
+def test_a_retired_partition_answers_a_numbered_batch_it_holds_as_stored(sm: StreamManager,
+                                                                         server: ServerProcess) -> None:
+    """A retired partition takes no new batch, but one it holds by writer event numbers answers as stored
+    (offset -1), as one it holds by producer sequence does: how a resumed commit's merge, appending
+    through a cluster's partition leader, learns which of its pieces a partition retired since holds."""
+    scope, stream = "resend", "s"
+    sm.create_scope(scope)
+    sm.create_stream(scope, stream, initial_segments=1)
+    with sm.create_writer(scope, stream, StringSerializer(), writer_id="w") as writer:
+        for number in range(3):
+            writer.write_event(f"v{number}", routing_key=f"key-{number}", event_number=number)
+    (whole,) = sm.describe_stream(scope, stream).segments
+    sm.split_segment(scope, stream, whole.segment, at=[0.5])
+
+    def append(number: int) -> int:
+        request = m.AppendEvents(scope=scope, stream=stream, partition=0, writer_id="w", first_event=number,
+                                 last_event=number)
+        header, _ = segments.call(request, encode_batch([(f"key-{number}".encode(), f"v{number}".encode())],
+                                                        int(time.time() * 1000)))
+        return m.decode_reply(m.OffsetReply, header).offset
+
+    with SegmentClient("127.0.0.1", server.native_port) as segments:
+        assert append(2) == -1
+        with pytest.raises(EventsRefusedError) as refused:
+            append(3)
+        assert refused.value.reason == PARTITION_RETIRED
+    assert len(stored_events(server, sm, scope, stream)) == 3
+
+
+def test_a_commit_resumed_after_another_split_lands_every_event_once(tmp_path) -> None:
+    """A commit cut off mid-merge (its first pass landed some batches in a partition), the stream split
+    inside that partition, the commit resumed: the partition keeps what it took and only the rest goes
+    to its pieces, each event once (it used to route everything again, landing those batches twice).
+    The harness builds the server's parts over a real store in its own process (``txn_resume_process``)."""
+    run = subprocess.run([sys.executable, "-m", "tests.client.txn_resume_process", str(tmp_path / "data")],
+                         capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    found = json.loads(run.stdout.strip().splitlines()[-1])
+    stored = found["records"]
+    written = [(f"k{i}", f"{b}:{i}") for b in range(found["batches"]) for i in range(found["events"])]
+    assert sorted((key, value) for _, key, value in stored) == sorted(written)  # each once
+    slices = {1: (0.0, 0.5), 2: (0.5, 1.0)}
+    for partition, key, value in stored:
+        if int(value.split(":")[0]) < found["landed"]:
+            assert partition == 0  # landed by the first pass, before the split
+        else:
+            lo, hi = slices[partition]
+            assert lo <= key_hash(key) < hi
+
+
 def test_carving_slices() -> None:
     topic = TopicInfo("s/x", uuid.uuid4(), ((0.0, 0.5), (0.5, 1.0)))
     assert carve_slices(topic, [0.5]) is topic  # a boundary already
@@ -436,6 +499,27 @@ def test_carving_slices() -> None:
         next(p for p, (lo, hi) in enumerate(again.slices) if lo <= key_hash(k) < hi and p not in again.retired)
         for k in ("a", "b")]
     assert TopicInfo.decode("s/x", again.encode()) == again
+
+
+def test_the_partitions_live_at_an_earlier_count_and_a_retired_one_s_pieces() -> None:
+    """Slices are only appended, so the record at any earlier partition count is recoverable: what a
+    resumed commit routes against (``txn_merge``)."""
+    first = TopicInfo("s/x", uuid.uuid4(), ((0.0, 0.5), (0.5, 1.0)))
+    second = carve_slices(first, [0.25])  # 0 retires into 2, 3
+    third = carve_slices(second, [0.1, 0.75])  # 1 retires into 4, 5 and 2 into 6, 7
+    assert third.slices[4:] == ((0.5, 0.75), (0.75, 1.0), (0.0, 0.1), (0.1, 0.25))
+    assert third.view(len(third.slices)) is third
+    assert third.view(2) == first
+    assert third.view(4) == second
+    assert third.view(4).retired == {0}
+    assert [third.pieces_of(p) for p in range(len(third.slices))] == [(2, 3), (4, 5), (6, 7), (), (), (), (), ()]
+    assert second.pieces_of(0) == (2, 3) and second.pieces_of(1) == ()
+    # A carve of several pieces and a nested one: each piece list covers its parent's slice in key order.
+    deep = carve_slices(carve_slices(TopicInfo("s/y", uuid.uuid4(), ((0.0, 1.0),)), [0.2, 0.4, 0.6]), [0.3])
+    assert deep.pieces_of(0) == (1, 2, 3, 4) and deep.pieces_of(2) == (5, 6)
+    assert deep.view(5).retired == {0} and deep.view(5).slices == deep.slices[:5]
+    with pytest.raises(ValueError, match="no view at 9"):
+        deep.view(9)
 
 
 def test_a_writer_on_a_stream_sealed_under_it_fails_with_stream_sealed(sm: StreamManager) -> None:

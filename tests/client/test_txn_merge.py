@@ -87,3 +87,22 @@ def test_a_merge_whose_node_stops_serving_fails_instead_of_finishing(monkeypatch
     failures: list[Any] = []
     outcome.addErrback(failures.append)
     assert len(failures) == 1 and failures[0].check(RetriableError)
+
+
+def test_a_committing_record_keeps_the_partition_count_and_older_records_still_load() -> None:
+    """The count a commit routes against is durable with COMMITTING; a record written before it was
+    kept loads without one (the merge then routes against the count it finds)."""
+    import json
+    import uuid
+
+    from millrace.store.controller.transactions import TxnRecord, TxnState
+
+    record = TxnRecord("plant", "line", uuid.uuid4(), "w", TxnState.OPEN, 1000, 2000, 1000, 0, ((0.0, 1.0),),
+                       (("plant/line/0.#epoch.0#transaction.x", (0,)),))
+    assert record.partition_count is None
+    committing = record.moved(TxnState.COMMITTING, partition_count=3)
+    assert TxnRecord.decode(committing.encode()) == committing
+    assert TxnRecord.decode(committing.encode()).moved(TxnState.COMMITTED, ended_ms=5).partition_count == 3
+    older = json.loads(committing.encode())
+    del older["partition_count"]
+    assert TxnRecord.decode(json.dumps(older).encode()) == record.moved(TxnState.COMMITTING)
