@@ -6,7 +6,9 @@ Each round writes to a fresh 4-partition Kafka-scope topic (one stream both clie
   confluent-kafka's ``produce()`` then ``flush()`` (idempotent, acks=all, so both wait for durability).
   Reports microseconds per event.
 - ``pipelined``: events written without waiting, then one flush: ``write_event`` beside ``produce()``
-  (linger 5 ms), and ``millrace.aio``'s ``send`` from one coroutine. Reports events/s.
+  (linger 5 ms), and ``millrace.aio``'s ``send`` from one coroutine; kafka-python's ``send()`` too, a
+  Kafka client in pure Python as the native one is. Reports events/s and the client process's CPU per
+  event (all its threads; librdkafka's too), which stays meaningful on a busy machine.
 - ``read``: the topic read from its start to its end: a reader group of one reader
   (``read_next_event``) beside one confluent-kafka consumer assigned every partition. Reports events/s.
 
@@ -31,6 +33,7 @@ from collections.abc import Callable
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaProducer
 
 from millrace import StreamManager
 from millrace.aio import AsyncStreamManager
@@ -69,37 +72,58 @@ def kafka_sync(bootstrap: str, topic: str, events: int) -> float:
     return (time.perf_counter() - start) / events * 1e6
 
 
-def native_pipelined(uri: str, topic: str, events: int) -> float:
-    """Events per second, written without waiting, then flushed."""
+def native_pipelined(uri: str, topic: str, events: int) -> tuple[float, float]:
+    """Events per second, written without waiting, then flushed; and this process's CPU per event
+    in microseconds (every thread: the client's whole cost, the server being another process)."""
     payload = os.urandom(SIZE)
     with StreamManager(uri) as sm, sm.create_writer("kafka", topic) as writer:
         writer.write_event(b"warm-up").result()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         for i in range(events):
             writer.write_event(payload, routing_key=f"key-{i % 64}")
         writer.flush()
-        return events / (time.perf_counter() - start)
+        return rate_and_cpu(events, start, cpu)
 
 
-def aio_pipelined(uri: str, topic: str, events: int) -> float:
+def rate_and_cpu(events: int, start: float, cpu: float) -> tuple[float, float]:
+    """Events per second since ``start`` (perf_counter) and CPU microseconds per event since ``cpu``
+    (process_time)."""
+    return events / (time.perf_counter() - start), (time.process_time() - cpu) / events * 1e6
+
+
+def aio_pipelined(uri: str, topic: str, events: int) -> tuple[float, float]:
     payload = os.urandom(SIZE)
 
-    async def run() -> float:
+    async def run() -> tuple[float, float]:
         async with AsyncStreamManager(uri) as sm, await sm.create_writer("kafka", topic) as writer:
             await writer.write_event(b"warm-up")
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             for i in range(events):
                 await writer.send(payload, routing_key=f"key-{i % 64}")
             await writer.flush()
-            return events / (time.perf_counter() - start)
+            return rate_and_cpu(events, start, cpu)
 
     return asyncio.run(run())
 
 
-def kafka_pipelined(bootstrap: str, topic: str, events: int) -> float:
+def kafka_python_pipelined(bootstrap: str, topic: str, events: int) -> tuple[float, float]:
+    """kafka-python's producer (pure Python, as the native client is), configured as confluent-kafka's."""
+    payload = os.urandom(SIZE)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=5)
+    producer.send(topic, b"warm-up").get(30)
+    start, cpu = time.perf_counter(), time.process_time()
+    for i in range(events):
+        producer.send(topic, payload, key=f"key-{i % 64}".encode())
+    producer.flush(120)
+    measured = rate_and_cpu(events, start, cpu)
+    producer.close()
+    return measured
+
+
+def kafka_pipelined(bootstrap: str, topic: str, events: int) -> tuple[float, float]:
     payload = os.urandom(SIZE)
     producer = kafka_producer(bootstrap, topic, 5)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for i in range(events):
         while True:
             try:
@@ -109,7 +133,7 @@ def kafka_pipelined(bootstrap: str, topic: str, events: int) -> float:
                 producer.poll(0.01)
         producer.poll(0)
     producer.flush(120)
-    return events / (time.perf_counter() - start)
+    return rate_and_cpu(events, start, cpu)
 
 
 def native_read(uri: str, topic: str, events: int) -> float:
@@ -175,12 +199,17 @@ def main() -> None:
                 "kafka": median(kafka_sync, server.bootstrap, args.sync_events)}
             print(json.dumps(results["sync_us_per_event"]), flush=True)
         if "pipelined" in parts:
-            results["pipelined_events_per_s"] = {
-                "events": args.events,
-                "native": median(native_pipelined, uri, args.events),
-                "aio": median(aio_pipelined, uri, args.events),
-                "kafka": median(kafka_pipelined, server.bootstrap, args.events)}
-            print(json.dumps(results["pipelined_events_per_s"]), flush=True)
+            rates: dict[str, object] = {"events": args.events}
+            cpus: dict[str, object] = {}
+            for name, run, target in (("native", native_pipelined, uri), ("aio", aio_pipelined, uri),
+                                      ("kafka", kafka_pipelined, server.bootstrap),
+                                      ("kafka_python", kafka_python_pipelined, server.bootstrap)):
+                rounds = [run(target, fresh(), args.events) for _ in range(args.rounds)]
+                rates[name] = round(statistics.median(r for r, _ in rounds), 1)
+                cpus[name] = round(statistics.median(c for _, c in rounds), 2)
+            results["pipelined_events_per_s"] = rates
+            results["pipelined_client_cpu_us_per_event"] = cpus
+            print(json.dumps(rates), json.dumps(cpus), flush=True)
         if "read" in parts:
             # One topic written once (by Kafka's producer, fast: its events and a warm-up event), read by
             # each client every round.

@@ -65,9 +65,11 @@ ROUTED_PATIENCE = 2.0  # a routed partition's owner lookup and connect, per retr
 PARTITION_CACHE_KEYS = 100_000
 _GOLDEN = 0x9E3779B97F4A7C15  # Fibonacci hashing: spreads consecutive event numbers over [0, 1)
 
-# A queued event: (routing key, data, future, event number or -1, events that must go in one batch from
-# this one: 1 for a lone event, n on the first of write_events' n and 0 on the others)
-_Event = tuple[bytes | None, bytes, "_EventFuture", int, int]
+# A queued event: (routing key, data, event number or -1, events that must go in one batch from this one:
+# 1 for a lone event, n on the first of write_events' n and 0 on the others). Its future is kept beside
+# it (``_Partition.waiting``, ``_Batch.futures``), not in it: a tuple of bytes and ints leaves the
+# garbage collector's sight at its first collection, and a pipelined writer holds many.
+_Event = tuple[bytes | None, bytes, int, int]
 
 
 def number_hash(number: int) -> float:
@@ -106,27 +108,48 @@ class _EventFuture(Future[EventPosition]):
     callback or ``flush`` looks at them), and a Condition per event was the writer's largest cost per
     event. Without a Condition, completing and adding a callback hold ``_CONDITIONS``, the lock the
     Condition is made under, so a waiter arriving meanwhile either finds the outcome or is notified and
-    every callback runs once. An event once written cannot be cancelled."""
+    every callback runs once. An event once written cannot be cancelled.
 
-    def __init__(self) -> None:  # not Future.__init__: that makes the Condition
-        self._lazy_condition: threading.Condition | None = None
-        self._state = PENDING
-        self._result: EventPosition | None = None
-        self._exception: BaseException | None = None
-        self._waiters = []
-        self._done_callbacks: list[Callable[[Future[EventPosition]], object]] = []
+    Making one sets nothing: every field starts as a class default (no per-event lists for waiters and
+    callbacks, which the garbage collector would also walk while a pipelined writer holds many), and
+    the lists are made when the first waiter or callback arrives. Its outcome is kept as a partition
+    and an offset, and the ``EventPosition`` made when asked for: one object fewer per event."""
+
+    _lazy_condition: threading.Condition | None = None
+    _state = PENDING
+    _partition = 0
+    _offset: int | None = None  # set with _partition once the event landed
+    _exception: BaseException | None = None
+    _waiters: list[Any] = []  # noqa: RUF012 - never appended to: replaced with the Condition (below)
+    _done_callbacks: list[Callable[[Future[EventPosition]], object]] = []  # noqa: RUF012 - as _waiters
+
+    def __init__(self) -> None:  # not Future.__init__: that makes the Condition and the lists
+        pass
 
     @property
     def _condition(self) -> threading.Condition:
         if self._lazy_condition is None:
             with _CONDITIONS:
                 if self._lazy_condition is None:
+                    # Future's own code (waiters of concurrent.futures.wait, set_result) takes over from
+                    # here, with lists of this future's own.
+                    self._waiters = []
+                    self._done_callbacks = list(self._done_callbacks)
                     self._lazy_condition = threading.Condition()
         return self._lazy_condition
 
     @_condition.setter
     def _condition(self, condition: threading.Condition) -> None:
         self._lazy_condition = condition
+
+    @property
+    def _result(self) -> EventPosition | None:  # what Future's own code reads and sets
+        return None if self._offset is None else EventPosition(self._partition, self._offset)
+
+    @_result.setter
+    def _result(self, position: EventPosition | None) -> None:
+        if position is not None:
+            self._partition, self._offset = position.partition, position.offset
 
     def complete(self, outcome: EventPosition | BaseException) -> None:
         """``set_result`` or ``set_exception``; without a Condition while nobody made one."""
@@ -139,21 +162,25 @@ class _EventFuture(Future[EventPosition]):
                     self._result = outcome
                 self._state = FINISHED  # after the outcome: a reader without the lock checks the state first
         if quiet:
-            # Callbacks added from now on run at once (the future is finished), so these run once each.
-            for callback in self._done_callbacks:
-                try:
-                    callback(self)
-                except Exception:
-                    log.exception("exception calling callback for %r", self)
+            self.run_callbacks()
         elif isinstance(outcome, BaseException):
             self.set_exception(outcome)
         else:
             self.set_result(outcome)
 
+    def run_callbacks(self) -> None:
+        """The callbacks added before a quiet completion: each runs once, as callbacks added from now
+        on run at once (the future is finished)."""
+        for callback in self._done_callbacks:
+            try:
+                callback(self)
+            except Exception:
+                log.exception("exception calling callback for %r", self)
+
     def add_done_callback(self, fn: Callable[[Future[EventPosition]], object]) -> None:
         with _CONDITIONS:
             if self._lazy_condition is None and self._state != FINISHED:
-                self._done_callbacks.append(fn)
+                self._done_callbacks = [*self._done_callbacks, fn]  # never the shared class default
                 return
         super().add_done_callback(fn)
 
@@ -168,14 +195,40 @@ class _EventFuture(Future[EventPosition]):
         if self._state == FINISHED:
             if self._exception is not None:
                 raise self._exception
-            assert self._result is not None
-            return self._result
+            position = self._result
+            assert position is not None  # a FINISHED future without an exception has landed
+            return position
         return super().result(timeout)
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         if self._state == FINISHED:
             return self._exception
         return super().exception(timeout)
+
+
+def _complete_landed(futures: list[_EventFuture], partition: int, base: int) -> None:
+    """Complete a landed batch's futures with their positions (``base``: the first event's offset, or
+    ``ALREADY_WRITTEN``): those nobody waits on under one hold of ``_CONDITIONS`` (as ``complete``
+    does one at a time), then their callbacks, then the others through their Conditions."""
+    step = 0 if base == ALREADY_WRITTEN else 1
+    waited: list[tuple[_EventFuture, int]] = []
+    called: list[_EventFuture] = []  # quiet ones with callbacks (decided under the lock: a waiter may come)
+    with _CONDITIONS:
+        offset = base
+        for fut in futures:
+            if fut._lazy_condition is None:
+                fut._partition = partition
+                fut._offset = offset
+                fut._state = FINISHED
+                if fut._done_callbacks:
+                    called.append(fut)
+            else:
+                waited.append((fut, offset))
+            offset += step
+    for fut in called:
+        fut.run_callbacks()
+    for fut, offset in waited:
+        fut.set_result(EventPosition(partition, offset))
 
 
 @dataclass
@@ -186,6 +239,7 @@ class _Batch:
     first_event: int  # event numbers (-1: the sender does not number its events)
     last_event: int
     events: list[_Event] = field(default_factory=list)  # as queued: routed again if the partition retires
+    # (``futures`` are the events' futures, in the same order)
     outcome: Future[Reply] | None = None  # of the current attempt
     refused_retired: bool = False  # the partition retired before this batch reached it: nothing stored
 
@@ -195,6 +249,7 @@ class _Partition:
     number: int
     next_sequence: int = 0
     pending: deque[_Event] = field(default_factory=deque)
+    waiting: deque[_EventFuture] = field(default_factory=deque)  # the pending events' futures, in order
     in_flight: deque[_Batch] = field(default_factory=deque)
     retrying: bool = False  # a batch failed retriably: send nothing new until the resend
     failing_since: float | None = None  # monotonic time of the first failure since the last success
@@ -284,7 +339,8 @@ class EventSender(Generic[T]):
         if p.failed is not None:
             fut.complete(p.failed)
             return
-        p.pending.append((routing_key.encode() if routing_key is not None else None, data, fut, number, 1))
+        p.pending.append((routing_key.encode() if routing_key is not None else None, data, number, 1))
+        p.waiting.append(fut)
         self._pump(p)
 
     def _enqueue_atomic(self, p: _Partition, routing_key: str, events: list[tuple[bytes, _EventFuture, int]]) -> None:
@@ -295,14 +351,15 @@ class EventSender(Generic[T]):
             return
         key = routing_key.encode()
         for i, (data, fut, number) in enumerate(events):
-            p.pending.append((key, data, fut, number, len(events) if i == 0 else 0))
+            p.pending.append((key, data, number, len(events) if i == 0 else 0))
+            p.waiting.append(fut)
         self._pump(p)
 
     def flush(self) -> None:
         """Wait until every event written so far is durable; raise the first failure among them."""
         with self._lock:
             outstanding = [f for p in self._partitions for f in itertools.chain(
-                (e[2] for e in p.pending), (f for b in p.in_flight for f in b.futures))]
+                p.waiting, (f for b in p.in_flight for f in b.futures))]
         for f in outstanding:
             exc = f.exception()  # waits, one future at a time: the finished ones need no Condition
             if exc is not None:
@@ -339,7 +396,7 @@ class EventSender(Generic[T]):
 
     def _partition_of_event(self, event: _Event) -> int:
         """Where a queued event goes now (routed again when its partition retired)."""
-        key, number = event[0], event[3]
+        key, number = event[0], event[2]
         if key is not None:
             return self._partition_of_routing_key(key.decode())
         return self._partition_of(None) if number < 0 else self._partition_of_hash(number_hash(number))
@@ -360,28 +417,33 @@ class EventSender(Generic[T]):
         while p.pending and not p.retrying and not p.held and not p.retired and p.failed is None \
                 and len(p.in_flight) < limit:
             queued: list[_Event] = []
-            events: list[tuple[bytes | None, bytes]] = []
             futures: list[_EventFuture] = []
+            take, took = queued.append, futures.append
+            pending, waiting = p.pending, p.waiting
             size = 0
-            first_event = p.pending[0][3]
-            last_event = first_event
-            while p.pending:
-                together = p.pending[0][4]  # write_events' events: all in this batch or all in the next
-                adding = len(p.pending[0][1]) if together == 1 else \
-                    sum(len(e[1]) for e in itertools.islice(p.pending, together))
-                if events and size + adding > MAX_BATCH_BYTES:
+            while pending:
+                head = pending[0]
+                together = head[3]  # write_events' events: all in this batch or all in the next
+                if together == 1:
+                    adding = len(head[1]) + (len(head[0]) if head[0] else 0)
+                    if queued and size + adding > MAX_BATCH_BYTES:
+                        break
+                    take(pending.popleft())
+                    took(waiting.popleft())
+                    size += adding
+                    continue
+                group = list(itertools.islice(pending, together))
+                adding = sum(len(e[1]) + (len(e[0]) if e[0] else 0) for e in group)
+                if queued and size + adding > MAX_BATCH_BYTES:
                     break
                 for _ in range(together):
-                    event = p.pending.popleft()
-                    key, data, fut, last_event, _ = event
-                    queued.append(event)
-                    events.append((key, data))
-                    futures.append(fut)
-                    size += len(data) + (len(key) if key else 0)
-            payload = encode_batch(events, int(time.time() * 1000), self.producer_id, self.epoch, p.next_sequence,
+                    take(pending.popleft())
+                    took(waiting.popleft())
+                size += adding
+            payload = encode_batch(queued, int(time.time() * 1000), self.producer_id, self.epoch, p.next_sequence,
                                    self.transactional)
-            batch = _Batch(p.next_sequence, payload, futures, first_event, last_event, queued)
-            p.next_sequence += len(events)
+            batch = _Batch(p.next_sequence, payload, futures, queued[0][2], queued[-1][2], queued)
+            p.next_sequence += len(queued)
             p.in_flight.append(batch)
             self._send(p, batch)
 
@@ -406,6 +468,7 @@ class EventSender(Generic[T]):
     # -- completions (connection threads) ----------------------------------------------------------------
     def _completed(self, p: _Partition, batch: _Batch, outcome: Future[Reply]) -> None:
         done: list[tuple[_EventFuture, EventPosition | BaseException]] = []
+        landed: tuple[list[_EventFuture], int, int] | None = None
         with self._lock:
             if batch.outcome is not outcome or batch not in p.in_flight:
                 return  # an earlier attempt's answer; the current attempt decides
@@ -416,10 +479,7 @@ class EventSender(Generic[T]):
                 p.acknowledged = True
                 p.attempts = 0
                 p.failing_since = None
-                if base == ALREADY_WRITTEN:  # an earlier instance, or an attempt whose answer was lost
-                    done += [(f, EventPosition(p.number, ALREADY_WRITTEN)) for f in batch.futures]
-                else:
-                    done += [(f, EventPosition(p.number, base + i)) for i, f in enumerate(batch.futures)]
+                landed = (batch.futures, p.number, base)  # completed outside the lock, below
                 self._pump(p)
                 self._drain(p)
             elif isinstance(exc, EventsRefusedError) and exc.reason == PARTITION_RETIRED:
@@ -456,6 +516,8 @@ class EventSender(Generic[T]):
             if p.retrying and not p.retry_scheduled and all(
                     b.outcome is not None and b.outcome.done() for b in p.in_flight):
                 self._schedule_retry(p)
+        if landed is not None:
+            _complete_landed(*landed)
         for fut, result in done:
             fut.complete(result)
 
@@ -472,9 +534,10 @@ class EventSender(Generic[T]):
         p.failed = exc
         doomed: list[tuple[_EventFuture, BaseException]] = [
             (f, exc) for b in p.in_flight for f in b.futures]
-        doomed += [(e[2], exc) for e in p.pending]
+        doomed += [(f, exc) for f in p.waiting]
         p.in_flight.clear()
         p.pending.clear()
+        p.waiting.clear()
         p.retrying = False
         return doomed
 
@@ -609,19 +672,25 @@ class EventSender(Generic[T]):
         if not r.retired or any(not b.refused_retired for b in r.in_flight):
             return
         events = [e for b in r.in_flight for e in b.events] + list(r.pending)
+        futures = [f for b in r.in_flight for f in b.futures] + list(r.waiting)
         r.in_flight.clear()
         r.pending.clear()
+        r.waiting.clear()
         r.retrying = False
-        moved: dict[int, list[_Event]] = {}
+        moved: dict[int, tuple[list[_Event], list[_EventFuture]]] = {}
         target = -1
-        for event in events:
-            if event[4] != 0:  # the rest of a write_events group goes where its first went
+        for event, fut in zip(events, futures, strict=True):
+            if event[3] != 0:  # the rest of a write_events group goes where its first went
                 target = self._partition_of_event(event)
-            moved.setdefault(target, []).append(event)
+            to = moved.setdefault(target, ([], []))
+            to[0].append(event)
+            to[1].append(fut)
         for q in self._partitions:
             if r.number in q.held or q.number in moved:
                 q.held.discard(r.number)
-                q.pending.extendleft(reversed(moved.get(q.number, [])))
+                if q.number in moved:
+                    q.pending.extendleft(reversed(moved[q.number][0]))
+                    q.waiting.extendleft(reversed(moved[q.number][1]))
                 self._pump(q)
 
 

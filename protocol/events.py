@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import crc32c
 
@@ -53,6 +53,19 @@ def _varint(value: int, out: bytearray) -> None:
     out.append(zigzag)
 
 
+def _varint_bytes(value: int) -> bytes:
+    out = bytearray()
+    _varint(value, out)
+    return bytes(out)
+
+
+# The varints of 0 .. _SMALL - 1, made once: a record's offset delta, key and value lengths and its own
+# length are looked up rather than encoded per event (the writer's per-event cost; docs/performance.md).
+_SMALL = 1 << 13
+_VARINTS = [_varint_bytes(v) for v in range(_SMALL)]
+_NULL_KEY = _varint_bytes(-1)
+
+
 def _read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     shift = result = 0
     while True:
@@ -68,36 +81,41 @@ def _read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
             raise ValueError("varint longer than 10 bytes")
 
 
-def encode_batch(events: Sequence[tuple[bytes | None, bytes]], timestamp_ms: int, producer_id: int = NO_PRODUCER_ID,
-                 producer_epoch: int = -1, base_sequence: int = -1, transactional: bool = False) -> bytes:
-    """One RecordBatch v2 holding ``events`` ((key, value) pairs) in order, all at ``timestamp_ms``;
-    ``transactional`` sets the batch's transactional bit (its records count only once a commit marker
-    follows them)."""
+def encode_batch(events: Sequence[tuple[bytes | None, bytes] | tuple[Any, ...]], timestamp_ms: int,
+                 producer_id: int = NO_PRODUCER_ID, producer_epoch: int = -1, base_sequence: int = -1,
+                 transactional: bool = False) -> bytes:
+    """One RecordBatch v2 holding ``events`` (tuples whose first two items are key and value) in order,
+    all at ``timestamp_ms``; ``transactional`` sets the batch's transactional bit (its records count
+    only once a commit marker follows them)."""
     if not events:
         raise ValueError("a batch holds at least one event")
-    records = bytearray()
-    body = bytearray()
-    for delta, (key, value) in enumerate(events):
-        body.clear()
-        body.append(0)  # record attributes
-        _varint(0, body)  # timestamp delta
-        _varint(delta, body)  # offset delta
+    # Per event: a record of attributes 0 and timestamp delta 0 (b"\0\0"), offset delta, key, value and
+    # no headers (b"\0"), preceded by its length. Small varints come from the table.
+    varints, small = _VARINTS, _SMALL
+    parts: list[bytes] = []
+    add = parts.extend
+    for delta, event in enumerate(events):
+        key, value = event[0], event[1]
+        n = len(value)
+        head = varints[delta] if delta < small else _varint_bytes(delta)
+        lengths = varints[n] if n < small else _varint_bytes(n)
         if key is None:
-            _varint(-1, body)
+            size = 4 + len(head) + len(lengths) + n
+            add((varints[size] if size < small else _varint_bytes(size), b"\0\0", head, _NULL_KEY, lengths, value,
+                 b"\0"))
         else:
-            _varint(len(key), body)
-            body += key
-        _varint(len(value), body)
-        body += value
-        _varint(0, body)  # headers
-        _varint(len(body), records)
-        records += body
+            k = len(key)
+            key_length = varints[k] if k < small else _varint_bytes(k)
+            size = 3 + len(head) + len(key_length) + k + len(lengths) + n
+            add((varints[size] if size < small else _varint_bytes(size), b"\0\0", head, key_length, key, lengths,
+                 value, b"\0"))
+    records = b"".join(parts)
     attributes = TRANSACTIONAL_ATTRIBUTE if transactional else 0
     rest = _REST.pack(attributes, len(events) - 1, timestamp_ms, timestamp_ms, producer_id, producer_epoch, base_sequence,
                       len(events))
     crc = crc32c.crc32c(records, crc32c.crc32c(rest))
     length = _PREFIX.size - 12 + len(rest) + len(records)
-    return _PREFIX.pack(0, length, -1, MAGIC, crc) + rest + bytes(records)
+    return b"".join((_PREFIX.pack(0, length, -1, MAGIC, crc), rest, records))
 
 
 def decode_records(data: bytes | memoryview) -> Iterator[EventRecord]:
