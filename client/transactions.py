@@ -87,7 +87,7 @@ class Transaction(EventSender[T]):
             p = self._partitions[self._partition_of(routing_key)]
             number = self._next_event[p.number]
             self._next_event[p.number] = number + 1
-            self._enqueue(p, routing_key, data, fut, number)
+            self._enqueue(p, None if routing_key is None else routing_key.encode(), data, fut, number)
         return fut
 
     def _request(self, p: _Partition, batch: _Batch) -> Request:

@@ -305,7 +305,7 @@ class EventSender(Generic[T]):
                 p.segment = segment
                 p.endpoint = None if segment is None else owners.cached(segment)
         self._unkeyed = itertools.cycle(self._live())
-        self._partition_of_key: dict[str, int] = {}
+        self._routed_keys: dict[str, tuple[int, bytes]] = {}  # routing key -> (partition, its UTF-8)
         # Reentrant: a request that fails (or is answered) at once runs its completion in the sending
         # thread, which holds the lock.
         self._lock = threading.RLock()
@@ -331,17 +331,19 @@ class EventSender(Generic[T]):
         fut = _EventFuture()
         with self._lock:
             self._refuse_writes()
-            self._enqueue(self._partitions[self._partition_of(routing_key)], routing_key, data, fut, -1)
+            self._enqueue(self._partitions[self._partition_of(routing_key)],
+                          None if routing_key is None else routing_key.encode(), data, fut, -1)
         return fut
 
-    def _enqueue(self, p: _Partition, routing_key: str | None, data: bytes, fut: _EventFuture, number: int) -> None:
-        """Queue one event on its partition (under the lock)."""
+    def _enqueue(self, p: _Partition, key: bytes | None, data: bytes, fut: _EventFuture, number: int) -> None:
+        """Queue one event (``key``: its routing key's UTF-8) on its partition (under the lock)."""
         if p.failed is not None:
             fut.complete(p.failed)
             return
-        p.pending.append((routing_key.encode() if routing_key is not None else None, data, number, 1))
+        p.pending.append((key, data, number, 1))
         p.waiting.append(fut)
-        self._pump(p)
+        if len(p.in_flight) < MAX_IN_FLIGHT:  # else nothing to send until an answer comes
+            self._pump(p)
 
     def _enqueue_atomic(self, p: _Partition, routing_key: str, events: list[tuple[bytes, _EventFuture, int]]) -> None:
         """Queue events that go in one batch, so they land all or none, in order (under the lock)."""
@@ -402,14 +404,16 @@ class EventSender(Generic[T]):
         return self._partition_of(None) if number < 0 else self._partition_of_hash(number_hash(number))
 
     def _partition_of_routing_key(self, routing_key: str) -> int:
-        number = self._partition_of_key.get(routing_key)
-        if number is None:
-            # Keys repeat (sensors, users, devices): hash each once while the cache is bounded.
-            if len(self._partition_of_key) >= PARTITION_CACHE_KEYS:
-                self._partition_of_key.clear()
-            number = self._partition_of_hash(key_hash(routing_key))
-            self._partition_of_key[routing_key] = number
-        return number
+        found = self._routed_keys.get(routing_key)
+        return (found or self._route_key(routing_key))[0]
+
+    def _route_key(self, routing_key: str) -> tuple[int, bytes]:
+        """The key's partition and its UTF-8, kept: keys repeat (sensors, users, devices), so each is
+        hashed and encoded once while the cache is bounded."""
+        if len(self._routed_keys) >= PARTITION_CACHE_KEYS:
+            self._routed_keys.clear()
+        routed = self._routed_keys[routing_key] = (self._partition_of_hash(key_hash(routing_key)), routing_key.encode())
+        return routed
 
     # -- sending (under the lock) ---------------------------------------------------------------------
     def _pump(self, p: _Partition) -> None:
@@ -657,7 +661,7 @@ class EventSender(Generic[T]):
             for q in self._partitions:
                 if not q.retired and lo <= slices[q.number][0] and slices[q.number][1] <= hi:
                     q.held.add(r.number)
-        self._partition_of_key.clear()
+        self._routed_keys.clear()
         self._unkeyed = itertools.cycle(self._live())
         self._routing_grew()
         for r in newly:
@@ -772,14 +776,13 @@ class EventStreamWriter(EventSender[T]):
                 raise ValueError(f"event number {event_number} does not exceed the previous one, {self._previous}")
             self._previous = number
             if routing_key is None:
-                partition = self._partition_of_hash(number_hash(number))
+                partition, key = self._partition_of_hash(number_hash(number)), None
             else:
-                found = self._partition_of_key.get(routing_key)
-                partition = self._partition_of_routing_key(routing_key) if found is None else found
+                partition, key = self._routed_keys.get(routing_key) or self._route_key(routing_key)
             if number <= self._written_before[partition]:
                 fut.complete(EventPosition(partition, ALREADY_WRITTEN))
                 return fut
-            self._enqueue(self._partitions[partition], routing_key, data, fut, number if self._numbered else -1)
+            self._enqueue(self._partitions[partition], key, data, fut, number if self._numbered else -1)
         return fut
 
     def write_events(self, routing_key: str, events: Iterable[T], *,
