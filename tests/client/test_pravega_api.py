@@ -5,8 +5,7 @@ watermarks from writers' noted times (``note_time``, ``commit(timestamp)``) boun
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -33,6 +32,7 @@ from millrace import (
 )
 from tests.client.conftest import drain
 from tests.server_process import ServerProcess
+from tests.waiting import wait_for
 
 
 # -- 1. event pointers ---------------------------------------------------------------------------------
@@ -176,13 +176,6 @@ def retention_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve
     """A server that enforces retention every 0.2 s."""
     with ServerProcess(str(tmp_path_factory.mktemp("retention")), "--retention-check-seconds", "0.2") as running:
         yield running
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        time.sleep(0.05)
 
 
 def test_subscribers_hold_consumption_retention_back(retention_server: ServerProcess) -> None:

@@ -6,8 +6,6 @@ it had not read), and, once every subscriber has read and released everything, u
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,6 +23,7 @@ from millrace.store.segment_store import container_index
 from tests.client.conftest import drain
 from tests.cluster.local_cluster import LocalClusterCli
 from tests.cluster.test_local_cluster import CONTAINERS, all_owned, wait_status
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.skipif(zookeeper_missing() is not None, reason=str(zookeeper_missing())),
               pytest.mark.timeout(300)]
@@ -41,13 +40,6 @@ def spread_stream() -> str:
         if len({container_index(segment_name(SCOPE, name, i), CONTAINERS) for i in range(SEGMENTS)}) >= 3:
             return name
     raise AssertionError("no stream name spreads over the containers")
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        time.sleep(0.1)
 
 
 def test_retention_follows_every_subscriber_across_nodes(tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ from tests.spark.kafka_support import (
     readings_of,
     watermarks,
 )
+from tests.spark.shell_commands import joined_commands
 
 JARS = connector_or_skip()
 
@@ -47,19 +48,8 @@ def readme_commands() -> list[str]:
     text = (ROOT / "README.md").read_text()
     section = text[text.index("\n## Spark\n"):]
     section = section[:section.index("\n## ", 1)]
-    commands: list[str] = []
-    pending = ""
-    for line in section.splitlines():
-        if not line.startswith("    ") or line.lstrip().startswith("#"):
-            continue
-        pending += line.strip()
-        if pending.endswith("\\"):
-            pending = pending[:-1].rstrip() + " "
-        else:
-            commands.append(pending)
-            pending = ""
-    assert not pending, f"a command ends in a continuation: {pending}"
-    return commands
+    return joined_commands(line for line in section.splitlines()
+                           if line.startswith("    ") and not line.lstrip().startswith("#"))
 
 
 def kind(command: str) -> str:

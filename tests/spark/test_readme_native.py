@@ -29,6 +29,7 @@ from tests.server_process import ServerProcess
 from tests.spark import reference
 from tests.spark.conftest import pyspark_missing
 from tests.spark.kafka_support import ROOT, parquet_windows, read_topic, readings_of, watermarks
+from tests.spark.shell_commands import joined_commands
 
 if pyspark_missing():
     pytest.skip(str(pyspark_missing()), allow_module_level=True)
@@ -65,20 +66,6 @@ def indented_blocks(text: str) -> list[list[str]]:
     if current:
         blocks.append(current)
     return blocks
-
-
-def commands(lines: list[str]) -> list[str]:
-    """Shell lines with their continuations joined."""
-    out, pending = [], ""
-    for line in lines:
-        pending += line.strip()
-        if pending.endswith("\\"):
-            pending = pending[:-1].rstrip() + " "
-        else:
-            out.append(pending)
-            pending = ""
-    assert not pending, f"a command ends in a continuation: {pending}"
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +123,7 @@ def test_readme_native_spark_section_as_written(server: ServerProcess, spark: An
         assert cleaned == Counter((key, value.encode()) for key, value in raw)
 
     # The two commands, from a directory laid out like the repository root.
-    stream, history = commands(shell)
+    stream, history = joined_commands(shell)
     assert stream.startswith("spark_examples/run.sh stream --source native") and \
         history.startswith("spark_examples/run.sh history --source native"), shell
     home = tmp_path / "repo"
