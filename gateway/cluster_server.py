@@ -347,6 +347,9 @@ class ClusterServer:
         broker, kafka_factory, cluster, controller = built
         options = self.options
         assert self.node is not None and self.router is not None
+        # Before the reactor joins its threads (an auto-scaler round, a login check) and ``close`` the
+        # worker pool: a call waiting for a container's owner fails then instead of holding the stop up.
+        reactor.addSystemEventTrigger("before", "shutdown", self.router.stop_waiting)
         broker.cluster = cluster
         broker.partitions.leadership = cluster
         groups = GroupCoordination(cluster, broker.groups)
@@ -447,7 +450,9 @@ class ClusterServer:
         self.loops.append(loop)
 
     def close(self) -> None:
-        """After the reactor stopped: the periodic work, the router, the node (its containers close)."""
+        """After the reactor stopped: the periodic work, the router, the worker pool, the node (its
+        containers close). The router stopped waiting for owners when the shutdown began (``serve``), and
+        closes before the pool is joined, so no worker waits for a container nobody will take."""
         for loop in self.loops:
             if loop.running:
                 loop.stop()
@@ -455,10 +460,10 @@ class ClusterServer:
             self.autoscaler.stop()
         if self.broker is not None:
             self.broker.transactions.stop()
+        if self.router is not None:
+            self.router.close()
         self.pool.shutdown(wait=True)
         if self.links is not None:
             self.links.close()
-        if self.router is not None:
-            self.router.close()
         if self.node is not None:
             self.node.close()

@@ -275,6 +275,11 @@ class _Call:
         self.router.later(delay, self)
 
 
+def _stopped(call: _Call) -> ContainerOfflineError:
+    return ContainerOfflineError(f"this node is stopping: container {call.container_id} has no owner it can "
+                                 f"reach ({call.last_reason})")
+
+
 class ClusterSegmentStore:
     """The ``SegmentService`` of a cluster node: each operation runs on its container's owner.
 
@@ -300,6 +305,7 @@ class ClusterSegmentStore:
         self._owners: dict[int, Owner] = {}
         self._connections: dict[str, NodeConnection] = {}
         self._closed = False
+        self._stopping = False  # set by stop_waiting(): no call waits for an owner any more
         self._waiting: set[_Call] = set()  # calls between a failed attempt and their retry
         # Containers whose owner is being looked up for a first attempt: the calls waiting for it, in
         # arrival order (made in that order once it is known, so appends to a segment stay in order).
@@ -398,13 +404,13 @@ class ClusterSegmentStore:
             conn.close()
 
     def later(self, delay: float, call: _Call) -> None:
-        """Attempt ``call`` again after ``delay`` on the retry pool (refused once the router closed)."""
+        """Attempt ``call`` again after ``delay`` on the retry pool (refused once the node is stopping)."""
         with self._lock:
-            if not self._closed:
+            if not self._closed and not self._stopping:
                 self._waiting.add(call)
                 self._scheduler.call_later(delay, lambda: self._retry(call))
                 return
-        call.result.set_exception(ContainerOfflineError("the cluster router is closed"))
+        call.result.set_exception(_stopped(call))
 
     def _retry(self, call: _Call) -> None:
         with self._lock:
@@ -413,14 +419,23 @@ class ClusterSegmentStore:
             self._waiting.discard(call)
             self._retries.submit(call.attempt)
 
+    def stop_waiting(self) -> None:
+        """The node is stopping: from now on a call is answered by the owner it finds at once or fails
+        with ContainerOfflineError, and calls waiting to retry fail now. Otherwise a thread of this node
+        waiting for a container another node just released holds this node's stop up for the retry
+        bound, and when every node stops together (``cluster down``) no new owner ever comes."""
+        with self._lock:
+            self._stopping = True
+            waiting, self._waiting = self._waiting, set()
+        for call in waiting:
+            call.result.set_exception(_stopped(call))
+
     def close(self) -> None:
         """Close connections and threads (not the local containers: the ``ClusterNode`` owns them).
         Calls waiting for a retry fail with ContainerOfflineError instead of never completing."""
+        self.stop_waiting()
         with self._lock:
             self._closed = True
-            waiting, self._waiting = self._waiting, set()
-        for call in waiting:
-            call.result.set_exception(ContainerOfflineError("the cluster router closed before the container had an owner"))
         self._scheduler.stop()
         self._retries.shutdown(wait=True)
         with self._lock:

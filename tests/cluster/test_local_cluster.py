@@ -5,7 +5,9 @@ started again by name, and everything stopped with nothing left behind."""
 from __future__ import annotations
 
 import json
+import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -148,3 +150,50 @@ def test_commands_on_a_directory_without_a_cluster(tmp_path: Path) -> None:
     assert done.returncode == 1 and "no cluster in" in done.stderr
     done = millrace("cluster", "down", "--dir", str(tmp_path))
     assert done.returncode == 1 and "no cluster in" in done.stderr
+
+
+def test_down_does_not_wait_for_a_container_no_node_will_take(tmp_path: Path) -> None:
+    """A node stops at once even while its workers wait for a container whose owner died: in ``cluster
+    down`` every node closes together, so nobody would take it over; the node must not wait for that.
+    (CI once saw ``down`` SIGKILL nodes that had not stopped in 30 s; a worker waiting so holds a node.)"""
+    from millrace import StreamManager
+
+    # Two nodes, a session (the local cluster's longest) that outlives down's patience here: node-2's
+    # containers stay ownerless until node-1 stops, or is SIGKILLed.
+    cluster = LocalClusterCli(tmp_path / "c", "--nodes", "2", "--log-replicas", "3",
+                              "--containers", str(CONTAINERS), "--session-timeout", "20",
+                              "--node-arg=--retry-bound", "--node-arg=300")
+    with cluster:
+        with StreamManager(",".join(cluster.summary["native"])) as sm:
+            sm.create_scope("s")
+            for i in range(8):
+                sm.create_stream("s", f"st{i}")
+        owners = {c["id"]: c["owner"] for c in wait_status(cluster, all_owned, "every container owned")["containers"]}
+        http = next(p["ports"]["http"] for p in cluster.summary["processes"] if p["name"] == "node-1")
+
+        def describe(stream: str) -> dict[str, Any]:
+            with urllib.request.urlopen(f"http://127.0.0.1:{http}/api/streams/s/{stream}", timeout=600) as r:
+                return dict(json.loads(r.read()))
+
+        # A stream whose only segment node-2 holds: describing it on node-1 needs node-2's container.
+        stream = next(f"st{i}" for i in range(8) if owners[describe(f"st{i}")["segments"][0]["container"]] == "2")
+        cluster.kill("node-2")
+        answers: list[object] = []
+
+        def ask() -> None:
+            try:
+                answers.append(describe(stream))
+            except OSError as exc:  # the node stopped under the request
+                answers.append(exc)
+
+        asked = threading.Thread(target=ask, daemon=True)
+        asked.start()
+        asked.join(2.0)  # a worker on node-1 now waits for an owner of node-2's container
+        assert not answers, f"node-1 answered for a container nobody owns: {answers}"
+
+        done = millrace("cluster", "down", "--dir", str(cluster.directory), "--timeout", "10")
+        lines = done.stdout.splitlines()
+        assert done.returncode == 0 and "node-2 " in lines[1] and "not running" in lines[1], done.stdout
+        assert "node-1 " in lines[0] and " stopped in " in lines[0] and "not cleanly" not in lines[0], done.stdout
+        asked.join(30)
+        assert answers and isinstance(answers[0], OSError), answers

@@ -341,8 +341,28 @@ def test_closing_the_router_fails_calls_still_waiting_for_an_owner(zk_client: Ka
     finally:
         router.close()
         host.close()
-    with pytest.raises(ContainerOfflineError, match="closed"):
+    with pytest.raises(ContainerOfflineError, match="stopping"):
         waiting.result(30)
+
+
+def test_a_stopping_node_waits_for_no_owner(zk_client: KazooClient, tmp_path: Path) -> None:
+    """Once the node is stopping (``stop_waiting``, at the reactor's shutdown), a call waiting for an owner
+    fails, and so does a new one whose container has none, at its first attempt: nothing retries for
+    the bound (600 s here), which would hold the node's stop up."""
+    host = SegmentContainerHost(FileSystemChunkStorage(str(tmp_path / "lts")), lambda term: None)  # type: ignore[arg-type,return-value]
+    router = ClusterSegmentStore(zk_client, ClusterPaths(), "lonely", LocalSegments(host, CONTAINERS),
+                                 retry_bound=600.0)
+    try:
+        waiting = router.append("orphan", b"data")
+        assert not waiting.done()
+        router.stop_waiting()
+        with pytest.raises(ContainerOfflineError, match="stopping: container"):
+            waiting.result(30)
+        with pytest.raises(ContainerOfflineError, match="stopping"):
+            router.get_info("another orphan").result(30)
+    finally:
+        router.close()
+        host.close()
 
 
 def test_a_node_cut_off_from_zookeeper_never_holds_the_caller(zookeeper: ZooKeeperProcess, zk_hosts: str,
