@@ -12,3 +12,24 @@ def fsync_dir(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+# The page cache holds a file in folios of up to 2 MiB (large folios on ext4/xfs), each aligned to its size,
+# and drops only those wholly inside the range it is told: whole 2 MiB regions are dropped.
+_FOLIO_REACH = 2 << 20
+
+
+def drop_written(fd: int, start: int, end: int, *, complete: bool = False) -> None:
+    """Drop the file's pages in [start, end) from the page cache; they must be durable (clean) already.
+
+    For data written to be read again only rarely (a log's entries by recovery, a chunk that is in the
+    read cache while hot): kept, each write takes memory afresh and the page cache grows by everything
+    written, and taking fresh memory cost more kernel time than the write itself (docs/performance.md).
+    The 2 MiB region a file is still being written in stays until the writes pass it: dropped, the next
+    write into a page of it would first read that page back from disk. ``complete``: nothing more will
+    be written to the file, so everything up to ``end`` goes."""
+    start -= start % _FOLIO_REACH
+    if not complete:
+        end -= end % _FOLIO_REACH
+    if end > start:
+        os.posix_fadvise(fd, start, end - start, os.POSIX_FADV_DONTNEED)

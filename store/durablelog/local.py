@@ -43,7 +43,7 @@ from crc32c import crc32c
 from millrace.store.durablelog import framing
 from millrace.store.durablelog.interface import Buffer, DurableDataLog, LogAddress, LogEntry, admit_parts
 from millrace.store.errors import ContainerOfflineError, DataCorruptionError, DataLogWriterFencedError
-from millrace.store.fsutil import fsync_dir
+from millrace.store.fsutil import drop_written, fsync_dir
 
 DEFAULT_MAX_FILE_BYTES = 64 * 1024 * 1024
 # Bounds one write so a flood of queued appends still rolls files and acks in reasonable steps.
@@ -476,6 +476,7 @@ class FileDurableDataLog(DurableDataLog):
                 active = self._roll()
             self._write_fully(buffers, size)
             self._sync_file(self._active_fd)
+            drop_written(self._active_fd, active.size, active.size + size)  # read again only by recovery
         except BaseException as e:  # any failure must fail the futures, never strand them
             self._failure = e
             self._fail(futures, e)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from millrace.store.durablelog import framing
 from millrace.store.errors import DataCorruptionError
-from millrace.store.fsutil import fsync_dir
+from millrace.store.fsutil import drop_written, fsync_dir
 
 DEFAULT_MAX_FILE_BYTES = 64 * 1024 * 1024
 _NAME = re.compile(r"^(\d{20})\.journal$")
@@ -219,6 +219,7 @@ class Journal:
             written += os.write(self._active_fd, view[written:])
         os.fdatasync(self._active_fd)
         self.fsyncs += 1
+        drop_written(self._active_fd, self._active_size, offset)  # read again only by a recovery or a copy
         self._active_size = offset
         for name, sequence, stored in placed:
             self._store(self.log(name), sequence, stored)

@@ -15,7 +15,7 @@ import uuid
 from urllib.parse import quote, unquote
 
 from millrace.store.errors import ChunkExistsError, ChunkNotFoundError
-from millrace.store.fsutil import fsync_dir
+from millrace.store.fsutil import drop_written, fsync_dir
 from millrace.store.lts.interface import ChunkStorage
 
 _CHUNK_SUFFIX = "@chunk"
@@ -101,11 +101,8 @@ class FileSystemChunkStorage(ChunkStorage):
                     written = os.write(fd, view)
                     view = view[written:]
                 os.fsync(fd)
-                # Clean now, the chunk's pages are dropped: its data is in the read cache while it is
-                # hot, and otherwise is read back as long-term storage is (S3 has no page cache).
-                # Kept, they would grow the page cache by everything ever tiered, and taking fresh
-                # memory for it cost more kernel time than the write itself (docs/performance.md).
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                # Hot, the chunk's data is in the read cache; cold, it is read back as from S3.
+                drop_written(fd, 0, len(data), complete=True)
             finally:
                 os.close(fd)
             try:

@@ -14,6 +14,7 @@ from millrace.store.durablelog.interface import LogAddress
 from millrace.store.durablelog.local import FileDurableDataLog
 from millrace.store.errors import ContainerOfflineError, DataLogWriterFencedError
 from tests.durablelog.helpers import log_files, open_log, payload_for, read_payloads
+from tests.page_cache import resident_bytes
 
 
 def test_round_trip_and_reopen(tmp_path: Path) -> None:
@@ -393,3 +394,18 @@ def test_entries_given_in_parts_read_back_whole(tmp_path: Path, monkeypatch: pyt
     monkeypatch.undo()
     assert max(calls) <= local._IOV_MAX and len(calls) > 2
     assert read_payloads(tmp_path) == list(zip(range(1, 1503), expected, strict=True))
+
+
+def test_durable_entries_leave_the_page_cache(tmp_path: Path) -> None:
+    """Once fdatasync'd, an entry is only read again by recovery: its pages are dropped rather than kept
+    (and the memory taken afresh for every new entry), all but the 2 MiB still being written, and the
+    log still reads back whole."""
+    payloads = [os.urandom(256 << 10) for _ in range(24)]
+    log = open_log(tmp_path)
+    for f in [log.append(p) for p in payloads]:
+        f.result(timeout=10)
+    (name,) = log_files(tmp_path)
+    assert os.path.getsize(tmp_path / name) > 6 << 20
+    assert resident_bytes(tmp_path / name) <= 2 << 20
+    log.close()
+    assert [p for _, p in read_payloads(tmp_path)] == payloads

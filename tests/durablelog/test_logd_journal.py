@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from millrace.store.errors import DataCorruptionError
 from millrace.store.logd.journal import Journal, StoredEntry, entry_record, value_record
+from tests.page_cache import resident_bytes
 
 
 def put(journal: Journal, name: str, sequence: int, epoch: int, payload: bytes) -> None:
@@ -65,3 +67,18 @@ def test_a_torn_tail_is_cut_and_damage_before_it_is_refused(tmp_path: Path) -> N
     damaged.write_bytes(bytes(raw))
     with pytest.raises(DataCorruptionError):
         Journal(str(tmp_path)).open()
+
+
+def test_written_records_leave_the_page_cache(tmp_path: Path) -> None:
+    """A replica reads an entry back only for a recovery or a copy: once durable its pages are dropped (all
+    but the 2 MiB still being written), and it still reads back."""
+    journal = Journal(str(tmp_path))
+    journal.open()
+    data = {sequence: os.urandom(256 << 10) for sequence in range(1, 25)}
+    for sequence, payload in data.items():
+        put(journal, "a", sequence, 1, payload)
+    (path,) = tmp_path.glob("*.journal")
+    assert path.stat().st_size > 6 << 20
+    assert resident_bytes(path) <= 2 << 20
+    assert payloads(journal, "a") == data
+    journal.close()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
-import mmap
 import os
 import threading
 import uuid
@@ -15,6 +13,7 @@ from millrace.store.errors import ChunkExistsError, ChunkNotFoundError
 from millrace.store.lts.filesystem import FileSystemChunkStorage
 from millrace.store.lts.interface import ChunkStorage
 from millrace.store.lts.s3 import S3ChunkStorage
+from tests.page_cache import resident_bytes
 from tests.s3server import S3Server
 
 CHUNK = "kafka/orders/3.#epoch.0/E1-O1048576-" + "0f8e4f52-4ad5-4a3e-9b7c-2b1d7c1f0a11"
@@ -207,22 +206,6 @@ def test_large_chunk_round_trip(storage: ChunkStorage) -> None:
     assert storage.read("big/chunk", len(data) - 10, 1 << 20) == data[-10:]
 
 
-def _resident_bytes(path: str) -> int:
-    """How much of the file the page cache holds (mincore(2) over a private mapping of it)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    size = os.path.getsize(path)
-    pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
-    vector = (ctypes.c_ubyte * pages)()
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY) as mapped:
-        start = ctypes.c_char.from_buffer(mapped)
-        try:
-            if libc.mincore(ctypes.c_void_p(ctypes.addressof(start)), ctypes.c_size_t(size), vector) != 0:
-                raise OSError(ctypes.get_errno(), "mincore")
-        finally:
-            del start  # the mapping cannot close while ctypes holds it
-    return sum(mmap.PAGESIZE for page in vector if page & 1)
-
-
 def test_a_written_file_chunk_leaves_the_page_cache(tmp_path) -> None:
     """Long-term storage's data is not the page cache's to keep: a written chunk's pages are dropped once
     they are on disk (else the cache grows by everything ever tiered), and it still reads back whole."""
@@ -230,6 +213,6 @@ def test_a_written_file_chunk_leaves_the_page_cache(tmp_path) -> None:
     data = os.urandom(4 << 20)
     storage.write("kept/out", data)
     path = storage._path("kept/out")
-    assert _resident_bytes(path) == 0
+    assert resident_bytes(path) == 0
     assert storage.read("kept/out", 0, len(data)) == data
-    assert _resident_bytes(path) > 0  # the check sees pages when there are some
+    assert resident_bytes(path) > 0  # the check sees pages when there are some
