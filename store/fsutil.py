@@ -1,7 +1,8 @@
-"""Filesystem durability helpers shared by the local durable log and filesystem chunk storage."""
+"""Filesystem helpers shared by the local durable log, the logd journal and filesystem chunk storage."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 
@@ -32,4 +33,6 @@ def drop_written(fd: int, start: int, end: int, *, complete: bool = False) -> No
     if not complete:
         end -= end % _FOLIO_REACH
     if end > start:
-        os.posix_fadvise(fd, start, end - start, os.POSIX_FADV_DONTNEED)
+        # Advice only: the data is durable already, so a file system that refuses it must not fail a write.
+        with contextlib.suppress(OSError):
+            os.posix_fadvise(fd, start, end - start, os.POSIX_FADV_DONTNEED)
