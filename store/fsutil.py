@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+from typing import TypeAlias
+
+Buffer: TypeAlias = bytes | bytearray | memoryview
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024
 
 
 def fsync_dir(path: str) -> None:
@@ -13,6 +18,27 @@ def fsync_dir(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_fully(fd: int, buffers: list[Buffer], size: int) -> None:
+    """``writev`` of ``buffers`` (``size`` bytes in all), at most IOV_MAX at a time, on after a short write
+    from where it stopped. The kernel copies them with the GIL released (a join in Python would hold it
+    and copy every byte once more). ``buffers`` is consumed."""
+    start = 0
+    while size:
+        batch = buffers[start:start + _IOV_MAX]
+        written = os.writev(fd, batch)
+        if not written:
+            raise OSError(errno.EIO, f"writev wrote nothing of {size} bytes")
+        size -= written
+        for buffer in batch:  # skip what was written; a part written in part is cut to its rest
+            if written >= len(buffer):
+                written -= len(buffer)
+                start += 1
+                continue
+            if written:
+                buffers[start] = memoryview(buffer)[written:]
+            break
 
 
 # The page cache holds a file in folios of up to 2 MiB (large folios on ext4/xfs), each aligned to its size,

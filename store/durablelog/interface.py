@@ -16,11 +16,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TypeAlias
 
 from millrace.store.durablelog import framing
-
-Buffer: TypeAlias = bytes | bytearray | memoryview
+from millrace.store.fsutil import Buffer
 
 
 @dataclass(frozen=True, order=True)

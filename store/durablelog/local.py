@@ -43,14 +43,12 @@ from crc32c import crc32c
 from millrace.store.durablelog import framing
 from millrace.store.durablelog.interface import Buffer, DurableDataLog, LogAddress, LogEntry, admit_parts
 from millrace.store.errors import ContainerOfflineError, DataCorruptionError, DataLogWriterFencedError
-from millrace.store.fsutil import drop_written, fsync_dir
+from millrace.store.fsutil import drop_written, fsync_dir, write_fully
 
 DEFAULT_MAX_FILE_BYTES = 64 * 1024 * 1024
 # Bounds one write so a flood of queued appends still rolls files and acks in reasonable steps.
 DEFAULT_MAX_BATCH_BYTES = 16 * 1024 * 1024
 
-# Buffers a writev may take at once (Linux: 1024).
-_IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024
 _LOCK_NAME = "lock"
 _EPOCH_NAME = "epoch"
 _TRUNCATION_NAME = "truncation"
@@ -474,7 +472,7 @@ class FileDurableDataLog(DurableDataLog):
                 active = self._files[-1]
             if active.size >= self._max_file_bytes:
                 active = self._roll()
-            self._write_fully(buffers, size)
+            write_fully(self._active_fd, buffers, size)
             self._sync_file(self._active_fd)
             drop_written(self._active_fd, active.size, active.size + size)  # read again only by recovery
         except BaseException as e:  # any failure must fail the futures, never strand them
@@ -504,26 +502,6 @@ class FileDurableDataLog(DurableDataLog):
             except IndexError:
                 break
         self._fail(futures, error)
-
-    def _write_fully(self, buffers: list[Buffer], size: int) -> None:
-        """``writev`` of ``buffers`` (``size`` bytes in all), at most ``_IOV_MAX`` at a time, on after a short
-        write from where it stopped. The kernel copies them with the GIL released."""
-        fd = self._active_fd
-        start = 0
-        while size:
-            batch = buffers[start:start + _IOV_MAX]
-            written = os.writev(fd, batch)
-            if not written:
-                raise OSError(errno.EIO, f"writev wrote nothing of {size} bytes")
-            size -= written
-            for buffer in batch:  # skip what was written; a part written in part is cut to its rest
-                if written >= len(buffer):
-                    written -= len(buffer)
-                    start += 1
-                    continue
-                if written:
-                    buffers[start] = memoryview(buffer)[written:]
-                break
 
     def _roll(self) -> _LogFile:
         path = os.path.join(self._dir, _log_file_name(self._write_sequence))

@@ -22,16 +22,18 @@ import re
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
 from millrace.store.durablelog import framing
 from millrace.store.errors import DataCorruptionError
-from millrace.store.fsutil import drop_written, fsync_dir
+from millrace.store.fsutil import Buffer, drop_written, fsync_dir, write_fully
 
 DEFAULT_MAX_FILE_BYTES = 64 * 1024 * 1024
 _NAME = re.compile(r"^(\d{20})\.journal$")
 _ENTRY = struct.Struct("<QQI")
 _VALUE = struct.Struct("<Q")
 _NAME_LEN = struct.Struct("<H")
+Record: TypeAlias = tuple[Buffer, ...]  # a record's bytes, as parts written back to back
 
 
 @dataclass(slots=True)
@@ -71,14 +73,15 @@ def _named(kind: bytes, name: str) -> bytes:
     return kind + _NAME_LEN.pack(len(raw)) + raw
 
 
-def entry_record(name: str, sequence: int, entry_epoch: int, crc: int, payload: bytes) -> tuple[bytes, int]:
-    """An entry record and the offset of its payload inside the record."""
+def entry_record(name: str, sequence: int, entry_epoch: int, crc: int, payload: Buffer) -> tuple[Record, int]:
+    """An entry record, its payload as given (not copied: the journal writes the parts with one writev),
+    and the offset of the payload inside the record."""
     head = _named(b"E", name) + _ENTRY.pack(sequence, entry_epoch, crc)
-    return head + payload, len(head)
+    return (head, payload), len(head)
 
 
-def value_record(kind: bytes, name: str, value: int) -> bytes:
-    return _named(kind, name) + _VALUE.pack(value)
+def value_record(kind: bytes, name: str, value: int) -> Record:
+    return (_named(kind, name) + _VALUE.pack(value),)
 
 
 class Journal:
@@ -190,33 +193,30 @@ class Journal:
             fsync_dir(self.directory)
 
     # -- writing ---------------------------------------------------------------------------------------
-    def write(self, records: Iterable[tuple[str, int, StoredEntry | None, bytes, int]]) -> None:
-        """Append records with one write and one fdatasync. Each item is (log, sequence, entry or
-        None, record, payload offset in record); entries are indexed once durable."""
+    def write(self, records: Iterable[tuple[str, int, StoredEntry | None, Record, int]]) -> None:
+        """Append records with one writev of their parts as given and one fdatasync. Each item is (log,
+        sequence, entry or None, record, payload offset in record); entries are indexed once durable."""
         items = list(records)
         if not items:
             return
         if self._active_size >= self.max_file_bytes:
             self._roll()
-        parts: list[bytes] = []
+        buffers: list[Buffer] = []
         offset = self._active_size
         placed: list[tuple[str, int, StoredEntry]] = []
         for name, sequence, stored, record, payload_offset in items:
-            header = framing.encode_header(self._next_record, record)
+            length = sum(len(part) for part in record)
+            header = framing.encode_header_of_parts(self._next_record, record, length)
             self._next_record += 1
             offset += len(header)
             if stored is not None:
                 stored.file_id = self._active_id
                 stored.offset = offset + payload_offset
                 placed.append((name, sequence, stored))
-            parts.append(header)
-            parts.append(record)
-            offset += len(record)
-        data = b"".join(parts)
-        view = memoryview(data)
-        written = 0
-        while written < len(data):
-            written += os.write(self._active_fd, view[written:])
+            buffers.append(header)
+            buffers.extend(record)
+            offset += length
+        write_fully(self._active_fd, buffers, offset - self._active_size)
         os.fdatasync(self._active_fd)
         self.fsyncs += 1
         drop_written(self._active_fd, self._active_size, offset)  # read again only by a recovery or a copy

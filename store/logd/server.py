@@ -27,7 +27,7 @@ from crc32c import crc32c
 
 from millrace.store.durablelog.curve import CurveKeyError, CurveServerKeys
 from millrace.store.logd import wire
-from millrace.store.logd.journal import Journal, LogState, StoredEntry, entry_record, value_record
+from millrace.store.logd.journal import Journal, LogState, Record, StoredEntry, entry_record, value_record
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ MAX_TURN_REQUESTS = 4096
 class _Turn:
     """What one turn writes and whom it answers afterwards."""
 
-    records: list[tuple[str, int, StoredEntry | None, bytes, int]] = field(default_factory=list)
+    records: list[tuple[str, int, StoredEntry | None, Record, int]] = field(default_factory=list)
     after_write: list[Any] = field(default_factory=list)  # callables producing (identity, reply frames)
     overlay: dict[tuple[str, int], int] = field(default_factory=dict)  # entries of this turn: epoch
     confirmed: dict[str, int] = field(default_factory=dict)
@@ -103,7 +103,7 @@ class LogReplicaServer:
             request: dict[str, Any] = {}
             try:
                 request = wire.decode_header(header_frame.buffer)
-                reply = self._handle(request, [p.bytes for p in payloads], turn)
+                reply = self._handle(request, [p.buffer for p in payloads], turn)  # no copy: written as they are
             except (ValueError, KeyError, TypeError) as exc:
                 reply = ({"status": wire.BAD_REQUEST, "error": repr(exc)}, [])
             if reply is not None:
@@ -127,7 +127,7 @@ class LogReplicaServer:
         for message in immediate:
             send(message, copy=False)
 
-    def _handle(self, request: dict[str, Any], payloads: list[bytes], turn: _Turn) -> tuple[dict[str, Any], list[bytes]] | None:
+    def _handle(self, request: dict[str, Any], payloads: list[memoryview], turn: _Turn) -> tuple[dict[str, Any], list[bytes]] | None:
         """Immediate answer, or None after queueing an answer for after the turn's fsync."""
         op = request["op"]
         request_id = request["id"]
@@ -156,7 +156,7 @@ class LogReplicaServer:
         raise ValueError(f"unknown op {op!r}")
 
     def _append(self, request_id: int, name: str, state: LogState, request: dict[str, Any],
-                payloads: list[bytes], turn: _Turn) -> tuple[dict[str, Any], list[bytes]] | None:
+                payloads: list[memoryview], turn: _Turn) -> tuple[dict[str, Any], list[bytes]] | None:
         epoch, entry_epoch, first = int(request["epoch"]), int(request["entry_epoch"]), int(request["first"])
         entries = request["entries"]
         if epoch < state.fenced:
@@ -166,7 +166,7 @@ class LogReplicaServer:
         # The writer's truncation point, so entries it copies past a truncation leave no hole here.
         truncated = self._note_truncation(name, state, int(request.get("truncated", 0)), turn)
         overlay = turn.overlay
-        accepted: list[tuple[int, int, bytes]] = []
+        accepted: list[tuple[int, int, memoryview]] = []
         for (sequence, crc), payload in zip(entries, payloads, strict=True):
             if crc32c(payload) != crc:
                 return {"id": request_id, "status": wire.CORRUPT, "sequence": sequence}, []

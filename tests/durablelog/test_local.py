@@ -357,7 +357,7 @@ def test_nothing_completes_before_the_sync_returns(tmp_path: Path) -> None:
 def test_entries_given_in_parts_read_back_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, short: bool) -> None:
     """``append_parts``: the writer hands the parts to writev as they are, more of them in one commit
     than one writev takes (IOV_MAX), and goes on after short writes; a mutable part is copied at once."""
-    from millrace.store.durablelog import local
+    from millrace.store import fsutil
 
     writev = os.writev
     calls = []
@@ -366,7 +366,7 @@ def test_entries_given_in_parts_read_back_whole(tmp_path: Path, monkeypatch: pyt
         calls.append(len(buffers))
         return writev(fd, [memoryview(b"".join(bytes(b) for b in buffers))[:1000]] if short else buffers)
 
-    monkeypatch.setattr(local.os, "writev", counted_writev)
+    monkeypatch.setattr(fsutil.os, "writev", counted_writev)
     log = open_log(tmp_path)
     entered, release = threading.Event(), threading.Event()
     original = log._sync_file
@@ -392,7 +392,7 @@ def test_entries_given_in_parts_read_back_whole(tmp_path: Path, monkeypatch: pyt
     assert [f.result(timeout=30).sequence for f in futures] == list(range(1, 1503))
     log.close()
     monkeypatch.undo()
-    assert max(calls) <= local._IOV_MAX and len(calls) > 2
+    assert max(calls) <= fsutil._IOV_MAX and len(calls) > 2
     assert read_payloads(tmp_path) == list(zip(range(1, 1503), expected, strict=True))
 
 
