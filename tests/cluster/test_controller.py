@@ -25,6 +25,7 @@ from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.create_topics import CreateTopicsRequest
 from millrace.gateway.kafka_protocol.messages.describe_configs import DescribeConfigsRequest
 from millrace.gateway.kafka_protocol.messages.incremental_alter_configs import IncrementalAlterConfigsRequest
+from millrace.gateway.kafka_protocol.messages.metadata import MetadataRequest
 from millrace.gateway.local_cluster import zookeeper_missing
 from millrace.protocol.errors import RetriableError, StreamExistsError
 from millrace.protocol.messages import CreatedReply, CreateScope
@@ -111,6 +112,26 @@ def test_topic_and_stream_changes_run_on_the_elected_controller(tmp_path: Path) 
         finally:
             admin.close()
         confluent_create(other_kafka, "ctl-confluent")
+
+        # A topic made on the controller is known to the other node's Metadata at once (not only after
+        # its next read of the topics table, within a second): a name it does not know makes it read the
+        # table first, so a consumer is not told UNKNOWN_TOPIC_OR_PARTITION (kcat -e gives up on it).
+        on_controller, on_other = KafkaWire.connect(addresses[controller][0]), KafkaWire.connect(other_kafka)
+        try:
+            made = on_controller.send(CREATE_TOPICS, 4, CreateTopicsRequest(topics=[CreateTopicsRequest.CreatableTopic(
+                name="known-at-once", num_partitions=2, replication_factor=1)], timeout_ms=10_000))
+            assert made.topics[0].error_code == ErrorCode.NONE
+            seen = on_other.request(METADATA, 9, topics=[MetadataRequest.MetadataRequestTopic(name="known-at-once")],
+                                    allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+            assert [(t.name, t.error_code, len(t.partitions)) for t in seen.topics] == [
+                ("known-at-once", ErrorCode.NONE, 2)]
+            unknown = on_other.request(METADATA, 9, topics=[MetadataRequest.MetadataRequestTopic(name="made-nowhere")],
+                                       allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+            assert [(t.name, t.error_code) for t in unknown.topics] == [
+                ("made-nowhere", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]
+        finally:
+            on_controller.close()
+            on_other.close()
 
         # Topic configs: the other node forwards their changes to the controller (Kafka's KIP-590
         # forwarding) and answers with its results; broker resources are its own. Raw requests, since

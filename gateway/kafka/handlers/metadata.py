@@ -12,6 +12,7 @@ import logging
 import uuid
 
 from twisted.internet.defer import Deferred
+from twisted.python.failure import Failure
 
 from millrace.gateway.kafka.broker import RequestContext
 from millrace.gateway.kafka.internal_topics import (
@@ -245,6 +246,31 @@ def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRe
             answers[name] = None  # filled in below
             missing.append(name)
 
+    if not missing:
+        return _response(ctx, request, [a for a in answers.values() if a is not None])
+
+    def after_refresh(result: object) -> MetadataResponse | Deferred[MetadataResponse]:
+        if isinstance(result, Failure):
+            log.warning("reading the topics table for %s failed: %s", missing, result.getErrorMessage())
+        for name in list(missing):
+            topic = registry.get(name)
+            if topic is not None:
+                answers[name] = topic_metadata(ctx, topic, include_ops)
+                missing.remove(name)
+        return _answer_missing(ctx, request, answers, missing, include_ops)
+
+    # A topic another cluster node created a moment ago may not be in this node's registry yet (it reads
+    # the topics table every second): read it now, so a topic created anywhere is known everywhere at once
+    # (a consumer told UNKNOWN_TOPIC_OR_PARTITION may give up: kcat -e does). A failed read answers with
+    # what is known.
+    return broker.blocking(registry.refresh).addBoth(after_refresh)
+
+
+def _answer_missing(ctx: RequestContext, request: MetadataRequest, answers: dict[uuid.UUID | str | None, _Topic | None],
+                    missing: list[str], include_ops: bool) -> MetadataResponse | Deferred[MetadataResponse]:
+    """The topics no node has: auto-created when the request and the broker allow it, else unknown."""
+    broker = ctx.broker
+    version = ctx.api_version
     # Before v4 the request could not refuse auto-creation, so the broker's setting alone decides.
     allow_create = broker.config.auto_create_topics and (version < 4 or request.allow_auto_topic_creation)
     if allow_create and missing and not ctx.authorized(AclOperation.CREATE, ResourceType.CLUSTER):
@@ -263,7 +289,7 @@ def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRe
             answers[name] = _error_topic(error, name, operations=_topic_operations(ctx, name, include_ops))
         return _response(ctx, request, [a for a in answers.values() if a is not None])
 
-    return broker.blocking(_auto_create, registry, missing, broker.config.default_partitions).addCallback(created)
+    return broker.blocking(_auto_create, broker.topics, missing, broker.config.default_partitions).addCallback(created)
 
 
 def _describable(ctx: RequestContext, name: str) -> bool:
