@@ -13,6 +13,7 @@ burst alone would dominate a ten-second measurement."""
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 import uuid
@@ -20,6 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME
 
 from compat_tests.java_support import VERSIONS, run_main
 from tests.server_process import ServerProcess
@@ -74,16 +76,26 @@ def test_java_admin_sets_and_lists_quotas(server: ServerProcess) -> None:
 
 
 class _Producing(threading.Thread):
-    """A producer writing 10 kB records as fast as it is let, for ``seconds``; delivered bytes by time."""
+    """A producer writing 10 kB records to a topic of its own as fast as it is let, for ``seconds`` from
+    its first delivery; ``delivered`` holds (the server's append time in s, bytes) per record.
 
-    def __init__(self, server: ServerProcess, client_id: str, topic: str, seconds: float) -> None:
+    The topic stamps records with LogAppendTime, so a record is placed in time by when the server took
+    it, not by when this process got round to its delivery callback: on a loaded machine those
+    callbacks come late and in bunches, and a second of them shifted across the measurement's edge was
+    a tenth of the measured rate."""
+
+    def __init__(self, server: ServerProcess, client_id: str, seconds: float) -> None:
         super().__init__(daemon=True)
         from confluent_kafka import Producer
+        from confluent_kafka.admin import AdminClient, NewTopic
 
         self.throttles: list[int] = []
         self.delivered: list[tuple[float, int]] = []
         self.seconds = seconds
-        self.topic = topic
+        self.topic = f"quota-produce-{client_id}-{uuid.uuid4().hex[:8]}"
+        admin = AdminClient({"bootstrap.servers": _bootstrap(server)})
+        admin.create_topics([NewTopic(self.topic, 1, config={"message.timestamp.type": "LogAppendTime"})])[
+            self.topic].result(30)
         # Requests of 64 kB, 5 in flight (as the Java producer's default): a quota is enforced a request at
         # a time, and those already sent when the connection is muted land anyway, so the bytes a client
         # may have in flight bound how far one measurement can stray from the quota.
@@ -94,10 +106,13 @@ class _Producing(threading.Thread):
     def run(self) -> None:
         def delivered(err: Any, msg: Any) -> None:
             if err is None:
-                self.delivered.append((time.monotonic(), len(msg.value())))
+                kind, stamp = msg.timestamp()
+                assert kind == TIMESTAMP_LOG_APPEND_TIME, kind
+                self.delivered.append((stamp / 1000.0, len(msg.value())))
 
-        stop = time.monotonic() + self.seconds
-        while time.monotonic() < stop:
+        # The clock starts at the first record taken, not at start(): the burst a new client is let (a
+        # window's worth) comes then, however long the client took to connect and find its topic.
+        while not self.delivered or time.time() < self.delivered[0][0] + self.seconds:
             try:
                 self.producer.produce(self.topic, VALUE, on_delivery=delivered)
             except BufferError:
@@ -107,22 +122,31 @@ class _Producing(threading.Thread):
 
 
 def _rate(events: list[tuple[float, int]], start: float) -> float:
-    """Bytes per second from ``start + WARM_UP`` over ``MEASURE`` seconds."""
+    """Bytes per second from ``start + WARM_UP`` over ``MEASURE`` seconds: the least-squares slope of
+    the bytes so far against time.
+
+    A throttled client moves in steps (a burst when its connection is unmuted, then a mute of up to a
+    window), about one every two seconds with these windows. Counting the bytes between two fixed
+    instants caught three or four of those steps by where they fell, a spread of a tenth of the
+    rate; the slope of the staircase does not depend on where its ends fall."""
     begin = start + WARM_UP
-    return sum(n for t, n in events if begin <= t < begin + MEASURE) / MEASURE
+    times, totals, total = [], [], 0
+    for t, n in sorted(e for e in events if begin <= e[0] < begin + MEASURE):
+        total += n
+        times.append(t)
+        totals.append(total)
+    return statistics.linear_regression(times, totals).slope
 
 
 def test_a_producer_over_its_quota_is_slowed_to_it(server: ServerProcess) -> None:
-    topic = f"quota-produce-{uuid.uuid4().hex[:8]}"
     _set_client_quota(server, "slow-producer", "producer_byte_rate", QUOTA)
-    slow = _Producing(server, "slow-producer", topic, WARM_UP + MEASURE)
-    fast = _Producing(server, "fast-producer", topic, WARM_UP + MEASURE)
-    start = time.monotonic()
+    slow = _Producing(server, "slow-producer", WARM_UP + MEASURE)
+    fast = _Producing(server, "fast-producer", WARM_UP + MEASURE)
     slow.start()
     fast.start()
     slow.join(60)
     fast.join(60)
-    slow_rate, fast_rate = _rate(slow.delivered, start), _rate(fast.delivered, start)
+    slow_rate, fast_rate = _rate(slow.delivered, slow.delivered[0][0]), _rate(fast.delivered, fast.delivered[0][0])
     assert 0.9 * QUOTA <= slow_rate <= 1.1 * QUOTA, (slow_rate, fast_rate)
     assert fast_rate > 3 * QUOTA, (slow_rate, fast_rate)
     assert slow.throttles and max(slow.throttles) > 0  # the responses carried throttle_time_ms
