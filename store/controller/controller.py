@@ -126,6 +126,10 @@ class Controller:
         self.store = segment_store
         self.tables = table_store
         self.timeout = table_store.config.timeout  # for each segment-store call
+        # The cut each stream's segments were last truncated at by this controller, all of them. The
+        # record names a cut before its segments are truncated, so a record's cut missing here may be
+        # one a failure (this process's, or a predecessor's) left half done.
+        self._truncated: dict[tuple[str, str], dict[int, int]] = {}
         for table in SYSTEM_TABLES:
             if not table_store.exists(table):
                 # Another controller may create it first.
@@ -318,6 +322,7 @@ class Controller:
         if epochs:
             self.tables.remove(EPOCHS_TABLE, [e.key for e in epochs])
         self.tables.remove(STREAMS_TABLE, [_stream_key(scope, stream)])
+        self._truncated.pop((scope, stream), None)
         if not stream.startswith(MARK_STREAM_PREFIX):
             self._delete_mark_stream(scope, MARK_STREAM_PREFIX + stream)
 
@@ -609,6 +614,13 @@ class Controller:
         for sid in before:
             with contextlib.suppress(SegmentNotFoundError):
                 self.store.delete(segment_name(scope, stream, sid)).result(self.timeout)
+        self._truncated[(scope, stream)] = cut
+
+    def truncation_done(self, scope: str, stream: str, cut: Mapping[int, int]) -> bool:
+        """Whether this controller has truncated every segment of ``scope/stream`` at ``cut`` (segment
+        id -> offset). False for a cut recorded by a call that failed part way or by another process:
+        calling ``truncate_stream`` with it again completes it."""
+        return self._truncated.get((scope, stream)) == cut
 
     def _normalize_cut(
         self, scope: str, stream: str, stream_cut: Mapping[int | str, int], known: dict[int, SegmentRange]

@@ -93,7 +93,7 @@ class Subscribers:
     def enforce(self, scope: str, stream: str) -> dict[int, int] | None:
         """Truncate a stream of CONSUMPTION retention at the lower bound of its subscribers' cuts;
         the cut truncated at, or None when nothing was (another policy, no subscribers, or the head
-        is there or past it already)."""
+        is there or past it already, its segments truncated)."""
         with _stream_lock(scope, stream):  # the cuts read are the cuts truncated at: no update in between
             return self._enforce(scope, stream)
 
@@ -107,8 +107,8 @@ class Subscribers:
         known = {r.segment_id: r for e in self.controller.get_epoch_history(scope, stream)
                  for r in e.ranges(scope, stream)}
         bound = lower_bound(cuts, known)
-        if bound is None or bound == info.truncation:
-            return None
+        if bound is None or (bound == info.truncation and self.controller.truncation_done(scope, stream, bound)):
+            return None  # (a recorded cut not known done is truncated at again: a failure may have cut it short)
         try:
             cut: dict[int | str, int] = dict(bound.items())  # segment ids (truncate_stream takes names too)
             self.controller.truncate_stream(scope, stream, cut)

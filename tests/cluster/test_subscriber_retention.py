@@ -79,18 +79,19 @@ def test_retention_follows_every_subscriber_across_nodes(tmp_path: Path) -> None
                 assert len(drain(reader)) == 120
             fast.update_retention_stream_cut(tail)
 
+            def starts(manager: StreamManager) -> dict[int, int]:
+                return {sid: manager.controller.segment_info(segment_name(SCOPE, stream, sid)).start_offset
+                        for sid in first_part.positions}
+
             # Retention truncates every segment, on its own node, up to the slow group's cut and no further.
-            wait_for(lambda: sm.head_cut(SCOPE, stream) == first_part, "retention up to the slow group's cut")
-            starts = {sid: sm.controller.segment_info(segment_name(SCOPE, stream, sid)).start_offset
-                      for sid in first_part.positions}
-            assert starts == first_part.positions
+            # (The stream's head is recorded first, then each segment truncated: wait for the segments.)
+            wait_for(lambda: starts(sm) == first_part.positions, "retention up to the slow group's cut")
+            assert sm.head_cut(SCOPE, stream) == first_part
             with slow.create_reader("s") as reader:  # no TruncatedDataError: nothing it had not read is gone
                 assert sorted(e.data for e in drain(reader)) == sorted(f"b{i}" for i in range(60))
             assert other.head_cut(SCOPE, stream) == first_part
 
             # Once every subscriber has read and released everything, retention takes it all.
             slow.update_retention_stream_cut(tail)
-            wait_for(lambda: sm.head_cut(SCOPE, stream) == tail, "retention up to the tail")
-            starts = {sid: other.controller.segment_info(segment_name(SCOPE, stream, sid)).start_offset
-                      for sid in tail.positions}
-            assert starts == tail.positions
+            wait_for(lambda: starts(other) == tail.positions, "retention up to the tail")
+            assert sm.head_cut(SCOPE, stream) == tail

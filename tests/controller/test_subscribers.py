@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from millrace.protocol.errors import ContainerOfflineError
 from millrace.store.controller import (
     Controller,
     InvalidStreamCutError,
@@ -21,6 +22,7 @@ from millrace.store.controller import (
 from millrace.store.controller.records import SegmentRange
 from millrace.store.controller.subscribers import Subscribers, lower_bound
 from millrace.store.errors import StreamNotFoundError
+from millrace.store.tables import TableStore
 from tests.tables.harness import StoreHarness
 
 CONSUMPTION = StreamConfiguration(initial_segments=2, retention=RetentionPolicy.by_consumption())
@@ -66,6 +68,49 @@ def test_truncates_at_the_lowest_subscriber_cut(harness: StoreHarness, controlle
 
     subscribers.forget_stream("sc", "s")
     assert subscribers.cuts("sc", "s") == {}
+
+
+class _TruncationFails:
+    """The real segment store, except that truncating ``segment`` fails, as when its container goes
+    offline in the middle of a retention round."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.segment = ""
+
+    def truncate(self, name: str, offset: int) -> Any:
+        if name == self.segment:
+            raise ContainerOfflineError(f"{name}'s container is offline")
+        return self.store.truncate(name, offset)
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self.store, attribute)
+
+
+def test_a_truncation_cut_short_is_completed_by_the_next_round(harness: StoreHarness) -> None:
+    """The stream's record names the new head before its segments are truncated: a round that fails in
+    between leaves segments behind that head, and a later round, this controller's or a successor's,
+    truncates them although the recorded cut is already the subscribers' bound."""
+    store = _TruncationFails(harness.store)
+    controller = Controller(store, TableStore(harness.store))  # type: ignore[arg-type] - the store, wrapped
+    controller.create_scope("sc")
+    controller.create_stream("sc", "s", CONSUMPTION)
+    a, b = controller.get_current_segments("sc", "s")
+    fill(harness, controller, "sc", "s")
+    Subscribers(controller).update("sc", "s", "sc/one", {a.segment_id: 30, b.segment_id: 20})
+    store.segment = b.name
+    with pytest.raises(ContainerOfflineError):
+        Subscribers(controller).enforce("sc", "s")
+    assert controller.get_stream("sc", "s").truncation == {a.segment_id: 30, b.segment_id: 20}
+    assert harness.store.get_info(b.name).start_offset == 0
+    with pytest.raises(ContainerOfflineError):  # still offline: the next round tries again
+        Subscribers(controller).enforce("sc", "s")
+
+    # The controller fails over to a new process (one that never saw the round cut short).
+    successor = Controller(harness.store, TableStore(harness.store))
+    assert Subscribers(successor).enforce("sc", "s") == {a.segment_id: 30, b.segment_id: 20}
+    assert [harness.store.get_info(s.name).start_offset for s in (a, b)] == [30, 20]
+    assert Subscribers(successor).enforce("sc", "s") is None  # done: nothing more to do
 
 
 def test_lower_bound_across_a_scale(harness: StoreHarness, controller: Controller) -> None:
