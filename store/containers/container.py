@@ -339,6 +339,8 @@ class SegmentContainer:
         """Hold every queued operation's bytes against ``budget`` until it is applied."""
         self.budget = budget
         self._processor.attach_budget(budget)
+        # The budget counts un-flushed data and reopens at its low-water mark: flush by then.
+        self.writer.limit_unflushed(budget.low_water)
 
     def unflushed_bytes(self) -> int:
         """Durable data that long-term storage does not hold yet (the cache cannot evict it)."""

@@ -102,6 +102,8 @@ class StorageWriter:
         self._to_delete: list[str] = []
         self._sweep_pending = False
         self._failures = 0
+        # Un-flushed bytes past which every dirty segment is flushed at once, whatever its size or age.
+        self._pressure_bytes = config.cache_max_bytes // 2
         self.chunks_written = 0
         self.bytes_written = 0
 
@@ -129,10 +131,17 @@ class StorageWriter:
             self._woken = True
             self._cond.notify()
 
+    def limit_unflushed(self, pressure_bytes: int) -> None:
+        """Flush everything once un-flushed bytes pass ``pressure_bytes`` too (the container's budget,
+        which counts them, drains at that level). Waiting for each segment's own size or age instead
+        let a container with many busy segments fill its budget before any was due: its writers were
+        held until the oldest aged out (30 s), with the storage writer idle."""
+        self._pressure_bytes = min(self._pressure_bytes, pressure_bytes)
+
     def notice_dirty(self, unflushed_bytes: int) -> None:
         """Called on every durable append with the container's un-flushed bytes: wake up early when they
-        fill half the cache, which can evict only what long-term storage holds."""
-        if unflushed_bytes > self._config.cache_max_bytes // 2 and not self._woken:
+        fill half the cache (which can evict only what long-term storage holds) or the budget's share."""
+        if unflushed_bytes > self._pressure_bytes and not self._woken:
             self.wake()
 
     def request_flush(self, segment_id: int) -> StoreFuture[None]:
@@ -185,7 +194,7 @@ class StorageWriter:
         # storage holds is no reason: eviction makes room. (Counting that too flushed each segment on
         # every append once the cache was half full: a chunk, and a chunk reference kept in memory, per
         # few appends.)
-        pressure = self._source.unflushed_bytes() > config.cache_max_bytes // 2
+        pressure = self._source.unflushed_bytes() > self._pressure_bytes
         with self._cond:
             requested = set(self._flush_requests)
         due = [

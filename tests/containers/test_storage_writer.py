@@ -8,8 +8,11 @@ from dataclasses import replace
 
 from millrace.store.containers.config import ContainerConfig
 from millrace.store.containers.storage_writer import DirtyRun, DirtySegment, StorageWriter, WriterDataSource
+from millrace.store.durablelog.local import FileDurableDataLog
 from millrace.store.futures import StoreFuture, completed
 from millrace.store.lts.filesystem import FileSystemChunkStorage
+from millrace.store.segment_store import SegmentStore
+from tests.waiting import wait_for
 
 CONFIG = replace(ContainerConfig(), writer_poll_seconds=0.01, flush_age_seconds=3600.0)
 
@@ -194,3 +197,28 @@ def test_a_round_logs_its_segments_flushes_together_and_waits_for_them_once(tmp_
             fut.set_result(None)
         flushing.join(10)
     assert round_done.is_set()
+
+
+def test_a_container_flushes_when_unflushed_data_fills_its_budget_before_any_segment_is_due(tmp_path):
+    """The container's budget counts durable data long-term storage does not hold yet and reopens at
+    its low-water mark. Eight busy segments each below the size that makes a segment due (and far
+    from its age) used to hold the budget full with the storage writer idle, so writers were held
+    until the oldest aged out; the writer now flushes everything once they pass the low-water mark."""
+    store = SegmentStore(
+        1, lambda cid: FileDurableDataLog(str(tmp_path / f"log-{cid}")), FileSystemChunkStorage(str(tmp_path / "lts")),
+        replace(CONFIG, cache_max_bytes=64 << 20, flush_threshold_bytes=8 << 20), container_budget_bytes=4 << 20)
+    store.start()
+    try:
+        (container,), (budget,) = store.containers, store.budgets
+        names = [f"s/busy{i}" for i in range(8)]
+        for name in names:
+            store.create_segment(name).result(10)
+        block = b"x" * (64 << 10)
+        for _ in range(5):  # 8 x 320 KiB: past the low-water mark (2 MiB), each segment far below 8 MiB
+            for fut in [store.append(name, block) for name in names]:
+                fut.result(10)
+        # (What arrives after a round began waits for the next reason to flush: the budget is open again.)
+        wait_for(lambda: budget.held() <= budget.low_water, "the storage writer to flush under pressure")
+        assert container.writer.chunks_written >= len(names)
+    finally:
+        store.close()
