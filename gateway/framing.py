@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import struct
 
-from twisted.internet import protocol
+from twisted.internet import protocol, tcp
 from twisted.internet import reactor as _reactor
 from twisted.internet.interfaces import (
     IConsumer,
@@ -60,9 +60,14 @@ class BudgetedReceiver(protocol.Protocol):
         self._pending: list[bytes | memoryview] = []
         self._pending_len = 0
         self._want = _PREFIX  # bytes needed before parsing can make progress
+        self._parsing = False  # inside ``_parse``: responses written now wait for the end of the read
+        self._socket: tcp.Connection | None = None  # the plain TCP transport, for ``send``
 
     def makeConnection(self, transport: ITransport) -> None:  # noqa: N802 - Twisted's name
         self.tcp = ITCPTransport(transport)
+        if isinstance(transport, tcp.Connection) and all(
+                hasattr(transport, a) for a in ("dataBuffer", "offset", "_tempDataLen", "_writeDisconnected")):
+            self._socket = transport  # (the transport's buffer as ``send`` reads it: checked, not assumed)
         IConsumer(transport).registerProducer(self, True)
         super().makeConnection(transport)
 
@@ -91,6 +96,26 @@ class BudgetedReceiver(protocol.Protocol):
             return "budget"
         return "quota" if self._muted is not None else "send"
 
+    def send(self, data: bytes) -> None:
+        """Write ``data`` after whatever the transport still holds.
+
+        Twisted's transport only buffers a write and asks the reactor to tell it when the socket is
+        writable: an epoll registration, a loop turn and a deregistration around every response. A
+        response completed outside a read (by the durable log's commit, a timer) to a plain TCP
+        connection holding nothing unsent goes to the socket at once instead; what the socket does not
+        take, and anything written during a read (where responses to pipelined requests are sent
+        together once the read is done) or over TLS, goes through the transport as before."""
+        t = self._socket
+        if (t is not None and not self._parsing and not t.TLS and t.connected and not t.disconnecting
+                and not t._writeDisconnected and not t._tempDataLen  # noqa: SLF001 - see makeConnection
+                and t.offset == len(t.dataBuffer)):
+            sent = t.writeSomeData(data)
+            if type(sent) is int:
+                if sent == len(data):
+                    return
+                data = data[sent:]
+        self.tcp.write(data)
+
     def answered(self, size: int) -> None:
         """A request of ``size`` bytes (its frame) no longer holds the connection's budget."""
         self.admission.budget.release(size)
@@ -117,12 +142,25 @@ class BudgetedReceiver(protocol.Protocol):
         end = len(view)
         off = 0
         admission = self.admission
+        self._parsing = True
+        try:
+            off = self._parse_frames(view, off, end, admission)
+        finally:
+            self._parsing = False
+        if off < end and not self._closed:
+            self._pending = [view[off:]]
+            self._pending_len = end - off
+            if self.paused:
+                self._want = 0
+
+    def _parse_frames(self, view: memoryview, off: int, end: int, admission: Admission) -> int:
+        """Hand over the whole frames of ``view[off:end]`` while reading is allowed; where it stopped."""
         while not self.paused and not self._closed and end - off >= _PREFIX:
             (length,) = _LEN.unpack_from(view, off)
             if length > self.MAX_LENGTH:
                 self._closed = True
                 self.lengthLimitExceeded(length)
-                return
+                return end
             stop = off + _PREFIX + length
             if stop > end:
                 self._want = _PREFIX + length
@@ -141,11 +179,7 @@ class BudgetedReceiver(protocol.Protocol):
                     self._pause(blocking)
         else:
             self._want = _PREFIX
-        if off < end and not self._closed:
-            self._pending = [view[off:]]
-            self._pending_len = end - off
-            if self.paused:
-                self._want = 0
+        return off
 
     # -- backpressure --------------------------------------------------------------------------------
     def _pause(self, budget: ByteBudget) -> None:

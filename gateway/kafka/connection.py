@@ -205,7 +205,7 @@ class KafkaConnection(BudgetedReceiver):
             else:
                 # One buffer for everything ready: the transport joins its pending buffers before it sends
                 # anyway, and one write spares its per-buffer checks (a small response has a dozen parts).
-                self.tcp.write(b"".join(out))
+                self.send(b"".join(out))
         if sent:
             if self._outgoing or (self._send_wait and not self._closed):  # not all of it is sent yet
                 self._after_send += sent

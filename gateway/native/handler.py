@@ -212,7 +212,7 @@ class NativeProtocol(BudgetedReceiver):
                 code, started = arrived
                 latency = metrics.latency.get(code) or metrics.histogram(code)
                 latency.observe(perf_counter() - started)
-        self.tcp.write(frame)
+        self.send(frame)
         self.answered(size)
 
     def _reply_value(self, request_id: int, size: int, value: object) -> None:
