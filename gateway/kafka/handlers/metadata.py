@@ -248,6 +248,8 @@ def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRe
 
     if not missing:
         return _response(ctx, request, [a for a in answers.values() if a is not None])
+    if broker.cluster is None:  # this node made every topic there is: its registry is the whole table
+        return _answer_missing(ctx, request, answers, missing, include_ops)
 
     def after_refresh(result: object) -> MetadataResponse | Deferred[MetadataResponse]:
         if isinstance(result, Failure):
