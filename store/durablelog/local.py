@@ -43,7 +43,13 @@ from crc32c import crc32c
 from millrace.store.durablelog import framing
 from millrace.store.durablelog.interface import Buffer, DurableDataLog, LogAddress, LogEntry, admit_parts
 from millrace.store.errors import ContainerOfflineError, DataCorruptionError, DataLogWriterFencedError
-from millrace.store.fsutil import drop_written, fsync_dir, write_fully
+from millrace.store.fsutil import (
+    DEFAULT_PREALLOCATE_BYTES,
+    Preallocation,
+    drop_written,
+    fsync_dir,
+    write_fully,
+)
 
 DEFAULT_MAX_FILE_BYTES = 64 * 1024 * 1024
 # Bounds one write so a flood of queued appends still rolls files and acks in reasonable steps.
@@ -92,6 +98,7 @@ class FileDurableDataLog(DurableDataLog):
         directory: str,
         max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
         max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
+        preallocate_bytes: int = DEFAULT_PREALLOCATE_BYTES,
     ) -> None:
         if max_file_bytes <= 0 or max_batch_bytes <= 0:
             raise ValueError("max_file_bytes and max_batch_bytes must be positive")
@@ -116,6 +123,7 @@ class FileDurableDataLog(DurableDataLog):
         # Writer-thread state (also touched by open/close while the writer is not running).
         self._write_sequence = 1  # next sequence the writer puts on disk
         self._active_fd = -1
+        self._preallocation = Preallocation(preallocate_bytes)
 
         # Guards the file list, shared between the writer (rolling) and truncate (deleting).
         self._files_lock = threading.Lock()
@@ -144,7 +152,8 @@ class FileDurableDataLog(DurableDataLog):
             self._truncated_upto = self._read_meta(_TRUNCATION_NAME)
             next_sequence = self._recover()
             active = self._files[-1]
-            self._active_fd = os.open(active.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+            self._active_fd = os.open(active.path, os.O_WRONLY | os.O_CLOEXEC)
+            self._preallocation.start(active.size)
         except BaseException:
             self._release_files()
             self._release_ownership()
@@ -413,6 +422,10 @@ class FileDurableDataLog(DurableDataLog):
             self._writer = None
         self._fail_queued(self._refusal())
         with self._truncate_lock:
+            if self._active_fd >= 0 and self._failure is None:
+                # Tidiness only: recovery cuts a zero-filled tail the same way.
+                with contextlib.suppress(OSError):
+                    self._preallocation.seal(self._active_fd, self._files[-1].size)
             self._release_files()
             self._release_ownership()
 
@@ -472,7 +485,8 @@ class FileDurableDataLog(DurableDataLog):
                 active = self._files[-1]
             if active.size >= self._max_file_bytes:
                 active = self._roll()
-            write_fully(self._active_fd, buffers, size)
+            self._preallocation.cover(self._active_fd, active.size + size)
+            write_fully(self._active_fd, buffers, size, active.size)
             self._sync_file(self._active_fd)
             drop_written(self._active_fd, active.size, active.size + size)  # read again only by recovery
         except BaseException as e:  # any failure must fail the futures, never strand them
@@ -504,8 +518,12 @@ class FileDurableDataLog(DurableDataLog):
         self._fail(futures, error)
 
     def _roll(self) -> _LogFile:
+        with self._files_lock:
+            old = self._files[-1]
+        # Before the next file exists: recovery accepts a zero-filled tail only in the last file.
+        self._preallocation.seal(self._active_fd, old.size)
         path = os.path.join(self._dir, _log_file_name(self._write_sequence))
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         try:
             fsync_dir(self._dir)
         except BaseException:
@@ -517,6 +535,7 @@ class FileDurableDataLog(DurableDataLog):
         # The old file was fdatasync'd after its last batch, so closing it loses nothing.
         os.close(self._active_fd)
         self._active_fd = fd
+        self._preallocation.start(0)
         self.stats.files_created += 1
         return new_file
 

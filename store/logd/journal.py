@@ -17,6 +17,7 @@ touches a Journal.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import struct
@@ -26,7 +27,14 @@ from typing import TypeAlias
 
 from millrace.store.durablelog import framing
 from millrace.store.errors import DataCorruptionError
-from millrace.store.fsutil import Buffer, drop_written, fsync_dir, write_fully
+from millrace.store.fsutil import (
+    DEFAULT_PREALLOCATE_BYTES,
+    Buffer,
+    Preallocation,
+    drop_written,
+    fsync_dir,
+    write_fully,
+)
 
 DEFAULT_MAX_FILE_BYTES = 64 * 1024 * 1024
 _NAME = re.compile(r"^(\d{20})\.journal$")
@@ -85,7 +93,8 @@ def value_record(kind: bytes, name: str, value: int) -> Record:
 
 
 class Journal:
-    def __init__(self, directory: str, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> None:
+    def __init__(self, directory: str, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+                 preallocate_bytes: int = DEFAULT_PREALLOCATE_BYTES) -> None:
         self.directory = os.path.abspath(directory)
         self.max_file_bytes = max_file_bytes
         self.logs: dict[str, LogState] = {}
@@ -94,6 +103,7 @@ class Journal:
         self._active_id = 0
         self._active_fd = -1
         self._active_size = 0
+        self._preallocation = Preallocation(preallocate_bytes)
         self._next_record = 1
         self.fsyncs = 0
 
@@ -216,7 +226,8 @@ class Journal:
             buffers.append(header)
             buffers.extend(record)
             offset += length
-        write_fully(self._active_fd, buffers, offset - self._active_size)
+        self._preallocation.cover(self._active_fd, offset)
+        write_fully(self._active_fd, buffers, offset - self._active_size, self._active_size)
         os.fdatasync(self._active_fd)
         self.fsyncs += 1
         drop_written(self._active_fd, self._active_size, offset)  # read again only by a recovery or a copy
@@ -231,12 +242,16 @@ class Journal:
         """Start a new file that restates every log's state, so older files hold only entries."""
         file_id = self._next_record
         path = self._path(file_id)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        if self._active_fd >= 0:
+            # Before the next file exists: replay accepts a zero-filled tail only in the last file.
+            self._preallocation.seal(self._active_fd, self._active_size)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
         if self._active_fd >= 0:
             os.close(self._active_fd)
         self._active_fd = fd
         self._active_id = file_id
         self._active_size = os.fstat(fd).st_size
+        self._preallocation.start(self._active_size)
         if file_id in self._files:  # an empty file left by a crash right after an earlier roll
             os.close(self._files[file_id])
         self._files[file_id] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -255,6 +270,8 @@ class Journal:
 
     def close(self) -> None:
         if self._active_fd >= 0:
+            with contextlib.suppress(OSError):  # tidiness only: replay cuts a zero-filled tail the same way
+                self._preallocation.seal(self._active_fd, self._active_size)
             os.close(self._active_fd)
             self._active_fd = -1
         for fd in self._files.values():

@@ -359,14 +359,15 @@ def test_entries_given_in_parts_read_back_whole(tmp_path: Path, monkeypatch: pyt
     than one writev takes (IOV_MAX), and goes on after short writes; a mutable part is copied at once."""
     from millrace.store import fsutil
 
-    writev = os.writev
+    pwritev = os.pwritev
     calls = []
 
-    def counted_writev(fd: int, buffers: list) -> int:  # short: at most 1,000 bytes a call, cut anywhere
+    def counted_pwritev(fd: int, buffers: list, offset: int) -> int:  # short: at most 1,000 bytes, cut anywhere
         calls.append(len(buffers))
-        return writev(fd, [memoryview(b"".join(bytes(b) for b in buffers))[:1000]] if short else buffers)
+        given = [memoryview(b"".join(bytes(b) for b in buffers))[:1000]] if short else buffers
+        return pwritev(fd, given, offset)
 
-    monkeypatch.setattr(fsutil.os, "writev", counted_writev)
+    monkeypatch.setattr(fsutil.os, "pwritev", counted_pwritev)
     log = open_log(tmp_path)
     entered, release = threading.Event(), threading.Event()
     original = log._sync_file
@@ -409,3 +410,77 @@ def test_durable_entries_leave_the_page_cache(tmp_path: Path) -> None:
     assert resident_bytes(tmp_path / name) <= 2 << 20
     log.close()
     assert [p for _, p in read_payloads(tmp_path)] == payloads
+
+
+def _crash_image(source: Path, target: Path) -> None:
+    """The log directory as a crash would leave it: its files as they are now, the lock not held."""
+    target.mkdir()
+    for name in os.listdir(source):
+        if name != "lock":
+            (target / name).write_bytes((source / name).read_bytes())
+
+
+def test_the_active_file_is_allocated_ahead_and_cut_to_its_entries(tmp_path: Path) -> None:
+    """Appends go into space allocated ahead of them (an fdatasync then commits no size change); a
+    crash leaves that space as a zero-filled tail, which reopening cuts; a clean close cuts it too."""
+    live, crashed = tmp_path / "live", tmp_path / "crashed"
+    log = open_log(live, preallocate_bytes=1 << 20)
+    payloads = [os.urandom(100) for _ in range(20)]
+    for payload in payloads:
+        log.append(payload).result(timeout=10)
+    (name,) = log_files(live)
+    written = log.size_bytes
+    assert os.path.getsize(live / name) == 120 + (1 << 20)  # a step past the first entry (20 + 100 bytes)
+    _crash_image(live, crashed)
+    log.close()
+    assert os.path.getsize(live / name) == written
+    assert [p for _, p in read_payloads(live)] == payloads
+
+    reopened = open_log(crashed, preallocate_bytes=1 << 20)
+    assert [e.payload for e in reopened.read_all()] == payloads
+    assert os.path.getsize(crashed / name) == written  # the zero tail is gone before any new append
+    reopened.append(b"after").result(timeout=10)
+    reopened.close()
+    assert [p for _, p in read_payloads(crashed)] == [*payloads, b"after"]
+
+
+def test_a_file_is_cut_to_its_entries_before_the_next_one_starts(tmp_path: Path) -> None:
+    """Only the last file may end in allocated zeros: recovery takes damage anywhere else for corruption."""
+    live, crashed = tmp_path / "live", tmp_path / "crashed"
+    log = open_log(live, max_file_bytes=1000, preallocate_bytes=64 << 10)
+    for i in range(50):
+        log.append(payload_for(0, i)).result(timeout=10)
+    names = log_files(live)
+    assert len(names) > 2
+    for earlier, later in zip(names, names[1:], strict=False):
+        frames = read_payloads_of_file(live / earlier)
+        assert int(later[:-4]) == int(earlier[:-4]) + frames
+    _crash_image(live, crashed)
+    log.close()
+    assert read_payloads(crashed, max_file_bytes=1000) == [(i + 1, payload_for(0, i)) for i in range(50)]
+
+
+def read_payloads_of_file(path: Path) -> int:
+    """How many whole frames the file holds, requiring that they fill it exactly."""
+    from millrace.store.durablelog import framing
+
+    data = path.read_bytes()
+    frames = list(framing.iter_frames(data))
+    assert frames and frames[-1][2] == len(data)
+    return len(frames)
+
+
+def test_a_file_system_that_cannot_allocate_ahead_is_written_as_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def unsupported(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.EOPNOTSUPP, "not supported")
+
+    monkeypatch.setattr(os, "posix_fallocate", unsupported)
+    log = open_log(tmp_path)
+    for i in range(10):
+        log.append(payload_for(1, i)).result(timeout=10)
+    (name,) = log_files(tmp_path)
+    assert os.path.getsize(tmp_path / name) == log.size_bytes
+    log.close()
+    assert read_payloads(tmp_path) == [(i + 1, payload_for(1, i)) for i in range(10)]

@@ -82,3 +82,26 @@ def test_written_records_leave_the_page_cache(tmp_path: Path) -> None:
     assert resident_bytes(path) <= 2 << 20
     assert payloads(journal, "a") == data
     journal.close()
+
+
+def test_a_crash_leaves_allocated_zeros_only_in_the_last_file(tmp_path: Path) -> None:
+    """Records go into space allocated ahead of them; a file is cut to its records before the next one
+    starts, so a crash image replays whole and its last file's zero-filled tail is cut."""
+    live, crashed = tmp_path / "live", tmp_path / "crashed"
+    journal = Journal(str(live), max_file_bytes=4096, preallocate_bytes=64 << 10)
+    journal.open()
+    for sequence in range(1, 101):
+        put(journal, "a", sequence, 1, b"entry-%d" % sequence * 10)
+    files = sorted(live.glob("*.journal"))
+    assert len(files) > 2
+    assert files[-1].stat().st_size > 64 << 10  # allocated ahead
+    crashed.mkdir()
+    for path in files:  # the files as a crash leaves them
+        (crashed / path.name).write_bytes(path.read_bytes())
+    journal.close()
+    assert files[-1].stat().st_size < 64 << 10  # a clean close cuts the tail
+    replayed = Journal(str(crashed), max_file_bytes=4096)
+    replayed.open()
+    assert payloads(replayed, "a") == {s: b"entry-%d" % s * 10 for s in range(1, 101)}
+    assert (crashed / files[-1].name).stat().st_size < 64 << 10
+    replayed.close()
