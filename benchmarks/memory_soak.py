@@ -7,6 +7,11 @@ the same data and reports how long it took to be ready and its RSS then. What gr
 batches after the read cache has filled is state the server keeps per batch, which no budget bounds.
 
     .venv/bin/python -m benchmarks.memory_soak [--batches 600000] [--partitions 1] [--cache-mb 64]
+        [--producers 1] [--samples FILE]
+
+``--producers`` runs that many producer processes side by side, each with its share of the batches (a
+long soak then takes less time; each is its own connection with its own requests in flight). ``--samples``
+writes every RSS sample (seconds, bytes) as JSON.
 
 Never a test: the figures go to docs/performance.md.
 """
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import shutil
 import tempfile
@@ -54,7 +60,24 @@ def produce_single_record_batches(bootstrap: str, topic: str, batches: int, part
     return time.perf_counter() - began, errors[0] + left
 
 
-def run(batches: int, partitions: int, size: int, cache_mb: int) -> dict:
+def _produce_share(args: tuple[str, str, int, int, int]) -> tuple[float, int]:
+    return produce_single_record_batches(*args)
+
+
+def produce_in_processes(bootstrap: str, topic: str, batches: int, partitions: int, size: int,
+                         producers: int) -> tuple[float, int]:
+    """``produce_single_record_batches`` split over ``producers`` processes: seconds for all, errors."""
+    if producers == 1:
+        return produce_single_record_batches(bootstrap, topic, batches, partitions, size)
+    shares = [batches // producers + (1 if i < batches % producers else 0) for i in range(producers)]
+    began = time.perf_counter()
+    with multiprocessing.get_context("spawn").Pool(producers) as pool:
+        results = pool.map(_produce_share, [(bootstrap, topic, share, partitions, size) for share in shares])
+    return time.perf_counter() - began, sum(errors for _, errors in results)
+
+
+def run(batches: int, partitions: int, size: int, cache_mb: int, producers: int = 1,
+        samples_path: str | None = None) -> dict:
     data_dir = tempfile.mkdtemp(prefix="millrace-soak-")
     args = ("--cache-mb", str(cache_mb))
     server = ServerProcess(data_dir, *args).start()
@@ -63,7 +86,7 @@ def run(batches: int, partitions: int, size: int, cache_mb: int) -> dict:
         trace.start()
         admin = AdminClient({"bootstrap.servers": server.bootstrap})
         admin.create_topics([NewTopic("soak", partitions, 1)])["soak"].result(30)
-        seconds, errors = produce_single_record_batches(server.bootstrap, "soak", batches, partitions, size)
+        seconds, errors = produce_in_processes(server.bootstrap, "soak", batches, partitions, size, producers)
         time.sleep(2)
         trace.stop.set()
         trace.join()
@@ -76,11 +99,15 @@ def run(batches: int, partitions: int, size: int, cache_mb: int) -> dict:
         server.kill()
         shutil.rmtree(data_dir, ignore_errors=True)
     samples = trace.samples
+    if samples_path:
+        with open(samples_path, "w") as out:
+            json.dump([[round(t, 1), rss] for t, rss in samples], out)
     quarter = [samples[min(len(samples) - 1, len(samples) * q // 4)][1] for q in range(5)]
     return {
-        "batches": batches, "partitions": partitions, "record_bytes": size, "cache_mb": cache_mb,
+        "batches": batches, "partitions": partitions, "producers": producers, "record_bytes": size, "cache_mb": cache_mb,
         "batches_per_s": batches / seconds, "errors": errors,
         "rss_mb_at_quarters": [round(r / 1e6) for r in quarter],
+        "rss_mb_peak": round(max(r for _, r in samples) / 1e6),
         # Growth over the second half of the run, when the cache has long been full: per-batch state.
         "bytes_per_batch_second_half": (quarter[4] - quarter[2]) / (batches / 2),
         "restart_s": restart_s, "rss_mb_after_restart": round(restarted_rss / 1e6),
@@ -93,8 +120,10 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=1)
     parser.add_argument("--record-bytes", type=int, default=100)
     parser.add_argument("--cache-mb", type=int, default=64)
+    parser.add_argument("--producers", type=int, default=1)
+    parser.add_argument("--samples", help="write every RSS sample here as JSON")
     args = parser.parse_args()
-    result = run(args.batches, args.partitions, args.record_bytes, args.cache_mb)
+    result = run(args.batches, args.partitions, args.record_bytes, args.cache_mb, args.producers, args.samples)
     print(json.dumps(result, indent=1))
 
 
