@@ -146,3 +146,23 @@ def test_any_valid_name_round_trips(tmp_path_factory: pytest.TempPathFactory, na
     for n in names:
         assert fs.read(n, 0, 1000) == n.encode()
         assert fs.list(n) == sorted(m for m in names if m.startswith(n))
+
+
+def test_a_chunk_is_made_durable_a_step_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A whole chunk synced at once stalls every durable log's fdatasync on the disk behind it: a chunk
+    is synced a step (1 MiB) at a time as it is written, and still reads back whole."""
+    from millrace.store.lts import filesystem
+
+    synced: list[int] = []
+    fdatasync = os.fdatasync
+
+    def counted(fd: int) -> None:
+        synced.append(os.fstat(fd).st_size)
+        fdatasync(fd)
+
+    monkeypatch.setattr(filesystem.os, "fdatasync", counted)
+    storage = FileSystemChunkStorage(str(tmp_path))
+    data = os.urandom(3 * filesystem._SYNC_STEP + 100)
+    storage.write("s/chunk", data)
+    assert synced == [filesystem._SYNC_STEP, 2 * filesystem._SYNC_STEP, 3 * filesystem._SYNC_STEP]
+    assert storage.read("s/chunk", 0, len(data)) == data
