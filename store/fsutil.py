@@ -20,21 +20,17 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def write_fully(fd: int, buffers: list[Buffer], size: int, offset: int | None = None) -> None:
-    """``writev`` of ``buffers`` (``size`` bytes in all), at most IOV_MAX at a time, on after a short write
-    from where it stopped; at ``offset`` (``pwritev``) when given, else at the file's position. The kernel
-    copies them with the GIL released (a join in Python would hold it and copy every byte once more).
-    ``buffers`` is consumed."""
+def write_fully(fd: int, buffers: list[Buffer], size: int, offset: int) -> None:
+    """``pwritev`` of ``buffers`` (``size`` bytes in all) at ``offset``, at most IOV_MAX at a time, on after a
+    short write from where it stopped. The kernel copies them with the GIL released (a join in Python would
+    hold it and copy every byte once more). ``buffers`` is consumed."""
     start = 0
     while size:
         batch = buffers[start:start + _IOV_MAX]
-        if offset is None:
-            written = os.writev(fd, batch)
-        else:
-            written = os.pwritev(fd, batch, offset)
-            offset += written
+        written = os.pwritev(fd, batch, offset)
+        offset += written
         if not written:
-            raise OSError(errno.EIO, f"writev wrote nothing of {size} bytes")
+            raise OSError(errno.EIO, f"pwritev wrote nothing of {size} bytes")
         size -= written
         for buffer in batch:  # skip what was written; a part written in part is cut to its rest
             if written >= len(buffer):

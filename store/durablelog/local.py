@@ -11,7 +11,7 @@ Sequence numbers start at 1 and are dense across files. Only the last file is ev
 over once it holds ``max_file_bytes``.
 
 Threading: ``append`` may be called from any thread and never blocks on I/O. A single writer thread
-drains the queue, writes each batch with ``os.writev`` (the entries' parts as given: no copy in Python,
+drains the queue, writes each batch with ``os.pwritev`` (the entries' parts as given: no copy in Python,
 where it would hold the GIL) and one ``os.fdatasync`` and then completes
 the batch's futures in sequence order, so future callbacks run on the writer thread: they must be
 quick and must never wait on another append's future (that would deadlock the writer).
@@ -355,7 +355,7 @@ class FileDurableDataLog(DurableDataLog):
         return self.append_parts((payload,))
 
     def append_parts(self, parts: Sequence[Buffer]) -> Future[LogAddress]:
-        """Queue the entry ``parts`` make; the writer hands them to ``writev`` as they are, so no copy
+        """Queue the entry ``parts`` make; the writer hands them to ``pwritev`` as they are, so no copy
         of them is made in Python (where it would hold the GIL)."""
         refused = self._refusal() if not self._accepting or self._failure is not None else None
         admitted, length, future = admit_parts(parts, refused)

@@ -82,7 +82,7 @@ def _named(kind: bytes, name: str) -> bytes:
 
 
 def entry_record(name: str, sequence: int, entry_epoch: int, crc: int, payload: Buffer) -> tuple[Record, int]:
-    """An entry record, its payload as given (not copied: the journal writes the parts with one writev),
+    """An entry record, its payload as given (not copied: the journal writes the parts with one pwritev),
     and the offset of the payload inside the record."""
     head = _named(b"E", name) + _ENTRY.pack(sequence, entry_epoch, crc)
     return (head, payload), len(head)
@@ -204,7 +204,7 @@ class Journal:
 
     # -- writing ---------------------------------------------------------------------------------------
     def write(self, records: Iterable[tuple[str, int, StoredEntry | None, Record, int]]) -> None:
-        """Append records with one writev of their parts as given and one fdatasync. Each item is (log,
+        """Append records with one pwritev of their parts as given and one fdatasync. Each item is (log,
         sequence, entry or None, record, payload offset in record); entries are indexed once durable."""
         items = list(records)
         if not items:

@@ -353,10 +353,10 @@ def test_nothing_completes_before_the_sync_returns(tmp_path: Path) -> None:
     log.close()
 
 
-@pytest.mark.parametrize("short", [False, True], ids=["writev", "short-writes"])
+@pytest.mark.parametrize("short", [False, True], ids=["pwritev", "short-writes"])
 def test_entries_given_in_parts_read_back_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, short: bool) -> None:
-    """``append_parts``: the writer hands the parts to writev as they are, more of them in one commit
-    than one writev takes (IOV_MAX), and goes on after short writes; a mutable part is copied at once."""
+    """``append_parts``: the writer hands the parts to pwritev as they are, more of them in one commit
+    than one pwritev takes (IOV_MAX), and goes on after short writes; a mutable part is copied at once."""
     from millrace.store import fsutil
 
     pwritev = os.pwritev
@@ -385,7 +385,7 @@ def test_entries_given_in_parts_read_back_whole(tmp_path: Path, monkeypatch: pyt
     futures = [first, log.append_parts([b"head-", mutable, memoryview(b"-view")])]
     expected.append(b"head-mutable-view")
     mutable[:] = b"CHANGED"
-    for i in range(1500):  # 4,500 buffers and 1,500 headers: more than one writev takes
+    for i in range(1500):  # 4,500 buffers and 1,500 headers: more than one pwritev takes
         parts = [b"%d:" % i, b"", os.urandom(i % 50)]
         futures.append(log.append_parts(parts))
         expected.append(b"".join(parts))
