@@ -60,10 +60,6 @@ def produce_single_record_batches(bootstrap: str, topic: str, batches: int, part
     return time.perf_counter() - began, errors[0] + left
 
 
-def _produce_share(args: tuple[str, str, int, int, int]) -> tuple[float, int]:
-    return produce_single_record_batches(*args)
-
-
 def produce_in_processes(bootstrap: str, topic: str, batches: int, partitions: int, size: int,
                          producers: int) -> tuple[float, int]:
     """``produce_single_record_batches`` split over ``producers`` processes: seconds for all, errors."""
@@ -72,7 +68,8 @@ def produce_in_processes(bootstrap: str, topic: str, batches: int, partitions: i
     shares = [batches // producers + (1 if i < batches % producers else 0) for i in range(producers)]
     began = time.perf_counter()
     with multiprocessing.get_context("spawn").Pool(producers) as pool:
-        results = pool.map(_produce_share, [(bootstrap, topic, share, partitions, size) for share in shares])
+        results = pool.starmap(produce_single_record_batches,
+                               [(bootstrap, topic, share, partitions, size) for share in shares])
     return time.perf_counter() - began, sum(errors for _, errors in results)
 
 

@@ -484,7 +484,7 @@ class FileDurableDataLog(DurableDataLog):
             with self._files_lock:
                 active = self._files[-1]
             if active.size >= self._max_file_bytes:
-                active = self._roll()
+                active = self._roll(active)
             self._preallocation.cover(self._active_fd, active.size + size)
             write_fully(self._active_fd, buffers, size, active.size)
             self._sync_file(self._active_fd)
@@ -517,9 +517,7 @@ class FileDurableDataLog(DurableDataLog):
                 break
         self._fail(futures, error)
 
-    def _roll(self) -> _LogFile:
-        with self._files_lock:
-            old = self._files[-1]
+    def _roll(self, old: _LogFile) -> _LogFile:
         # Before the next file exists: recovery accepts a zero-filled tail only in the last file.
         self._preallocation.seal(self._active_fd, old.size)
         path = os.path.join(self._dir, _log_file_name(self._write_sequence))

@@ -245,12 +245,11 @@ class Journal:
         if self._active_fd >= 0:
             # Before the next file exists: replay accepts a zero-filled tail only in the last file.
             self._preallocation.seal(self._active_fd, self._active_size)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        if self._active_fd >= 0:
             os.close(self._active_fd)
-        self._active_fd = fd
+            self._active_fd = -1
+        self._active_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
         self._active_id = file_id
-        self._active_size = os.fstat(fd).st_size
+        self._active_size = os.fstat(self._active_fd).st_size
         self._preallocation.start(self._active_size)
         if file_id in self._files:  # an empty file left by a crash right after an earlier roll
             os.close(self._files[file_id])

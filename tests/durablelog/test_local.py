@@ -453,14 +453,14 @@ def test_a_file_is_cut_to_its_entries_before_the_next_one_starts(tmp_path: Path)
     names = log_files(live)
     assert len(names) > 2
     for earlier, later in zip(names, names[1:], strict=False):
-        frames = read_payloads_of_file(live / earlier)
+        frames = frames_filling(live / earlier)
         assert int(later[:-4]) == int(earlier[:-4]) + frames
     _crash_image(live, crashed)
     log.close()
     assert read_payloads(crashed, max_file_bytes=1000) == [(i + 1, payload_for(0, i)) for i in range(50)]
 
 
-def read_payloads_of_file(path: Path) -> int:
+def frames_filling(path: Path) -> int:
     """How many whole frames the file holds, requiring that they fill it exactly."""
     from millrace.store.durablelog import framing
 
