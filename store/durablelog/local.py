@@ -443,9 +443,12 @@ class FileDurableDataLog(DurableDataLog):
         while True:
             if not queue:
                 with self._wakeup:
+                    # The flag is raised before the queue is looked at: an append that the look missed
+                    # sees it and notifies (append queues first, then reads the flag).
+                    self._writer_waiting = True
                     while not queue and self._accepting:
-                        self._writer_waiting = True
                         self._wakeup.wait()
+                        self._writer_waiting = True
                     self._writer_waiting = False
                 # Checked after observing close, so an append that slipped in before close is written.
                 if not queue:
