@@ -72,10 +72,12 @@ from millrace.store.durablelog.local import FileDurableDataLog
 from millrace.store.durablelog.metadata import FileLogMetadataStore
 from millrace.store.durablelog.replicated import ReplicatedDurableDataLog
 from millrace.store.durablelog.replication_config import ReplicationConfig
+from millrace.store.durablelog.turn_commits import TurnCommits
 from millrace.store.lts.factory import chunk_storage_from_url
 from millrace.store.lts.interface import ChunkStorage
 from millrace.store.segment_store import SegmentStore
 from millrace.store.tables import TableStore
+from millrace.streams.futures import ReactorLoop
 
 _ANY_ADDRESS = ("0.0.0.0", "::", "")
 log = logging.getLogger("millrace")
@@ -120,7 +122,8 @@ def log_factory(options: ServerOptions, data_dir: str) -> Callable[[int], Durabl
     """The durable log of each container: local files, or replicated on the named log replicas."""
     replication = replication_config(options)
     if replication is None:
-        return lambda cid: FileDurableDataLog(os.path.join(data_dir, "logs", f"container-{cid}"))
+        turns = TurnCommits(ReactorLoop())
+        return lambda cid: FileDurableDataLog(os.path.join(data_dir, "logs", f"container-{cid}"), turns=turns)
     metadata = FileLogMetadataStore(os.path.join(data_dir, "logmeta"))
     return lambda cid: ReplicatedDurableDataLog(f"container-{cid}", metadata, replication)
 

@@ -18,7 +18,9 @@ Threads and what each owns:
 - **Reactor thread pool** (Twisted's). The auto-scaler's rounds; a topic's scaling switch runs its
   reactor part through ``call_on_reactor``.
 - **Store threads** (log writers, storage writers, the LTS read pool, the scheduler). Own the store's
-  state; they complete ``StoreFuture``s and touch nothing of the gateway's.
+  state; they complete ``StoreFuture``s and touch nothing of the gateway's. The reactor stands in for
+  a local log's writer at the end of a turn that appended to it (``ReactorLoop``): then the store's
+  completions run on the reactor, and a handler that appends must never wait for the result there.
 
 How results cross: every store or pool future a gateway caller waits on becomes a Deferred in
 ``to_deferred``, which fires on the reactor thread (at once when the future is already complete and the
@@ -38,7 +40,7 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from twisted.internet import defer, reactor, threads
-from twisted.internet.interfaces import IReactorFromThreads
+from twisted.internet.interfaces import IReactorFromThreads, IReactorTime
 from twisted.python import threadable
 
 from millrace.store.futures import StoreFuture
@@ -80,7 +82,12 @@ class _ReactorInbox:
             first = not self._calls
             self._calls.append((fn, args))
         if first:
-            IReactorFromThreads(reactor).callFromThread(self._run)
+            if threadable.isInIOThread():
+                # A completion made on the reactor itself (a log committed at a turn's end): the next
+                # turn runs it, with no wake-up through the pipe.
+                IReactorTime(reactor).callLater(0, self._run)
+            else:
+                IReactorFromThreads(reactor).callFromThread(self._run)
 
     def _run(self) -> None:
         with self._lock:
@@ -93,6 +100,17 @@ class _ReactorInbox:
 
 
 _INBOX = _ReactorInbox()
+
+
+class ReactorLoop:
+    """The reactor as the durable logs' ``EventLoop`` (``store.durablelog.turn_commits``): an append
+    made on the reactor is written and synced at the end of its turn, on the reactor."""
+
+    def on_loop_thread(self) -> bool:
+        return bool(getattr(reactor, "running", False)) and threadable.isInIOThread()
+
+    def call_soon(self, fn: Callable[[], None]) -> None:
+        IReactorTime(reactor).callLater(0, fn)
 
 
 def on_reactor(fn: Callable[..., object], *args: Any) -> None:

@@ -6,7 +6,8 @@ layer and joins the next *frame*, so log order is acceptance order. At most ``MA
 frames are in the durable log at a time; while one is written and fsync'd the next gathers every
 operation that arrives meanwhile (group commit), and one frame is one log entry.
 
-When the log acknowledges a frame, its completion runs on the log's writer thread: under the lock it
+When the log acknowledges a frame, its completion runs on the thread that committed it (the log's
+writer, or the reactor at the end of the turn that appended it: ``turn_commits``): under the lock it
 applies every operation at the head of the in-flight queue whose frame is durable, strictly in log
 order; then, with the lock released, it resumes the tail reads that became answerable, hands released
 chunks to the storage writer, and completes the callers' futures. So nothing is visible or

@@ -10,12 +10,15 @@ Directory layout::
 Sequence numbers start at 1 and are dense across files. Only the last file is ever written; it rolls
 over once it holds ``max_file_bytes``.
 
-Threading: ``append`` may be called from any thread and never blocks on I/O. A single writer thread
-drains the queue, writes each batch with ``os.pwritev`` (the entries' parts as given: no copy in Python,
-where it would hold the GIL) and one ``os.fdatasync`` and then completes
-the batch's futures in sequence order, so future callbacks run on the writer thread: they must be
-quick and must never wait on another append's future (that would deadlock the writer).
-``open``, ``read_all``, ``truncate`` and ``close`` do blocking I/O: keep them off the reactor thread.
+Threading: ``append`` may be called from any thread and never blocks on I/O. A writer thread drains
+the queue, writes each batch with ``os.pwritev`` (the entries' parts as given: no copy in Python, where
+it would hold the GIL) and one ``os.fdatasync`` and then completes the batch's futures in sequence
+order. Given ``turns`` (``turn_commits``), appends made on the event loop's thread do not wake the
+writer: at the end of the loop's turn the loop's thread commits them itself when they are few, or wakes
+the writer. One commit runs at a time (the commit lock). Future callbacks run on the committing thread:
+they must be quick and must never wait on another append's future (that would deadlock the writer, or
+the loop). ``open``, ``read_all``, ``truncate`` and ``close`` do blocking I/O: keep them off the reactor
+thread.
 
 Errors: a failed write or fdatasync fails its batch's futures with the OSError and breaks the log;
 every later append fails with ContainerOfflineError (``__cause__`` is the OSError) until the owner
@@ -33,6 +36,7 @@ import os
 import re
 import struct
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, InvalidStateError
@@ -41,7 +45,14 @@ from dataclasses import dataclass
 from crc32c import crc32c
 
 from millrace.store.durablelog import framing
-from millrace.store.durablelog.interface import Buffer, DurableDataLog, LogAddress, LogEntry, admit_parts
+from millrace.store.durablelog.interface import (
+    Buffer,
+    DurableDataLog,
+    LogAddress,
+    LogEntry,
+    admit_parts,
+)
+from millrace.store.durablelog.turn_commits import TURN_COMMIT_BYTES, TURN_COMMIT_SYNC_SECONDS, TurnCommits
 from millrace.store.errors import ContainerOfflineError, DataCorruptionError, DataLogWriterFencedError
 from millrace.store.fsutil import (
     DEFAULT_PREALLOCATE_BYTES,
@@ -99,6 +110,7 @@ class FileDurableDataLog(DurableDataLog):
         max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
         max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
         preallocate_bytes: int = DEFAULT_PREALLOCATE_BYTES,
+        turns: TurnCommits | None = None,
     ) -> None:
         if max_file_bytes <= 0 or max_batch_bytes <= 0:
             raise ValueError("max_file_bytes and max_batch_bytes must be positive")
@@ -119,6 +131,11 @@ class FileDurableDataLog(DurableDataLog):
         self._appended = False
         self._failure: BaseException | None = None
         self._writer: threading.Thread | None = None
+        self._turns = turns
+        self._turn_end_scheduled = False
+        self._sync_seconds = 0.0  # a moving average of the commits' fdatasync, whoever ran them
+        # Held by whichever thread writes: the writer, or the turn's thread committing a small tail.
+        self._commit_lock = threading.Lock()
 
         # Writer-thread state (also touched by open/close while the writer is not running).
         self._write_sequence = 1  # next sequence the writer puts on disk
@@ -363,16 +380,44 @@ class FileDurableDataLog(DurableDataLog):
             return future
         self._queue.append((admitted, length, future))
         self._appended = True
-        if self._writer_waiting:
-            with self._wakeup:
-                if self._writer_waiting:
-                    self._writer_waiting = False
-                    self._wakeup.notify()
+        turns = self._turns
+        if turns is not None and turns.on_loop_thread():
+            if not self._turn_end_scheduled:
+                self._turn_end_scheduled = True
+                turns.due(self)
+        else:
+            self._wake_writer()
         if self._writer_exited:
             # close() raced with this call and the writer is gone. The writer sets the flag before its
             # last sweep of the queue, so between the two of us every entry is answered.
             self._fail_queued(self._refusal())
         return future
+
+    def end_turn(self, commit_here: bool) -> None:
+        """The loop's turn that queued entries here is over (``TurnCommits``): write and sync them on
+        this thread when asked to and they are few, else wake the writer."""
+        self._turn_end_scheduled = False
+        queue = self._queue
+        if not queue:
+            return
+        if (commit_here and self._sync_seconds < TURN_COMMIT_SYNC_SECONDS
+                and _queued_bytes_at_most(queue, TURN_COMMIT_BYTES)
+                and self._commit_lock.acquire(blocking=False)):
+            try:
+                if queue and self._accepting and self._failure is None:
+                    self._commit()
+            finally:
+                self._commit_lock.release()
+            if not queue or self._turn_end_scheduled:
+                return  # what the completions appended has a turn end of its own
+        self._wake_writer()
+
+    def _wake_writer(self) -> None:
+        if self._writer_waiting:
+            with self._wakeup:
+                if self._writer_waiting:
+                    self._writer_waiting = False
+                    self._wakeup.notify()
 
     def _refusal(self) -> BaseException:
         if self._failure is not None:
@@ -421,7 +466,8 @@ class FileDurableDataLog(DurableDataLog):
             writer.join()
             self._writer = None
         self._fail_queued(self._refusal())
-        with self._truncate_lock:
+        # The commit lock waits out a commit at a turn's end still writing to the active file.
+        with self._commit_lock, self._truncate_lock:
             if self._active_fd >= 0 and self._failure is None:
                 # Tidiness only: recovery cuts a zero-filled tail the same way.
                 with contextlib.suppress(OSError):
@@ -458,7 +504,9 @@ class FileDurableDataLog(DurableDataLog):
             if self._failure is not None:
                 self._fail_queued(self._refusal())
             else:
-                self._commit()
+                with self._commit_lock:
+                    if queue:
+                        self._commit()
 
     def _commit(self) -> None:
         """Write the queue's head (up to max_batch_bytes) with one write and one fdatasync, then ack it.
@@ -490,7 +538,9 @@ class FileDurableDataLog(DurableDataLog):
                 active = self._roll(active)
             self._preallocation.cover(self._active_fd, active.size + size)
             write_fully(self._active_fd, buffers, size, active.size)
+            synced = time.perf_counter()
             self._sync_file(self._active_fd)
+            self._sync_seconds += (time.perf_counter() - synced - self._sync_seconds) / 8
             drop_written(self._active_fd, active.size, active.size + size)  # read again only by recovery
         except BaseException as e:  # any failure must fail the futures, never strand them
             self._failure = e
@@ -545,6 +595,15 @@ class FileDurableDataLog(DurableDataLog):
         for future in futures:
             with contextlib.suppress(InvalidStateError):
                 future.set_exception(error)
+
+
+def _queued_bytes_at_most(queue: deque[tuple[tuple[Buffer, ...], int, Future[LogAddress]]], limit: int) -> bool:
+    total = 0
+    for _, length, _ in queue:
+        total += length
+        if total > limit:
+            return False
+    return True
 
 
 def _validate_file(path: str, data: bytes, first_sequence: int, is_last: bool) -> tuple[int, int]:

@@ -1,0 +1,166 @@
+"""Group commit at the end of an event loop's turn (``turn_commits``) with the local durable log: which
+thread writes and syncs, and that nothing queued is stranded between a turn and the writer."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from pathlib import Path
+
+from millrace.store.durablelog.interface import LogAddress
+from millrace.store.durablelog.local import FileDurableDataLog
+from millrace.store.durablelog.turn_commits import TURN_COMMIT_BYTES, TURN_COMMIT_SYNC_SECONDS, TurnCommits
+from tests.durablelog.helpers import read_payloads
+
+
+class ManualLoop:
+    """An event loop whose thread is the test's and whose turns end when the test says."""
+
+    def __init__(self) -> None:
+        self.thread = threading.get_ident()
+        self.soon: list[Callable[[], None]] = []
+
+    def on_loop_thread(self) -> bool:
+        return threading.get_ident() == self.thread
+
+    def call_soon(self, fn: Callable[[], None]) -> None:
+        self.soon.append(fn)
+
+    def end_turn(self) -> None:
+        calls, self.soon = self.soon, []
+        for fn in calls:
+            fn()
+
+
+def turn_log(path: Path, turns: TurnCommits) -> tuple[FileDurableDataLog, list[int]]:
+    """An open log on ``turns`` and the list of threads its syncs ran on."""
+    log = FileDurableDataLog(str(path), turns=turns)
+    log.open()
+    synced_on: list[int] = []
+
+    def sync(fd: int) -> None:
+        synced_on.append(threading.get_ident())
+        os.fdatasync(fd)
+
+    log._sync_file = sync
+    return log, synced_on
+
+
+def test_a_turns_appends_are_written_at_its_end_on_the_loops_thread(tmp_path: Path) -> None:
+    loop = ManualLoop()
+    log, synced_on = turn_log(tmp_path, TurnCommits(loop))
+    futures = [log.append(b"one"), log.append(b"two")]
+    assert not any(f.done() for f in futures)  # the writer thread was not woken for them
+    assert len(loop.soon) == 1  # one turn end for the turn, however many appends
+    loop.end_turn()
+    assert [f.result(timeout=0) for f in futures] == [LogAddress(1), LogAddress(2)]
+    assert synced_on == [loop.thread]
+    assert log.stats.fsyncs == 1
+    log.close()
+    assert read_payloads(tmp_path) == [(1, b"one"), (2, b"two")]
+
+
+def test_only_the_last_due_log_commits_here_and_the_others_overlap_on_their_writers(tmp_path: Path) -> None:
+    loop = ManualLoop()
+    turns = TurnCommits(loop)
+    (first, first_synced), (last, last_synced) = turn_log(tmp_path / "a", turns), turn_log(tmp_path / "b", turns)
+    a, b = first.append(b"a"), last.append(b"b")
+    loop.end_turn()
+    assert b.done() and last_synced == [loop.thread]
+    assert a.result(timeout=10) == LogAddress(1)
+    assert first_synced and first_synced[0] != loop.thread
+    first.close()
+    last.close()
+
+
+def test_a_queue_too_big_for_the_loop_goes_to_the_writer(tmp_path: Path) -> None:
+    loop = ManualLoop()
+    log, synced_on = turn_log(tmp_path, TurnCommits(loop))
+    big = log.append(b"x" * (TURN_COMMIT_BYTES + 1))
+    loop.end_turn()
+    assert big.result(timeout=10) == LogAddress(1)
+    assert synced_on and loop.thread not in synced_on
+    log.close()
+
+
+def test_appends_from_another_thread_wake_the_writer_as_ever(tmp_path: Path) -> None:
+    loop = ManualLoop()
+    log, synced_on = turn_log(tmp_path, TurnCommits(loop))
+    appended: list[Future[LogAddress]] = []
+    other = threading.Thread(target=lambda: appended.append(log.append(b"elsewhere")))
+    other.start()
+    other.join()
+    assert appended[0].result(timeout=10) == LogAddress(1)
+    assert loop.soon == [] and loop.thread not in synced_on
+    log.close()
+
+
+def test_what_a_completion_appends_is_written_at_the_next_turns_end(tmp_path: Path) -> None:
+    """The operation processor sends its next frame from a frame's completion: on the loop's thread,
+    in the middle of a turn's commit. That append belongs to the next turn, and is not lost."""
+    loop = ManualLoop()
+    log, synced_on = turn_log(tmp_path, TurnCommits(loop))
+    followers: list[Future[LogAddress]] = []
+    first = log.append(b"first")
+    first.add_done_callback(lambda _: followers.append(log.append(b"follower")))
+    loop.end_turn()
+    assert first.done() and len(followers) == 1 and not followers[0].done()
+    assert len(loop.soon) == 1
+    loop.end_turn()
+    assert followers[0].result(timeout=0) == LogAddress(2)
+    assert synced_on == [loop.thread, loop.thread]
+    log.close()
+
+
+def test_close_writes_what_waits_for_a_turn_that_never_ends(tmp_path: Path) -> None:
+    loop = ManualLoop()
+    log, _ = turn_log(tmp_path, TurnCommits(loop))
+    waiting = log.append(b"waiting")
+    closer = threading.Thread(target=log.close)  # a loop that stopped: its turn end never runs
+    closer.start()
+    closer.join(timeout=10)
+    assert not closer.is_alive()
+    assert waiting.result(timeout=0) == LogAddress(1)
+    loop.end_turn()  # a late turn end finds nothing to do, and no open file
+    assert read_payloads(tmp_path) == [(1, b"waiting")]
+
+
+def test_a_log_reopened_before_its_turn_ended_commits_at_that_turns_end(tmp_path: Path) -> None:
+    """A container's log closed and opened again while the loop runs (a restart after a failure)."""
+    loop = ManualLoop()
+    log, synced_on = turn_log(tmp_path, TurnCommits(loop))
+    log.append(b"before")
+    closer = threading.Thread(target=log.close)
+    closer.start()
+    closer.join(timeout=10)
+    log.open()
+    again = log.append(b"after")
+    assert not again.done()
+    loop.end_turn()
+    assert again.result(timeout=0) == LogAddress(2)
+    assert synced_on[-1] == loop.thread
+    log.close()
+    assert read_payloads(tmp_path) == [(1, b"before"), (2, b"after")]
+
+
+def test_a_log_whose_syncs_are_slow_leaves_them_to_its_writer(tmp_path: Path) -> None:
+    """A disk busy elsewhere makes each sync take milliseconds; the loop must not block in them."""
+    loop = ManualLoop()
+    log, synced_on = turn_log(tmp_path, TurnCommits(loop))
+    fast_sync = log._sync_file
+
+    def slow_sync(fd: int) -> None:
+        time.sleep(3 * TURN_COMMIT_SYNC_SECONDS)  # at least this long: the average only climbs
+        fast_sync(fd)
+
+    log._sync_file = slow_sync
+    for i in range(8):
+        appended = log.append(b"%d" % i)
+        loop.end_turn()
+        appended.result(timeout=10)
+    assert synced_on[0] == loop.thread
+    assert synced_on[-1] != loop.thread
+    log.close()
