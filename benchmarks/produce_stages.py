@@ -10,9 +10,11 @@ arrival, the first log append after it, and so on), so the breakdown is exact wi
 flight and approximate with several:
 
 - recv -> log append: the Kafka handler's Python, up to the durable log's queue;
-- writer wakes: until the durable log's writer thread starts the group commit;
+- writer wakes: until the group commit starts (at the end of the reactor's turn, or on the durable
+  log's writer thread when the commit is handed to it: ``turn_commits``);
 - write + fdatasync: the commit's write and its fdatasync;
-- back on reactor: until the reactor runs the completion (a pipe wake-up and a loop turn);
+- back on reactor: until the reactor runs the completion (a loop turn; from a writer thread, a pipe
+  wake-up as well);
 - to response: the reactor's work until the response is ready to write;
 - client turnaround: from one response ready to the next request's arrival (the response's write,
   loopback, librdkafka, and the next request's way in);
