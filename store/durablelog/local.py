@@ -45,13 +45,7 @@ from dataclasses import dataclass
 from crc32c import crc32c
 
 from millrace.store.durablelog import framing
-from millrace.store.durablelog.interface import (
-    Buffer,
-    DurableDataLog,
-    LogAddress,
-    LogEntry,
-    admit_parts,
-)
+from millrace.store.durablelog.interface import Buffer, DurableDataLog, LogAddress, LogEntry, admit_parts
 from millrace.store.durablelog.turn_commits import TURN_COMMIT_BYTES, TURN_COMMIT_SYNC_SECONDS, TurnCommits
 from millrace.store.errors import ContainerOfflineError, DataCorruptionError, DataLogWriterFencedError
 from millrace.store.fsutil import (
