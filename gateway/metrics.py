@@ -42,6 +42,7 @@ from millrace.gateway.request_metrics import RequestMetrics
 from millrace.protocol.wire import Command
 from millrace.store.containers.container import SegmentContainer
 from millrace.store.controller import Controller, SegmentRange, StreamInfo
+from millrace.store.durablelog.local import FileDurableDataLog
 from millrace.store.durablelog.replicated import ReplicatedDurableDataLog
 from millrace.store.errors import ScopeNotFoundError, SegmentNotFoundError, StreamNotFoundError
 from millrace.store.latency import HistogramSnapshot
@@ -180,6 +181,9 @@ def container_families(containers: Sequence[SegmentContainer]) -> list[Metric]:
     replica_lag = GaugeMetricFamily("millrace_log_replica_lag_entries",
                                     "Entries sent to a replica of the container's log it has not acknowledged yet.",
                                     labels=["container", "replica"])
+    commits = CounterMetricFamily("millrace_log_commits_total",
+                                  "Writes and fdatasyncs of the container's local durable log, by the thread that ran "
+                                  "them.", labels=["container", "thread"])
     acks = HistogramMetricFamily("millrace_log_ack_latency_seconds",
                                  "From an entry's first send to its ack quorum (replicated logs).",
                                  labels=["container"])
@@ -207,14 +211,18 @@ def container_families(containers: Sequence[SegmentContainer]) -> list[Metric]:
             held.add_metric(label, c.budget.held())
             limit.add_metric(label, c.budget.limit)
         durable_log = c.durable_log
+        if isinstance(durable_log, FileDurableDataLog):
+            log_stats = durable_log.stats
+            commits.add_metric([*label, "reactor"], log_stats.turn_commits)
+            commits.add_metric([*label, "writer"], log_stats.batches - log_stats.turn_commits)
         if isinstance(durable_log, ReplicatedDurableDataLog):
             under.add_metric(label, durable_log.under_replicated_fragments())
             for replica, behind in durable_log.replica_lag().items():
                 replica_lag.add_metric([*label, replica], behind)
             _histogram(acks, label, durable_log.ack_latency.snapshot())
     return [appends, append_bytes, cache_reads, storage_reads, chunks, flushed, cache_bytes, cache_limit,
-            hit_ratio, log_bytes, segments, unflushed, unflushed_age, recovery, held, limit, under, replica_lag,
-            acks]
+            hit_ratio, log_bytes, segments, unflushed, unflushed_age, recovery, held, limit, commits, under,
+            replica_lag, acks]
 
 
 def _connection_families(protocols: Sequence[RequestMetrics]) -> list[Metric]:

@@ -74,10 +74,11 @@ _META_VERSION = 1
 
 @dataclass
 class LogStats:
-    """Counters maintained by the writer thread (read them for metrics and tests)."""
+    """Counters maintained by the committing thread (read them for metrics and tests)."""
 
     appends: int = 0
-    batches: int = 0
+    batches: int = 0  # commits: one write and one fdatasync each
+    turn_commits: int = 0  # of those, the ones an event loop's thread ran at the end of its turn
     fsyncs: int = 0
     bytes_written: int = 0
     files_created: int = 0
@@ -399,7 +400,9 @@ class FileDurableDataLog(DurableDataLog):
                 and self._commit_lock.acquire(blocking=False)):
             try:
                 if queue and self._accepting and self._failure is None:
+                    before = self.stats.batches
                     self._commit()
+                    self.stats.turn_commits += self.stats.batches - before
             finally:
                 self._commit_lock.release()
             if not queue or self._turn_end_scheduled:
