@@ -20,6 +20,8 @@ import tempfile
 import time
 from multiprocessing.queues import Queue
 
+from benchmarks.store_append_bench import percentile
+
 MIB = 1024 * 1024
 PERCENTILES = (("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999))
 
@@ -72,7 +74,7 @@ def quorum_latencies(directory: str, size: int, rate: float, seconds: float, bus
 
 def summary(latencies: list[float]) -> str:
     ordered = sorted(latencies)
-    cells = [f"{name} {ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e3:.2f}" for name, q in PERCENTILES]
+    cells = [f"{name} {percentile(ordered, q) * 1e3:.2f}" for name, q in PERCENTILES]
     return ", ".join(cells) + f", max {ordered[-1] * 1e3:.2f} ms"
 
 

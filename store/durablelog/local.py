@@ -72,6 +72,10 @@ _META_MAGIC = 0x4D4C524D  # b"MRLM"
 _META_VERSION = 1
 
 
+# An entry waiting for the writer: its parts, their length, its future.
+_Queued = tuple[tuple[Buffer, ...], int, Future[LogAddress]]
+
+
 @dataclass
 class LogStats:
     """Counters maintained by the committing thread (read them for metrics and tests)."""
@@ -118,7 +122,7 @@ class FileDurableDataLog(DurableDataLog):
 
         # append() takes no lock: deque.append/popleft are atomic, and the flags below are written by
         # one side and read by the other in an order that leaves no queued entry stranded (see append).
-        self._queue: deque[tuple[tuple[Buffer, ...], int, Future[LogAddress]]] = deque()  # parts, length, future
+        self._queue: deque[_Queued] = deque()
         self._wakeup = threading.Condition(threading.Lock())
         self._writer_waiting = False
         self._writer_exited = False
@@ -594,7 +598,7 @@ class FileDurableDataLog(DurableDataLog):
                 future.set_exception(error)
 
 
-def _queued_bytes_at_most(queue: deque[tuple[tuple[Buffer, ...], int, Future[LogAddress]]], limit: int) -> bool:
+def _queued_bytes_at_most(queue: deque[_Queued], limit: int) -> bool:
     total = 0
     for _, length, _ in queue:
         total += length
