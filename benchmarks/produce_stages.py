@@ -12,7 +12,8 @@ flight and approximate with several:
 - recv -> log append: the Kafka handler's Python, up to the durable log's queue;
 - writer wakes: until the group commit starts (at the end of the reactor's turn, or on the durable
   log's writer thread when the commit is handed to it: ``turn_commits``);
-- write + fdatasync: the commit's write and its fdatasync;
+- write + fdatasync: the commit's write and its fdatasync, until the reactor reaps the sync when the
+  kernel ran it (``kernel_sync``);
 - back on reactor: until the reactor runs the completion (a loop turn; from a writer thread, a pipe
   wake-up as well);
 - to response: the reactor's work until the response is ready to write;
@@ -70,25 +71,19 @@ def serve(trace: str, argv: list[str]) -> int:
 
     stamped(connection.KafkaConnection, "stringReceived", "A", lambda _self, frame: int.from_bytes(frame[:2]) == 0)
     stamped(local.FileDurableDataLog, "append_parts", "B")
-    stamped(local.FileDurableDataLog, "_commit", "C")
+    stamped(local.FileDurableDataLog, "_write_batch", "C")
+    stamped(local.FileDurableDataLog, "_synced", "D")  # the sync is over, on this thread or the kernel's
     stamped(futures._ReactorInbox, "_run", "E")
     stamped(connection.KafkaConnection, "_respond", "F", lambda _self, _response, ctx, _slot: ctx.api_key == 0)
     opened = local.FileDurableDataLog.__init__
 
     logs: list[Any] = []
 
-    def with_timed_sync(self: Any, *args: Any, **kwargs: Any) -> None:
+    def remembered(self: Any, *args: Any, **kwargs: Any) -> None:
         opened(self, *args, **kwargs)
         logs.append(self)
-        sync = self._sync_file
 
-        def timed(fd: int) -> None:
-            sync(fd)
-            stamps["D"].append(now())
-
-        self._sync_file = timed
-
-    local.FileDurableDataLog.__init__ = with_timed_sync  # type: ignore[method-assign]
+    local.FileDurableDataLog.__init__ = remembered  # type: ignore[method-assign]
 
     def report() -> None:
         last_response: float | None = None

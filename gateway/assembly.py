@@ -68,6 +68,7 @@ from millrace.store.controller import Controller
 from millrace.store.controller.autoscaler import AutoScaler, AutoScalerConfig
 from millrace.store.durablelog.curve import CurveClientKeys
 from millrace.store.durablelog.interface import DurableDataLog
+from millrace.store.durablelog.kernel_sync import KernelSyncs
 from millrace.store.durablelog.local import FileDurableDataLog
 from millrace.store.durablelog.metadata import FileLogMetadataStore
 from millrace.store.durablelog.replicated import ReplicatedDurableDataLog
@@ -122,7 +123,7 @@ def log_factory(options: ServerOptions, data_dir: str) -> Callable[[int], Durabl
     """The durable log of each container: local files, or replicated on the named log replicas."""
     replication = replication_config(options)
     if replication is None:
-        turns = TurnCommits(ReactorLoop())
+        turns = TurnCommits(ReactorLoop(), KernelSyncs.open())
         return lambda cid: FileDurableDataLog(os.path.join(data_dir, "logs", f"container-{cid}"), turns=turns)
     metadata = FileLogMetadataStore(os.path.join(data_dir, "logmeta"))
     return lambda cid: ReplicatedDurableDataLog(f"container-{cid}", metadata, replication)

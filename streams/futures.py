@@ -40,8 +40,9 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from twisted.internet import defer, reactor, threads
-from twisted.internet.interfaces import IReactorFromThreads, IReactorTime
+from twisted.internet.interfaces import IReactorFDSet, IReactorFromThreads, IReactorTime, IReadDescriptor
 from twisted.python import threadable
+from zope.interface import implementer
 
 from millrace.store.futures import StoreFuture
 
@@ -111,6 +112,30 @@ class ReactorLoop:
 
     def call_soon(self, fn: Callable[[], None]) -> None:
         IReactorTime(reactor).callLater(0, fn)
+
+    def watch_readable(self, fd: int, on_readable: Callable[[], object]) -> None:
+        IReactorFDSet(reactor).addReader(_Readable(fd, on_readable))
+
+
+@implementer(IReadDescriptor)
+class _Readable:
+    """A descriptor the reactor reads for us: ``on_readable`` does the reading."""
+
+    def __init__(self, fd: int, on_readable: Callable[[], object]) -> None:
+        self._fd = fd
+        self._on_readable = on_readable
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def doRead(self) -> None:
+        self._on_readable()
+
+    def connectionLost(self, reason: object) -> None:
+        pass
+
+    def logPrefix(self) -> str:
+        return "kernel-syncs"
 
 
 def on_reactor(fn: Callable[..., object], *args: Any) -> None:

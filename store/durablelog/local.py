@@ -14,10 +14,11 @@ Threading: ``append`` may be called from any thread and never blocks on I/O. A w
 the queue, writes each batch with ``os.pwritev`` (the entries' parts as given: no copy in Python, where
 it would hold the GIL) and one ``os.fdatasync`` and then completes the batch's futures in sequence
 order. Given ``turns`` (``turn_commits``), appends made on the event loop's thread do not wake the
-writer: at the end of the loop's turn the loop's thread commits them itself when they are few, or wakes
-the writer. One commit runs at a time (the commit lock). Future callbacks run on the committing thread:
-they must be quick and must never wait on another append's future (that would deadlock the writer, or
-the loop). ``open``, ``read_all``, ``truncate`` and ``close`` do blocking I/O: keep them off the reactor
+writer: at the end of the loop's turn the loop's thread writes them itself when they are few, handing
+the sync to the kernel where it can (``kernel_sync``; the loop then acks them when it reaps the sync),
+or wakes the writer. One commit runs at a time (the commit lock, held from the write to the sync's end).
+Future callbacks run on the committing thread: they must be quick and must never wait on another
+append's future (that would deadlock the writer, or the loop). ``open``, ``read_all``, ``truncate`` and ``close`` do blocking I/O: keep them off the reactor
 thread.
 
 Errors: a failed write or fdatasync fails its batch's futures with the OSError and breaks the log;
@@ -46,6 +47,7 @@ from crc32c import crc32c
 
 from millrace.store.durablelog import framing
 from millrace.store.durablelog.interface import Buffer, DurableDataLog, LogAddress, LogEntry, admit_parts
+from millrace.store.durablelog.kernel_sync import KernelSyncs
 from millrace.store.durablelog.turn_commits import TURN_COMMIT_BYTES, TURN_COMMIT_SYNC_SECONDS, TurnCommits
 from millrace.store.errors import ContainerOfflineError, DataCorruptionError, DataLogWriterFencedError
 from millrace.store.fsutil import (
@@ -132,6 +134,7 @@ class FileDurableDataLog(DurableDataLog):
         self._writer: threading.Thread | None = None
         self._turns = turns
         self._turn_end_scheduled = False
+        self._sync_in_flight = False  # a batch's sync is with the kernel (KernelSyncs); it holds the commit lock
         self._sync_seconds = 0.0  # a moving average of the commits' fdatasync, whoever ran them
         # Held by whichever thread writes: the writer, or the turn's thread committing a small tail.
         self._commit_lock = threading.Lock()
@@ -393,11 +396,17 @@ class FileDurableDataLog(DurableDataLog):
         return future
 
     def end_turn(self, commit_here: bool) -> None:
-        """The loop's turn that queued entries here is over (``TurnCommits``): write and sync them on
-        this thread when asked to and they are few, else wake the writer."""
+        """The loop's turn that queued entries here is over (``TurnCommits``): when they are few, write
+        them on this thread and hand the sync to the kernel, or without kernel syncs sync them here when
+        asked to; else wake the writer."""
         self._turn_end_scheduled = False
         queue = self._queue
-        if not queue:
+        if not queue or self._sync_in_flight:
+            return  # the sync's end takes up what is queued
+        syncs = self._turns.syncs if self._turns is not None else None
+        if (syncs is not None and _queued_bytes_at_most(queue, TURN_COMMIT_BYTES)
+                and self._commit_lock.acquire(blocking=False)):
+            self._commit_in_kernel(syncs)
             return
         if (commit_here and self._sync_seconds < TURN_COMMIT_SYNC_SECONDS
                 and _queued_bytes_at_most(queue, TURN_COMMIT_BYTES)
@@ -459,6 +468,9 @@ class FileDurableDataLog(DurableDataLog):
     def close(self) -> None:
         """Write and ack everything queued, stop the writer, release the directory lock. Idempotent."""
         self._accepting = False
+        syncs = self._turns.syncs if self._turns is not None else None
+        while self._sync_in_flight and syncs is not None:
+            syncs.reap(wait=True)  # the loop may be stopped: its reaping cannot be counted on
         writer = self._writer
         if writer is not None:
             with self._wakeup:
@@ -514,6 +526,64 @@ class FileDurableDataLog(DurableDataLog):
 
         Futures complete in sequence order, after the fdatasync returned.
         """
+        batch = self._write_batch()
+        if batch is not None:
+            self._sync_here(batch)
+
+    def _commit_in_kernel(self, syncs: KernelSyncs) -> None:
+        """``_commit`` with the sync submitted to the kernel: the caller holds the commit lock, which the
+        sync's completion releases (on the thread that reaps it: the loop's)."""
+        batch = None
+        try:
+            if self._queue and self._accepting and self._failure is None:
+                batch = self._write_batch()
+            if batch is not None:
+                syncs.submit(self._active_fd, lambda error: self._kernel_synced(batch, error))
+                self._sync_in_flight = True
+                self.stats.turn_commits += 1
+                return
+        except OSError:
+            # The kernel would not take the sync (its AIO limits): sync here instead.
+            assert batch is not None
+            self._sync_here(batch)
+        except BaseException:
+            self._commit_lock.release()
+            raise
+        self._commit_lock.release()
+        self._take_up_queue()
+
+    def _sync_here(self, batch: _Batch) -> None:
+        try:
+            self._sync_file(self._active_fd)
+        except BaseException as e:  # any failure must fail the futures, never strand them
+            self._synced(batch, e)
+            return
+        self._synced(batch, None)
+
+    def _kernel_synced(self, batch: _Batch, error: BaseException | None) -> None:
+        try:
+            self._sync_in_flight = False
+            self._synced(batch, error)
+        finally:
+            self._commit_lock.release()
+        self._take_up_queue()
+
+    def _take_up_queue(self) -> None:
+        """After a commit ended outside the writer: see that what was queued meanwhile gets written."""
+        if not self._queue:
+            return
+        turns = self._turns
+        if self._failure is not None or not self._accepting:
+            self._wake_writer()  # it fails them, or writes them before it exits
+        elif turns is not None and turns.on_loop_thread():
+            if not self._turn_end_scheduled:
+                self._turn_end_scheduled = True
+                turns.due(self)
+        else:
+            self._wake_writer()
+
+    def _write_batch(self) -> _Batch | None:
+        """Frame the queue's head (up to max_batch_bytes) and write it to the active file, unsynced."""
         queue = self._queue
         pop = queue.popleft
         encode_header = framing.encode_header_of_parts
@@ -539,21 +609,31 @@ class FileDurableDataLog(DurableDataLog):
                 active = self._roll(active)
             self._preallocation.cover(self._active_fd, active.size + size)
             write_fully(self._active_fd, buffers, size, active.size)
-            synced = time.perf_counter()
-            self._sync_file(self._active_fd)
-            self._sync_seconds += (time.perf_counter() - synced - self._sync_seconds) / 8
-            drop_written(self._active_fd, active.size, active.size + size)  # read again only by recovery
         except BaseException as e:  # any failure must fail the futures, never strand them
             self._failure = e
             self._fail(futures, e)
+            return None
+        return _Batch(futures, first, sequence, active, size, time.perf_counter())
+
+    def _synced(self, batch: _Batch, error: BaseException | None) -> None:
+        """The batch's sync is over: ack its entries in sequence order, or fail them and the log."""
+        futures = batch.futures
+        if error is not None:
+            self._failure = error
+            self._fail(futures, error)
             return
-        self._write_sequence = sequence
+        active, size = batch.file, batch.size
+        self._sync_seconds += (time.perf_counter() - batch.written_at - self._sync_seconds) / 8
+        with contextlib.suppress(OSError):
+            drop_written(self._active_fd, active.size, active.size + size)  # read again only by recovery
+        self._write_sequence = batch.next_sequence
         active.size += size
         stats = self.stats
         stats.appends += len(futures)
         stats.batches += 1
         stats.fsyncs += 1
         stats.bytes_written += size
+        first = batch.first
         for future in futures:
             try:  # noqa: SIM105 - contextlib.suppress costs too much per entry here
                 future.set_result(LogAddress(first))
@@ -596,6 +676,18 @@ class FileDurableDataLog(DurableDataLog):
         for future in futures:
             with contextlib.suppress(InvalidStateError):
                 future.set_exception(error)
+
+
+@dataclass(slots=True)
+class _Batch:
+    """Entries written to the active file and waiting for their sync."""
+
+    futures: list[Future[LogAddress]]
+    first: int  # the first entry's sequence
+    next_sequence: int
+    file: _LogFile
+    size: int
+    written_at: float
 
 
 def _queued_bytes_at_most(queue: deque[_Queued], limit: int) -> bool:

@@ -5,17 +5,21 @@ threads for its one append: the loop wakes the log's writer thread, and the writ
 the loop back. Each crossing waits for the interpreter lock and a futex or a pipe, and costs as much
 CPU as the append itself. Redis writes and syncs its append-only file this way before its loop sleeps.
 
-Appends the loop's thread makes during a turn are gathered; when the turn's input is handled, one due
-log writes and syncs its queue right there, and every other due log wakes its writer thread first, so
-their syncs overlap with it. A log whose queue is too big for this (a flood of large batches) hands it
-to its writer too, and so does a log whose syncs have been slow of late (a disk busy with other work):
-there the loop goes on reading while the disk works.
+Appends the loop's thread makes during a turn are gathered. When the turn's input is handled, each due
+log writes its queue right there and hands the sync to the kernel (``KernelSyncs``), so the loop goes on
+reading while the disk works and several logs' syncs overlap; the loop acks a batch when it reaps its
+sync. A log whose queue is too big for this (a flood of large batches) hands it to its writer thread.
+Without kernel syncs, one due log writes and syncs on the loop's thread and every other wakes its writer
+first, so their syncs overlap with it; a log whose syncs have been slow of late (a disk busy with other
+work) hands every commit to its writer, so the loop is not stalled in them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Protocol
+
+from millrace.store.durablelog.kernel_sync import KernelSyncs
 
 # The most a log writes and syncs on the loop's thread at a turn's end; more goes to its writer thread.
 TURN_COMMIT_BYTES = 64 * 1024
@@ -32,18 +36,27 @@ class EventLoop(Protocol):
     def call_soon(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` on the loop's thread after the input of the current turn is handled."""
 
+    def watch_readable(self, fd: int, on_readable: Callable[[], object]) -> None:
+        """Call ``on_readable`` on the loop's thread whenever ``fd`` is readable."""
+
 
 class TurnLog(Protocol):
     def end_turn(self, commit_here: bool) -> None:
-        """Write what the turn queued on this thread (``commit_here``, if small) or hand it to the writer."""
+        """Write what the turn queued on this thread (if small: with the kernel's sync, or without it when
+        ``commit_here``) or hand it to the writer."""
 
 
 class TurnCommits:
     """The logs with appends from the loop's current turn. Used on the loop's thread only."""
 
-    def __init__(self, loop: EventLoop) -> None:
+    def __init__(self, loop: EventLoop, syncs: KernelSyncs | None = None) -> None:
         self._loop = loop
         self._due: list[TurnLog] = []
+        # Where the kernel syncs for us, every due log's small queue is written and its sync submitted
+        # at the turn's end, and the loop goes on; the loop reaps the syncs as they end.
+        self.syncs = syncs
+        if syncs is not None:
+            loop.watch_readable(syncs.fileno(), syncs.reap)
 
     def on_loop_thread(self) -> bool:
         return self._loop.on_loop_thread()

@@ -3,16 +3,22 @@ thread writes and syncs, and that nothing queued is stranded between a turn and 
 
 from __future__ import annotations
 
+import errno
 import os
+import select
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
 
+import pytest
+
 from millrace.store.durablelog.interface import LogAddress
+from millrace.store.durablelog.kernel_sync import KernelSyncs
 from millrace.store.durablelog.local import FileDurableDataLog
 from millrace.store.durablelog.turn_commits import TURN_COMMIT_BYTES, TURN_COMMIT_SYNC_SECONDS, TurnCommits
+from millrace.store.errors import ContainerOfflineError
 from tests.durablelog.helpers import read_payloads
 
 
@@ -28,6 +34,15 @@ class ManualLoop:
 
     def call_soon(self, fn: Callable[[], None]) -> None:
         self.soon.append(fn)
+
+    def watch_readable(self, fd: int, on_readable: Callable[[], object]) -> None:
+        self.watched = (fd, on_readable)
+
+    def read_when_readable(self, timeout: float = 10.0) -> None:
+        """What the loop does when the watched descriptor turns readable (kernel syncs ended)."""
+        fd, on_readable = self.watched
+        assert select.select([fd], [], [], timeout)[0], "the watched descriptor never turned readable"
+        on_readable()
 
     def end_turn(self) -> None:
         calls, self.soon = self.soon, []
@@ -164,3 +179,105 @@ def test_a_log_whose_syncs_are_slow_leaves_them_to_its_writer(tmp_path: Path) ->
     assert synced_on[0] == loop.thread
     assert synced_on[-1] != loop.thread
     log.close()
+
+
+# -- syncs handed to the kernel (KernelSyncs) ------------------------------------------------------------
+
+
+@pytest.fixture
+def syncs() -> Iterator[KernelSyncs]:
+    opened = KernelSyncs.open()
+    if opened is None:
+        pytest.skip("this kernel gives no AIO context")
+    yield opened
+    opened.close()
+
+
+def test_a_turns_appends_are_synced_by_the_kernel_and_acked_when_the_loop_reaps(tmp_path: Path, syncs: KernelSyncs) -> None:
+    loop = ManualLoop()
+    turns = TurnCommits(loop, syncs)
+    (a_log, a_synced), (b_log, b_synced) = turn_log(tmp_path / "a", turns), turn_log(tmp_path / "b", turns)
+    a = [a_log.append(b"a1"), a_log.append(b"a2")]
+    b = b_log.append(b"b1")
+    loop.end_turn()
+    assert syncs.submitted == 2  # both due logs' syncs are with the kernel at once, neither on a writer
+    assert not any(f.done() for f in [*a, b])  # nothing is acked before its sync ended
+    while not all(f.done() for f in [*a, b]):
+        loop.read_when_readable()
+    assert [f.result(timeout=0) for f in a] == [LogAddress(1), LogAddress(2)]
+    assert b.result(timeout=0) == LogAddress(1)
+    assert a_synced == [] and b_synced == []  # no fdatasync of ours ran, on any thread
+    assert (a_log.stats.turn_commits, b_log.stats.turn_commits) == (1, 1)
+    a_log.close()
+    b_log.close()
+    assert read_payloads(tmp_path / "a") == [(1, b"a1"), (2, b"a2")]
+
+
+def test_what_is_queued_while_a_sync_is_with_the_kernel_waits_for_its_end(tmp_path: Path, syncs: KernelSyncs) -> None:
+    """One batch of a log is in flight at a time, so acks keep sequence order; the batch queued behind
+    it is written when the loop reaps the first, at the end of that turn."""
+    loop = ManualLoop()
+    log, _ = turn_log(tmp_path, TurnCommits(loop, syncs))
+    first = log.append(b"first")
+    loop.end_turn()
+    second = log.append(b"second")
+    loop.end_turn()
+    assert syncs.submitted == 1 and not second.done()
+    while not first.done():
+        loop.read_when_readable()
+    assert not second.done() and len(loop.soon) == 1
+    loop.end_turn()
+    assert syncs.submitted == 2
+    while not second.done():
+        loop.read_when_readable()
+    assert (first.result(timeout=0), second.result(timeout=0)) == (LogAddress(1), LogAddress(2))
+    log.close()
+
+
+def test_a_failed_kernel_sync_fails_its_entries_and_breaks_the_log(tmp_path: Path, syncs: KernelSyncs) -> None:
+    loop = ManualLoop()
+    log, _ = turn_log(tmp_path, TurnCommits(loop, syncs))
+    submit = syncs.submit
+    syncs.submit = lambda fd, done: submit(fd, lambda _: done(OSError(errno.EIO, "injected")))  # type: ignore[method-assign]
+    doomed = log.append(b"doomed")
+    loop.end_turn()
+    queued_behind = log.append(b"behind")
+    loop.end_turn()
+    loop.read_when_readable()
+    with pytest.raises(OSError, match="injected"):
+        doomed.result(timeout=0)
+    with pytest.raises(ContainerOfflineError):
+        queued_behind.result(timeout=10)
+    with pytest.raises(ContainerOfflineError):
+        log.append(b"after").result(timeout=0)
+    log.close()
+
+
+def test_a_sync_the_kernel_refuses_is_run_on_the_loops_thread(tmp_path: Path, syncs: KernelSyncs) -> None:
+    loop = ManualLoop()
+    log, synced_on = turn_log(tmp_path, TurnCommits(loop, syncs))
+
+    def refuse(fd: int, done: object) -> None:
+        raise OSError(errno.EAGAIN, "io_submit: no room")
+
+    syncs.submit = refuse  # type: ignore[method-assign]
+    appended = log.append(b"x")
+    loop.end_turn()
+    assert appended.result(timeout=0) == LogAddress(1)
+    assert synced_on == [loop.thread]
+    log.close()
+
+
+def test_close_waits_out_a_kernel_sync_the_stopped_loop_never_reaps(tmp_path: Path, syncs: KernelSyncs) -> None:
+    loop = ManualLoop()
+    log, _ = turn_log(tmp_path, TurnCommits(loop, syncs))
+    in_flight = log.append(b"in flight")
+    loop.end_turn()
+    queued = log.append(b"queued behind it")
+    closer = threading.Thread(target=log.close)
+    closer.start()
+    closer.join(timeout=10)
+    assert not closer.is_alive()
+    assert in_flight.result(timeout=0) == LogAddress(1)
+    assert queued.result(timeout=0) == LogAddress(2)  # written by the writer before it exited
+    assert read_payloads(tmp_path) == [(1, b"in flight"), (2, b"queued behind it")]
