@@ -40,7 +40,13 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from twisted.internet import defer, reactor, threads
-from twisted.internet.interfaces import IReactorFDSet, IReactorFromThreads, IReactorTime, IReadDescriptor
+from twisted.internet.interfaces import (
+    IReactorCore,
+    IReactorFDSet,
+    IReactorFromThreads,
+    IReactorTime,
+    IReadDescriptor,
+)
 from twisted.python import threadable
 from zope.interface import implementer
 
@@ -115,6 +121,10 @@ class ReactorLoop:
 
     def watch_readable(self, fd: int, on_readable: Callable[[], object]) -> None:
         IReactorFDSet(reactor).addReader(_Readable(fd, on_readable))
+
+    def when_stopped(self, fn: Callable[[], None]) -> None:
+        # "after": the reactor no longer counts as running, so appends from here on wake their writers.
+        IReactorCore(reactor).addSystemEventTrigger("after", "shutdown", fn)
 
 
 @implementer(IReadDescriptor)

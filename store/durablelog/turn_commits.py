@@ -39,6 +39,9 @@ class EventLoop(Protocol):
     def watch_readable(self, fd: int, on_readable: Callable[[], object]) -> None:
         """Call ``on_readable`` on the loop's thread whenever ``fd`` is readable."""
 
+    def when_stopped(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` on the loop's thread once the loop has stopped for good (it runs no turn after)."""
+
 
 class TurnLog(Protocol):
     def end_turn(self, commit_here: bool) -> None:
@@ -57,6 +60,7 @@ class TurnCommits:
         self.syncs = syncs
         if syncs is not None:
             loop.watch_readable(syncs.fileno(), syncs.reap)
+        loop.when_stopped(self._loop_stopped)
 
     def on_loop_thread(self) -> bool:
         return self._loop.on_loop_thread()
@@ -66,6 +70,16 @@ class TurnCommits:
         if not self._due:
             self._loop.call_soon(self._end_turn)
         self._due.append(log)
+
+    def _loop_stopped(self) -> None:
+        """No turn ends and no reaping from here on: what waits for either goes to the logs' writers,
+        which the store's closing waits for (the server closes it after its loop stopped)."""
+        syncs, self.syncs = self.syncs, None
+        while syncs is not None and syncs.reap(wait=True):
+            pass  # the syncs' ends hand what queued behind them to the writers
+        due, self._due = self._due, []
+        for log in due:
+            log.end_turn(commit_here=False)
 
     def _end_turn(self) -> None:
         # Appends made by the completions below belong to the next turn's list.

@@ -38,6 +38,15 @@ class ManualLoop:
     def watch_readable(self, fd: int, on_readable: Callable[[], object]) -> None:
         self.watched = (fd, on_readable)
 
+    def when_stopped(self, fn: Callable[[], None]) -> None:
+        self.stopped = fn
+
+    def stop(self) -> None:
+        """The loop stops for good: no turn of it ends again, and it is no longer the loop's thread."""
+        self.soon = []
+        self.thread = -1
+        self.stopped()
+
     def read_when_readable(self, timeout: float = 10.0) -> None:
         """What the loop does when the watched descriptor turns readable (kernel syncs ended)."""
         fd, on_readable = self.watched
@@ -281,3 +290,25 @@ def test_close_waits_out_a_kernel_sync_the_stopped_loop_never_reaps(tmp_path: Pa
     assert in_flight.result(timeout=0) == LogAddress(1)
     assert queued.result(timeout=0) == LogAddress(2)  # written by the writer before it exited
     assert read_payloads(tmp_path) == [(1, b"in flight"), (2, b"queued behind it")]
+
+
+def test_a_loop_that_stops_hands_its_syncs_and_due_logs_to_the_writers(tmp_path: Path, syncs: KernelSyncs) -> None:
+    """The server closes its store after the reactor stopped, waiting for what its logs hold: nothing
+    may wait for a reaping or a turn end that will not come (it did: a shutdown hung on a sync whose end
+    no one reaped)."""
+    loop = ManualLoop()
+    turns = TurnCommits(loop, syncs)
+    (flying_log, _), (due_log, due_synced) = turn_log(tmp_path / "a", turns), turn_log(tmp_path / "b", turns)
+    in_flight = flying_log.append(b"with the kernel")
+    loop.end_turn()
+    behind = flying_log.append(b"behind it")
+    due = due_log.append(b"due at a turn end that never comes")
+    loop.stop()
+    assert in_flight.result(timeout=0) == LogAddress(1)
+    assert behind.result(timeout=10) == LogAddress(2)
+    assert due.result(timeout=10) == LogAddress(1)
+    assert due_synced and due_synced[0] != threading.get_ident()
+    after = due_log.append(b"appended after the stop")  # from the loop's old thread: no longer the loop's
+    assert after.result(timeout=10) == LogAddress(2)
+    flying_log.close()
+    due_log.close()
