@@ -41,6 +41,7 @@ import functools
 import itertools
 import logging
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -54,7 +55,7 @@ from millrace.client.reader_group import Checkpoint, EventRead, EventStreamReade
 from millrace.client.serializers import Serializer
 from millrace.client.streams import StreamConfiguration, StreamCut, StreamDescription
 from millrace.client.transactions import Transaction, TransactionalEventStreamWriter, TxnStatus
-from millrace.client.writer import EventPosition, EventStreamWriter
+from millrace.client.writer import EventPosition, EventSender, EventStreamWriter, WriterBufferFullError
 
 __all__ = [
     "AsyncEventReader",
@@ -179,10 +180,11 @@ class AsyncStreamManager:
 
     # -- writers ------------------------------------------------------------------------------------
     async def create_writer(self, scope: str, stream: str, serializer: Serializer[T] | None = None,
-                            writer_id: str | None = None) -> AsyncEventWriter[T]:
-        """``StreamManager.create_writer`` for asyncio."""
-        writer: EventStreamWriter[T] = await self.run(self.blocking.create_writer, scope, stream, serializer,
-                                                      writer_id)
+                            writer_id: str | None = None, **options: Any) -> AsyncEventWriter[T]:
+        """``StreamManager.create_writer`` for asyncio (``max_buffered_bytes``, ``max_block_seconds`` among
+        ``options``): a full buffer is waited out off the loop."""
+        writer: EventStreamWriter[T] = await self.run(functools.partial(
+            self.blocking.create_writer, scope, stream, serializer, writer_id, **options))
         return AsyncEventWriter(writer, self._pool)
 
     async def create_transaction_writer(self, scope: str, stream: str, writer_id: str | None = None,
@@ -305,11 +307,23 @@ class PendingWrite(Generic[R]):
 class _AsyncSender(Generic[T]):
     """Writing events through a blocking sender (a writer or a transaction): bridged futures."""
 
-    def __init__(self, write: Callable[..., Future[EventPosition]], pool: _Pool) -> None:
-        """``write``: the blocking sender's ``write_event``."""
-        self._write = write
+    def __init__(self, sender: EventSender[T], pool: _Pool) -> None:
+        self._sender = sender
         self._pool = pool
         self._completions: _Completions | None = None
+
+    async def _queue(self, write: Callable[..., R], *args: Any, **options: Any) -> R:
+        """``write(*args, block=False, **options)`` on the loop; while the sender's buffer is full, its room
+        is awaited on the pool (the loop never waits in the sender), up to its ``max_block_seconds``."""
+        deadline = time.monotonic() + self._sender.max_block_seconds
+        while True:
+            try:
+                return write(*args, block=False, **options)
+            except WriterBufferFullError:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise
+                await self._pool.run(self._sender.wait_for_room, remaining)
 
     def _loop_completions(self) -> _Completions:
         if self._completions is None:
@@ -322,24 +336,26 @@ class _AsyncSender(Generic[T]):
     async def send(self, event: T, routing_key: str | None = None, **options: Any) -> PendingWrite[EventPosition]:
         """Queue ``event`` and return at once an awaitable of its position, complete once it is durable
         (aiokafka's ``send``): many may be in flight. Refusals raise here or from the awaitable."""
-        return PendingWrite(self._write(event, routing_key, **options), self._loop_completions())
+        return PendingWrite(await self._queue(self._sender.write_event, event, routing_key, **options),
+                            self._loop_completions())
 
     async def write_event(self, event: T, routing_key: str | None = None, **options: Any) -> EventPosition:
         """Write ``event`` and wait until it is durable (aiokafka's ``send_and_wait``)."""
-        return await self._bridge(self._write(event, routing_key, **options))
+        return await self._bridge(await self._queue(self._sender.write_event, event, routing_key, **options))
 
 
 class AsyncEventWriter(_AsyncSender[T]):
     """``EventStreamWriter`` for asyncio; ``async with`` flushes and closes it."""
 
     def __init__(self, writer: EventStreamWriter[T], pool: _Pool) -> None:
-        super().__init__(writer.write_event, pool)
+        super().__init__(writer, pool)
         self.blocking = writer
 
     async def write_events(self, routing_key: str, events: Iterable[T], *,
                            event_number: int | None = None) -> list[EventPosition]:
         """``EventStreamWriter.write_events``: atomically, under one routing key; waits until durable."""
-        return await self._bridge(self.blocking.write_events(routing_key, events, event_number=event_number))
+        return await self._bridge(await self._queue(self.blocking.write_events, routing_key, list(events),
+                                                    event_number=event_number))
 
     async def flush(self) -> None:
         """Wait until every event written so far is durable; raise the first failure among them."""
@@ -365,7 +381,7 @@ class AsyncTransaction(_AsyncSender[T]):
     with`` commits when the block ends normally and aborts when it raises."""
 
     def __init__(self, txn: Transaction[T], pool: _Pool) -> None:
-        super().__init__(txn.write_event, pool)
+        super().__init__(txn, pool)
         self.blocking = txn
 
     @property

@@ -48,7 +48,7 @@ from millrace.client.streams import (
 )
 from millrace.client.synchronizer import StateNotInitializedError, StateSynchronizer
 from millrace.client.transactions import DEFAULT_LEASE_MS, TransactionalEventStreamWriter
-from millrace.client.writer import EventStreamWriter
+from millrace.client.writer import DEFAULT_MAX_BLOCK_SECONDS, DEFAULT_MAX_BUFFERED_BYTES, EventStreamWriter
 from millrace.protocol import messages as m
 from millrace.protocol.contracts import BYTE_STREAM_ATTRIBUTE, AttributeUpdate
 from millrace.protocol.errors import (
@@ -256,12 +256,16 @@ class StreamManager:
 
     # -- writers ----------------------------------------------------------------------------------------
     def create_writer(self, scope: str, stream: str, serializer: Serializer[T] | None = None,
-                      writer_id: str | None = None) -> EventStreamWriter[T]:
+                      writer_id: str | None = None, *, max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES,
+                      max_block_seconds: float = DEFAULT_MAX_BLOCK_SECONDS) -> EventStreamWriter[T]:
         """A writer of events with routing keys. Give a stable ``writer_id`` to fence an earlier
         instance of the same writer (after a crash) and to write exactly once across restarts: the
         stream records the id's event numbers, and events numbered at or below them are not written
-        again (``EventStreamWriter``); by default each writer gets a fresh id."""
-        return EventStreamWriter(self.controller, scope, stream, serializer, writer_id)
+        again (``EventStreamWriter``); by default each writer gets a fresh id. The writer holds at most
+        ``max_buffered_bytes`` of events unacknowledged (32 MiB): ``write_event`` waits for room up to
+        ``max_block_seconds`` (60 s), then raises WriterBufferFullError, as Kafka's producer does."""
+        return EventStreamWriter(self.controller, scope, stream, serializer, writer_id,
+                                 max_buffered_bytes=max_buffered_bytes, max_block_seconds=max_block_seconds)
 
     def create_transaction_writer(self, scope: str, stream: str, writer_id: str | None = None,
                                   serializer: Serializer[T] | None = None,

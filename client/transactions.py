@@ -77,13 +77,15 @@ class Transaction(EventSender[T]):
         self._next_event = [(next_events or {}).get(p, 0) for p in range(len(slices))]
         self._ended: TxnStatus | None = None  # set once commit() or abort() has been asked for
 
-    def write_event(self, event: T, routing_key: str | None = None) -> Future[EventPosition]:
+    def write_event(self, event: T, routing_key: str | None = None, *, block: bool = True) -> Future[EventPosition]:
         """Queue ``event``; the future completes with (partition, the event's number in the transaction's
-        part of that partition) once it is durable in the transaction (or fails)."""
+        part of that partition) once it is durable in the transaction (or fails). Waits while the buffer
+        is full, as ``EventStreamWriter.write_event`` does."""
         data = self.serializer.serialize(event)
         fut = _EventFuture()
         with self._lock:
             self._refuse_writes()
+            self._admit(len(data) + (len(routing_key.encode()) if routing_key is not None else 0), block)
             p = self._partitions[self._partition_of(routing_key)]
             number = self._next_event[p.number]
             self._next_event[p.number] = number + 1

@@ -15,6 +15,10 @@ so a failover keeps exactly-once and per-key order too. Opening a writer with a 
 epoch on the server, fencing any older instance of it. A writer whose server stays away for the manager's reconnect timeout gives up: its
 unacknowledged events fail with ConnectionLostError and the partitions concerned take no more.
 
+Memory: a sender holds at most ``max_buffered_bytes`` of unacknowledged events; ``write_event`` waits for
+room (Kafka's buffer.memory and max.block.ms), so a slow server slows the application instead of
+filling its memory.
+
 Threads: ``write_event`` may be called from any thread; completions arrive on connection threads and
 retries run on a timer thread; one lock guards the partition states, and futures complete outside it.
 """
@@ -60,6 +64,10 @@ MAX_BATCH_BYTES = 1024 * 1024
 # The most one write_events may carry: its events go in one batch, and a stream takes batches up to its
 # max.message.bytes (8 MiB by default, as Kafka's).
 MAX_ATOMIC_BYTES = 8 * 1024 * 1024
+# How many bytes of events a sender holds unacknowledged before ``write_event`` waits for room, and how
+# long it waits (Kafka's producer: buffer.memory, 32 MiB, and max.block.ms, 60 s).
+DEFAULT_MAX_BUFFERED_BYTES = 32 * 1024 * 1024
+DEFAULT_MAX_BLOCK_SECONDS = 60.0
 RETRY_DELAYS = (0.05, 0.1, 0.2, 0.5, 1.0)
 ROUTED_PATIENCE = 2.0  # a routed partition's owner lookup and connect, per retry
 PARTITION_CACHE_KEYS = 100_000
@@ -70,6 +78,11 @@ _GOLDEN = 0x9E3779B97F4A7C15  # Fibonacci hashing: spreads consecutive event num
 # it (``_Partition.waiting``, ``_Batch.futures``), not in it: a tuple of bytes and ints leaves the
 # garbage collector's sight at its first collection, and a pipelined writer holds many.
 _Event = tuple[bytes | None, bytes, int, int]
+
+
+class WriterBufferFullError(TimeoutError):
+    """The writer's buffer held ``max_buffered_bytes`` of unacknowledged events for ``max_block_seconds``
+    (or, with ``block=False``, at the call): the event was not queued. Kafka's BufferExhaustedException."""
 
 
 def number_hash(number: int) -> float:
@@ -235,6 +248,7 @@ def _complete_landed(futures: list[_EventFuture], partition: int, base: int) -> 
 class _Batch:
     base_sequence: int
     payload: bytes
+    size: int  # its events' data and routing keys: what it holds of the sender's buffer
     futures: list[_EventFuture]
     first_event: int  # event numbers (-1: the sender does not number its events)
     last_event: int
@@ -282,11 +296,15 @@ class EventSender(Generic[T]):
     def __init__(self, controller: ControllerClient, scope: str, stream: str, serializer: Serializer[T] | None,
                  producer_id: int, epoch: int, slices: list[tuple[float, float]], label: str,
                  sequences: dict[int, int] | None = None, segments: list[str | None] | None = None,
-                 retired: Iterable[int] = ()) -> None:
+                 retired: Iterable[int] = (), max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES,
+                 max_block_seconds: float = DEFAULT_MAX_BLOCK_SECONDS) -> None:
         """``label`` names the sender in logs; ``sequences``: the next sequence of partitions that have
         some already (a transaction resumed by another process); ``segments``: each partition's open
         segment, whose owner takes its batches (None: the controller endpoint takes them); ``retired``:
-        partitions not to route to (a native stream split inside their slices)."""
+        partitions not to route to (a native stream split inside their slices); ``max_buffered_bytes``
+        and ``max_block_seconds``: see ``_admit``."""
+        if max_buffered_bytes <= 0 or max_block_seconds < 0:
+            raise ValueError("max_buffered_bytes must be positive and max_block_seconds not negative")
         self.controller = controller
         self.scope = scope
         self.stream = stream
@@ -310,6 +328,12 @@ class EventSender(Generic[T]):
         # thread, which holds the lock.
         self._lock = threading.RLock()
         self._closed = False
+        # The events' bytes (data and routing key) queued or in flight: taken by _enqueue, given back when
+        # their batch lands or their partition fails. Writers wait on _room while it is over the budget.
+        self._buffered = 0
+        self._max_buffered = self.max_buffered_bytes = max_buffered_bytes
+        self.max_block_seconds = max_block_seconds
+        self._room = threading.Condition(self._lock)
         self.resent_batches = 0  # batches sent again after a lost connection or a retriable refusal
 
     def _request(self, p: _Partition, batch: _Batch) -> Request:
@@ -324,13 +348,47 @@ class EventSender(Generic[T]):
         if self._closed:
             raise RuntimeError("the writer is closed")
 
+    def _admit(self, size: int, block: bool) -> None:
+        """Wait (under the lock, which waiting releases) until ``size`` more bytes fit in the buffer: the
+        application's memory stays bounded while the server is slow or away, as Kafka's producer bounds
+        it. An event bigger than the whole budget goes alone. WriterBufferFullError after
+        ``max_block_seconds`` (at once when not ``block``). Never call a writer from one of its own
+        futures' callbacks while it may be full: they run on the threads whose answers make room."""
+        deadline = time.monotonic() + self.max_block_seconds
+        while self._buffered and self._buffered + size > self._max_buffered:
+            remaining = deadline - time.monotonic()
+            if not block or remaining <= 0:
+                raise WriterBufferFullError(
+                    f"{self._label}: {self._buffered} bytes of events unacknowledged, the most is "
+                    f"{self._max_buffered}" + (f"; waited {self.max_block_seconds:g} s" if block else ""))
+            self._room.wait(remaining)
+            self._refuse_writes()  # closed while waiting
+
+    def _release(self, size: int) -> None:
+        """Events of ``size`` bytes landed or failed: their room is free (under the lock)."""
+        self._buffered -= size
+        self._room.notify_all()
+
+    def wait_for_room(self, timeout: float | None = None) -> bool:
+        """Wait until the buffer is under its budget (for callers that must not block where they write:
+        the asyncio writer); whether it is."""
+        with self._lock:
+            return self._room.wait_for(lambda: self._buffered < self._max_buffered, timeout)
+
+    @property
+    def buffered_bytes(self) -> int:
+        """The bytes of events queued or in flight, unacknowledged."""
+        return self._buffered
+
     # -- writing ----------------------------------------------------------------------------------
-    def write_event(self, event: T, routing_key: str | None = None) -> Future[EventPosition]:
-        """Queue ``event``; the future completes with its position once it is durable (or fails)."""
+    def write_event(self, event: T, routing_key: str | None = None, *, block: bool = True) -> Future[EventPosition]:
+        """Queue ``event``; the future completes with its position once it is durable (or fails). Waits
+        while the buffer is full (``_admit``)."""
         data = self.serializer.serialize(event)
         fut = _EventFuture()
         with self._lock:
             self._refuse_writes()
+            self._admit(len(data) + (len(routing_key.encode()) if routing_key is not None else 0), block)
             self._enqueue(self._partitions[self._partition_of(routing_key)],
                           None if routing_key is None else routing_key.encode(), data, fut, -1)
         return fut
@@ -340,6 +398,7 @@ class EventSender(Generic[T]):
         if p.failed is not None:
             fut.complete(p.failed)
             return
+        self._buffered += len(data) + (len(key) if key else 0)
         p.pending.append((key, data, number, 1))
         p.waiting.append(fut)
         if len(p.in_flight) < MAX_IN_FLIGHT:  # else nothing to send until an answer comes
@@ -352,6 +411,7 @@ class EventSender(Generic[T]):
                 fut.complete(p.failed)
             return
         key = routing_key.encode()
+        self._buffered += sum(len(data) + len(key) for data, _, _ in events)
         for i, (data, fut, number) in enumerate(events):
             p.pending.append((key, data, number, len(events) if i == 0 else 0))
             p.waiting.append(fut)
@@ -446,7 +506,7 @@ class EventSender(Generic[T]):
                 size += adding
             payload = encode_batch(queued, int(time.time() * 1000), self.producer_id, self.epoch, p.next_sequence,
                                    self.transactional)
-            batch = _Batch(p.next_sequence, payload, futures, queued[0][2], queued[-1][2], queued)
+            batch = _Batch(p.next_sequence, payload, size, futures, queued[0][2], queued[-1][2], queued)
             p.next_sequence += len(queued)
             p.in_flight.append(batch)
             self._send(p, batch)
@@ -480,6 +540,7 @@ class EventSender(Generic[T]):
             if exc is None:
                 base = decode_reply(m.OffsetReply, outcome.result()[0]).offset
                 p.in_flight.remove(batch)
+                self._release(batch.size)
                 p.acknowledged = True
                 p.attempts = 0
                 p.failing_since = None
@@ -539,6 +600,8 @@ class EventSender(Generic[T]):
         doomed: list[tuple[_EventFuture, BaseException]] = [
             (f, exc) for b in p.in_flight for f in b.futures]
         doomed += [(f, exc) for f in p.waiting]
+        self._release(sum(b.size for b in p.in_flight)
+                      + sum(len(e[1]) + (len(e[0]) if e[0] else 0) for e in p.pending))
         p.in_flight.clear()
         p.pending.clear()
         p.waiting.clear()
@@ -715,7 +778,9 @@ class EventStreamWriter(EventSender[T]):
     """
 
     def __init__(self, controller: ControllerClient, scope: str, stream: str,
-                 serializer: Serializer[T] | None = None, writer_id: str | None = None) -> None:
+                 serializer: Serializer[T] | None = None, writer_id: str | None = None, *,
+                 max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES,
+                 max_block_seconds: float = DEFAULT_MAX_BLOCK_SECONDS) -> None:
         self.writer_id = writer_id or uuid.uuid4().hex
         self._numbered = writer_id is not None
         opened = controller.ask(m.OpenWriter(scope=scope, stream=stream, writer_id=self.writer_id),
@@ -725,7 +790,8 @@ class EventStreamWriter(EventSender[T]):
         self._written_before: list[int] = []
         super().__init__(controller, scope, stream, serializer, opened.producer_id, opened.epoch,
                          list(opened.slices), f"writer {self.writer_id}", segments=list(opened.segments),
-                         retired=opened.retired)
+                         retired=opened.retired, max_buffered_bytes=max_buffered_bytes,
+                         max_block_seconds=max_block_seconds)
         self._routing_grew()
         self._previous = -1  # the number of this instance's previous event
         # max(_previous, the highest number recorded at open): kept as one field, it is read per event
@@ -756,16 +822,20 @@ class EventStreamWriter(EventSender[T]):
         return self._highest
 
     def write_event(self, event: T, routing_key: str | None = None, *,
-                    event_number: int | None = None) -> Future[EventPosition]:
+                    event_number: int | None = None, block: bool = True) -> Future[EventPosition]:
         """Queue ``event``; the future completes with its position once it is durable (or fails).
         ``event_number`` must exceed this instance's previous one (a restarted writer may start again from
-        its first event); by default it is ``last_event_number`` plus one."""
+        its first event); by default it is ``last_event_number`` plus one. While the writer holds
+        ``max_buffered_bytes`` unacknowledged this waits for room, up to ``max_block_seconds`` (not at all
+        with ``block=False``), then raises WriterBufferFullError."""
         # The per-event path of every native write: kept to plain local operations (no property, no max).
         data = self.serializer.serialize(event)
         fut = _EventFuture()
         with self._lock:
             if self._closed:
                 self._refuse_writes()
+            if self._buffered + len(data) > self._max_buffered:
+                self._admit(len(data) + (len(routing_key.encode()) if routing_key is not None else 0), block)
             if event_number is None:
                 number = self._highest = self._highest + 1
             elif event_number > self._previous:
@@ -786,14 +856,14 @@ class EventStreamWriter(EventSender[T]):
         return fut
 
     def write_events(self, routing_key: str, events: Iterable[T], *,
-                     event_number: int | None = None) -> Future[list[EventPosition]]:
+                     event_number: int | None = None, block: bool = True) -> Future[list[EventPosition]]:
         """Write ``events`` atomically under one routing key (Pravega's ``writeEvents``): they go in one
         batch, so readers and Kafka consumers see all of them, in order and together, or none. The
         future completes with their positions once they are durable, or fails for all of them.
         ``event_number`` numbers the first (the others follow it; by default ``last_event_number`` plus
         one): events written again under those numbers by a restarted writer id are skipped whole.
         ValueError for no events, more than ``MAX_ATOMIC_BYTES`` of them, or numbers that do not
-        exceed the previous event's."""
+        exceed the previous event's; waits for room in the buffer as ``write_event`` does."""
         datas = [self.serializer.serialize(event) for event in events]
         if not datas:
             raise ValueError("write_events needs at least one event")
@@ -804,6 +874,7 @@ class EventStreamWriter(EventSender[T]):
         with self._lock:
             if self._closed:
                 self._refuse_writes()
+            self._admit(size, block)
             first = self._highest + 1 if event_number is None else event_number
             if first <= self._previous:
                 raise ValueError(f"event number {first} does not exceed the previous one, {self._previous}")

@@ -78,6 +78,7 @@ _EXPORTS: dict[str, str] = {
     "TableKeyNotFoundError": "millrace.protocol.errors",
     "TableKeyVersionMismatchError": "millrace.protocol.errors",
     "ConnectionLostError": "millrace.protocol.errors",
+    "WriterBufferFullError": "millrace.client.writer",
     "AuthenticationError": "millrace.protocol.errors",
     "AuthorizationError": "millrace.protocol.errors",
     "ScopeNotFoundError": "millrace.protocol.errors",
@@ -171,6 +172,7 @@ __all__ = [
     "TxnNotFoundError",
     "TxnStatus",
     "Updates",
+    "WriterBufferFullError",
     "WriterFencedError",
 ]
 
@@ -203,7 +205,7 @@ if TYPE_CHECKING:
         Updates,
     )
     from millrace.client.transactions import Transaction, TransactionalEventStreamWriter, TxnStatus
-    from millrace.client.writer import EventPosition, EventStreamWriter
+    from millrace.client.writer import EventPosition, EventStreamWriter, WriterBufferFullError
     from millrace.protocol.errors import (
         AuthenticationError,
         AuthorizationError,

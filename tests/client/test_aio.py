@@ -8,8 +8,17 @@ import asyncio
 
 import pytest
 
-from millrace import Insert, Put, Remove, StringSerializer, TableKeyVersionMismatchError, TxnStatus
+from millrace import (
+    Insert,
+    Put,
+    Remove,
+    StringSerializer,
+    TableKeyVersionMismatchError,
+    TxnStatus,
+    WriterBufferFullError,
+)
 from millrace.aio import AsyncEventReader, AsyncStreamManager
+from tests.server_process import ServerProcess
 
 
 def test_scopes_streams_writes_and_reads(uri: str) -> None:
@@ -66,6 +75,55 @@ def test_a_waiting_read_leaves_the_loop_free(uri: str) -> None:
             await reader.close()
             await writer.close()
             await group.close()
+
+    asyncio.run(main())
+
+
+def test_a_full_writer_buffer_is_waited_out_off_the_loop(server: ServerProcess, uri: str) -> None:
+    """With the server paused, a send that does not fit the writer's buffer waits for room on the pool:
+    the loop keeps running meanwhile, and the send completes once the server answers again."""
+
+    async def main() -> None:
+        async with AsyncStreamManager(uri) as sm:
+            await sm.create_scope("aio-full")
+            await sm.create_stream("aio-full", "s")
+            writer = await sm.create_writer("aio-full", "s", max_buffered_bytes=3_000, max_block_seconds=60)
+            await writer.write_event(b"first")
+            server.pause()
+            try:
+                pending = [await writer.send(b"x" * 1000) for _ in range(3)]
+                blocked = asyncio.ensure_future(writer.send(b"x" * 1000))
+                ticks = 0
+                while ticks < 20:  # the loop runs while the send waits
+                    await asyncio.sleep(0.01)
+                    ticks += 1
+                assert not blocked.done() and not any(p.done() for p in pending)
+            finally:
+                server.resume()
+            last = await asyncio.wait_for(blocked, 30)
+            positions = await asyncio.gather(*pending, last)
+            assert [p.offset for p in positions] == [1, 2, 3, 4]
+            await writer.close()
+
+    asyncio.run(main())
+
+
+def test_a_full_buffer_raises_on_the_loop_after_its_block_time(server: ServerProcess, uri: str) -> None:
+    async def main() -> None:
+        async with AsyncStreamManager(uri) as sm:
+            await sm.create_scope("aio-full-raise")
+            await sm.create_stream("aio-full-raise", "s")
+            writer = await sm.create_writer("aio-full-raise", "s", max_buffered_bytes=1_000, max_block_seconds=0.2)
+            await writer.write_event(b"first")
+            server.pause()
+            try:
+                pending = await writer.send(b"x" * 1000)
+                with pytest.raises(WriterBufferFullError):
+                    await writer.send(b"y")
+            finally:
+                server.resume()
+            assert (await pending).offset == 1
+            await writer.close()
 
     asyncio.run(main())
 

@@ -22,6 +22,7 @@ from millrace import (
     JsonSerializer,
     StreamManager,
     StringSerializer,
+    WriterBufferFullError,
     WriterFencedError,
 )
 from millrace.protocol.errors import EventsRefusedError
@@ -139,6 +140,57 @@ def test_a_second_instance_of_a_writer_id_fences_the_first(server: ServerProcess
         second.close()
     assert [v for _, _, _, v in confluent_read(server, "fenced", 1, 2)] == [b"a", b"b"]
 
+
+
+def test_a_writer_holds_at_most_its_buffer_while_the_server_is_away(server: ServerProcess, uri: str) -> None:
+    """The application's memory is bounded while nothing is acknowledged (Kafka's buffer.memory and
+    max.block.ms): a write that does not fit waits for room, then raises WriterBufferFullError; with
+    ``block=False`` at once. What was queued lands once the server answers again, and what was refused
+    never does."""
+    create_topic(server, "bounded", 1)
+    event = b"x" * 1000  # with its routing key "k": 1,001 bytes of the buffer
+    with StreamManager(uri) as sm:
+        writer = sm.create_writer("kafka", "bounded", max_buffered_bytes=10_000, max_block_seconds=0.3)
+        writer.write_event(b"first", routing_key="k").result(30)
+        server.pause()
+        try:
+            queued = [writer.write_event(event, routing_key="k") for _ in range(9)]
+            assert writer.buffered_bytes == 9 * 1001
+            with pytest.raises(WriterBufferFullError, match="waited 0.3 s"):
+                writer.write_event(event, routing_key="k")
+            with pytest.raises(WriterBufferFullError):
+                writer.write_events("k", [event, event])
+            with pytest.raises(WriterBufferFullError):
+                writer.write_event(event, routing_key="k", block=False)
+            assert writer.buffered_bytes == 9 * 1001
+            assert not any(f.done() for f in queued)
+
+            # One more write waits; the server's answers make room for it.
+            waiting: list[Future[EventPosition]] = []
+            writer.max_block_seconds = 60
+            blocked = threading.Thread(target=lambda: waiting.append(writer.write_event(event, routing_key="k")))
+            blocked.start()
+            blocked.join(0.5)
+            assert blocked.is_alive() and not waiting  # still waiting for room
+        finally:
+            server.resume()
+        blocked.join(30)
+        assert not blocked.is_alive()
+        offsets = [f.result(30).offset for f in [*queued, *waiting]]
+        assert offsets == list(range(1, 11))
+        writer.close()
+        assert writer.buffered_bytes == 0
+    values = [v for _, _, _, v in confluent_read(server, "bounded", 1, 11)]
+    assert values == [b"first", *[event] * 10]
+
+
+def test_an_event_bigger_than_the_whole_buffer_goes_alone(server: ServerProcess, uri: str) -> None:
+    create_topic(server, "bounded-big", 1)
+    with StreamManager(uri) as sm:
+        writer = sm.create_writer("kafka", "bounded-big", max_buffered_bytes=100, max_block_seconds=30)
+        futures = [writer.write_event(b"y" * 500) for _ in range(3)]  # each waits for the one before
+        assert [f.result(30).offset for f in futures] == [0, 1, 2]
+        writer.close()
 
 
 @pytest.mark.slow
