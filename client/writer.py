@@ -334,6 +334,10 @@ class EventSender(Generic[T]):
         self._max_buffered = self.max_buffered_bytes = max_buffered_bytes
         self.max_block_seconds = max_block_seconds
         self._room = threading.Condition(self._lock)
+        # Futures taken out of the partitions and being completed outside the lock (a landed batch's, a
+        # failed partition's): flush waits for them too, or it could return before they are marked done.
+        self._settling: dict[int, list[_EventFuture]] = {}
+        self._settle_tokens = itertools.count()
         self.resent_batches = 0  # batches sent again after a lost connection or a retriable refusal
 
     def _request(self, p: _Partition, batch: _Batch) -> Request:
@@ -363,6 +367,23 @@ class EventSender(Generic[T]):
                     f"{self._max_buffered}" + (f"; waited {self.max_block_seconds:g} s" if block else ""))
             self._room.wait(remaining)
             self._refuse_writes()  # closed while waiting
+
+    def _settling_start(self, futures: list[_EventFuture]) -> int:
+        """``futures`` leave the partitions to be completed outside the lock; ``flush`` waits for them
+        until ``_settled`` (under the lock)."""
+        token = next(self._settle_tokens)
+        self._settling[token] = futures
+        return token
+
+    def _settled(self, token: int) -> None:
+        with self._lock:
+            del self._settling[token]
+
+    def _complete_failed(self, token: int, doomed: list[tuple[_EventFuture, BaseException]]) -> None:
+        """Fail what ``_fail_partition`` took out (outside the lock)."""
+        for fut, error in doomed:
+            fut.complete(error)
+        self._settled(token)
 
     def _release(self, size: int) -> None:
         """Events of ``size`` bytes landed or failed: their room is free (under the lock)."""
@@ -422,6 +443,7 @@ class EventSender(Generic[T]):
         with self._lock:
             outstanding = [f for p in self._partitions for f in itertools.chain(
                 p.waiting, (f for b in p.in_flight for f in b.futures))]
+            outstanding += itertools.chain.from_iterable(self._settling.values())
         for f in outstanding:
             exc = f.exception()  # waits, one future at a time: the finished ones need no Condition
             if exc is not None:
@@ -531,7 +553,7 @@ class EventSender(Generic[T]):
 
     # -- completions (connection threads) ----------------------------------------------------------------
     def _completed(self, p: _Partition, batch: _Batch, outcome: Future[Reply]) -> None:
-        done: list[tuple[_EventFuture, EventPosition | BaseException]] = []
+        failed: tuple[int, list[tuple[_EventFuture, BaseException]]] | None = None
         landed: tuple[list[_EventFuture], int, int] | None = None
         with self._lock:
             if batch.outcome is not outcome or batch not in p.in_flight:
@@ -545,6 +567,7 @@ class EventSender(Generic[T]):
                 p.attempts = 0
                 p.failing_since = None
                 landed = (batch.futures, p.number, base)  # completed outside the lock, below
+                landed_token = self._settling_start(batch.futures)
                 self._pump(p)
                 self._drain(p)
             elif isinstance(exc, EventsRefusedError) and exc.reason == PARTITION_RETIRED:
@@ -576,15 +599,16 @@ class EventSender(Generic[T]):
             else:
                 # Refused for good: later batches of this partition would break the sequence, so they
                 # and every later event fail too.
-                done += self._fail_partition(p, exc)
+                failed = self._fail_partition(p, exc)
             # Every unacknowledged batch is sent again, in order, once none is outstanding.
             if p.retrying and not p.retry_scheduled and all(
                     b.outcome is not None and b.outcome.done() for b in p.in_flight):
                 self._schedule_retry(p)
         if landed is not None:
             _complete_landed(*landed)
-        for fut, result in done:
-            fut.complete(result)
+            self._settled(landed_token)
+        if failed is not None:
+            self._complete_failed(*failed)
 
     def _schedule_retry(self, p: _Partition) -> None:
         delay = RETRY_DELAYS[min(p.attempts, len(RETRY_DELAYS) - 1)]
@@ -594,8 +618,9 @@ class EventSender(Generic[T]):
         timer.daemon = True
         timer.start()
 
-    def _fail_partition(self, p: _Partition, exc: BaseException) -> list[tuple[_EventFuture, BaseException]]:
-        """End the partition for this sender (under the lock); the futures to fail, outside it."""
+    def _fail_partition(self, p: _Partition, exc: BaseException) -> tuple[int, list[tuple[_EventFuture, BaseException]]]:
+        """End the partition for this sender (under the lock); the futures to fail outside it, for
+        ``_complete_failed``."""
         p.failed = exc
         doomed: list[tuple[_EventFuture, BaseException]] = [
             (f, exc) for b in p.in_flight for f in b.futures]
@@ -606,7 +631,7 @@ class EventSender(Generic[T]):
         p.pending.clear()
         p.waiting.clear()
         p.retrying = False
-        return doomed
+        return self._settling_start([f for f, _ in doomed]), doomed
 
     def _retry(self, p: _Partition) -> None:
         if p.reroute:
@@ -617,8 +642,7 @@ class EventSender(Generic[T]):
                 p.retry_scheduled = p.sealed_seen = False
                 ended = self._fail_partition(p, StreamSealedError(
                     f"stream {self.scope}/{self.stream} is sealed: it takes no more events"))
-            for fut, error in ended:
-                fut.complete(error)
+            self._complete_failed(*ended)
             return
         p.sealed_seen = False
         # Find the owner and connect first, outside the lock: a container between owners, or a server
@@ -640,7 +664,7 @@ class EventSender(Generic[T]):
             if segment is not None:
                 self.controller.owners.forget(segment, endpoint)
             endpoint = None
-        doomed: list[tuple[_EventFuture, BaseException]] = []
+        doomed: tuple[int, list[tuple[_EventFuture, BaseException]]] | None = None
         with self._lock:
             p.retrying = p.retry_scheduled = False
             if p.segment == segment:
@@ -664,8 +688,8 @@ class EventSender(Generic[T]):
                     self._send(p, batch)
                 self._drain(p)
                 self._pump(p)
-        for fut, error in doomed:
-            fut.complete(error)
+        if doomed is not None:
+            self._complete_failed(*doomed)
 
     def _stream_sealed(self) -> bool:
         """Whether the stream is sealed now (blocking; outside the lock). Unknown counts as not."""
@@ -685,8 +709,7 @@ class EventSender(Generic[T]):
         except Exception as exc:  # noqa: BLE001 - any failure ends the partition's events, named
             with self._lock:
                 doomed = self._fail_partition(p, exc)
-            for fut, error in doomed:
-                fut.complete(error)
+            self._complete_failed(*doomed)
             return
         with self._lock:
             p.retry_scheduled = p.reroute = False

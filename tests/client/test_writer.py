@@ -25,6 +25,7 @@ from millrace import (
     WriterBufferFullError,
     WriterFencedError,
 )
+from millrace.client import writer as writer_module
 from millrace.protocol.errors import EventsRefusedError
 from millrace.protocol.messages import AppendEvents
 from tests.ports import free_port
@@ -182,6 +183,29 @@ def test_a_writer_holds_at_most_its_buffer_while_the_server_is_away(server: Serv
         assert writer.buffered_bytes == 0
     values = [v for _, _, _, v in confluent_read(server, "bounded", 1, 11)]
     assert values == [b"first", *[event] * 10]
+
+
+def test_flush_waits_for_futures_a_landed_batch_is_still_completing(server: ServerProcess, uri: str,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A landed batch leaves its partition under the writer's lock and its futures are marked done
+    after it; a flush in between must not return before they are (it did)."""
+    create_topic(server, "flush-settling", 1)
+    completing = threading.Event()
+    original = writer_module._complete_landed
+
+    def slow_completion(*args: object) -> None:
+        completing.set()
+        time.sleep(0.3)  # the window, widened: the batch is out of the partition, its futures not done
+        original(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(writer_module, "_complete_landed", slow_completion)
+    with StreamManager(uri) as sm:
+        writer = sm.create_writer("kafka", "flush-settling")
+        fut = writer.write_event(b"e", routing_key="k")
+        assert completing.wait(30)
+        writer.flush()
+        assert fut.done() and fut.result(timeout=0).offset == 0
+        writer.close()
 
 
 def test_an_event_bigger_than_the_whole_buffer_goes_alone(server: ServerProcess, uri: str) -> None:
