@@ -214,7 +214,7 @@ def container_families(containers: Sequence[SegmentContainer]) -> list[Metric]:
         if isinstance(durable_log, FileDurableDataLog):
             log_stats = durable_log.stats
             commits.add_metric([*label, "reactor"], log_stats.turn_commits)
-            commits.add_metric([*label, "writer"], log_stats.batches - log_stats.turn_commits)
+            commits.add_metric([*label, "writer"], log_stats.writer_commits)
         if isinstance(durable_log, ReplicatedDurableDataLog):
             under.add_metric(label, durable_log.under_replicated_fragments())
             for replica, behind in durable_log.replica_lag().items():

@@ -84,7 +84,10 @@ class LogStats:
 
     appends: int = 0
     batches: int = 0  # commits: one write and one fdatasync each
-    turn_commits: int = 0  # of those, the ones an event loop's thread ran at the end of its turn
+    # Of those, the ones an event loop's thread wrote at the end of its turn, and the writer thread's:
+    # each counted on its own, so either reads as a counter that never goes back.
+    turn_commits: int = 0
+    writer_commits: int = 0
     fsyncs: int = 0
     bytes_written: int = 0
     files_created: int = 0
@@ -413,9 +416,7 @@ class FileDurableDataLog(DurableDataLog):
                 and self._commit_lock.acquire(blocking=False)):
             try:
                 if queue and self._accepting and self._failure is None:
-                    before = self.stats.batches
-                    self._commit()
-                    self.stats.turn_commits += self.stats.batches - before
+                    self._commit(on_turn=True)
             finally:
                 self._commit_lock.release()
             if not queue or self._turn_end_scheduled:
@@ -521,12 +522,12 @@ class FileDurableDataLog(DurableDataLog):
                     if queue:
                         self._commit()
 
-    def _commit(self) -> None:
+    def _commit(self, on_turn: bool = False) -> None:
         """Write the queue's head (up to max_batch_bytes) with one write and one fdatasync, then ack it.
 
         Futures complete in sequence order, after the fdatasync returned.
         """
-        batch = self._write_batch()
+        batch = self._write_batch(on_turn)
         if batch is not None:
             self._sync_here(batch)
 
@@ -536,15 +537,17 @@ class FileDurableDataLog(DurableDataLog):
         batch = None
         try:
             if self._queue and self._accepting and self._failure is None:
-                batch = self._write_batch()
+                batch = self._write_batch(on_turn=True)
             if batch is not None:
-                syncs.submit(self._active_fd, lambda error: self._kernel_synced(batch, error))
+                # Raised first: the sync may end, and be reaped by another thread (a log closing reaps
+                # every log's), before submit returns.
                 self._sync_in_flight = True
-                self.stats.turn_commits += 1
+                syncs.submit(self._active_fd, lambda error: self._kernel_synced(batch, error))
                 return
         except OSError:
             # The kernel would not take the sync (its AIO limits): sync here instead.
             assert batch is not None
+            self._sync_in_flight = False
             self._sync_here(batch)
         except BaseException:
             self._commit_lock.release()
@@ -582,7 +585,7 @@ class FileDurableDataLog(DurableDataLog):
         else:
             self._wake_writer()
 
-    def _write_batch(self) -> _Batch | None:
+    def _write_batch(self, on_turn: bool) -> _Batch | None:
         """Frame the queue's head (up to max_batch_bytes) and write it to the active file, unsynced."""
         queue = self._queue
         pop = queue.popleft
@@ -613,7 +616,7 @@ class FileDurableDataLog(DurableDataLog):
             self._failure = e
             self._fail(futures, e)
             return None
-        return _Batch(futures, first, sequence, active, size, time.perf_counter())
+        return _Batch(futures, first, sequence, active, size, time.perf_counter(), on_turn)
 
     def _synced(self, batch: _Batch, error: BaseException | None) -> None:
         """The batch's sync is over: ack its entries in sequence order, or fail them and the log."""
@@ -631,6 +634,10 @@ class FileDurableDataLog(DurableDataLog):
         stats = self.stats
         stats.appends += len(futures)
         stats.batches += 1
+        if batch.on_turn:
+            stats.turn_commits += 1
+        else:
+            stats.writer_commits += 1
         stats.fsyncs += 1
         stats.bytes_written += size
         first = batch.first
@@ -688,6 +695,7 @@ class _Batch:
     file: _LogFile
     size: int
     written_at: float
+    on_turn: bool  # written by the loop's thread at a turn's end (else by the writer thread)
 
 
 def _queued_bytes_at_most(queue: deque[_Queued], limit: int) -> bool:

@@ -83,6 +83,7 @@ def test_a_turns_appends_are_written_at_its_end_on_the_loops_thread(tmp_path: Pa
     assert [f.result(timeout=0) for f in futures] == [LogAddress(1), LogAddress(2)]
     assert synced_on == [loop.thread]
     assert log.stats.fsyncs == 1
+    assert (log.stats.turn_commits, log.stats.writer_commits) == (1, 0)
     log.close()
     assert read_payloads(tmp_path) == [(1, b"one"), (2, b"two")]
 
@@ -107,6 +108,7 @@ def test_a_queue_too_big_for_the_loop_goes_to_the_writer(tmp_path: Path) -> None
     loop.end_turn()
     assert big.result(timeout=10) == LogAddress(1)
     assert synced_on and loop.thread not in synced_on
+    assert (log.stats.turn_commits, log.stats.writer_commits) == (0, 1)
     log.close()
 
 
@@ -217,6 +219,7 @@ def test_a_turns_appends_are_synced_by_the_kernel_and_acked_when_the_loop_reaps(
     assert b.result(timeout=0) == LogAddress(1)
     assert a_synced == [] and b_synced == []  # no fdatasync of ours ran, on any thread
     assert (a_log.stats.turn_commits, b_log.stats.turn_commits) == (1, 1)
+    assert (a_log.stats.writer_commits, b_log.stats.writer_commits) == (0, 0)
     a_log.close()
     b_log.close()
     assert read_payloads(tmp_path / "a") == [(1, b"a1"), (2, b"a2")]
