@@ -18,8 +18,8 @@ writer: at the end of the loop's turn the loop's thread writes them itself when 
 the sync to the kernel where it can (``kernel_sync``; the loop then acks them when it reaps the sync),
 or wakes the writer. One commit runs at a time (the commit lock, held from the write to the sync's end).
 Future callbacks run on the committing thread: they must be quick and must never wait on another
-append's future (that would deadlock the writer, or the loop). ``open``, ``read_all``, ``truncate`` and ``close`` do blocking I/O: keep them off the reactor
-thread.
+append's future (that would deadlock the writer, or the loop). ``open``, ``read_all``, ``truncate`` and
+``close`` do blocking I/O: keep them off the reactor thread.
 
 Errors: a failed write or fdatasync fails its batch's futures with the OSError and breaks the log;
 every later append fails with ContainerOfflineError (``__cause__`` is the OSError) until the owner
