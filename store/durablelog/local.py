@@ -385,13 +385,7 @@ class FileDurableDataLog(DurableDataLog):
             return future
         self._queue.append((admitted, length, future))
         self._appended = True
-        turns = self._turns
-        if turns is not None and turns.on_loop_thread():
-            if not self._turn_end_scheduled:
-                self._turn_end_scheduled = True
-                turns.due(self)
-        else:
-            self._wake_writer()
+        self._commit_soon()
         if self._writer_exited:
             # close() raced with this call and the writer is gone. The writer sets the flag before its
             # last sweep of the queue, so between the two of us every entry is answered.
@@ -422,6 +416,16 @@ class FileDurableDataLog(DurableDataLog):
             if not queue or self._turn_end_scheduled:
                 return  # what the completions appended has a turn end of its own
         self._wake_writer()
+
+    def _commit_soon(self) -> None:
+        """See the queue committed: at the end of this turn on the loop's thread, else by the writer."""
+        turns = self._turns
+        if turns is not None and turns.on_loop_thread():
+            if not self._turn_end_scheduled:
+                self._turn_end_scheduled = True
+                turns.due(self)
+        else:
+            self._wake_writer()
 
     def _wake_writer(self) -> None:
         if self._writer_waiting:
@@ -575,15 +579,10 @@ class FileDurableDataLog(DurableDataLog):
         """After a commit ended outside the writer: see that what was queued meanwhile gets written."""
         if not self._queue:
             return
-        turns = self._turns
         if self._failure is not None or not self._accepting:
             self._wake_writer()  # it fails them, or writes them before it exits
-        elif turns is not None and turns.on_loop_thread():
-            if not self._turn_end_scheduled:
-                self._turn_end_scheduled = True
-                turns.due(self)
         else:
-            self._wake_writer()
+            self._commit_soon()
 
     def _write_batch(self, on_turn: bool) -> _Batch | None:
         """Frame the queue's head (up to max_batch_bytes) and write it to the active file, unsynced."""

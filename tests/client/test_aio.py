@@ -17,7 +17,7 @@ from millrace import (
     TxnStatus,
     WriterBufferFullError,
 )
-from millrace.aio import AsyncEventReader, AsyncStreamManager
+from millrace.aio import AsyncEventReader, AsyncEventWriter, AsyncStreamManager
 from tests.server_process import ServerProcess
 
 
@@ -79,16 +79,24 @@ def test_a_waiting_read_leaves_the_loop_free(uri: str) -> None:
     asyncio.run(main())
 
 
+async def small_buffer_writer(sm: AsyncStreamManager, scope: str, max_buffered_bytes: int,
+                              max_block_seconds: float) -> AsyncEventWriter[bytes]:
+    """A writer of a new stream with a small buffer, its first event (offset 0) acknowledged."""
+    await sm.create_scope(scope)
+    await sm.create_stream(scope, "s")
+    writer: AsyncEventWriter[bytes] = await sm.create_writer(
+        scope, "s", max_buffered_bytes=max_buffered_bytes, max_block_seconds=max_block_seconds)
+    await writer.write_event(b"first")
+    return writer
+
+
 def test_a_full_writer_buffer_is_waited_out_off_the_loop(server: ServerProcess, uri: str) -> None:
     """With the server paused, a send that does not fit the writer's buffer waits for room on the pool:
     the loop keeps running meanwhile, and the send completes once the server answers again."""
 
     async def main() -> None:
         async with AsyncStreamManager(uri) as sm:
-            await sm.create_scope("aio-full")
-            await sm.create_stream("aio-full", "s")
-            writer = await sm.create_writer("aio-full", "s", max_buffered_bytes=3_000, max_block_seconds=60)
-            await writer.write_event(b"first")
+            writer = await small_buffer_writer(sm, "aio-full", 3_000, 60)
             server.pause()
             try:
                 pending = [await writer.send(b"x" * 1000) for _ in range(3)]
@@ -111,10 +119,7 @@ def test_a_full_writer_buffer_is_waited_out_off_the_loop(server: ServerProcess, 
 def test_a_full_buffer_raises_on_the_loop_after_its_block_time(server: ServerProcess, uri: str) -> None:
     async def main() -> None:
         async with AsyncStreamManager(uri) as sm:
-            await sm.create_scope("aio-full-raise")
-            await sm.create_stream("aio-full-raise", "s")
-            writer = await sm.create_writer("aio-full-raise", "s", max_buffered_bytes=1_000, max_block_seconds=0.2)
-            await writer.write_event(b"first")
+            writer = await small_buffer_writer(sm, "aio-full-raise", 1_000, 0.2)
             server.pause()
             try:
                 pending = await writer.send(b"x" * 1000)

@@ -5,21 +5,11 @@ from __future__ import annotations
 import errno
 import os
 import select
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from millrace.store.durablelog.kernel_sync import KernelSyncs
-
-
-@pytest.fixture
-def syncs() -> Iterator[KernelSyncs]:
-    opened = KernelSyncs.open()
-    if opened is None:
-        pytest.skip("this kernel gives no AIO context")
-    yield opened
-    opened.close()
 
 
 def test_a_sync_ends_with_its_callback_once_the_eventfd_is_readable(tmp_path: Path, syncs: KernelSyncs) -> None:

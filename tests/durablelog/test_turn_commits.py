@@ -8,7 +8,7 @@ import os
 import select
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -194,14 +194,6 @@ def test_a_log_whose_syncs_are_slow_leaves_them_to_its_writer(tmp_path: Path) ->
 
 # -- syncs handed to the kernel (KernelSyncs) ------------------------------------------------------------
 
-
-@pytest.fixture
-def syncs() -> Iterator[KernelSyncs]:
-    opened = KernelSyncs.open()
-    if opened is None:
-        pytest.skip("this kernel gives no AIO context")
-    yield opened
-    opened.close()
 
 
 def test_a_turns_appends_are_synced_by_the_kernel_and_acked_when_the_loop_reaps(tmp_path: Path, syncs: KernelSyncs) -> None:
