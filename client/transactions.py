@@ -83,13 +83,14 @@ class Transaction(EventSender[T]):
         is full, as ``EventStreamWriter.write_event`` does."""
         data = self.serializer.serialize(event)
         fut = _EventFuture()
+        key = None if routing_key is None else routing_key.encode()
         with self._lock:
             self._refuse_writes()
-            self._admit(len(data) + (len(routing_key.encode()) if routing_key is not None else 0), block)
+            self._admit(len(data) + (len(key) if key else 0), block)
             p = self._partitions[self._partition_of(routing_key)]
             number = self._next_event[p.number]
             self._next_event[p.number] = number + 1
-            self._enqueue(p, None if routing_key is None else routing_key.encode(), data, fut, number)
+            self._enqueue(p, key, data, fut, number)
         return fut
 
     def _request(self, p: _Partition, batch: _Batch) -> Request:

@@ -358,6 +358,8 @@ class EventSender(Generic[T]):
         it. An event bigger than the whole budget goes alone. WriterBufferFullError after
         ``max_block_seconds`` (at once when not ``block``). Never call a writer from one of its own
         futures' callbacks while it may be full: they run on the threads whose answers make room."""
+        if not self._buffered or self._buffered + size <= self._max_buffered:
+            return  # the common case: no clock read
         deadline = time.monotonic() + self.max_block_seconds
         while self._buffered and self._buffered + size > self._max_buffered:
             remaining = deadline - time.monotonic()
@@ -407,11 +409,11 @@ class EventSender(Generic[T]):
         while the buffer is full (``_admit``)."""
         data = self.serializer.serialize(event)
         fut = _EventFuture()
+        key = None if routing_key is None else routing_key.encode()
         with self._lock:
             self._refuse_writes()
-            self._admit(len(data) + (len(routing_key.encode()) if routing_key is not None else 0), block)
-            self._enqueue(self._partitions[self._partition_of(routing_key)],
-                          None if routing_key is None else routing_key.encode(), data, fut, -1)
+            self._admit(len(data) + (len(key) if key else 0), block)
+            self._enqueue(self._partitions[self._partition_of(routing_key)], key, data, fut, -1)
         return fut
 
     def _enqueue(self, p: _Partition, key: bytes | None, data: bytes, fut: _EventFuture, number: int) -> None:

@@ -400,13 +400,12 @@ class FileDurableDataLog(DurableDataLog):
         queue = self._queue
         if not queue or self._sync_in_flight:
             return  # the sync's end takes up what is queued
+        small = _queued_bytes_at_most(queue, TURN_COMMIT_BYTES)
         syncs = self._turns.syncs if self._turns is not None else None
-        if (syncs is not None and _queued_bytes_at_most(queue, TURN_COMMIT_BYTES)
-                and self._commit_lock.acquire(blocking=False)):
+        if small and syncs is not None and self._commit_lock.acquire(blocking=False):
             self._commit_in_kernel(syncs)
             return
-        if (commit_here and self._sync_seconds < TURN_COMMIT_SYNC_SECONDS
-                and _queued_bytes_at_most(queue, TURN_COMMIT_BYTES)
+        if (small and commit_here and self._sync_seconds < TURN_COMMIT_SYNC_SECONDS
                 and self._commit_lock.acquire(blocking=False)):
             try:
                 if queue and self._accepting and self._failure is None:
@@ -538,24 +537,22 @@ class FileDurableDataLog(DurableDataLog):
     def _commit_in_kernel(self, syncs: KernelSyncs) -> None:
         """``_commit`` with the sync submitted to the kernel: the caller holds the commit lock, which the
         sync's completion releases (on the thread that reaps it: the loop's)."""
-        batch = None
-        try:
-            if self._queue and self._accepting and self._failure is None:
-                batch = self._write_batch(on_turn=True)
-            if batch is not None:
-                # Raised first: the sync may end, and be reaped by another thread (a log closing reaps
-                # every log's), before submit returns.
-                self._sync_in_flight = True
+        writable = self._queue and self._accepting and self._failure is None
+        batch = self._write_batch(on_turn=True) if writable else None  # fails its futures itself
+        if batch is not None:
+            # Raised first: the sync may end, and be reaped by another thread (a log closing reaps every
+            # log's), before submit returns.
+            self._sync_in_flight = True
+            try:
                 syncs.submit(self._active_fd, lambda error: self._kernel_synced(batch, error))
                 return
-        except OSError:
-            # The kernel would not take the sync (its AIO limits): sync here instead.
-            assert batch is not None
-            self._sync_in_flight = False
-            self._sync_here(batch)
-        except BaseException:
-            self._commit_lock.release()
-            raise
+            except OSError:
+                self._sync_in_flight = False
+                self._sync_here(batch)  # the kernel would not take it (its AIO limits)
+            except BaseException:
+                self._sync_in_flight = False
+                self._commit_lock.release()
+                raise
         self._commit_lock.release()
         self._take_up_queue()
 
