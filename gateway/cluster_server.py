@@ -102,6 +102,7 @@ from millrace.store.controller import Controller
 from millrace.store.controller.autoscaler import AutoScaler
 from millrace.store.errors import ContainerOfflineError, SegmentNotFoundError
 from millrace.store.tables import TableStore
+from millrace.streams.futures import every
 
 log = logging.getLogger("millrace")
 
@@ -291,11 +292,12 @@ class ClusterServer:
                 self.addresses[name] = f"{host}:{number}"
 
     def start(self) -> None:
-        """Reactor: build on a worker thread, then serve; a failure stops the reactor (exit 1)."""
-        threads.deferToThread(self.build).addCallbacks(self.serve, self._build_failed)
+        """Reactor: build on a worker thread, then serve; a failure of either stops the reactor (exit 1)
+        instead of leaving a node that never says ready."""
+        threads.deferToThread(self.build).addCallback(self.serve).addErrback(self._start_failed)
 
-    def _build_failed(self, failure: Failure) -> None:
-        log.error("building the cluster node failed:\n%s", failure.getTraceback())
+    def _start_failed(self, failure: Failure) -> None:
+        log.error("starting the cluster node failed:\n%s", failure.getTraceback())
         print(f"millrace: cannot start the cluster node: {type(failure.value).__name__}: {failure.getErrorMessage()}",
               file=sys.stderr, flush=True)
         self.failed = True
@@ -425,16 +427,16 @@ class ClusterServer:
                 broker.partitions.reload(name)
 
         self._every(1.0, lambda: broker.blocking(refresh).addCallback(reload).addErrback(
-            lambda f: log.warning("refreshing topics failed: %s", f.getErrorMessage())))
+            lambda f: log.warning("refreshing topics failed: %s", f.getErrorMessage())), "refreshing topics")
         # Drops the groups as soon as their container moves away (not only at the next group request).
-        self._every(0.5, groups.check)
-        self._every(0.5, native_txns)
+        self._every(0.5, groups.check, "the group coordination check")
+        self._every(0.5, native_txns, "the native transactions' coordination check")
         # Likewise the transactions; and a new coordinator completes prepared transactions unasked.
-        self._every(0.5, transactions.check)
+        self._every(0.5, transactions.check, "the transaction coordination check")
         # The controller's timers run on one node at a time: the auto-scaler follows the assigner
         # election (rates of other nodes' segments come over the wire: SEGMENT_RATES).
         self.autoscaler = autoscaler(options, controller, self.router, broker)
-        self._every(0.5, ControllerRole(self.node, self.autoscaler).follow)
+        self._every(0.5, ControllerRole(self.node, self.autoscaler).follow, "following the controller election")
         for i, settings in enumerate(self.security.listeners):
             name = "kafka" if i == 0 else f"{KAFKA_LISTENER_PREFIX}{settings.name}"
             print(f"millrace: {name} listening on {settings.endpoint.host}:{self.ports[name]} "
@@ -444,10 +446,8 @@ class ClusterServer:
                   f"(advertised {self.addresses[name]})", flush=True)
         print(f"millrace: ready (cluster node {self.node_id})", flush=True)
 
-    def _every(self, seconds: float, fn: Callable[[], object]) -> None:
-        loop = task.LoopingCall(fn)
-        loop.start(seconds, now=False)
-        self.loops.append(loop)
+    def _every(self, seconds: float, fn: Callable[[], object], what: str) -> None:
+        self.loops.append(every(seconds, fn, what))
 
     def close(self) -> None:
         """After the reactor stopped: the periodic work, the router, the worker pool, the node (its

@@ -39,7 +39,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from twisted.internet import defer, reactor, threads
+from twisted.internet import defer, reactor, task, threads
 from twisted.internet.interfaces import (
     IReactorCore,
     IReactorFDSet,
@@ -107,6 +107,30 @@ class _ReactorInbox:
 
 
 _INBOX = _ReactorInbox()
+
+
+def every(seconds: float, fn: Callable[[], object], what: str, clock: IReactorTime | None = None,
+          now: bool = False) -> task.LoopingCall:
+    """Run ``fn`` on the reactor every ``seconds`` (from now on with ``now``), started. A round that
+    raises, or whose Deferred fails, is logged as ``what`` and the next round comes as planned: a bare
+    ``LoopingCall`` stops for good at its first error, and silently, since no one waits on its Deferred.
+    A round's Deferred is waited for before the next round is timed, so rounds never overlap."""
+
+    def guarded() -> object:
+        try:
+            result = fn()
+        except Exception:  # noqa: BLE001 - periodic work must outlive one bad round
+            log.exception("%s failed; it runs again in %g s", what, seconds)
+            return None
+        if isinstance(result, defer.Deferred):
+            return result.addErrback(
+                lambda f: log.error("%s failed; it runs again in %g s:\n%s", what, seconds, f.getTraceback()))
+        return None
+
+    loop = task.LoopingCall(guarded)
+    loop.clock = clock if clock is not None else IReactorTime(reactor)
+    loop.start(seconds, now=now)
+    return loop
 
 
 class ReactorLoop:

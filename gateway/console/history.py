@@ -45,6 +45,7 @@ from twisted.python.failure import Failure
 
 from millrace.gateway.metrics import live_streams
 from millrace.store.errors import SegmentNotFoundError
+from millrace.streams.futures import every
 
 if TYPE_CHECKING:
     from millrace.gateway.http import NodeView, StreamViews
@@ -261,9 +262,7 @@ class ConsoleHistory:
         """Load what a previous run saved and sample every ``interval`` from now on (and save once more
         at a clean shutdown)."""
         self.load()
-        loop = self._loop = task.LoopingCall(self._tick)
-        loop.clock = self.clock
-        loop.start(self.interval, now=True).addErrback(self._loop_failed)
+        self._loop = every(self.interval, self._tick, "console sampling", self.clock, now=True)
         if self.files is not None and IReactorCore.providedBy(self.clock):
             IReactorCore(self.clock).addSystemEventTrigger("before", "shutdown", self.flush)
 
@@ -272,9 +271,6 @@ class ConsoleHistory:
             assert self._loop is not None
             self._loop.stop()
         self._counters = None  # rates across a gap would be averages over it, not "now"
-
-    def _loop_failed(self, failure: Failure) -> None:
-        log.error("console sampling stopped: %s", failure.getTraceback())
 
     def _node_counters(self) -> tuple[int, int]:
         appended = read = 0

@@ -24,7 +24,7 @@ from millrace.store.controller import Controller, RetentionType
 from millrace.store.controller.subscribers import Subscribers
 from millrace.store.errors import SegmentExistsError, TableKeyVersionMismatchError
 from millrace.store.tables import NOT_EXISTS, TableStore
-from millrace.streams.futures import on_reactor
+from millrace.streams.futures import every, on_reactor
 from millrace.streams.partitions import SegmentPartitionStorage
 from millrace.streams.producer_ids import ProducerIdAllocator
 from millrace.streams.scaling import StreamScaling
@@ -141,8 +141,7 @@ def start_background(broker: Broker) -> task.LoopingCall:
         broker.partitions.expire_producers(broker.config.producer_id_expiration_ms)
         broker.partitions.snapshot_round(broker.config.state_snapshot_bytes, broker.config.producer_id_expiration_ms)
 
-    loop = task.LoopingCall(enforce)
-    loop.start(broker.config.retention_check_seconds, now=False)
+    loop = every(broker.config.retention_check_seconds, enforce, "the retention and snapshot round")
     # A compaction round must not write on while the store closes after the reactor stops.
     reactor.addSystemEventTrigger("before", "shutdown", broker.partitions.cleaner.close)
     return loop

@@ -98,7 +98,7 @@ from millrace.store.controller.transactions import (
 )
 from millrace.store.errors import TableKeyVersionMismatchError
 from millrace.streams.errors import Reason, StreamError, batch_refusal
-from millrace.streams.futures import to_deferred
+from millrace.streams.futures import every, to_deferred
 from millrace.streams.partitions import PartitionLog
 from millrace.streams.partitions.formats import envelope
 from millrace.streams.resolve import record_logs
@@ -161,9 +161,8 @@ class NativeTransactions:
                 self._delete(txn.record)
                 if state == TxnState.COMMITTED:  # a crash may have come before its numbers were dropped
                     self._forget_merge_writer(txn.record)
-        self._loop = task.LoopingCall(self.check)
-        self._loop.clock = self.clock
-        self._loop.start(self.broker.config.transaction_check_seconds, now=False)
+        self._loop = every(self.broker.config.transaction_check_seconds, self.check,
+                           "the native transactions' check", self.clock)
 
     def check(self) -> None:
         """Abort OPEN transactions past their lease, go on with ends a failure stopped, forget ended

@@ -7,11 +7,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from twisted.internet import reactor
+from twisted.internet import defer, reactor, task
 from twisted.python import threadable
 
 from millrace.store.futures import StoreFuture, completed
-from millrace.streams.futures import on_reactor, to_deferred
+from millrace.streams.futures import every, on_reactor, to_deferred
 
 
 @pytest.fixture
@@ -94,3 +94,33 @@ def test_a_failing_call_does_not_drop_the_calls_after_it(hops: list) -> None:
     fn, args = hops.pop()
     fn(*args)
     assert ran == ["after"]
+
+
+def test_periodic_work_outlives_a_round_that_raises_or_fails(caplog: pytest.LogCaptureFixture) -> None:
+    """A bare LoopingCall stops for good, silently, at its first error: ``every`` logs it and goes on."""
+    clock = task.Clock()
+    rounds: list[int] = []
+    pending: list[defer.Deferred[None]] = []
+
+    def work() -> defer.Deferred[None] | None:
+        rounds.append(len(rounds))
+        if len(rounds) == 1:
+            raise RuntimeError("a bad round")
+        if len(rounds) == 2:
+            d: defer.Deferred[None] = defer.Deferred()
+            pending.append(d)
+            return d
+        return None
+
+    loop = every(1.0, work, "the test's round", clock)
+    clock.advance(1.0)
+    assert rounds == [0] and "the test's round failed" in caplog.text
+    clock.advance(1.0)
+    assert rounds == [0, 1]
+    clock.advance(5.0)
+    assert rounds == [0, 1], "the next round waits for this round's Deferred"
+    pending[0].errback(RuntimeError("a failed Deferred"))
+    assert "a failed Deferred" in caplog.text
+    clock.advance(1.0)
+    assert rounds == [0, 1, 2] and loop.running
+    loop.stop()

@@ -61,6 +61,7 @@ from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.store.errors import SegmentExistsError
 from millrace.store.tables.coalescing import CoalescingWriter
 from millrace.streams.errors import Reason, StreamError
+from millrace.streams.futures import every
 from millrace.streams.partitions import PartitionError
 from millrace.streams.partitions.producers import MARKER_COORDINATOR_EPOCH
 
@@ -209,9 +210,7 @@ class TransactionCoordinator:
         does that when a term starts), then watch for timeouts."""
         if self.coordination is None:
             self.resume()
-        self._loop = task.LoopingCall(self.abort_timed_out)
-        self._loop.clock = self.clock
-        self._loop.start(self.check_seconds, now=False)
+        self._loop = every(self.check_seconds, self.abort_timed_out, "the transaction timeout check", self.clock)
 
     def stop(self) -> None:
         if self._loop is not None and self._loop.running:
