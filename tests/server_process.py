@@ -13,6 +13,12 @@ from typing import Self
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _LISTEN = re.compile(r"millrace: ([\w:]+) listening on [\d.]+:(\d+)")
+# SIGINT stops the child whatever the test runner's disposition. A process inherits an ignored SIGINT
+# (pytest-xdist's workers ignore it, as do a shell's background jobs), and then neither Python nor
+# Twisted installs a handler: a test's SIGINT would be ignored. coreutils' env sets it back to the
+# default before it execs Python: a ``preexec_fn`` would run Python in the forked child, which may
+# deadlock when other threads start processes at the same moment (nodes started together).
+_DEFAULT_SIGINT = ("env", "--default-signal=INT")
 
 
 class MillraceProcess:
@@ -40,8 +46,8 @@ class MillraceProcess:
     def start(self, timeout: float = 60.0) -> Self:
         self.output = []
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "millrace", *self.command()], stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True, env=self.env, cwd=self.cwd, preexec_fn=_default_sigint,
+            [*_DEFAULT_SIGINT, sys.executable, "-m", "millrace", *self.command()], stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True, env=self.env, cwd=self.cwd,
         )
         ready = threading.Event()
 
@@ -58,8 +64,10 @@ class MillraceProcess:
         deadline = time.monotonic() + timeout
         while not ready.wait(0.1):
             if time.monotonic() > deadline:
+                self._dump_threads()
                 self.kill()
-                raise RuntimeError(f"{self.name} did not start:\n" + "".join(self.output))
+                raise RuntimeError(f"{self.name} did not start within {timeout} s; its output and a dump of "
+                                   "its threads:\n" + "".join(self.output))
         if self.proc.poll() is not None or not self.started():
             raise RuntimeError(f"{self.name} failed to start:\n" + "".join(self.output))
         return self
@@ -79,10 +87,17 @@ class MillraceProcess:
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            self.proc.send_signal(signal.SIGUSR1)
-            time.sleep(2)
+            self._dump_threads()
             raise AssertionError(f"{self.name} did not exit within {timeout} s of {signal.Signals(sig).name}; "
                                  "its output and a dump of its threads:\n" + "".join(self.output)) from None
+
+    def _dump_threads(self) -> None:
+        """Ask the process for its threads' stacks (SIGUSR1: ``faulthandler`` writes them to its output)
+        and give the reader thread a moment to collect them."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGUSR1)
+            time.sleep(2)
 
     def pause(self) -> None:
         assert self.proc is not None
@@ -99,11 +114,6 @@ class MillraceProcess:
         self.kill()
 
 
-def _default_sigint() -> None:
-    """In the child before exec: SIGINT stops it, whatever the test runner's disposition. A process
-    inherits an ignored SIGINT (pytest-xdist's workers ignore it, as do a shell's background jobs), and
-    then neither Python nor Twisted installs a handler: a test's SIGINT would be ignored."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 class ServerProcess(MillraceProcess):
