@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import logging
 import os
 import re
 import struct
@@ -57,6 +58,8 @@ from millrace.store.fsutil import (
     fsync_dir,
     write_fully,
 )
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_FILE_BYTES = 64 * 1024 * 1024
 # Bounds one write so a flood of queued appends still rolls files and acks in reasonable steps.
@@ -138,6 +141,9 @@ class FileDurableDataLog(DurableDataLog):
         self._turns = turns
         self._turn_end_scheduled = False
         self._sync_in_flight = False  # a batch's sync is with the kernel (KernelSyncs); it holds the commit lock
+        # The kernel answered EINVAL to a sync of this log's file (its filesystem has no asynchronous
+        # fsync): not asked again, so each commit is not a failed system call first.
+        self._kernel_refuses = False
         self._sync_seconds = 0.0  # a moving average of the commits' fdatasync, whoever ran them
         # Held by whichever thread writes: the writer, or the turn's thread committing a small tail.
         self._commit_lock = threading.Lock()
@@ -401,7 +407,7 @@ class FileDurableDataLog(DurableDataLog):
         if not queue or self._sync_in_flight:
             return  # the sync's end takes up what is queued
         small = _queued_bytes_at_most(queue, TURN_COMMIT_BYTES)
-        syncs = self._turns.syncs if self._turns is not None else None
+        syncs = self._turns.syncs if self._turns is not None and not self._kernel_refuses else None
         if small and syncs is not None and self._commit_lock.acquire(blocking=False):
             self._commit_in_kernel(syncs)
             return
@@ -546,9 +552,13 @@ class FileDurableDataLog(DurableDataLog):
             try:
                 syncs.submit(self._active_fd, lambda error: self._kernel_synced(batch, error))
                 return
-            except OSError:
+            except OSError as refusal:
                 self._sync_in_flight = False
-                self._sync_here(batch)  # the kernel would not take it (its AIO limits)
+                if refusal.errno == errno.EINVAL:
+                    self._kernel_refuses = True
+                    log.info("durable log %s: the kernel does not sync its files asynchronously (%s): its "
+                             "commits at a turn's end sync on the loop's thread", self._dir, refusal)
+                self._sync_here(batch)  # the kernel would not take it (its AIO limits, or the file's kind)
             except BaseException:
                 self._sync_in_flight = False
                 self._commit_lock.release()

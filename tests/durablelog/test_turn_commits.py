@@ -272,6 +272,26 @@ def test_a_sync_the_kernel_refuses_is_run_on_the_loops_thread(tmp_path: Path, sy
     log.close()
 
 
+def test_a_file_the_kernel_cannot_sync_asynchronously_is_not_offered_again(tmp_path: Path, syncs: KernelSyncs) -> None:
+    """EINVAL (a filesystem with no asynchronous fsync) is the file's answer for good, unlike EAGAIN: the
+    log's later commits sync on the loop's thread without a failed system call first."""
+    loop = ManualLoop()
+    log, synced_on = turn_log(tmp_path, TurnCommits(loop, syncs))
+    offered: list[int] = []
+
+    def refuse(fd: int, done: object) -> None:
+        offered.append(fd)
+        raise OSError(errno.EINVAL, "io_submit: Invalid argument")
+
+    syncs.submit = refuse  # type: ignore[method-assign]
+    for payload in (b"a", b"b", b"c"):
+        appended = log.append(payload)
+        loop.end_turn()
+        assert appended.result(timeout=10).sequence > 0  # on this thread, or the writer's if syncs are slow
+    assert len(offered) == 1 and len(synced_on) == 3
+    log.close()
+
+
 def test_close_waits_out_a_kernel_sync_the_stopped_loop_never_reaps(tmp_path: Path, syncs: KernelSyncs) -> None:
     loop = ManualLoop()
     log, _ = turn_log(tmp_path, TurnCommits(loop, syncs))
