@@ -127,13 +127,21 @@ class ContainerHost(Protocol):
 # refused at once (ZooKeeper down, a partition answered by a reset) costs nothing, so a node cut off for
 # half a minute would go on waiting for the better part of another one after the link came back, its
 # containers stopped all that time. A second is cheap for ZooKeeper and brings a node back at once.
+# The same holds for commands kazoo retries itself: a DataWatch or ChildrenWatch reading its znode again
+# after an event or a reconnection, on kazoo's event thread (every other watch waits behind it), would
+# otherwise sleep up to an hour between tries, the node's view of owners and members stale meanwhile.
 _RECONNECT_MAX_DELAY = 1.0
+
+
+def _retry_every_second() -> KazooRetry:
+    return KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=_RECONNECT_MAX_DELAY)
 
 
 def connect(hosts: str, session_timeout: float = 10.0, connect_timeout: float = 30.0,
             credentials: ZooKeeperCredentials | None = None, tls: ZooKeeperTls | None = None) -> KazooClient:
     """A started kazoo client (``hosts`` may end in a chroot, ``host:port,.../path``) that keeps trying
-    to reach ZooKeeper at least every ``_RECONNECT_MAX_DELAY`` seconds while it cannot. With
+    to reach ZooKeeper (and to retry a watch's read) at least every ``_RECONNECT_MAX_DELAY`` seconds while
+    it cannot. With
     ``credentials`` (zk_auth.py) every connection authenticates with the digest and every znode it
     creates is that identity's alone; with ``tls`` (zk_tls.py) every connection is TLS (``hosts`` must
     then be ZooKeeper's ``secureClientPort``s)."""
@@ -142,8 +150,8 @@ def connect(hosts: str, session_timeout: float = 10.0, connect_timeout: float = 
         secured = {"auth_data": credentials.auth_data, "default_acl": credentials.acl}
     if tls is not None:
         secured |= {"handler": tls.handler(), "use_ssl": True}  # use_ssl: only for kazoo's log lines
-    client = KazooClient(hosts=hosts, timeout=session_timeout, connection_retry=KazooRetry(
-        max_tries=-1, delay=0.1, backoff=2, max_delay=_RECONNECT_MAX_DELAY), **secured)
+    client = KazooClient(hosts=hosts, timeout=session_timeout, connection_retry=_retry_every_second(),
+                         command_retry=_retry_every_second(), **secured)
     client.start(timeout=connect_timeout)
     return client
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import pytest
 from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionLoss
 
 from millrace.store.cluster.assignment import Assignment
 from millrace.store.cluster.layout import ClusterPaths, NodeInfo
@@ -379,6 +380,29 @@ def test_a_node_reconnects_soon_after_a_long_cut_from_zookeeper(zookeeper: ZooKe
         finally:
             client.stop()
             client.close()
+
+
+def test_kazoos_own_retries_of_a_watchs_read_wait_at_most_about_a_second(zk_hosts: str) -> None:
+    """A DataWatch or ChildrenWatch reads its znode again with the client's command retry, on kazoo's event
+    thread. kazoo's default doubles the wait up to an hour: after half a minute of failures a watch would
+    sleep as long again, every other watch waiting behind it. Ours waits at most a second (plus jitter)."""
+    client = connect(zk_hosts, session_timeout=2.0)
+    try:
+        retry = client._retry.copy()  # what client.retry(...) runs each call with
+        sleeps: list[float] = []
+        retry.sleep_func = sleeps.append
+        failures = iter(range(20))
+
+        def read() -> str:
+            if next(failures, None) is not None:
+                raise ConnectionLoss()
+            return "read"
+
+        assert retry(read) == "read"
+        assert len(sleeps) == 20 and max(sleeps) <= 1.0 * (1 + retry.max_jitter)
+    finally:
+        client.stop()
+        client.close()
 
 
 def test_a_member_cut_off_from_zookeeper_says_so_once_its_session_is_over(zookeeper: ZooKeeperProcess,
