@@ -327,6 +327,23 @@ def _run_admin(client: Any, args: argparse.Namespace) -> Any:
     return None
 
 
+def log_twisted_warnings() -> None:
+    """Twisted's own events at warning and above go to Python's logging, beside the server's. Until a
+    program begins Twisted's log, Twisted writes only its critical events (to stderr) and keeps the rest
+    in a start-up buffer of 200 that no one reads. Standard output stays the process's: the servers print
+    their listeners and "ready" there."""
+    from twisted.logger import (
+        FilteringLogObserver,
+        LogLevel,
+        LogLevelFilterPredicate,
+        STDLibLogObserver,
+        globalLogBeginner,
+    )
+
+    observer = FilteringLogObserver(STDLibLogObserver(name="twisted"), [LogLevelFilterPredicate(LogLevel.warn)])
+    globalLogBeginner.beginLoggingTo([observer], redirectStandardIO=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="millrace", description="Millrace stream storage")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -369,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
         from millrace.gateway.server import serve  # only here: logd and the admin commands start without it
 
         logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        log_twisted_warnings()
         options = server_options(args)
         if options.zookeeper:
             from millrace.gateway.cluster_server import serve_cluster

@@ -1,13 +1,17 @@
-"""``millrace serve``'s flags become ``ServerOptions`` field by field, by name (gateway/cli.py)."""
+"""``millrace serve``'s flags become ``ServerOptions`` field by field, by name (gateway/cli.py); Twisted's own
+warnings reach the server's log."""
 
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 
 import pytest
 
 from millrace.gateway.cli import _serve_parser, server_options
 from millrace.gateway.options import ServerOptions
+from tests.server_process import REPO_ROOT
 
 
 def parse_serve(*flags: str) -> ServerOptions:
@@ -46,3 +50,29 @@ def test_the_kafka_properties_file_may_come_from_the_environment(monkeypatch: py
     monkeypatch.setenv("MILLRACE_CONFIG", "/etc/millrace/server.properties")
     assert parse_serve().config == "/etc/millrace/server.properties"
     assert parse_serve("--config", "/other").config == "/other"
+
+
+TWISTED_EVENTS = """
+import gc, logging
+logging.basicConfig(level="INFO", format="%(levelname)s %(name)s: %(message)s")
+from millrace.gateway.cli import log_twisted_warnings
+log_twisted_warnings()
+from twisted.internet import defer
+from twisted.logger import Logger
+Logger().info("a twisted info")
+Logger().warn("a twisted warning")
+d = defer.fail(RuntimeError("nobody handled me"))
+del d
+gc.collect()
+print("millrace: ready")
+"""
+
+
+def test_twisted_warnings_and_unhandled_errors_reach_the_servers_log() -> None:
+    """Before, Twisted kept every event below critical in a start-up buffer no one reads."""
+    done = subprocess.run([sys.executable, "-c", TWISTED_EVENTS], capture_output=True, text=True, timeout=60,
+                          cwd=REPO_ROOT)
+    assert done.stdout == "millrace: ready\n"  # standard output is not taken over by Twisted's log
+    assert "WARNING twisted: a twisted warning" in done.stderr
+    assert "CRITICAL twisted: Unhandled error in Deferred" in done.stderr and "nobody handled me" in done.stderr
+    assert "a twisted info" not in done.stderr
