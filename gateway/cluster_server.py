@@ -35,6 +35,7 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from twisted.internet import protocol, reactor, task, threads
@@ -85,9 +86,9 @@ from millrace.gateway.kafka.connection import KafkaFactory
 from millrace.gateway.kafka.node_requests import NodeLink
 from millrace.gateway.kafka.setup import start_background
 from millrace.gateway.metrics import ClusterSources, MetricsSources
-from millrace.gateway.native.dispatch import handlers, serve
+from millrace.gateway.native.dispatch import Handlers, handlers, serve
 from millrace.gateway.native.forwarding import HERE, PLAINTEXT_NATIVE_LINK, NativeLink, NodeLinks, forwarding
-from millrace.gateway.native.handler import NativeProtocol
+from millrace.gateway.native.handler import NativeFactory, NativeProtocol
 from millrace.gateway.native.security import NativeSecurity
 from millrace.gateway.native.txn_cluster import cluster_txn_handlers
 from millrace.gateway.security.properties import ListenerSettings, SecuritySettings
@@ -238,6 +239,21 @@ def serve_cluster(options: ServerOptions) -> int:
     return 0
 
 
+@dataclass
+class _Built:
+    """What ``ClusterServer.build`` makes on its worker thread: everything whose making reads or writes the
+    store. ``serve`` only wires it up on the reactor."""
+
+    broker: Broker
+    kafka_factory: KafkaFactory
+    cluster: KafkaCluster
+    controller: Controller
+    native_factory: NativeFactory
+    links: NodeLinks  # connections to the other nodes' native listeners, for forwarded commands
+    txn_commands: Handlers  # the native transaction commands, served through their table's owner
+    native_txns: Callable[[], bool]  # their coordination check
+
+
 class ClusterServer:
     """One node's parts: bound listeners first, then (on a worker thread) the node and its gateways,
     then (on the reactor) the listeners' factories and the periodic work."""
@@ -304,8 +320,12 @@ class ClusterServer:
         if reactor.running:  # not if a signal is stopping it already
             reactor.stop()
 
-    def build(self) -> tuple[Broker, KafkaFactory, KafkaCluster, Controller]:
-        """Blocking (worker thread): join the cluster, then build the controller and the Kafka views."""
+    def build(self) -> _Built:
+        """Blocking (worker thread): join the cluster, then build the controller, the Kafka views and the
+        native listener's handlers. Whatever reads or writes a table is made here, never on the reactor:
+        a table's container may be another node's, whose peer listener runs on that node's reactor, and
+        two nodes started together would each wait there for the other (seen: the system tables the
+        native handlers create, asked for from both reactors at once, and neither node ever ready)."""
         options, node_id = self.options, self.node_id
         self.node = node = build_cluster_node(options, self.setup, self.ports, self.addresses)
         node.start()
@@ -331,6 +351,12 @@ class ClusterServer:
                 broker.node_link = self.link
                 # Blocking where the native listener serves OAUTHBEARER (its JWKS is read): here, not on the reactor.
                 self.native_security = native_security(self.security, self.native, broker)
+                # The native handlers create the subscriber, key-value and transaction tables they miss.
+                native_factory = native_gateway(options, router, controller, self.pool, broker, transactions=False,
+                                                security=self.native_security)
+                # Native transactions: served by the owner of their table's container, forwarded there by the others.
+                links = NodeLinks(broker, self.native_to_nodes)
+                txn_commands, native_txns = cluster_txn_handlers(broker, cluster, links)
                 break
             except SegmentNotFoundError as exc:
                 # Nodes starting together each make the system tables they find missing: a table
@@ -341,12 +367,14 @@ class ClusterServer:
                     raise
                 log.info("system table %s is being created elsewhere: building again", exc)
                 time.sleep(0.2 * attempt)
-        self.broker = broker
-        return broker, kafka_factory, cluster, controller
+        self.broker, self.links = broker, links
+        return _Built(broker, kafka_factory, cluster, controller, native_factory, links, txn_commands, native_txns)
 
-    def serve(self, built: tuple[Broker, KafkaFactory, KafkaCluster, Controller]) -> None:
-        """Reactor: open the listeners to clients and start the periodic work."""
-        broker, kafka_factory, cluster, controller = built
+    def serve(self, built: _Built) -> None:
+        """Reactor: open the listeners to clients and start the periodic work (nothing here may wait for
+        the store: see ``build``)."""
+        broker, kafka_factory, cluster, controller = built.broker, built.kafka_factory, built.cluster, built.controller
+        native_factory, native_txns = built.native_factory, built.native_txns
         options = self.options
         assert self.node is not None and self.router is not None
         # Before the reactor joins its threads (an auto-scaler round, a login check) and ``close`` the
@@ -365,12 +393,7 @@ class ClusterServer:
                                  self.kafka_addresses)
         for name, front in self.kafka_fronts.items():
             front.inner = fronts[name]
-        native_factory = native_gateway(options, self.router, controller, self.pool, broker, transactions=False,
-                                        security=self.native_security)
-        # Native transactions: served by the owner of their table's container, forwarded there by the others.
-        self.links = NodeLinks(broker, self.native_to_nodes)
-        txn_commands, native_txns = cluster_txn_handlers(broker, cluster, self.links)
-        native_factory.controller_commands.update(txn_commands)
+        native_factory.controller_commands.update(built.txn_commands)
         # Scope, stream and table changes run on the elected controller only; the other nodes send them there.
 
         def controller_place() -> str | None:
@@ -381,7 +404,7 @@ class ClusterServer:
 
         for command in CONTROLLER_CHANGES:
             native_factory.controller_commands[command] = forwarding(
-                native_factory.controller_commands[command], controller_place, self.links, "the controller")
+                native_factory.controller_commands[command], controller_place, built.links, "the controller")
 
         def owner(r: m.GetSegmentOwner, _payload: bytes) -> m.SegmentOwnerReply:
             found = cluster.segment_owner(r.segment)
