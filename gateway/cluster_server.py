@@ -103,7 +103,7 @@ from millrace.store.controller import Controller
 from millrace.store.controller.autoscaler import AutoScaler
 from millrace.store.errors import ContainerOfflineError, SegmentNotFoundError
 from millrace.store.tables import TableStore
-from millrace.streams.futures import every
+from millrace.streams.futures import check_reactor_waits, every
 
 log = logging.getLogger("millrace")
 
@@ -231,6 +231,7 @@ def serve_cluster(options: ServerOptions) -> int:
     # The reactor runs from the start, so this node's peer listener answers while the node is built:
     # two nodes starting together each read tables held by the other's containers.
     reactor.callWhenRunning(server.start)
+    check_reactor_waits()
     reactor.run()
     server.close()
     if server.failed:

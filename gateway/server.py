@@ -36,6 +36,7 @@ from millrace.gateway.metrics import MetricsSources
 from millrace.gateway.options import ServerOptions
 from millrace.store.controller import Controller
 from millrace.store.tables import TableStore
+from millrace.streams.futures import check_reactor_waits
 
 log = logging.getLogger("millrace")
 
@@ -95,6 +96,7 @@ def serve(options: ServerOptions) -> int:
     for name, port in listeners.items():
         announce(name, port)
     print(f"millrace: ready (data dir {os.path.abspath(options.data_dir)})", flush=True)
+    check_reactor_waits()
     # Twisted's own signal handlers stop the reactor on SIGINT and SIGTERM.
     reactor.run()
     scaler.stop()

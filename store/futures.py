@@ -20,6 +20,17 @@ U = TypeVar("U")
 _PENDING, _DONE, _FAILED, _CANCELLED = 0, 1, 2, 3
 # One lock for the rare slow path (callbacks registering while completion runs, blocking waits).
 _lock = threading.Lock()
+# Threads that must never block (the reactor) may ask that a wait for a future not yet done fail at once
+# (``refuse_waits``): such a wait stalls every connection, and deadlocks when the future needs that very
+# thread (a table on another node, whose reactor waits for this one's).
+_no_waits = threading.local()
+
+
+def refuse_waits(thread: str | None) -> None:
+    """From now on, on the calling thread, ``result`` and ``exception`` of a future that is not done
+    raise RuntimeError naming ``thread`` instead of waiting (a zero timeout still just polls); None
+    lifts it."""
+    _no_waits.thread = thread
 
 
 class StoreFuture(Generic[T]):
@@ -78,6 +89,9 @@ class StoreFuture(Generic[T]):
     def _wait(self, timeout: float | None) -> None:
         if self._state != _PENDING:
             return
+        refusing = getattr(_no_waits, "thread", None)
+        if refusing is not None and timeout != 0:
+            raise RuntimeError(f"a store future was waited for on the {refusing} thread, which must never block")
         with _lock:
             if self._state != _PENDING:
                 return

@@ -34,6 +34,7 @@ recovering), the main thread stands in for it.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -50,7 +51,7 @@ from twisted.internet.interfaces import (
 from twisted.python import threadable
 from zope.interface import implementer
 
-from millrace.store.futures import StoreFuture
+from millrace.store.futures import StoreFuture, refuse_waits
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -107,6 +108,18 @@ class _ReactorInbox:
 
 
 _INBOX = _ReactorInbox()
+
+
+def check_reactor_waits() -> None:
+    """With ``MILLRACE_CHECK_REACTOR_WAITS=1`` (the tests run their servers so): while the reactor runs,
+    a wait for a store future on its thread raises instead of blocking (``refuse_waits``), so a handler or
+    a start-up step that would stall or deadlock the reactor fails where it waits. Lifted when the
+    shutdown begins: the server closes its store on this thread after that."""
+    if os.environ.get("MILLRACE_CHECK_REACTOR_WAITS") != "1":
+        return
+    core = IReactorCore(reactor)
+    core.callWhenRunning(refuse_waits, "reactor")
+    core.addSystemEventTrigger("before", "shutdown", refuse_waits, None)
 
 
 def every(seconds: float, fn: Callable[[], object], what: str, clock: IReactorTime | None = None,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -12,6 +14,7 @@ from twisted.python import threadable
 
 from millrace.store.futures import StoreFuture, completed
 from millrace.streams.futures import every, on_reactor, to_deferred
+from tests.server_process import REPO_ROOT
 
 
 @pytest.fixture
@@ -124,3 +127,43 @@ def test_periodic_work_outlives_a_round_that_raises_or_fails(caplog: pytest.LogC
     clock.advance(1.0)
     assert rounds == [0, 1, 2] and loop.running
     loop.stop()
+
+
+REACTOR_WAIT = """
+import os
+os.environ["MILLRACE_CHECK_REACTOR_WAITS"] = "1"
+from twisted.internet import reactor
+from millrace.store.futures import StoreFuture
+from millrace.streams.futures import check_reactor_waits
+
+def on_the_reactor():
+    try:
+        StoreFuture().result(timeout=5)
+    except RuntimeError as exc:
+        print("refused:", exc)
+    try:
+        StoreFuture().result(timeout=0)
+    except TimeoutError:
+        print("polled")
+    reactor.stop()
+
+check_reactor_waits()
+reactor.callWhenRunning(on_the_reactor)
+reactor.run()
+try:
+    StoreFuture().result(timeout=0.01)
+except TimeoutError:
+    print("waited after the reactor stopped")
+"""
+
+
+def test_a_checking_run_refuses_a_wait_for_a_store_future_on_the_reactor() -> None:
+    """Such a wait stalls every connection, and deadlocks when the future needs the reactor (two cluster
+    nodes each waiting for a table on the other): the tests' servers fail where they would wait."""
+    done = subprocess.run([sys.executable, "-c", REACTOR_WAIT], capture_output=True, text=True, timeout=60,
+                          cwd=REPO_ROOT)
+    assert done.stdout.splitlines() == [
+        "refused: a store future was waited for on the reactor thread, which must never block",
+        "polled",
+        "waited after the reactor stopped",
+    ], done.stderr
