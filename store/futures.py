@@ -90,11 +90,11 @@ class StoreFuture(Generic[T]):
         if self._state != _PENDING:
             return
         refusing = getattr(_no_waits, "thread", None)
-        if refusing is not None and timeout != 0:
-            raise RuntimeError(f"a store future was waited for on the {refusing} thread, which must never block")
         with _lock:
             if self._state != _PENDING:
                 return
+            if refusing is not None and timeout != 0:  # checked under the lock: a future done meanwhile passes
+                raise RuntimeError(f"a store future was waited for on the {refusing} thread, which must never block")
             if self._event is None:
                 self._event = threading.Event()
             event = self._event
