@@ -51,6 +51,7 @@ import psutil
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from benchmarks.disk_limits import fsync_rate, sequential_write_mb_s
+from benchmarks.machine_load import MachineLoad
 from benchmarks.native_reader_bench import loopback_tcp_mb_s
 from millrace.gateway.local_cluster import free_ports
 from tests.durablelog.logd_process import Replicas
@@ -90,8 +91,9 @@ class Target:
     bootstrap: str
     processes: list[psutil.Process]
 
-    def cpu_seconds(self) -> float:
-        return sum(t.user + t.system for t in (p.cpu_times() for p in self.processes))
+    def cpu_by_process(self) -> list[float]:
+        """User and system CPU of each process (the server first, then its log replicas)."""
+        return [t.user + t.system for t in (p.cpu_times() for p in self.processes)]
 
     def pin(self, cpus: set[int]) -> None:
         """Confine every thread of the broker's processes to ``cpus`` (threads they start later inherit it)."""
@@ -194,16 +196,22 @@ TARGETS: dict[str, Callable[[Path, Path], AbstractContextManager[Target]]] = {"l
                                                                "tansu": tansu}
 
 
-def produce(generator: Path, target: Target, topic: str, row: Row, records: int, client_cpus: str = "") -> dict:
+def produce(generator: Path, target: Target, topic: str, row: Row, records: int, home: Path,
+            client_cpus: str = "") -> dict:
     admin = AdminClient({"bootstrap.servers": target.bootstrap})
     admin.create_topics([NewTopic(topic, row.partitions, 1)])[topic].result(30)
-    cpu0 = target.cpu_seconds()
+    os.sync()  # what earlier runs left unwritten is not this run's
+    machine = MachineLoad(str(home))
+    cpu0 = target.cpu_by_process()
     command = (["taskset", "-c", client_cpus] if client_cpus else []) + [
         str(generator), target.bootstrap, topic, str(row.partitions), str(records), str(row.size), str(row.rate)]
     done = subprocess.run(command + [a for k, v in row.settings().items() for a in ("-X", f"{k}={v}")],
                           check=True, capture_output=True, text=True)
     result = json.loads(done.stdout)
-    result["server_cpu_s"] = target.cpu_seconds() - cpu0
+    result["cpu_by_process_s"] = [after - before for before, after in zip(cpu0, target.cpu_by_process(), strict=True)]
+    result["server_cpu_s"] = sum(result["cpu_by_process_s"])
+    load = machine.done()
+    result["disk_mb_s"], result["busy_cores"] = load.disk_mb_s, load.busy_cores
     return result
 
 
@@ -252,12 +260,13 @@ def main() -> None:
                     with TARGETS[name](home, tansu_path) as target:
                         if args.server_cpus:
                             target.pin(cpu_list(args.server_cpus))
-                        r = produce(generator, target, f"load-{run}", row, count, args.client_cpus)
+                        r = produce(generator, target, f"load-{run}", row, count, home, args.client_cpus)
                     shutil.rmtree(home, ignore_errors=True)
                     results[row.name][name].append(r)
                     print(f"{row.name}, run {run + 1}, {name}: {r['records_per_s']:,.0f} records/s, "
                           f"{r['mb_per_s']:,.1f} MB/s, p99 {r['latency_ms']['p99']:.0f} ms, server CPU "
-                          f"{r['server_cpu_s']:.2f} s", flush=True)
+                          f"{r['server_cpu_s']:.2f} s; machine: disk {r['disk_mb_s']:,.0f} MB/s, "
+                          f"{r['busy_cores']:.2f} cores busy", flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -275,6 +284,18 @@ def main() -> None:
         unit = " MB/s" if row.size >= 1024 else "/s"
         cells = [f"{med[t]:,.0f}{unit} ({cpu[t]:.1f} s)" for t in targets]
         cells += [f"{med[a] / med[b]:.2f}" for a, b in ratios]
+        print(f"| {row.name} | " + " | ".join(cells) + " |")
+    # What bounds each row: the whole machine's disk writes (three replicas write every byte three
+    # times) against the disk's sequential limit, and its busy cores (the generator's included).
+    print(f"\nthe machine during each row (medians): disk MB/s written (share of the "
+          f"{limits['disk_write_mb_s']:,.0f} MB/s limit), cores busy of {os.cpu_count()}:")
+    print("| row | " + " | ".join(targets) + " |")
+    for row in rows:
+        cells = []
+        for t in targets:
+            disk = statistics.median(r["disk_mb_s"] for r in results[row.name][t])
+            cores = statistics.median(r["busy_cores"] for r in results[row.name][t])
+            cells.append(f"{disk:,.0f} MB/s ({disk / limits['disk_write_mb_s']:.2f}), {cores:.2f} cores")
         print(f"| {row.name} | " + " | ".join(cells) + " |")
     for row in (r for r in rows if r.rate):
         print(f"\nlatency at {row.rate:,.0f} records/s (ms, medians of the runs' percentiles):")
