@@ -60,6 +60,7 @@ from millrace.store.durablelog.replica_rpc import ReplicaRpc, connect_dealer
 from millrace.store.durablelog.replicated_recovery import recover
 from millrace.store.durablelog.replicated_repair import ReplicaRepair
 from millrace.store.durablelog.replication_config import ReplicationConfig
+from millrace.store.durablelog.zmq_frames import readable, recv_frames, send_frames
 from millrace.store.errors import ContainerOfflineError, DataLogWriterFencedError
 from millrace.store.latency import LatencyHistogram
 from millrace.store.logd import wire
@@ -380,14 +381,12 @@ class ReplicatedDurableDataLog(DurableDataLog):
         header = {"op": "append", "id": self._request_ids, "log": self.log_name, "epoch": epoch,
                   "entry_epoch": epoch, "first": self._start[address], "lac": self._confirmed,
                   "truncated": self._owned.peek().truncated, "entries": [[p.sequence, p.crc] for p in batch]}
-        self._sockets[address].send_multipart([wire.encode_header(header), *(p.payload for p in batch)],
-                                              copy=False)
+        send_frames(self._sockets[address], [wire.encode_header(header), *(p.payload for p in batch)])
         self._outstanding[address].append((self._request_ids, time.monotonic()))
 
     def _receive(self, address: str, socket: zmq.Socket[Any]) -> None:
-        # Asked rather than caught: pyzmq's exception for an empty socket cost more than a reply.
-        while address in self._sockets and int(socket.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
-            frames = socket.recv_multipart(zmq.NOBLOCK)
+        while address in self._sockets and readable(socket):
+            frames = recv_frames(socket)
             header = wire.decode_header(frames[0])
             outstanding = self._outstanding[address]
             while outstanding and outstanding[0][0] <= header.get("id", 0):

@@ -26,6 +26,7 @@ import zmq
 from crc32c import crc32c
 
 from millrace.store.durablelog.curve import CurveKeyError, CurveServerKeys
+from millrace.store.durablelog.zmq_frames import readable, recv_frames, send_frames
 from millrace.store.logd import wire
 from millrace.store.logd.journal import Journal, LogState, Record, StoredEntry, entry_record, value_record
 
@@ -95,11 +96,9 @@ class LogReplicaServer:
         size = 0
         socket = self._socket
         for _ in range(MAX_TURN_REQUESTS):
-            # Asked rather than caught: pyzmq's exception for an empty socket cost as much as decoding a
-            # request's header, and most turns hold one request.
-            if not int(socket.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
+            if not readable(socket):
                 break
-            frames = socket.recv_multipart(zmq.NOBLOCK, copy=False)
+            frames = recv_frames(socket, copy=False)
             identity, header_frame, payloads = frames[0], frames[1], frames[2:]
             size += sum(len(p.buffer) for p in payloads)
             request: dict[str, Any] = {}
@@ -122,12 +121,11 @@ class LogReplicaServer:
         for name, lac in turn.confirmed.items():
             state = self.journal.log(name)
             state.last_confirmed = max(state.last_confirmed, lac)
-        send = socket.send_multipart
         for identity, answer in turn.after_write:
             head, data = answer()
-            send([identity, wire.encode_header(head), *data], copy=False)
+            send_frames(socket, [identity, wire.encode_header(head), *data])
         for message in immediate:
-            send(message, copy=False)
+            send_frames(socket, message)
 
     def _handle(self, request: dict[str, Any], payloads: list[memoryview], turn: _Turn) -> tuple[dict[str, Any], list[bytes]] | None:
         """Immediate answer, or None after queueing an answer for after the turn's fsync."""
