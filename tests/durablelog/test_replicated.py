@@ -13,11 +13,13 @@ from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
+import zmq
 
 from millrace.store.durablelog.interface import LogAddress
-from millrace.store.durablelog.replica_rpc import ReplicaRpc
+from millrace.store.durablelog.replica_rpc import ReplicaRpc, connect_dealer
 from millrace.store.durablelog.replicated import ReplicatedDurableDataLog
 from millrace.store.errors import DataLogWriterFencedError
+from millrace.store.logd import wire
 from tests.durablelog.helpers import payload_for
 from tests.durablelog.logd_process import Replicas
 from tests.server_process import REPO_ROOT
@@ -184,6 +186,32 @@ def _raw_append(address: str, sequence: int, epoch: int, first: int, payload: by
         assert reply is not None and reply[0]["status"] == "ok", reply
     finally:
         rpc.close()
+
+
+@pytest.mark.parametrize("replicas", [1], indirect=True)
+def test_a_replica_answers_malformed_requests_with_bad_request_and_keeps_serving(replicas: Replicas) -> None:
+    """Whatever a header holds, the replica answers ``bad_request`` (with the request's id when it has
+    one) and goes on serving: no exception of its header codec reaches its loop."""
+    (address,) = replicas.addresses
+    socket = connect_dealer(zmq.Context.instance(), address)
+    try:
+        for header, expected_id in ((b"not json", None), (b"[1, 2]", None), (b"\xff\xfe{}", None),
+                                    (b'{"op": "append", "id": 7}', 7),  # no log, no epoch
+                                    (b'{"op": "compact", "id": 8, "log": "log"}', 8),  # no such op
+                                    (b'{"op": "read", "id": 9, "log": "", "from": 1, "to": 2, "max_bytes": 9}', 9)):
+            socket.send_multipart([header])
+            assert socket.poll(30_000), f"no answer to {header!r}"
+            answer = wire.decode_header(socket.recv_multipart()[0])
+            assert (answer["status"], answer["id"]) == (wire.BAD_REQUEST, expected_id), (header, answer)
+    finally:
+        socket.close(0)
+    _raw_append(address, 1, 1, 1, b"still serving")
+    rpc = ReplicaRpc()
+    try:
+        reply = rpc.call_one(address, {"op": "read", "log": "log", "from": 1, "to": 1, "max_bytes": 1 << 20}, [], 30)
+    finally:
+        rpc.close()
+    assert reply is not None and reply[0]["status"] == wire.OK and reply[1] == [b"still serving"], reply
 
 
 def _owner_dies_with_a_tail_on_one_replica(replicas: Replicas) -> tuple[ReplicatedDurableDataLog, str]:
