@@ -8,6 +8,7 @@ limits measured in the same run, these say which of the two bounds a row.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -15,12 +16,13 @@ from dataclasses import dataclass
 SECTOR_BYTES = 512  # /proc/diskstats counts 512-byte sectors whatever the device's own size
 
 
-def block_device(directory: str) -> str:
-    """The name in ``/proc/diskstats`` of the whole disk holding ``directory`` (``vda`` for ``vda1``)."""
+def block_device(directory: str) -> str | None:
+    """The name in ``/proc/diskstats`` of the whole disk holding ``directory`` (``vda`` for ``vda1``);
+    None on a file system with no disk of its own (tmpfs, overlay)."""
     st = os.stat(directory)
     link = os.path.realpath(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}")
     if not os.path.exists(link):
-        raise RuntimeError(f"{directory} is on no block device (device {os.major(st.st_dev)}:{os.minor(st.st_dev)})")
+        return None
     if os.path.exists(os.path.join(link, "partition")):
         link = os.path.dirname(link)
     return os.path.basename(link)
@@ -47,7 +49,7 @@ def busy_cpu_seconds() -> float:
 @dataclass(frozen=True)
 class Load:
     seconds: float
-    disk_mb_s: float  # 10^6 bytes written to the disk per second
+    disk_mb_s: float  # 10^6 bytes written to the disk per second (NaN with no disk to read)
     busy_cores: float  # cores busy on average (at most os.cpu_count())
 
 
@@ -56,10 +58,14 @@ class MachineLoad:
 
     def __init__(self, directory: str) -> None:
         self._device = block_device(directory)
-        self._start = (time.monotonic(), sectors_written(self._device), busy_cpu_seconds())
+        self._start = (time.monotonic(), self._sectors(), busy_cpu_seconds())
+
+    def _sectors(self) -> int:
+        return sectors_written(self._device) if self._device is not None else 0
 
     def done(self) -> Load:
         t0, sectors0, busy0 = self._start
         seconds = time.monotonic() - t0
-        written = (sectors_written(self._device) - sectors0) * SECTOR_BYTES
-        return Load(seconds, written / seconds / 1e6, (busy_cpu_seconds() - busy0) / seconds)
+        written = (self._sectors() - sectors0) * SECTOR_BYTES
+        disk = written / seconds / 1e6 if self._device is not None else math.nan
+        return Load(seconds, disk, (busy_cpu_seconds() - busy0) / seconds)
