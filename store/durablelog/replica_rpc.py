@@ -14,6 +14,7 @@ from typing import Any
 import zmq
 
 from millrace.store.durablelog.curve import CurveClientKeys
+from millrace.store.durablelog.zmq_frames import recv_frames, send_frames
 from millrace.store.logd import wire
 
 Reply = tuple[dict[str, Any], list[bytes]]
@@ -53,7 +54,7 @@ class ReplicaRpc:
         for address, (header, payloads) in requests.items():
             request_id = next(self._ids)
             socket = self._socket(address)
-            socket.send_multipart([wire.encode_header({**header, "id": request_id}), *payloads], copy=False)
+            send_frames(socket, [wire.encode_header({**header, "id": request_id}), *payloads])
             waiting[address] = request_id
         replies: dict[str, Reply] = {}
         poller = zmq.Poller()
@@ -69,7 +70,7 @@ class ReplicaRpc:
                 break
             for socket, _ in poller.poll(max(1, int((deadline - now) * 1000))):
                 address = by_socket[socket]
-                frames = socket.recv_multipart()
+                frames = recv_frames(socket)  # the poller said a message waits
                 header = wire.decode_header(frames[0])
                 if waiting.get(address) == header.get("id"):
                     del waiting[address]
