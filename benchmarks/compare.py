@@ -35,6 +35,7 @@ import argparse
 import glob
 import json
 import os
+import resource
 import shutil
 import socket
 import statistics
@@ -205,11 +206,14 @@ def produce(generator: Path, target: Target, topic: str, row: Row, records: int,
     os.sync()  # what earlier runs left unwritten is not this run's
     machine = MachineLoad(str(home))
     cpu0 = target.cpu_by_process()
+    client0 = resource.getrusage(resource.RUSAGE_CHILDREN)  # only the generator is reaped in between
     command = (["taskset", "-c", client_cpus] if client_cpus else []) + [
         str(generator), target.bootstrap, topic, str(row.partitions), str(records), str(row.size), str(row.rate)]
     done = subprocess.run(command + [a for k, v in row.settings().items() for a in ("-X", f"{k}={v}")],
                           check=True, capture_output=True, text=True)
     result = json.loads(done.stdout)
+    client = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result["client_cpu_s"] = client.ru_utime + client.ru_stime - client0.ru_utime - client0.ru_stime
     result["cpu_by_process_s"] = [after - before for before, after in zip(cpu0, target.cpu_by_process(), strict=True)]
     result["server_cpu_s"] = sum(result["cpu_by_process_s"])
     load = machine.done()
@@ -268,7 +272,7 @@ def main() -> None:
                     results[row.name][name].append(r)
                     print(f"{row.name}, run {run + 1}, {name}: {r['records_per_s']:,.0f} records/s, "
                           f"{r['mb_per_s']:,.1f} MB/s, p99 {r['latency_ms']['p99']:.0f} ms, server CPU "
-                          f"{r['server_cpu_s']:.2f} s; machine: disk {r['disk_mb_s']:,.0f} MB/s, "
+                          f"{r['server_cpu_s']:.2f} s, client CPU {r['client_cpu_s']:.2f} s; machine: disk {r['disk_mb_s']:,.0f} MB/s, "
                           f"{r['busy_cores']:.2f} cores busy", flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
