@@ -237,22 +237,22 @@ class StorageWriter:
                 f"containers/{source.container_id}/{run.segment_name}/"
                 f"E{source.epoch}-O{run.offset}-{uuid.uuid4().hex[:12]}"
             )
-            data = b"".join(run.blocks)
+            size = sum(len(block) for block in run.blocks)
             try:
-                self._storage.write(chunk, data)
+                self._storage.write_parts(chunk, run.blocks)
             except Exception as exc:  # noqa: BLE001 - retried; the data stays safe in the log
                 self._failures += 1
                 log.warning("flush of %s to long-term storage failed (%d): %r", chunk, self._failures, exc)
                 time.sleep(min(5.0, 0.1 * 2 ** min(self._failures, 6)))
                 return False
             self._failures = 0
-            pending = source.log_storage_flushed(segment_id, run.offset, len(data), chunk)
+            pending = source.log_storage_flushed(segment_id, run.offset, size, chunk)
             if pending is None:
                 self._delete([chunk])
                 return True
             self.chunks_written += 1
-            self.bytes_written += len(data)
-            remaining -= len(data)
+            self.bytes_written += size
+            remaining -= size
         if pending is not None:
             logged.append(pending)
         return True

@@ -12,10 +12,11 @@ import contextlib
 import errno
 import os
 import uuid
+from collections.abc import Iterator, Sequence
 from urllib.parse import quote, unquote
 
 from millrace.store.errors import ChunkExistsError, ChunkNotFoundError
-from millrace.store.fsutil import drop_written, fsync_dir
+from millrace.store.fsutil import Buffer, drop_written, fsync_dir, write_fully
 from millrace.store.lts.interface import ChunkStorage
 
 _CHUNK_SUFFIX = "@chunk"
@@ -53,6 +54,24 @@ def _check_range(offset: int, length: int) -> None:
 _SYNC_STEP = 1 << 20
 
 
+def _steps(parts: Sequence[Buffer], step: int) -> Iterator[list[Buffer]]:
+    """``parts`` cut into runs of ``step`` bytes (the last may be shorter), as views: nothing is copied."""
+    run: list[Buffer] = []
+    room = step
+    for part in parts:
+        view = memoryview(part).cast("B")
+        while len(view):
+            piece = view[:room]
+            run.append(piece)
+            view = view[len(piece):]
+            room -= len(piece)
+            if not room:
+                yield run
+                run, room = [], step
+    if run:
+        yield run
+
+
 class FileSystemChunkStorage(ChunkStorage):
     """Chunks as files under ``root``; writes are write-once and durable (fsync'd file and directory)."""
 
@@ -85,7 +104,7 @@ class FileSystemChunkStorage(ChunkStorage):
             return
         fsync_dir(parent)
 
-    def write(self, name: str, data: bytes) -> None:
+    def write_parts(self, name: str, parts: Sequence[Buffer]) -> None:
         directory, file = self._dir_and_file(name)
         final = os.path.join(directory, file)
         # A concurrent delete may remove the (empty) directory between mkdir and creating the temp
@@ -102,16 +121,16 @@ class FileSystemChunkStorage(ChunkStorage):
             break
         try:
             try:
-                view = memoryview(data)
-                size, position, step_end = len(view), 0, _SYNC_STEP
-                while position < size:
-                    position += os.write(fd, view[position:min(size, step_end)])
-                    if position == step_end < size:
+                size = 0
+                for step in _steps(parts, _SYNC_STEP):
+                    if size:
                         os.fdatasync(fd)  # a step at a time: see _SYNC_STEP
-                        step_end += _SYNC_STEP
+                    step_bytes = sum(len(b) for b in step)
+                    write_fully(fd, step, step_bytes, size)  # the parts as they are: no join
+                    size += step_bytes
                 os.fsync(fd)
                 # Hot, the chunk's data is in the read cache; cold, it is read back as from S3.
-                drop_written(fd, 0, len(data), complete=True)
+                drop_written(fd, 0, size, complete=True)
             finally:
                 os.close(fd)
             try:

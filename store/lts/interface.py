@@ -9,12 +9,21 @@ All methods block; containers call them from worker threads.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+from millrace.store.fsutil import Buffer
 
 
 class ChunkStorage(ABC):
     @abstractmethod
-    def write(self, name: str, data: bytes) -> None:
+    def write_parts(self, name: str, parts: Sequence[Buffer]) -> None:
+        """Create chunk ``name`` holding ``parts`` back to back, durably. Raises ChunkExistsError if
+        present. The storage writer hands over the read cache's blocks as they are: a backend that
+        can write them without joining them (the filesystem's ``pwritev``) spares a copy of every byte."""
+
+    def write(self, name: str, data: Buffer) -> None:
         """Create chunk ``name`` holding ``data`` durably. Raises ChunkExistsError if present."""
+        self.write_parts(name, (data,))
 
     @abstractmethod
     def read(self, name: str, offset: int, length: int) -> bytes:

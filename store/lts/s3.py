@@ -11,6 +11,7 @@ zombie container overwrite a chunk a newer owner wrote.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from typing import Any
 
 import boto3
@@ -18,6 +19,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
 from millrace.store.errors import ChunkExistsError, ChunkNotFoundError, StoreError
+from millrace.store.fsutil import Buffer
 from millrace.store.lts.filesystem import validate_chunk_name
 from millrace.store.lts.interface import ChunkStorage
 
@@ -112,13 +114,15 @@ class S3ChunkStorage(ChunkStorage):
             return S3StorageError(f"S3 {op} {where} failed ({code}: {message})")
         return S3StorageError(f"S3 {op} {where} failed: {e}")
 
-    def write(self, name: str, data: bytes) -> None:
+    def write_parts(self, name: str, parts: Sequence[Buffer]) -> None:
         key = self._key(name)
+        # botocore signs and checksums one body: the parts are joined (a lone bytes part is not copied).
+        data = parts[0] if len(parts) == 1 and isinstance(parts[0], bytes) else b"".join(parts)
         try:
             self.client.put_object(
                 Bucket=self.bucket,
                 Key=key,
-                Body=bytes(data) if not isinstance(data, bytes) else data,
+                Body=data,
                 IfNoneMatch="*",
             )
             return

@@ -144,11 +144,11 @@ class _GatedStorage(FileSystemChunkStorage):
         self.open.set()
         self.entered = threading.Event()
 
-    def write(self, name: str, data: bytes) -> None:
+    def write_parts(self, name: str, parts: Sequence[Buffer]) -> None:
         if not self.open.is_set():
             self.entered.set()
             self.open.wait(30)
-        super().write(name, data)
+        super().write_parts(name, parts)
 
 
 class _BreakableLog(FileDurableDataLog):

@@ -206,6 +206,19 @@ def test_large_chunk_round_trip(storage: ChunkStorage) -> None:
     assert storage.read("big/chunk", len(data) - 10, 1 << 20) == data[-10:]
 
 
+def test_a_chunk_written_in_parts_holds_them_back_to_back(storage: ChunkStorage) -> None:
+    """The storage writer hands over the read cache's blocks unjoined: parts of every size, some views
+    and some crossing the filesystem's 1 MiB sync steps, read back as one chunk in order."""
+    sizes = [0, 1, 1000, (1 << 20) - 1001, 3, (1 << 20) + 7, 12345, 2 << 20]
+    blobs = [os.urandom(n) for n in sizes]
+    parts = [memoryview(b) if i % 2 else b for i, b in enumerate(blobs)]
+    storage.write_parts("parts/chunk", parts)
+    whole = b"".join(blobs)
+    assert storage.read("parts/chunk", 0, len(whole) + 10) == whole
+    with pytest.raises(ChunkExistsError):
+        storage.write_parts("parts/chunk", [b"a", b"b"])
+
+
 def test_a_written_file_chunk_leaves_the_page_cache(tmp_path) -> None:
     """Long-term storage's data is not the page cache's to keep: a written chunk's pages are dropped once
     they are on disk (else the cache grows by everything ever tiered), and it still reads back whole."""
