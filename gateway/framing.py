@@ -5,6 +5,11 @@ at most one copy of each (Twisted's ``Int32StringReceiver`` re-concatenates its 
 read, quadratic for a large request arriving in 64 KiB reads, and slices each frame out again): a frame
 that arrives inside one read is handed over as a memoryview of it; one that spans reads is joined once.
 
+A large frame on a plain TCP connection skips even that copy: once its length prefix has arrived and
+more than ``DIRECT_READ_MIN`` bytes of it are still to come, the connection reads the rest straight
+into a buffer of the frame's size (``recv_into``, in place of the transport's 64 KiB ``recv``s, each a
+new bytes object and a ``dataReceived`` call), and hands over a read-only view of that buffer.
+
 Every connection has an ``Admission`` (``store.budget``): bytes of requests read and not yet answered
 plus, through ``charging``, the bytes its appends hold until durable. When its own budget or the
 budget of a container its appends went to is full, the connection stops reading from its socket
@@ -17,10 +22,12 @@ channel while a response is outstanding.
 
 from __future__ import annotations
 
+import errno
 import struct
 
-from twisted.internet import protocol, tcp
+from twisted.internet import main, protocol, tcp
 from twisted.internet import reactor as _reactor
+from twisted.internet.error import ConnectionDone, ConnectionLost
 from twisted.internet.interfaces import (
     IConsumer,
     IDelayedCall,
@@ -39,6 +46,8 @@ from millrace.streams.futures import on_reactor
 DEFAULT_CONNECTION_BUDGET_BYTES = 32 * MIB
 _LEN = struct.Struct(">I")
 _PREFIX = _LEN.size
+# A frame with more than this still to read is read straight into its own buffer (module docstring).
+DIRECT_READ_MIN = 128 * 1024
 
 
 @implementer(IPushProducer)
@@ -61,13 +70,19 @@ class BudgetedReceiver(protocol.Protocol):
         self._pending_len = 0
         self._want = _PREFIX  # bytes needed before parsing can make progress
         self._parsing = False  # inside ``_parse``: responses written now wait for the end of the read
-        self._socket: tcp.Connection | None = None  # the plain TCP transport, for ``send``
+        self._socket: tcp.Connection | None = None  # the plain TCP transport, for ``send`` and direct reads
+        # The large frame being read straight into its own buffer (prefix included), and its bytes so far.
+        self._frame: memoryview | None = None
+        self._frame_fill = 0
 
     def makeConnection(self, transport: ITransport) -> None:  # noqa: N802 - Twisted's name
         self.tcp = ITCPTransport(transport)
         if isinstance(transport, tcp.Connection) and all(
                 hasattr(transport, a) for a in ("dataBuffer", "offset", "_tempDataLen", "_writeDisconnected")):
             self._socket = transport  # (the transport's buffer as ``send`` reads it: checked, not assumed)
+            # The reactor calls the transport's doRead: this one reads into a large frame's buffer when
+            # there is one, and is the transport's own otherwise.
+            transport.doRead = self._do_read  # type: ignore[method-assign]
         IConsumer(transport).registerProducer(self, True)
         super().makeConnection(transport)
 
@@ -121,6 +136,34 @@ class BudgetedReceiver(protocol.Protocol):
         self.admission.budget.release(size)
 
     # -- input ---------------------------------------------------------------------------------------
+    def _do_read(self) -> ConnectionLost | ConnectionDone | None:
+        t = self._socket
+        assert t is not None  # only installed on a plain TCP transport
+        frame = self._frame
+        if frame is None:
+            return tcp.Connection.doRead(t)
+        try:
+            received = t.socket.recv_into(frame[self._frame_fill:])
+        except OSError as e:
+            return None if e.errno == errno.EWOULDBLOCK else main.CONNECTION_LOST
+        if not received:
+            return main.CONNECTION_DONE
+        self._frame_fill += received
+        if self._frame_fill == len(frame):
+            self._frame = None
+            self._parse(frame.toreadonly())
+        return None
+
+    def _read_direct(self, start: memoryview) -> bool:
+        """Whether the rest of the frame ``start`` begins (its prefix included) will be read straight into
+        a buffer of its own (then ``start`` is copied there, the one copy of it)."""
+        if self._socket is None or self._want - len(start) < DIRECT_READ_MIN:
+            return False
+        frame = memoryview(bytearray(self._want))
+        frame[: len(start)] = start
+        self._frame, self._frame_fill = frame, len(start)
+        return True
+
     def dataReceived(self, data: bytes) -> None:  # noqa: N802 - Twisted's name
         if self._pending:
             self._pending.append(data)
@@ -148,6 +191,8 @@ class BudgetedReceiver(protocol.Protocol):
         finally:
             self._parsing = False
         if off < end and not self._closed:
+            if not self.paused and self._read_direct(view[off:]):
+                return
             self._pending = [view[off:]]
             self._pending_len = end - off
             if self.paused:

@@ -1,0 +1,95 @@
+"""How a listener connection reads (``gateway.framing.BudgetedReceiver``), on a real socket pair with
+Twisted's TCP transport: a large frame is read straight into a buffer of its own and handed over whole;
+small frames and what follows a large one go through the transport's reads as before."""
+
+from __future__ import annotations
+
+import select
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+from twisted.internet import main, reactor, tcp
+
+from millrace.gateway.framing import DIRECT_READ_MIN, BudgetedReceiver
+
+
+class Recorder(BudgetedReceiver):
+    def __init__(self) -> None:
+        super().__init__(64 << 20)
+        self.frames: list[tuple[bytes, type, bool]] = []
+
+    def stringReceived(self, frame: memoryview) -> None:  # noqa: N802 - Twisted's name
+        self.frames.append((bytes(frame), type(frame.obj), frame.readonly))
+        self.answered(len(frame))
+
+
+def frame(body: bytes) -> bytes:
+    return len(body).to_bytes(4, "big") + body
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[Recorder, tcp.Connection, socket.socket, socket.socket]]:
+    ours, peer = socket.socketpair()
+    ours.setblocking(False)
+    protocol = Recorder()
+    transport = tcp.Connection(ours, protocol, reactor)
+    transport.connected = True
+    protocol.makeConnection(transport)
+    try:
+        yield protocol, transport, ours, peer
+    finally:
+        ours.close()
+        peer.close()
+
+
+def read_until(protocol: Recorder, transport: tcp.Connection, ours: socket.socket, frames: int) -> int:
+    """Let the reactor's read run as it would (doRead while readable) until ``frames`` arrived; the reads."""
+    reads = 0
+    while len(protocol.frames) < frames:
+        assert select.select([ours], [], [], 5)[0], "nothing more arrived"
+        assert transport.doRead() is None
+        reads += 1
+    return reads
+
+
+def send_in_thread(peer: socket.socket, data: bytes) -> threading.Thread:
+    sender = threading.Thread(target=peer.sendall, args=(data,))
+    sender.start()
+    return sender
+
+
+def test_a_large_frame_is_read_into_its_own_buffer_and_what_follows_as_before(pair) -> None:
+    protocol, transport, ours, peer = pair
+    large = bytes(range(256)) * (8 * 1024 + 3)  # past DIRECT_READ_MIN, not a multiple of any read size
+    assert len(large) > DIRECT_READ_MIN
+    sender = send_in_thread(peer, frame(b"small") + frame(large) + frame(b"after") + frame(b"last"))
+    read_until(protocol, transport, ours, 4)
+    sender.join(5)
+    assert [f[0] for f in protocol.frames] == [b"small", large, b"after", b"last"]
+    # The large frame is a read-only view of its own buffer; the small ones are views of the reads.
+    assert protocol.frames[1][1:] == (bytearray, True)
+    assert protocol.frames[0][1] is bytes and protocol.frames[2][1] is bytes
+
+
+def test_many_large_frames_back_to_back_arrive_whole_and_in_order(pair) -> None:
+    protocol, transport, ours, peer = pair
+    bodies = [bytes([i]) * (DIRECT_READ_MIN * (i + 1) + i) for i in range(5)]
+    sender = send_in_thread(peer, b"".join(frame(b) for b in bodies))
+    read_until(protocol, transport, ours, len(bodies))
+    sender.join(5)
+    assert [f[0] for f in protocol.frames] == bodies
+
+
+def test_a_peer_that_closes_inside_a_large_frame_ends_the_connection(pair) -> None:
+    protocol, transport, ours, peer = pair
+    body = b"x" * (4 * DIRECT_READ_MIN)
+    peer.sendall(frame(body)[: DIRECT_READ_MIN])
+    peer.shutdown(socket.SHUT_WR)
+    results = []
+    while not results or results[-1] is None:
+        select.select([ours], [], [], 5)
+        results.append(transport.doRead())
+    assert results[-1] is main.CONNECTION_DONE
+    assert protocol.frames == []  # the partial frame is never handed over
