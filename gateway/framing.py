@@ -46,8 +46,13 @@ from millrace.streams.futures import on_reactor
 DEFAULT_CONNECTION_BUDGET_BYTES = 32 * MIB
 _LEN = struct.Struct(">I")
 _PREFIX = _LEN.size
-# A frame with more than this still to read is read straight into its own buffer (module docstring).
+# A frame with more than this still to read is read straight into its own buffer (module docstring)...
 DIRECT_READ_MIN = 128 * 1024
+# ...if it is no larger than this: the buffer is allocated whole before its bytes arrive, so a client
+# that declares a frame and trickles it holds at most this much of the server's memory for it (of the
+# order of what the kernel's receive buffer already holds per connection). Larger frames are read as
+# the transport reads them, their memory following their bytes.
+DIRECT_READ_MAX = 2 * MIB
 
 
 @implementer(IPushProducer)
@@ -157,7 +162,7 @@ class BudgetedReceiver(protocol.Protocol):
     def _read_direct(self, start: memoryview) -> bool:
         """Whether the rest of the frame ``start`` begins (its prefix included) will be read straight into
         a buffer of its own (then ``start`` is copied there, the one copy of it)."""
-        if self._socket is None or self._want - len(start) < DIRECT_READ_MIN:
+        if self._socket is None or self._want - len(start) < DIRECT_READ_MIN or self._want > DIRECT_READ_MAX:
             return False
         frame = memoryview(bytearray(self._want))
         frame[: len(start)] = start

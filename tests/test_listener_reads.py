@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from twisted.internet import main, reactor, tcp
 
-from millrace.gateway.framing import DIRECT_READ_MIN, BudgetedReceiver
+from millrace.gateway.framing import DIRECT_READ_MAX, DIRECT_READ_MIN, BudgetedReceiver
 
 
 class Recorder(BudgetedReceiver):
@@ -62,8 +62,8 @@ def send_in_thread(peer: socket.socket, data: bytes) -> threading.Thread:
 
 def test_a_large_frame_is_read_into_its_own_buffer_and_what_follows_as_before(pair) -> None:
     protocol, transport, ours, peer = pair
-    large = bytes(range(256)) * (8 * 1024 + 3)  # past DIRECT_READ_MIN, not a multiple of any read size
-    assert len(large) > DIRECT_READ_MIN
+    large = bytes(range(256)) * (4 * 1024 + 3)  # past DIRECT_READ_MIN, not a multiple of any read size
+    assert DIRECT_READ_MIN < len(large) <= DIRECT_READ_MAX
     sender = send_in_thread(peer, frame(b"small") + frame(large) + frame(b"after") + frame(b"last"))
     read_until(protocol, transport, ours, 4)
     sender.join(5)
@@ -80,6 +80,18 @@ def test_many_large_frames_back_to_back_arrive_whole_and_in_order(pair) -> None:
     read_until(protocol, transport, ours, len(bodies))
     sender.join(5)
     assert [f[0] for f in protocol.frames] == bodies
+
+
+def test_a_frame_past_the_direct_read_limit_is_read_as_its_bytes_arrive(pair) -> None:
+    """Its buffer is not allocated before its bytes arrive: a client declaring a huge frame and sending
+    little of it holds no more of the server's memory than it sent."""
+    protocol, transport, ours, peer = pair
+    huge = b"h" * (DIRECT_READ_MAX + 1)
+    sender = send_in_thread(peer, frame(huge) + frame(b"next"))
+    read_until(protocol, transport, ours, 2)
+    sender.join(5)
+    assert [f[0] for f in protocol.frames] == [huge, b"next"]
+    assert protocol.frames[0][1] is bytes  # joined from the transport's reads, as before
 
 
 def test_a_peer_that_closes_inside_a_large_frame_ends_the_connection(pair) -> None:
