@@ -51,23 +51,29 @@ class ReplicaRpc:
         """Send each replica its request; return the replies that arrived. With ``enough``, stop
         waiting ``grace`` seconds after that many replicas answered."""
         waiting: dict[str, int] = {}
+        unsent = False  # a replica not connected now: it cannot answer, and the call still lasts its time
         for address, (header, payloads) in requests.items():
             request_id = next(self._ids)
             socket = self._socket(address)
-            send_frames(socket, [wire.encode_header({**header, "id": request_id}), *payloads])
-            waiting[address] = request_id
+            if send_frames(socket, [wire.encode_header({**header, "id": request_id}), *payloads]):
+                waiting[address] = request_id
+            else:
+                unsent = True
         replies: dict[str, Reply] = {}
         poller = zmq.Poller()
         by_socket = {self._sockets[a]: a for a in waiting}
         for socket in by_socket:
             poller.register(socket, zmq.POLLIN)
         deadline = time.monotonic() + timeout
-        while waiting:
+        while waiting or unsent:
             now = time.monotonic()
             if enough is not None and len(replies) >= enough:
                 deadline = min(deadline, now + grace)
             if now >= deadline:
                 break
+            if not by_socket:  # nothing was sent (ZeroMQ's poll of no sockets returns at once)
+                time.sleep(deadline - now)
+                continue
             for socket, _ in poller.poll(max(1, int((deadline - now) * 1000))):
                 address = by_socket[socket]
                 frames = recv_frames(socket)  # the poller said a message waits

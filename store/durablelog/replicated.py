@@ -381,6 +381,8 @@ class ReplicatedDurableDataLog(DurableDataLog):
         header = {"op": "append", "id": self._request_ids, "log": self.log_name, "epoch": epoch,
                   "entry_epoch": epoch, "first": self._start[address], "lac": self._confirmed,
                   "truncated": self._owned.peek().truncated, "entries": [[p.sequence, p.crc] for p in batch]}
+        # Outstanding even when the socket had no connection to take it: unanswered, the replica is then
+        # replaced after ``request_timeout`` like one that stopped answering.
         send_frames(self._sockets[address], [wire.encode_header(header), *(p.payload for p in batch)])
         self._outstanding[address].append((self._request_ids, time.monotonic()))
 

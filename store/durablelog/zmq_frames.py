@@ -27,11 +27,22 @@ def readable(socket: zmq.Socket[Any]) -> bool:
     return bool(int(socket.get(_EVENTS)) & _POLLIN)
 
 
-def send_frames(socket: zmq.Socket[Any], frames: Sequence[Any]) -> None:
-    """One multipart message; never blocks on a socket with no send high-water mark."""
+def send_frames(socket: zmq.Socket[Any], frames: Sequence[Any]) -> bool:
+    """One multipart message, never waiting: False when ``socket`` cannot take it now.
+
+    A DEALER with no send high-water mark still has no pipe to queue on while it has no connection:
+    after a refused handshake (a replica that does not accept this node's CURVE key, or speaks another
+    mechanism) ZeroMQ drops the connection's pipe until it reconnects, and a blocking send would wait
+    for that, holding the thread that sent it (found by a test: an RPC sent at such a moment hung).
+    Once ZeroMQ took the first frame it takes the rest: a multipart message is atomic."""
     last = len(frames) - 1
-    for index, frame in enumerate(frames):
-        socket.send(frame, _SNDMORE if index < last else 0, copy=False)
+    try:
+        socket.send(frames[0], (_SNDMORE if last else 0) | _NOBLOCK, copy=False)
+    except zmq.Again:
+        return False
+    for index in range(1, last + 1):
+        socket.send(frames[index], _SNDMORE if index < last else 0, copy=False)
+    return True
 
 
 def recv_frames(socket: zmq.Socket[Any], copy: bool = True) -> list[Any]:

@@ -5,6 +5,8 @@ neither append, fence, read nor truncate."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +20,9 @@ from millrace.store.durablelog.curve import (
     CurveServerKeys,
     create_cluster_keys,
 )
-from millrace.store.durablelog.replica_rpc import ReplicaRpc
+from millrace.store.durablelog.replica_rpc import ReplicaRpc, connect_dealer
+from millrace.store.durablelog.zmq_frames import send_frames
+from millrace.store.logd import wire
 from tests.durablelog.logd_process import Replicas
 
 pytestmark = pytest.mark.timeout(120)
@@ -85,6 +89,29 @@ def test_who_lacks_the_keys_gets_no_answer(secured: Replicas, keys: dict[str, Pa
         assert log.epoch < 10**9
     finally:
         log.close()
+
+
+def test_a_send_to_a_replica_that_refused_the_handshake_never_waits(secured: Replicas) -> None:
+    """After a refused handshake ZeroMQ drops the connection's pipe until it reconnects; a message sent
+    meanwhile must not wait for that (a blocking send hung an RPC here): it is taken or refused at once,
+    and an RPC to that replica then returns at its timeout."""
+    address = secured.addresses[0]
+    header = wire.encode_header({"op": "last_confirmed", "log": "curve-log", "id": 1})
+    for delay in (0.0, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.3, 0.6, 1.0):
+        dealer = connect_dealer(zmq.Context.instance(), address)  # no keys: the replica refuses its handshake
+        time.sleep(delay)
+        sender = threading.Thread(target=send_frames, args=(dealer, [header]), daemon=True)
+        sender.start()
+        sender.join(10)
+        assert not sender.is_alive(), f"a send {delay} s after a refused handshake waits"
+        dealer.close(0)
+    rpc = ReplicaRpc(zmq.Context.instance(), None)
+    try:
+        started = time.monotonic()
+        assert rpc.call_one(address, {"op": "last_confirmed", "log": "curve-log"}, [], timeout=0.5) is None
+        assert time.monotonic() - started < 5
+    finally:
+        rpc.close()
 
 
 def test_key_files_are_checked(keys: dict[str, Path], tmp_path: Path) -> None:
