@@ -8,7 +8,8 @@ that arrives inside one read is handed over as a memoryview of it; one that span
 A large frame on a plain TCP connection skips even that copy: once its length prefix has arrived and
 more than ``DIRECT_READ_MIN`` bytes of it are still to come, the connection reads the rest straight
 into a buffer of the frame's size (``recv_into``, in place of the transport's 64 KiB ``recv``s, each a
-new bytes object and a ``dataReceived`` call), and hands over a read-only view of that buffer.
+new bytes object and a ``dataReceived`` call), and hands over a read-only view of that buffer. Only up
+to ``DIRECT_READ_MAX``: that buffer is allocated before the bytes arrive.
 
 Every connection has an ``Admission`` (``store.budget``): bytes of requests read and not yet answered
 plus, through ``charging``, the bytes its appends hold until durable. When its own budget or the
