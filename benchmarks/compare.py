@@ -272,8 +272,8 @@ def main() -> None:
                     results[row.name][name].append(r)
                     print(f"{row.name}, run {run + 1}, {name}: {r['records_per_s']:,.0f} records/s, "
                           f"{r['mb_per_s']:,.1f} MB/s, p99 {r['latency_ms']['p99']:.0f} ms, server CPU "
-                          f"{r['server_cpu_s']:.2f} s, client CPU {r['client_cpu_s']:.2f} s; machine: disk {r['disk_mb_s']:,.0f} MB/s, "
-                          f"{r['busy_cores']:.2f} cores busy", flush=True)
+                          f"{r['server_cpu_s']:.2f} s, client CPU {r['client_cpu_s']:.2f} s; "
+                          f"machine: disk {r['disk_mb_s']:,.0f} MB/s, {r['busy_cores']:.2f} cores busy", flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
