@@ -15,7 +15,8 @@ records), the per-request cost. These go as fast as the client can queue them, s
 mostly queueing; ``--latency-rate`` adds a row paced to that many records/s, for latency at a load.
 Each row runs ``--runs`` times, the targets alternating within a run; medians are printed with the
 ratios to Tansu and the server CPU per million records (server and log replicas). The machine's limits
-are measured in the same run: sequential disk writes, fsyncs/s and a loopback TCP stream. The generator
+are measured in the same run: sequential disk writes, fsyncs/s, a loopback TCP stream and what three
+replicas on this one disk allow against one log (``benchmarks.replication_floor``). The generator
 shares the machine's cores with the server: compare the ratios, not the absolute figures, with
 another machine's. ``--client-cpus`` and ``--server-cpus`` confine the generator and every thread of the
 server (replicas included) to CPUs (``taskset``'s list syntax), to see what the server makes of the cores
@@ -56,6 +57,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from benchmarks.disk_limits import fsync_rate, sequential_write_mb_s
 from benchmarks.machine_load import MachineLoad
 from benchmarks.native_reader_bench import loopback_tcp_mb_s
+from benchmarks.replication_floor import replication_floor
 from millrace.gateway.local_cluster import free_ports
 from tests.durablelog.logd_process import Replicas
 from tests.server_process import ServerProcess
@@ -250,10 +252,15 @@ def main() -> None:
 
     root = Path(tempfile.mkdtemp(prefix="millrace-compare-"))
     limits = {"disk_write_mb_s": sequential_write_mb_s(str(root)), "fsyncs_per_s": fsync_rate(str(root)),
-              "loopback_tcp_mb_s": loopback_tcp_mb_s(256 * 1024 * 1024)}
+              "loopback_tcp_mb_s": loopback_tcp_mb_s(256 * 1024 * 1024),
+              "replication_floor_1mib": replication_floor(str(root), 1024 * 1024),
+              "replication_floor_200b": replication_floor(str(root), 200)}
     print(f"machine: {os.cpu_count()} cores; disk {limits['disk_write_mb_s']:,.0f} MB/s sequential, "
           f"{limits['fsyncs_per_s']:,.0f} fsyncs/s; loopback TCP {limits['loopback_tcp_mb_s']:,.0f} MB/s; "
           f"librdkafka {confluent_kafka.libversion()[0]}", flush=True)
+    print(f"three replicas on this disk, no Millrace code (benchmarks.replication_floor), one append in "
+          f"flight: {limits['replication_floor_1mib']:.2f} of one journal's rate at 1 MiB, "
+          f"{limits['replication_floor_200b']:.2f} at 200 B", flush=True)
     results: dict[str, dict[str, list[dict]]] = {}
     try:
         for row in rows:
