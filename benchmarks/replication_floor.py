@@ -13,7 +13,8 @@ keeps one request in flight per partition, so the rows of ``benchmarks.compare``
   ``millrace logd`` processes, appended through ``benchmarks.replicated_log_bench.measure``.
 
 The raw pair bounds what any three-replica design could do on this machine, whose one disk takes all
-three replicas' writes and syncs, against a log on that disk. ``--parts`` adds the raw replicas with
+three replicas' writes and syncs, against a log on that disk. Each kind's CPU an append counts every
+process it runs: this one, and the receivers or the logds. ``--parts`` adds the raw replicas with
 the commit left out (the loopback transfers alone). ``--busy N`` keeps N cores spinning beside the runs,
 as librdkafka's load generator does in the table's rows. Medians over ``--runs``, the kinds alternating.
 The journals write a file allocated ahead and drop the pages they wrote, as the logs do.
@@ -41,6 +42,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 from benchmarks.replicated_log_bench import measure
 from benchmarks.store_append_bench import percentile
 from millrace.store.fsutil import Buffer, drop_written
@@ -56,11 +59,18 @@ class Result:
     appends_per_s: float
     p50: float  # seconds
     p99: float
+    cpu: float  # seconds of CPU an append, of every process the kind runs (this one included)
 
 
-def result(latencies: list[float], seconds: float) -> Result:
+def result(latencies: list[float], seconds: float, cpu: float) -> Result:
     ordered = sorted(latencies)
-    return Result(len(ordered) / seconds, percentile(ordered, 0.5), percentile(ordered, 0.99))
+    return Result(len(ordered) / seconds, percentile(ordered, 0.5), percentile(ordered, 0.99),
+                  cpu / max(1, len(ordered)))
+
+
+def _own_cpu() -> float:
+    times = os.times()
+    return times.user + times.system
 
 
 class Journal:
@@ -139,20 +149,25 @@ def _serve(conn: socket.socket, journal: Journal | None) -> None:
         return
 
 
-def receiver(path: str, senders: int, commit: bool, port_out: multiprocessing.SimpleQueue) -> None:
-    """A replica: accept ``senders`` connections and serve each; with ``commit``, through one journal."""
+def receiver(path: str, senders: int, commit: bool, port_out: multiprocessing.SimpleQueue,
+             cpu_out: multiprocessing.SimpleQueue) -> None:
+    """A replica: accept ``senders`` connections and serve each; with ``commit``, through one journal.
+    Puts the CPU it used from the first connection on."""
     listener = socket.create_server(("127.0.0.1", 0))
     port_out.put(listener.getsockname()[1])
     journal = Journal(path) if commit else None
     threads = []
+    began = 0.0
     for _ in range(senders):
         conn, _ = listener.accept()
+        began = began or _own_cpu()
         threads.append(threading.Thread(target=_serve, args=(conn, journal), daemon=True))
         threads[-1].start()
     for thread in threads:
         thread.join()
     if journal is not None:
         journal.close()
+    cpu_out.put(_own_cpu() - began)
 
 
 def _appenders(logs: int, seconds: float, append_one: Callable[[int], None]) -> list[float]:
@@ -184,7 +199,9 @@ def raw_local(directory: str, size: int, logs: int, seconds: float) -> Result:
         done.wait()
 
     try:
-        return result(_appenders(logs, seconds, append_one), seconds)
+        began = _own_cpu()
+        latencies = _appenders(logs, seconds, append_one)
+        return result(latencies, seconds, _own_cpu() - began)
     finally:
         journal.close()
 
@@ -193,8 +210,9 @@ def raw_replicated(directory: str, size: int, logs: int, seconds: float, commit:
                    replicas: int = 3, quorum: int = 2) -> Result:
     context = multiprocessing.get_context("spawn")
     ports: multiprocessing.SimpleQueue = context.SimpleQueue()
+    cpus: multiprocessing.SimpleQueue = context.SimpleQueue()
     procs = [context.Process(target=receiver, args=(os.path.join(directory, f"replica{i}.journal"), logs,
-                                                    commit, ports))
+                                                    commit, ports, cpus))
              for i in range(replicas)]
     for proc in procs:
         proc.start()
@@ -224,13 +242,16 @@ def raw_replicated(directory: str, size: int, logs: int, seconds: float, commit:
                 mine[sock] += len(sock.recv(64))
 
     try:
-        return result(_appenders(logs, seconds, append_one), seconds)
+        began = _own_cpu()
+        latencies = _appenders(logs, seconds, append_one)
+        cpu = _own_cpu() - began
     finally:
         for conns in links:
             for conn in conns:
                 conn.close()
         for proc in procs:
             proc.join(30)
+    return result(latencies, seconds, cpu + sum(cpus.get() for _ in procs))
 
 
 def replication_floor(directory: str, size: int, seconds: float = 2.0) -> float:
@@ -243,15 +264,24 @@ def millrace_log(kind: str, directory: Path, replicas: Replicas) -> Callable[[in
     """A run appending through Millrace's file log or its replicated log, ``logs`` appenders on one log."""
     from millrace.store.durablelog.local import FileDurableDataLog
 
+    processes = [psutil.Process(logd.proc.pid) for logd in replicas.logds
+                 if logd.proc is not None and kind == "replicated"]
+
+    def cpu() -> float:
+        return _own_cpu() + sum(sum(process.cpu_times()[:2]) for process in processes)
+
     def run(size: int, logs: int, seconds: float) -> Result:
         name = f"{kind}{time.monotonic_ns()}"
         log = FileDurableDataLog(str(directory / name)) if kind == "file" else replicas.log(name)
         log.open()
         try:
+            began = cpu()
             run = measure(log, size, logs, 1, seconds)
+            used = cpu() - began
         finally:
             log.close()
-        return Result(run.appends_per_s, run.p50_ms / 1e3, run.p99_ms / 1e3)
+        return Result(run.appends_per_s, run.p50_ms / 1e3, run.p99_ms / 1e3,
+                      used / max(1.0, run.appends_per_s * seconds))
     return run
 
 
@@ -289,14 +319,15 @@ def main() -> int:
         shutil.rmtree(root, ignore_errors=True)
     print(f"{args.bytes:,}-byte appends, {args.logs} appender(s) with one in flight each, {args.busy} core(s) "
           f"kept busy; medians of {args.runs} runs")
-    print(f"{'':27}{'appends/s':>10}{'MB/s':>8}{'p50 ms':>8}{'p99 ms':>8}  runs' appends/s")
+    print(f"{'':27}{'appends/s':>10}{'MB/s':>8}{'p50 ms':>8}{'p99 ms':>8}{'CPU ms':>8}  runs' appends/s")
     rates: dict[str, float] = {}
     for kind, runs in results.items():
         rates[kind] = statistics.median(r.appends_per_s for r in runs)
         each = ", ".join(f"{r.appends_per_s:,.0f}" for r in runs)
         print(f"{kind:27}{rates[kind]:10,.0f}{rates[kind] * args.bytes / 1e6:8.0f}"
               f"{statistics.median(r.p50 for r in runs) * 1e3:8.2f}"
-              f"{statistics.median(r.p99 for r in runs) * 1e3:8.2f}  {each}")
+              f"{statistics.median(r.p99 for r in runs) * 1e3:8.2f}"
+              f"{statistics.median(r.cpu for r in runs) * 1e3:8.2f}  {each}")
     print(f"replicated / local: raw {rates['raw 3 replicas'] / rates['raw local']:.2f}, "
           f"millrace {rates['millrace replicated'] / rates['millrace file']:.2f}")
     return 0
