@@ -46,6 +46,7 @@ import psutil
 
 from benchmarks.replicated_log_bench import measure
 from benchmarks.store_append_bench import percentile
+from millrace.store.durablelog.local import FileDurableDataLog
 from millrace.store.fsutil import Buffer, drop_written
 from tests.durablelog.logd_process import Replicas
 
@@ -62,9 +63,9 @@ class Result:
     cpu: float  # seconds of CPU an append, of every process the kind runs (this one included)
 
 
-def result(latencies: list[float], seconds: float, cpu: float) -> Result:
+def result(latencies: list[float], elapsed: float, cpu: float) -> Result:
     ordered = sorted(latencies)
-    return Result(len(ordered) / seconds, percentile(ordered, 0.5), percentile(ordered, 0.99),
+    return Result(len(ordered) / elapsed, percentile(ordered, 0.5), percentile(ordered, 0.99),
                   cpu / max(1, len(ordered)))
 
 
@@ -170,10 +171,12 @@ def receiver(path: str, senders: int, commit: bool, port_out: multiprocessing.Si
     cpu_out.put(_own_cpu() - began)
 
 
-def _appenders(logs: int, seconds: float, append_one: Callable[[int], None]) -> list[float]:
-    """``logs`` threads each calling ``append_one(index)`` back to back for ``seconds``; the latencies."""
+def _appenders(logs: int, seconds: float, append_one: Callable[[int], None]) -> tuple[list[float], float]:
+    """``logs`` threads each calling ``append_one(index)`` back to back for ``seconds``: the latencies,
+    and the seconds until the last append was done."""
     latencies: list[list[float]] = [[] for _ in range(logs)]
-    deadline = time.perf_counter() + seconds
+    start = time.perf_counter()
+    deadline = start + seconds
 
     def loop(index: int) -> None:
         mine = latencies[index]
@@ -186,7 +189,7 @@ def _appenders(logs: int, seconds: float, append_one: Callable[[int], None]) -> 
         thread.start()
     for thread in threads:
         thread.join()
-    return [x for xs in latencies for x in xs]
+    return [x for xs in latencies for x in xs], time.perf_counter() - start
 
 
 def raw_local(directory: str, size: int, logs: int, seconds: float) -> Result:
@@ -200,8 +203,8 @@ def raw_local(directory: str, size: int, logs: int, seconds: float) -> Result:
 
     try:
         began = _own_cpu()
-        latencies = _appenders(logs, seconds, append_one)
-        return result(latencies, seconds, _own_cpu() - began)
+        latencies, elapsed = _appenders(logs, seconds, append_one)
+        return result(latencies, elapsed, _own_cpu() - began)
     finally:
         journal.close()
 
@@ -243,7 +246,7 @@ def raw_replicated(directory: str, size: int, logs: int, seconds: float, commit:
 
     try:
         began = _own_cpu()
-        latencies = _appenders(logs, seconds, append_one)
+        latencies, elapsed = _appenders(logs, seconds, append_one)
         cpu = _own_cpu() - began
     finally:
         for conns in links:
@@ -251,7 +254,7 @@ def raw_replicated(directory: str, size: int, logs: int, seconds: float, commit:
                 conn.close()
         for proc in procs:
             proc.join(30)
-    return result(latencies, seconds, cpu + sum(cpus.get() for _ in procs))
+    return result(latencies, elapsed, cpu + sum(cpus.get() for _ in procs))
 
 
 def replication_floor(directory: str, size: int, seconds: float = 2.0) -> float:
@@ -262,8 +265,6 @@ def replication_floor(directory: str, size: int, seconds: float = 2.0) -> float:
 
 def millrace_log(kind: str, directory: Path, replicas: Replicas) -> Callable[[int, int, float], Result]:
     """A run appending through Millrace's file log or its replicated log, ``logs`` appenders on one log."""
-    from millrace.store.durablelog.local import FileDurableDataLog
-
     processes = [psutil.Process(logd.proc.pid) for logd in replicas.logds
                  if logd.proc is not None and kind == "replicated"]
 
@@ -276,12 +277,12 @@ def millrace_log(kind: str, directory: Path, replicas: Replicas) -> Callable[[in
         log.open()
         try:
             began = cpu()
-            run = measure(log, size, logs, 1, seconds)
+            measured = measure(log, size, logs, 1, seconds)
             used = cpu() - began
         finally:
             log.close()
-        return Result(run.appends_per_s, run.p50_ms / 1e3, run.p99_ms / 1e3,
-                      used / max(1.0, run.appends_per_s * seconds))
+        return Result(measured.appends_per_s, measured.p50_ms / 1e3, measured.p99_ms / 1e3,
+                      used / max(1.0, measured.appends_per_s * seconds))
     return run
 
 
