@@ -102,6 +102,7 @@ from millrace.store.containers.rates import SegmentRates
 from millrace.store.controller import Controller
 from millrace.store.controller.autoscaler import AutoScaler
 from millrace.store.errors import ContainerOfflineError, SegmentNotFoundError
+from millrace.store.process_output import print_line
 from millrace.store.tables import TableStore
 from millrace.streams.futures import check_reactor_waits, every
 
@@ -236,7 +237,7 @@ def serve_cluster(options: ServerOptions) -> int:
     server.close()
     if server.failed:
         return 1
-    print("millrace: stopped cleanly", flush=True)
+    print_line("millrace: stopped cleanly")
     return 0
 
 
@@ -463,12 +464,12 @@ class ClusterServer:
         self._every(0.5, ControllerRole(self.node, self.autoscaler).follow, "following the controller election")
         for i, settings in enumerate(self.security.listeners):
             name = "kafka" if i == 0 else f"{KAFKA_LISTENER_PREFIX}{settings.name}"
-            print(f"millrace: {name} listening on {settings.endpoint.host}:{self.ports[name]} "
-                  f"(advertised {self.addresses[name]})", flush=True)
+            print_line(f"millrace: {name} listening on {settings.endpoint.host}:{self.ports[name]} "
+                       f"(advertised {self.addresses[name]})")
         for name in ("native", "peer", "http"):
-            print(f"millrace: {name} listening on {options.host}:{self.ports[name]} "
-                  f"(advertised {self.addresses[name]})", flush=True)
-        print(f"millrace: ready (cluster node {self.node_id})", flush=True)
+            print_line(f"millrace: {name} listening on {options.host}:{self.ports[name]} "
+                       f"(advertised {self.addresses[name]})")
+        print_line(f"millrace: ready (cluster node {self.node_id})")
 
     def _every(self, seconds: float, fn: Callable[[], object], what: str) -> None:
         self.loops.append(every(seconds, fn, what))

@@ -35,6 +35,7 @@ from millrace.gateway.kafka.setup import start_background
 from millrace.gateway.metrics import MetricsSources
 from millrace.gateway.options import ServerOptions
 from millrace.store.controller import Controller
+from millrace.store.process_output import print_line
 from millrace.store.tables import TableStore
 from millrace.streams.futures import check_reactor_waits
 
@@ -43,7 +44,7 @@ log = logging.getLogger("millrace")
 
 def announce(what: str, port: IListeningPort) -> None:
     address = bound_address(port)
-    print(f"millrace: {what} listening on {address.host}:{address.port}", flush=True)
+    print_line(f"millrace: {what} listening on {address.host}:{address.port}")
 
 
 def serve(options: ServerOptions) -> int:
@@ -95,12 +96,12 @@ def serve(options: ServerOptions) -> int:
         announce("kafka" if i == 0 else f"kafka:{settings.name}", port)
     for name, port in listeners.items():
         announce(name, port)
-    print(f"millrace: ready (data dir {os.path.abspath(options.data_dir)})", flush=True)
+    print_line(f"millrace: ready (data dir {os.path.abspath(options.data_dir)})")
     check_reactor_waits()
     # Twisted's own signal handlers stop the reactor on SIGINT and SIGTERM.
     reactor.run()
     scaler.stop()
     controller_pool.shutdown(wait=True)
     store.close()
-    print("millrace: stopped cleanly", flush=True)
+    print_line("millrace: stopped cleanly")
     return 0

@@ -29,6 +29,7 @@ from millrace.store.durablelog.curve import CurveKeyError, CurveServerKeys
 from millrace.store.durablelog.zmq_frames import readable, recv_frames, send_frames
 from millrace.store.logd import wire
 from millrace.store.logd.journal import Journal, LogState, Record, StoredEntry, entry_record, value_record
+from millrace.store.process_output import print_line
 
 log = logging.getLogger(__name__)
 
@@ -272,8 +273,8 @@ def run_logd(data_dir: str, host: str, port: int, curve_secret_key: str | None =
     bound = server.start()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: server.stop())
-    print(f"millrace: logd listening on {host}:{bound}{' (CURVE)' if curve else ''}", flush=True)
-    print(f"millrace: ready (logd journal {server.journal.directory})", flush=True)
+    print_line(f"millrace: logd listening on {host}:{bound}{' (CURVE)' if curve else ''}")
+    print_line(f"millrace: ready (logd journal {server.journal.directory})")
     server.serve_forever()
-    print("millrace: stopped cleanly", flush=True)
+    print_line("millrace: stopped cleanly")
     return 0
