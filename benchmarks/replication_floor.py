@@ -139,7 +139,9 @@ def _serve(conn: socket.socket, journal: Journal | None) -> None:
     try:
         while True:
             head = _read_exactly(conn, _LENGTH.size)
-            entry = head and _read_exactly(conn, _LENGTH.unpack(head)[0])
+            if head is None:
+                return
+            entry = _read_exactly(conn, _LENGTH.unpack(head)[0])
             if entry is None:
                 return
             if journal is None:
