@@ -5,7 +5,7 @@ A byte stream is a stream with exactly one fixed segment that never scales, so i
 segment's bytes and an offset is a segment offset (it stays valid after truncation, which only moves
 the head). ``StreamManager.create_byte_stream`` makes one; ``create_byte_writer`` /
 ``create_byte_reader`` open it. Byte data and event data never mix: the segment carries the
-``BYTE_STREAM_ATTRIBUTE`` mark, the gateway refuses event writers on a segment so marked (or holding
+byte-stream format (``FORMAT_ATTRIBUTE``), the gateway refuses event writers on a segment so marked (or holding
 any bytes) and the manager refuses a stream event writers have partitioned.
 
 **Exactly once across lost connections**, as Pravega does it: each writer has an id, and each append

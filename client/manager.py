@@ -46,11 +46,15 @@ from millrace.client.streams import (
     StreamCut,
     StreamDescription,
 )
-from millrace.client.synchronizer import StateNotInitializedError, StateSynchronizer
+from millrace.client.synchronizer import (
+    StateNotInitializedError,
+    StateSynchronizer,
+    claim_synchronizer_format,
+)
 from millrace.client.transactions import DEFAULT_LEASE_MS, TransactionalEventStreamWriter
 from millrace.client.writer import DEFAULT_MAX_BLOCK_SECONDS, DEFAULT_MAX_BUFFERED_BYTES, EventStreamWriter
 from millrace.protocol import messages as m
-from millrace.protocol.contracts import BYTE_STREAM_ATTRIBUTE, AttributeUpdate
+from millrace.protocol.contracts import FORMAT_ATTRIBUTE, AttributeUpdate, SegmentFormat
 from millrace.protocol.errors import (
     InvalidRequestError,
     InvalidStreamCutError,
@@ -304,6 +308,7 @@ class StreamManager:
             raise InvalidRequestError(f"{scope}/{name} is not a stream of one fixed segment without "
                                       "retention: it cannot hold a synchronizer's state")
         segment = described.segments[0].segment
+        claim_synchronizer_format(self.controller, segment.name)
         default: Any = JsonSerializer()
         sync: StateSynchronizer[T, U] = StateSynchronizer(
             self.controller, scope, name, segment.segment_id, segment.name,
@@ -353,7 +358,7 @@ class StreamManager:
             segment = described.segments[0].segment
             if mark and attempt == 0:
                 self.controller.call(m.UpdateSegmentAttributes(
-                    segment=segment.name, attributes=(AttributeUpdate(BYTE_STREAM_ATTRIBUTE, 1),)), retry=True)
+                    segment=segment.name, attributes=(AttributeUpdate(FORMAT_ATTRIBUTE, SegmentFormat.BYTES),)), retry=True)
                 described = self.describe_stream(scope, name)
         return segment.segment_id, segment.name
 

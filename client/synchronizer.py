@@ -49,6 +49,7 @@ from millrace.client.controller import ControllerClient
 from millrace.client.serializers import JsonSerializer, Serializer
 from millrace.client.streams import StreamCut
 from millrace.protocol import messages as m
+from millrace.protocol.contracts import FORMAT_ATTRIBUTE, AttributeUpdate, SegmentFormat
 from millrace.protocol.errors import (
     BadOffsetError,
     ConnectionLostError,
@@ -98,6 +99,14 @@ class Updates(Generic[U]):
 
     def __repr__(self) -> str:
         return f"Updates({list(self.items)!r})"
+
+
+def claim_synchronizer_format(controller: ControllerClient, segment: str) -> None:
+    """Record on the stream's one segment that it holds a synchronizer's entries: the server then takes
+    only whole entries appended conditionally there, and no event writer, byte writer or scale (the
+    same claim again is answered at once)."""
+    controller.call(m.UpdateSegmentAttributes(segment=segment, attributes=(
+        AttributeUpdate(FORMAT_ATTRIBUTE, SegmentFormat.SYNCHRONIZER),)), retry=True)
 
 
 class StateSynchronizer(Generic[S, U]):

@@ -33,7 +33,7 @@ from typing import Any
 
 from millrace.client.controller import ControllerClient
 from millrace.client.streams import ScalingPolicy, StreamConfiguration
-from millrace.client.synchronizer import StateSynchronizer, Updates
+from millrace.client.synchronizer import StateSynchronizer, Updates, claim_synchronizer_format
 from millrace.protocol.errors import StreamExistsError
 from millrace.protocol.names import MARK_STREAM_PREFIX  # <scope>/_MARK<stream>, reserved as every "_" name is
 
@@ -97,6 +97,7 @@ def open_marks(controller: ControllerClient, scope: str, stream: str) -> StateSy
     with contextlib.suppress(StreamExistsError):
         controller.create_stream(scope, name, StreamConfiguration(scaling=ScalingPolicy.fixed(1)))
     segment = controller.describe_stream(scope, name).segments[0].segment
+    claim_synchronizer_format(controller, segment.name)
     sync: StateSynchronizer[Marks, dict[str, Any]] = StateSynchronizer(
         controller, scope, name, segment.segment_id, segment.name, _MarksSerializer(), _apply, _UpdateSerializer())
     sync.initialize({})

@@ -45,7 +45,18 @@ class ReadResult:
     end_of_segment: bool = False
 
 
-# Marks the segment of a byte stream (``client/byte_stream.py``); the gateway never gives event writers a
-# stream whose segment carries it (or holds any bytes before its first event writer), so byte data and
-# event data never mix in one segment.
-BYTE_STREAM_ATTRIBUTE = "millrace.byte_stream"
+# The format of a stream of one segment that holds no events, recorded on its segment by the stream
+# layer (``streams/segment_gate.py``) when a client claims it: a byte stream (``client/byte_stream.py``)
+# or a state synchronizer (``client/synchronizer.py``). A format is claimed once and never changes; the
+# gateway never gives event writers a stream whose segment carries one (or holds any bytes before its
+# first event writer), so byte data, synchronizer entries and event data never mix in one segment.
+FORMAT_ATTRIBUTE = "millrace.format"
+
+
+class SegmentFormat(enum.IntEnum):
+    BYTES = 1  # any bytes: appended, truncated and sealed at any offset
+    SYNCHRONIZER = 2  # whole synchronizer entries, appended conditionally, truncated before a snapshot
+
+
+# The byte-stream mark of older data dirs: read as ``SegmentFormat.BYTES``.
+LEGACY_BYTE_STREAM_ATTRIBUTE = "millrace.byte_stream"

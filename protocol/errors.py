@@ -135,6 +135,12 @@ class EventsRefusedError(StoreError):
         self.reason = reason
 
 
+class FormatViolationError(StoreError, ValueError):
+    """Refused for everyone, super users included: the command would break the format of the stream
+    that owns the segment (every stream's format is owned by the stream layer, which alone appends to,
+    truncates, seals and merges its segments). The message names the rule and the command to use."""
+
+
 # -- transactions of native writers (gateway/native/txn_commands.py) --------------------------------
 class TxnNotFoundError(StoreError):
     """No such transaction: never begun, or completed so long ago that its record expired."""
@@ -199,6 +205,7 @@ _STATUSES: tuple[tuple[type[StoreError], Status], ...] = (
     (WriterFencedError, Status.WRITER_FENCED),
     (EventsRefusedError, Status.EVENTS_REFUSED),
     (WrongHostError, Status.WRONG_HOST),
+    (FormatViolationError, Status.FORMAT_VIOLATION),
     (TxnNotFoundError, Status.TXN_NOT_FOUND),
     (TxnFailedError, Status.TXN_FAILED),
     (AuthenticationError, Status.AUTHENTICATION_FAILED),

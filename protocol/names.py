@@ -13,6 +13,14 @@ SYSTEM_SCOPE = "_system"
 # A stream's watermark companion, <scope>/_MARK<stream> (Pravega's mark stream): the client's writers
 # note their times there, and the controller deletes it with its stream.
 MARK_STREAM_PREFIX = "_MARK"
+READER_GROUP_STREAM_PREFIX = "_RG"  # a reader group's state stream: <scope>/_RG<name>, as Pravega names it
+# Millrace's own streams beside the user's. No Kafka topic or user-named stream may take these prefixes
+# (the gateway refuses them at creation), so a name alone says a stream is one of these.
+INTERNAL_STREAM_PREFIXES = (READER_GROUP_STREAM_PREFIX, MARK_STREAM_PREFIX)
+
+
+def is_internal_stream_name(stream: str) -> bool:
+    return stream.startswith(INTERNAL_STREAM_PREFIXES)
 
 # Kafka's topic alphabet, so every topic name is a valid stream name; "/" separates name parts.
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")

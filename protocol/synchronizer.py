@@ -57,6 +57,18 @@ def encode_entry(kind: int, nonce: bytes, payload: bytes) -> bytes:
     return _HEADER.pack(MAGIC, kind, nonce, len(payload), zlib.crc32(payload)) + payload
 
 
+ENTRY_HEADER_BYTES = _HEADER.size
+
+
+def entry_length(header: bytes) -> int:
+    """The whole length of the entry whose header ``header`` starts with (ENTRY_HEADER_BYTES of it);
+    StateCorruptError if it is no entry's header."""
+    magic, _, _, length, _ = _HEADER.unpack_from(header)
+    if magic != MAGIC:
+        raise StateCorruptError("no synchronizer entry here")
+    return _HEADER.size + length
+
+
 def decode_entries(data: bytes, offset: int) -> tuple[list[Entry], int]:
     """The whole entries at the front of ``data`` (which starts at segment ``offset``), and how many
     bytes they take; a trailing partial entry is left for the next read."""

@@ -105,6 +105,9 @@ class Status(enum.IntEnum):
     # This node does not serve the segment (a cluster node whose container runs elsewhere, Pravega's
     # WrongHost): the header names the ``segment``; ask GET_SEGMENT_OWNER and send it there.
     WRONG_HOST = 15
+    # The command would break the format of the stream that owns the segment (a raw append to a Kafka
+    # topic, a seal of a table's segment...): ``streams/segment_gate.py`` names the rule.
+    FORMAT_VIOLATION = 16
     SCOPE_NOT_FOUND = 20
     SCOPE_NOT_EMPTY = 21
     STREAM_NOT_FOUND = 22

@@ -38,7 +38,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from millrace.protocol.contracts import BYTE_STREAM_ATTRIBUTE
+from millrace.protocol.contracts import FORMAT_ATTRIBUTE, LEGACY_BYTE_STREAM_ATTRIBUTE
+from millrace.protocol.names import INTERNAL_STREAM_PREFIXES, is_internal_stream_name
 from millrace.store.controller import (
     Controller,
     RetentionPolicy,
@@ -390,6 +391,10 @@ class TopicRegistry:
         configs = {k: v for k, v in (configs or {}).items() if v is not None}
         if not legal_topic_name(name):
             raise TopicError(Reason.INVALID_TOPIC_NAME, f"illegal topic name {name!r}")
+        if is_internal_stream_name(name):
+            # The topic's stream would be taken for a reader group's state or a stream's marks.
+            raise TopicError(Reason.INVALID_TOPIC_NAME, f"topic name {name!r}: names starting with "
+                             f"{' or '.join(INTERNAL_STREAM_PREFIXES)} are reserved for Millrace's own streams")
         if partitions < 1 or partitions > 1 << 16:
             raise TopicError(Reason.INVALID_PARTITION_COUNT, f"partition count {partitions} must be 1..65536")
         _validate_configs(configs)
@@ -458,8 +463,9 @@ class TopicRegistry:
             if not store.exists(segment):
                 continue
             info = store.get_info(segment)
-            if BYTE_STREAM_ATTRIBUTE in info.attributes:
-                raise TopicError(Reason.INVALID_REQUEST, f"{name} is a byte stream: it cannot take events")
+            if FORMAT_ATTRIBUTE in info.attributes or LEGACY_BYTE_STREAM_ATTRIBUTE in info.attributes:
+                raise TopicError(Reason.INVALID_REQUEST, f"{name} is a byte stream or a synchronizer's: it "
+                                 "cannot take events")
             if info.length > 0:
                 raise TopicError(Reason.INVALID_REQUEST,
                                  f"{name}: segment {segment} holds {info.length} bytes not written as events")

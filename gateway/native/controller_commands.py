@@ -11,6 +11,7 @@ from millrace.gateway.native.dispatch import Handler, Handlers, handlers, serve
 from millrace.protocol import messages as m
 from millrace.protocol.errors import InvalidRequestError
 from millrace.protocol.messages import Request
+from millrace.protocol.names import is_internal_stream_name
 from millrace.protocol.wire import Command
 from millrace.store.controller import (
     Controller,
@@ -29,6 +30,7 @@ from millrace.store.futures import StoreFuture
 
 if TYPE_CHECKING:
     from millrace.streams.scaling import StreamScaling
+    from millrace.streams.segment_gate import SegmentGate
 _Req = TypeVar("_Req", bound=Request)
 
 # A partitioned stream's slices [(start, end)] by partition (None for a retired one), or None for a
@@ -156,10 +158,11 @@ def on_pool(pool: ThreadPoolExecutor, fn: Callable[[_Req, bytes], object]) -> Ca
 
 
 def controller_handlers(
-    controller: Controller, pool: ThreadPoolExecutor, scaler: StreamScaling, partitions_of: PartitionsOf | None = None,
-    delete_stream: Callable[[str, str], None] | None = None,
+    controller: Controller, pool: ThreadPoolExecutor, scaler: StreamScaling, gate: SegmentGate,
+    partitions_of: PartitionsOf | None = None, delete_stream: Callable[[str, str], None] | None = None,
 ) -> Handlers:
-    """``scaler`` performs manual splits and merges (for Kafka topics it also moves the partition
+    """``gate``: the stream layer's format rules, which every change of a stream's segments passes
+    (seal, truncate, scale) and every new stream's name. ``scaler`` performs manual splits and merges (for Kafka topics it also moves the partition
     writers, so it is the gateway's, not the bare controller's). ``partitions_of(scope, stream)``
     gives a Kafka topic's partition slices (None for other streams), for descriptions.
     ``delete_stream(scope, stream)`` deletes a sealed stream (blocking); the gateway's also drops the
@@ -183,22 +186,40 @@ def controller_handlers(
         return describe_stream(c, scope, stream, partitions_of)
 
     def create(r: m.CreateStream) -> m.StreamDescriptionReply:
-        if r.scope == scaler.scope and not r.stream.startswith("_"):
-            # A stream there without a topic record would be neither a Kafka topic nor writable. Names
-            # starting with "_" are Millrace's own streams (a reader group's state, watermark marks),
-            # which the client makes beside the topics it reads.
+        if r.scope == scaler.scope and not is_internal_stream_name(r.stream):
+            # A stream there without a topic record would be neither a Kafka topic nor writable. Only
+            # Millrace's own streams (a reader group's state, watermark marks) are made there this way,
+            # by the client beside the topics it reads.
             raise InvalidRequestError(f"streams of the scope {r.scope!r} are Kafka topics: create {r.stream!r} "
                                       f"with Kafka's CreateTopics (an AdminClient, kafka-topics.sh)")
+        if r.stream.startswith("_") and not is_internal_stream_name(r.stream):
+            raise InvalidRequestError(f"stream name {r.stream!r}: names starting with '_' are reserved for "
+                                      "Millrace's own streams, as Pravega reserves them")
         c.create_stream(r.scope, r.stream, stream_configuration(r))
         return describe(r.scope, r.stream)
 
     def split(r: m.SplitSegment) -> m.StreamDescriptionReply:
+        gate.check_scale(r.scope, r.stream)
         scaler.split(r.scope, r.stream, r.segment, r.pieces, None if r.at is None else list(r.at))
         return describe(r.scope, r.stream)
 
     def merge(r: m.MergeSegments) -> m.StreamDescriptionReply:
+        gate.check_scale(r.scope, r.stream)
         scaler.merge(r.scope, r.stream, list(r.segments))
         return describe(r.scope, r.stream)
+
+    def seal(r: m.SealStream) -> None:
+        gate.check_seal_stream(r.scope, r.stream)
+        c.seal_stream(r.scope, r.stream)
+
+    def subscriber_cut(r: m.UpdateSubscriberCut) -> None:
+        if r.cut is not None:  # consumption-based retention truncates there
+            gate.check_truncate_stream(r.scope, r.stream, r.cut, retention_cut=True)
+        subscribers.update(r.scope, r.stream, r.subscriber, None if r.cut is None else _cut(r.cut))
+
+    def truncate(r: m.TruncateStream) -> None:
+        gate.check_truncate_stream(r.scope, r.stream, r.cut)
+        c.truncate_stream(r.scope, r.stream, _cut(r.cut))
 
     return handlers(
         blocking(m.CreateScope, lambda r: m.CreatedReply(created=c.create_scope(r.scope))),
@@ -210,11 +231,10 @@ def controller_handlers(
         blocking(m.DescribeStream, lambda r: describe(r.scope, r.stream)),
         blocking(m.ListStreams, lambda r: m.StreamsReply(streams=tuple(c.list_streams(r.scope, r.tag)))),
         blocking(m.GetSegmentForKey, lambda r: _segment(c.get_segment_for_key(r.scope, r.stream, r.key))),
-        blocking(m.SealStream, lambda r: c.seal_stream(r.scope, r.stream)),
+        blocking(m.SealStream, seal),
         blocking(m.DeleteStream, lambda r: delete(r.scope, r.stream)),
-        blocking(m.TruncateStream, lambda r: c.truncate_stream(r.scope, r.stream, _cut(r.cut))),
-        blocking(m.UpdateSubscriberCut, lambda r: subscribers.update(
-            r.scope, r.stream, r.subscriber, None if r.cut is None else _cut(r.cut))),
+        blocking(m.TruncateStream, truncate),
+        blocking(m.UpdateSubscriberCut, subscriber_cut),
         blocking(m.ListSubscriberCuts, subscriber_cuts),
         blocking(m.SplitSegment, split),
         blocking(m.MergeSegments, merge),

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from time import perf_counter
-from typing import Any
+from typing import Any, Protocol
 
 from twisted.internet import defer, protocol
 from twisted.python.failure import Failure
@@ -24,7 +25,7 @@ from millrace.gateway.native.table_commands import Answer, table_handlers
 from millrace.gateway.native.txn_commands import txn_handlers
 from millrace.gateway.request_metrics import ListenerMetrics, RequestMetrics
 from millrace.protocol import messages as m
-from millrace.protocol.contracts import ReadResult
+from millrace.protocol.contracts import AttributeUpdate, ReadResult
 from millrace.protocol.errors import AuthenticationError, UnknownCommandError, error_details, status_of
 from millrace.protocol.messages import decode_request
 from millrace.protocol.wire import (
@@ -42,6 +43,7 @@ from millrace.store.controller.kvtables import KeyValueTables
 from millrace.store.futures import StoreFuture, mapped
 from millrace.streams.futures import on_reactor
 from millrace.streams.scaling import StreamScaling
+from millrace.streams.segment_gate import SegmentGate
 
 log = logging.getLogger(__name__)
 
@@ -68,9 +70,14 @@ class NativeProtocol(BudgetedReceiver):
 
     def __init__(self, store: SegmentService, controller_commands: Handlers,
                  budget_bytes: int = DEFAULT_CONNECTION_BUDGET_BYTES, security: NativeSecurity | None = None,
-                 metrics: ListenerMetrics | None = None) -> None:
+                 metrics: ListenerMetrics | None = None, segments: SegmentCommands | None = None) -> None:
+        """``segments``: what serves the raw segment commands, the stream layer's ``SegmentGate`` on a
+        client listener; the store itself (the default) only on a cluster's peer listener, whose other
+        side is a node's own stream layer."""
         super().__init__(budget_bytes, "native-connection")
         self.store = store
+        if segments is None:
+            segments = store
         # The listener's request latencies and open connections (/metrics; None: not counted). A request
         # in flight is (command, ``perf_counter`` at arrival) by its id until its reply is written.
         self._metrics = metrics
@@ -88,18 +95,10 @@ class NativeProtocol(BudgetedReceiver):
                 serve(m.Hello, lambda r, p: m.HelloReply(version=PROTOCOL_VERSION)),
             ),
             **controller_commands,
+            **segment_handlers(segments),
             **handlers(
-                serve(m.CreateSegment, lambda r, p: store.create_segment(r.segment, r.attributes)),
-                serve(m.AppendToSegment, lambda r, p: store.append(
-                    r.segment, p, r.expected_offset, list(r.attributes), r.events)),
-                serve(m.ReadSegment, lambda r, p: store.read(r.segment, r.offset, r.max_length, r.wait_ms / 1000)),
                 # Queries in their never-blocking forms: a cluster node's router asks another node.
                 serve(m.GetSegmentInfo, lambda r, p: store.get_info_future(r.segment)),
-                serve(m.SealSegment, lambda r, p: store.seal(r.segment)),
-                serve(m.TruncateSegment, lambda r, p: store.truncate(r.segment, r.offset)),
-                serve(m.DeleteSegment, lambda r, p: store.delete(r.segment)),
-                serve(m.MergeIntoSegment, lambda r, p: store.merge(r.target, r.source)),
-                serve(m.UpdateSegmentAttributes, lambda r, p: store.update_attributes(r.segment, list(r.attributes))),
                 serve(m.ListSegments, lambda r, p: mapped(store.list_segments_future(),
                                                           lambda names: m.SegmentsReply(segments=tuple(names)))),
                 serve(m.GetSegmentRates, lambda r, p: mapped(store.segment_rates_future(r.segment), _rates_reply)),
@@ -240,6 +239,41 @@ class NativeProtocol(BudgetedReceiver):
         self._reply(request_id, encode_frame(status, request_id, {"error": message, **(extra or {})}), size)
 
 
+class SegmentCommands(Protocol):
+    """What serves the raw segment commands: the store, or the stream layer's gate in front of it."""
+
+    def create_segment(self, name: str, attributes: dict[str, int] | None = None) -> StoreFuture[None]: ...
+
+    def append(self, name: str, data: bytes, expected_offset: int | None = None,
+               attributes: Sequence[AttributeUpdate] = (), events: int = 1) -> StoreFuture[int]: ...
+
+    def read(self, name: str, offset: int, max_length: int, wait_timeout: float = 0.0) -> StoreFuture[ReadResult]: ...
+
+    def seal(self, name: str) -> StoreFuture[int]: ...
+
+    def truncate(self, name: str, offset: int) -> StoreFuture[None]: ...
+
+    def delete(self, name: str) -> StoreFuture[None]: ...
+
+    def merge(self, target: str, source: str) -> StoreFuture[int]: ...
+
+    def update_attributes(self, name: str, updates: Sequence[AttributeUpdate]) -> StoreFuture[None]: ...
+
+
+def segment_handlers(segments: SegmentCommands) -> Handlers:
+    return handlers(
+        serve(m.CreateSegment, lambda r, p: segments.create_segment(r.segment, r.attributes)),
+        serve(m.AppendToSegment, lambda r, p: segments.append(
+            r.segment, p, r.expected_offset, list(r.attributes), r.events)),
+        serve(m.ReadSegment, lambda r, p: segments.read(r.segment, r.offset, r.max_length, r.wait_ms / 1000)),
+        serve(m.SealSegment, lambda r, p: segments.seal(r.segment)),
+        serve(m.TruncateSegment, lambda r, p: segments.truncate(r.segment, r.offset)),
+        serve(m.DeleteSegment, lambda r, p: segments.delete(r.segment)),
+        serve(m.MergeIntoSegment, lambda r, p: segments.merge(r.target, r.source)),
+        serve(m.UpdateSegmentAttributes, lambda r, p: segments.update_attributes(r.segment, list(r.attributes))),
+    )
+
+
 _ANSWERED = object()  # a request the session answered itself
 
 
@@ -272,8 +306,12 @@ class NativeFactory(protocol.ServerFactory):
         listener serves no event writers); ``transactions``: serve its native transactions here (a
         cluster node installs the cluster's own handlers instead: ``txn_cluster``)."""
         self.store = store
+        # Every raw segment command and every stream-level change of a client passes the stream layer's
+        # format rules, super users' included.
+        self.segments = SegmentGate(store, broker.topics if broker is not None else None, scaler.scope, controller,
+                                    pool)
         self.controller_commands: Handlers = {
-            **controller_handlers(controller, pool, scaler, partitions_of,
+            **controller_handlers(controller, pool, scaler, self.segments, partitions_of,
                                   broker.topics.delete_stream if broker is not None else None),
             **table_handlers(KeyValueTables(controller), controller.tables, pool),
             **(event_handlers(broker) if broker is not None else {}),
@@ -286,4 +324,4 @@ class NativeFactory(protocol.ServerFactory):
 
     def buildProtocol(self, addr: Any) -> NativeProtocol:  # noqa: N802 - Twisted's name
         return NativeProtocol(self.store, self.controller_commands, self.connection_budget_bytes, self.security,
-                              self.requests.listener("NATIVE"))
+                              self.requests.listener("NATIVE"), self.segments)

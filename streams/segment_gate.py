@@ -1,0 +1,519 @@
+"""The one way a protocol adapter reaches a segment by name: each command is checked against the
+format of the stream that owns the segment, whoever asks (super users included).
+
+Every stream has one format, owned here, in the stream layer:
+
+=====================  =========================================  ========================================
+format                 which segments                             what a raw segment command may do
+=====================  =========================================  ========================================
+events                 segments of a stream with a partition      read and describe only: events go in
+                       record (every Kafka topic, and native      through Produce or APPEND_EVENTS, which
+                       streams that event writers partitioned)    store validated Kafka batches; records
+                                                                  leave by DeleteRecords and retention
+bytes                  the one segment of a stream whose format   append (any bytes), writer attributes
+                       was claimed as a byte stream
+synchronizer           the one segment of a stream claimed for a  conditional appends of whole entries
+                       state synchronizer (reader groups' state,
+                       watermark marks, user synchronizers)
+unformatted            a stream's segment that no one claimed     a format claim; nothing else
+internal               names holding ``#`` (tables, transactions, read and describe only
+                       Kafka index segments) and ``_system/``
+raw                    names of no stream (``a/b``, ``seg``)      anything: segments outside every stream,
+                                                                  super users' only (``authorization``)
+=====================  =========================================  ========================================
+
+Creating, sealing, truncating, merging and deleting a stream's segments is the controller's and the
+partition layer's (scale, SEAL_STREAM, TRUNCATE_STREAM, DELETE_STREAM, DeleteRecords), never a raw
+command's, so no raw command can leave a stream unreadable. The controller-level commands are checked
+here too (``check_seal_stream``, ``check_truncate_stream``, ``check_scale``): a Kafka topic is neither
+sealed nor cut at byte offsets (its records go with DeleteRecords and retention, at batch boundaries),
+an event stream is cut only where a batch begins, a synchronizer only where a whole state lies, and a
+stream of one claimed segment never scales.
+
+A format is recorded on the segment (``FORMAT_ATTRIBUTE``), claimed once with a conditional attribute
+update, and every raw append or attribute update to it carries a condition on it, so a segment whose
+format changed (its stream deleted and made again under the name) refuses the command atomically; the
+cache of formats is only a shortcut.
+
+Threads: ``SegmentGate``'s commands are called on the reactor and return store futures; a format claim
+and the controller-level checks block (controller and store calls) and run on the worker pool.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Executor
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from millrace.protocol.contracts import (
+    FORMAT_ATTRIBUTE,
+    LEGACY_BYTE_STREAM_ATTRIBUTE,
+    AttributeUpdate,
+    AttributeUpdateType,
+    ReadResult,
+    SegmentFormat,
+    SegmentInfo,
+)
+from millrace.protocol.errors import (
+    BadAttributeUpdateError,
+    FormatViolationError,
+    InvalidStreamCutError,
+    SegmentNotFoundError,
+)
+from millrace.protocol.names import EPOCH_DELIMITER, SYSTEM_SCOPE, is_internal_stream_name, parse_segment_name
+from millrace.protocol.synchronizer import (
+    ENTRY_HEADER_BYTES,
+    KIND_SNAPSHOT,
+    KIND_STATE,
+    StateCorruptError,
+    decode_entries,
+    entry_length,
+)
+from millrace.protocol.wire import MAX_FRAME_BYTES
+from millrace.store.controller import ScalingType
+from millrace.store.futures import StoreFuture, completed, failed
+from millrace.streams.partitions.formats import (
+    ENVELOPE,
+    ENVELOPE_MAGIC,
+    INDEX_ENTRY_SIZE,
+    INDEX_SUFFIX,
+    IndexEntry,
+)
+
+if TYPE_CHECKING:
+    from millrace.store.contracts import SegmentService
+    from millrace.store.controller import Controller
+    from millrace.streams.topics import TopicRegistry
+
+T = TypeVar("T")
+
+_RESERVED_ATTRIBUTE_PREFIX = "millrace."
+_FORMATS_CACHED = 4096
+_BLOCKING_TIMEOUT = 30.0
+# An entry is one append, so no longer than a frame: the most a cut check reads.
+_MAX_SYNCHRONIZER_ENTRY = MAX_FRAME_BYTES
+
+
+def _marked(name: str) -> bool:
+    """Whether the name carries a mark past a stream segment's own (``#transaction.``, ``#kvtable``,
+    ``#kafka-index``...): a segment that belongs to the layer that made it."""
+    return "#" in name.replace(EPOCH_DELIMITER, "")
+
+
+def _stream_of(name: str) -> tuple[str, str] | None:
+    """(scope, stream) of a stream segment's name; None for internal and raw names."""
+    if _marked(name):
+        return None
+    try:
+        scope, stream, _ = parse_segment_name(name)
+    except ValueError:
+        return None
+    return scope, stream
+
+
+def _internal(name: str) -> bool:
+    return _marked(name) or name.startswith(SYSTEM_SCOPE + "/") or name == SYSTEM_SCOPE
+
+
+def _format_of(info: SegmentInfo) -> SegmentFormat | None:
+    value = info.attributes.get(FORMAT_ATTRIBUTE)
+    if value is None:
+        return SegmentFormat.BYTES if LEGACY_BYTE_STREAM_ATTRIBUTE in info.attributes else None
+    try:
+        return SegmentFormat(value)
+    except ValueError:
+        return None
+
+
+def _then(fut: StoreFuture[T], fn: Callable[[T], StoreFuture[Any]]) -> StoreFuture[Any]:
+    """The future of ``fn(result)``: chains a store call on another's outcome without blocking."""
+    out: StoreFuture[Any] = StoreFuture()
+
+    def relay(f: StoreFuture[Any]) -> None:
+        exc = f.exception()
+        if exc is not None:
+            out.set_exception(exc)
+        else:
+            out.set_result(f.result())
+
+    def done(f: StoreFuture[T]) -> None:
+        exc = f.exception()
+        if exc is not None:
+            out.set_exception(exc)
+            return
+        try:
+            nxt = fn(f.result())
+        except Exception as error:  # noqa: BLE001 - a refusal fails this call only
+            out.set_exception(error)
+            return
+        nxt.add_done_callback(relay)
+
+    fut.add_done_callback(done)
+    return out
+
+
+class SegmentGate:
+    """Raw segment commands of a protocol adapter, checked against their stream's format (see the
+    module's table). ``topics``: the registry that knows which streams hold events (None: a listener
+    that serves no event streams, where every stream is unformatted until claimed)."""
+
+    def __init__(self, store: SegmentService, topics: TopicRegistry | None, kafka_scope: str,
+                 controller: Controller, pool: Executor) -> None:
+        """``pool``: where format claims and the controller-level checks block."""
+        self.store = store
+        self.topics = topics
+        self.kafka_scope = kafka_scope
+        self.controller = controller
+        self.pool = pool
+        self._formats: OrderedDict[str, SegmentFormat] = OrderedDict()
+        self._lock = threading.Lock()
+
+    # -- what a segment is ------------------------------------------------------------------------------
+    def _holds_events(self, scope: str, stream: str) -> bool:
+        return self.topics is not None and self.topics.of_stream(scope, stream) is not None
+
+    def _refusal(self, name: str, command: str) -> FormatViolationError | None:
+        """Why ``command`` may not touch ``name`` whatever its claimed format, or None if that depends on
+        the format (a stream segment that holds no events)."""
+        if _internal(name):
+            return FormatViolationError(
+                f"{command} of {name!r}: the segment holds Millrace's own state (a table, a transaction, an "
+                "index or a system stream), written only through the commands that own it")
+        stream = _stream_of(name)
+        if stream is not None and self._holds_events(*stream):
+            scope, stream_name = stream
+            how = ("Kafka's Produce and DeleteRecords" if scope == self.kafka_scope
+                   else "APPEND_EVENTS and TRUNCATE_STREAM at a batch boundary")
+            return FormatViolationError(
+                f"{command} of {name!r}: {scope}/{stream_name} holds events, stored as validated Kafka record "
+                f"batches: write and remove them with {how}, never with raw segment commands")
+        return None
+
+    def _cached_format(self, name: str) -> SegmentFormat | None:
+        with self._lock:
+            fmt = self._formats.get(name)
+            if fmt is not None:
+                self._formats.move_to_end(name)
+            return fmt
+
+    def _remember(self, name: str, fmt: SegmentFormat | None) -> None:
+        if fmt is None:
+            return
+        with self._lock:
+            self._formats[name] = fmt
+            self._formats.move_to_end(name)
+            while len(self._formats) > _FORMATS_CACHED:
+                self._formats.popitem(last=False)
+
+    def _forget(self, name: str) -> None:
+        with self._lock:
+            self._formats.pop(name, None)
+
+    def _format(self, name: str) -> StoreFuture[SegmentFormat | None]:
+        cached = self._cached_format(name)
+        if cached is not None:
+            return completed(cached)
+        out: StoreFuture[SegmentFormat | None] = StoreFuture()
+
+        def known(f: StoreFuture[SegmentInfo]) -> None:
+            exc = f.exception()
+            if exc is not None:
+                out.set_exception(exc)
+                return
+            fmt = _format_of(f.result())
+            self._remember(name, fmt)
+            out.set_result(fmt)
+
+        self.store.get_info_future(name).add_done_callback(known)
+        return out
+
+    def _conditioned(self, name: str, fut: StoreFuture[T]) -> StoreFuture[T]:
+        """``fut``, and the cached format forgotten if an attribute condition failed (the format
+        condition may be the one that did): the next command reads the segment again."""
+        def done(f: StoreFuture[T]) -> None:
+            if isinstance(f.exception(), (BadAttributeUpdateError, SegmentNotFoundError)):
+                self._forget(name)
+
+        fut.add_done_callback(done)
+        return fut
+
+    # -- raw segment commands ------------------------------------------------------------------------------
+    def create_segment(self, name: str, attributes: dict[str, int] | None = None) -> StoreFuture[None]:
+        if _internal(name) or _stream_of(name) is not None:
+            return failed(FormatViolationError(
+                f"CREATE_SEGMENT of {name!r}: a stream's segments are made by the controller (CREATE_STREAM, "
+                "scaling), tables' and transactions' by their commands"))
+        return self.store.create_segment(name, attributes)
+
+    def append(self, name: str, data: bytes, expected_offset: int | None = None,
+               attributes: Sequence[AttributeUpdate] = (), events: int = 1) -> StoreFuture[int]:
+        refusal = self._refusal(name, "APPEND")
+        if refusal is not None:
+            return failed(refusal)
+        if _stream_of(name) is None:  # a raw segment
+            return self.store.append(name, data, expected_offset, attributes, events)
+
+        def checked(fmt: SegmentFormat | None) -> StoreFuture[int]:
+            if fmt is SegmentFormat.BYTES:
+                _check_writer_attributes(name, attributes)
+            elif fmt is SegmentFormat.SYNCHRONIZER:
+                _check_synchronizer_append(name, data, expected_offset, attributes)
+            else:
+                raise _unformatted(name, "APPEND")
+            return self._conditioned(name, self.store.append(
+                name, data, expected_offset, [*attributes, _holds_format(fmt)], events))
+
+        return _then(self._format(name), checked)
+
+    def update_attributes(self, name: str, updates: Sequence[AttributeUpdate]) -> StoreFuture[None]:
+        """Writer attributes of a byte stream, or a format claim (``claim_format``, on the pool)."""
+        refusal = self._refusal(name, "UPDATE_ATTRIBUTES")
+        if refusal is not None:
+            return failed(refusal)
+        if _stream_of(name) is None:
+            return self.store.update_attributes(name, updates)
+        if any(u.key == FORMAT_ATTRIBUTE for u in updates):
+            (update,) = updates if len(updates) == 1 else (None,)
+            if update is None or update.type is not AttributeUpdateType.REPLACE:
+                return failed(FormatViolationError(
+                    f"UPDATE_ATTRIBUTES of {name!r}: a format is claimed alone, by setting {FORMAT_ATTRIBUTE}"))
+            try:
+                fmt = SegmentFormat(update.value)
+            except ValueError:
+                return failed(FormatViolationError(f"no segment format {update.value}"))
+            return self._on_pool(lambda: self.claim_format(name, fmt))
+
+        def checked(fmt: SegmentFormat | None) -> StoreFuture[None]:
+            if fmt is not SegmentFormat.BYTES:
+                raise (_unformatted(name, "UPDATE_ATTRIBUTES") if fmt is None else FormatViolationError(
+                    f"UPDATE_ATTRIBUTES of {name!r}: a synchronizer's segment carries no attributes of its own"))
+            _check_writer_attributes(name, updates)
+            return self._conditioned(name, self.store.update_attributes(name, [*updates, _holds_format(fmt)]))
+
+        return _then(self._format(name), checked)
+
+    def seal(self, name: str) -> StoreFuture[int]:
+        return self._raw_only(name, "SEAL", "SEAL_STREAM", lambda: self.store.seal(name))
+
+    def truncate(self, name: str, offset: int) -> StoreFuture[None]:
+        return self._raw_only(name, "TRUNCATE", "TRUNCATE_STREAM (a Kafka topic: DeleteRecords)",
+                              lambda: self.store.truncate(name, offset))
+
+    def delete(self, name: str) -> StoreFuture[None]:
+        return self._raw_only(name, "DELETE", "DELETE_STREAM", lambda: self.store.delete(name))
+
+    def merge(self, target: str, source: str) -> StoreFuture[int]:
+        for name in (target, source):
+            if _internal(name) or _stream_of(name) is not None:
+                return failed(FormatViolationError(
+                    f"MERGE of {source!r} into {target!r}: streams' segments are merged only by the commit of "
+                    "their transactions and by scaling"))
+        return self.store.merge(target, source)
+
+    def read(self, name: str, offset: int, max_length: int, wait_timeout: float = 0.0) -> StoreFuture[ReadResult]:
+        return self.store.read(name, offset, max_length, wait_timeout)
+
+    def _on_pool(self, call: Callable[[], T]) -> StoreFuture[T]:
+        out: StoreFuture[T] = StoreFuture()
+
+        def run() -> None:
+            try:
+                out.set_result(call())
+            except Exception as exc:  # noqa: BLE001 - the caller's answer
+                out.set_exception(exc)
+
+        self.pool.submit(run)
+        return out
+
+    def _raw_only(self, name: str, command: str, instead: str, call: Callable[[], StoreFuture[T]]) -> StoreFuture[T]:
+        if _internal(name) or _stream_of(name) is not None:
+            return failed(FormatViolationError(
+                f"{command} of {name!r}: a stream's segments change only through its stream: use {instead}"))
+        return call()
+
+    # -- blocking checks (worker pool) ---------------------------------------------------------------------
+    def claim_format(self, name: str, fmt: SegmentFormat) -> None:
+        """Record ``fmt`` as the format of the one segment of an unpartitioned stream of one fixed
+        segment (idempotent for the same format; FormatViolationError for another, or for a stream
+        that may not take it). Blocking."""
+        scope, stream = _stream_of(name) or ("", "")
+        if not scope:
+            raise FormatViolationError(f"{name!r} is no stream's segment: only a stream takes a format")
+        if scope == self.kafka_scope and not is_internal_stream_name(stream):
+            raise FormatViolationError(f"{scope}/{stream} is a Kafka topic's stream: its format is Kafka's")
+        if self._holds_events(scope, stream):
+            raise FormatViolationError(f"{scope}/{stream} holds events: it cannot be a {fmt.name.lower()} stream")
+        controller = self.controller
+        current = controller.get_current_segments(scope, stream)
+        if (len(current) != 1 or current[0].name != name
+                or controller.get_stream(scope, stream).config.scaling.type is not ScalingType.FIXED_NUM_SEGMENTS):
+            raise FormatViolationError(f"{scope}/{stream} is not a stream of one fixed segment: it cannot be a "
+                                       f"{fmt.name.lower()} stream")
+        store = self.store
+        try:
+            store.update_attributes(name, [AttributeUpdate(FORMAT_ATTRIBUTE, int(fmt), AttributeUpdateType.REPLACE_IF_EQUALS,
+                                                           None)]).result(_BLOCKING_TIMEOUT)
+        except BadAttributeUpdateError:
+            existing = _format_of(store.get_info(name))
+            if existing is not fmt:
+                raise FormatViolationError(
+                    f"{scope}/{stream} is a {existing.name.lower() if existing else 'other'} stream: its format "
+                    f"does not change") from None
+        else:
+            info = store.get_info(name)
+            if info.length > 0 and LEGACY_BYTE_STREAM_ATTRIBUTE not in info.attributes:
+                # Raw appends are refused to unformatted segments, so only data older than formats is here.
+                store.update_attributes(name, [AttributeUpdate(FORMAT_ATTRIBUTE, type=AttributeUpdateType.REMOVE)])
+                raise FormatViolationError(f"{scope}/{stream} holds {info.length} bytes of no known format")
+        if self._holds_events(scope, stream):
+            # An event writer partitioned the stream meanwhile; it looked for the mark after recording
+            # its partitions, so one of the two refuses: here, and the mark goes.
+            store.update_attributes(name, [AttributeUpdate(FORMAT_ATTRIBUTE, type=AttributeUpdateType.REMOVE)])
+            raise FormatViolationError(f"{scope}/{stream} holds events: it cannot be a {fmt.name.lower()} stream")
+        self._remember(name, fmt)
+
+    def check_seal_stream(self, scope: str, stream: str) -> None:
+        if scope == self.kafka_scope and self._holds_events(scope, stream):
+            raise FormatViolationError(f"SEAL_STREAM of {scope}/{stream}: a Kafka topic is never sealed (Kafka "
+                                       "clients could no longer produce to it); delete it with DeleteTopics")
+
+    def check_scale(self, scope: str, stream: str) -> None:
+        """A stream of one claimed segment (a byte stream, a synchronizer's) never scales. Blocking."""
+        current = self.controller.get_current_segments(scope, stream)
+        if len(current) != 1:
+            return
+        try:
+            fmt = _format_of(self.store.get_info(current[0].name))
+        except SegmentNotFoundError:
+            return
+        if fmt is not None:
+            raise FormatViolationError(f"{scope}/{stream} is a {fmt.name.lower()} stream of one segment: it never "
+                                       "scales")
+
+    def check_truncate_stream(self, scope: str, stream: str, cut: Mapping[str, int], *,
+                              retention_cut: bool = False) -> None:
+        """Refuses a cut that would leave a segment starting inside a batch or an entry. Blocking: reads
+        the index segments of event streams and the entries of synchronizers at the cut. A
+        ``retention_cut`` (a subscriber's, which consumption-based retention may truncate at) is also
+        taken for a Kafka topic, where it only has to fall on batch boundaries."""
+        events = self._holds_events(scope, stream)
+        if events and scope == self.kafka_scope and not retention_cut:
+            raise FormatViolationError(f"TRUNCATE_STREAM of {scope}/{stream}: a Kafka topic's records are removed "
+                                       "with DeleteRecords (at a record's offset), never at byte positions")
+        store = self.store
+        for name, offset in cut.items():
+            if _stream_of(name) != (scope, stream):
+                continue  # the controller refuses names of other streams
+            try:
+                info = store.get_info(name)
+            except SegmentNotFoundError:
+                continue
+            if offset <= info.start_offset or offset >= info.length:
+                continue  # nothing to cut, or all of it (the controller refuses beyond the end)
+            if events:
+                if not _batch_starts_at(store, name, offset):
+                    raise InvalidStreamCutError(f"{name} at {offset}: no event batch begins there; cut streams "
+                                                "at positions their readers or tail cuts gave")
+            elif _format_of(info) is SegmentFormat.SYNCHRONIZER and not _whole_state_at(store, name, offset):
+                raise InvalidStreamCutError(f"{name} at {offset}: a synchronizer's segment is cut only just "
+                                            "before a state or a snapshot")
+
+
+def _holds_format(fmt: SegmentFormat) -> AttributeUpdate:
+    """A condition that holds only while the segment keeps ``fmt`` (it writes the value it holds)."""
+    return AttributeUpdate(FORMAT_ATTRIBUTE, int(fmt), AttributeUpdateType.REPLACE_IF_EQUALS, int(fmt))
+
+
+def _unformatted(name: str, command: str) -> FormatViolationError:
+    return FormatViolationError(
+        f"{command} of {name!r}: its stream has no format yet; write events with an event writer, or make it a "
+        "byte stream or a synchronizer's first (StreamManager.create_byte_stream, create_synchronizer)")
+
+
+def _check_writer_attributes(name: str, updates: Sequence[AttributeUpdate]) -> None:
+    for update in updates:
+        if update.key.startswith(_RESERVED_ATTRIBUTE_PREFIX):
+            raise FormatViolationError(f"attribute {update.key!r} of {name!r}: attributes named "
+                                       f"{_RESERVED_ATTRIBUTE_PREFIX}* are the stream layer's own")
+
+
+def _check_synchronizer_append(name: str, data: bytes, expected_offset: int | None,
+                               attributes: Sequence[AttributeUpdate]) -> None:
+    if expected_offset is None:
+        raise FormatViolationError(f"APPEND to {name!r}: a synchronizer's entries are appended at the offset "
+                                   "their writer read to (expected_offset)")
+    if attributes:
+        raise FormatViolationError(f"APPEND to {name!r}: a synchronizer's entries carry no attributes")
+    try:
+        entries, consumed = decode_entries(data, 0)
+    except StateCorruptError as exc:
+        raise FormatViolationError(f"APPEND to {name!r}: not a synchronizer entry: {exc}") from None
+    if not entries or consumed != len(data):
+        raise FormatViolationError(f"APPEND to {name!r}: the payload is not whole synchronizer entries")
+
+
+def _read_exactly(store: SegmentService, name: str, offset: int, length: int) -> bytes:
+    out = bytearray()
+    while len(out) < length:
+        got = store.read(name, offset + len(out), length - len(out)).result(_BLOCKING_TIMEOUT)
+        if not got.data:
+            break
+        out += got.data
+    return bytes(out)
+
+
+def _whole_state_at(store: SegmentService, name: str, offset: int) -> bool:
+    head = _read_exactly(store, name, offset, ENTRY_HEADER_BYTES)
+    if len(head) < ENTRY_HEADER_BYTES:
+        return False
+    try:
+        length = entry_length(head)
+    except StateCorruptError:
+        return False
+    if length > _MAX_SYNCHRONIZER_ENTRY:
+        return False
+    data = head + _read_exactly(store, name, offset + ENTRY_HEADER_BYTES, length - ENTRY_HEADER_BYTES)
+    try:
+        entries, _ = decode_entries(data, offset)
+    except StateCorruptError:
+        return False
+    return bool(entries) and entries[0].kind in (KIND_STATE, KIND_SNAPSHOT)
+
+
+def _batch_starts_at(store: SegmentService, name: str, offset: int) -> bool:
+    """Whether an envelope (and so a batch) of the event segment ``name`` begins at ``offset``: found in
+    its index segment (one entry per batch, by position), then by walking the envelopes stored past the
+    index's last entry (the index is written a little behind the data)."""
+    index = name + INDEX_SUFFIX
+    try:
+        info = store.get_info(index)
+    except SegmentNotFoundError:
+        return False
+    first = (info.start_offset + INDEX_ENTRY_SIZE - 1) // INDEX_ENTRY_SIZE
+    count = info.length // INDEX_ENTRY_SIZE - first
+
+    def entry(i: int) -> IndexEntry:
+        return IndexEntry.unpack_from(_read_exactly(store, index, (first + i) * INDEX_ENTRY_SIZE, INDEX_ENTRY_SIZE), 0)
+
+    target = offset + ENVELOPE.size  # an entry's position is its batch's, just after the envelope
+    lo, hi = 0, count
+    while lo < hi:  # the first entry whose batch begins at or after the target
+        mid = (lo + hi) // 2
+        if entry(mid).position < target:
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo < count:
+        return entry(lo).position == target
+    walk = entry(count - 1).end if count else store.get_info(name).start_offset
+    while walk < offset:  # the unindexed tail: envelope by envelope from the last indexed batch's end
+        head = _read_exactly(store, name, walk, ENVELOPE.size)
+        if len(head) < ENVELOPE.size:
+            return False
+        magic, _, _, length = ENVELOPE.unpack(head)
+        if magic != ENVELOPE_MAGIC:
+            return False
+        walk += ENVELOPE.size + length
+    return walk == offset
