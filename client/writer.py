@@ -342,8 +342,8 @@ class EventSender(Generic[T]):
 
     def _request(self, p: _Partition, batch: _Batch) -> Request:
         """The request a batch goes with."""
-        if batch.first_event < 0:
-            return m.AppendEvents(scope=self.scope, stream=self.stream, partition=p.number)
+        if batch.first_event < 0:  # the writer still names itself: its producer id is its own lease
+            return m.AppendEvents(scope=self.scope, stream=self.stream, partition=p.number, writer_id=self.writer_id)
         return m.AppendEvents(scope=self.scope, stream=self.stream, partition=p.number, writer_id=self.writer_id,
                               first_event=batch.first_event, last_event=batch.last_event)
 

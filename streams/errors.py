@@ -51,6 +51,10 @@ class Reason(enum.Enum):
     OUT_OF_ORDER_SEQUENCE = events.OUT_OF_ORDER_SEQUENCE  # the native writer retries on this one
     UNKNOWN_PRODUCER = "unknown producer"  # a transactional batch of a producer id no transaction has
     NOT_IN_TRANSACTION = "not in transaction"  # the partition is not in the producer's ongoing one
+    # A transactional batch sent without its transactional id (Kafka refuses the whole request)
+    TRANSACTIONAL_ID_REQUIRED = "transactional id required"
+    # An idempotent batch under a producer id issued to another principal (``producer_ids``)
+    PRODUCER_NOT_OWNED = "producer id not owned"
     COORDINATOR_FENCED = "coordinator fenced"  # a marker of a former transaction coordinator term
     # Another operation on the same producer or writer id is completing (a transaction ends): try again.
     BUSY = "busy"

@@ -65,6 +65,7 @@ def build_kafka(
     broker.topics.listeners.append(broker.partitions.topic_event)
     broker.topics.listeners.append(functools.partial(_forget_traffic, broker))
     broker.producer_ids = ProducerIdAllocator(tables)
+    broker.partitions.producer_ids = broker.producer_ids
     broker.scaling = StreamScaling(broker)
     broker.groups = GroupCoordinator(broker)
     if load_groups:

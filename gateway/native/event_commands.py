@@ -26,6 +26,8 @@ partitions that hold their keys; ``OPEN_WRITER`` names the retired partitions to
 
 from __future__ import annotations
 
+import struct
+
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
@@ -42,7 +44,7 @@ from millrace.protocol.errors import (
 )
 from millrace.protocol.events import PARTITION_RETIRED
 from millrace.protocol.records import RecordBatchError, iter_batches
-from millrace.streams.errors import StreamError
+from millrace.streams.errors import Reason, StreamError
 from millrace.streams.partitions import PartitionError, PartitionLog
 from millrace.streams.partitions.writer_events import WriterEvents
 from millrace.streams.resolve import record_logs, refreshed
@@ -50,6 +52,18 @@ from millrace.streams.topics import TopicError, TopicInfo
 
 WRITER_ID_PREFIX = "millrace.writer:"  # keeps writer ids apart from Kafka transactional ids
 WRITER_LEASE_MS = 15 * 60 * 1000  # a writer holds no transaction, so the coordinator never times it out
+
+
+_PRODUCER_ID = struct.Struct(">q")
+_PRODUCER_ID_AT = 43  # in a RecordBatch v2 header
+
+
+def _producer_id(batch: bytes) -> int:
+    """The producer id a client's batch carries (-1 for none, or too short to say: the partition then
+    refuses the batch as corrupt)."""
+    if len(batch) < _PRODUCER_ID_AT + _PRODUCER_ID.size:
+        return -1
+    return int(_PRODUCER_ID.unpack_from(batch, _PRODUCER_ID_AT)[0])
 
 
 def known_record(broker: NativeHost, name: str) -> defer.Deferred[TopicInfo | None]:
@@ -142,13 +156,23 @@ def event_handlers(broker: NativeHost) -> Handlers:
         stream = f"{r.scope}/{r.stream}"
         partition = r.partition
         events = None
-        if r.writer_id is not None:
-            if r.first_event is None or r.last_event is None:
-                raise InvalidRequestError("a writer's batch names its first and last event numbers")
+        if (r.first_event is None) != (r.last_event is None) or (r.first_event is not None and r.writer_id is None):
+            raise InvalidRequestError("a writer's batch names its writer and its first and last event numbers")
+        if r.writer_id is not None and r.first_event is not None and r.last_event is not None:
             try:
                 events = WriterEvents(r.writer_id, r.first_event, r.last_event)
             except PartitionError as exc:
                 raise InvalidRequestError(str(exc)) from None
+
+        producer_id = _producer_id(payload)
+        if producer_id >= 0:
+            # A producer id is the writer's own lease: another writer's would make the owner's next
+            # batch a duplicate of this one, acknowledged and lost.
+            holder = None if r.writer_id is None else broker.transactions.producer_of(WRITER_ID_PREFIX + r.writer_id)
+            if r.writer_id is None or (holder is not None and holder != producer_id):
+                raise EventsRefusedError(f"{stream}: producer id {producer_id} is not leased to writer "
+                                         f"{r.writer_id!r}: open the writer (OPEN_WRITER) for one",
+                                         Reason.PRODUCER_NOT_OWNED.value)
 
         def append(found: tuple[TopicInfo, list[PartitionLog]]) -> defer.Deferred[int]:
             current, parts = found

@@ -47,6 +47,8 @@ REFUSALS: dict[Reason, Callable[[str], StoreError]] = {
     Reason.OUT_OF_ORDER_SEQUENCE: EventsRefusedError,
     Reason.UNKNOWN_PRODUCER: EventsRefusedError,
     Reason.NOT_IN_TRANSACTION: EventsRefusedError,
+    Reason.TRANSACTIONAL_ID_REQUIRED: EventsRefusedError,
+    Reason.PRODUCER_NOT_OWNED: EventsRefusedError,
     Reason.COORDINATOR_FENCED: EventsRefusedError,
     Reason.CORRUPT_RECORD: EventsRefusedError,
     Reason.INVALID_RECORD: EventsRefusedError,

@@ -74,6 +74,7 @@ from millrace.streams.partitions.snapshots import delete_snapshots
 from millrace.streams.partitions.waiters import wait_for_any
 from millrace.streams.partitions.watermark import IdempotentBatch, PendingAppend
 from millrace.streams.partitions.writer_events import WriterEvents, attribute_key
+from millrace.streams.producer_ids import ProducerIdAllocator
 from millrace.streams.topics import TopicInfo, TopicRegistry, deletes_old_data
 
 log = logging.getLogger(__name__)
@@ -192,11 +193,15 @@ class PartitionStorage(Protocol):
         ...
 
     def append(self, topic: TopicInfo, p: PartitionLog, records: bytes | bytearray | memoryview | None, now_ms: int | None = None,
-               events: WriterEvents | None = None) -> defer.Deferred[int]:
+               events: WriterEvents | None = None, *, transactional_id: str | None = None,
+               producer_owner: str | None = None) -> defer.Deferred[int]:
         """Append one produce request's batch; its base offset once the high watermark passes it.
         ``now_ms`` is the broker time its timestamps are checked against (and a LogAppendTime topic
         stamps), by default the storage's clock. ``events``: a native writer's event numbers
-        (``writer_events``): a batch written before answers ``ALREADY_WRITTEN`` instead of an offset."""
+        (``writer_events``): a batch written before answers ``ALREADY_WRITTEN`` instead of an offset.
+        ``transactional_id``: the producer's, which a transactional batch needs; ``producer_owner``: the
+        principal an idempotent batch's producer id must have been issued to (None: a caller that
+        checked the id itself, a native writer's against its writer id)."""
         ...
 
     def now_ms(self) -> int:
@@ -264,8 +269,11 @@ class SegmentPartitionStorage(PartitionStorage):
         self._snapshot_marks: dict[str, int] = {}
         self._snapshotting = False  # a snapshot round is running on the worker pool
         # Raises PartitionError unless (topic, partition) is in the ongoing transaction of the producer
-        # id at that epoch; set by the transaction coordinator (None: transactional batches refused).
-        self.transaction_check: Callable[[str, int, int, int], None] | None = None
+        # id at that epoch, of that transactional id; set by the transaction coordinator (None:
+        # transactional batches refused).
+        self.transaction_check: Callable[[str, int, int, int, str], None] | None = None
+        # What tells whether an idempotent producer id was issued to a principal (None: not checked).
+        self.producer_ids: ProducerIdAllocator | None = None
         # A cluster node's leadership (None in one process: every partition is served here), and the
         # terms each topic's installed partitions were loaded under.
         self.leadership: Leadership | None = None
@@ -615,7 +623,8 @@ class SegmentPartitionStorage(PartitionStorage):
         return self.blocking(take_all).addBoth(finished)
 
     def append(self, topic: TopicInfo, p: PartitionLog, records: bytes | bytearray | memoryview | None, now_ms: int | None = None,
-               events: WriterEvents | None = None) -> defer.Deferred[int]:
+               events: WriterEvents | None = None, *, transactional_id: str | None = None,
+               producer_owner: str | None = None) -> defer.Deferred[int]:
         try:
             (batch,) = validate_produce_records(records)
         except RecordBatchError as exc:
@@ -644,11 +653,19 @@ class SegmentPartitionStorage(PartitionStorage):
         if h.is_transactional:
             if h.producer_id < 0:
                 raise PartitionError(Reason.INVALID_RECORD, "a transactional batch needs a producer id")
+            if transactional_id is None:
+                raise PartitionError(Reason.TRANSACTIONAL_ID_REQUIRED,
+                                     "a transactional batch is sent with its producer's transactional id")
             if self.transaction_check is None:
                 raise PartitionError(Reason.INVALID_RECORD, "transactions are not enabled")
-            # The partition must be in the producer's ongoing transaction at this epoch (KIP-890's
-            # verification, here an in-process lookup): a late batch can never reopen a finished one.
-            self.transaction_check(p.topic, p.partition, h.producer_id, h.producer_epoch)
+            # The partition must be in the ongoing transaction of this transactional id, under this
+            # producer id and epoch (KIP-890's verification, here an in-process lookup): a late batch can
+            # never reopen a finished one, nor another client's id write into someone's transaction.
+            self.transaction_check(p.topic, p.partition, h.producer_id, h.producer_epoch, transactional_id)
+        elif (h.producer_id >= 0 and producer_owner is not None and self.producer_ids is not None
+              and not self.producer_ids.owns(producer_owner, h.producer_id)):
+            raise PartitionError(Reason.PRODUCER_NOT_OWNED, f"producer id {h.producer_id} was not issued to "
+                                 f"{producer_owner}: ask for one with InitProducerId")
         try:
             writer = self._writable(p)
         except PartitionError as exc:

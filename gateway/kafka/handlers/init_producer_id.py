@@ -45,7 +45,7 @@ def handle_init_producer_id(ctx: RequestContext,
         return d.addCallback(respond)
     if not _may_write_idempotently(ctx):
         return Response(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, producer_id=-1, producer_epoch=-1)
-    return ctx.broker.blocking(ctx.broker.producer_ids.allocate).addCallback(
+    return ctx.broker.blocking(ctx.broker.producer_ids.allocate_for, str(ctx.principal)).addCallback(
         lambda pid: Response(error_code=int(ErrorCode.NONE), producer_id=pid, producer_epoch=0))
 
 

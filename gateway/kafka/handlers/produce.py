@@ -18,7 +18,9 @@ from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.produce import ProduceRequest, ProduceResponse
 from millrace.gateway.request_metrics import KafkaTraffic
 from millrace.gateway.security.acls import AclOperation, ResourceType
+from millrace.gateway.security.principal import KafkaPrincipal
 from millrace.streams.partitions import PartitionError, PartitionLog, SegmentPartitionStorage
+from millrace.streams.partitions.formats import TRANSACTIONAL_ATTRIBUTE
 from millrace.streams.topics import TopicInfo
 
 PRODUCE = ProduceRequest.API_KEY
@@ -116,9 +118,10 @@ def _produce_topic(ctx: RequestContext, t: int, answers: _Answers) -> None:
                                   for pd in topic_data.partition_data]
             return
         topic, parts = found
-        acks = answers.request.acks
+        request = answers.request
+        acks, txn_id, principal = request.acks, request.transactional_id, ctx.principal
         for i, pd in enumerate(topic_data.partition_data):
-            answer = _produce_partition(ctx.broker, topic, parts, pd, acks)
+            answer = _produce_partition(ctx.broker, topic, parts, pd, acks, txn_id, principal)
             if isinstance(answer, defer.Deferred):
                 answers.wait(answer, t, i)
             else:
@@ -132,8 +135,8 @@ def _produce_topic(ctx: RequestContext, t: int, answers: _Answers) -> None:
 
 
 def _produce_partition(broker: Broker, topic: TopicInfo, parts: list[PartitionLog],
-                       pd: ProduceRequest.PartitionProduceData,
-                       acks: int) -> PartitionAnswer | defer.Deferred[PartitionAnswer]:
+                       pd: ProduceRequest.PartitionProduceData, acks: int, transactional_id: str | None,
+                       principal: KafkaPrincipal) -> PartitionAnswer | defer.Deferred[PartitionAnswer]:
     if not 0 <= pd.index < len(parts) or pd.records is None:
         return _partition_result(pd.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     p = parts[pd.index]
@@ -148,7 +151,8 @@ def _produce_partition(broker: Broker, topic: TopicInfo, parts: list[PartitionLo
     now_ms = storage.now_ms()
     append_time = now_ms if rules.log_append_time else -1
     try:
-        d = storage.append(topic, p, pd.records, now_ms)
+        d = storage.append(topic, p, pd.records, now_ms, transactional_id=transactional_id,
+                           producer_owner=str(principal))
     except PartitionError as exc:
         return _partition_result(pd.index, error_code(exc), message=str(exc), record_errors=exc.record_errors)
     return d.addCallbacks(_appended, _refused, callbackArgs=(pd.index, storage, p, append_time),
@@ -166,6 +170,21 @@ def _refused(failure: Failure, index: int) -> PartitionAnswer:
     return _partition_result(index, error_code(failure.value), message=failure.getErrorMessage())
 
 
+def _has_transactional_records(request: ProduceRequest) -> bool:
+    """Whether any partition's batch is marked transactional (its attributes, read in place)."""
+    for td in request.topic_data:
+        for pd in td.partition_data:
+            records = pd.records
+            if records is not None and len(records) >= _ATTRIBUTES_END and (
+                    records[_ATTRIBUTES_END - 1] & TRANSACTIONAL_ATTRIBUTE):
+                return True
+    return False
+
+
+# The low byte of a RecordBatch v2's attributes (offset 21, two bytes): where the transactional bit is.
+_ATTRIBUTES_END = 23
+
+
 @api(ProduceRequest, 3, 11)
 def handle_produce(ctx: RequestContext,
                    request: ProduceRequest) -> defer.Deferred[ProduceResponse] | NoResponse:
@@ -173,7 +192,9 @@ def handle_produce(ctx: RequestContext,
     # (the partition storage asks the transaction coordinator), whatever transactional id is named here.
     answers = _Answers(request, ctx.broker.traffic)
     txn_id = request.transactional_id
-    if txn_id is not None and not ctx.authorized(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id):
+    if (txn_id is None and _has_transactional_records(request)) or (
+            txn_id is not None and not ctx.authorized(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id)):
+        # Kafka's KafkaApis: transactional records need a transactional id the principal may write.
         # Kafka refuses the whole request: every partition carries the error.
         answers.results = [[_partition_result(pd.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
                             for pd in td.partition_data] for td in request.topic_data]

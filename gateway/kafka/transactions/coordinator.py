@@ -217,16 +217,17 @@ class TransactionCoordinator:
             self._loop.stop()
 
     # -- checks ----------------------------------------------------------------------------------------
-    def check_produce(self, topic: str, partition: int, producer_id: int, epoch: int) -> None:
-        """Raises PartitionError unless the partition is in the producer's ongoing transaction. On a
+    def check_produce(self, topic: str, partition: int, producer_id: int, epoch: int, transactional_id: str) -> None:
+        """Raises PartitionError unless the partition is in the ongoing transaction of
+        ``transactional_id``, whose producer id and epoch the batch carries. On a
         cluster node that does not coordinate transactions the batch is admitted unchecked, as Kafka's
         leaders admitted them before KIP-890 (the check would need a call to the coordinator)."""
         if self.check() is not None:
             return
         meta = self._by_pid.get(producer_id)
-        if meta is None or meta.producer_id != producer_id:
+        if meta is None or meta.producer_id != producer_id or meta.transactional_id != transactional_id:
             raise PartitionError(Reason.UNKNOWN_PRODUCER,
-                                 f"producer id {producer_id} has no transactional id")
+                                 f"producer id {producer_id} is not the producer id of {transactional_id!r}")
         if epoch != meta.producer_epoch:
             raise PartitionError(Reason.PRODUCER_FENCED,
                                  f"producer epoch {epoch} is not the current {meta.producer_epoch}")
@@ -320,6 +321,12 @@ class TransactionCoordinator:
             return producer_id, epoch
 
         return self.init_producer_id(transactional_id, lease_ms, -1, -1).addCallback(answered)
+
+    def producer_of(self, transactional_id: str) -> int | None:
+        if self.check() is not None:
+            return None
+        meta = self.txns.get(transactional_id)
+        return None if meta is None else meta.producer_id
 
     def _done_initializing(self, result: Any, transactional_id: str) -> Any:
         self._initializing.discard(transactional_id)
