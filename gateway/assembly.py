@@ -74,6 +74,7 @@ from millrace.store.durablelog.metadata import FileLogMetadataStore
 from millrace.store.durablelog.replicated import ReplicatedDurableDataLog
 from millrace.store.durablelog.replication_config import ReplicationConfig
 from millrace.store.durablelog.turn_commits import TurnCommits
+from millrace.store.fsutil import private_directory
 from millrace.store.lts.factory import chunk_storage_from_url
 from millrace.store.lts.interface import ChunkStorage
 from millrace.store.segment_store import SegmentStore
@@ -132,7 +133,7 @@ def log_factory(options: ServerOptions, data_dir: str) -> Callable[[int], Durabl
 def build_store(options: ServerOptions) -> SegmentStore:
     """The single node's store: every container, here."""
     data_dir = os.path.abspath(options.data_dir)
-    os.makedirs(data_dir, exist_ok=True)
+    private_directory(data_dir)
     return SegmentStore(
         options.containers,
         log_factory(options, data_dir),

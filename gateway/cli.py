@@ -377,6 +377,11 @@ def main(argv: list[str] | None = None) -> int:
         for name, path in made.items():
             print(f"{name}: {path}")
         return 0
+    if args.command in ("logd", "serve"):
+        # Whatever a server or a log replica writes may hold credentials (the SCRAM table's segments reach
+        # every log file, journal and chunk): the store opens its files 0600 itself, and this keeps
+        # anything else the process writes (the console's history) to its owner as well.
+        os.umask(0o077)
     if args.command == "logd":
         from millrace.store.logd.server import run_logd
 

@@ -102,6 +102,7 @@ from millrace.store.containers.rates import SegmentRates
 from millrace.store.controller import Controller
 from millrace.store.controller.autoscaler import AutoScaler
 from millrace.store.errors import ContainerOfflineError, SegmentNotFoundError
+from millrace.store.fsutil import private_directory
 from millrace.store.process_output import print_line
 from millrace.store.tables import TableStore
 from millrace.streams.futures import check_reactor_waits, every
@@ -219,6 +220,7 @@ def serve_cluster(options: ServerOptions) -> int:
         print(f"millrace: bad Kafka configuration: {exc}", file=sys.stderr, flush=True)
         return 2
     log.info("Kafka listeners:\n%s", security.describe())
+    private_directory(os.path.abspath(options.data_dir))  # the node's log metadata and console history
     try:
         server = ClusterServer(options, setup, security, link, native, native_to_nodes)
     except ValueError as exc:  # the peer listener's TLS key material does not load
