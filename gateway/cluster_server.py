@@ -44,6 +44,7 @@ from twisted.python.failure import Failure
 from millrace.gateway.assembly import (
     ClusterNodeSetup,
     ServerOptions,
+    add_scram_items,
     advertised_addresses,
     autoscaler,
     bind_kafka_listeners,
@@ -206,6 +207,7 @@ def serve_cluster(options: ServerOptions) -> int:
     """Run one cluster node until SIGINT/SIGTERM; returns the process exit status."""
     try:
         setup = cluster_node_setup(options)
+        add_scram_items(options)  # read again when the node's tables are up; here to fail before joining
     except ValueError as exc:
         print(f"millrace: {exc}", file=sys.stderr, flush=True)
         return 2

@@ -3,8 +3,9 @@ and run in order with bash, from a scratch directory standing in for the reposit
 real server. Only what a test machine must change is substituted: the ports (free ones for the Kafka
 listeners' 9092 and 9094 and for the native and HTTP listeners' 9090 and 9091, the defaults the README's
 server listens on), and ``./scripts/serve.sh`` (the set-up is this test run's own) by the server it runs,
-started in the background with a scratch data directory. A serve block while a server runs is the
-README's restart: the running server is stopped as Ctrl-C stops it (its exit status checked) and the
+started in the background with a scratch data directory; what a serve block does before its serve
+command (writing the first users' file) runs first, as any block. A serve block while a server runs is
+the README's restart: the running server is stopped as Ctrl-C stops it (its exit status checked) and the
 new one started on the same data directory and ports."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import re
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -63,6 +65,14 @@ def workdir(tmp_path: Path) -> Iterator[Path]:
     yield tmp_path
 
 
+def run_block(block: str, workdir: Path) -> str:
+    """A README shell block run as written with bash; its standard output."""
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=workdir, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, f"README block failed:\n{block}\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
 def test_readme_securing_section_as_written(workdir: Path) -> None:
     blocks = section_blocks()
     ports = dict(zip(("9090", "9091", "9092", "9094"), map(str, free_ports(4)), strict=True))
@@ -71,15 +81,19 @@ def test_readme_securing_section_as_written(workdir: Path) -> None:
     try:
         for block in blocks:
             block = re.sub(r"\b(9090|9091|9092|9094)\b", lambda m: ports[m.group(1)], block)
-            if block.lstrip().startswith(SERVE):
+            prelude, serve, command = block.partition(SERVE)
+            if prelude.strip() and serve:
+                assert run_block(prelude, workdir) == ""  # the serve block's set-up prints nothing
+            if serve:
                 if servers:  # the README's restart: Ctrl-C, then the command again
                     assert servers[-1].stop(signal.SIGINT, timeout=30) == 0
-                servers.append(ReadmeServer(block.strip(), workdir, ports).start())
+                servers.append(ReadmeServer((serve + command).strip(), workdir, ports).start())
+                # No password on the command line, which every local user can read while the server runs.
+                assert servers[-1].proc is not None
+                cmdline = Path(f"/proc/{servers[-1].proc.pid}/cmdline").read_bytes()
+                assert b"--add-scram-file" in cmdline and b"admin-secret" not in cmdline
                 continue
-            done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=workdir, capture_output=True,
-                                  text=True, timeout=120)
-            assert done.returncode == 0, f"README block failed:\n{block}\n{done.stdout}\n{done.stderr}"
-            outputs.append(done.stdout)
+            outputs.append(run_block(block, workdir))
         # Started once, then again for the native listener's properties and for the HTTP listener's.
         assert len(servers) == 3, "the section starts its server, and restarts it twice"
         assert len(outputs) == 10, "the section's shell blocks besides its serve commands"
@@ -108,6 +122,11 @@ def test_readme_securing_section_as_written(workdir: Path) -> None:
             '{"state":"active","epoch":1}']
         for server in servers:
             assert not any("admin-secret" in line or "alice-secret" in line for line in server.output)
+        # The recipe's keys, and the first users' passwords, are readable by their owner alone.
+        secure = workdir / "secure"
+        assert stat.S_IMODE(secure.stat().st_mode) == 0o700
+        for name in ("ca.key", "server.key", "keystore.pem", "first-users"):
+            assert stat.S_IMODE((secure / name).stat().st_mode) == 0o600, name
         assert servers[-1].stop(signal.SIGTERM, timeout=30) == 0
     finally:
         for server in servers:

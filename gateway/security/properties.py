@@ -36,6 +36,7 @@ from millrace.gateway.security.jaas import (
     LOGIN_MODULE_MECHANISMS,
     JaasConfigError,
     LoginModule,
+    parse_jaas_config,
     parse_login_module,
 )
 from millrace.gateway.security.oauth import (
@@ -126,6 +127,31 @@ def parse_properties(text: str, source: str = "properties") -> dict[str, str]:
         key = _unescape(line[:key_end], f"{source} line {number}", "key")
         props[key] = _unescape(line[_value_start(line, key_end):], key, "value")
     return props
+
+
+# JAAS options that hold a secret: a password, PlainLoginModule's users, an OAuth client's secret.
+_SECRET_JAAS_OPTION = re.compile(r"^(?:password|user_.*|.*secret.*)$", re.IGNORECASE)
+
+
+def refuse_secrets_in_overrides(overrides: Iterable[str]) -> None:
+    """ConfigError for an ``--override`` item that holds a secret (a password-typed property, or a JAAS
+    entry with a password or users in it): a process's command line is readable by every local user
+    (``ps``, /proc/PID/cmdline) for as long as it runs, so secrets belong in the ``--config`` file.
+    A JAAS entry without secrets (``ScramLoginModule required;``) may be overridden."""
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if not is_secret(key):
+            continue
+        if key.endswith("sasl.jaas.config"):
+            try:
+                modules = parse_jaas_config(value)
+            except JaasConfigError:
+                modules = ()  # unreadable: said so, without the value, where the properties are checked
+            if not any(_SECRET_JAAS_OPTION.match(option) for module in modules for option in module.options):
+                continue
+        raise ConfigError("--override", None, f"{key} holds a secret, which a command line shows to every local "
+                                              "user while the process runs: set it in the --config file "
+                                              "(readable by the server's user only) instead")
 
 
 def apply_overrides(props: Mapping[str, str], overrides: Iterable[str]) -> dict[str, str]:
