@@ -24,7 +24,7 @@ from typing import Any
 import trustme
 
 from benchmarks.kafka_bench import produce_then_consume
-from tests.server_process import ServerProcess
+from tests.server_process import ServerProcess, add_scram_args
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_SSL")
 USER, PASSWORD = "bench", "bench-secret"
@@ -45,7 +45,7 @@ def start_server(home: Path) -> tuple[ServerProcess, Path]:
         "ssl.keystore.type=PEM", f"ssl.keystore.location={server_pem}",
     ]) + "\n")
     server = ServerProcess(str(home / "data"), "--config", str(properties),
-                           "--add-scram", f"SCRAM-SHA-512=[name={USER},password={PASSWORD}]").start()
+                           *add_scram_args(home, f"SCRAM-SHA-512=[name={USER},password={PASSWORD}]")).start()
     return server, ca_pem
 
 

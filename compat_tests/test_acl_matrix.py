@@ -37,7 +37,7 @@ from compat_tests.raw_kafka import KafkaSocket
 from millrace.gateway.kafka.registry import load_handlers
 from millrace.gateway.kafka_protocol import codec
 from millrace.gateway.kafka_protocol.errors import ErrorCode as E
-from tests.server_process import ServerProcess
+from tests.server_process import ServerProcess, config_args
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -570,8 +570,9 @@ def matrix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Matrix]:
     users = " ".join(f'user_{u}="{p}"' for u, p in PASSWORDS.items())
     jaas = f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
     server = ServerProcess(str(home / "data"), "--override", "listeners=SASL_PLAINTEXT://127.0.0.1:0",
-                           "--override", "sasl.enabled.mechanisms=PLAIN", "--override",
-                           f"listener.name.sasl_plaintext.plain.sasl.jaas.config={jaas}", "--override",
+                           "--override", "sasl.enabled.mechanisms=PLAIN",
+                           *config_args(home, f"listener.name.sasl_plaintext.plain.sasl.jaas.config={jaas}"),
+                           "--override",
                            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
                            "--override", f"super.users=User:{ADMIN}", "--override",
                            "allow.everyone.if.no.acl.found=false").start()

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import pytest
 
-from tests.server_process import ServerProcess
+from tests.server_process import ServerProcess, config_args
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -30,8 +30,8 @@ def _server(home: Path) -> ServerProcess:
     users = " ".join(f'user_{u}="{p}"' for u, p in PASSWORDS.items())
     jaas = f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
     return ServerProcess(str(home / "data"), "--override", "listeners=SASL_PLAINTEXT://127.0.0.1:0",
-                         "--override", "sasl.enabled.mechanisms=PLAIN", "--override",
-                         f"listener.name.sasl_plaintext.plain.sasl.jaas.config={jaas}", "--override",
+                         "--override", "sasl.enabled.mechanisms=PLAIN",
+                         *config_args(home, f"listener.name.sasl_plaintext.plain.sasl.jaas.config={jaas}"), "--override",
                          "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
                          "--override", "super.users=User:admin", "--override",
                          "allow.everyone.if.no.acl.found=false").start()

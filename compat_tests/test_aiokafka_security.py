@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.server_process import ServerProcess
+from tests.server_process import ServerProcess, add_scram_args
 from tests.tls_files import make_certificates
 
 aiokafka = pytest.importorskip("aiokafka")
@@ -69,8 +69,8 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     properties = home / "server.properties"
     properties.write_text("\n".join(lines) + "\n")
     server = ServerProcess(str(home / "data"), "--config", str(properties),
-                           "--add-scram", f"SCRAM-SHA-256=[name={SCRAM_USER},password={SCRAM_PASSWORD}]",
-                           "--add-scram", f"SCRAM-SHA-512=[name={SCRAM_USER},password={SCRAM_PASSWORD}]").start()
+                           *add_scram_args(home, f"SCRAM-SHA-256=[name={SCRAM_USER},password={SCRAM_PASSWORD}]",
+                                           f"SCRAM-SHA-512=[name={SCRAM_USER},password={SCRAM_PASSWORD}]")).start()
     try:
         yield Secured(server, ca_pem, cert, key)
         assert server.stop(timeout=30) == 0

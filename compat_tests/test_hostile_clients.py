@@ -29,7 +29,7 @@ from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.metadata import MetadataRequest
 from millrace.gateway.kafka_protocol.messages.sasl_authenticate import SaslAuthenticateRequest
 from millrace.gateway.kafka_protocol.messages.sasl_handshake import SaslHandshakeRequest
-from tests.server_process import ServerProcess
+from tests.server_process import ServerProcess, add_scram_args, config_args
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -48,10 +48,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
     srv = ServerProcess(str(home / "data"), "--override", "listeners=SASL_PLAINTEXT://127.0.0.1:0",
                         "--override", f"sasl.enabled.mechanisms=PLAIN,{SCRAM}",
-                        "--override", f"listener.name.sasl_plaintext.plain.sasl.jaas.config={jaas}",
+                        *config_args(home, f"listener.name.sasl_plaintext.plain.sasl.jaas.config={jaas}"),
                         "--override", f"listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config={scram}",
                         "--override", f"sasl.server.max.receive.size={MAX_RECEIVE}",
-                        "--add-scram", f"{SCRAM}=[name={SCRAM_USER},password={SCRAM_PASSWORD}]").start()
+                        *add_scram_args(home, f"{SCRAM}=[name={SCRAM_USER},password={SCRAM_PASSWORD}]")).start()
     try:
         yield srv
         assert srv.proc is not None and srv.proc.poll() is None, "".join(srv.output[-100:])

@@ -12,7 +12,7 @@ import pytest
 
 from compat_tests.conftest import start_server
 from compat_tests.connect_support import ConnectWorkerProcess, classpath
-from tests.server_process import ServerProcess, create_topic
+from tests.server_process import ServerProcess, add_scram_args, create_topic
 from tests.tls_files import make_certificates
 
 pytestmark = pytest.mark.slow  # JVM workers: about a minute for the module
@@ -157,7 +157,7 @@ def test_a_worker_over_sasl_ssl_copies_a_file(cp: str, tmp_path: Path) -> None:
     # One partition, as the other tests' topics: the sink file keeps the source's order only if the
     # records stay in order, and Connect's producer spreads null-keyed batches over partitions.
     server = start_server(str(tmp_path / "data"), "--config", str(properties), "--default-partitions", "1",
-                          "--add-scram", "SCRAM-SHA-512=[name=connect,password=connect-secret]")
+                          *add_scram_args(tmp_path, "SCRAM-SHA-512=[name=connect,password=connect-secret]"))
     security = {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
                 "sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required '
                                     'username="connect" password="connect-secret";',

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from compat_tests.java_support import VERSIONS, run_main
-from tests.server_process import ServerProcess
+from tests.server_process import ServerProcess, add_scram_args, config_args
 from tests.tls_files import librdkafka_refusal, librdkafka_roundtrip, make_certificates
 
 pytestmark = pytest.mark.timeout(180)
@@ -87,8 +87,8 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     properties = home / "server.properties"
     properties.write_text("\n".join(lines) + "\n")
     server = ServerProcess(str(home / "data"), "--config", str(properties), "--log-level", "INFO",
-                           "--add-scram", f"SCRAM-SHA-256=[name={SCRAM_USER},password={SCRAM_PASSWORD}]",
-                           "--add-scram", f"SCRAM-SHA-512=[name={SCRAM_USER},password={SCRAM_PASSWORD}]").start()
+                           *add_scram_args(home, f"SCRAM-SHA-256=[name={SCRAM_USER},password={SCRAM_PASSWORD}]",
+                                           f"SCRAM-SHA-512=[name={SCRAM_USER},password={SCRAM_PASSWORD}]")).start()
     try:
         assert all(f"kafka:{name}" in server.ports for name in LISTENERS), server.output
         yield Secured(server, ca_pem, client_cert, client_key)
@@ -370,9 +370,9 @@ def short_sessions(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     home = tmp_path_factory.mktemp("reauth")
     plain = _jaas("plain.PlainLoginModule", " ".join(f'user_{u}="{p}"' for u, p in USERS.items()))
     server = ServerProcess(str(home / "data"), "--override", "listeners=SASL_PLAINTEXT://127.0.0.1:0",
-                           "--override", "sasl.enabled.mechanisms=PLAIN", "--override",
-                           f"listener.name.sasl_plaintext.plain.sasl.jaas.config={plain}", "--override",
-                           f"connections.max.reauth.ms={REAUTH_MS}", "--override", "max.connections.per.ip=3").start()
+                           "--override", "sasl.enabled.mechanisms=PLAIN",
+                           *config_args(home, f"listener.name.sasl_plaintext.plain.sasl.jaas.config={plain}"),
+                           "--override", f"connections.max.reauth.ms={REAUTH_MS}", "--override", "max.connections.per.ip=3").start()
     try:
         yield f"127.0.0.1:{server.ports['kafka']}"
         assert server.stop(timeout=30) == 0

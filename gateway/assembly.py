@@ -36,7 +36,11 @@ from millrace.gateway.native.handler import NativeFactory
 from millrace.gateway.native.security import NativeSecurity
 from millrace.gateway.options import ServerOptions
 from millrace.gateway.security.acl_table import AclTable
-from millrace.gateway.security.credentials import ListenerCredentials, ScramCredentialTable
+from millrace.gateway.security.credentials import (
+    ListenerCredentials,
+    ScramCredentialTable,
+    read_add_scram_items,
+)
 from millrace.gateway.security.http_auth import HttpAuthenticator
 from millrace.gateway.security.oauth import JwtValidator
 from millrace.gateway.security.principal import KafkaPrincipal
@@ -49,6 +53,7 @@ from millrace.gateway.security.properties import (
     apply_overrides,
     load_properties,
     native_listener_settings,
+    refuse_secrets_in_overrides,
     security_settings,
 )
 from millrace.gateway.security.sasl_client import CLIENT_MECHANISMS, SaslLogin
@@ -74,6 +79,7 @@ from millrace.store.durablelog.metadata import FileLogMetadataStore
 from millrace.store.durablelog.replicated import ReplicatedDurableDataLog
 from millrace.store.durablelog.replication_config import ReplicationConfig
 from millrace.store.durablelog.turn_commits import TurnCommits
+from millrace.store.fsutil import private_directory
 from millrace.store.lts.factory import chunk_storage_from_url
 from millrace.store.lts.interface import ChunkStorage
 from millrace.store.segment_store import SegmentStore
@@ -132,7 +138,7 @@ def log_factory(options: ServerOptions, data_dir: str) -> Callable[[int], Durabl
 def build_store(options: ServerOptions) -> SegmentStore:
     """The single node's store: every container, here."""
     data_dir = os.path.abspath(options.data_dir)
-    os.makedirs(data_dir, exist_ok=True)
+    private_directory(data_dir)
     return SegmentStore(
         options.containers,
         log_factory(options, data_dir),
@@ -368,6 +374,7 @@ def kafka_properties(options: ServerOptions) -> dict[str, str]:
     """The Kafka broker properties: ``--config``'s file, then each ``--override``. Without ``listeners``
     there, today's flags make the one: PLAINTEXT on ``--host``:``--kafka-port``."""
     props = load_properties(options.config) if options.config else {}
+    refuse_secrets_in_overrides(options.overrides)
     props = apply_overrides(props, options.overrides)
     props.setdefault("listeners", f"PLAINTEXT://{_url_host(options.host)}:{options.kafka_port}")
     return props
@@ -393,14 +400,20 @@ def kafka_acls(security: SecuritySettings, tables: TableStore) -> AclTable | Non
     return acls
 
 
+def add_scram_items(options: ServerOptions) -> list[str]:
+    """The SCRAM users to create at start, from ``--add-scram-file`` and ``--add-scram-env``; ValueError
+    naming the file or variable that does not read (read once before the store starts, to fail early)."""
+    return read_add_scram_items(options.add_scram_file, options.add_scram_env, os.environ)
+
+
 def scram_credentials(options: ServerOptions, tables: TableStore) -> ScramCredentialTable:
-    """Blocking: the server's SCRAM credentials, with ``--add-scram``'s users created if missing."""
+    """Blocking: the server's SCRAM credentials, with the users of ``add_scram_items`` created if missing."""
     credentials = ScramCredentialTable(tables)
     credentials.load()
-    for spec in options.add_scram:
+    for spec in add_scram_items(options):
         created = credentials.add_if_missing(spec)
         if created is not None:
-            log.info("created SCRAM credential for user %s (--add-scram)", created)
+            log.info("created SCRAM credential for user %s (--add-scram-file, --add-scram-env)", created)
     return credentials
 
 

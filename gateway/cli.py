@@ -33,9 +33,14 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
                         "(default: $MILLRACE_CONFIG)")
     p.add_argument("--override", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="a broker property over --config's (repeatable), as kafka-server-start.sh takes it")
-    p.add_argument("--add-scram", dest="add_scram", action="append", default=[], metavar="CREDENTIAL",
-                   help="a SCRAM user to create at start unless it exists, as kafka-storage.sh format takes it: "
-                        "'SCRAM-SHA-256=[name=admin,password=admin-secret]' (repeatable)")
+    p.add_argument("--add-scram-file", action="append", default=[], metavar="FILE",
+                   help="SCRAM users to create at start unless they exist, one a line as kafka-storage.sh "
+                        "format's --add-scram takes them: SCRAM-SHA-256=[name=admin,password=admin-secret] "
+                        "(repeatable; keep the file 0600)")
+    p.add_argument("--add-scram-env", action="append", default=[], metavar="VARIABLE",
+                   help="an environment variable holding such lines (repeatable)")
+    p.add_argument("--add-scram", action=_RefusedSecretFlag, metavar="CREDENTIAL",
+                   help="refused: it would put a password on the command line; see --add-scram-file")
     p.add_argument("--kafka-port", type=int, default=d.kafka_port, help="Kafka protocol port (0 = any free)")
     p.add_argument("--native-port", type=int, default=d.native_port, help="native protocol port (0 = any free)")
     p.add_argument("--http-port", type=int, default=d.http_port, help="HTTP port (0 = any free)")
@@ -128,6 +133,18 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log-level", default="INFO")
 
 
+class _RefusedSecretFlag(argparse.Action):
+    """A flag whose value would be a password: refused, since a process's command line is readable by every
+    local user (``ps``, /proc/PID/cmdline) for as long as it runs, with where to put the secret instead."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        parser.error(f"{option_string} would put a password on the server's command line, where every local "
+                     "user can read it while the server runs: give the same items, one a line, in a file only "
+                     "the server's user can read (--add-scram-file FILE) or in an environment variable "
+                     "(--add-scram-env VARIABLE)")
+
+
 def _windows(text: str) -> tuple[float, ...]:
     """``--scale-windows 2,10,30`` as rate windows in seconds."""
     try:
@@ -139,7 +156,8 @@ def _windows(text: str) -> tuple[float, ...]:
 def server_options(args: argparse.Namespace) -> ServerOptions:
     """The parsed ``serve`` flags as the options the server is assembled from."""
     values = {f.name: getattr(args, f.name) for f in fields(ServerOptions)}
-    return ServerOptions(**values | {"overrides": tuple(values["overrides"]), "add_scram": tuple(values["add_scram"])})
+    listed = ("overrides", "add_scram_file", "add_scram_env")
+    return ServerOptions(**values | {name: tuple(values[name]) for name in listed})
 
 
 def _logd_parser(sub: argparse._SubParsersAction) -> None:
@@ -377,6 +395,11 @@ def main(argv: list[str] | None = None) -> int:
         for name, path in made.items():
             print(f"{name}: {path}")
         return 0
+    if args.command in ("logd", "serve"):
+        # Whatever a server or a log replica writes may hold credentials (the SCRAM table's segments reach
+        # every log file, journal and chunk): the store opens its files 0600 itself, and this keeps
+        # anything else the process writes (the console's history) to its owner as well.
+        os.umask(0o077)
     if args.command == "logd":
         from millrace.store.logd.server import run_logd
 

@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 from millrace.gateway.local_cluster import ClusterError, ClusterSettings, LocalCluster
-from millrace.gateway.security.properties import ConfigError
+from millrace.gateway.security.properties import ConfigError, refuse_secrets_in_overrides
 
 
 def add_cluster_parser(sub: argparse._SubParsersAction) -> None:
@@ -82,6 +82,7 @@ def run_cluster(args: argparse.Namespace) -> int:
                 config=os.path.abspath(args.config) if args.config else None, overrides=list(args.override),
                 secure=args.secure)
             try:
+                refuse_secrets_in_overrides(settings.overrides)  # each node's command line would show them
                 settings.kafka_listener_names()
             except (OSError, ConfigError) as exc:  # before any process starts
                 print(f"millrace: bad Kafka configuration: {exc}", file=sys.stderr)

@@ -44,6 +44,7 @@ from twisted.python.failure import Failure
 from millrace.gateway.assembly import (
     ClusterNodeSetup,
     ServerOptions,
+    add_scram_items,
     advertised_addresses,
     autoscaler,
     bind_kafka_listeners,
@@ -102,6 +103,7 @@ from millrace.store.containers.rates import SegmentRates
 from millrace.store.controller import Controller
 from millrace.store.controller.autoscaler import AutoScaler
 from millrace.store.errors import ContainerOfflineError, SegmentNotFoundError
+from millrace.store.fsutil import private_directory
 from millrace.store.process_output import print_line
 from millrace.store.tables import TableStore
 from millrace.streams.futures import check_reactor_waits, every
@@ -205,6 +207,7 @@ def serve_cluster(options: ServerOptions) -> int:
     """Run one cluster node until SIGINT/SIGTERM; returns the process exit status."""
     try:
         setup = cluster_node_setup(options)
+        add_scram_items(options)  # read again when the node's tables are up; here to fail before joining
     except ValueError as exc:
         print(f"millrace: {exc}", file=sys.stderr, flush=True)
         return 2
@@ -219,6 +222,7 @@ def serve_cluster(options: ServerOptions) -> int:
         print(f"millrace: bad Kafka configuration: {exc}", file=sys.stderr, flush=True)
         return 2
     log.info("Kafka listeners:\n%s", security.describe())
+    private_directory(os.path.abspath(options.data_dir))  # the node's log metadata and console history
     try:
         server = ClusterServer(options, setup, security, link, native, native_to_nodes)
     except ValueError as exc:  # the peer listener's TLS key material does not load

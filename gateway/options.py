@@ -16,9 +16,12 @@ class ServerOptions:
     # Kafka operators configure by name: listeners, their security, SASL users, TLS key material.
     config: str | None = None
     overrides: tuple[str, ...] = ()
-    # SCRAM credentials to create at start if the user has none, as kafka-storage.sh format takes them:
-    # "SCRAM-SHA-256=[name=admin,password=admin-secret]" (the first administrator of a secured server).
-    add_scram: tuple[str, ...] = ()
+    # SCRAM credentials to create at start if the user has none (the first administrator of a secured
+    # server), as kafka-storage.sh format's --add-scram takes them, "SCRAM-SHA-256=[name=admin,password=...]",
+    # one a line: in these files, and in these environment variables. Never on the command line, which
+    # every local user can read while the server runs.
+    add_scram_file: tuple[str, ...] = ()
+    add_scram_env: tuple[str, ...] = ()
     host: str = "127.0.0.1"
     kafka_port: int = 9092
     native_port: int = 9090

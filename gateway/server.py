@@ -11,6 +11,7 @@ from twisted.internet import reactor
 from twisted.internet.interfaces import IListeningPort
 
 from millrace.gateway.assembly import (
+    add_scram_items,
     autoscaler,
     bound_address,
     build_store,
@@ -54,6 +55,11 @@ def serve(options: ServerOptions) -> int:
         native = native_settings(options)  # the native listener, secured as a listener named NATIVE
     except (OSError, ValueError) as exc:  # ConfigError names the property; an unreadable --config file
         print(f"millrace: bad Kafka configuration: {exc}", file=sys.stderr, flush=True)
+        return 2
+    try:
+        add_scram_items(options)
+    except ValueError as exc:  # names the file or variable, never a password
+        print(f"millrace: {exc}", file=sys.stderr, flush=True)
         return 2
     log.info("Kafka listeners:\n%s", security.describe())
     store = build_store(options)

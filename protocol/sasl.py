@@ -5,11 +5,13 @@ so this does no I/O. The server side is gateway/security/sasl.py."""
 
 from __future__ import annotations
 
+import hmac
+import secrets
 from collections.abc import Callable
 
-import scramp  # type: ignore[import-untyped]
+from millrace.protocol import scram
 
-SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+SCRAM_MECHANISMS = tuple(scram.HASHES)
 PASSWORD_MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS)
 CLIENT_MECHANISMS = (*PASSWORD_MECHANISMS, "OAUTHBEARER")
 # What a server answers an OAUTHBEARER client whose token it refuses (RFC 7628 with Kafka's status);
@@ -36,8 +38,9 @@ class SaslClient:
             raise ValueError(f"{mechanism} needs a username and a password")
         self.mechanism = mechanism
         self._username, self._password, self._token_provider = username, password, token_provider
-        self._scram = (scramp.ScramClient([mechanism], username, password)
-                       if mechanism in SCRAM_MECHANISMS else None)
+        self._scram: _ScramClient | None = None
+        if mechanism in SCRAM_MECHANISMS and username and password is not None:  # both checked above
+            self._scram = _ScramClient(mechanism, username, password)
 
     def __repr__(self) -> str:
         return f"SaslClient({self.mechanism!r}, {self._username!r})"  # never the password or token
@@ -49,29 +52,78 @@ class SaslClient:
             assert self._token_provider is not None
             return f"n,,\x01auth=Bearer {self._token_provider()}\x01\x01".encode()
         assert self._scram is not None
-        return str(self._scram.get_client_first()).encode()
+        return self._scram.first().encode()
 
     def answer(self, server_message: bytes) -> bytes | None:
-        scram = self._scram
-        if scram is None:
+        exchange = self._scram
+        if exchange is None:
             if self.mechanism == "OAUTHBEARER" and server_message == INVALID_TOKEN_CHALLENGE:
                 return b"\x01"
             return None  # PLAIN and OAUTHBEARER are one message; the server's answer is empty
         try:
-            if scram.stage == scramp.core.ClientStage.get_client_first:
-                scram.set_server_first(server_message.decode())
-                return str(scram.get_client_final()).encode()
-            scram.set_server_final(server_message.decode())
-        except (scramp.ScramException, UnicodeDecodeError) as e:
+            if not exchange.answered:
+                return exchange.final(server_message.decode()).encode()
+            exchange.check_server_final(server_message.decode())
+        except (_ScramRefused, UnicodeDecodeError) as e:
             raise SaslClientError(f"the server's SCRAM message does not check out: {e}") from None
         return None
 
     def done(self, server_message: bytes) -> None:
         """The server completed the exchange with ``server_message``: a SCRAM server proves here, if it has
         not yet, that it knows the credential (SaslClientError if it does not)."""
-        scram = self._scram
-        if scram is None or scram.stage == scramp.core.ClientStage.set_server_final:
+        exchange = self._scram
+        if exchange is None or exchange.server_proven:
             return
-        if scram.stage != scramp.core.ClientStage.get_client_final:
+        if not exchange.answered:
             raise SaslClientError("the server ended the exchange before proving it knows the credential")
         self.answer(server_message)
+
+
+class _ScramRefused(Exception):
+    """The server's SCRAM message does not read or does not check out."""
+
+
+class _ScramClient:
+    """The client's side of one SCRAM exchange, as Kafka's ScramSaslClient runs it (``protocol/scram.py``)."""
+
+    def __init__(self, mechanism: str, username: str, password: str) -> None:
+        self._hash = scram.hash_name(mechanism)
+        self._password = password
+        self._nonce = secrets.token_urlsafe(24)
+        self._first_bare = f"n={scram.escape_name(username)},r={self._nonce}"
+        self._expected_server_signature = b""
+        self.answered = False  # the client's final message is made
+        self.server_proven = False
+
+    def first(self) -> str:
+        return "n,," + self._first_bare
+
+    def final(self, server_first: str) -> str:
+        try:
+            nonce, salt, iterations = scram.parse_server_first(server_first)
+        except scram.ScramError as e:
+            raise _ScramRefused(str(e)) from None
+        if not nonce.startswith(self._nonce) or len(nonce) == len(self._nonce):
+            raise _ScramRefused("the server's nonce does not extend the client's")
+        if iterations < scram.MIN_ITERATIONS:  # a cheaper hash of the password than the mechanism allows
+            raise _ScramRefused(f"the server asks for {iterations} iterations, fewer than {scram.MIN_ITERATIONS}")
+        salted = scram.salted_password(self._hash, self._password, salt, iterations)
+        without_proof = f"c={scram.CHANNEL_BINDING},r={nonce}"
+        signed = scram.auth_message(self._first_bare, server_first, without_proof)
+        self._expected_server_signature = scram.server_signature(self._hash, scram.server_key(self._hash, salted),
+                                                                 signed)
+        self.answered = True
+        return f"{without_proof},p={scram.b64(scram.client_proof(self._hash, salted, signed))}"
+
+    def check_server_final(self, server_final: str) -> None:
+        if server_final.startswith("e="):
+            raise _ScramRefused(f"the server refused the exchange: {server_final[2:]}")
+        if not server_final.startswith("v="):
+            raise _ScramRefused("invalid SCRAM server final message format")
+        try:
+            signature = scram.unb64(server_final[2:], "server signature")
+        except scram.ScramError as e:
+            raise _ScramRefused(str(e)) from None
+        if not hmac.compare_digest(signature, self._expected_server_signature):
+            raise _ScramRefused("the server's signature does not match: it does not hold the credential")
+        self.server_proven = True

@@ -8,7 +8,21 @@ import os
 from typing import TypeAlias
 
 Buffer: TypeAlias = bytes | bytearray | memoryview
+# Everything a server or a log replica writes may hold credentials: the SCRAM credential table is a table
+# segment like any other, so its entries pass through the durable log files, the replicas' journals,
+# checkpoints and long-term storage chunks. Hence owner-only modes for every file and directory written.
+PRIVATE_FILE_MODE = 0o600
+PRIVATE_DIR_MODE = 0o700
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024
+
+
+def private_directory(path: str) -> None:
+    """Create ``path`` (and missing parents) readable by its owner only, or tighten an existing one to
+    that: a data directory made by an earlier version (0755) keeps working, and from this start on no
+    other user can list or open what is in it, its older 0644 files included."""
+    os.makedirs(path, mode=PRIVATE_DIR_MODE, exist_ok=True)
+    if os.stat(path).st_mode & 0o777 != PRIVATE_DIR_MODE:
+        os.chmod(path, PRIVATE_DIR_MODE)
 
 
 def fsync_dir(path: str) -> None:

@@ -160,6 +160,25 @@ class ServerProcess(MillraceProcess):
         return self.ports["http"]
 
 
+def add_scram_args(directory: str | os.PathLike[str], *items: str) -> list[str]:
+    """``serve`` flags making the SCRAM users ``items`` at start (kafka-storage.sh format's syntax,
+    ``SCRAM-SHA-512=[name=admin,password=admin-secret]``): a 0600 file in ``directory`` given with
+    ``--add-scram-file``, as the server takes passwords (never on its command line)."""
+    path = os.path.join(directory, f"scram-users-{len(os.listdir(directory))}")
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as users:
+        users.write("".join(f"{item}\n" for item in items))
+    return ["--add-scram-file", path]
+
+
+def config_args(directory: str | os.PathLike[str], *properties: str) -> list[str]:
+    """``serve`` flags giving ``properties`` (``key=value``) as a 0600 ``--config`` file in ``directory``:
+    the form for properties holding secrets (JAAS users), which ``--override`` refuses."""
+    path = os.path.join(directory, f"server-{len(os.listdir(directory))}.properties")
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as config:
+        config.write("".join(f"{item}\n" for item in properties))
+    return ["--config", path]
+
+
 def create_topic(server: ServerProcess, name: str, partitions: int, **config: str) -> None:
     """Create a Kafka topic on ``server`` through confluent-kafka's admin client (configs as keywords,
     dots spelled out: ``create_topic(s, "t", 4, **{"retention.ms": "1000"})``)."""

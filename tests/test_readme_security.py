@@ -3,16 +3,21 @@ and run in order with bash, from a scratch directory standing in for the reposit
 real server. Only what a test machine must change is substituted: the ports (free ones for the Kafka
 listeners' 9092 and 9094 and for the native and HTTP listeners' 9090 and 9091, the defaults the README's
 server listens on), and ``./scripts/serve.sh`` (the set-up is this test run's own) by the server it runs,
-started in the background with a scratch data directory. A serve block while a server runs is the
-README's restart: the running server is stopped as Ctrl-C stops it (its exit status checked) and the
+started in the background with a scratch data directory; what a serve block does before its serve
+command (writing the first users' file) runs first, as any block. A serve block while a server runs is
+the README's restart: the running server is stopped as Ctrl-C stops it (its exit status checked) and the
 new one started on the same data directory and ports."""
 
 from __future__ import annotations
 
+import base64
+import itertools
 import re
 import shlex
 import shutil
 import signal
+import ssl
+import stat
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +25,9 @@ from pathlib import Path
 import pytest
 
 from tests.ports import free_ports
-from tests.server_process import REPO_ROOT, MillraceProcess
+from tests.security.test_oauth import jwk, rsa_key, write_jwks
+from tests.server_process import REPO_ROOT, MillraceProcess, ServerProcess, add_scram_args
+from tests.tls_files import make_certificates
 
 pytestmark = [pytest.mark.timeout(300),
               pytest.mark.skipif(any(shutil.which(tool) is None for tool in ("kcat", "openssl", "curl", "jq")),
@@ -63,6 +70,14 @@ def workdir(tmp_path: Path) -> Iterator[Path]:
     yield tmp_path
 
 
+def run_block(block: str, workdir: Path) -> str:
+    """A README shell block run as written with bash; its standard output."""
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=workdir, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, f"README block failed:\n{block}\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
 def test_readme_securing_section_as_written(workdir: Path) -> None:
     blocks = section_blocks()
     ports = dict(zip(("9090", "9091", "9092", "9094"), map(str, free_ports(4)), strict=True))
@@ -71,15 +86,19 @@ def test_readme_securing_section_as_written(workdir: Path) -> None:
     try:
         for block in blocks:
             block = re.sub(r"\b(9090|9091|9092|9094)\b", lambda m: ports[m.group(1)], block)
-            if block.lstrip().startswith(SERVE):
+            prelude, serve, command = block.partition(SERVE)
+            if prelude.strip() and serve:
+                assert run_block(prelude, workdir) == ""  # the serve block's set-up prints nothing
+            if serve:
                 if servers:  # the README's restart: Ctrl-C, then the command again
                     assert servers[-1].stop(signal.SIGINT, timeout=30) == 0
-                servers.append(ReadmeServer(block.strip(), workdir, ports).start())
+                servers.append(ReadmeServer((serve + command).strip(), workdir, ports).start())
+                # No password on the command line, which every local user can read while the server runs.
+                assert servers[-1].proc is not None
+                cmdline = Path(f"/proc/{servers[-1].proc.pid}/cmdline").read_bytes()
+                assert b"--add-scram-file" in cmdline and b"admin-secret" not in cmdline
                 continue
-            done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=workdir, capture_output=True,
-                                  text=True, timeout=120)
-            assert done.returncode == 0, f"README block failed:\n{block}\n{done.stdout}\n{done.stderr}"
-            outputs.append(done.stdout)
+            outputs.append(run_block(block, workdir))
         # Started once, then again for the native listener's properties and for the HTTP listener's.
         assert len(servers) == 3, "the section starts its server, and restarts it twice"
         assert len(outputs) == 10, "the section's shell blocks besides its serve commands"
@@ -108,6 +127,11 @@ def test_readme_securing_section_as_written(workdir: Path) -> None:
             '{"state":"active","epoch":1}']
         for server in servers:
             assert not any("admin-secret" in line or "alice-secret" in line for line in server.output)
+        # The recipe's keys, and the first users' passwords, are readable by their owner alone.
+        secure = workdir / "secure"
+        assert stat.S_IMODE(secure.stat().st_mode) == 0o700
+        for name in ("ca.key", "server.key", "keystore.pem", "first-users"):
+            assert stat.S_IMODE((secure / name).stat().st_mode) == 0o600, name
         assert servers[-1].stop(signal.SIGTERM, timeout=30) == 0
     finally:
         for server in servers:
@@ -197,3 +221,80 @@ def test_readme_native_properties_are_accepted() -> None:
     listener = native_listener_settings(props, "127.0.0.1", 9090)
     assert listener.security_protocol == "SASL_SSL" and listener.sasl_mechanisms == ("SCRAM-SHA-512",)
     assert listener.ssl is not None and listener.ssl.keystore_location == "secure/keystore.pem"
+
+
+def readme_properties() -> dict[str, str]:
+    """The section's ``secure/server.properties`` and the properties each subsection adds to it, by title."""
+    text = (Path(REPO_ROOT) / "README.md").read_text()
+    section = text[text.index("\n## Securing Millrace\n"):]
+    section = section[:section.index("\n## ", 1)]
+    base = re.search(r"cat > secure/server.properties <<'PROPERTIES'\n(.*?)PROPERTIES\n", section, flags=re.DOTALL)
+    oauth = re.search(r"### OAUTHBEARER\n.*?```properties\n(.*?)```", section, flags=re.DOTALL)
+    native = re.search(_APPENDED.format("Native client"), section, flags=re.DOTALL)
+    http = re.search(_APPENDED.format("HTTP"), section, flags=re.DOTALL)
+    assert base and oauth and native and http, "the section's server.properties and its subsections' additions"
+    return {"base": base.group(1), "OAUTHBEARER": oauth.group(1), "Native client": native.group(1),
+            "HTTP": http.group(1)}
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(["OAUTHBEARER", "Native client", "HTTP"])))
+def test_readme_subsections_combine_in_any_order(order: tuple[str, ...], tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every subsection's properties laid over the section's, in any order, make settings the server starts
+    with: OAUTHBEARER stays on the Kafka listener that names its JAAS entry; HTTP and NATIVE, without
+    OAUTHBEARER settings of their own, serve the SCRAM logins their own entries name rather than stopping
+    the server (before, HTTP took the broker-wide mechanisms and refused to start without an OAUTHBEARER
+    entry of its own). The HTTP block's protocol map names both listeners and replaces the native block's:
+    where the native block comes last, its map (without HTTP) wins and HTTP is plain, as the README says."""
+    from millrace.gateway.security.properties import (
+        native_listener_settings,
+        parse_properties,
+        security_settings,
+    )
+
+    parts = readme_properties()
+    props = parse_properties(parts["base"] + "".join(parts[title] for title in order))
+    (tmp_path / "secure").mkdir()
+    (tmp_path / "secure" / "jwks.json").write_text('{"keys": []}')
+    monkeypatch.chdir(tmp_path)  # the README's paths are relative to where the server runs
+    settings = security_settings(props)
+    assert settings.listener("SASL_SSL").sasl_mechanisms == ("SCRAM-SHA-512", "OAUTHBEARER")
+    if order.index("HTTP") > order.index("Native client"):
+        assert settings.http.sasl_mechanisms == ("SCRAM-SHA-512",) and settings.http.oauthbearer is None
+    else:
+        assert settings.http.security_protocol == "PLAINTEXT"
+    native = native_listener_settings(props, "127.0.0.1", 9090)
+    assert native.sasl_mechanisms == ("SCRAM-SHA-512",) and native.oauthbearer is None
+
+
+def test_readme_oauthbearer_and_http_subsections_together_start_a_server(tmp_path: Path) -> None:
+    """The server itself starts on the combined properties (it refused to before), HTTP asking Basic
+    credentials of a change and taking a SCRAM user's."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    certificates = make_certificates(tmp_path)
+    parts = readme_properties()
+    (tmp_path / "secure").mkdir()
+    shutil.copy(certificates.server_pem, tmp_path / "secure" / "keystore.pem")
+    write_jwks(tmp_path / "secure" / "jwks.json", jwk(rsa_key(), "readme"))
+    ports = dict(zip(("9092", "9094"), map(str, free_ports(2)), strict=True))
+    text = re.sub(r"\b(9092|9094)\b", lambda m: ports[m.group(1)],
+                  parts["base"] + parts["OAUTHBEARER"] + parts["Native client"] + parts["HTTP"])
+    (tmp_path / "secure" / "server.properties").write_text(text)
+    server = ServerProcess(str(tmp_path / "data"), "--config", "secure/server.properties",
+                           *add_scram_args(tmp_path, "SCRAM-SHA-512=[name=admin,password=admin-secret]"))
+    server.cwd = str(tmp_path)
+    with server:
+        url = f"https://127.0.0.1:{server.http_port}/api/streams/iot/readings/split"
+        context = ssl.create_default_context(cafile=str(certificates.ca_pem))
+        request = urllib.request.Request(url, data=json.dumps({"segment": 0, "pieces": 2}).encode(),
+                                         headers={"content-type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, context=context, timeout=30)
+        assert refused.value.code == 401 and refused.value.headers["WWW-Authenticate"].startswith("Basic")
+        request.add_header("authorization", "Basic " + base64.b64encode(b"admin:admin-secret").decode())
+        with pytest.raises(urllib.error.HTTPError) as missing:  # past authentication: the stream is not there
+            urllib.request.urlopen(request, context=context, timeout=30)
+        assert missing.value.code == 404

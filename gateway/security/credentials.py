@@ -14,7 +14,7 @@ import base64
 import contextlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
 from millrace.gateway.security.sasl import (
@@ -89,7 +89,7 @@ class ScramCredentialTable:
         return True
 
     def add_if_missing(self, spec: str) -> str | None:
-        """Blocking: ``--add-scram`` as kafka-storage.sh format takes it,
+        """Blocking: an ``--add-scram-file`` item, as kafka-storage.sh format's ``--add-scram`` takes it,
         ``SCRAM-SHA-256=[name=alice,password=alice-secret(,iterations=8192)]``: created unless the user
         has a credential for that mechanism already. The user's name when created, else None."""
         mechanism, user, password, iterations = parse_add_scram(spec)
@@ -102,6 +102,36 @@ class ScramCredentialTable:
         return f"ScramCredentialTable({sorted(f'{u}/{m}' for u, m in self._credentials)})"
 
 
+def read_add_scram_items(files: Sequence[str], variables: Sequence[str], environ: Mapping[str, str]) -> list[str]:
+    """The items of ``--add-scram-file FILE`` and ``--add-scram-env VARIABLE``: kafka-storage.sh format's
+    ``--add-scram`` values, one a line (blank lines and ``#`` comments skipped), each checked. A file or
+    the environment, never the command line, which every local user can read (``ps``, /proc/PID/cmdline)
+    for as long as the server runs. ValueError naming the file or variable, never with its text."""
+    sources: list[tuple[str, str]] = []
+    for path in files:
+        try:
+            with open(path, encoding="utf-8") as f:
+                sources.append((f"--add-scram-file {path}", f.read()))
+        except (OSError, UnicodeDecodeError) as e:
+            raise ValueError(f"--add-scram-file {path}: cannot be read: {getattr(e, 'strerror', None) or e}") from None
+    for name in variables:
+        if name not in environ:
+            raise ValueError(f"--add-scram-env {name}: the environment has no variable {name}")
+        sources.append((f"--add-scram-env {name}", environ[name]))
+    items = []
+    for source, text in sources:
+        for number, line in enumerate(text.splitlines(), 1):
+            item = line.strip()
+            if not item or item.startswith("#"):
+                continue
+            try:
+                parse_add_scram(item)
+            except ValueError as e:
+                raise ValueError(f"{source}, line {number}: {e}") from None
+            items.append(item)
+    return items
+
+
 def parse_add_scram(spec: str) -> tuple[str, str, str, int]:
     """(mechanism, user, password, iterations) of an ``--add-scram`` value; ValueError (without the
     password) when it does not read."""
@@ -109,10 +139,10 @@ def parse_add_scram(spec: str) -> tuple[str, str, str, int]:
     if match is None or match.group(1) not in SCRAM_HASHES:
         raise ValueError("expected SCRAM-SHA-256=[name=USER,password=PASSWORD] or SCRAM-SHA-512=[...]")
     options: dict[str, str] = {}
-    for item in match.group(2).split(","):
+    for number, item in enumerate(match.group(2).split(","), 1):
         key, eq, value = item.partition("=")
-        if not eq:
-            raise ValueError(f"{match.group(1)}: expected key=value items, got {key.strip()!r}")
+        if not eq:  # not shown: a mistyped item may be the password itself
+            raise ValueError(f"{match.group(1)}: expected key=value items, item {number} is not")
         options[key.strip()] = value.strip().strip('"')
     if not options.get("name") or "password" not in options:
         raise ValueError(f"{match.group(1)}: both name= and password= are needed")

@@ -36,6 +36,7 @@ from millrace.gateway.security.jaas import (
     LOGIN_MODULE_MECHANISMS,
     JaasConfigError,
     LoginModule,
+    parse_jaas_config,
     parse_login_module,
 )
 from millrace.gateway.security.oauth import (
@@ -126,6 +127,31 @@ def parse_properties(text: str, source: str = "properties") -> dict[str, str]:
         key = _unescape(line[:key_end], f"{source} line {number}", "key")
         props[key] = _unescape(line[_value_start(line, key_end):], key, "value")
     return props
+
+
+# JAAS options that hold a secret: a password, PlainLoginModule's users, an OAuth client's secret.
+_SECRET_JAAS_OPTION = re.compile(r"^(?:password|user_.*|.*secret.*)$", re.IGNORECASE)
+
+
+def refuse_secrets_in_overrides(overrides: Iterable[str]) -> None:
+    """ConfigError for an ``--override`` item that holds a secret (a password-typed property, or a JAAS
+    entry with a password or users in it): a process's command line is readable by every local user
+    (``ps``, /proc/PID/cmdline) for as long as it runs, so secrets belong in the ``--config`` file.
+    A JAAS entry without secrets (``ScramLoginModule required;``) may be overridden."""
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if not is_secret(key):
+            continue
+        if key.endswith("sasl.jaas.config"):
+            try:
+                modules = parse_jaas_config(value)
+            except JaasConfigError:
+                modules = ()  # unreadable: said so, without the value, where the properties are checked
+            if not any(_SECRET_JAAS_OPTION.match(option) for module in modules for option in module.options):
+                continue
+        raise ConfigError("--override", None, f"{key} holds a secret, which a command line shows to every local "
+                                              "user while the process runs: set it in the --config file "
+                                              "(readable by the server's user only) instead")
 
 
 def apply_overrides(props: Mapping[str, str], overrides: Iterable[str]) -> dict[str, str]:
@@ -422,7 +448,8 @@ def _http(props: Mapping[str, str], protocols: Mapping[str, str], names: list[st
         raise ConfigError("listeners", props.get("listeners"), f"{HTTP_LISTENER} names the HTTP API's listener "
                                                                "(--http-port): give the Kafka listener another name")
     protocol = protocols.get(HTTP_LISTENER, "PLAINTEXT")
-    mechanisms, modules = _sasl(props, HTTP_LISTENER) if protocol.startswith("SASL_") else ((), {})
+    mechanisms, modules = (_sasl(props, HTTP_LISTENER, millrace_listener=True) if protocol.startswith("SASL_")
+                           else ((), {}))
     reads = _boolean(props, HTTP_AUTHENTICATE_READS, False)
     if reads and not mechanisms:
         raise ConfigError(HTTP_AUTHENTICATE_READS, props[HTTP_AUTHENTICATE_READS],
@@ -450,7 +477,8 @@ def native_listener_settings(props: Mapping[str, str], host: str, port: int) -> 
             raise ConfigError("listeners", props.get("listeners"), f"{NATIVE_LISTENER} names the native "
                                                                    "listener (--native-port), not a Kafka one")
     protocol = _protocol_map(props).get(NATIVE_LISTENER, "PLAINTEXT")
-    mechanisms, modules = _sasl(props, NATIVE_LISTENER) if protocol.startswith("SASL_") else ((), {})
+    mechanisms, modules = (_sasl(props, NATIVE_LISTENER, millrace_listener=True) if protocol.startswith("SASL_")
+                           else ((), {}))
     ssl = _ssl(props, NATIVE_LISTENER, protocol) if protocol in ("SSL", "SASL_SSL") else None
     oauthbearer = _oauthbearer(props, NATIVE_LISTENER) if "OAUTHBEARER" in mechanisms else None
     endpoint = Endpoint(NATIVE_LISTENER, host, port)
@@ -516,10 +544,24 @@ def _check_ports(value: str, endpoints: list[Endpoint]) -> None:
                                                   f"{port}: only an IPv4 and an IPv6 address may share one")
 
 
-def _sasl(props: Mapping[str, str], listener: str) -> tuple[tuple[str, ...], dict[str, LoginModule]]:
-    """A SASL listener's enabled mechanisms and each one's login module."""
+def _sasl(props: Mapping[str, str], listener: str, *, millrace_listener: bool = False
+          ) -> tuple[tuple[str, ...], dict[str, LoginModule]]:
+    """A SASL listener's enabled mechanisms and each one's login module.
+
+    ``millrace_listener``: HTTP or NATIVE, which no Kafka client's configuration mentions. They take the
+    broker-wide ``sasl.enabled.mechanisms`` without a list of their own, but only the mechanisms they have
+    a JAAS entry for: so a mechanism enabled for the Kafka listeners (OAUTHBEARER with its
+    ``listener.name.sasl_ssl.oauthbearer.*`` entry) does not stop the server until HTTP has its own
+    settings too. A list of their own is taken as a Kafka listener's is, every mechanism needing its entry."""
     prop, value = _setting(props, listener, "sasl.enabled.mechanisms")
-    if value is None:  # Kafka's default is GSSAPI, not served here: every served one with a JAAS config
+    if millrace_listener and value is not None and prop == "sasl.enabled.mechanisms":  # the broker-wide list
+        mechanisms = [m.upper() for m in _list(value)
+                      if (found := _login_module(props, listener, m.upper())) and m.upper() in found[1].mechanisms]
+        if not mechanisms:
+            wanted = " or ".join(f"{_listener_prefix(listener)}{m.lower()}.sasl.jaas.config" for m in _list(value))
+            raise ConfigError(prop, value, f"listener {listener} has a JAAS entry for none of these mechanisms: "
+                                           f"set {wanted} (or {_listener_prefix(listener)}sasl.enabled.mechanisms)")
+    elif value is None:  # Kafka's default is GSSAPI, not served here: every served one with a JAAS config
         mechanisms = []
         for mechanism in MECHANISMS:
             found = _login_module(props, listener, mechanism)

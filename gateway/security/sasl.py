@@ -9,10 +9,10 @@ never with a password in it. A step after completion or failure raises ``Illegal
 - PLAIN (RFC 4616, Kafka's PlainSaslServer): ``authzid NUL authcid NUL password``, checked against
   ``CredentialStore.plain_users`` (the ``user_<name>`` options of PlainLoginModule) in constant time;
   the authzid must be empty or the user's own name.
-- SCRAM-SHA-256 and SCRAM-SHA-512 (RFC 5802, RFC 7677): scramp runs the exchange. Kafka's grammar is
-  checked first: only the gs2 header ``n,,`` (no channel binding, no authzid), no extensions: the
-  ``tokenauth=true`` extension would ask for delegation tokens, which are not supported, and scramp
-  would fold any other extension into the signed messages differently than Kafka does. An unknown user
+- SCRAM-SHA-256 and SCRAM-SHA-512 (RFC 5802, RFC 7677), on ``protocol/scram.py``'s primitives, with
+  Kafka's grammar: only the gs2 header ``n,,`` (no channel binding, no authzid), no extensions (the
+  ``tokenauth=true`` extension would ask for delegation tokens, which are not supported). Any non-empty
+  salt is used, however short, as Kafka uses what AlterUserScramCredentials stored. An unknown user
   goes through the whole exchange with a made-up credential and fails where a wrong password fails.
   The broker keeps ``ScramCredential``s, never passwords; a credential is derived from the password's
   UTF-8 bytes without SASLprep, as Kafka's clients and broker derive it.
@@ -37,18 +37,15 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import NoReturn, Protocol
 
-import scramp  # type: ignore[import-untyped]
-import scramp.core  # type: ignore[import-untyped]
-
 from millrace.gateway.security.principal import KafkaPrincipal, user_principal
+from millrace.protocol import scram
 
 PlainUsers = Mapping[str, str]  # user name -> password
 
-SCRAM_HASHES: Mapping[str, str] = MappingProxyType({"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"})
+SCRAM_HASHES: Mapping[str, str] = scram.HASHES
 SCRAM_DEFAULT_ITERATIONS = 4096
-SCRAM_MIN_ITERATIONS = 4096  # Kafka's ScramMechanism.minIterations
+SCRAM_MIN_ITERATIONS = scram.MIN_ITERATIONS  # Kafka's ScramMechanism.minIterations
 SCRAM_MAX_ITERATIONS = 16384  # Kafka refuses to store credentials with more
-SCRAM_MIN_SALT_BYTES = 12  # scramp refuses shorter salts
 _SALT_BYTES = 32  # new salts, and the made-up credentials of unknown users alike
 
 # Kafka's ClientFirstMessage grammar, with the gs2 flag and the authzid widened so that refusing them
@@ -95,8 +92,8 @@ class ScramCredential:
 
     def __post_init__(self) -> None:
         _check_iterations(self.iterations)
-        if len(self.salt) < SCRAM_MIN_SALT_BYTES:
-            raise ValueError(f"a SCRAM salt must have at least {SCRAM_MIN_SALT_BYTES} bytes, got {len(self.salt)}")
+        if not self.salt:
+            raise ValueError("a SCRAM salt must not be empty")
 
 
 def scram_credential(mechanism: str, password: str, iterations: int = SCRAM_DEFAULT_ITERATIONS,
@@ -110,16 +107,15 @@ def scram_credential(mechanism: str, password: str, iterations: int = SCRAM_DEFA
 
 def salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
     """RFC 5802's SaltedPassword, Hi(password, salt, iterations): what AlterUserScramCredentials carries."""
-    return hashlib.pbkdf2_hmac(_scram_hash(mechanism), password.encode(), salt, iterations)
+    return scram.salted_password(_scram_hash(mechanism), password, salt, iterations)
 
 
 def credential_from_salted_password(mechanism: str, salted_password: bytes, salt: bytes,
                                     iterations: int) -> ScramCredential:
     """The credential from RFC 5802's SaltedPassword: what AlterUserScramCredentials carries."""
     hash_name = _scram_hash(mechanism)
-    client_key = hmac.digest(salted_password, b"Client Key", hash_name)
-    server_key = hmac.digest(salted_password, b"Server Key", hash_name)
-    return ScramCredential(salt, hashlib.new(hash_name, client_key).digest(), server_key, iterations)
+    return ScramCredential(salt, scram.stored_key(hash_name, salted_password),
+                           scram.server_key(hash_name, salted_password), iterations)
 
 
 class CredentialStore(Protocol):
@@ -233,48 +229,65 @@ class ScramSaslServer(SaslServer):
 
     def __init__(self, mechanism: str, credentials: CredentialStore, *, server_nonce: str | None = None) -> None:
         super().__init__()
-        _scram_hash(mechanism)
+        self._hash = _scram_hash(mechanism)
         self.mechanism = mechanism
         self.failure_message = ("Authentication failed during authentication due to invalid credentials "
                                 f"with SASL mechanism {mechanism}")
         self._credentials = credentials
-        self._scram = scramp.ScramMechanism(mechanism).make_server(self._lookup, s_nonce=server_nonce)
+        self._server_nonce = server_nonce if server_nonce is not None else secrets.token_urlsafe(24)
         self._user = ""
         self._unknown_user = False
-        self._first_seen = False
+        self._credential: ScramCredential | None = None
+        self._client_first_bare = ""
+        self._server_first = ""
+        self._nonce = ""  # the client's nonce and the server's, as the server's first message gave them
 
     def _step(self, response: bytes) -> bytes:
         try:
             message = response.decode("utf-8")
         except UnicodeDecodeError:
             self._fail("the SCRAM message is not UTF-8")
-        if not self._first_seen:
-            self._first_seen = True
-            self._check_client_first(message)
-            try:
-                self._scram.set_client_first(message)
-                server_first = str(self._scram.get_server_first())
-                self._scram.nonce = _KafkaNonce(str(self._scram.nonce))
-                return server_first.encode()
-            except scramp.ScramException as e:
-                if e.__cause__ is not None:  # scramp wraps what the credential store raised
-                    self._fail(f"credentials could not be obtained for user {self._user!r}: "
-                               f"{type(e.__cause__).__name__}")
-                self._fail(f"invalid SCRAM client first message: {e}")
-        try:
-            self._scram.set_client_final(message)
-            server_final = str(self._scram.get_server_final())
-        except scramp.ScramException as e:
-            if self._unknown_user:
-                self._fail(f"unknown user {self._user!r}")
-            if e.server_error is not None and e.server_error.value == "invalid-proof":
-                self._fail(f"wrong password for user {self._user!r}")
-            self._fail(f"SCRAM client final message refused for user {self._user!r}: {e}")
-        self._succeed(self._user)
-        return server_final.encode()
+        if self._credential is None:
+            return self._first(message).encode()
+        return self._final(message).encode()
 
-    def _check_client_first(self, message: str) -> None:
-        """Kafka's grammar and what this broker leaves out of it, refused with a reason before scramp."""
+    def _first(self, message: str) -> str:
+        first = self._check_client_first(message)
+        self._user = scram.unescape_name(first["saslname"])
+        try:
+            credential = self._credentials.scram(self._user, self.mechanism)
+        except Exception as e:  # noqa: BLE001 - whatever the store raised fails this exchange only
+            self._fail(f"credentials could not be obtained for user {self._user!r}: {type(e).__name__}")
+        if credential is None:
+            self._unknown_user = True
+            credential = _made_up_credential(self.mechanism, self._user)
+        self._credential = credential
+        self._client_first_bare = message[message.index(",", message.index(",") + 1) + 1:]  # after "n,,"
+        self._nonce = first["nonce"] + self._server_nonce
+        self._server_first = scram.server_first_message(self._nonce, credential.salt, credential.iterations)
+        return self._server_first
+
+    def _final(self, message: str) -> str:
+        assert self._credential is not None
+        try:
+            channel, nonce, without_proof, proof = scram.parse_client_final(message)
+        except scram.ScramError as e:
+            self._fail(f"SCRAM client final message refused for user {self._user!r}: {e}")
+        if channel != scram.CHANNEL_BINDING:
+            self._fail(f"SCRAM client final message refused for user {self._user!r}: invalid channel binding")
+        # Kafka checks that the final nonce *ends with* the server's: librdkafka before 2.1 sends its own nonce
+        # followed by the server's whole nonce (which starts with its own), and Kafka has always accepted that;
+        # the proof still covers the message exactly as the client sent it.
+        if not nonce.endswith(self._nonce):
+            self._fail(f"SCRAM client final message refused for user {self._user!r}: invalid nonce")
+        signed = scram.auth_message(self._client_first_bare, self._server_first, without_proof)
+        if not scram.proof_matches(self._hash, self._credential.stored_key, signed, proof) or self._unknown_user:
+            self._fail(f"unknown user {self._user!r}" if self._unknown_user else f"wrong password for user {self._user!r}")
+        self._succeed(self._user)
+        return "v=" + scram.b64(scram.server_signature(self._hash, self._credential.server_key, signed))
+
+    def _check_client_first(self, message: str) -> re.Match[str]:
+        """Kafka's grammar and what this broker leaves out of it, refused with a reason."""
         first = _CLIENT_FIRST.fullmatch(message)
         if first is None:
             self._fail("invalid SCRAM client first message format")
@@ -288,28 +301,7 @@ class ScramSaslServer(SaslServer):
             self._fail("delegation token authentication (tokenauth=true) is not supported")
         if extensions:
             self._fail(f"SCRAM extensions are not supported: {sorted(extensions)}")
-
-    def _lookup(self, user: str) -> tuple[bytes, bytes, bytes, int]:
-        """scramp's credential callback (it passes the unescaped, SASLprepped name)."""
-        self._user = user
-        credential = self._credentials.scram(user, self.mechanism)
-        if credential is None:
-            self._unknown_user = True
-            credential = _made_up_credential(self.mechanism, user)
-        return credential.salt, credential.stored_key, credential.server_key, credential.iterations
-
-
-class _KafkaNonce(scramp.core.Nonce):
-    """The nonce a client's final message must carry, checked as Kafka's ScramSaslServer checks it: the
-    final message's nonce must *end with* the server's (``endsWith``), not equal it. librdkafka before
-    2.1 sends its own nonce followed by the server's whole nonce (which starts with its own), and Kafka
-    has always accepted that; the proof still covers the message exactly as the client sent it."""
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, scramp.core.Nonce) and str(other).endswith(str(self))
-
-    def __hash__(self) -> int:
-        return hash(str(self))
+        return first
 
 
 # OAUTHBEARER.
@@ -447,10 +439,7 @@ def _made_up_credential(mechanism: str, user: str) -> ScramCredential:
 
 
 def _scram_hash(mechanism: str) -> str:
-    try:
-        return SCRAM_HASHES[mechanism]
-    except KeyError:
-        raise ValueError(f"not a SCRAM mechanism: {mechanism!r} (supported: {', '.join(SCRAM_HASHES)})") from None
+    return scram.hash_name(mechanism)
 
 
 def _check_iterations(iterations: int) -> None:

@@ -53,6 +53,8 @@ from millrace.store.durablelog.turn_commits import TURN_COMMIT_BYTES, TURN_COMMI
 from millrace.store.errors import ContainerOfflineError, DataCorruptionError, DataLogWriterFencedError
 from millrace.store.fsutil import (
     DEFAULT_PREALLOCATE_BYTES,
+    PRIVATE_DIR_MODE,
+    PRIVATE_FILE_MODE,
     Preallocation,
     drop_written,
     fsync_dir,
@@ -169,7 +171,7 @@ class FileDurableDataLog(DurableDataLog):
         if self._accepting or self._writer is not None:
             raise RuntimeError("durable log is already open")
         if not os.path.isdir(self._dir):
-            os.makedirs(self._dir, exist_ok=True)
+            os.makedirs(self._dir, mode=PRIVATE_DIR_MODE, exist_ok=True)
             # Make the new directory's own entry durable, or a crash could lose the whole log.
             fsync_dir(os.path.dirname(self._dir))
         self._take_ownership()
@@ -198,7 +200,7 @@ class FileDurableDataLog(DurableDataLog):
     def _take_ownership(self) -> None:
         path = os.path.join(self._dir, _LOCK_NAME)
         for _ in range(3):
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE_MODE)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as e:
@@ -258,7 +260,7 @@ class FileDurableDataLog(DurableDataLog):
         path = os.path.join(self._dir, name)
         tmp = path + _TMP_SUFFIX
         head = struct.pack("<IIQ", _META_MAGIC, _META_VERSION, value)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, PRIVATE_FILE_MODE)
         try:
             os.write(fd, head + struct.pack("<I", crc32c(head)))
             os.fsync(fd)
@@ -324,7 +326,7 @@ class FileDurableDataLog(DurableDataLog):
             fsync_dir(self._dir)
         if not kept:
             path = os.path.join(self._dir, _log_file_name(next_sequence))
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644))
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, PRIVATE_FILE_MODE))
             fsync_dir(self._dir)
             self.stats.files_created += 1
             kept = [_LogFile(next_sequence, path, 0)]
@@ -668,7 +670,7 @@ class FileDurableDataLog(DurableDataLog):
         # Before the next file exists: recovery accepts a zero-filled tail only in the last file.
         self._preallocation.seal(self._active_fd, old.size)
         path = os.path.join(self._dir, _log_file_name(self._write_sequence))
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, PRIVATE_FILE_MODE)
         try:
             fsync_dir(self._dir)
         except BaseException:

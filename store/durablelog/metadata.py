@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 from millrace.store.errors import DataCorruptionError, DataLogWriterFencedError, StoreError
-from millrace.store.fsutil import fsync_dir
+from millrace.store.fsutil import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, fsync_dir
 
 
 class MetadataVersionError(StoreError):
@@ -102,7 +102,7 @@ class FileLogMetadataStore(LogMetadataStore):
 
     def __init__(self, directory: str) -> None:
         self.directory = os.path.abspath(directory)
-        os.makedirs(self.directory, exist_ok=True)
+        os.makedirs(self.directory, mode=PRIVATE_DIR_MODE, exist_ok=True)
 
     def _path(self, log_name: str) -> str:
         if "/" in log_name or log_name.startswith("."):
@@ -111,7 +111,7 @@ class FileLogMetadataStore(LogMetadataStore):
 
     @contextlib.contextmanager
     def _locked(self, log_name: str) -> Iterator[None]:
-        fd = os.open(self._path(log_name) + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(self._path(log_name) + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE_MODE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -138,7 +138,8 @@ class FileLogMetadataStore(LogMetadataStore):
             stored = replace(record, version=expected_version + 1)
             path = self._path(log_name)
             tmp = path + ".tmp"
-            with open(tmp, "wb") as f:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+            with open(fd, "wb") as f:
                 f.write(json.dumps({"version": stored.version, "record": stored.to_json()}).encode())
                 f.flush()
                 os.fsync(f.fileno())

@@ -29,10 +29,12 @@ from millrace.store.durablelog import framing
 from millrace.store.errors import DataCorruptionError
 from millrace.store.fsutil import (
     DEFAULT_PREALLOCATE_BYTES,
+    PRIVATE_FILE_MODE,
     Buffer,
     Preallocation,
     drop_written,
     fsync_dir,
+    private_directory,
     write_fully,
 )
 
@@ -109,7 +111,7 @@ class Journal:
 
     # -- open / replay ---------------------------------------------------------------------------------
     def open(self) -> None:
-        os.makedirs(self.directory, exist_ok=True)
+        private_directory(self.directory)  # the journal holds the logs' entries: credentials too
         ids = sorted(int(m.group(1)) for n in os.listdir(self.directory) if (m := _NAME.match(n)))
         for index, file_id in enumerate(ids):
             self._replay_file(file_id, is_last=index == len(ids) - 1)
@@ -247,7 +249,7 @@ class Journal:
             self._preallocation.seal(self._active_fd, self._active_size)
             os.close(self._active_fd)
             self._active_fd = -1
-        self._active_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self._active_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE_MODE)
         self._active_id = file_id
         self._active_size = os.fstat(self._active_fd).st_size
         self._preallocation.start(self._active_size)

@@ -16,7 +16,15 @@ from collections.abc import Iterator, Sequence
 from urllib.parse import quote, unquote
 
 from millrace.store.errors import ChunkExistsError, ChunkNotFoundError
-from millrace.store.fsutil import Buffer, drop_written, fsync_dir, write_fully
+from millrace.store.fsutil import (
+    PRIVATE_DIR_MODE,
+    PRIVATE_FILE_MODE,
+    Buffer,
+    drop_written,
+    fsync_dir,
+    private_directory,
+    write_fully,
+)
 from millrace.store.lts.interface import ChunkStorage
 
 _CHUNK_SUFFIX = "@chunk"
@@ -77,7 +85,7 @@ class FileSystemChunkStorage(ChunkStorage):
 
     def __init__(self, root: str) -> None:
         self.root = os.path.abspath(root)
-        os.makedirs(self.root, exist_ok=True)
+        private_directory(self.root)
 
     def __repr__(self) -> str:
         return f"FileSystemChunkStorage({self.root!r})"
@@ -99,7 +107,7 @@ class FileSystemChunkStorage(ChunkStorage):
         parent = os.path.dirname(directory)
         self._make_dirs(parent)
         try:
-            os.mkdir(directory)
+            os.mkdir(directory, PRIVATE_DIR_MODE)
         except FileExistsError:
             return
         fsync_dir(parent)
@@ -113,7 +121,7 @@ class FileSystemChunkStorage(ChunkStorage):
             tmp = os.path.join(directory, f"{file}{_TMP_MARK}{uuid.uuid4().hex}")
             try:
                 self._make_dirs(directory)
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
             except FileNotFoundError:
                 if attempt == 9:
                     raise

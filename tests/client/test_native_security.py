@@ -20,7 +20,7 @@ from millrace import AuthenticationError, AuthorizationError, StreamManager
 from millrace.client.connection import Connection, ConnectionLostError, Endpoint
 from millrace.client.security import ClientSecurity
 from millrace.protocol import messages as m
-from tests.server_process import ServerProcess
+from tests.server_process import ServerProcess, add_scram_args
 from tests.tls_files import make_certificates
 
 pytestmark = pytest.mark.timeout(180)
@@ -116,7 +116,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
              *(f"SCRAM-SHA-512=[name={u},password={u}-secret]" for u in (READER, WRITER, OTHER)),
              f"SCRAM-SHA-256=[name={CAROL},password={CAROL}-secret]"]
     server = ServerProcess(str(home / "data"), "--config", str(home / "server.properties"),
-                           *(arg for spec in users for arg in ("--add-scram", spec))).start()
+                           *add_scram_args(home, *users)).start()
     try:
         yield Secured(server, certificates.ca_pem, home, key)
         assert not any("-secret" in line or "eyJ" in line for line in server.output), "a secret reached the log"

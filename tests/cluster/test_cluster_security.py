@@ -21,6 +21,7 @@ import pytest
 
 from millrace.gateway.local_cluster import zookeeper_missing
 from tests.cluster.local_cluster import LocalClusterCli
+from tests.server_process import add_scram_args
 from tests.tls_files import make_certificates
 
 pytestmark = [pytest.mark.skipif(zookeeper_missing() is not None, reason=str(zookeeper_missing())),
@@ -79,9 +80,10 @@ class SecuredCluster:
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredCluster]:
     home = tmp_path_factory.mktemp("secured-cluster")
     properties = _properties(home)
+    broker_user = add_scram_args(home, f"SCRAM-SHA-512=[name={BROKER_USER},password={BROKER_PASSWORD}]")
     cli = LocalClusterCli(home / "cluster", "--nodes", "2", "--log-replicas", "2", "--write-quorum", "2",
                           "--ack-quorum", "2", "--containers", "4", "--config", str(properties),
-                          f"--node-arg=--add-scram=SCRAM-SHA-512=[name={BROKER_USER},password={BROKER_PASSWORD}]")
+                          *(f"--node-arg={arg}" for arg in broker_user))
     with cli:
         yield SecuredCluster(cli)
 

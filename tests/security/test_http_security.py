@@ -24,7 +24,7 @@ from millrace.gateway.security.http_auth import HttpAuthenticator
 from millrace.gateway.security.properties import ConfigError, security_settings
 from millrace.gateway.security.sasl import scram_credential
 from tests.security.test_oauth import AUDIENCE, ISSUER, jwk, rsa_key, sign, write_jwks
-from tests.server_process import ServerProcess
+from tests.server_process import ServerProcess, add_scram_args
 
 trustme = pytest.importorskip("trustme")
 pytestmark = pytest.mark.timeout(180)
@@ -95,7 +95,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         "super.users=User:admin",
     ]) + "\n")
     process = ServerProcess(str(home / "data"), "--config", str(home / "server.properties"), "--log-level", "INFO",
-                            "--add-scram", f"SCRAM-SHA-256=[name={SCRAM_USER},password={SCRAM_PASSWORD}]").start()
+                            *add_scram_args(home, f"SCRAM-SHA-256=[name={SCRAM_USER},password={SCRAM_PASSWORD}]")).start()
     try:
         server = Secured(process, home / "ca.pem", key)
         from confluent_kafka.admin import NewTopic

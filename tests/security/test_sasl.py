@@ -1,4 +1,5 @@
-"""Server side SASL: PLAIN, and SCRAM-SHA-256/512 driven by scramp's client and by RFC 7677's test vector;
+"""Server side SASL: PLAIN, and SCRAM-SHA-256/512 driven by scramp's client (an implementation of its own),
+by RFC 7677's test vector and by the native client's SCRAM (short salts, which scramp refuses);
 failures that look alike to the client, refused Kafka extensions, broken exchanges, and no password in
 any message or repr."""
 
@@ -28,6 +29,7 @@ from millrace.gateway.security.sasl import (
     sasl_server,
     scram_credential,
 )
+from millrace.protocol.sasl import SaslClient, SaslClientError
 
 SCRAMS = ["SCRAM-SHA-256", "SCRAM-SHA-512"]
 PASSWORDS = {"alice": "alice-secret", "bob": "bob-secret-2"}
@@ -174,6 +176,47 @@ def test_a_final_nonce_ending_with_the_servers_is_accepted_as_kafka_does(store: 
 
 
 @pytest.mark.parametrize("mechanism", SCRAMS)
+def test_a_short_salt_logs_in_as_kafka_lets_it(mechanism: str) -> None:
+    """AlterUserScramCredentials may store a 4-byte salt (confluent-kafka's own test sends ``b"salt"``) and
+    Kafka logs its user in: so must this server, with a client computing the proof by hand, and with the
+    native client's own SCRAM (which nodes use too); a wrong password still fails."""
+    store = InMemoryCredentialStore()
+    store.set_scram("dave", mechanism, scram_credential(mechanism, "dave-secret", 4096, b"salt"))
+    server = ScramSaslServer(mechanism, store)
+    server_first = server.step(b"n,,n=dave,r=clientnonce").decode()
+    assert f",s={base64.b64encode(b'salt').decode()},i=4096" in server_first
+    full = server_first.split(",")[0][2:]
+    assert server.step(_final_with_nonce(mechanism, "dave-secret", "n=dave,r=clientnonce", server_first,
+                                         full)).startswith(b"v=")
+    assert server.principal == KafkaPrincipal("User", "dave")
+    for password, logs_in in (("dave-secret", True), ("wrong", False)):
+        client, server = SaslClient(mechanism, "dave", password), ScramSaslServer(mechanism, store)
+        final = client.answer(server.step(client.first()))
+        assert final is not None
+        if logs_in:
+            client.done(server.step(final))  # the client checks the server's signature
+            assert server.principal == KafkaPrincipal("User", "dave")
+        else:
+            assert failure(server, final).reason == "wrong password for user 'dave'"
+
+
+def test_the_client_refuses_a_server_that_does_not_check_out() -> None:
+    """A server asking for fewer iterations than Kafka's minimum (a cheaper guess at the password), or whose
+    final signature does not come from the credential, is refused by the client."""
+    first = SaslClient("SCRAM-SHA-256", "dave", "dave-secret")
+    nonce = first.first().decode().split("r=")[1]
+    with pytest.raises(SaslClientError, match="fewer than 4096"):
+        first.answer(f"r={nonce}x,s=c2FsdA==,i=1024".encode())
+    store = InMemoryCredentialStore()
+    store.set_scram("dave", "SCRAM-SHA-256", scram_credential("SCRAM-SHA-256", "other-secret"))
+    client, server = SaslClient("SCRAM-SHA-256", "dave", "dave-secret"), ScramSaslServer("SCRAM-SHA-256", store)
+    final = client.answer(server.step(client.first()))
+    assert final is not None
+    with pytest.raises(SaslClientError, match="signature does not match"):
+        client.done(b"v=" + base64.b64encode(bytes(32)))
+
+
+@pytest.mark.parametrize("mechanism", SCRAMS)
 def test_wrong_password_and_unknown_user_look_alike(store: InMemoryCredentialStore, mechanism: str) -> None:
     errors = []
     for user, password in (("alice", "bob-secret-2"), ("nobody", "alice-secret")):
@@ -283,8 +326,9 @@ def test_scram_credential_limits_and_derivation() -> None:
     for iterations in (4095, 16385):
         with pytest.raises(ValueError, match="between 4096 and 16384"):
             scram_credential("SCRAM-SHA-256", "pw", iterations)
-    with pytest.raises(ValueError, match="at least 12 bytes"):
-        scram_credential("SCRAM-SHA-256", "pw", salt=b"short")
+    with pytest.raises(ValueError, match="must not be empty"):
+        scram_credential("SCRAM-SHA-256", "pw", salt=b"")
+    assert scram_credential("SCRAM-SHA-256", "pw", salt=b"salt").salt == b"salt"  # any other salt, as Kafka
     with pytest.raises(ValueError, match="not a SCRAM mechanism"):
         scram_credential("PLAIN", "pw")
     assert "stored_key" not in repr(credential) and "server_key" not in repr(credential)

@@ -19,7 +19,7 @@ import pytest
 
 from spark_examples.generate import produce
 from spark_examples.readings import generate_readings
-from tests.server_process import ServerProcess
+from tests.server_process import ServerProcess, add_scram_args
 from tests.spark import reference
 from tests.spark.conftest import connector_or_skip
 from tests.spark.kafka_support import ROOT, example_command, parquet_windows, read_topic
@@ -70,7 +70,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         "ssl.keystore.type=PEM", f"ssl.keystore.location={server_pem}",
     ]) + "\n")
     server = ServerProcess(str(home / "data"), "--config", str(properties), "--default-partitions", "3",
-                           "--add-scram", f"SCRAM-SHA-512=[name={USER},password={PASSWORD}]").start()
+                           *add_scram_args(home, f"SCRAM-SHA-512=[name={USER},password={PASSWORD}]")).start()
     try:
         yield Secured(server, ca_pem)
     finally:
