@@ -3,6 +3,7 @@ reconnection."""
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 import time
@@ -22,7 +23,9 @@ from millrace import (
     StreamSealedError,
 )
 from millrace.client.segments import SegmentClient
+from millrace.client.streams import Segment
 from millrace.protocol.errors import InvalidRequestError, SegmentNotFoundError, UnknownCommandError
+from millrace.protocol.keys import key_hash
 from millrace.protocol.wire import Command
 from tests.ports import free_port
 from tests.server_process import ServerProcess
@@ -78,6 +81,21 @@ def test_scopes_and_streams(uri: str) -> None:
         assert "shop" not in sm.list_scopes()
 
 
+def _write_to(sm: StreamManager, scope: str, stream: str, segment: Segment, count: int) -> None:
+    """``count`` events whose routing keys hash into ``segment``'s key range (raw bytes never enter an
+    event stream: ``streams/segment_gate.py``)."""
+    with sm.create_writer(scope, stream) as writer:
+        written = 0
+        for i in itertools.count():
+            key = f"k{i}"
+            if segment.key_start <= key_hash(key) < segment.key_end:
+                writer.write_event(b"e", routing_key=key)
+                written += 1
+                if written == count:
+                    break
+        writer.flush()
+
+
 def test_stream_cuts_through_scaling_and_truncation(uri: str, server: ServerProcess) -> None:
     with StreamManager(uri) as sm, SegmentClient("127.0.0.1", server.native_port) as segments:
         sm.create_scope("cuts")
@@ -88,9 +106,11 @@ def test_stream_cuts_through_scaling_and_truncation(uri: str, server: ServerProc
         assert head == StreamCut("cuts", "s", {low.segment_id: 0, high.segment_id: 0})
         assert sm.tail_cut("cuts", "s") == head
 
-        segments.append(low.name, b"a" * 10)
-        segments.append(high.name, b"b" * 7)
-        assert sm.tail_cut("cuts", "s").positions == {low.segment_id: 10, high.segment_id: 7}
+        _write_to(sm, "cuts", "s", low, 3)
+        _write_to(sm, "cuts", "s", high, 2)
+        low_end, high_end = segments.get_info(low.name).length, segments.get_info(high.name).length
+        assert low_end > 0 and high_end > 0
+        assert sm.tail_cut("cuts", "s").positions == {low.segment_id: low_end, high.segment_id: high_end}
         before_split_ms = int(time.time() * 1000)
         time.sleep(0.01)  # the split's epoch must be created strictly after before_split_ms
 
@@ -98,9 +118,10 @@ def test_stream_cuts_through_scaling_and_truncation(uri: str, server: ServerProc
         pieces = [s.segment for s in split.segments if s.segment.segment_id != high.segment_id]
         assert len(pieces) == 2 and {p.epoch for p in pieces} == {1}
         assert split.history[-1].sealed == (low,)
-        segments.append(pieces[0].name, b"c" * 3)
+        _write_to(sm, "cuts", "s", pieces[0], 1)
+        piece_end = segments.get_info(pieces[0].name).length
         tail = sm.tail_cut("cuts", "s")
-        assert tail.positions == {pieces[0].segment_id: 3, pieces[1].segment_id: 0, high.segment_id: 7}
+        assert tail.positions == {pieces[0].segment_id: piece_end, pieces[1].segment_id: 0, high.segment_id: high_end}
 
         # At a time before the split: epoch 0's start; now: epoch 1's start.
         assert sm.cut_at_time("cuts", "s", before_split_ms) == head
@@ -111,7 +132,7 @@ def test_stream_cuts_through_scaling_and_truncation(uri: str, server: ServerProc
         assert sm.head_cut("cuts", "s") == tail
         with pytest.raises(SegmentNotFoundError):  # wholly before the cut: deleted
             segments.get_info(low.name)
-        assert segments.get_info(high.name).start_offset == 7
+        assert segments.get_info(high.name).start_offset == high_end
         # The time before the split now lies before the head: the head answers.
         assert sm.cut_at_time("cuts", "s", before_split_ms) == tail
         with pytest.raises(InvalidStreamCutError):
