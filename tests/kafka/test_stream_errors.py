@@ -23,6 +23,7 @@ from millrace.gateway.kafka.transactions.coordinator import TransactionCoordinat
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.produce import ProduceRequest, ProduceResponse
 from millrace.gateway.native.stream_errors import REFUSALS, native_refusal
+from millrace.gateway.security.principal import ANONYMOUS
 from millrace.protocol.errors import (
     BadOffsetError,
     ConnectionLostError,
@@ -114,7 +115,7 @@ def _produce(error: BaseException) -> ProduceResponse.PartitionProduceResponse:
     data = build_record_batch([NewRecord(key=b"k", value=b"v")])
     answered: list[Any] = []
     _produce_partition(broker, topic, parts, ProduceRequest.PartitionProduceData(index=0, records=data),  # type: ignore[arg-type]
-                       acks=1).addCallback(answered.append)
+                       acks=1, transactional_id=None, principal=ANONYMOUS).addCallback(answered.append)
     (result,) = answered
     return result
 
