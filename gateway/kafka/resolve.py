@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from dataclasses import dataclass
 from typing import Any, cast
 
 from twisted.internet import defer
@@ -13,6 +14,7 @@ from twisted.python.failure import Failure
 from millrace.gateway.kafka.broker import Broker
 from millrace.gateway.kafka.cluster import not_controller
 from millrace.gateway.kafka.node_requests import request_node
+from millrace.gateway.kafka.stream_errors import error_code
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.create_topics import CreateTopicsRequest
 from millrace.streams.partitions import PartitionLog
@@ -95,6 +97,25 @@ def topic_logs(broker: Broker, name: str,
         return broker.blocking(_create_or_get, broker, name).addCallback(opened)
 
     return in_arrival_order(broker, name, create)
+
+
+@dataclass(frozen=True)
+class Unloadable:
+    """A topic whose partitions could not be loaded (its stored data does not parse, its store failed):
+    each of its partitions answers ``error`` (KAFKA_STORAGE_ERROR for damaged data, as Kafka answers a
+    partition on an offline log dir) while every other topic of the request is served."""
+
+    error: ErrorCode
+
+
+def topic_logs_or_error(broker: Broker, name: str, auto_create: bool) -> defer.Deferred[Logs | Unloadable | None]:
+    """``topic_logs``, with a failed load turned into the topic's per-partition error: one damaged topic
+    never fails a whole request (a Fetch of several topics) nor closes the connection."""
+    def refused(failure: Failure) -> Unloadable:
+        return Unloadable(error_code(failure.value))
+
+    return cast("defer.Deferred[Logs | Unloadable | None]",
+                topic_logs(broker, name, auto_create).addErrback(refused))
 
 
 def partition_or_none(parts: list[PartitionLog], index: int) -> PartitionLog | None:

@@ -78,6 +78,8 @@ from millrace.streams.producer_ids import ProducerIdAllocator
 from millrace.streams.topics import TopicInfo, TopicRegistry, deletes_old_data
 
 log = logging.getLogger(__name__)
+LOAD_FAILURE_LOG_SECONDS = 60.0
+MAX_LOAD_FAILURES_REMEMBERED = 1024
 
 # ListOffsets' special timestamps
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
@@ -257,6 +259,9 @@ class SegmentPartitionStorage(PartitionStorage):
         self._topics: dict[str, list[PartitionLog]] = {}
         self._writers: dict[str, SegmentWriter] = {}  # data segment name -> its writer
         self._loading: dict[str, list[defer.Deferred[None]]] = {}  # topic -> callers waiting for its load
+        # topic -> when its last failed load was logged: a topic that cannot load (its stored data does
+        # not parse) is refused at every request and named in the log once a minute, never dropped.
+        self._load_failures_logged: dict[str, float] = {}
         self._reloading: set[str] = set()
         # topic -> its store appends not answered yet, and reloads waiting for them to be (``_settled``)
         self._in_flight: Counter[str] = Counter()
@@ -375,9 +380,26 @@ class SegmentPartitionStorage(PartitionStorage):
         def finished(result: Any) -> Any:
             for waiter in self._loading.pop(topic.name, []):
                 waiter.callback(None)
+            if isinstance(result, Failure):
+                self._log_failed_load(topic.name, result)
+            else:
+                self._load_failures_logged.pop(topic.name, None)
             return result
 
         return d.addBoth(finished)
+
+    def _log_failed_load(self, name: str, failure: Failure) -> None:
+        """Name a topic that cannot be loaded, and why (the store's message names the segment and the
+        offset), at most once a minute: every request for it is refused until an operator repairs it, and
+        every other topic keeps serving."""
+        now = time.monotonic()
+        if now - self._load_failures_logged.get(name, -LOAD_FAILURE_LOG_SECONDS) < LOAD_FAILURE_LOG_SECONDS:
+            return
+        self._load_failures_logged[name] = now
+        if len(self._load_failures_logged) > MAX_LOAD_FAILURES_REMEMBERED:  # names of deleted topics go
+            self._load_failures_logged.pop(next(iter(self._load_failures_logged)))
+        log.error("topic %s cannot be loaded; its requests are refused (KAFKA_STORAGE_ERROR) until it is "
+                  "repaired: %s", name, failure.getErrorMessage())
 
     def _install(self, loaded: LoadedTopic, replace: bool = False) -> list[PartitionLog]:
         """Take over a loaded topic's partitions (reactor; or the main thread before it runs). Partitions

@@ -205,3 +205,46 @@ def test_reserved_names_are_refused_at_creation(server: ServerProcess) -> None:
         with SegmentClient("127.0.0.1", server.native_port) as raw, \
                 pytest.raises(InvalidRequestError, match="reserved"):
             raw.call(m.CreateStream(scope="names", stream="_private"))
+
+
+def test_a_topic_whose_data_does_not_parse_is_refused_and_named_not_dropped(tmp_path: Path) -> None:
+    """Data that is not Kafka batches (here written by a store-level writer behind the server's back, as
+    only a bug or a disk could now) never makes a topic vanish: its requests are refused with a storage
+    error, the log names the segment and the offset, and every other topic keeps serving."""
+    from tests.kafka.wire import local
+    from tests.storehelpers import open_store
+
+    data = str(tmp_path / "data")
+    values = [f"v{i}".encode() for i in range(10)]
+    server = ServerProcess(data).start()
+    try:
+        create_topic(server, "damaged", 1)
+        create_topic(server, "healthy", 1)
+        _produce(server, "damaged", values)
+        _produce(server, "healthy", values)
+        (segment,) = _segments_of(server, "kafka", "damaged")
+        assert server.stop() == 0
+        store = open_store(data)
+        try:
+            end = store.get_info(segment).length
+            store.append(segment, b"\xff" * 200, expected_offset=end).result(10)
+        finally:
+            store.close()
+        server.start()
+        wire = local(server.kafka_port)
+        try:
+            fetched = wire.fetch("damaged", 0, 0)
+            assert fetched.error_code == 56  # KAFKA_STORAGE_ERROR
+        finally:
+            wire.close()
+        assert _consume(server, "healthy") == values
+        _produce(server, "healthy", [b"more"])
+        logged = "".join(server.output)
+        assert "topic damaged cannot be loaded" in logged and f"{segment}: no Kafka batch envelope at {end}" in logged
+        admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
+        try:
+            assert "damaged" in admin.list_topics()  # refused, never dropped
+        finally:
+            admin.close()
+    finally:
+        server.kill()

@@ -9,7 +9,7 @@ from twisted.internet import defer
 
 from millrace.gateway.kafka.broker import RequestContext
 from millrace.gateway.kafka.registry import api
-from millrace.gateway.kafka.resolve import topic_logs
+from millrace.gateway.kafka.resolve import Unloadable, topic_logs_or_error
 from millrace.gateway.kafka.stream_errors import error_code
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.delete_records import (
@@ -50,10 +50,14 @@ def handle_delete_records(ctx: RequestContext,
             continue
 
         def with_logs(found: Any, t: DeleteRecordsRequest.DeleteRecordsTopic = t) -> defer.Deferred:
+            if isinstance(found, Unloadable):
+                return defer.succeed([Response.DeleteRecordsPartitionResult(
+                    partition_index=dp.partition_index, low_watermark=-1, error_code=found.error)
+                    for dp in t.partitions])
             parts = found[1] if found else None
             return defer.gatherResults([_delete(ctx, parts, dp) for dp in t.partitions], consumeErrors=True)
 
-        per_topic.append(topic_logs(ctx.broker, t.name, auto_create=False).addCallback(with_logs))
+        per_topic.append(topic_logs_or_error(ctx.broker, t.name, auto_create=False).addCallback(with_logs))
     return defer.gatherResults(per_topic, consumeErrors=True).addCallback(lambda results: Response(topics=[
         Response.DeleteRecordsTopicResult(name=t.name, partitions=parts)
         for t, parts in zip(request.topics, results, strict=True)

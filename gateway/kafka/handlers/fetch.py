@@ -18,7 +18,7 @@ from twisted.internet import defer, task
 from millrace.gateway.kafka.broker import RequestContext
 from millrace.gateway.kafka.internal_topics import InternalTopic, internal_topic, internal_topic_by_id
 from millrace.gateway.kafka.registry import api
-from millrace.gateway.kafka.resolve import topic_logs
+from millrace.gateway.kafka.resolve import Unloadable, topic_logs_or_error
 from millrace.gateway.kafka.stream_errors import error_code
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.fetch import FetchRequest, FetchResponse
@@ -71,7 +71,7 @@ class _FetchPlan:
                 name = topic.name if topic is not None else None
             else:
                 name = ft.topic
-            lookups.append(topic_logs(broker, name, auto_create=False) if name else defer.succeed(None))
+            lookups.append(topic_logs_or_error(broker, name, auto_create=False) if name else defer.succeed(None))
 
         def resolved(found: list[Any]) -> None:
             unknown = ErrorCode.UNKNOWN_TOPIC_ID if by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -79,7 +79,7 @@ class _FetchPlan:
                 entries: list[_Entry] = []
                 # Kafka asks READ before it looks the topic up: a client may not learn what it may not read.
                 name = ft.topic if not by_id else (hit.name if isinstance(hit, InternalTopic) else
-                                                   hit[0].name if hit is not None else None)
+                                                   hit[0].name if isinstance(hit, tuple) else None)
                 denied = name is not None and not self.ctx.authorized(AclOperation.READ, ResourceType.TOPIC, name)
                 for fp in ft.partitions:
                     if denied:
@@ -88,6 +88,8 @@ class _FetchPlan:
                         entries.append((fp, None, self._internal_error(hit, fp)))
                     elif hit is None:
                         entries.append((fp, None, unknown))
+                    elif isinstance(hit, Unloadable):
+                        entries.append((fp, None, hit.error))
                     elif not 0 <= fp.partition < len(hit[1]):
                         entries.append((fp, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                     else:

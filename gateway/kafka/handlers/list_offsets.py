@@ -17,7 +17,7 @@ from twisted.internet import defer
 from millrace.gateway.kafka.broker import RequestContext
 from millrace.gateway.kafka.internal_topics import InternalTopic, empty_log_offset, internal_topic
 from millrace.gateway.kafka.registry import api
-from millrace.gateway.kafka.resolve import topic_logs
+from millrace.gateway.kafka.resolve import Unloadable, topic_logs_or_error
 from millrace.gateway.kafka.stream_errors import error_code
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.list_offsets import ListOffsetsRequest, ListOffsetsResponse
@@ -75,13 +75,13 @@ def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> def
             continue
 
         def with_logs(found: Any, t: ListOffsetsRequest.ListOffsetsTopic = t) -> defer.Deferred:
-            if found is None:
-                return defer.succeed([_result(lp.partition_index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                                      for lp in t.partitions])
+            if found is None or isinstance(found, Unloadable):
+                error = found.error if found is not None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                return defer.succeed([_result(lp.partition_index, error) for lp in t.partitions])
             return defer.gatherResults([_lookup(ctx, found[1], lp, request.isolation_level) for lp in t.partitions],
                                        consumeErrors=True)
 
-        per_topic.append(topic_logs(ctx.broker, t.name, auto_create=False).addCallback(with_logs))
+        per_topic.append(topic_logs_or_error(ctx.broker, t.name, auto_create=False).addCallback(with_logs))
     def answer(results: list[list[ListOffsetsResponse.ListOffsetsPartitionResponse]]) -> ListOffsetsResponse:
         if ctx.api_version >= 4:  # every partition has had leader epoch 0; the field exists from v4
             for t, parts in zip(request.topics, results, strict=True):

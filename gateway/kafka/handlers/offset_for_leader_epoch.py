@@ -9,7 +9,7 @@ from twisted.internet import defer
 
 from millrace.gateway.kafka.broker import RequestContext
 from millrace.gateway.kafka.registry import api
-from millrace.gateway.kafka.resolve import topic_logs
+from millrace.gateway.kafka.resolve import Unloadable, topic_logs_or_error
 from millrace.gateway.kafka.stream_errors import error_code
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.offset_for_leader_epoch import (
@@ -48,15 +48,16 @@ def _end_offset(ctx: RequestContext, parts: list | None, op: OffsetForLeaderEpoc
 def handle_offset_for_leader_epoch(
     ctx: RequestContext, request: OffsetForLeaderEpochRequest,
 ) -> defer.Deferred[OffsetForLeaderEpochResponse]:
-    lookups = [topic_logs(ctx.broker, t.topic, auto_create=False) for t in request.topics]
+    lookups = [topic_logs_or_error(ctx.broker, t.topic, auto_create=False) for t in request.topics]
 
     def answer(found: list[Any]) -> OffsetForLeaderEpochResponse:
         return Response(topics=[
             Response.OffsetForLeaderTopicResult(topic=t.topic, partitions=[
-                _end_offset(ctx, hit[1] if hit else None, op) if ctx.authorized(
-                    AclOperation.DESCRIBE, ResourceType.TOPIC, t.topic) else
                 Response.EpochEndOffset(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, partition=op.partition,
                                         leader_epoch=-1, end_offset=-1)
+                if not ctx.authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, t.topic) else
+                Response.EpochEndOffset(error_code=hit.error, partition=op.partition, leader_epoch=-1, end_offset=-1)
+                if isinstance(hit, Unloadable) else _end_offset(ctx, hit[1] if hit else None, op)
                 for op in t.partitions])
             for t, hit in zip(request.topics, found, strict=True)
         ])

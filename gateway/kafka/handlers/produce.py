@@ -12,7 +12,7 @@ from twisted.python.failure import Failure
 from millrace.gateway.kafka.broker import Broker, RequestContext
 from millrace.gateway.kafka.internal_topics import internal_topic
 from millrace.gateway.kafka.registry import NO_RESPONSE, NoResponse, api
-from millrace.gateway.kafka.resolve import loaded_topic_logs, topic_logs
+from millrace.gateway.kafka.resolve import Unloadable, loaded_topic_logs, topic_logs_or_error
 from millrace.gateway.kafka.stream_errors import error_code
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.produce import ProduceRequest, ProduceResponse
@@ -112,10 +112,10 @@ def _produce_topic(ctx: RequestContext, t: int, answers: _Answers) -> None:
             for pd in topic_data.partition_data]
         return
 
-    def with_logs(found: tuple[TopicInfo, list[PartitionLog]] | None) -> None:
-        if found is None:
-            answers.results[t] = [_partition_result(pd.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                                  for pd in topic_data.partition_data]
+    def with_logs(found: tuple[TopicInfo, list[PartitionLog]] | Unloadable | None) -> None:
+        if found is None or isinstance(found, Unloadable):
+            error = found.error if found is not None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            answers.results[t] = [_partition_result(pd.index, error) for pd in topic_data.partition_data]
             return
         topic, parts = found
         request = answers.request
@@ -131,7 +131,7 @@ def _produce_topic(ctx: RequestContext, t: int, answers: _Answers) -> None:
     if ready is not None:
         with_logs(ready)  # the common case: no Deferred to wait on
         return
-    answers.hold_until(topic_logs(ctx.broker, topic_data.name, auto_create=True).addCallback(with_logs))
+    answers.hold_until(topic_logs_or_error(ctx.broker, topic_data.name, auto_create=True).addCallback(with_logs))
 
 
 def _produce_partition(broker: Broker, topic: TopicInfo, parts: list[PartitionLog],
