@@ -119,8 +119,8 @@ def _internal(name: str) -> bool:
 
 def _format_of(info: SegmentInfo) -> SegmentFormat | None:
     value = info.attributes.get(FORMAT_ATTRIBUTE)
-    if value is None:
-        return SegmentFormat.BYTES if LEGACY_BYTE_STREAM_ATTRIBUTE in info.attributes else None
+    if value is None:  # an older byte stream's mark alone counts once its writer claims the format again
+        return None
     try:
         return SegmentFormat(value)
     except ValueError:
