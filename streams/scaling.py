@@ -16,10 +16,12 @@ from millrace.store.controller import (
     ScaleReason,
     SegmentRange,
     parse_segment_name,
+    segment_name,
 )
 from millrace.store.controller.scaling import equal_split_points
 from millrace.streams.futures import call_on_reactor
 from millrace.streams.host import StreamHost
+from millrace.streams.segment_gate import check_scalable
 
 if TYPE_CHECKING:
     from millrace.store.containers.rates import SegmentRates
@@ -78,6 +80,7 @@ class StreamScaling:
         partition writers before the predecessors are sealed (blocking; worker thread)."""
         topic = self.broker.topics.of_stream(scope, stream)
         if topic is None:
+            check_scalable(self.controller.store, [segment_name(scope, stream, sid) for sid in seal])
             return self.controller.scale_stream(scope, stream, seal, new_ranges, reason)
         if not topic.kafka_view:
             # Before the carve: a scale the controller refuses must not add partitions for nothing.

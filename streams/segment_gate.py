@@ -25,7 +25,7 @@ raw                    names of no stream (``a/b``, ``seg``)      anything: segm
 Creating, sealing, truncating, merging and deleting a stream's segments is the controller's and the
 partition layer's (scale, SEAL_STREAM, TRUNCATE_STREAM, DELETE_STREAM, DeleteRecords), never a raw
 command's, so no raw command can leave a stream unreadable. The controller-level commands are checked
-here too (``check_seal_stream``, ``check_truncate_stream``, ``check_scale``): a Kafka topic is neither
+here too (``check_seal_stream``, ``check_truncate_stream``, and ``check_scalable`` for every scale): a Kafka topic is neither
 sealed nor cut at byte offsets (its records go with DeleteRecords and retention, at batch boundaries),
 an event stream is cut only where a batch begins, a synchronizer only where a whole state lies, and a
 stream of one claimed segment never scales.
@@ -379,19 +379,6 @@ class SegmentGate:
             raise FormatViolationError(f"SEAL_STREAM of {scope}/{stream}: a Kafka topic is never sealed (Kafka "
                                        "clients could no longer produce to it); delete it with DeleteTopics")
 
-    def check_scale(self, scope: str, stream: str) -> None:
-        """A stream of one claimed segment (a byte stream, a synchronizer's) never scales. Blocking."""
-        current = self.controller.get_current_segments(scope, stream)
-        if len(current) != 1:
-            return
-        try:
-            fmt = _format_of(self.store.get_info(current[0].name))
-        except SegmentNotFoundError:
-            return
-        if fmt is not None:
-            raise FormatViolationError(f"{scope}/{stream} is a {fmt.name.lower()} stream of one segment: it never "
-                                       "scales")
-
     def check_truncate_stream(self, scope: str, stream: str, cut: Mapping[str, int], *,
                               retention_cut: bool = False) -> None:
         """Refuses a cut that would leave a segment starting inside a batch or an entry. Blocking: reads
@@ -419,6 +406,19 @@ class SegmentGate:
             elif _format_of(info) is SegmentFormat.SYNCHRONIZER and not _whole_state_at(store, name, offset):
                 raise InvalidStreamCutError(f"{name} at {offset}: a synchronizer's segment is cut only just "
                                             "before a state or a snapshot")
+
+
+def check_scalable(store: SegmentService, segments: Sequence[str]) -> None:
+    """FormatViolationError if a segment a scale would seal carries a claimed format: a byte stream's or
+    a synchronizer's one segment never scales (its offsets are the stream's). Blocking; the scaler
+    (``streams/scaling.py``) asks it for every scale, manual or automatic, whichever protocol asked."""
+    for name in segments:
+        try:
+            fmt = _format_of(store.get_info(name))
+        except SegmentNotFoundError:
+            continue
+        if fmt is not None:
+            raise FormatViolationError(f"{name} is a {fmt.name.lower()} stream's one segment: it never scales")
 
 
 def _holds_format(fmt: SegmentFormat) -> AttributeUpdate:

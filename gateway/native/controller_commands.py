@@ -161,9 +161,9 @@ def controller_handlers(
     controller: Controller, pool: ThreadPoolExecutor, scaler: StreamScaling, gate: SegmentGate,
     partitions_of: PartitionsOf | None = None, delete_stream: Callable[[str, str], None] | None = None,
 ) -> Handlers:
-    """``gate``: the stream layer's format rules, which every change of a stream's segments passes
-    (seal, truncate, scale) and every new stream's name. ``scaler`` performs manual splits and merges (for Kafka topics it also moves the partition
-    writers, so it is the gateway's, not the bare controller's). ``partitions_of(scope, stream)``
+    """``gate``: the stream layer's format rules, which seals and truncations pass (scales pass them in
+    the scaler). ``scaler`` performs manual splits and merges (for Kafka topics it also moves the
+    partition writers, so it is the gateway's, not the bare controller's). ``partitions_of(scope, stream)``
     gives a Kafka topic's partition slices (None for other streams), for descriptions.
     ``delete_stream(scope, stream)`` deletes a sealed stream (blocking); the gateway's also drops the
     partitions event writers gave it (default: the controller's alone)."""
@@ -199,12 +199,10 @@ def controller_handlers(
         return describe(r.scope, r.stream)
 
     def split(r: m.SplitSegment) -> m.StreamDescriptionReply:
-        gate.check_scale(r.scope, r.stream)
         scaler.split(r.scope, r.stream, r.segment, r.pieces, None if r.at is None else list(r.at))
         return describe(r.scope, r.stream)
 
     def merge(r: m.MergeSegments) -> m.StreamDescriptionReply:
-        gate.check_scale(r.scope, r.stream)
         scaler.merge(r.scope, r.stream, list(r.segments))
         return describe(r.scope, r.stream)
 
