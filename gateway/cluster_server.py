@@ -51,6 +51,7 @@ from millrace.gateway.assembly import (
     build_cluster_node,
     cluster_node_setup,
     cluster_router,
+    connection_guards,
     http_access,
     http_tls,
     kafka_acls,
@@ -350,6 +351,7 @@ class ClusterServer:
                                                       load_groups=False)
                 broker.scram = scram_credentials(options, tables)
                 broker.acls = kafka_acls(self.security, tables)
+                broker.guards = connection_guards(self.security)
                 broker.node_link = self.link
                 # Blocking where the native listener serves OAUTHBEARER (its JWKS is read): here, not on the reactor.
                 self.native_security = native_security(self.security, self.native, broker)

@@ -14,6 +14,7 @@ from millrace.gateway.assembly import (
     autoscaler,
     bound_address,
     build_store,
+    connection_guards,
     http_access,
     http_tls,
     kafka_acls,
@@ -67,6 +68,7 @@ def serve(options: ServerOptions) -> int:
         broker, kafka_factory = kafka_gateway(options, store, controller, tables, config, controller_pool)
         broker.scram = scram = scram_credentials(options, tables)
         broker.acls = kafka_acls(security, tables)
+        broker.guards = connection_guards(security)
     except Exception as exc:  # noqa: BLE001 - report why the store cannot start, then exit non-zero
         print(f"millrace: cannot start the segment store: {exc}", file=sys.stderr, flush=True)
         controller_pool.shutdown(wait=False)

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from millrace.gateway.limits import LoginFailures
 from millrace.gateway.security.oauth import JwtValidator
 from millrace.gateway.security.principal import ANONYMOUS, KafkaPrincipal
 from millrace.gateway.security.properties import ListenerSettings, SslSettings
@@ -73,8 +74,10 @@ class Session:
     """One connection's security state. Owned by the reactor thread, like its connection."""
 
     def __init__(self, listener: KafkaListener, close: Callable[[], None],
-                 authenticated: Callable[[], None] = lambda: None) -> None:
+                 authenticated: Callable[[], None] = lambda: None, failures: LoginFailures | None = None) -> None:
         self.listener = listener
+        self.host = ""  # the client's address, once connected: what failed logins are counted by
+        self._failures = failures
         self.close = close  # closes the connection once what was written has been sent
         self._on_authenticated = authenticated  # the connection lifts its pre-authentication frame limit
         self.principal: KafkaPrincipal = ANONYMOUS
@@ -126,8 +129,20 @@ class Session:
         exchange = self._exchange
         if exchange is None:
             raise IllegalSaslState("SaslAuthenticate before SaslHandshake")
+        failures = self._failures
+        if failures is not None and failures.refused(self.host):
+            # Refused before the mechanism runs: the address has used up its failed logins for now.
+            self.raw_tokens = False
+            self._exchange = None
+            raise SaslAuthenticationError(exchange.failure_message, f"{failures.most} failed logins from "
+                                          f"{self.host} within {failures.window_s:g} s: not checked")
         try:
             answer = exchange.step(message)
+        except SaslAuthenticationError:
+            self.raw_tokens = False
+            if failures is not None:
+                failures.failed(self.host)
+            raise
         except Exception:
             self.raw_tokens = False
             raise
