@@ -12,8 +12,12 @@ never with a password in it. A step after completion or failure raises ``Illegal
 - SCRAM-SHA-256 and SCRAM-SHA-512 (RFC 5802, RFC 7677): scramp runs the exchange. Kafka's grammar is
   checked first: only the gs2 header ``n,,`` (no channel binding, no authzid), no extensions: the
   ``tokenauth=true`` extension would ask for delegation tokens, which are not supported, and scramp
-  would fold any other extension into the signed messages differently than Kafka does. An unknown user
-  goes through the whole exchange with a made-up credential and fails where a wrong password fails.
+  would fold any other extension into the signed messages differently than Kafka does. A client first
+  message longer than ``SCRAM_MAX_CLIENT_FIRST_BYTES`` or a user name longer than
+  ``SCRAM_MAX_USERNAME_BYTES`` (UTF-8, as sent) is refused before it is parsed: SASLprep and the log
+  see bounded names only (a log line shows a short prefix of a name: ``limits.loggable_name``). An
+  unknown user goes through the whole exchange with a made-up credential and fails where a wrong
+  password fails.
   The broker keeps ``ScramCredential``s, never passwords; a credential is derived from the password's
   UTF-8 bytes without SASLprep, as Kafka's clients and broker derive it.
 - OAUTHBEARER (RFC 7628, Kafka's OAuthBearerSaslServer): ``n,[a=authzid],^Aauth=Bearer <token>^A[key=value^A...]^A``,
@@ -40,6 +44,7 @@ from typing import NoReturn, Protocol
 import scramp  # type: ignore[import-untyped]
 import scramp.core  # type: ignore[import-untyped]
 
+from millrace.gateway.limits import loggable_name
 from millrace.gateway.security.principal import KafkaPrincipal, user_principal
 
 PlainUsers = Mapping[str, str]  # user name -> password
@@ -49,6 +54,11 @@ SCRAM_DEFAULT_ITERATIONS = 4096
 SCRAM_MIN_ITERATIONS = 4096  # Kafka's ScramMechanism.minIterations
 SCRAM_MAX_ITERATIONS = 16384  # Kafka refuses to store credentials with more
 SCRAM_MIN_SALT_BYTES = 12  # scramp refuses shorter salts
+# Bounds on what an unauthenticated client makes the server parse: SASLprep costs about 2 us a character
+# (a 500 KB name held the reactor for 0.85 s). Kafka's user names are short (a principal's name); clients
+# send a nonce of 24 to 48 characters.
+SCRAM_MAX_USERNAME_BYTES = 256
+SCRAM_MAX_CLIENT_FIRST_BYTES = 1024
 _SALT_BYTES = 32  # new salts, and the made-up credentials of unknown users alike
 
 # Kafka's ClientFirstMessage grammar, with the gs2 flag and the authzid widened so that refusing them
@@ -219,11 +229,11 @@ class PlainSaslServer(SaslServer):
         # Compared for unknown users too, so the time taken does not tell which names exist.
         matches = hmac.compare_digest(password.encode(), (_NO_PASSWORD if expected is None else expected).encode())
         if expected is None:
-            self._fail(f"unknown user {username!r}")
+            self._fail(f"unknown user {loggable_name(username)}")
         if not matches:
-            self._fail(f"wrong password for user {username!r}")
+            self._fail(f"wrong password for user {loggable_name(username)}")
         if authzid and authzid != username:
-            self._fail(f"user {username!r} requested an authorization id that is different from its name")
+            self._fail(f"user {loggable_name(username)} requested an authorization id that is different from its name")
         self._succeed(username)
         return b""
 
@@ -250,6 +260,9 @@ class ScramSaslServer(SaslServer):
             self._fail("the SCRAM message is not UTF-8")
         if not self._first_seen:
             self._first_seen = True
+            if len(response) > SCRAM_MAX_CLIENT_FIRST_BYTES:
+                self._fail(f"SCRAM client first message of {len(response)} bytes: at most "
+                           f"{SCRAM_MAX_CLIENT_FIRST_BYTES} are read")
             self._check_client_first(message)
             try:
                 self._scram.set_client_first(message)
@@ -258,7 +271,7 @@ class ScramSaslServer(SaslServer):
                 return server_first.encode()
             except scramp.ScramException as e:
                 if e.__cause__ is not None:  # scramp wraps what the credential store raised
-                    self._fail(f"credentials could not be obtained for user {self._user!r}: "
+                    self._fail(f"credentials could not be obtained for user {loggable_name(self._user)}: "
                                f"{type(e.__cause__).__name__}")
                 self._fail(f"invalid SCRAM client first message: {e}")
         try:
@@ -266,10 +279,10 @@ class ScramSaslServer(SaslServer):
             server_final = str(self._scram.get_server_final())
         except scramp.ScramException as e:
             if self._unknown_user:
-                self._fail(f"unknown user {self._user!r}")
+                self._fail(f"unknown user {loggable_name(self._user)}")
             if e.server_error is not None and e.server_error.value == "invalid-proof":
-                self._fail(f"wrong password for user {self._user!r}")
-            self._fail(f"SCRAM client final message refused for user {self._user!r}: {e}")
+                self._fail(f"wrong password for user {loggable_name(self._user)}")
+            self._fail(f"SCRAM client final message refused for user {loggable_name(self._user)}: {e}")
         self._succeed(self._user)
         return server_final.encode()
 
@@ -282,6 +295,9 @@ class ScramSaslServer(SaslServer):
             self._fail("channel binding is not supported: the gs2 header must start with 'n'")
         if first["authzid"] is not None:
             self._fail("an authorization id in the gs2 header is not supported")
+        if len(first["saslname"].encode()) > SCRAM_MAX_USERNAME_BYTES:
+            self._fail(f"a SCRAM user name longer than {SCRAM_MAX_USERNAME_BYTES} bytes: "
+                       f"{loggable_name(first['saslname'])}")
         items = first["extensions"].split(",")[1:]  # the group starts with a comma
         extensions = {key: value for key, _, value in (item.partition("=") for item in items)}
         if extensions.get("tokenauth", "").lower() == "true":
@@ -371,7 +387,8 @@ class OAuthBearerSaslServer(SaslServer):
             raise SaslAuthenticationError(
                 "Authentication failed: Client requested an authorization id that is different from "
                 "the token's principal name",
-                f"authorization id {authzid!r} is not the token's principal {validated.principal_name!r}")
+                f"authorization id {loggable_name(authzid)} is not the token's principal "
+                f"{loggable_name(validated.principal_name)}")
         self.credential_expires_at_ms = validated.expires_at_ms
         self._succeed(validated.principal_name)
         return b""
