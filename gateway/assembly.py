@@ -551,7 +551,7 @@ def http_access(security: SecuritySettings, broker: Broker) -> HttpAccess | None
     scram = broker.scram
     authenticator = HttpAuthenticator(http, scram.scram if scram is not None else None) if http.authenticates else None
     return HttpAccess(authenticator, lambda: broker.acls.authorizer if broker.acls is not None else None,
-                      broker.config.scope, http.authentication_required_for_reads)
+                      broker.config.scope, http.authentication_required_for_reads, broker.guards.login_failures)
 
 
 def http_tls(security: SecuritySettings) -> dict[str, ServerTls]:

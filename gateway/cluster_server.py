@@ -433,7 +433,7 @@ class ClusterServer:
                                  ClusterSources(lambda: node.client, self.router.local.host.ownership_changes),
                                  reader_groups=console.reader_groups)
         self.http_front.inner = http_site(node_view, views, http_access(self.security, broker), console,
-                                          metrics=metrics)
+                                          metrics=metrics, guards=broker.guards)
         console.start()
         self.loops.append(start_background(broker))
 

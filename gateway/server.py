@@ -83,7 +83,7 @@ def serve(options: ServerOptions) -> int:
         metrics = MetricsSources(store, broker, native_factory.requests, reader_groups=console.reader_groups)
         listeners = listen(options, {"native": native_factory,
                                      "http": http_site(store, views, http_access(security, broker), console,
-                                                       metrics)},
+                                                       metrics, guards=broker.guards)},
                            {**http_tls(security), **native_tls(native)})
     except Exception as exc:  # noqa: BLE001 - e.g. a port in use
         print(f"millrace: cannot listen: {exc}", file=sys.stderr, flush=True)
