@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 from urllib.parse import unquote
 
 from prometheus_client.core import Metric
-from twisted.internet import defer, threads
+from twisted.internet import defer, tcp, threads
 from twisted.internet.interfaces import IPushProducer, ITransport
 from twisted.python.failure import Failure
 from twisted.web import resource, server
@@ -615,7 +615,10 @@ class _LimitedRequest(server.Request):
     def _answer_early(self, status: int, reason: bytes, message: str, error_type: str,
                       headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
         """Answer before the request is whole (the request's own response machinery needs it whole) and
-        close: what the client still sends is never read."""
+        close: what the client still sends is never parsed nor kept. On plain TCP the close lingers
+        (``EARLY_ANSWER_LINGER_SECONDS``, as a web server's lingering close): the connection stops
+        writing after the answer and drops what it still reads, since closing a socket with unread bytes
+        resets it, and a reset can destroy the answer before the client has read it."""
         self._refused = True
         self.content = BytesIO()
         self.requestHeaders.removeHeader(b"expect")  # no "100 Continue" after the answer
@@ -627,7 +630,21 @@ class _LimitedRequest(server.Request):
         transport.write(b"\r\n".join(lines) + b"\r\n\r\n" + body)
         log.info("HTTP request from %s answered %d before its body was read: %s", _peer_host(transport), status,
                  message)
-        transport.loseConnection()
+        channel = self.channel
+        channel.dataReceived = _drop  # type: ignore[method-assign]  # nothing more is parsed or kept
+        if isinstance(transport, tcp.Connection):
+            transport.loseWriteConnection()
+            transport.resumeProducing()  # read (and drop) what comes while the answer leaves
+            channel.callLater(EARLY_ANSWER_LINGER_SECONDS, transport.loseConnection)
+        else:
+            transport.loseConnection()
+
+
+def _drop(data: bytes) -> None:
+    """A refused request's connection: what the client still sends."""
+
+
+EARLY_ANSWER_LINGER_SECONDS = 2.0  # how long a connection answered early still reads (and drops) input
 
 
 class LimitedSite(server.Site):
