@@ -403,6 +403,19 @@ class HttpAccess:
         needed = mutating or self.reads_authenticated or permission.operation is AclOperation.READ
         return needed, mutating, permission
 
+    def claimed_user(self, request: server.Request) -> str | None:
+        """The user a request's Basic credentials name (None for any other kind, or none)."""
+        authenticator = self.authenticator
+        assert authenticator is not None
+        scheme, credentials = authenticator.scheme(request.getHeader(b"authorization"))
+        pair = authenticator.basic_credentials(credentials) if scheme == "basic" else None
+        return None if pair is None else pair[0]
+
+    def refused(self, request: server.Request, host: str) -> bool:
+        """Whether ``host`` is refused for its failed logins (``LoginFailures``), as the user it names."""
+        failures = self.login_failures
+        return failures is not None and failures.refused(host, self.claimed_user(request))
+
     def authenticate(self, request: server.Request, host: str) -> defer.Deferred[KafkaPrincipal | None]:
         """Fires with the request's principal, or None (no credentials, wrong ones, or an address refused
         for its failed logins: then no check runs). A refusal of credentials given counts as a failed
@@ -410,11 +423,13 @@ class HttpAccess:
         authenticator = self.authenticator
         assert authenticator is not None
         failures = self.login_failures
-        if failures is not None and failures.refused(host):
+        if self.refused(request, host):
             return defer.succeed(None)
         scheme, credentials = authenticator.scheme(request.getHeader(b"authorization"))
+        user = None
         if scheme == "basic":
             pair = authenticator.basic_credentials(credentials)
+            user = None if pair is None else pair[0]
             # PBKDF2 takes milliseconds: on a thread, never on the reactor.
             checked = (defer.succeed(None) if pair is None
                        else threads.deferToThread(authenticator.verify_basic, *pair, host))
@@ -424,8 +439,11 @@ class HttpAccess:
             return defer.succeed(None)  # no credentials: no failed login
 
         def count(principal: KafkaPrincipal | None) -> KafkaPrincipal | None:
-            if principal is None and failures is not None:
-                failures.failed(host)
+            if failures is not None:
+                if principal is None:
+                    failures.failed(host, user)
+                else:
+                    failures.succeeded(host, principal.name)
             return principal
 
         return checked.addCallback(count)
@@ -469,7 +487,7 @@ class _Guard(resource.Resource):
             return self._serve(request)
         host = _client_host(request)
         failures = access.login_failures
-        blocked = failures is not None and failures.refused(host)  # then no check runs (``authenticate``)
+        blocked = access.refused(request, host)  # then no check runs (``authenticate``)
         early = request.early_principal if isinstance(request, _LimitedRequest) else None
         if authenticator is None:
             principal: defer.Deferred = defer.succeed(ANONYMOUS)
@@ -562,7 +580,7 @@ class _LimitedRequest(server.Request):
             assert access is not None and authenticator is not None
             host = _peer_host(self._transport())
             failures = access.login_failures
-            if failures is not None and failures.refused(host):
+            if failures is not None and access.refused(self, host):
                 self._answer_early(429, b"Too Many Requests", "too many failed logins from this address",
                                    "TooManyRequests", [(b"retry-after", _retry_after(failures))])
                 return

@@ -16,7 +16,7 @@ Kafka's names where Kafka has them:
   long, with no request outstanding, is closed;
 - ``millrace.authentication.timeout.ms`` (30000; Kafka has no such setting): a connection that must
   authenticate and has not within this long is closed;
-- ``millrace.authentication.failures.max`` (10) within ``millrace.authentication.failures.window.ms``
+- ``millrace.authentication.failures.max`` (100) within ``millrace.authentication.failures.window.ms``
   (60000): after that many failed logins from one address over every listener, its next attempts are
   refused without running the mechanism until the window has passed (``LoginFailures``);
 - ``millrace.http.max.request.body.bytes`` (1 MiB): a larger HTTP request body is answered 413 before
@@ -63,7 +63,7 @@ class ConnectionLimits:
     queued_max_request_bytes: int = 256 * MIB  # -1: no bound (Kafka's default)
     connections_max_idle_ms: int = 600_000
     authentication_timeout_ms: int = 30_000
-    authentication_failures_max: int = 10
+    authentication_failures_max: int = 100
     authentication_failures_window_ms: int = 60_000
     http_max_request_body_bytes: int = 1 * MIB
 
@@ -120,9 +120,14 @@ class MemoryPool:
 class LoginFailures:
     """Failed logins per client address, over every listener: once an address has ``most`` failures in a
     window of ``window_s`` seconds (counted from its first failure in it), its attempts are refused until
-    that window ends, before any mechanism runs. A success does not reset the count: one valid account
-    must not let an address guess at others. At most ``addresses`` addresses are remembered, the oldest
-    forgotten first, so the count itself is bounded."""
+    that window ends, before any mechanism runs.
+
+    One misconfigured client must not lock out every other user of its host (or of a NAT): a user who
+    logged in from the address before (``succeeded``) is still let try there, and counted on its own,
+    losing that once it fails ``most`` times in a window itself. A success resets no count: one valid
+    account must not let an address guess at others. At most ``addresses`` addresses and as many
+    address-and-user pairs are remembered, the oldest forgotten first, so the counts themselves are
+    bounded."""
 
     def __init__(self, most: int, window_s: float, addresses: int = 65536,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -130,27 +135,48 @@ class LoginFailures:
         self.window_s = window_s
         self._addresses = addresses
         self._clock = clock
-        self._failures: collections.OrderedDict[str, list[float]] = collections.OrderedDict()  # [start, count]
+        # [window start, failures] by address, and by (address, user) for users trusted there
+        self._failures: collections.OrderedDict[object, list[float]] = collections.OrderedDict()
+        self._trusted: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
 
-    def refused(self, address: str) -> bool:
-        """Whether ``address`` may not try to log in now."""
-        entry = self._failures.get(address)
+    def refused(self, address: str, user: str | None = None) -> bool:
+        """Whether ``address`` may not try to log in now (as ``user``, where the attempt names one)."""
+        if user is not None and (address, user) in self._trusted:
+            return self._over((address, user))
+        return self._over(address)
+
+    def failed(self, address: str, user: str | None = None) -> None:
+        self._count(address)
+        pair = (address, user or "")
+        if user is not None and pair in self._trusted:
+            self._count(pair)
+            if self._over(pair):
+                del self._trusted[pair]
+
+    def succeeded(self, address: str, user: str) -> None:
+        self._trusted[(address, user)] = None
+        self._trusted.move_to_end((address, user))
+        while len(self._trusted) > self._addresses:
+            self._trusted.popitem(last=False)
+
+    def _over(self, key: object) -> bool:
+        entry = self._failures.get(key)
         if entry is None:
             return False
         if self._clock() - entry[0] >= self.window_s:
-            del self._failures[address]
+            del self._failures[key]
             return False
         return entry[1] >= self.most
 
-    def failed(self, address: str) -> None:
+    def _count(self, key: object) -> None:
         now = self._clock()
-        entry = self._failures.get(address)
+        entry = self._failures.get(key)
         if entry is None or now - entry[0] >= self.window_s:
-            self._failures[address] = [now, 1.0]
+            self._failures[key] = [now, 1.0]
         else:
             entry[1] += 1
-        self._failures.move_to_end(address)
-        while len(self._failures) > self._addresses:
+        self._failures.move_to_end(key)
+        while len(self._failures) > 2 * self._addresses:
             self._failures.popitem(last=False)
 
 

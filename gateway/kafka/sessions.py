@@ -130,7 +130,8 @@ class Session:
         if exchange is None:
             raise IllegalSaslState("SaslAuthenticate before SaslHandshake")
         failures = self._failures
-        if failures is not None and failures.refused(self.host):
+        claimed = exchange.claimed_user(message) if failures is not None else None
+        if failures is not None and failures.refused(self.host, claimed):
             # Refused before the mechanism runs: the address has used up its failed logins for now.
             self.raw_tokens = False
             self._exchange = None
@@ -141,7 +142,7 @@ class Session:
         except SaslAuthenticationError:
             self.raw_tokens = False
             if failures is not None:
-                failures.failed(self.host)
+                failures.failed(self.host, claimed)
             raise
         except Exception:
             self.raw_tokens = False
@@ -155,6 +156,8 @@ class Session:
             raise SaslAuthenticationError(exchange.failure_message,
                                           f"re-authenticated as {exchange.principal}, not {self.principal}")
         self.principal = exchange.principal
+        if failures is not None:
+            failures.succeeded(self.host, exchange.principal.name)
         if not self.authenticated:
             self.authenticated = True
             self._on_authenticated()

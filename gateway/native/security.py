@@ -160,7 +160,8 @@ class NativeSession:
         if exchange is None:
             raise AuthenticationError("AUTHENTICATE before AUTH_HANDSHAKE")
         failures = self.security.login_failures
-        if failures is not None and failures.refused(self.host):
+        claimed = exchange.claimed_user(payload) if failures is not None else None
+        if failures is not None and failures.refused(self.host, claimed):
             # Refused before the mechanism runs: the address has used up its failed logins for now.
             self._exchange = None
             log.info("native SASL/%s authentication from %s refused: %d failed logins within %g s",
@@ -170,7 +171,7 @@ class NativeSession:
             answer = exchange.step(payload)
         except SaslAuthenticationError as exc:
             if failures is not None:
-                failures.failed(self.host)
+                failures.failed(self.host, claimed)
             log.info("native SASL/%s authentication from %s failed: %s", exchange.mechanism, self.host, exc.reason)
             raise AuthenticationError(exc.message) from None
         except Exception as exc:  # noqa: BLE001 - a message out of turn
@@ -185,6 +186,8 @@ class NativeSession:
             log.info("native re-authentication from %s as %s, not %s: refused", self.host, principal, self.principal)
             raise AuthenticationError("re-authenticated as another principal")
         self.principal, self.authenticated = principal, True
+        if failures is not None:
+            failures.succeeded(self.host, principal.name)
         lifetime = _session_lifetime_ms(self.security.reauth_ms, exchange.credential_expires_at_ms)
         self._expires_at = None if lifetime is None else time.monotonic() + lifetime / 1000
         return m.AuthenticateReply(complete=True, principal=str(principal),

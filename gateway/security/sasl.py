@@ -197,6 +197,11 @@ class SaslServer(ABC):
     @abstractmethod
     def _step(self, response: bytes) -> bytes: ...
 
+    def claimed_user(self, response: bytes | memoryview) -> str | None:
+        """The user name the client's next message claims, found without checking anything (None where
+        the mechanism names none so cheaply): what failed logins are also counted by."""
+        return None
+
     def _fail(self, reason: str) -> NoReturn:
         raise SaslAuthenticationError(self.failure_message, reason)
 
@@ -212,6 +217,10 @@ class PlainSaslServer(SaslServer):
     def __init__(self, users: PlainUsers) -> None:
         super().__init__()
         self._users = users
+
+    def claimed_user(self, response: bytes | memoryview) -> str | None:
+        tokens = bytes(response).split(b"\0")
+        return tokens[1].decode("utf-8", "replace") if len(tokens) == 3 else None
 
     def _step(self, response: bytes) -> bytes:
         try:
@@ -252,6 +261,14 @@ class ScramSaslServer(SaslServer):
         self._user = ""
         self._unknown_user = False
         self._first_seen = False
+
+    def claimed_user(self, response: bytes | memoryview) -> str | None:
+        if self._first_seen:
+            return self._user or None
+        if len(response) > SCRAM_MAX_CLIENT_FIRST_BYTES:
+            return None
+        first = _CLIENT_FIRST.fullmatch(bytes(response).decode("utf-8", "replace"))
+        return None if first is None else first["saslname"].replace("=2C", ",").replace("=3D", "=")
 
     def _step(self, response: bytes) -> bytes:
         try:

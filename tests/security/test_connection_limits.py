@@ -9,7 +9,8 @@ client to (``gateway/limits.py``) refuse them, and what was acknowledged before 
   HTTP request needing credentials is answered 401 before its body is read, a body past the bound 413.
 - CPU and time: a SCRAM user name of 500 KB is refused before SASLprep and logged as a short prefix;
   after ``millrace.authentication.failures.max`` failed logins an address is refused on every listener
-  (Kafka, native, HTTP Basic) even with the right password, other addresses are not; a connection that
+  (Kafka, native, HTTP Basic) even with the right password, other addresses and users who logged in from
+  it before are not (``LoginFailures`` also checked in-process with a clock of its own); a connection that
   does not authenticate within ``millrace.authentication.timeout.ms``, or stays idle for
   ``connections.max.idle.ms``, is closed.
 
@@ -40,6 +41,7 @@ from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.api_versions import ApiVersionsRequest
 from millrace.gateway.kafka_protocol.messages.sasl_authenticate import SaslAuthenticateRequest
 from millrace.gateway.kafka_protocol.messages.sasl_handshake import SaslHandshakeRequest
+from millrace.gateway.limits import LoginFailures
 from millrace.protocol import messages as m
 from millrace.protocol.wire import Status, decode_body, encode_frame
 from tests.server_process import ServerProcess
@@ -368,6 +370,10 @@ def test_a_scram_user_name_of_500_kb_is_refused_before_saslprep(secured: Secured
 def test_failed_logins_refuse_an_address_on_every_listener(secured: Secured) -> None:
     server, source = secured.process, "127.0.0.3"
     right = f"\0alice\0{USERS['alice']}".encode()
+    admin = f"\0admin\0{USERS['admin']}".encode()
+    earlier = RawKafka(server.kafka_port, source)  # admin logged in from this address before
+    assert earlier.login("PLAIN", admin).error_code == 0
+    earlier.close()
     for _ in range(FAILURES_MAX):
         failing = RawKafka(server.kafka_port, source)
         assert failing.login("PLAIN", b"\0alice\0wrong").error_code == SASL_AUTHENTICATION_FAILED
@@ -386,6 +392,11 @@ def test_failed_logins_refuse_an_address_on_every_listener(secured: Secured) -> 
                           {"authorization": basic("alice", USERS["alice"]), "content-type": "application/json",
                            "content-length": "2"}, source=source)
     assert answer.status == 429 and answer.getheader("retry-after")
+    # A user who logged in from the address before is still let try there (one misconfigured client must
+    # not lock out its host): admin's login is checked, and succeeds.
+    trusted = RawKafka(server.kafka_port, source)
+    assert trusted.login("PLAIN", admin).error_code == 0
+    trusted.close()
     # Another address is not affected.
     fine = RawKafka(server.kafka_port, "127.0.0.4")
     assert fine.login("PLAIN", right).error_code == 0
@@ -482,3 +493,22 @@ def test_idle_connections_are_closed(tmp_path: Path) -> None:
         busy.close()
     finally:
         server.kill()
+
+
+def test_login_failures_count_by_address_and_trusted_user() -> None:
+    now = [0.0]
+    failures = LoginFailures(3, 60.0, clock=lambda: now[0])
+    failures.succeeded("10.0.0.1", "admin")
+    for _ in range(3):
+        assert not failures.refused("10.0.0.1", "alice")
+        failures.failed("10.0.0.1", "alice")
+    assert failures.refused("10.0.0.1", "alice") and failures.refused("10.0.0.1")
+    assert failures.refused("10.0.0.1", "mallory")  # any other name: the address is refused
+    assert not failures.refused("10.0.0.2", "alice")
+    # admin logged in from there: still tried, on its own count, until it fails as often itself.
+    assert not failures.refused("10.0.0.1", "admin")
+    for _ in range(3):
+        failures.failed("10.0.0.1", "admin")
+    assert failures.refused("10.0.0.1", "admin")
+    now[0] = 60.0  # the window has passed
+    assert not failures.refused("10.0.0.1", "alice")
