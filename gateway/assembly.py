@@ -31,6 +31,7 @@ from millrace.gateway.kafka.connection import ConnectionLimit, KafkaFactory
 from millrace.gateway.kafka.node_requests import NodeLink
 from millrace.gateway.kafka.sessions import KafkaListener
 from millrace.gateway.kafka.setup import build_kafka
+from millrace.gateway.limits import ConnectionGuards
 from millrace.gateway.native.forwarding import NativeLink
 from millrace.gateway.native.handler import NativeFactory
 from millrace.gateway.native.security import NativeSecurity
@@ -51,6 +52,7 @@ from millrace.gateway.security.properties import (
     SecuritySettings,
     SslSettings,
     apply_overrides,
+    connection_limits,
     load_properties,
     native_listener_settings,
     refuse_secrets_in_overrides,
@@ -238,8 +240,15 @@ def kafka_config(options: ServerOptions, advertised_host: str, advertised_port: 
         fetch_memory_bytes=options.fetch_budget_mb * MIB,
         group_initial_rebalance_delay_ms=options.group_initial_rebalance_delay_ms,
         log_dir=os.path.abspath(options.data_dir),
+        max_request_bytes=connection_limits(kafka_properties(options)).socket_request_max_bytes,
         **quota_windows(kafka_properties(options)),
     )
+
+
+def connection_guards(security: SecuritySettings) -> ConnectionGuards:
+    """What every listener of this server holds its clients to, shared between them (``gateway.limits``):
+    ``security``'s limits, one memory pool, one count of failed logins."""
+    return ConnectionGuards(security.limits, security.sasl_server_max_receive_size)
 
 
 def quota_windows(props: dict[str, str]) -> dict[str, Any]:
@@ -285,7 +294,7 @@ def native_gateway(options: ServerOptions, segments: SegmentService, controller:
     how its connections authenticate and are authorized (``native_security``; None: PLAINTEXT, no ACLs)."""
     return NativeFactory(segments, controller, pool, broker.scaling, topic_partitions(broker),
                          connection_budget_bytes=options.connection_budget_mb * MIB, broker=broker,
-                         transactions=transactions, security=security)
+                         transactions=transactions, security=security, guards=broker.guards)
 
 
 def native_settings(options: ServerOptions) -> ListenerSettings:
@@ -304,7 +313,8 @@ def native_security(security: SecuritySettings, settings: ListenerSettings, brok
     validator = JwtValidator(settings.oauthbearer) if settings.oauthbearer is not None else None
     return NativeSecurity(settings.security_protocol, settings.sasl_mechanisms, credentials, validator,
                           settings.ssl, security.connections_max_reauth_ms, security.sasl_server_max_receive_size,
-                          acls=lambda: broker.acls, kafka_scope=broker.config.scope, super_users=security.super_users)
+                          acls=lambda: broker.acls, kafka_scope=broker.config.scope, super_users=security.super_users,
+                          login_failures=broker.guards.login_failures)
 
 
 def native_link(security: SecuritySettings, native: ListenerSettings, link: NodeLink) -> NativeLink:
@@ -554,7 +564,7 @@ def http_access(security: SecuritySettings, broker: Broker) -> HttpAccess | None
     scram = broker.scram
     authenticator = HttpAuthenticator(http, scram.scram if scram is not None else None) if http.authenticates else None
     return HttpAccess(authenticator, lambda: broker.acls.authorizer if broker.acls is not None else None,
-                      broker.config.scope, http.authentication_required_for_reads)
+                      broker.config.scope, http.authentication_required_for_reads, broker.guards.login_failures)
 
 
 def http_tls(security: SecuritySettings) -> dict[str, ServerTls]:

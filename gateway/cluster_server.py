@@ -52,6 +52,7 @@ from millrace.gateway.assembly import (
     build_cluster_node,
     cluster_node_setup,
     cluster_router,
+    connection_guards,
     http_access,
     http_tls,
     kafka_acls,
@@ -354,6 +355,7 @@ class ClusterServer:
                                                       load_groups=False)
                 broker.scram = scram_credentials(options, tables)
                 broker.acls = kafka_acls(self.security, tables)
+                broker.guards = connection_guards(self.security)
                 broker.node_link = self.link
                 # Blocking where the native listener serves OAUTHBEARER (its JWKS is read): here, not on the reactor.
                 self.native_security = native_security(self.security, self.native, broker)
@@ -435,7 +437,7 @@ class ClusterServer:
                                  ClusterSources(lambda: node.client, self.router.local.host.ownership_changes),
                                  reader_groups=console.reader_groups)
         self.http_front.inner = http_site(node_view, views, http_access(self.security, broker), console,
-                                          metrics=metrics)
+                                          metrics=metrics, guards=broker.guards)
         console.start()
         self.loops.append(start_background(broker))
 

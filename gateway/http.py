@@ -31,6 +31,14 @@ asks for a PLAINTEXT listener's clients. An authenticated mutating request must 
 for the site cannot be made to scale a stream by another site's page. Without ``HttpAccess`` the site is
 open, as before.
 
+Limits (``gateway.limits``): a request body longer than ``millrace.http.max.request.body.bytes`` is
+answered 413 and the connection closed, before the body is read (a declared length) or as soon as it
+passes the bound (a chunked body). A request with a body that needs a principal has its credentials
+checked before its body is read (the connection stops reading meanwhile): without valid ones it is
+answered 401 and the connection closed, the body unread; from an address past
+``millrace.authentication.failures.max`` failed logins it is answered 429 without any check. Such early
+answers are written by ``_LimitedRequest`` straight to the connection, which then closes.
+
 Controller and scaler calls block on table-segment I/O, so they run on the server's controller pool
 and the resource answers later (NOT_DONE_YET); so do the stream metrics (``gateway/metrics.py``).
 """
@@ -42,14 +50,17 @@ import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from io import BytesIO
+from typing import TYPE_CHECKING, Any, Protocol, cast
 from urllib.parse import unquote
 
 from prometheus_client.core import Metric
-from twisted.internet import defer, threads
+from twisted.internet import defer, tcp, threads
+from twisted.internet.interfaces import IPushProducer, ITransport
 from twisted.python.failure import Failure
 from twisted.web import resource, server
 
+from millrace.gateway.limits import ConnectionGuards, LoginFailures
 from millrace.gateway.metrics import CONTENT_TYPE, MetricsSources, reactor_families, render, worker_families
 from millrace.gateway.native.controller_commands import PartitionsOf, describe_stream
 from millrace.gateway.security.acls import CLUSTER_NAME, AclOperation, Authorizer, ResourceType, client_host
@@ -376,12 +387,66 @@ def endpoint_permission(method: str, path: Sequence[str], kafka_scope: str) -> t
 class HttpAccess:
     """Who may use the HTTP API: ``authenticator`` where the HTTP listener authenticates (None: it does
     not), the server's Authorizer as it is now (None: no authorizer), the Kafka scope (for
-    ``stream_acl_resource``), and whether reads need a principal too."""
+    ``stream_acl_resource``), whether reads need a principal too, and the failed logins by address that
+    every listener counts (None: not counted)."""
 
     authenticator: HttpAuthenticator | None
     authorizer: Callable[[], Authorizer | None]
     kafka_scope: str
     reads_authenticated: bool = False
+    login_failures: LoginFailures | None = None
+
+    def needs_principal(self, method: str, path: Sequence[str]) -> tuple[bool, bool, Permission]:
+        """(whether the request needs a principal, whether it changes anything, the permission it needs)."""
+        mutating, permission = endpoint_permission(method, path, self.kafka_scope)
+        # Records are data, not descriptions: authorized like a Fetch even where other reads are open.
+        needed = mutating or self.reads_authenticated or permission.operation is AclOperation.READ
+        return needed, mutating, permission
+
+    def claimed_user(self, request: server.Request) -> str | None:
+        """The user a request's Basic credentials name (None for any other kind, or none)."""
+        authenticator = self.authenticator
+        assert authenticator is not None
+        scheme, credentials = authenticator.scheme(request.getHeader(b"authorization"))
+        pair = authenticator.basic_credentials(credentials) if scheme == "basic" else None
+        return None if pair is None else pair[0]
+
+    def refused(self, request: server.Request, host: str) -> bool:
+        """Whether ``host`` is refused for its failed logins (``LoginFailures``), as the user it names."""
+        failures = self.login_failures
+        return failures is not None and failures.refused(host, self.claimed_user(request))
+
+    def authenticate(self, request: server.Request, host: str) -> defer.Deferred[KafkaPrincipal | None]:
+        """Fires with the request's principal, or None (no credentials, wrong ones, or an address refused
+        for its failed logins: then no check runs). A refusal of credentials given counts as a failed
+        login of ``host``."""
+        authenticator = self.authenticator
+        assert authenticator is not None
+        failures = self.login_failures
+        if self.refused(request, host):
+            return defer.succeed(None)
+        scheme, credentials = authenticator.scheme(request.getHeader(b"authorization"))
+        user = None
+        if scheme == "basic":
+            pair = authenticator.basic_credentials(credentials)
+            user = None if pair is None else pair[0]
+            # PBKDF2 takes milliseconds: on a thread, never on the reactor.
+            checked = (defer.succeed(None) if pair is None
+                       else threads.deferToThread(authenticator.verify_basic, *pair, host))
+        elif scheme == "bearer":
+            checked = defer.succeed(authenticator.verify_bearer(credentials, host))
+        else:
+            return defer.succeed(None)  # no credentials: no failed login
+
+        def count(principal: KafkaPrincipal | None) -> KafkaPrincipal | None:
+            if failures is not None:
+                if principal is None:
+                    failures.failed(host, user)
+                else:
+                    failures.succeeded(host, principal.name)
+            return principal
+
+        return checked.addCallback(count)
 
 
 class _AuthenticationRequiredError(Exception):
@@ -416,17 +481,20 @@ class _Guard(resource.Resource):
     def render(self, request: server.Request) -> bytes | int:
         access = self.access
         path = [unquote(p.decode()) for p in request.postpath or () if p]
-        mutating, permission = endpoint_permission(request.method.decode("latin-1"), path, access.kafka_scope)
-        # Records are data, not descriptions: authorized like a Fetch even where other reads are open.
-        needs_principal = mutating or access.reads_authenticated or permission.operation is AclOperation.READ
+        needs_principal, mutating, permission = access.needs_principal(request.method.decode("latin-1"), path)
         authenticator = access.authenticator
         if not needs_principal or (authenticator is None and access.authorizer() is None):
             return self._serve(request)
         host = _client_host(request)
+        failures = access.login_failures
+        blocked = access.refused(request, host)  # then no check runs (``authenticate``)
+        early = request.early_principal if isinstance(request, _LimitedRequest) else None
         if authenticator is None:
             principal: defer.Deferred = defer.succeed(ANONYMOUS)
+        elif early is not None:  # checked before the body was read (``_LimitedRequest``)
+            principal = early
         else:
-            principal = self._authenticate(authenticator, request, host)
+            principal = access.authenticate(request, host)
         gone: list[bool] = []
         request.notifyFinish().addErrback(lambda _: gone.append(True))
 
@@ -447,6 +515,9 @@ class _Guard(resource.Resource):
 
         def refused(failure: Failure) -> bytes:
             if failure.check(_AuthenticationRequiredError):
+                if blocked and failures is not None:
+                    request.setHeader(b"retry-after", _retry_after(failures))
+                    return _refuse(request, 429, "too many failed logins from this address", "TooManyRequests")
                 challenges = authenticator.challenges if authenticator is not None else ()
                 return _refuse(request, 401, "authentication required", "AuthenticationRequired", challenges)
             if failure.check(_NotAuthorizedError):
@@ -468,19 +539,148 @@ class _Guard(resource.Resource):
         principal.addCallback(decide).addErrback(refused).addCallback(finish)
         return server.NOT_DONE_YET
 
-    @staticmethod
-    def _authenticate(authenticator: HttpAuthenticator, request: server.Request, host: str) -> defer.Deferred:
-        """Fires with the request's principal, or None (no credentials, or wrong ones)."""
-        scheme, credentials = authenticator.scheme(request.getHeader(b"authorization"))
-        if scheme == "basic":
-            pair = authenticator.basic_credentials(credentials)
-            if pair is None:
-                return defer.succeed(None)
-            # PBKDF2 takes milliseconds: on a thread, never on the reactor.
-            return threads.deferToThread(authenticator.verify_basic, *pair, host)
-        if scheme == "bearer":
-            return defer.succeed(authenticator.verify_bearer(credentials, host))
-        return defer.succeed(None)
+
+def _retry_after(failures: LoginFailures) -> bytes:
+    return str(max(1, round(failures.window_s))).encode()
+
+
+class _LimitedRequest(server.Request):
+    """A request held to the site's limits before its body is read (module docstring): Twisted calls
+    ``gotLength`` once the headers are in, before any of the body."""
+
+    site: LimitedSite
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.early_principal: defer.Deferred | None = None  # credentials checked before the body was read
+        self._refused = False  # answered early: nothing more is read or served
+        self._processing = False
+        self._body_bytes = 0
+
+    def _site(self) -> LimitedSite:
+        return cast(LimitedSite, self.channel.site)  # type: ignore[attr-defined]  # Site.buildProtocol sets it
+
+    def _transport(self) -> ITransport:
+        transport = self.channel.transport
+        assert transport is not None  # the channel is connected while it reads a request
+        return transport
+
+    def gotLength(self, length: int | None) -> None:  # noqa: N802 - Twisted's name
+        site = self._site()
+        access = site.access
+        authenticator = access.authenticator if access is not None else None
+        checked = False  # whether this request's credentials are checked before its body is read
+        if length != 0 and access is not None and authenticator is not None:
+            # The request line as the channel read it (the request itself learns it only with the body).
+            method = bytes(getattr(self.channel, "_command", b"")).decode("latin-1")
+            raw_path = bytes(getattr(self.channel, "_path", b"")).split(b"?", 1)[0]
+            path = [unquote(p.decode("latin-1")) for p in raw_path.split(b"/") if p]
+            checked = access.needs_principal(method, path)[0]
+        if checked:
+            assert access is not None and authenticator is not None
+            host = _peer_host(self._transport())
+            failures = access.login_failures
+            if failures is not None and access.refused(self, host):
+                self._answer_early(429, b"Too Many Requests", "too many failed logins from this address",
+                                   "TooManyRequests", [(b"retry-after", _retry_after(failures))])
+                return
+            scheme, credentials = authenticator.scheme(self.getHeader(b"authorization"))
+            if not (scheme == "bearer" or (scheme == "basic" and authenticator.basic_credentials(credentials))):
+                self._answer_early(401, b"Unauthorized", "authentication required", "AuthenticationRequired",
+                                   [(b"www-authenticate", c) for c in authenticator.challenges])
+                return
+        if length is not None and length > site.max_body_bytes:
+            self._answer_early(413, b"Content Too Large", "the request body is larger than "
+                               f"{site.max_body_bytes} bytes", "ContentTooLarge")
+            return
+        super().gotLength(length)
+        if not checked:
+            return  # no body to keep unread (the guard checks the request as it is), or nothing to check
+        assert access is not None and authenticator is not None
+        transport = IPushProducer(self._transport())
+        transport.pauseProducing()  # no body is read until the credentials are checked
+        challenges = authenticator.challenges
+
+        def verdict(principal: KafkaPrincipal | None) -> KafkaPrincipal | None:
+            if self._processing or self._refused:  # the body had already arrived: the guard answers
+                return principal
+            if principal is None:
+                self._answer_early(401, b"Unauthorized", "authentication required", "AuthenticationRequired",
+                                   [(b"www-authenticate", c) for c in challenges])
+            else:
+                transport.resumeProducing()
+            return principal
+
+        self.early_principal = access.authenticate(self, host).addCallback(verdict)
+
+    def handleContentChunk(self, data: bytes) -> None:  # noqa: N802 - Twisted's name
+        if self._refused:
+            return
+        self._body_bytes += len(data)
+        limit = self._site().max_body_bytes
+        if self._body_bytes > limit:  # a chunked body, whose length was not declared
+            self._answer_early(413, b"Content Too Large", f"the request body is larger than {limit} bytes",
+                               "ContentTooLarge")
+            return
+        super().handleContentChunk(data)
+
+    def process(self) -> None:
+        if self._refused:
+            return
+        self._processing = True
+        super().process()
+
+    def _answer_early(self, status: int, reason: bytes, message: str, error_type: str,
+                      headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
+        """Answer before the request is whole (the request's own response machinery needs it whole) and
+        close: what the client still sends is never parsed nor kept. On plain TCP the close lingers
+        (``EARLY_ANSWER_LINGER_SECONDS``, as a web server's lingering close): the connection stops
+        writing after the answer and drops what it still reads, since closing a socket with unread bytes
+        resets it, and a reset can destroy the answer before the client has read it."""
+        self._refused = True
+        self.content = BytesIO()
+        self.requestHeaders.removeHeader(b"expect")  # no "100 Continue" after the answer
+        body = json.dumps({"error": message, "type": error_type}).encode()
+        lines = [b"HTTP/1.1 %d %s" % (status, reason), b"content-type: application/json",
+                 b"content-length: %d" % len(body), b"connection: close",
+                 *(name + b": " + value for name, value in headers)]
+        transport = self._transport()
+        transport.write(b"\r\n".join(lines) + b"\r\n\r\n" + body)
+        log.info("HTTP request from %s answered %d before its body was read: %s", _peer_host(transport), status,
+                 message)
+        channel = self.channel
+        channel.dataReceived = _drop  # type: ignore[method-assign]  # nothing more is parsed or kept
+        if isinstance(transport, tcp.Connection):
+            transport.loseWriteConnection()
+            transport.resumeProducing()  # read (and drop) what comes while the answer leaves
+            channel.callLater(EARLY_ANSWER_LINGER_SECONDS, transport.loseConnection)
+        else:
+            transport.loseConnection()
+
+
+def _drop(data: bytes) -> None:
+    """A refused request's connection: what the client still sends."""
+
+
+EARLY_ANSWER_LINGER_SECONDS = 2.0  # how long a connection answered early still reads (and drops) input
+
+
+class LimitedSite(server.Site):
+    """The HTTP site with its limits (``_LimitedRequest``): the largest request body, and ``access`` to
+    check credentials with before a body is read."""
+
+    def __init__(self, root: resource.Resource, max_body_bytes: int, access: HttpAccess | None) -> None:
+        super().__init__(root, requestFactory=_LimitedRequest)
+        self.max_body_bytes = max_body_bytes
+        self.access = access
+
+
+def _peer_host(transport: Any) -> str:
+    host = str(getattr(transport.getPeer(), "host", ""))
+    try:
+        return client_host(host)
+    except ValueError:
+        return host
 
 
 def _client_host(request: server.Request) -> str:
@@ -498,11 +698,13 @@ def _json_body(request: server.Request) -> bool:
 
 
 def http_site(store: NodeView, views: StreamViews | None = None, access: HttpAccess | None = None,
-              console: Console | None = None, metrics: MetricsSources | None = None) -> server.Site:
+              console: Console | None = None, metrics: MetricsSources | None = None,
+              guards: ConnectionGuards | None = None) -> server.Site:
     """The HTTP site; without ``views`` (no controller) only the store's resources exist; with ``access``
     every request is authenticated and authorized as it says (``_Guard``); ``console`` adds the web
     console at ``/`` and its JSON resources under ``/api`` (``gateway/console/``); ``metrics``: what
-    ``/metrics`` reads (None: the store's containers only)."""
+    ``/metrics`` reads (None: the store's containers only); ``guards``: the server's limits (None: the
+    defaults)."""
     root = resource.Resource()
     root.putChild(b"health", _Health(store))
     root.putChild(b"metrics", _Metrics(metrics if metrics is not None else MetricsSources(store), views))
@@ -513,4 +715,5 @@ def http_site(store: NodeView, views: StreamViews | None = None, access: HttpAcc
         api.putChild(b"streams", _Streams(views))
     if console is not None:
         console.mount(root, api)
-    return server.Site(root if access is None else _Guard(root, access))
+    limits = (guards if guards is not None else ConnectionGuards()).limits
+    return LimitedSite(root if access is None else _Guard(root, access), limits.http_max_request_body_bytes, access)

@@ -230,13 +230,14 @@ def _connection_families(protocols: Sequence[RequestMetrics]) -> list[Metric]:
     open_ = GaugeMetricFamily("millrace_connections", "Open client connections.", labels=["listener"])
     paused = GaugeMetricFamily("millrace_connections_paused",
                                "Connections not reading now, by why: budget (a byte budget is full), "
-                               "quota (throttled), send (responses wait unsent).", labels=["listener", "reason"])
+                               "memory (its next frame waits for queued.max.request.bytes), quota (throttled), "
+                               "send (responses wait unsent).", labels=["listener", "reason"])
     held = GaugeMetricFamily("millrace_connection_budget_held_bytes",
                              "Bytes of unanswered requests and not-yet-durable appends the listener's "
                              "connections hold against their budgets.", labels=["listener"])
     for metrics in protocols:
         for name, listener in sorted(metrics.listeners.items()):
-            reasons = {"budget": 0, "quota": 0, "send": 0}
+            reasons = {"budget": 0, "memory": 0, "quota": 0, "send": 0}
             total = 0
             for connection in listener.connections:
                 why = connection.paused_by()

@@ -15,6 +15,7 @@ from millrace.gateway.assembly import (
     autoscaler,
     bound_address,
     build_store,
+    connection_guards,
     http_access,
     http_tls,
     kafka_acls,
@@ -73,6 +74,7 @@ def serve(options: ServerOptions) -> int:
         broker, kafka_factory = kafka_gateway(options, store, controller, tables, config, controller_pool)
         broker.scram = scram = scram_credentials(options, tables)
         broker.acls = kafka_acls(security, tables)
+        broker.guards = connection_guards(security)
     except Exception as exc:  # noqa: BLE001 - report why the store cannot start, then exit non-zero
         print(f"millrace: cannot start the segment store: {exc}", file=sys.stderr, flush=True)
         controller_pool.shutdown(wait=False)
@@ -87,7 +89,7 @@ def serve(options: ServerOptions) -> int:
         metrics = MetricsSources(store, broker, native_factory.requests, reader_groups=console.reader_groups)
         listeners = listen(options, {"native": native_factory,
                                      "http": http_site(store, views, http_access(security, broker), console,
-                                                       metrics)},
+                                                       metrics, guards=broker.guards)},
                            {**http_tls(security), **native_tls(native)})
     except Exception as exc:  # noqa: BLE001 - e.g. a port in use
         print(f"millrace: cannot listen: {exc}", file=sys.stderr, flush=True)

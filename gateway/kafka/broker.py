@@ -15,6 +15,7 @@ from twisted.internet.defer import Deferred
 
 from millrace.gateway.kafka.node_requests import PLAINTEXT_LINK, NodeLink
 from millrace.gateway.kafka.quotas.enforcement import ClientQuotas
+from millrace.gateway.limits import ConnectionGuards
 from millrace.gateway.request_metrics import KafkaTraffic, RequestMetrics
 from millrace.gateway.security.acls import (
     CLUSTER_NAME,
@@ -177,12 +178,16 @@ class Broker:
     acls: AclTable | None = None
     # How this node's requests to other nodes dial them and log in (Kafka's inter-broker listener)
     node_link: NodeLink = PLAINTEXT_LINK
+    # What every listener holds its clients to (``gateway.limits``): set from the properties at start;
+    # the defaults until then
+    guards: ConnectionGuards
 
     def __init__(
         self, store: SegmentService, controller: Controller, tables: TableStore, config: KafkaConfig,
         pool: ThreadPoolExecutor,
     ) -> None:
         self.store = store
+        self.guards = ConnectionGuards()
         self.controller = controller
         self.tables = tables
         self.config = config

@@ -59,16 +59,17 @@ class _Slot:
 
 class KafkaConnection(BudgetedReceiver):
     def __init__(self, broker: Broker, budget_bytes: int, listener: KafkaListener | None = None) -> None:
-        super().__init__(budget_bytes, "kafka-connection")
+        super().__init__(budget_bytes, "kafka-connection", broker.guards)
         self.broker = broker
-        self.MAX_LENGTH = broker.config.max_request_bytes
+        self.MAX_LENGTH = broker.config.max_request_bytes  # socket.request.max.bytes
         self.listener = listener
         # The session, on a listener with TLS or SASL (None on PLAINTEXT: every request is admitted, by
         # ANONYMOUS, and the hot path checks nothing more). Until it authenticates, frames are held to
-        # the listener's pre-authentication limit.
+        # the listener's pre-authentication limit, and it has millrace.authentication.timeout.ms to.
         self.session: Session | None = None
         if listener is not None and (listener.uses_sasl or listener.ssl is not None):
-            self.session = Session(listener, self.close_connection, self._authenticated)
+            self.session = Session(listener, self.close_connection, self._authenticated,
+                                   broker.guards.login_failures)
             if listener.uses_sasl:
                 self.MAX_LENGTH = listener.max_pre_auth_bytes
         self._slots: collections.deque[_Slot] = collections.deque()
@@ -89,6 +90,10 @@ class KafkaConnection(BudgetedReceiver):
         peer = self.tcp.getPeer()
         self._peer = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
         self._metrics.connections.add(self)
+        if self.session is not None:
+            self.session.host = str(getattr(peer, "host", ""))
+            if not self.session.authenticated:
+                self.require_authentication()
 
     def stringReceived(self, frame: memoryview) -> None:  # noqa: N802 - Twisted's name
         started = perf_counter()
@@ -171,6 +176,7 @@ class KafkaConnection(BudgetedReceiver):
         """The session authenticated: the next frame may be as large as any request (the length of a
         frame is checked as it starts, so this must not wait for the next request)."""
         self.MAX_LENGTH = self.broker.config.max_request_bytes
+        self.authenticated()
 
 
     def _respond(self, response: Any, ctx: RequestContext, slot: _Slot) -> None:

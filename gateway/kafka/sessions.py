@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from millrace.gateway.limits import LoginFailures
 from millrace.gateway.security.oauth import JwtValidator
 from millrace.gateway.security.principal import ANONYMOUS, KafkaPrincipal
 from millrace.gateway.security.properties import ListenerSettings, SslSettings
@@ -73,8 +74,10 @@ class Session:
     """One connection's security state. Owned by the reactor thread, like its connection."""
 
     def __init__(self, listener: KafkaListener, close: Callable[[], None],
-                 authenticated: Callable[[], None] = lambda: None) -> None:
+                 authenticated: Callable[[], None] = lambda: None, failures: LoginFailures | None = None) -> None:
         self.listener = listener
+        self.host = ""  # the client's address, once connected: what failed logins are counted by
+        self._failures = failures
         self.close = close  # closes the connection once what was written has been sent
         self._on_authenticated = authenticated  # the connection lifts its pre-authentication frame limit
         self.principal: KafkaPrincipal = ANONYMOUS
@@ -126,8 +129,21 @@ class Session:
         exchange = self._exchange
         if exchange is None:
             raise IllegalSaslState("SaslAuthenticate before SaslHandshake")
+        failures = self._failures
+        claimed = exchange.claimed_user(message) if failures is not None else None
+        if failures is not None and failures.refused(self.host, claimed):
+            # Refused before the mechanism runs: the address has used up its failed logins for now.
+            self.raw_tokens = False
+            self._exchange = None
+            raise SaslAuthenticationError(exchange.failure_message, f"{failures.most} failed logins from "
+                                          f"{self.host} within {failures.window_s:g} s: not checked")
         try:
             answer = exchange.step(message)
+        except SaslAuthenticationError:
+            self.raw_tokens = False
+            if failures is not None:
+                failures.failed(self.host, claimed)
+            raise
         except Exception:
             self.raw_tokens = False
             raise
@@ -140,6 +156,8 @@ class Session:
             raise SaslAuthenticationError(exchange.failure_message,
                                           f"re-authenticated as {exchange.principal}, not {self.principal}")
         self.principal = exchange.principal
+        if failures is not None:
+            failures.succeeded(self.host, exchange.principal.name)
         if not self.authenticated:
             self.authenticated = True
             self._on_authenticated()

@@ -16,6 +16,7 @@ from twisted.internet import defer, protocol
 from twisted.python.failure import Failure
 
 from millrace.gateway.framing import DEFAULT_CONNECTION_BUDGET_BYTES, BudgetedReceiver
+from millrace.gateway.limits import ConnectionGuards
 from millrace.gateway.native.controller_commands import PartitionsOf, controller_handlers
 from millrace.gateway.native.dispatch import Handlers, handlers, serve
 from millrace.gateway.native.event_commands import event_handlers
@@ -70,11 +71,17 @@ class NativeProtocol(BudgetedReceiver):
 
     def __init__(self, store: SegmentService, controller_commands: Handlers,
                  budget_bytes: int = DEFAULT_CONNECTION_BUDGET_BYTES, security: NativeSecurity | None = None,
-                 metrics: ListenerMetrics | None = None, segments: SegmentCommands | None = None) -> None:
+                 metrics: ListenerMetrics | None = None, guards: ConnectionGuards | None = None,
+                 segments: SegmentCommands | None = None) -> None:
         """``segments``: what serves the raw segment commands, the stream layer's ``SegmentGate`` on a
         client listener; the store itself (the default) only on a cluster's peer listener, whose other
         side is a node's own stream layer."""
-        super().__init__(budget_bytes, "native-connection")
+        super().__init__(budget_bytes, "native-connection", guards)
+        # The protocol's own bound, lowered by socket.request.max.bytes where that is smaller
+        self._max_frame = MAX_FRAME_BYTES if guards is None else min(
+            MAX_FRAME_BYTES, guards.limits.socket_request_max_bytes)
+        self.MAX_LENGTH = self._max_frame
+        self._pre_auth_limit = False  # frames held to sasl.server.max.receive.size until authenticated
         self.store = store
         if segments is None:
             segments = store
@@ -111,8 +118,12 @@ class NativeProtocol(BudgetedReceiver):
         if self._security is not None:
             peer = self.tcp.getPeer()
             self.session = NativeSession(self._security, str(getattr(peer, "host", "")), self.close_connection)
-            if self._security.uses_sasl:  # until authenticated, frames no larger than this
-                self.MAX_LENGTH = self._security.max_pre_auth_bytes
+            # Until it authenticated (or, where it need not, its TLS handshake is done), frames no larger
+            # than sasl.server.max.receive.size, and only so long to do it
+            self.MAX_LENGTH = min(self._max_frame, self._security.max_pre_auth_bytes)
+            self._pre_auth_limit = True
+            if self.session.must_authenticate:
+                self.require_authentication()
         if self._metrics is not None:
             self._metrics.connections.add(self)
 
@@ -174,13 +185,17 @@ class NativeProtocol(BudgetedReceiver):
         except ValueError as exc:  # no ssl.principal.mapping.rules rule names the certificate
             log.info("closing native connection: its certificate maps to no principal: %s", exc)
             raise AuthenticationError("the client certificate maps to no principal") from None
+        if self._pre_auth_limit and (session.authenticated or not session.must_authenticate):
+            # Authenticated by its certificate, or on a listener that needs no login: the TLS handshake
+            # is done (a request arrived), so large frames may come.
+            self._lift_pre_auth_limit()
         if isinstance(request, m.AuthHandshake):
             self._reply_value(request_id, size, session.handshake(request))
             return _ANSWERED
         if isinstance(request, m.Authenticate):
             reply, answer = session.authenticate(bytes(payload))
-            if reply.complete and self._security is not None:
-                self.MAX_LENGTH = MAX_FRAME_BYTES
+            if reply.complete:
+                self._lift_pre_auth_limit()
             self._reply_value(request_id, size, Answer(reply, answer))
             return _ANSWERED
         if isinstance(request, m.Hello) and self._security is not None:
@@ -190,6 +205,11 @@ class NativeProtocol(BudgetedReceiver):
                 hello, mechanisms=self._security.sasl_mechanisms, authentication=session.must_authenticate))
             return _ANSWERED
         return session.admit(request)
+
+    def _lift_pre_auth_limit(self) -> None:
+        self.MAX_LENGTH = self._max_frame
+        self._pre_auth_limit = False
+        self.authenticated()
 
     def _reply_future(self, request_id: int, size: int, fut: StoreFuture) -> None:
         exc = fut.exception()
@@ -301,7 +321,7 @@ class NativeFactory(protocol.ServerFactory):
                  partitions_of: PartitionsOf | None = None,
                  connection_budget_bytes: int = DEFAULT_CONNECTION_BUDGET_BYTES,
                  broker: NativeHost | None = None, transactions: bool = True,
-                 security: NativeSecurity | None = None) -> None:
+                 security: NativeSecurity | None = None, guards: ConnectionGuards | None = None) -> None:
         """``broker``: the Kafka gateway whose partition storage takes native event appends (None: the
         listener serves no event writers); ``transactions``: serve its native transactions here (a
         cluster node installs the cluster's own handlers instead: ``txn_cluster``)."""
@@ -319,9 +339,10 @@ class NativeFactory(protocol.ServerFactory):
         }
         self.connection_budget_bytes = connection_budget_bytes
         self.security = security  # None: PLAINTEXT, no ACLs
+        self.guards = guards if guards is not None else ConnectionGuards()  # shared with the other listeners
         self.requests = RequestMetrics()  # its connections' latencies and the open ones, for /metrics
         self.requests.listener("NATIVE")  # reported from the start, with no connection yet
 
     def buildProtocol(self, addr: Any) -> NativeProtocol:  # noqa: N802 - Twisted's name
         return NativeProtocol(self.store, self.controller_commands, self.connection_budget_bytes, self.security,
-                              self.requests.listener("NATIVE"), self.segments)
+                              self.requests.listener("NATIVE"), self.guards, self.segments)

@@ -7,8 +7,11 @@ Invariants (Kafka's SaslServerAuthenticator's, on the native wire):
   without one (PLAINTEXT, no authorizer) every request is served as before and costs one attribute test;
 - before it authenticates, a connection that must (SASL listener, or an authorizer and no certificate
   principal) is served HELLO, AUTH_HANDSHAKE and AUTHENTICATE only, in frames no larger than
-  ``sasl.server.max.receive.size``; anything else is answered AUTHENTICATION_FAILED and the connection
-  closed. A failed exchange is answered once with the mechanism's one message (never the reason, which
+  ``sasl.server.max.receive.size`` (so is any connection with a session until it authenticated, or, where
+  it need not, until its first request showed the TLS handshake done), and within
+  ``millrace.authentication.timeout.ms``; anything else is answered AUTHENTICATION_FAILED and the connection
+  closed. An address with ``millrace.authentication.failures.max`` failed logins (on any listener) within
+  the window is refused without the mechanism running. A failed exchange is answered once with the mechanism's one message (never the reason, which
   goes to the debug log without a secret) and the connection is closed;
 - a session lasts ``connections.max.reauth.ms`` and no longer than an OAUTHBEARER token; the client
   authenticates again on the connection (as the same principal) before it ends, and a request after the
@@ -28,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from millrace.gateway.limits import LoginFailures
 from millrace.gateway.native.authorization import NativeAuthorizer
 from millrace.gateway.security.acl_table import AclTable
 from millrace.gateway.security.acls import client_host
@@ -67,6 +71,8 @@ class NativeSecurity:
     kafka_scope: str = "kafka"
     # ``super.users``: who may forward a request for another principal (the authorizer's, when one is on)
     super_users: frozenset[KafkaPrincipal] = frozenset()
+    # Failed logins by address, shared with every listener (None: not counted)
+    login_failures: LoginFailures | None = None
 
     @property
     def uses_sasl(self) -> bool:
@@ -153,9 +159,19 @@ class NativeSession:
         exchange = self._exchange
         if exchange is None:
             raise AuthenticationError("AUTHENTICATE before AUTH_HANDSHAKE")
+        failures = self.security.login_failures
+        claimed = exchange.claimed_user(payload) if failures is not None else None
+        if failures is not None and failures.refused(self.host, claimed):
+            # Refused before the mechanism runs: the address has used up its failed logins for now.
+            self._exchange = None
+            log.info("native SASL/%s authentication from %s refused: %d failed logins within %g s",
+                     exchange.mechanism, self.host, failures.most, failures.window_s)
+            raise AuthenticationError(exchange.failure_message)
         try:
             answer = exchange.step(payload)
         except SaslAuthenticationError as exc:
+            if failures is not None:
+                failures.failed(self.host, claimed)
             log.info("native SASL/%s authentication from %s failed: %s", exchange.mechanism, self.host, exc.reason)
             raise AuthenticationError(exc.message) from None
         except Exception as exc:  # noqa: BLE001 - a message out of turn
@@ -170,6 +186,8 @@ class NativeSession:
             log.info("native re-authentication from %s as %s, not %s: refused", self.host, principal, self.principal)
             raise AuthenticationError("re-authenticated as another principal")
         self.principal, self.authenticated = principal, True
+        if failures is not None:
+            failures.succeeded(self.host, principal.name)
         lifetime = _session_lifetime_ms(self.security.reauth_ms, exchange.credential_expires_at_ms)
         self._expires_at = None if lifetime is None else time.monotonic() + lifetime / 1000
         return m.AuthenticateReply(complete=True, principal=str(principal),

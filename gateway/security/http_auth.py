@@ -28,6 +28,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 
+from millrace.gateway.limits import loggable_name
 from millrace.gateway.security.oauth import JwtValidator
 from millrace.gateway.security.principal import KafkaPrincipal, user_principal
 from millrace.gateway.security.properties import HttpSettings
@@ -110,7 +111,8 @@ class HttpAuthenticator:
         if expected is not None:
             if hmac.compare_digest(password.encode(), expected.encode()):
                 return user_principal(user)
-            log.info("HTTP authentication from %s failed: wrong password for PLAIN user %r", client, user)
+            log.info("HTTP authentication from %s failed: wrong password for PLAIN user %s", client,
+                     loggable_name(user))
             return None
         credentials: list[tuple[str, ScramCredential]] = []
         for mechanism in self._scram_mechanisms if self._scram is not None else ():
@@ -139,7 +141,7 @@ class HttpAuthenticator:
                               _made_up_credential(self._scram_mechanisms[0], user))
             log.info("HTTP authentication from %s failed: unknown user", client)  # the name may be a mistyped password
         else:
-            log.info("HTTP authentication from %s failed: wrong password for user %r", client, user)
+            log.info("HTTP authentication from %s failed: wrong password for user %s", client, loggable_name(user))
         return None
 
     def verify_bearer(self, token: str, client: str = "") -> KafkaPrincipal | None:

@@ -32,6 +32,16 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from millrace.gateway.limits import (
+    AUTHENTICATION_FAILURES_MAX,
+    AUTHENTICATION_FAILURES_WINDOW_MS,
+    AUTHENTICATION_TIMEOUT_MS,
+    CONNECTIONS_MAX_IDLE_MS,
+    HTTP_MAX_REQUEST_BODY_BYTES,
+    QUEUED_MAX_REQUEST_BYTES,
+    SOCKET_REQUEST_MAX_BYTES,
+    ConnectionLimits,
+)
 from millrace.gateway.security.jaas import (
     LOGIN_MODULE_MECHANISMS,
     JaasConfigError,
@@ -368,6 +378,7 @@ class SecuritySettings:
     max_connections_per_ip: int = JAVA_INT_MAX
     sasl_server_max_receive_size: int = 524288  # the largest frame accepted before authentication
     http: HttpSettings = field(default_factory=HttpSettings)  # the HTTP API's listener
+    limits: ConnectionLimits = field(default_factory=ConnectionLimits)  # every listener's (``gateway.limits``)
 
     @property
     def authorizer_enabled(self) -> bool:
@@ -390,6 +401,7 @@ class SecuritySettings:
         lines.append(f"connections.max.reauth.ms={self.connections_max_reauth_ms}, "
                      f"max.connections.per.ip={self.max_connections_per_ip}, "
                      f"sasl.server.max.receive.size={self.sasl_server_max_receive_size}")
+        lines.append(self.limits.describe())
         lines.append(self.http.describe())
         return "\n".join(lines)
 
@@ -439,6 +451,31 @@ def security_settings(props: Mapping[str, str]) -> SecuritySettings:
         max_connections_per_ip=_integer(props, "max.connections.per.ip", JAVA_INT_MAX, 0, JAVA_INT_MAX),
         sasl_server_max_receive_size=_integer(props, "sasl.server.max.receive.size", 524288, 1, JAVA_INT_MAX),
         http=_http(props, protocols, names),
+        limits=connection_limits(props),
+    )
+
+
+def connection_limits(props: Mapping[str, str]) -> ConnectionLimits:
+    """Every listener's limits (``gateway.limits``), with Kafka's names where Kafka has them."""
+    defaults = ConnectionLimits()
+    queued = _integer(props, QUEUED_MAX_REQUEST_BYTES, defaults.queued_max_request_bytes, -1, 2**63 - 1)
+    if queued == 0:
+        raise ConfigError(QUEUED_MAX_REQUEST_BYTES, props[QUEUED_MAX_REQUEST_BYTES],
+                          "expected -1 (no bound) or a positive number of bytes")
+    return ConnectionLimits(
+        socket_request_max_bytes=_integer(props, SOCKET_REQUEST_MAX_BYTES, defaults.socket_request_max_bytes,
+                                          1, JAVA_INT_MAX),
+        queued_max_request_bytes=queued,
+        connections_max_idle_ms=_integer(props, CONNECTIONS_MAX_IDLE_MS, defaults.connections_max_idle_ms,
+                                         -1, 2**63 - 1),
+        authentication_timeout_ms=_integer(props, AUTHENTICATION_TIMEOUT_MS, defaults.authentication_timeout_ms,
+                                           0, 2**63 - 1),
+        authentication_failures_max=_integer(props, AUTHENTICATION_FAILURES_MAX,
+                                             defaults.authentication_failures_max, 1, JAVA_INT_MAX),
+        authentication_failures_window_ms=_integer(props, AUTHENTICATION_FAILURES_WINDOW_MS,
+                                                   defaults.authentication_failures_window_ms, 0, 2**63 - 1),
+        http_max_request_body_bytes=_integer(props, HTTP_MAX_REQUEST_BODY_BYTES,
+                                             defaults.http_max_request_body_bytes, 0, JAVA_INT_MAX),
     )
 
 

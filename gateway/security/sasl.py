@@ -12,8 +12,12 @@ never with a password in it. A step after completion or failure raises ``Illegal
 - SCRAM-SHA-256 and SCRAM-SHA-512 (RFC 5802, RFC 7677), on ``protocol/scram.py``'s primitives, with
   Kafka's grammar: only the gs2 header ``n,,`` (no channel binding, no authzid), no extensions (the
   ``tokenauth=true`` extension would ask for delegation tokens, which are not supported). Any non-empty
-  salt is used, however short, as Kafka uses what AlterUserScramCredentials stored. An unknown user
-  goes through the whole exchange with a made-up credential and fails where a wrong password fails.
+  salt is used, however short, as Kafka uses what AlterUserScramCredentials stored. A client first
+  message longer than ``SCRAM_MAX_CLIENT_FIRST_BYTES`` or a user name longer than
+  ``SCRAM_MAX_USERNAME_BYTES`` (UTF-8, as sent) is refused before it is parsed: SASLprep and the log
+  see bounded names only (a log line shows a short prefix of a name: ``limits.loggable_name``). An
+  unknown user goes through the whole exchange with a made-up credential and fails where a wrong
+  password fails.
   The broker keeps ``ScramCredential``s, never passwords; a credential is derived from the password's
   UTF-8 bytes without SASLprep, as Kafka's clients and broker derive it.
 - OAUTHBEARER (RFC 7628, Kafka's OAuthBearerSaslServer): ``n,[a=authzid],^Aauth=Bearer <token>^A[key=value^A...]^A``,
@@ -37,6 +41,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import NoReturn, Protocol
 
+from millrace.gateway.limits import loggable_name
 from millrace.gateway.security.principal import KafkaPrincipal, user_principal
 from millrace.protocol import scram
 
@@ -46,6 +51,11 @@ SCRAM_HASHES: Mapping[str, str] = scram.HASHES
 SCRAM_DEFAULT_ITERATIONS = 4096
 SCRAM_MIN_ITERATIONS = scram.MIN_ITERATIONS  # Kafka's ScramMechanism.minIterations
 SCRAM_MAX_ITERATIONS = 16384  # Kafka refuses to store credentials with more
+# Bounds on what an unauthenticated client makes the server parse: SASLprep costs about 2 us a character
+# (a 500 KB name held the reactor for 0.85 s). Kafka's user names are short (a principal's name); clients
+# send a nonce of 24 to 48 characters.
+SCRAM_MAX_USERNAME_BYTES = 256
+SCRAM_MAX_CLIENT_FIRST_BYTES = 1024
 _SALT_BYTES = 32  # new salts, and the made-up credentials of unknown users alike
 
 # Kafka's ClientFirstMessage grammar, with the gs2 flag and the authzid widened so that refusing them
@@ -183,6 +193,11 @@ class SaslServer(ABC):
     @abstractmethod
     def _step(self, response: bytes) -> bytes: ...
 
+    def claimed_user(self, response: bytes | memoryview) -> str | None:
+        """The user name the client's next message claims, found without checking anything (None where
+        the mechanism names none so cheaply): what failed logins are also counted by."""
+        return None
+
     def _fail(self, reason: str) -> NoReturn:
         raise SaslAuthenticationError(self.failure_message, reason)
 
@@ -198,6 +213,10 @@ class PlainSaslServer(SaslServer):
     def __init__(self, users: PlainUsers) -> None:
         super().__init__()
         self._users = users
+
+    def claimed_user(self, response: bytes | memoryview) -> str | None:
+        tokens = bytes(response).split(b"\0")
+        return tokens[1].decode("utf-8", "replace") if len(tokens) == 3 else None
 
     def _step(self, response: bytes) -> bytes:
         try:
@@ -215,11 +234,11 @@ class PlainSaslServer(SaslServer):
         # Compared for unknown users too, so the time taken does not tell which names exist.
         matches = hmac.compare_digest(password.encode(), (_NO_PASSWORD if expected is None else expected).encode())
         if expected is None:
-            self._fail(f"unknown user {username!r}")
+            self._fail(f"unknown user {loggable_name(username)}")
         if not matches:
-            self._fail(f"wrong password for user {username!r}")
+            self._fail(f"wrong password for user {loggable_name(username)}")
         if authzid and authzid != username:
-            self._fail(f"user {username!r} requested an authorization id that is different from its name")
+            self._fail(f"user {loggable_name(username)} requested an authorization id that is different from its name")
         self._succeed(username)
         return b""
 
@@ -242,7 +261,18 @@ class ScramSaslServer(SaslServer):
         self._server_first = ""
         self._nonce = ""  # the client's nonce and the server's, as the server's first message gave them
 
+    def claimed_user(self, response: bytes | memoryview) -> str | None:
+        if self._credential is not None:  # past the first message
+            return self._user or None
+        if len(response) > SCRAM_MAX_CLIENT_FIRST_BYTES:
+            return None
+        first = _CLIENT_FIRST.fullmatch(bytes(response).decode("utf-8", "replace"))
+        return None if first is None else first["saslname"].replace("=2C", ",").replace("=3D", "=")
+
     def _step(self, response: bytes) -> bytes:
+        if self._credential is None and len(response) > SCRAM_MAX_CLIENT_FIRST_BYTES:
+            self._fail(f"SCRAM client first message of {len(response)} bytes: at most "
+                       f"{SCRAM_MAX_CLIENT_FIRST_BYTES} are read")
         try:
             message = response.decode("utf-8")
         except UnicodeDecodeError:
@@ -257,7 +287,7 @@ class ScramSaslServer(SaslServer):
         try:
             credential = self._credentials.scram(self._user, self.mechanism)
         except Exception as e:  # noqa: BLE001 - whatever the store raised fails this exchange only
-            self._fail(f"credentials could not be obtained for user {self._user!r}: {type(e).__name__}")
+            self._fail(f"credentials could not be obtained for user {loggable_name(self._user)}: {type(e).__name__}")
         if credential is None:
             self._unknown_user = True
             credential = _made_up_credential(self.mechanism, self._user)
@@ -272,17 +302,17 @@ class ScramSaslServer(SaslServer):
         try:
             channel, nonce, without_proof, proof = scram.parse_client_final(message)
         except scram.ScramError as e:
-            self._fail(f"SCRAM client final message refused for user {self._user!r}: {e}")
+            self._fail(f"SCRAM client final message refused for user {loggable_name(self._user)}: {e}")
         if channel != scram.CHANNEL_BINDING:
-            self._fail(f"SCRAM client final message refused for user {self._user!r}: invalid channel binding")
+            self._fail(f"SCRAM client final message refused for user {loggable_name(self._user)}: invalid channel binding")
         # Kafka checks that the final nonce *ends with* the server's: librdkafka before 2.1 sends its own nonce
         # followed by the server's whole nonce (which starts with its own), and Kafka has always accepted that;
         # the proof still covers the message exactly as the client sent it.
         if not nonce.endswith(self._nonce):
-            self._fail(f"SCRAM client final message refused for user {self._user!r}: invalid nonce")
+            self._fail(f"SCRAM client final message refused for user {loggable_name(self._user)}: invalid nonce")
         signed = scram.auth_message(self._client_first_bare, self._server_first, without_proof)
         if not scram.proof_matches(self._hash, self._credential.stored_key, signed, proof) or self._unknown_user:
-            self._fail(f"unknown user {self._user!r}" if self._unknown_user else f"wrong password for user {self._user!r}")
+            self._fail(f"unknown user {loggable_name(self._user)}" if self._unknown_user else f"wrong password for user {loggable_name(self._user)}")
         self._succeed(self._user)
         return "v=" + scram.b64(scram.server_signature(self._hash, self._credential.server_key, signed))
 
@@ -295,6 +325,9 @@ class ScramSaslServer(SaslServer):
             self._fail("channel binding is not supported: the gs2 header must start with 'n'")
         if first["authzid"] is not None:
             self._fail("an authorization id in the gs2 header is not supported")
+        if len(first["saslname"].encode()) > SCRAM_MAX_USERNAME_BYTES:
+            self._fail(f"a SCRAM user name longer than {SCRAM_MAX_USERNAME_BYTES} bytes: "
+                       f"{loggable_name(first['saslname'])}")
         items = first["extensions"].split(",")[1:]  # the group starts with a comma
         extensions = {key: value for key, _, value in (item.partition("=") for item in items)}
         if extensions.get("tokenauth", "").lower() == "true":
@@ -363,7 +396,8 @@ class OAuthBearerSaslServer(SaslServer):
             raise SaslAuthenticationError(
                 "Authentication failed: Client requested an authorization id that is different from "
                 "the token's principal name",
-                f"authorization id {authzid!r} is not the token's principal {validated.principal_name!r}")
+                f"authorization id {loggable_name(authzid)} is not the token's principal "
+                f"{loggable_name(validated.principal_name)}")
         self.credential_expires_at_ms = validated.expires_at_ms
         self._succeed(validated.principal_name)
         return b""

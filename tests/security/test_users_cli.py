@@ -73,6 +73,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         "ssl.keystore.type=PEM", f"ssl.keystore.location={server_pem}",
         "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         "super.users=User:admin",
+        # librdkafka retries a refused login every few tens of ms, all from 127.0.0.1 like every other
+        # client here: the failed-login limit (tests/security/test_connection_limits.py) would refuse the
+        # users this test logs in as next.
+        "millrace.authentication.failures.max=1000000",
     ]) + "\n")
     process = ServerProcess(str(home / "data"), "--config", str(properties)).start()
     try:

@@ -20,6 +20,7 @@ from millrace.gateway.kafka_protocol.messages.sasl_handshake import (
     SaslHandshakeRequest,
     SaslHandshakeResponse,
 )
+from millrace.gateway.limits import loggable_name
 from millrace.gateway.security.sasl import IllegalSaslState, SaslAuthenticationError, UnsupportedSaslMechanism
 
 log = logging.getLogger(__name__)
@@ -38,8 +39,8 @@ def handle_sasl_handshake(ctx: RequestContext, request: SaslHandshakeRequest) ->
     try:
         session.handshake(request.mechanism, raw_tokens=ctx.api_version == 0)
     except UnsupportedSaslMechanism:
-        log.info("Kafka connection from %s asked for SASL mechanism %r; enabled: %s", ctx.peer,
-                 request.mechanism, enabled)
+        log.info("Kafka connection from %s asked for SASL mechanism %s; enabled: %s", ctx.peer,
+                 loggable_name(request.mechanism), enabled)
         ctx.when_sent(session.close)
         return SaslHandshakeResponse(error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM, mechanisms=enabled)
     return SaslHandshakeResponse(error_code=ErrorCode.NONE, mechanisms=enabled)
