@@ -28,6 +28,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         "sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512",
         *(f"listener.name.{listener}.{mechanism}.sasl.jaas.config={SCRAM_JAAS}"
           for listener in ("sasl_plaintext", "native") for mechanism in ("scram-sha-256", "scram-sha-512")),
+        # librdkafka retries a wrong password about twenty times a second: the failed-login limit per
+        # address (tests/security/test_connection_limits.py) would refuse the later tests' new users.
+        "millrace.authentication.failures.max=1000000",
     ]) + "\n")
     with ServerProcess(str(home / "data"), "--config", str(properties)) as process:
         yield process
