@@ -8,12 +8,21 @@ talk to Millrace unchanged: a pure codec, no I/O.
 | ``commands`` | connection, append, read, segment, error-reply and admin commands |
 | ``table_commands`` | table segment commands, keys, values, iterator arguments |
 | ``codec`` | ``COMMANDS`` (type code -> class), one-frame decoding, ``FrameDecoder`` (incremental, size-bounded) |
+| ``appends`` | event framing, ``AppendAssembler`` (Pravega's ``AppendDecoder``), ``RequestStreamDecoder`` |
 | ``errors`` | the codec's exceptions, the error codes two replies carry |
 
 Every command is a frozen, keyword-only dataclass: ``cmd.encode()`` gives its whole frame,
 ``Cmd.decode(frame)`` reads one back and ``codec.decode_command(frame)`` reads any.
 """
 
+from millrace.gateway.pravega_protocol.appends import (
+    Append,
+    AppendAssembler,
+    RequestStreamDecoder,
+    encode_append,
+    encode_event,
+    split_events,
+)
 from millrace.gateway.pravega_protocol.base import (
     MAX_WIRECOMMAND_SIZE,
     OLDEST_COMPATIBLE_VERSION,
@@ -36,6 +45,8 @@ __all__ = [
     "MAX_WIRECOMMAND_SIZE",
     "OLDEST_COMPATIBLE_VERSION",
     "WIRE_VERSION",
+    "Append",
+    "AppendAssembler",
     "CommandType",
     "FrameDecoder",
     "FrameTooLargeError",
@@ -43,7 +54,11 @@ __all__ = [
     "PravegaCodecError",
     "PravegaDecodeError",
     "PravegaEncodeError",
+    "RequestStreamDecoder",
     "UnknownCommandError",
     "WireCommand",
     "decode_command",
+    "encode_append",
+    "encode_event",
+    "split_events",
 ]
