@@ -58,6 +58,7 @@ NULL_ATTRIBUTE_VALUE = -(2**63)
 NULL_TABLE_SEGMENT_OFFSET = -1
 
 FRAME_HEADER = struct.Struct(">ii")
+_MAX_INT = 2**31 - 1
 
 
 class CommandType(IntEnum):
@@ -178,9 +179,13 @@ class WireCommand(WireStruct):
     TYPE: ClassVar[CommandType]
 
     def encode(self) -> bytes:
-        """The whole frame: type code, payload length, payload."""
+        """The whole frame: type code, payload length, payload. Not checked against
+        ``MAX_WIRECOMMAND_SIZE``, as Pravega's encoder does not check it: keeping replies under what
+        peers accept (a ``SegmentRead``'s data, a table read's entries) is the sender's business."""
         out = DataOutput()
         self.write_fields(out)
+        if out.size > _MAX_INT:
+            raise PravegaEncodeError(f"{type(self).__name__}: a payload of {out.size} bytes overflows the length")
         return b"".join((FRAME_HEADER.pack(self.TYPE, out.size), *out.parts))
 
     @classmethod
