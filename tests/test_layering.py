@@ -26,6 +26,8 @@ RULES: list[tuple[str, tuple[str, ...], str]] = [
      "the Spark connector uses the native client's public API (millrace) only"),
     ("store", ("subprocess",), "the store runs inside a server; tools that run processes live with the CLI"),
     ("gateway/kafka_protocol", ("millrace.gateway.kafka", "millrace.gateway.native"), "the codec does no I/O"),
+    ("gateway/pravega_protocol", ("millrace.gateway.kafka", "millrace.gateway.native", "millrace.gateway.kafka_protocol"),
+     "the Pravega codec does no I/O and stands beside the Kafka one"),
     ("gateway/kafka", ("millrace.gateway.native",), "the Kafka adapter stands beside the native one"),
     ("gateway/native", ("millrace.gateway.kafka",), "the native adapter stands beside the Kafka one"),
     ("gateway/native", ("millrace.gateway.kafka_protocol",), "the native wire carries no Kafka codes"),
