@@ -9,8 +9,9 @@ their producer id (a batch under a stolen id and the next sequence would make th
   principal it was issued to and its counter, under a key kept in the same table (so every node and
   every restart checks alike, with no state per producer): ``owns`` recomputes it;
 - a transactional id's or a native writer's id (``allocate``) lies in a space of its own (from
-  ``COORDINATED_SPACE``) and is bound by the transaction coordinator to its transactional id, whose ACL
-  guards it: its batches are checked there (``TransactionCoordinator.check_produce``, ``writer_of``).
+  ``COORDINATED_SPACE``) and carries the same kind of tag of its transactional id (whose ACL guards
+  it), so any node can tell, with no call to the transaction coordinator, that a batch's producer id
+  belongs to the transactional id it came with (``issued_for_transaction``).
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ _BINDING_KEY = b"binding-key"
 BLOCK = 1000
 TAG_BITS = 24
 _TAG_MASK = (1 << TAG_BITS) - 1
+_TRANSACTIONAL = "transactional-id:"  # keeps transactional ids' tags apart from principals'
 # Ids the transaction coordinator hands out (transactional ids, native writers) begin here; an
-# idempotent producer's (counter << TAG_BITS | tag) stays below while its counter is below 2**38.
+# idempotent producer's (counter << TAG_BITS | tag) stays below while its counter is below 2**38, and
+# so does the tagged counter of a coordinated one.
 COORDINATED_SPACE = 1 << 62
 
 
@@ -65,9 +68,18 @@ class ProducerIdAllocator:
             self._next += 1
             return counter
 
-    def allocate(self) -> int:
-        """A fresh producer id for the transaction coordinator (blocks while reserving a new block)."""
-        return COORDINATED_SPACE | self._next_counter()
+    def allocate(self, transactional_id: str) -> int:
+        """A fresh producer id of ``transactional_id``, for the transaction coordinator (blocks while
+        reserving a new block)."""
+        counter = self._next_counter()
+        return COORDINATED_SPACE | (counter << TAG_BITS) | self._tag(_TRANSACTIONAL + transactional_id, counter)
+
+    def issued_for_transaction(self, transactional_id: str, producer_id: int) -> bool:
+        """Whether ``producer_id`` was issued to ``transactional_id`` (any thread)."""
+        if producer_id < COORDINATED_SPACE:
+            return False
+        tagged = producer_id - COORDINATED_SPACE
+        return self._tag(_TRANSACTIONAL + transactional_id, tagged >> TAG_BITS) == tagged & _TAG_MASK
 
     def allocate_for(self, principal: str) -> int:
         """A fresh idempotent producer's id, bound to ``principal`` (blocks while reserving a block)."""

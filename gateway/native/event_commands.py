@@ -168,8 +168,9 @@ def event_handlers(broker: NativeHost) -> Handlers:
         if producer_id >= 0:
             # A producer id is the writer's own lease: another writer's would make the owner's next
             # batch a duplicate of this one, acknowledged and lost.
-            holder = None if r.writer_id is None else broker.transactions.producer_of(WRITER_ID_PREFIX + r.writer_id)
-            if r.writer_id is None or (holder is not None and holder != producer_id):
+            ids = broker.partitions.producer_ids
+            if r.writer_id is None or (ids is not None and not ids.issued_for_transaction(
+                    WRITER_ID_PREFIX + r.writer_id, producer_id)):
                 raise EventsRefusedError(f"{stream}: producer id {producer_id} is not leased to writer "
                                          f"{r.writer_id!r}: open the writer (OPEN_WRITER) for one",
                                          Reason.PRODUCER_NOT_OWNED.value)

@@ -59,11 +59,6 @@ class WriterLeases(Protocol):
         """Fires with (producer id, epoch), or fails with a ``streams.errors.StreamError``."""
         ...
 
-    def producer_of(self, transactional_id: str) -> int | None:
-        """The producer id leased to ``transactional_id`` now; None where unknown here (no lease, or a
-        cluster node that does not coordinate transactions)."""
-        ...
-
 
 class NativeHost(StreamHost, Protocol):
     @property

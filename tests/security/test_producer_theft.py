@@ -27,9 +27,12 @@ TOPIC = "payments"
 def server(tmp_path: Path) -> Iterator[ServerProcess]:
     users = " ".join(f'user_{u}="{p}"' for u, p in PASSWORDS.items())
     jaas = f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
-    with ServerProcess(str(tmp_path / "data"), "--override", "listeners=SASL_PLAINTEXT://127.0.0.1:0",
-                       "--override", "sasl.enabled.mechanisms=PLAIN", "--override",
-                       f"listener.name.sasl_plaintext.plain.sasl.jaas.config={jaas}") as s:
+    properties = tmp_path / "server.properties"
+    properties.write_text("\n".join([
+        "listeners=SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms=PLAIN",
+        f"listener.name.sasl_plaintext.plain.sasl.jaas.config={jaas}"]) + "\n")
+    properties.chmod(0o600)
+    with ServerProcess(str(tmp_path / "data"), "--config", str(properties)) as s:
         yield s
 
 

@@ -219,10 +219,14 @@ class TransactionCoordinator:
     # -- checks ----------------------------------------------------------------------------------------
     def check_produce(self, topic: str, partition: int, producer_id: int, epoch: int, transactional_id: str) -> None:
         """Raises PartitionError unless the partition is in the ongoing transaction of
-        ``transactional_id``, whose producer id and epoch the batch carries. On a
-        cluster node that does not coordinate transactions the batch is admitted unchecked, as Kafka's
-        leaders admitted them before KIP-890 (the check would need a call to the coordinator)."""
+        ``transactional_id``, whose producer id and epoch the batch carries. On a cluster node that does
+        not coordinate transactions only the producer id's binding to the transactional id is checked
+        (its tag): whether the partition is in the ongoing transaction is not, as Kafka's leaders
+        admitted batches before KIP-890 (that check would need a call to the coordinator)."""
         if self.check() is not None:
+            if not self.broker.producer_ids.issued_for_transaction(transactional_id, producer_id):
+                raise PartitionError(Reason.UNKNOWN_PRODUCER, f"producer id {producer_id} is not the producer id "
+                                     f"of {transactional_id!r}")
             return
         meta = self._by_pid.get(producer_id)
         if meta is None or meta.producer_id != producer_id or meta.transactional_id != transactional_id:
@@ -263,7 +267,7 @@ class TransactionCoordinator:
         generation = self.generation
         if meta is None:
             self._initializing.add(transactional_id)
-            d = self.broker.blocking(self.broker.producer_ids.allocate)
+            d = self.broker.blocking(self.broker.producer_ids.allocate, transactional_id)
 
             def allocated(pid: int) -> defer.Deferred[tuple[ErrorCode, int, int]]:
                 if generation != self.generation and coordinated(transactional_id):
@@ -288,7 +292,7 @@ class TransactionCoordinator:
             return defer.succeed((ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1))
         self._initializing.add(transactional_id)
         # A new producer id once the epoch is exhausted, else None: the epoch is bumped.
-        new_id: defer.Deferred[int | None] = (self.broker.blocking(self.broker.producer_ids.allocate)
+        new_id: defer.Deferred[int | None] = (self.broker.blocking(self.broker.producer_ids.allocate, transactional_id)
                                               if meta.producer_epoch + 1 >= MAX_EPOCH else defer.succeed(None))
 
         def bump(new_pid: int | None) -> defer.Deferred[tuple[ErrorCode, int, int]]:
@@ -321,12 +325,6 @@ class TransactionCoordinator:
             return producer_id, epoch
 
         return self.init_producer_id(transactional_id, lease_ms, -1, -1).addCallback(answered)
-
-    def producer_of(self, transactional_id: str) -> int | None:
-        if self.check() is not None:
-            return None
-        meta = self.txns.get(transactional_id)
-        return None if meta is None else meta.producer_id
 
     def _done_initializing(self, result: Any, transactional_id: str) -> Any:
         self._initializing.discard(transactional_id)
