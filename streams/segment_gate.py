@@ -12,7 +12,7 @@ events                 segments of a stream with a partition      read and descr
                                                                   leave by DeleteRecords and retention
 bytes                  the one segment of a stream whose format   append (any bytes), writer attributes
                        was claimed as a byte stream
-synchronizer           the one segment of a stream claimed for a  conditional appends of whole entries
+synchronizer           the one segment of a stream claimed for a  appends of whole entries
                        state synchronizer (reader groups' state,
                        watermark marks, user synchronizers)
 unformatted            a stream's segment that no one claimed     a format claim; nothing else
@@ -259,7 +259,7 @@ class SegmentGate:
             if fmt is SegmentFormat.BYTES:
                 _check_writer_attributes(name, attributes)
             elif fmt is SegmentFormat.SYNCHRONIZER:
-                _check_synchronizer_append(name, data, expected_offset, attributes)
+                _check_synchronizer_append(name, data, attributes)
             else:
                 raise _unformatted(name, "APPEND")
             return self._conditioned(name, self.store.append(
@@ -439,11 +439,9 @@ def _check_writer_attributes(name: str, updates: Sequence[AttributeUpdate]) -> N
                                        f"{_RESERVED_ATTRIBUTE_PREFIX}* are the stream layer's own")
 
 
-def _check_synchronizer_append(name: str, data: bytes, expected_offset: int | None,
-                               attributes: Sequence[AttributeUpdate]) -> None:
-    if expected_offset is None:
-        raise FormatViolationError(f"APPEND to {name!r}: a synchronizer's entries are appended at the offset "
-                                   "their writer read to (expected_offset)")
+def _check_synchronizer_append(name: str, data: bytes, attributes: Sequence[AttributeUpdate]) -> None:
+    # Conditional or not (``update_unconditionally`` appends commutative updates at the tail), an append
+    # of whole entries is atomic, so the segment stays a sequence of entries.
     if attributes:
         raise FormatViolationError(f"APPEND to {name!r}: a synchronizer's entries carry no attributes")
     try:

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from millrace import BytesSerializer, StreamManager
 from millrace.client.segments import SegmentClient
 from millrace.store.controller.errors import StreamNotSealedError
 from millrace.store.errors import ScopeNotEmptyError, StreamExistsError, StreamNotFoundError
@@ -32,7 +33,10 @@ def test_stream_lifecycle_survives_restart(tmp_path):
             client.create_stream("iot", "sensors")
         seg = client.segment_for_key("iot", "sensors", "device-17")
         assert seg["key_start"] <= 0.999 and seg["name"].startswith("iot/sensors/")
-        client.append(seg["name"], b"reading")
+        with StreamManager(f"tcp://127.0.0.1:{server.native_port}") as sm, sm.create_writer(
+                "iot", "sensors", BytesSerializer()) as writer:  # events: raw bytes never enter a stream
+            writer.write_event(b"reading", routing_key="device-17").result(30)
+        length = sum(s["length"] for s in client.describe_stream("iot", "sensors")["segments"])
         with pytest.raises(ScopeNotEmptyError):
             client.delete_scope("iot")
         with pytest.raises(StreamNotSealedError):
@@ -43,7 +47,7 @@ def test_stream_lifecycle_survives_restart(tmp_path):
         assert client.list_scopes() == ["iot", "kafka"]  # "kafka" holds the streams of Kafka topics
         assert client.list_streams("iot") == ["sensors"]
         desc = client.describe_stream("iot", "sensors")
-        assert sum(s["length"] for s in desc["segments"]) == len(b"reading")
+        assert sum(s["length"] for s in desc["segments"]) == length > len(b"reading")
         assert client.segment_for_key("iot", "sensors", "device-17")["name"] == seg["name"]
 
         out = cli(server.native_port, "streams", "describe", "iot/sensors", "--json")

@@ -332,7 +332,8 @@ def test_list_offsets_by_time_looks_past_a_batch_the_cleaner_emptied(server):
     w.create("compact-times", 1, **COMPACTED)
     now = int(time.time() * 1000)
     first = w.produce("compact-times", 0, build_record_batch([NewRecord(b"a", b"1", (), now - 5000)],
-                                                             producer_id=4242, producer_epoch=0, base_sequence=0))
+                                                             producer_id=w.producer_id(), producer_epoch=0,
+                                                             base_sequence=0))
     assert first.error_code == 0, first
     w.produce("compact-times", 0, build_record_batch([NewRecord(b"a", b"2", (), now - 4000)]))
     w.produce("compact-times", 0, build_record_batch([NewRecord(b"b", b"3", (), now - 3000)]))

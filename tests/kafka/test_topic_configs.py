@@ -216,8 +216,9 @@ def test_compression_type_recompresses_batches_of_other_codecs(wire, server, tar
     records = [NewRecord(key=f"k{i}".encode(), value=b"v" * 200 + bytes([i]), timestamp=now + i,
                          headers=[("h", f"{i}".encode())]) for i in range(20)]
     sent = (Compression.NONE, Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD)
+    producer_id = wire.producer_id()
     for i, producer_codec in enumerate(sent):  # one idempotent producer's batches, in every codec
-        batch = build_record_batch(records, compression=producer_codec, producer_id=7, producer_epoch=0,
+        batch = build_record_batch(records, compression=producer_codec, producer_id=producer_id, producer_epoch=0,
                                    base_sequence=20 * i)
         (pr,) = produce(wire, name, {0: batch})
         assert (pr.error_code, pr.base_offset) == (0, 20 * i)
@@ -226,7 +227,7 @@ def test_compression_type_recompresses_batches_of_other_codecs(wire, server, tar
     for i, batch in enumerate(stored):
         h = batch.header
         assert h.compression == codec and batch.crc_valid()
-        assert (h.base_offset, h.producer_id, h.base_sequence, h.record_count) == (20 * i, 7, 20 * i, 20)
+        assert (h.base_offset, h.producer_id, h.base_sequence, h.record_count) == (20 * i, producer_id, 20 * i, 20)
         got = list(batch.records())
         assert [(r.key, r.value, r.timestamp, r.offset) for r in got] == [
             (r.key, r.value, r.timestamp, 20 * i + n) for n, r in enumerate(records)]

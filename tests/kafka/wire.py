@@ -96,6 +96,14 @@ class KafkaWire:
         self.close()
 
     # -- conveniences for the common requests ---------------------------------------------------------
+    def producer_id(self) -> int:
+        """An idempotent producer id from InitProducerId: the server binds it to this connection's
+        principal and refuses batches under ids it did not issue to it."""
+        init = self.request(22, 4, transactional_id=None, transaction_timeout_ms=60000, producer_id=-1,
+                            producer_epoch=-1)
+        assert init.error_code == 0, init
+        return int(init.producer_id)
+
     def produce(self, topic: str, partition: int, batch: bytes, acks: int = -1, version: int = 9) -> Any:
         """Produce one batch; the partition's response."""
         P = request_class(PRODUCE)  # noqa: N806 - a generated message class

@@ -144,7 +144,6 @@ def test_byte_streams_and_synchronizers_keep_their_formats(server: ServerProcess
         (sync_segment,) = _segments_of(server, "fmt", "state")
         end = raw.get_info(sync_segment).length
         for attack in (lambda: raw.append(sync_segment, b"not an entry", expected_offset=end),
-                       lambda: raw.append(sync_segment, encode_entry(KIND_STATE, b"n" * 8, b"{}")),  # no offset
                        lambda: raw.append(sync_segment, encode_entry(KIND_STATE, b"n" * 8, b"{}")[:-1],
                                           expected_offset=end),
                        lambda: raw.truncate(sync_segment, 3)):
