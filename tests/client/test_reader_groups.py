@@ -371,8 +371,8 @@ def test_kafka_topic_read_by_a_group_while_it_scales(server: ServerProcess, sm: 
                 scale_once(sm, "kafka", topic, i // 300 - 1)  # split, merge, split
         producer.flush()
         producer.close()
-        sm.seal_stream("kafka", topic)
-        wait_for(lambda: not group.state().frontier(), "the group to finish the sealed topic")
+        # A Kafka topic is never sealed (streams/segment_gate.py): the group is done when it read all.
+        wait_for(lambda: len(app.records) >= total, "the group to read every record")
     finally:
         for reader_id in list(app.threads):
             app.stop(reader_id)
