@@ -5,8 +5,9 @@ node (``server.serve``) or, with ``--zookeeper``, one node of a cluster (``clust
 Those two own their lifecycles (what starts when, on which thread, how it stops); what each part is made
 of is decided here, once for both: the Kafka configuration, the containers' configuration and rate
 windows, long-term storage and the durable logs, the store (a ``SegmentStore``, or a ``ClusterNode`` and
-its router), the Kafka and native gateways, the auto-scaler, and the listeners with the addresses they
-are advertised as. A new option is a field below, a flag in cli.py and the one function here reading it.
+its router), the Kafka and native gateways, Pravega's controller API, the auto-scaler, and the listeners
+with the addresses they are advertised as. A new option is a field below, a flag in cli.py and the one
+function here reading it.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from millrace.gateway.native.forwarding import NativeLink
 from millrace.gateway.native.handler import NativeFactory
 from millrace.gateway.native.security import NativeSecurity
 from millrace.gateway.options import ServerOptions
+from millrace.gateway.pravega.controller_service import PravegaControllerService
+from millrace.gateway.pravega.listener import PravegaControllerListener
 from millrace.gateway.security.acl_table import AclTable
 from millrace.gateway.security.credentials import (
     ListenerCredentials,
@@ -87,6 +90,7 @@ from millrace.store.lts.interface import ChunkStorage
 from millrace.store.segment_store import SegmentStore
 from millrace.store.tables import TableStore
 from millrace.streams.futures import ReactorLoop
+from millrace.streams.segment_gate import SegmentGate
 
 _ANY_ADDRESS = ("0.0.0.0", "::", "")
 log = logging.getLogger("millrace")
@@ -295,6 +299,38 @@ def native_gateway(options: ServerOptions, segments: SegmentService, controller:
     return NativeFactory(segments, controller, pool, broker.scaling, topic_partitions(broker),
                          connection_budget_bytes=options.connection_budget_mb * MIB, broker=broker,
                          transactions=transactions, security=security, guards=broker.guards)
+
+
+def pravega_controller(options: ServerOptions, security: SecuritySettings, native: ListenerSettings,
+                       store: SegmentService, controller: Controller, broker: Broker,
+                       pool: ThreadPoolExecutor) -> PravegaControllerListener | None:
+    """Pravega's controller gRPC API on ``--pravega-controller-port`` (None when the flag is not given),
+    bound, not yet serving. Over the same controller, and the same stream-layer rules (a ``SegmentGate``
+    on the broker's topics) and stream deletion (the broker's) as the native listener. It has no
+    authentication or TLS yet, so a server whose native listener authenticates or whose authorizer is
+    on refuses it (ValueError) rather than open its streams to anyone. ``pool``: where the gate's format
+    claims would block (the controller pool; the checks this API makes block on the caller's thread).
+    ``getURI`` answers ``--pravega-segment-port`` on the host the native listener is reached at."""
+    if options.pravega_controller_port is None:
+        return None
+    if security.authorizer_enabled or native.uses_sasl or native.ssl is not None:
+        raise ValueError("the Pravega controller listener has no authentication or TLS yet: it is not served "
+                         "where the native listener authenticates or uses TLS, or an authorizer is on")
+    if not 0 < options.pravega_segment_port < 1 << 16:
+        raise ValueError(f"--pravega-segment-port must be 1..65535, not {options.pravega_segment_port}")
+    given = options.advertised_native
+    if given:
+        segment_host = given.rpartition(":")[0].strip("[]")
+    else:
+        segment_host = socket.getfqdn() if options.host in _ANY_ADDRESS else options.host
+    controller_host = socket.getfqdn() if options.host in _ANY_ADDRESS else options.host
+    gate = SegmentGate(store, broker.topics, broker.scaling.scope, controller, pool)
+
+    def service(port: int) -> PravegaControllerService:
+        return PravegaControllerService(controller, gate, broker.topics.delete_stream, (controller_host, port),
+                                        (segment_host, options.pravega_segment_port))
+
+    return PravegaControllerListener(options.host, options.pravega_controller_port, service)
 
 
 def native_settings(options: ServerOptions) -> ListenerSettings:

@@ -44,6 +44,12 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kafka-port", type=int, default=d.kafka_port, help="Kafka protocol port (0 = any free)")
     p.add_argument("--native-port", type=int, default=d.native_port, help="native protocol port (0 = any free)")
     p.add_argument("--http-port", type=int, default=d.http_port, help="HTTP port (0 = any free)")
+    p.add_argument("--pravega-controller-port", type=int, default=d.pravega_controller_port, metavar="PORT",
+                   help="serve Pravega's controller gRPC API here, for Pravega's own clients (0 = any free; "
+                        "default: not served)")
+    p.add_argument("--pravega-segment-port", type=int, default=d.pravega_segment_port, metavar="PORT",
+                   help="the Pravega segment store port the controller API gives clients for every segment "
+                        "(getURI), on the native listener's host")
     p.add_argument("--containers", type=int, default=d.containers, help="number of segment containers")
     p.add_argument("--lts", default=None, help="long-term storage: a path or s3://BUCKET/PREFIX "
                    "(default: DATA_DIR/lts)")
@@ -412,6 +418,10 @@ def main(argv: list[str] | None = None) -> int:
         log_twisted_warnings()
         options = server_options(args)
         if options.zookeeper:
+            if options.pravega_controller_port is not None:
+                print("millrace: --pravega-controller-port is served by a single node only, not with --zookeeper",
+                      file=sys.stderr, flush=True)
+                return 2
             from millrace.gateway.cluster_server import serve_cluster
 
             return serve_cluster(options)

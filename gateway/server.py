@@ -28,6 +28,7 @@ from millrace.gateway.assembly import (
     native_security,
     native_settings,
     native_tls,
+    pravega_controller,
     scram_credentials,
     topic_partitions,
 )
@@ -91,11 +92,15 @@ def serve(options: ServerOptions) -> int:
                                      "http": http_site(store, views, http_access(security, broker), console,
                                                        metrics, guards=broker.guards)},
                            {**http_tls(security), **native_tls(native)})
+        # Pravega's controller API: grpcio's server on threads of its own, beside the reactor's listeners.
+        pravega = pravega_controller(options, security, native, store, controller, broker, controller_pool)
     except Exception as exc:  # noqa: BLE001 - e.g. a port in use
         print(f"millrace: cannot listen: {exc}", file=sys.stderr, flush=True)
         controller_pool.shutdown(wait=False)
         store.close()
         return 1
+    if pravega is not None:
+        pravega.start()
     start_background(broker)
     console.start()
     scaler = autoscaler(options, controller, store, broker)
@@ -104,10 +109,14 @@ def serve(options: ServerOptions) -> int:
         announce("kafka" if i == 0 else f"kafka:{settings.name}", port)
     for name, port in listeners.items():
         announce(name, port)
+    if pravega is not None:
+        print_line(f"millrace: pravega controller listening on {pravega.host}:{pravega.port}")
     print_line(f"millrace: ready (data dir {os.path.abspath(options.data_dir)})")
     check_reactor_waits()
     # Twisted's own signal handlers stop the reactor on SIGINT and SIGTERM.
     reactor.run()
+    if pravega is not None:
+        pravega.stop()  # calls under way finish (or are cancelled) before the controller's pool and store close
     scaler.stop()
     controller_pool.shutdown(wait=True)
     store.close()

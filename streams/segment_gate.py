@@ -25,8 +25,9 @@ raw                    names of no stream (``a/b``, ``seg``)      anything: segm
 Creating, sealing, truncating, merging and deleting a stream's segments is the controller's and the
 partition layer's (scale, SEAL_STREAM, TRUNCATE_STREAM, DELETE_STREAM, DeleteRecords), never a raw
 command's, so no raw command can leave a stream unreadable. The controller-level commands are checked
-here too (``check_seal_stream``, ``check_truncate_stream``, and ``check_scalable`` for every scale): a Kafka topic is neither
-sealed nor cut at byte offsets (its records go with DeleteRecords and retention, at batch boundaries),
+here too (``check_create_stream``, ``check_seal_stream``, ``check_truncate_stream``, and ``check_scalable``
+for every scale): a stream of the Kafka scope is made only as a topic, a Kafka topic is neither sealed
+nor cut at byte offsets (its records go with DeleteRecords and retention, at batch boundaries),
 an event stream is cut only where a batch begins, a synchronizer only where a whole state lies, and a
 stream of one claimed segment never scales.
 
@@ -59,6 +60,7 @@ from millrace.protocol.contracts import (
 from millrace.protocol.errors import (
     BadAttributeUpdateError,
     FormatViolationError,
+    InvalidRequestError,
     InvalidStreamCutError,
     SegmentNotFoundError,
 )
@@ -373,6 +375,20 @@ class SegmentGate:
             store.update_attributes(name, [AttributeUpdate(FORMAT_ATTRIBUTE, type=AttributeUpdateType.REMOVE)])
             raise FormatViolationError(f"{scope}/{stream} holds events: it cannot be a {fmt.name.lower()} stream")
         self._remember(name, fmt)
+
+    def check_create_stream(self, scope: str, stream: str) -> None:
+        """Refuses a stream a client may not create by name (InvalidRequestError): a stream of the Kafka
+        scope is a Kafka topic, made with its topic record by Kafka's CreateTopics; names starting with
+        '_' are Millrace's own (a reader group's state, watermark marks), as Pravega reserves them."""
+        if scope == self.kafka_scope and not is_internal_stream_name(stream):
+            # A stream there without a topic record would be neither a Kafka topic nor writable. Only
+            # Millrace's own streams (a reader group's state, watermark marks) are made there this way,
+            # by the client beside the topics it reads.
+            raise InvalidRequestError(f"streams of the scope {scope!r} are Kafka topics: create {stream!r} "
+                                      f"with Kafka's CreateTopics (an AdminClient, kafka-topics.sh)")
+        if stream.startswith("_") and not is_internal_stream_name(stream):
+            raise InvalidRequestError(f"stream name {stream!r}: names starting with '_' are reserved for "
+                                      "Millrace's own streams, as Pravega reserves them")
 
     def check_seal_stream(self, scope: str, stream: str) -> None:
         if scope == self.kafka_scope and self._holds_events(scope, stream):

@@ -12,7 +12,8 @@ import time
 from typing import Self
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_LISTEN = re.compile(r"millrace: ([\w:]+) listening on [\d.]+:(\d+)")
+# "millrace: kafka listening on 127.0.0.1:9092", "millrace: pravega controller listening on ...".
+_LISTEN = re.compile(r"millrace: ([\w: ]+?) listening on [\d.]+:(\d+)")
 # SIGINT stops the child whatever the test runner's disposition. A process inherits an ignored SIGINT
 # (pytest-xdist's workers ignore it, as do a shell's background jobs), and then neither Python nor
 # Twisted installs a handler: a test's SIGINT would be ignored. coreutils' env sets it back to the
@@ -158,6 +159,11 @@ class ServerProcess(MillraceProcess):
     @property
     def http_port(self) -> int:
         return self.ports["http"]
+
+    @property
+    def pravega_controller_port(self) -> int:
+        """Where Pravega's controller API is served (the server was given ``--pravega-controller-port``)."""
+        return self.ports["pravega controller"]
 
 
 def add_scram_args(directory: str | os.PathLike[str], *items: str) -> list[str]:

@@ -1,6 +1,6 @@
-"""The places import one way: gateway -> streams -> store -> protocol, client -> protocol; and the two
-protocol adapters in the gateway (gateway/kafka, gateway/native) stand side by side over the stream layer,
-neither importing the other.
+"""The places import one way: gateway -> streams -> store -> protocol, client -> protocol; and the
+protocol adapters in the gateway (gateway/kafka, gateway/native, gateway/pravega) stand side by side over
+the stream layer, none importing another.
 
 Read from the source (``ast``), not by importing, so a lazy or conditional import counts too. Each rule
 names the place whose modules are checked and the packages they must never import.
@@ -28,8 +28,12 @@ RULES: list[tuple[str, tuple[str, ...], str]] = [
     ("gateway/kafka_protocol", ("millrace.gateway.kafka", "millrace.gateway.native"), "the codec does no I/O"),
     ("gateway/pravega_protocol", ("millrace.gateway.kafka", "millrace.gateway.native", "millrace.gateway.kafka_protocol"),
      "the Pravega codec does no I/O and stands beside the Kafka one"),
-    ("gateway/kafka", ("millrace.gateway.native",), "the Kafka adapter stands beside the native one"),
-    ("gateway/native", ("millrace.gateway.kafka",), "the native adapter stands beside the Kafka one"),
+    ("gateway/kafka", ("millrace.gateway.native", "millrace.gateway.pravega"),
+     "the Kafka adapter stands beside the native and Pravega ones"),
+    ("gateway/native", ("millrace.gateway.kafka", "millrace.gateway.pravega"),
+     "the native adapter stands beside the Kafka and Pravega ones"),
+    ("gateway/pravega", ("millrace.gateway.kafka", "millrace.gateway.native"),
+     "the Pravega adapter stands beside the Kafka and native ones, over the controller and stream layer"),
     ("gateway/native", ("millrace.gateway.kafka_protocol",), "the native wire carries no Kafka codes"),
 ]
 

@@ -11,7 +11,6 @@ from millrace.gateway.native.dispatch import Handler, Handlers, handlers, serve
 from millrace.protocol import messages as m
 from millrace.protocol.errors import InvalidRequestError
 from millrace.protocol.messages import Request
-from millrace.protocol.names import is_internal_stream_name
 from millrace.protocol.wire import Command
 from millrace.store.controller import (
     Controller,
@@ -161,7 +160,7 @@ def controller_handlers(
     controller: Controller, pool: ThreadPoolExecutor, scaler: StreamScaling, gate: SegmentGate,
     partitions_of: PartitionsOf | None = None, delete_stream: Callable[[str, str], None] | None = None,
 ) -> Handlers:
-    """``gate``: the stream layer's format rules, which seals and truncations pass (scales pass them in
+    """``gate``: the stream layer's rules, which creations, seals and truncations pass (scales pass them in
     the scaler). ``scaler`` performs manual splits and merges (for Kafka topics it also moves the
     partition writers, so it is the gateway's, not the bare controller's). ``partitions_of(scope, stream)``
     gives a Kafka topic's partition slices (None for other streams), for descriptions.
@@ -186,15 +185,7 @@ def controller_handlers(
         return describe_stream(c, scope, stream, partitions_of)
 
     def create(r: m.CreateStream) -> m.StreamDescriptionReply:
-        if r.scope == scaler.scope and not is_internal_stream_name(r.stream):
-            # A stream there without a topic record would be neither a Kafka topic nor writable. Only
-            # Millrace's own streams (a reader group's state, watermark marks) are made there this way,
-            # by the client beside the topics it reads.
-            raise InvalidRequestError(f"streams of the scope {r.scope!r} are Kafka topics: create {r.stream!r} "
-                                      f"with Kafka's CreateTopics (an AdminClient, kafka-topics.sh)")
-        if r.stream.startswith("_") and not is_internal_stream_name(r.stream):
-            raise InvalidRequestError(f"stream name {r.stream!r}: names starting with '_' are reserved for "
-                                      "Millrace's own streams, as Pravega reserves them")
+        gate.check_create_stream(r.scope, r.stream)
         c.create_stream(r.scope, r.stream, stream_configuration(r))
         return describe(r.scope, r.stream)
 

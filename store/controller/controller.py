@@ -616,6 +616,14 @@ class Controller:
                 self.store.delete(segment_name(scope, stream, sid)).result(self.timeout)
         self._truncated[(scope, stream)] = cut
 
+    def check_stream_cut(self, scope: str, stream: str, stream_cut: Mapping[int | str, int]) -> dict[int, int]:
+        """The cut by segment id if ``truncate_stream`` would take it (its segments cover the key space
+        once, each still there, each offset within its segment); InvalidStreamCutError otherwise."""
+        known = {
+            r.segment_id: r for e in self.get_epoch_history(scope, stream) for r in e.ranges(scope, stream)
+        }
+        return self._normalize_cut(scope, stream, stream_cut, known)
+
     def truncation_done(self, scope: str, stream: str, cut: Mapping[int, int]) -> bool:
         """Whether this controller has truncated every segment of ``scope/stream`` at ``cut`` (segment
         id -> offset). False for a cut recorded by a call that failed part way or by another process:
