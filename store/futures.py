@@ -150,3 +150,31 @@ def mapped(fut: StoreFuture[T], fn: Callable[[T], U]) -> StoreFuture[U]:
 
     fut.add_done_callback(done)
     return out
+
+
+def chained(fut: StoreFuture[T], fn: Callable[[T], StoreFuture[U]]) -> StoreFuture[U]:
+    """The future of ``fn(result)``, another store call made on ``fut``'s outcome without blocking
+    (``fut``'s exception, or ``fn`` raising, fails this one)."""
+    out: StoreFuture[U] = StoreFuture()
+
+    def relay(f: StoreFuture[U]) -> None:
+        exc = f.exception()
+        if exc is not None:
+            out.set_exception(exc)
+        else:
+            out.set_result(f.result())
+
+    def done(f: StoreFuture[T]) -> None:
+        exc = f.exception()
+        if exc is not None:
+            out.set_exception(exc)
+            return
+        try:
+            nxt = fn(f.result())
+        except Exception as error:  # noqa: BLE001 - a refusal fails this call only
+            out.set_exception(error)
+            return
+        nxt.add_done_callback(relay)
+
+    fut.add_done_callback(done)
+    return out

@@ -46,7 +46,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from millrace.protocol.contracts import (
     FORMAT_ATTRIBUTE,
@@ -75,7 +75,7 @@ from millrace.protocol.synchronizer import (
 )
 from millrace.protocol.wire import MAX_FRAME_BYTES
 from millrace.store.controller import ScalingType
-from millrace.store.futures import StoreFuture, completed, failed
+from millrace.store.futures import StoreFuture, chained, completed, failed
 from millrace.streams.partitions.formats import (
     ENVELOPE,
     ENVELOPE_MAGIC,
@@ -127,33 +127,6 @@ def _format_of(info: SegmentInfo) -> SegmentFormat | None:
         return SegmentFormat(value)
     except ValueError:
         return None
-
-
-def _then(fut: StoreFuture[T], fn: Callable[[T], StoreFuture[Any]]) -> StoreFuture[Any]:
-    """The future of ``fn(result)``: chains a store call on another's outcome without blocking."""
-    out: StoreFuture[Any] = StoreFuture()
-
-    def relay(f: StoreFuture[Any]) -> None:
-        exc = f.exception()
-        if exc is not None:
-            out.set_exception(exc)
-        else:
-            out.set_result(f.result())
-
-    def done(f: StoreFuture[T]) -> None:
-        exc = f.exception()
-        if exc is not None:
-            out.set_exception(exc)
-            return
-        try:
-            nxt = fn(f.result())
-        except Exception as error:  # noqa: BLE001 - a refusal fails this call only
-            out.set_exception(error)
-            return
-        nxt.add_done_callback(relay)
-
-    fut.add_done_callback(done)
-    return out
 
 
 class SegmentGate:
@@ -267,7 +240,7 @@ class SegmentGate:
             return self._conditioned(name, self.store.append(
                 name, data, expected_offset, [*attributes, _holds_format(fmt)], events))
 
-        return _then(self._format(name), checked)
+        return chained(self._format(name), checked)
 
     def update_attributes(self, name: str, updates: Sequence[AttributeUpdate]) -> StoreFuture[None]:
         """Writer attributes of a byte stream, or a format claim (``claim_format``, on the pool)."""
@@ -294,7 +267,7 @@ class SegmentGate:
             _check_writer_attributes(name, updates)
             return self._conditioned(name, self.store.update_attributes(name, [*updates, _holds_format(fmt)]))
 
-        return _then(self._format(name), checked)
+        return chained(self._format(name), checked)
 
     def seal(self, name: str) -> StoreFuture[int]:
         return self._raw_only(name, "SEAL", "SEAL_STREAM", lambda: self.store.seal(name))
