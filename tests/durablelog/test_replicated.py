@@ -220,6 +220,18 @@ def _owner_dies_with_a_tail_on_one_replica(replicas: Replicas) -> tuple[Replicat
         owner.append(f"acked{i}".encode()).result(30)
     fragment = owner.record.fragments[-1]
     holder = fragment.ensemble[0]
+    # An append is acknowledged by an ack quorum: the third replica may still be receiving entry 5, and
+    # entry 6 would then be a gap there. Wait until the holder has it.
+    rpc = ReplicaRpc()
+    try:
+        def holds_entry_5() -> bool:
+            reply = rpc.call_one(holder, {"op": "read", "log": "log", "from": 5, "to": 5, "max_bytes": 1 << 20},
+                                 [], 30)
+            return reply is not None and reply[0]["status"] == wire.OK and len(reply[1]) == 1
+
+        wait_until(holds_entry_5)
+    finally:
+        rpc.close()
     _raw_append(holder, 6, owner.epoch, fragment.first, b"unacked")  # the owner dies here, never closes
     return owner, holder
 
