@@ -331,11 +331,14 @@ class SegmentGate:
             store.update_attributes(name, [AttributeUpdate(FORMAT_ATTRIBUTE, int(fmt), AttributeUpdateType.REPLACE_IF_EQUALS,
                                                            None)]).result(_BLOCKING_TIMEOUT)
         except BadAttributeUpdateError:
-            existing = _format_of(store.get_info(name))
-            if existing is not fmt:
-                raise FormatViolationError(
-                    f"{scope}/{stream} is a {existing.name.lower() if existing else 'other'} stream: its format "
-                    f"does not change") from None
+            # Another claim came first. Its update may still be on its way to the log, where get_info does
+            # not see it yet, so the same claim is confirmed by a condition checked in the same order.
+            try:
+                store.update_attributes(name, [_holds_format(fmt)]).result(_BLOCKING_TIMEOUT)
+            except BadAttributeUpdateError:
+                existing = _format_of(store.get_info(name))
+                kind = f"a {existing.name.lower()}" if existing else "another"
+                raise FormatViolationError(f"{scope}/{stream} is {kind} stream: its format does not change") from None
         else:
             info = store.get_info(name)
             if info.length > 0 and LEGACY_BYTE_STREAM_ATTRIBUTE not in info.attributes:

@@ -6,6 +6,7 @@ a restart."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -247,3 +248,31 @@ def test_a_topic_whose_data_does_not_parse_is_refused_and_named_not_dropped(tmp_
             admin.close()
     finally:
         server.kill()
+
+
+def test_racing_claims_of_the_same_format_all_succeed(server: ServerProcess) -> None:
+    """Members of a synchronizer start together, each claiming the format: the losers' claims race the
+    winner's still on its way to the log, and each must still be answered as the same claim again."""
+    streams, members = 6, 6
+    with StreamManager(f"tcp://127.0.0.1:{server.native_port}") as sm:
+        sm.create_scope("race")
+        for i in range(streams):
+            sm.create_stream("race", f"s{i}", initial_segments=1)
+    segments = [_segments_of(server, "race", f"s{i}")[0] for i in range(streams)]
+    start, failures = threading.Barrier(members), []
+
+    def member() -> None:
+        with SegmentClient("127.0.0.1", server.native_port) as raw:
+            for segment in segments:
+                start.wait(30)
+                try:
+                    _update(raw, segment, AttributeUpdate(FORMAT_ATTRIBUTE, SegmentFormat.SYNCHRONIZER))
+                except Exception as exc:  # noqa: BLE001 - collected for the assertion
+                    failures.append(exc)
+
+    threads = [threading.Thread(target=member) for _ in range(members)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert failures == []
