@@ -24,7 +24,7 @@ from typing import Any, TypeVar, cast
 
 from twisted.internet import protocol, reactor
 from twisted.internet.address import IPv4Address, IPv6Address
-from twisted.internet.interfaces import IListeningPort, IReactorSSL, IReactorTCP
+from twisted.internet.interfaces import IListeningPort, IReactorTCP
 
 from millrace.gateway.http import HttpAccess
 from millrace.gateway.kafka.broker import Broker, KafkaConfig
@@ -62,7 +62,13 @@ from millrace.gateway.security.properties import (
     security_settings,
 )
 from millrace.gateway.security.sasl_client import CLIENT_MECHANISMS, SaslLogin
-from millrace.gateway.security.tls import ServerTls, TlsConfigError, client_ssl_context, client_tls
+from millrace.gateway.security.tls import (
+    ServerTls,
+    TlsConfigError,
+    client_ssl_context,
+    client_tls,
+    listen_tls,
+)
 from millrace.store.budget import MIB
 from millrace.store.cluster.containers import SegmentContainerHost
 from millrace.store.cluster.layout import NodeInfo, check_node_id
@@ -492,8 +498,8 @@ def bind_kafka_listeners(security: SecuritySettings, factory_of: Callable[[Liste
         factory = factory_of(settings)
         endpoint = settings.endpoint
         if settings.ssl is not None:
-            port = cast(IReactorSSL, reactor).listenSSL(endpoint.port, factory, ServerTls(settings.ssl),
-                                                        interface=endpoint.host)
+            port = listen_tls(endpoint.port, factory, ServerTls(settings.ssl), endpoint.host,
+                              security.limits.authentication_timeout_ms)
         else:
             port = cast(IReactorTCP, reactor).listenTCP(endpoint.port, factory, interface=endpoint.host)
         unauthenticated = not settings.uses_sasl and (settings.ssl is None or settings.ssl.client_auth != "required")
@@ -600,7 +606,8 @@ def http_access(security: SecuritySettings, broker: Broker) -> HttpAccess | None
     scram = broker.scram
     authenticator = HttpAuthenticator(http, scram.scram if scram is not None else None) if http.authenticates else None
     return HttpAccess(authenticator, lambda: broker.acls.authorizer if broker.acls is not None else None,
-                      broker.config.scope, http.authentication_required_for_reads, broker.guards.login_failures)
+                      broker.config.scope, http.authentication_required_for_reads, broker.guards.login_failures,
+                      broker.guards.limits.connection_failed_authentication_delay_ms / 1000)
 
 
 def http_tls(security: SecuritySettings) -> dict[str, ServerTls]:
@@ -611,16 +618,18 @@ def http_tls(security: SecuritySettings) -> dict[str, ServerTls]:
 # Listeners.
 
 def listen(options: ServerOptions, factories: Mapping[str, protocol.ServerFactory[Any]],
-           tls: Mapping[str, ServerTls | None] | None = None) -> dict[str, IListeningPort]:
+           tls: Mapping[str, ServerTls | None] | None = None, handshake_timeout_ms: int = 0,
+           ) -> dict[str, IListeningPort]:
     """Bind each named listener (``kafka``, ``native``, ``peer``, ``http``) to its port on ``--host``, in
-    the order given (0: any free port); one ``tls`` names a context for is bound with TLS."""
+    the order given (0: any free port); one ``tls`` names a context for is bound with TLS, its clients given
+    ``handshake_timeout_ms`` to finish the handshake (0: no limit)."""
     ports = {"kafka": options.kafka_port, "native": options.native_port, "peer": options.peer_port,
              "http": options.http_port}
     bound: dict[str, IListeningPort] = {}
     for name, factory in factories.items():
         context = (tls or {}).get(name)
         if context is not None:
-            bound[name] = cast(IReactorSSL, reactor).listenSSL(ports[name], factory, context, interface=options.host)
+            bound[name] = listen_tls(ports[name], factory, context, options.host, handshake_timeout_ms)
         else:
             bound[name] = reactor.listenTCP(ports[name], factory, interface=options.host)
     return bound

@@ -303,7 +303,8 @@ class ClusterServer:
         kafka = bind_kafka_listeners(self.security, lambda s: self.kafka_fronts.setdefault(s.name, LateFactory()))
         listeners = listen(self.options, {"native": self.native_front, "peer": self.peer_factory,
                                           "http": self.http_front},
-                           tls={"peer": self.peer_tls, **http_tls(self.security), **native_tls(self.native)})
+                           tls={"peer": self.peer_tls, **http_tls(self.security), **native_tls(self.native)},
+                           handshake_timeout_ms=self.security.limits.authentication_timeout_ms)
         self.ports = {name: bound_address(port).port for name, port in listeners.items()}
         self.addresses = advertised_addresses(self.options, listeners)
         for i, (settings, port, _) in enumerate(kafka):

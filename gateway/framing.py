@@ -78,6 +78,8 @@ DIRECT_READ_MAX = 2 * MIB
 # An idle connection is looked at this many times per connections.max.idle.ms: it is closed after between
 # 1 and 1 + 1/IDLE_CHECKS of that period without traffic (a timestamp per read would cost the hot path).
 IDLE_CHECKS = 4
+# A connection muted after a failed login closes once its answer is sent; this only outlasts that.
+_MUTED_UNTIL_CLOSED_S = 60.0
 
 
 @implementer(IPushProducer)
@@ -149,6 +151,17 @@ class BudgetedReceiver(protocol.Protocol):
             if self._auth_timer.active():
                 self._auth_timer.cancel()
             self._auth_timer = None
+
+    def failed_authentication(self) -> float:
+        """A login failed: read nothing more from the client, and answer and close after the returned
+        delay in seconds (``connection.failed.authentication.delay.ms``; 0: at once). Pipelined requests
+        stay unread, so none of them tells the client the outcome sooner."""
+        delay_ms = self.guards.limits.connection_failed_authentication_delay_ms if self.guards is not None else 0
+        if delay_ms <= 0:
+            return 0.0
+        # Muted past the answer: the connection closes once that is sent, and reads nothing before.
+        self.mute_until(self._clock.seconds() + delay_ms / 1000 + _MUTED_UNTIL_CLOSED_S, self._clock)
+        return delay_ms / 1000
 
     def _authentication_overdue(self, timeout_ms: int) -> None:
         self._auth_timer = None

@@ -55,12 +55,17 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 from urllib.parse import unquote
 
 from prometheus_client.core import Metric
-from twisted.internet import defer, tcp, threads
-from twisted.internet.interfaces import IPushProducer, ITransport
+from twisted.internet import defer, protocol, reactor, task, tcp, threads
+from twisted.internet.interfaces import IDelayedCall, IPushProducer, IReactorTime, ITransport
 from twisted.python.failure import Failure
-from twisted.web import resource, server
+from twisted.web import http, resource, server
 
-from millrace.gateway.limits import ConnectionGuards, LoginFailures
+from millrace.gateway.limits import (
+    AUTHENTICATION_TIMEOUT_MS,
+    ConnectionGuards,
+    ConnectionLimits,
+    LoginFailures,
+)
 from millrace.gateway.metrics import CONTENT_TYPE, MetricsSources, reactor_families, render, worker_families
 from millrace.gateway.native.controller_commands import PartitionsOf, describe_stream
 from millrace.gateway.security.acls import CLUSTER_NAME, AclOperation, Authorizer, ResourceType, client_host
@@ -387,14 +392,16 @@ def endpoint_permission(method: str, path: Sequence[str], kafka_scope: str) -> t
 class HttpAccess:
     """Who may use the HTTP API: ``authenticator`` where the HTTP listener authenticates (None: it does
     not), the server's Authorizer as it is now (None: no authorizer), the Kafka scope (for
-    ``stream_acl_resource``), whether reads need a principal too, and the failed logins by address that
-    every listener counts (None: not counted)."""
+    ``stream_acl_resource``), whether reads need a principal too, the failed logins by address that
+    every listener counts (None: not counted), and how long a refusal of wrong credentials waits
+    (``connection.failed.authentication.delay.ms``)."""
 
     authenticator: HttpAuthenticator | None
     authorizer: Callable[[], Authorizer | None]
     kafka_scope: str
     reads_authenticated: bool = False
     login_failures: LoginFailures | None = None
+    failed_login_delay_s: float = 0.0
 
     def needs_principal(self, method: str, path: Sequence[str]) -> tuple[bool, bool, Permission]:
         """(whether the request needs a principal, whether it changes anything, the permission it needs)."""
@@ -438,13 +445,15 @@ class HttpAccess:
         else:
             return defer.succeed(None)  # no credentials: no failed login
 
-        def count(principal: KafkaPrincipal | None) -> KafkaPrincipal | None:
+        def count(principal: KafkaPrincipal | None) -> defer.Deferred[KafkaPrincipal | None]:
             if failures is not None:
                 if principal is None:
                     failures.failed(host, user)
                 else:
                     failures.succeeded(host, principal.name)
-            return principal
+            if principal is None and self.failed_login_delay_s > 0:
+                return task.deferLater(IReactorTime(reactor), self.failed_login_delay_s, lambda: None)
+            return defer.succeed(principal)
 
         return checked.addCallback(count)
 
@@ -665,13 +674,55 @@ def _drop(data: bytes) -> None:
 EARLY_ANSWER_LINGER_SECONDS = 2.0  # how long a connection answered early still reads (and drops) input
 
 
-class LimitedSite(server.Site):
-    """The HTTP site with its limits (``_LimitedRequest``): the largest request body, and ``access`` to
-    check credentials with before a body is read."""
+class _LimitedChannel(http.HTTPChannel):
+    """An HTTP connection that must send its first request's headers, where its credentials are, within
+    ``millrace.authentication.timeout.ms`` (its TLS handshake has the same deadline below it); between
+    requests it is held to ``connections.max.idle.ms`` as any listener's connection (Twisted's timeout)."""
 
-    def __init__(self, root: resource.Resource, max_body_bytes: int, access: HttpAccess | None) -> None:
-        super().__init__(root, requestFactory=_LimitedRequest)
-        self.max_body_bytes = max_body_bytes
+    site: LimitedSite
+    _first_headers: IDelayedCall | None = None
+
+    def connectionMade(self) -> None:  # noqa: N802 - Twisted's name
+        super().connectionMade()
+        timeout_s = self.site.headers_timeout_s
+        if timeout_s > 0:
+            self._first_headers = self.callLater(timeout_s, lambda: self._headers_overdue(timeout_s))
+
+    def allHeadersReceived(self) -> None:  # noqa: N802 - Twisted's name
+        self._stop_deadline()
+        super().allHeadersReceived()
+
+    def _headers_overdue(self, timeout_s: float) -> None:
+        self._first_headers = None
+        transport = self.transport
+        if transport is not None:
+            log.info("closing HTTP connection from %s: no request within %d ms (%s)", _peer_host(transport),
+                     round(timeout_s * 1000), AUTHENTICATION_TIMEOUT_MS)
+            transport.loseConnection()
+
+    def _stop_deadline(self) -> None:
+        if self._first_headers is not None and self._first_headers.active():
+            self._first_headers.cancel()
+        self._first_headers = None
+
+    def connectionLost(self, reason: Failure = protocol.connectionDone) -> None:  # noqa: N802 - Twisted's name
+        self._stop_deadline()
+        super().connectionLost(reason)
+
+
+class LimitedSite(server.Site):
+    """The HTTP site with its limits (``_LimitedRequest``, ``_LimitedChannel``): the largest request body,
+    ``access`` to check credentials with before a body is read, how long a connection may take to send
+    its first request's headers and stay idle between requests (``ConnectionLimits``)."""
+
+    # HTTP/1.1 channels (Twisted's default wraps one to offer HTTP/2, which this site does not)
+    protocol = _LimitedChannel  # type: ignore[assignment]
+
+    def __init__(self, root: resource.Resource, limits: ConnectionLimits, access: HttpAccess | None) -> None:
+        idle_ms = limits.connections_max_idle_ms
+        super().__init__(root, requestFactory=_LimitedRequest, timeout=idle_ms / 1000 if idle_ms > 0 else None)
+        self.max_body_bytes = limits.http_max_request_body_bytes
+        self.headers_timeout_s = limits.authentication_timeout_ms / 1000
         self.access = access
 
 
@@ -716,4 +767,4 @@ def http_site(store: NodeView, views: StreamViews | None = None, access: HttpAcc
     if console is not None:
         console.mount(root, api)
     limits = (guards if guards is not None else ConnectionGuards()).limits
-    return LimitedSite(root if access is None else _Guard(root, access), limits.http_max_request_body_bytes, access)
+    return LimitedSite(root if access is None else _Guard(root, access), limits, access)

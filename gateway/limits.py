@@ -15,7 +15,12 @@ Kafka's names where Kafka has them:
 - ``connections.max.idle.ms`` (600000): a connection that neither sent nor was sent anything for this
   long, with no request outstanding, is closed;
 - ``millrace.authentication.timeout.ms`` (30000; Kafka has no such setting): a connection that must
-  authenticate and has not within this long is closed;
+  authenticate and has not within this long is closed, and so is a TLS connection whose handshake is not
+  done by then, on every listener (``TlsHandshakeDeadline``), and an HTTP connection that has not sent its
+  first request's headers;
+- ``connection.failed.authentication.delay.ms`` (100): a failed login is answered, and its connection
+  closed, this long after it failed, reading nothing from the client meanwhile (Kafka's KIP-306), so a
+  guesser cannot learn each answer at once;
 - ``millrace.authentication.failures.max`` (100) within ``millrace.authentication.failures.window.ms``
   (60000): after that many failed logins from one address over every listener, its next attempts are
   refused without running the mechanism until the window has passed (``LoginFailures``);
@@ -40,6 +45,7 @@ SOCKET_REQUEST_MAX_BYTES = "socket.request.max.bytes"
 QUEUED_MAX_REQUEST_BYTES = "queued.max.request.bytes"
 CONNECTIONS_MAX_IDLE_MS = "connections.max.idle.ms"
 AUTHENTICATION_TIMEOUT_MS = "millrace.authentication.timeout.ms"
+CONNECTION_FAILED_AUTHENTICATION_DELAY_MS = "connection.failed.authentication.delay.ms"
 AUTHENTICATION_FAILURES_MAX = "millrace.authentication.failures.max"
 AUTHENTICATION_FAILURES_WINDOW_MS = "millrace.authentication.failures.window.ms"
 HTTP_MAX_REQUEST_BODY_BYTES = "millrace.http.max.request.body.bytes"
@@ -63,6 +69,7 @@ class ConnectionLimits:
     queued_max_request_bytes: int = 256 * MIB  # -1: no bound (Kafka's default)
     connections_max_idle_ms: int = 600_000
     authentication_timeout_ms: int = 30_000
+    connection_failed_authentication_delay_ms: int = 100
     authentication_failures_max: int = 100
     authentication_failures_window_ms: int = 60_000
     http_max_request_body_bytes: int = 1 * MIB
@@ -72,6 +79,7 @@ class ConnectionLimits:
                 f"{QUEUED_MAX_REQUEST_BYTES}={self.queued_max_request_bytes}, "
                 f"{CONNECTIONS_MAX_IDLE_MS}={self.connections_max_idle_ms}, "
                 f"{AUTHENTICATION_TIMEOUT_MS}={self.authentication_timeout_ms}, "
+                f"{CONNECTION_FAILED_AUTHENTICATION_DELAY_MS}={self.connection_failed_authentication_delay_ms}, "
                 f"{AUTHENTICATION_FAILURES_MAX}={self.authentication_failures_max} per "
                 f"{self.authentication_failures_window_ms} ms, "
                 f"{HTTP_MAX_REQUEST_BODY_BYTES}={self.http_max_request_body_bytes}")

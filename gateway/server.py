@@ -91,7 +91,8 @@ def serve(options: ServerOptions) -> int:
         listeners = listen(options, {"native": native_factory,
                                      "http": http_site(store, views, http_access(security, broker), console,
                                                        metrics, guards=broker.guards)},
-                           {**http_tls(security), **native_tls(native)})
+                           {**http_tls(security), **native_tls(native)},
+                           handshake_timeout_ms=security.limits.authentication_timeout_ms)
         # Pravega's controller API: grpcio's server on threads of its own, beside the reactor's listeners.
         pravega = pravega_controller(options, security, native, store, controller, broker, controller_pool)
     except Exception as exc:  # noqa: BLE001 - e.g. a port in use

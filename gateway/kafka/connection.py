@@ -69,7 +69,7 @@ class KafkaConnection(BudgetedReceiver):
         self.session: Session | None = None
         if listener is not None and (listener.uses_sasl or listener.ssl is not None):
             self.session = Session(listener, self.close_connection, self._authenticated,
-                                   broker.guards.login_failures)
+                                   broker.guards.login_failures, self.failed_authentication)
             if listener.uses_sasl:
                 self.MAX_LENGTH = listener.max_pre_auth_bytes
         self._slots: collections.deque[_Slot] = collections.deque()
@@ -164,7 +164,11 @@ class KafkaConnection(BudgetedReceiver):
             answer, _ = session.authenticate(frame)
         except Exception as e:  # noqa: BLE001 - the mechanism's refusal, or a message out of turn
             log.info("SASL authentication from %s failed: %s", self._peer, getattr(e, "reason", e))
-            self.close_connection()
+            delay = self.failed_authentication()
+            if delay > 0:
+                self._clock.callLater(delay, lambda: None if self._closed else self.close_connection())
+            else:
+                self.close_connection()
             return
         slot = _Slot(len(frame))
         slot.parts = [len(answer).to_bytes(4, "big"), answer]

@@ -74,8 +74,11 @@ class Session:
     """One connection's security state. Owned by the reactor thread, like its connection."""
 
     def __init__(self, listener: KafkaListener, close: Callable[[], None],
-                 authenticated: Callable[[], None] = lambda: None, failures: LoginFailures | None = None) -> None:
+                 authenticated: Callable[[], None] = lambda: None, failures: LoginFailures | None = None,
+                 failed_login: Callable[[], float] = lambda: 0.0) -> None:
         self.listener = listener
+        # A login failed: the connection stops reading; the answer waits the returned seconds
+        self.failed_login = failed_login
         self.host = ""  # the client's address, once connected: what failed logins are counted by
         self._failures = failures
         self.close = close  # closes the connection once what was written has been sent

@@ -250,9 +250,22 @@ class NativeProtocol(BudgetedReceiver):
         status = status_of(exc)
         if status == Status.INTERNAL_ERROR:
             log.error("native request %d failed", request_id, exc_info=exc)
-        self._reply_error(request_id, size, status, str(exc) or type(exc).__name__, error_details(exc))
         if status == Status.AUTHENTICATION_FAILED and self.session is not None:
-            self.close_connection()  # answered once, then the connection ends (Kafka's SaslServerAuthenticator)
+            # Answered once, then the connection ends (Kafka's SaslServerAuthenticator), both after
+            # connection.failed.authentication.delay.ms with nothing read meanwhile.
+            delay = self.failed_authentication()
+            if delay > 0:
+                self._clock.callLater(delay, self._refuse_login, request_id, size, str(exc), error_details(exc))
+            else:
+                self._refuse_login(request_id, size, str(exc), error_details(exc))
+            return
+        self._reply_error(request_id, size, status, str(exc) or type(exc).__name__, error_details(exc))
+
+    def _refuse_login(self, request_id: int, size: int, message: str, details: dict | None) -> None:
+        if self._closed:  # the client left meanwhile
+            return
+        self._reply_error(request_id, size, Status.AUTHENTICATION_FAILED, message or "authentication failed", details)
+        self.close_connection()
 
     def _reply_error(self, request_id: int, size: int, status: Status, message: str,
                      extra: dict | None = None) -> None:

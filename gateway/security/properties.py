@@ -36,6 +36,7 @@ from millrace.gateway.limits import (
     AUTHENTICATION_FAILURES_MAX,
     AUTHENTICATION_FAILURES_WINDOW_MS,
     AUTHENTICATION_TIMEOUT_MS,
+    CONNECTION_FAILED_AUTHENTICATION_DELAY_MS,
     CONNECTIONS_MAX_IDLE_MS,
     HTTP_MAX_REQUEST_BODY_BYTES,
     QUEUED_MAX_REQUEST_BYTES,
@@ -470,6 +471,9 @@ def connection_limits(props: Mapping[str, str]) -> ConnectionLimits:
                                          -1, 2**63 - 1),
         authentication_timeout_ms=_integer(props, AUTHENTICATION_TIMEOUT_MS, defaults.authentication_timeout_ms,
                                            0, 2**63 - 1),
+        connection_failed_authentication_delay_ms=_integer(
+            props, CONNECTION_FAILED_AUTHENTICATION_DELAY_MS, defaults.connection_failed_authentication_delay_ms,
+            0, JAVA_INT_MAX),
         authentication_failures_max=_integer(props, AUTHENTICATION_FAILURES_MAX,
                                              defaults.authentication_failures_max, 1, JAVA_INT_MAX),
         authentication_failures_window_ms=_integer(props, AUTHENTICATION_FAILURES_WINDOW_MS,

@@ -18,13 +18,25 @@ import ssl as stdlib_ssl
 import tempfile
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from OpenSSL import SSL, crypto
+from twisted.internet import reactor as _reactor
 from twisted.internet import ssl
-from twisted.internet.interfaces import IOpenSSLClientConnectionCreator, IOpenSSLContextFactory
+from twisted.internet.interfaces import (
+    IDelayedCall,
+    IListeningPort,
+    IOpenSSLClientConnectionCreator,
+    IOpenSSLContextFactory,
+    IReactorTCP,
+    IReactorTime,
+    ITransport,
+)
+from twisted.internet.protocol import Factory, ServerFactory, connectionDone
+from twisted.protocols.tls import TLSMemoryBIOFactory, TLSMemoryBIOProtocol
+from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from millrace.gateway.security.principal import ANONYMOUS, KafkaPrincipal
@@ -153,6 +165,56 @@ class ServerTls:
                 except TlsConfigError as e:
                     log.error("TLS key material changed but does not load (still using the previous): %s", e)
         return self._context
+
+
+class _HandshakeDeadlineProtocol(TLSMemoryBIOProtocol):
+    """A TLS connection that must finish its handshake within its factory's timeout, or is dropped."""
+
+    factory: TlsHandshakeDeadline
+    _deadline: IDelayedCall | None = None
+
+    def makeConnection(self, transport: ITransport) -> None:  # noqa: N802 - Twisted's name
+        timeout_s = self.factory.timeout_s
+        if timeout_s > 0:
+            self._deadline = self.factory.clock.callLater(timeout_s, self._handshake_overdue)
+        super().makeConnection(transport)
+
+    def _handshake_overdue(self) -> None:
+        self._deadline = None
+        # The client's Finished message arrives last: until then the handshake is not done.
+        if self.getHandle().get_peer_finished() is None:
+            peer = self.getPeer()
+            log.info("closing connection from %s:%s: TLS handshake not done within %d ms "
+                     "(millrace.authentication.timeout.ms)", getattr(peer, "host", "?"), getattr(peer, "port", "?"),
+                     round(self.factory.timeout_s * 1000))
+            self.abortConnection()
+
+    def connectionLost(self, reason: Failure = connectionDone) -> None:  # noqa: N802 - Twisted's name
+        if self._deadline is not None and self._deadline.active():
+            self._deadline.cancel()
+        self._deadline = None
+        super().connectionLost(reason)
+
+
+class TlsHandshakeDeadline(TLSMemoryBIOFactory):
+    """What ``listenSSL`` builds around a listener's factory, plus a deadline for the handshake: before
+    it is done no protocol above sees a byte, so neither a login deadline nor an idle timer there can
+    tell a client that trickles its ClientHello, or sends nothing, from one that is slow to ask."""
+
+    protocol = _HandshakeDeadlineProtocol
+
+    def __init__(self, context: IOpenSSLContextFactory, wrapped: Factory, timeout_ms: int,
+                 clock: IReactorTime | None = None) -> None:
+        super().__init__(context, False, wrapped)
+        self.timeout_s = timeout_ms / 1000
+        self.clock = clock or IReactorTime(_reactor)
+
+
+def listen_tls(port: int, factory: Factory, context: IOpenSSLContextFactory, interface: str,
+               handshake_timeout_ms: int) -> IListeningPort:
+    """``reactor.listenSSL`` with a deadline for each connection's handshake (0: none)."""
+    tls = cast(ServerFactory[Any], TlsHandshakeDeadline(context, factory, handshake_timeout_ms))
+    return IReactorTCP(_reactor).listenTCP(port, tls, interface=interface)
 
 
 def certificate_principal(certificate: crypto.X509 | None, settings: SslSettings) -> KafkaPrincipal:

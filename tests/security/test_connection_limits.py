@@ -23,6 +23,7 @@ import contextlib
 import http.client
 import re
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -46,6 +47,7 @@ from millrace.protocol import messages as m
 from millrace.protocol.wire import Status, decode_body, encode_frame
 from tests.server_process import ServerProcess
 from tests.test_flood import RssSampler
+from tests.tls_files import make_certificates
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -55,6 +57,7 @@ SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 USERS = {"admin": "admin-secret", "alice": "alice-secret"}
 FAILURES_MAX = 3
 AUTHENTICATION_TIMEOUT_MS = 1500
+FAILED_LOGIN_DELAY_MS = 400
 HTTP_BODY_MAX = 64 * 1024
 SPLIT = b'{"segment": 0, "pieces": 2}'  # a split request's body
 SASL_AUTHENTICATION_FAILED = int(ErrorCode.SASL_AUTHENTICATION_FAILED)
@@ -345,6 +348,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         f"listener.name.http.plain.sasl.jaas.config={jaas_plain(USERS)}",
         f"millrace.authentication.failures.max={FAILURES_MAX}",
         f"millrace.authentication.timeout.ms={AUTHENTICATION_TIMEOUT_MS}",
+        f"connection.failed.authentication.delay.ms={FAILED_LOGIN_DELAY_MS}",
         f"millrace.http.max.request.body.bytes={HTTP_BODY_MAX}",
     ]) + "\n")
     process = ServerProcess(str(home / "data"), "--config", str(home / "server.properties"),
@@ -475,6 +479,83 @@ def test_connections_that_do_not_authenticate_in_time_are_closed(secured: Secure
     logged_in.close()
 
 
+def test_a_failed_login_is_answered_late_and_reads_nothing_meanwhile(secured: Secured) -> None:
+    """connection.failed.authentication.delay.ms (KIP-306): a wrong password is answered only after the
+    delay, then the connection closes; a request pipelined behind the login is never answered, so it
+    cannot tell the client the outcome sooner. The same on the native and HTTP listeners."""
+    server, source, delay = secured.process, "127.0.0.9", FAILED_LOGIN_DELAY_MS / 1000
+    kafka = RawKafka(server.kafka_port, source)
+    assert kafka.call(17, 1, SaslHandshakeRequest(mechanism="PLAIN")).error_code == 0
+    started = time.monotonic()
+    kafka.sock.sendall(encode_request(36, 2, 10, SaslAuthenticateRequest(auth_bytes=b"\0alice\0wrong"), client_id="x")
+                       + encode_request(18, 0, 11, ApiVersionsRequest(), client_id="x"))
+    (size,) = struct.unpack(">i", recv_exact(kafka.sock, 4))
+    header, body = decode_response(36, 2, recv_exact(kafka.sock, size))
+    assert time.monotonic() - started >= delay
+    assert (header.correlation_id, body.error_code) == (10, SASL_AUTHENTICATION_FAILED)
+    assert closed_by_server(kafka.sock, 10)  # and ApiVersions was never answered
+
+    sock = connect(server.native_port, source)
+    assert native_call(sock, 1, m.AuthHandshake(mechanism="PLAIN"))[0] == Status.OK
+    started = time.monotonic()
+    assert native_call(sock, 2, m.Authenticate(), b"\0alice\0wrong")[0] == Status.AUTHENTICATION_FAILED
+    assert time.monotonic() - started >= delay
+    assert closed_by_server(sock, 10)
+
+    started = time.monotonic()
+    answer = http_request(server.http_port, "POST", "/api/streams/kafka/x/split",
+                          {"authorization": basic("alice", "wrong"), "content-type": "application/json",
+                           "content-length": "2"}, b"{}", source)
+    assert answer.status == 401
+    assert time.monotonic() - started >= delay
+    # The right password is answered at once.
+    started = time.monotonic()
+    right = RawKafka(server.kafka_port, "127.0.0.10")
+    assert right.login("PLAIN", f"\0alice\0{USERS['alice']}".encode()).error_code == 0
+    assert time.monotonic() - started < delay
+    right.close()
+
+
+def test_unfinished_tls_handshakes_and_http_requests_are_closed_at_the_login_deadline(tmp_path: Path) -> None:
+    """Below every login there is a TLS handshake, and over HTTP a request's headers: a client that never
+    finishes them is closed at millrace.authentication.timeout.ms on the Kafka, native and HTTP listeners,
+    while a client that finished its handshake is served past that deadline."""
+    certificates = make_certificates(tmp_path)
+    (tmp_path / "server.properties").write_text("\n".join([
+        "listeners=SSL://127.0.0.1:0",
+        "listener.security.protocol.map=SSL:SSL,NATIVE:SSL,HTTP:PLAINTEXT",
+        "ssl.keystore.type=PEM",
+        f"ssl.keystore.location={certificates.server_pem}",
+        "listener.name.native.ssl.keystore.type=PEM",
+        f"listener.name.native.ssl.keystore.location={certificates.server_pem}",
+        f"millrace.authentication.timeout.ms={AUTHENTICATION_TIMEOUT_MS}",
+    ]) + "\n")
+    server = ServerProcess(str(tmp_path / "data"), "--config", str(tmp_path / "server.properties"),
+                           "--log-level", "INFO").start()
+    try:
+        context = ssl.create_default_context(cafile=str(certificates.ca_pem))
+        finished = context.wrap_socket(connect(server.kafka_port), server_hostname="127.0.0.1")
+        silent_kafka, silent_native = connect(server.kafka_port), connect(server.native_port)
+        trickling = connect(server.kafka_port)
+        trickling.sendall(b"\x16\x03\x01")  # the start of a ClientHello, never the rest
+        half_request = connect(server.http_port)
+        half_request.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # headers never finished
+        for sock in (silent_kafka, silent_native, trickling, half_request):
+            assert closed_by_server(sock, 10)
+        assert wait_for(lambda: any(f"TLS handshake not done within {AUTHENTICATION_TIMEOUT_MS} ms" in line
+                                    for line in server.output))
+        assert wait_for(lambda: any(f"no request within {AUTHENTICATION_TIMEOUT_MS} ms" in line
+                                    for line in server.output))
+        # The client that finished its handshake is still served, past the deadline.
+        finished.sendall(encode_request(18, 0, 1, ApiVersionsRequest(), client_id="tls"))
+        (size,) = struct.unpack(">i", recv_exact(finished, 4))
+        assert decode_response(18, 0, recv_exact(finished, size))[1].error_code == 0
+        finished.close()
+        assert requests.get(f"http://127.0.0.1:{server.http_port}/health", timeout=10).status_code == 200
+    finally:
+        server.kill()
+
+
 def test_idle_connections_are_closed(tmp_path: Path) -> None:
     server = ServerProcess(str(tmp_path / "data"), "--log-level", "INFO",
                            "--override", "connections.max.idle.ms=1000").start()
@@ -482,12 +563,15 @@ def test_idle_connections_are_closed(tmp_path: Path) -> None:
         idle = RawKafka(server.kafka_port)
         busy = RawKafka(server.kafka_port)
         native = connect(server.native_port)
+        http_idle = connect(server.http_port)
+        http_idle.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")  # answered, then kept open idle
         deadline = time.monotonic() + 4
         while time.monotonic() < deadline:  # busy asks something every 200 ms; idle and native nothing
             assert busy.api_versions().error_code == 0
             time.sleep(0.2)
         assert closed_by_server(idle.sock, 5)
         assert closed_by_server(native, 5)
+        assert closed_by_server(http_idle, 5)
         assert busy.api_versions().error_code == 0
         assert any("idle for 1000 ms (connections.max.idle.ms)" in line for line in server.output)
         busy.close()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 
+from twisted.internet import defer, task
+
 from millrace.gateway.kafka.broker import RequestContext
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka_protocol.errors import ErrorCode
@@ -47,7 +49,8 @@ def handle_sasl_handshake(ctx: RequestContext, request: SaslHandshakeRequest) ->
 
 
 @api(SaslAuthenticateRequest, 0, 2)
-def handle_sasl_authenticate(ctx: RequestContext, request: SaslAuthenticateRequest) -> SaslAuthenticateResponse:
+def handle_sasl_authenticate(ctx: RequestContext, request: SaslAuthenticateRequest,
+                             ) -> SaslAuthenticateResponse | defer.Deferred[SaslAuthenticateResponse]:
     session = ctx.session
     if session is None or not session.listener.uses_sasl:
         if session is not None:
@@ -60,8 +63,10 @@ def handle_sasl_authenticate(ctx: RequestContext, request: SaslAuthenticateReque
         # The reason names what was wrong (never a secret): for an operator's log, not for the client.
         log.info("SASL authentication from %s failed: %s", ctx.peer, e.reason)
         ctx.when_sent(session.close)
-        return SaslAuthenticateResponse(error_code=ErrorCode.SASL_AUTHENTICATION_FAILED, error_message=e.message,
-                                        auth_bytes=b"")
+        failed = SaslAuthenticateResponse(error_code=ErrorCode.SASL_AUTHENTICATION_FAILED, error_message=e.message,
+                                          auth_bytes=b"")
+        delay = session.failed_login()  # connection.failed.authentication.delay.ms
+        return task.deferLater(ctx.broker.partitions.clock, delay, lambda: failed) if delay > 0 else failed
     except IllegalSaslState as e:
         log.info("SASL exchange from %s out of turn: %s", ctx.peer, e)
         ctx.when_sent(session.close)
