@@ -23,7 +23,7 @@ from millrace.streams.partitions.formats import CONTROL_ATTRIBUTE, TRANSACTIONAL
 from millrace.streams.partitions.offset_index import OffsetIndex
 from millrace.streams.partitions.producers import MARKER_COORDINATOR_EPOCH, Producers
 from millrace.streams.partitions.segments import SegmentWriter
-from millrace.streams.partitions.transactions import PartitionTransactions
+from millrace.streams.partitions.transactions import PartitionTransactions, TransactionVerifications
 from millrace.streams.partitions.waiters import Waiters
 from millrace.streams.partitions.watermark import HighWatermark
 from millrace.streams.partitions.writer_events import WriterEventNumbers
@@ -60,6 +60,8 @@ class PartitionLog:
         self.watermark = HighWatermark(0)
         self.producers = Producers()
         self.txns = PartitionTransactions()
+        # Transactions the coordinator on another node confirmed include this partition (cluster only)
+        self.verifications = TransactionVerifications()
         self.writer_events = WriterEventNumbers(partition)
         # The segment in which a load first dropped a stored batch as not contiguous: from that segment on,
         # the partition's writer attributes are void (``writer_events``); ``_dropped_reached`` once the load

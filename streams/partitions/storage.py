@@ -274,9 +274,10 @@ class SegmentPartitionStorage(PartitionStorage):
         self._snapshot_marks: dict[str, int] = {}
         self._snapshotting = False  # a snapshot round is running on the worker pool
         # Raises PartitionError unless (topic, partition) is in the ongoing transaction of the producer
-        # id at that epoch, of that transactional id; set by the transaction coordinator (None:
+        # id at that epoch, of that transactional id, or returns the question to ask the coordinator on
+        # another node about it (``_verify_transaction``); set by the transaction coordinator (None:
         # transactional batches refused).
-        self.transaction_check: Callable[[str, int, int, int, str], None] | None = None
+        self.transaction_check: Callable[[str, int, int, int, str], Callable[[], defer.Deferred[None]] | None] | None = None
         # What tells whether an idempotent producer id was issued to a principal (None: not checked).
         self.producer_ids: ProducerIdAllocator | None = None
         # A cluster node's leadership (None in one process: every partition is served here), and the
@@ -681,9 +682,17 @@ class SegmentPartitionStorage(PartitionStorage):
             if self.transaction_check is None:
                 raise PartitionError(Reason.INVALID_RECORD, "transactions are not enabled")
             # The partition must be in the ongoing transaction of this transactional id, under this
-            # producer id and epoch (KIP-890's verification, here an in-process lookup): a late batch can
-            # never reopen a finished one, nor another client's id write into someone's transaction.
-            self.transaction_check(p.topic, p.partition, h.producer_id, h.producer_epoch, transactional_id)
+            # producer id and epoch (KIP-890's verification): a late batch can never reopen a finished
+            # one, nor another client's id write into someone's transaction. Confirmed here by the
+            # coordinator on another node (``verify_transaction``), else an in-process lookup.
+            if not p.verifications.admits(h.producer_id, h.producer_epoch, transactional_id):
+                ask = self.transaction_check(p.topic, p.partition, h.producer_id, h.producer_epoch, transactional_id)
+                if ask is not None:
+                    # Confirmed, the batch is appended as if it came now (the partition or the producer
+                    # may have moved on meanwhile: every check is made again).
+                    return self._verify_transaction(p, h.producer_id, h.producer_epoch, transactional_id, ask).addCallback(
+                        lambda _: self.append(topic, p, records, now_ms, events, transactional_id=transactional_id,
+                                              producer_owner=producer_owner))
         elif (h.producer_id >= 0 and producer_owner is not None and self.producer_ids is not None
               and not self.producer_ids.owns(producer_owner, h.producer_id)):
             raise PartitionError(Reason.PRODUCER_NOT_OWNED, f"producer id {h.producer_id} was not issued to "
@@ -747,6 +756,22 @@ class SegmentPartitionStorage(PartitionStorage):
             raise PartitionError(Reason.LOADING, f"{p.topic}-{p.partition} is recovering")
         return writer
 
+    def _verify_transaction(self, p: PartitionLog, producer_id: int, producer_epoch: int, transactional_id: str,
+                            ask: Callable[[], defer.Deferred[None]]) -> defer.Deferred[None]:
+        """Where the transaction coordinator runs on another node: fires once ``ask`` (the question to the
+        coordinator, failing with its refusal) confirmed the producer's ongoing transaction includes the
+        partition and no marker of the producer was written here meanwhile (PartitionError
+        NOT_IN_TRANSACTION if one was: the transaction ended while the question was on its way)."""
+        verifications = p.verifications
+        guard = verifications.begin(producer_id, producer_epoch, transactional_id)
+
+        def answered(_: None) -> None:
+            if not verifications.confirm(producer_id, guard):
+                raise PartitionError(Reason.NOT_IN_TRANSACTION, f"{p.topic}-{p.partition}: producer {producer_id}'s "
+                                     f"transaction ended while it was being verified")
+
+        return ask().addCallback(answered)
+
     def write_marker(self, p: PartitionLog, producer_id: int, producer_epoch: int, commit: bool,
                      coordinator_epoch: int = MARKER_COORDINATOR_EPOCH) -> defer.Deferred[int]:
         """Append a transaction marker (the coordinator's control batch) for ``producer_id``; fires with
@@ -758,6 +783,7 @@ class SegmentPartitionStorage(PartitionStorage):
                                      coordinator_epoch=coordinator_epoch)
         h = next(iter_batches(marker)).header
         p.producers.fence(producer_id, producer_epoch, self._now_ms(), coordinator_epoch)
+        p.verifications.marker(producer_id)
 
         def closed(offset: int) -> int:
             p.txns.marker(producer_id, offset, commit)

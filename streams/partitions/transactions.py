@@ -17,6 +17,7 @@ Owned by the reactor thread once the partition is installed (built on a worker d
 from __future__ import annotations
 
 import bisect
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import NamedTuple
 
@@ -127,3 +128,57 @@ class PartitionTransactions:
             self.aborted, self._aborted_last, self._aborts = [], [], ProducerAborts()
             for txn in kept:
                 self._add_aborted(txn)
+
+
+class VerificationGuard:
+    """One producer's transaction as a verification asked the transaction coordinator about it."""
+
+    __slots__ = ("producer_epoch", "transactional_id", "confirmed")
+
+    def __init__(self, producer_epoch: int, transactional_id: str) -> None:
+        self.producer_epoch = producer_epoch
+        self.transactional_id = transactional_id
+        self.confirmed = False
+
+
+class TransactionVerifications:
+    """Which producers' ongoing transactions the transaction coordinator, on another node, confirmed
+    include this partition (KIP-890's verification guards). A transactional batch is admitted here only
+    under a confirmation. It is asked for before the transaction's first batch here and lasts until the
+    partition writes that producer's next marker. The marker drops it at once, also when the answer is
+    still on its way: a confirmation of a transaction that has ended since is never used, so no batch
+    lands after its transaction's marker.
+
+    At most ``MAX_GUARDS`` producers are remembered, the oldest forgotten first: a forgotten confirmation
+    is asked for again; a forgotten question is answered as not confirmed."""
+
+    __slots__ = ("_guards",)
+
+    MAX_GUARDS = 4096
+
+    def __init__(self) -> None:
+        self._guards: OrderedDict[int, VerificationGuard] = OrderedDict()
+
+    def admits(self, producer_id: int, producer_epoch: int, transactional_id: str) -> bool:
+        guard = self._guards.get(producer_id)
+        return (guard is not None and guard.confirmed and guard.producer_epoch == producer_epoch
+                and guard.transactional_id == transactional_id)
+
+    def begin(self, producer_id: int, producer_epoch: int, transactional_id: str) -> VerificationGuard:
+        """A verification is about to be asked: what ``confirm`` takes once it is answered."""
+        guard = self._guards[producer_id] = VerificationGuard(producer_epoch, transactional_id)
+        self._guards.move_to_end(producer_id)
+        while len(self._guards) > self.MAX_GUARDS:
+            self._guards.popitem(last=False)
+        return guard
+
+    def confirm(self, producer_id: int, guard: VerificationGuard) -> bool:
+        """The coordinator confirmed the transaction: whether it still counts (no marker came since)."""
+        if self._guards.get(producer_id) is not guard:
+            return False
+        guard.confirmed = True
+        return True
+
+    def marker(self, producer_id: int) -> None:
+        """A marker of the producer is being written: its transaction here is over."""
+        self._guards.pop(producer_id, None)

@@ -21,13 +21,16 @@ from typing import Any
 
 import pytest
 
-from millrace.gateway.kafka_protocol.codec import decode_response, encode_request
+from millrace.gateway.kafka_protocol.codec import decode_response, encode_request, request_class
+from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.describe_transactions import DescribeTransactionsRequest
 from millrace.gateway.kafka_protocol.messages.find_coordinator import FindCoordinatorRequest
 from millrace.gateway.kafka_protocol.messages.write_txn_markers import WriteTxnMarkersRequest
 from millrace.gateway.local_cluster import zookeeper_missing
+from millrace.protocol.records import build_record_batch
 from tests.cluster.local_cluster import LocalClusterCli
 from tests.cluster.test_local_cluster import create_topic
+from tests.kafka.wire import KafkaWire
 from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.timeout(300)
@@ -182,6 +185,30 @@ def test_transactions_through_one_node_commit_and_abort_across_leaders(tmp_path:
         print(f"coordinator {coordinator}, producer through {entry}, leaders {by_partition}: "
               f"committed {len(committed)}, aborted {len(aborted)}, read {len(read)} records")
         assert sorted(read) == sorted(expected)  # each committed record once, no aborted one
+
+        # A partition leader that does not coordinate transactions admits a transactional batch only once
+        # the coordinator confirmed its partition is in the producer's ongoing transaction (KIP-890).
+        # A batch under a real producer id of its transactional id, whose partition was never added,
+        # would otherwise stay open there for ever: read_committed consumers would stop at it.
+        ids = broker_ids(cluster)
+        partition = next(p for p, leader in by_partition.items() if leader != ids[coordinator])
+        leader = next(name for name, node_id in ids.items() if node_id == by_partition[partition])
+        with KafkaWire.connect(kafka_address(cluster, coordinator)) as wire:
+            init = wire.request(22, 4, transactional_id="tx-forged", transaction_timeout_ms=20000,
+                                producer_id=-1, producer_epoch=-1)
+        assert init.error_code == 0, init
+        forged = build_record_batch([(None, b"forged")], producer_id=init.producer_id,
+                                    producer_epoch=init.producer_epoch, base_sequence=0, transactional=True)
+        P = request_class(0)  # noqa: N806 - a generated message class
+        with KafkaWire.connect(kafka_address(cluster, leader)) as wire:
+            answer = wire.send(0, 9, P(transactional_id="tx-forged", acks=-1, timeout_ms=10000, topic_data=[
+                P.TopicProduceData(name="txns", partition_data=[P.PartitionProduceData(index=partition,
+                                                                                       records=forged)])]))
+        assert answer.responses[0].partition_responses[0].error_code == ErrorCode.INVALID_TXN_STATE
+        produce_transaction(producer, "txns", 8, commit=True)
+        expected |= set(values(8))
+        assert sorted(read_committed(cluster.bootstrap, "txns", expected)) == sorted(expected)
+        producer.flush(10)
 
 
 @needs_zookeeper

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from twisted.internet import defer
@@ -71,9 +72,11 @@ def _fenced(ctx: RequestContext, first_version: int = 2) -> ErrorCode:
     return ErrorCode.PRODUCER_FENCED if ctx.api_version >= first_version else ErrorCode.INVALID_PRODUCER_EPOCH
 
 
-@api(AddPartitionsToTxnRequest, 0, 3)
+@api(AddPartitionsToTxnRequest, 0, 5)
 def handle_add_partitions_to_txn(ctx: RequestContext,
                                  request: AddPartitionsToTxnRequest) -> defer.Deferred[AddPartitionsToTxnResponse]:
+    if ctx.api_version >= 4:
+        return _add_partitions_between_nodes(ctx, request)
     cls = AddPartitionsToTxnResponse
     wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
     unknown = set()
@@ -106,6 +109,46 @@ def handle_add_partitions_to_txn(ctx: RequestContext,
     d = _coordinator(ctx).add_partitions(request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
                                          request.v3_and_below_producer_epoch, wanted, _fenced(ctx))
     return d.addCallback(lambda error: respond({tp: error for tp in wanted}))
+
+
+def _add_partitions_between_nodes(ctx: RequestContext,
+                                  request: AddPartitionsToTxnRequest) -> defer.Deferred[AddPartitionsToTxnResponse]:
+    """Versions 4 and up, which only brokers send (Kafka requires CLUSTER_ACTION): transactions in a batch,
+    each either added to (as below) or, with verify_only, checked: a partition leader on another node
+    asks whether its partition is in the producer's ongoing transaction before admitting its first
+    batch (KIP-890, ``transactions.verification``)."""
+    cls = AddPartitionsToTxnResponse
+
+    def result(transactional_id: str, errors: dict[tuple[str, int], ErrorCode]) -> Any:
+        by_topic: dict[str, list[Any]] = {}
+        for (topic, partition), error in errors.items():
+            by_topic.setdefault(topic, []).append(cls.AddPartitionsToTxnPartitionResult(
+                partition_index=partition, partition_error_code=int(error)))
+        return cls.AddPartitionsToTxnResult(transactional_id=transactional_id, topic_results=[
+            cls.AddPartitionsToTxnTopicResult(name=name, results_by_partition=parts) for name, parts in by_topic.items()])
+
+    if not ctx.authorized(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER):
+        return defer.succeed(cls(error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)))
+    coordinator = _coordinator(ctx)
+    elsewhere = coordinator.check()
+    answers: list[defer.Deferred[Any]] = []
+    for txn in request.transactions:
+        wanted = [(t.name, p) for t in txn.topics for p in t.partitions]
+        if elsewhere is not None:
+            answers.append(defer.succeed(result(txn.transactional_id, dict.fromkeys(wanted, elsewhere))))
+        elif txn.verify_only:
+            answers.append(defer.succeed(result(txn.transactional_id, coordinator.verify(
+                txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted))))
+        else:
+            added = coordinator.add_partitions(txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted,
+                                               ErrorCode.PRODUCER_FENCED)
+            answers.append(added.addCallback(_each_partition, txn.transactional_id, wanted, result))
+    return defer.gatherResults(answers).addCallback(lambda results: cls(results_by_transaction=results))
+
+
+def _each_partition(error: ErrorCode, transactional_id: str, partitions: list[tuple[str, int]],
+                    result: Callable[[str, dict[tuple[str, int], ErrorCode]], Any]) -> Any:
+    return result(transactional_id, dict.fromkeys(partitions, error))
 
 
 @api(AddOffsetsToTxnRequest, 0, 4)

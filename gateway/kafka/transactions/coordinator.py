@@ -57,6 +57,7 @@ from millrace.gateway.kafka.transactions.state import (
     TransactionMetadata,
     TxnState,
 )
+from millrace.gateway.kafka.transactions.verification import TransactionVerifier
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.store.errors import SegmentExistsError
 from millrace.store.tables.coalescing import CoalescingWriter
@@ -123,6 +124,7 @@ class TransactionCoordinator:
         self._term_held: Callable[[], bool] | None = None
         self._loop: task.LoopingCall | None = None
         self.markers = MarkerWriter(broker.partitions)
+        self.verifier = TransactionVerifier(broker, clock)  # a partition leader's questions to the coordinator
         # On a cluster: None while this node coordinates with state of its current term, else the error
         # to answer (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS); None in one process.
         self.coordination: Callable[[], ErrorCode | None] | None = None
@@ -217,17 +219,17 @@ class TransactionCoordinator:
             self._loop.stop()
 
     # -- checks ----------------------------------------------------------------------------------------
-    def check_produce(self, topic: str, partition: int, producer_id: int, epoch: int, transactional_id: str) -> None:
+    def check_produce(self, topic: str, partition: int, producer_id: int, epoch: int,
+                      transactional_id: str) -> Callable[[], defer.Deferred[None]] | None:
         """Raises PartitionError unless the partition is in the ongoing transaction of
         ``transactional_id``, whose producer id and epoch the batch carries. On a cluster node that does
-        not coordinate transactions only the producer id's binding to the transactional id is checked
-        (its tag): whether the partition is in the ongoing transaction is not, as Kafka's leaders
-        admitted batches before KIP-890 (that check would need a call to the coordinator)."""
-        if self.check() is not None:
+        not coordinate the id: the question for the coordinator (``TransactionVerifier``), whose answer
+        the partition keeps until the producer's next marker there."""
+        if coordinated(transactional_id) and self.check() is not None:
             if not self.broker.producer_ids.issued_for_transaction(transactional_id, producer_id):
                 raise PartitionError(Reason.UNKNOWN_PRODUCER, f"producer id {producer_id} is not the producer id "
                                      f"of {transactional_id!r}")
-            return
+            return lambda: self.verifier.ask(transactional_id, producer_id, epoch, topic, partition)
         meta = self._by_pid.get(producer_id)
         if meta is None or meta.producer_id != producer_id or meta.transactional_id != transactional_id:
             raise PartitionError(Reason.UNKNOWN_PRODUCER,
@@ -238,6 +240,23 @@ class TransactionCoordinator:
         if meta.state != TxnState.ONGOING or (topic, partition) not in meta.partitions:
             raise PartitionError(Reason.NOT_IN_TRANSACTION,
                                  f"{topic}-{partition} is not in an ongoing transaction of {meta.transactional_id}")
+        return None
+
+    def verify(self, transactional_id: str, producer_id: int, epoch: int,
+               partitions: Iterable[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+        """AddPartitionsToTxn's verify_only (KIP-890): for each partition, whether it is in the ongoing
+        transaction of ``transactional_id`` under this producer id and epoch (a partition leader asks
+        before it admits the transaction's first batch)."""
+        meta = self.txns.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            error = ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        elif epoch != meta.producer_epoch:
+            error = ErrorCode.INVALID_PRODUCER_EPOCH
+        elif meta.state != TxnState.ONGOING or transactional_id in self._completing:
+            error = ErrorCode.INVALID_TXN_STATE
+        else:
+            return {tp: ErrorCode.NONE if tp in meta.partitions else ErrorCode.INVALID_TXN_STATE for tp in partitions}
+        return dict.fromkeys(partitions, error)
 
     def _validate(self, transactional_id: str, producer_id: int, epoch: int,
                   fenced: ErrorCode) -> tuple[TransactionMetadata | None, ErrorCode]:
