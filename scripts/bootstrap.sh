@@ -9,7 +9,7 @@ need_apt=()
 # javac too: the Java Kafka client compatibility tests compile their small programs at test time.
 (command -v java >/dev/null 2>&1 && command -v javac >/dev/null 2>&1) || need_apt+=(openjdk-17-jdk-headless)
 command -v kcat >/dev/null 2>&1 || need_apt+=(kcat)
-# curl and jq: the README's HTTP examples, which tests/test_readme_security.py runs as written.
+# curl and jq: docs/security.md's HTTP examples, which tests/test_security_docs.py runs as written.
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 command -v jq >/dev/null 2>&1 || need_apt+=(jq)
 # ZooKeeper (Debian's package: jars in /usr/share/java, zkServer.sh in /usr/share/zookeeper/bin): the cluster

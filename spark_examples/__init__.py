@@ -8,5 +8,5 @@
   topic (Kafka sink) and Parquet, each with a checkpoint so a restarted query resumes where it stopped.
 - ``historical_pipeline``: the same logic as a batch query over the topic's history (offsets or timestamps).
 
-Run them with ``spark_examples/run.sh generate|stream|history ...`` (README.md, section Spark).
+Run them with ``spark_examples/run.sh generate|stream|history ...`` (docs/spark.md).
 """

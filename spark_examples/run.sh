@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One command for each Spark example (README.md, section Spark):
+# One command for each Spark example (docs/spark.md):
 #   spark_examples/run.sh generate [options]   # sensor readings into a topic
 #   spark_examples/run.sh stream   [options]   # the streaming pipeline (Kafka source -> topic + Parquet)
 #   spark_examples/run.sh history  [options]   # the same logic as a batch query over the topic's history

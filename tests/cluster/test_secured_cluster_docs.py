@@ -1,11 +1,11 @@
-"""The README's "A secured cluster" (under "Running a local cluster"), run as written: its ``sh`` blocks are
-parsed out of README.md and run with bash from a scratch directory standing in for the repository root
+"""docs/cluster.md's "A secured cluster", run as written: its ``sh`` blocks are
+parsed out of the page and run with bash from a scratch directory standing in for the repository root
 (its ``.venv`` this checkout's). Only what a test machine must change is substituted: the cluster's
-directory, ``/tmp/sc`` in the README, is one of pytest's. ``cluster up --secure`` starts its own ZooKeeper
+directory, ``/tmp/sc`` on the page, is one of pytest's. ``cluster up --secure`` starts its own ZooKeeper
 (the Debian package, as the other cluster tests use), three log replicas and three nodes on free ports;
-the README's clients get in with the password ``up`` printed once: Kafka (kcat over SASL_SSL), the native
+the page's clients get in with the password ``up`` printed once: Kafka (kcat over SASL_SSL), the native
 client (``tls://``, PLAIN) and HTTPS (a split refused without the login, done with it); ``cluster down``
-stops everything cleanly. ``cluster keys`` makes the files the README lists, for the names it gives."""
+stops everything cleanly. ``cluster keys`` makes the files the page lists, for the names it gives."""
 
 from __future__ import annotations
 
@@ -27,13 +27,14 @@ pytestmark = [pytest.mark.timeout(600),
               pytest.mark.skipif(any(shutil.which(tool) is None for tool in ("kcat", "curl", "jq")),
                                  reason="kcat, curl and jq are needed (scripts/bootstrap.sh installs them)")]
 
-README_DIR = "/tmp/sc"
+PAGE_DIR = "/tmp/sc"
 
 
 def subsection_blocks() -> list[str]:
-    text = (Path(REPO_ROOT) / "README.md").read_text()
-    section = text[text.index("\n### A secured cluster\n"):]
-    section = section[:section.index("\n## ", 1)]
+    text = (Path(REPO_ROOT) / "docs" / "cluster.md").read_text()
+    section = text[text.index("\n## A secured cluster\n"):]
+    end = section.find("\n## ", 1)
+    section = section if end < 0 else section[:end]
     return re.findall(r"```sh\n(.*?)```", section, flags=re.DOTALL)
 
 
@@ -52,18 +53,18 @@ def workdir(tmp_path: Path) -> Iterator[Path]:
 def run(block: str, workdir: Path, timeout: float) -> str:
     done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=workdir, capture_output=True, text=True,
                           timeout=timeout)
-    assert done.returncode == 0, f"README block failed:\n{block}\n{done.stdout}\n{done.stderr}"
+    assert done.returncode == 0, f"block failed:\n{block}\n{done.stdout}\n{done.stderr}"
     return done.stdout
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(zookeeper_missing() is not None, reason=str(zookeeper_missing()))
-def test_readme_secured_cluster_as_written(workdir: Path) -> None:
+def test_page_secured_cluster_as_written(workdir: Path) -> None:
     directory = workdir / "sc"
     up, down = block_running("up"), block_running("down")
     assert "--secure" in up
     try:
-        out = run(up.replace(README_DIR, str(directory)), workdir, timeout=400)
+        out = run(up.replace(PAGE_DIR, str(directory)), workdir, timeout=400)
         # kcat reads back what the admin wrote; the native client lists the stream it made and wrote to;
         # a split over HTTPS is refused without the login and done with it (two segments over the key range).
         assert out.splitlines() == [
@@ -78,7 +79,7 @@ def test_readme_secured_cluster_as_written(workdir: Path) -> None:
         password = (secrets / "admin.conf").read_text().split("sasl.password=", 1)[1].splitlines()[0]
         assert f'password="{password}"' in (secrets / "admin.properties").read_text()
         assert not any(password in log.read_text(errors="replace") for log in directory.glob("*/out.log"))
-        stopped = run(down.replace(README_DIR, str(directory)), workdir, timeout=120).splitlines()
+        stopped = run(down.replace(PAGE_DIR, str(directory)), workdir, timeout=120).splitlines()
         names = ["zookeeper-1", "logd-1", "logd-2", "logd-3", "node-1", "node-2", "node-3"]
         assert sorted(line.split()[0] for line in stopped) == sorted(names), stopped
         assert not any("killed" in line or "not cleanly" in line for line in stopped), stopped
@@ -88,12 +89,12 @@ def test_readme_secured_cluster_as_written(workdir: Path) -> None:
                             str(directory)], capture_output=True, timeout=120)
 
 
-def test_readme_cluster_keys_as_written(workdir: Path) -> None:
+def test_page_cluster_keys_as_written(workdir: Path) -> None:
     block = block_running("keys")
     out = run(block, workdir, timeout=120)
     keys = workdir / "keys"
     assert stat.S_IMODE(keys.stat().st_mode) == 0o700
-    # Every file the README's comments list is there (node-N.pem for each node the command names).
+    # Every file the page's comments list is there (node-N.pem for each node the command names).
     nodes = dict(re.findall(r"--node (\w+)=(\S+)", block))
     assert list(nodes) == ["1", "2"]
     listed = re.findall(r"^# (keys/\S+)", block, flags=re.M)

@@ -1,11 +1,11 @@
-"""The README's "Spark, natively" section, run as written: its Python example and its two commands are
-parsed out of README.md and run against a real Millrace, so the section cannot drift from what works.
+"""docs/spark.md's "Spark, natively" section, run as written: its Python example and its two commands are
+parsed out of the page and run against a real Millrace, so the section cannot drift from what works.
 
-What a test machine must change is substituted, nothing else: the native address (the README says
+What a test machine must change is substituted, nothing else: the native address (the page says
 127.0.0.1:9090) and the example's checkpoint folder (``spark-out/...``: Spark resolves a relative path
 against the JVM's directory, which the shared test session fixed at its start). The example runs in the
 test's local[2] session with the names it leaves to its reader bound: ``spark``, and ``monday`` and
-``tuesday``, two cuts of ``kafka/sensor-readings`` with readings before, between and after them. The commands follow the README's "Spark" section,
+``tuesday``, two cuts of ``kafka/sensor-readings`` with readings before, between and after them. The commands follow the page's section on Spark's Kafka source and sink,
 whose generator fills ``sensor-readings``; here a smaller set of readings stands in for it. Every output
 is checked against what was written (read back over Kafka) and tests/spark/reference.py's independent
 window computation. No Kafka connector is needed (skips, saying why, without PySpark or Java)."""
@@ -37,7 +37,7 @@ if pyspark_missing():
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 HANG_GUARD_S = 600.0  # a stuck command fails instead of hanging the suite; nothing here is timed
-README_NATIVE = "127.0.0.1:9090"
+PAGE_NATIVE = "127.0.0.1:9090"
 START = 1_750_000_037_000
 MONDAY = generate_readings(1200, devices=5, start_ms=START, interval_ms=100, late_fraction=0.1,
                            max_lateness_ms=30_000, seed=11)
@@ -48,9 +48,10 @@ LATER = generate_readings(400, devices=5, start_ms=START, interval_ms=100, late_
 
 
 def section() -> str:
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "spark.md").read_text()
     part = text[text.index("\n## Spark, natively\n"):]
-    return part[:part.index("\n## ", 1)]
+    end = part.find("\n## ", 1)
+    return part if end < 0 else part[:end]
 
 
 def indented_blocks(text: str) -> list[list[str]]:
@@ -74,12 +75,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         yield running
 
 
-def test_readme_native_spark_section_as_written(server: ServerProcess, spark: Any, tmp_path: Path) -> None:
+def test_page_native_spark_section_as_written(server: ServerProcess, spark: Any, tmp_path: Path) -> None:
     example, shell = indented_blocks(section())
     assert example[0] == "from millrace.spark import MillraceDataSource", example
     endpoint = f"127.0.0.1:{server.native_port}"
 
-    # The readings the README's generator would have written, in two parts with a cut between them.
+    # The readings the page's generator would have written, in two parts with a cut between them.
     ensure_topic(server.bootstrap, "sensor-readings", 3)
     produce(server.bootstrap, "sensor-readings", MONDAY, progress=False)
     first = Counter(r.value for r in read_topic(server.bootstrap, "sensor-readings"))
@@ -99,10 +100,10 @@ def test_readme_native_spark_section_as_written(server: ServerProcess, spark: An
             for key, value in raw:
                 writer.write_event(value, routing_key=key)
 
-        code = "\n".join(example).replace(README_NATIVE, endpoint)
+        code = "\n".join(example).replace(PAGE_NATIVE, endpoint)
         code = code.replace('"spark-out/', f'"{tmp_path}/spark-out/')
         names: dict[str, Any] = {"spark": spark, "monday": monday, "tuesday": tuesday}
-        exec(compile(code, "README.md (Spark, natively)", "exec"), names)  # noqa: S102 - the README's own code
+        exec(compile(code, "docs/spark.md (Spark, natively)", "exec"), names)  # noqa: S102 - the page's own code
         query = names["query"]
         try:
             query.processAllAvailable()
@@ -133,7 +134,7 @@ def test_readme_native_spark_section_as_written(server: ServerProcess, spark: An
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "SPARK_KAFKA_JARS")}
 
     def run(command: str) -> str:
-        line = command.replace(README_NATIVE, endpoint)
+        line = command.replace(PAGE_NATIVE, endpoint)
         proc = subprocess.run(["bash", "-c", line], cwd=home, env=env, capture_output=True, text=True,
                               timeout=HANG_GUARD_S)
         out = proc.stdout + proc.stderr

@@ -1,6 +1,7 @@
-"""The README's Spark section, run as written: its commands are parsed out of README.md and run in its order
-from a directory laid out like the repository root, against a real Millrace, so the README cannot drift from
-what works. Only what a test machine must change is substituted: the server's ports (the README says
+"""docs/spark.md's section on Spark's Kafka source and sink, run as written: its commands are parsed out of
+the page and run in its order from a directory laid out like the repository root, against a real Millrace,
+so the page cannot drift from what works; the README's first Spark job is the section's first five commands.
+Only what a test machine must change is substituted: the server's ports (the page says
 127.0.0.1:9092 and the native default), the connector jar folder (/opt/jars), and Maven `--packages`
 (unreachable here) by the same jars. Every output is checked against an independent computation over the
 topic. Skips, saying why, without the connector's jars (tests/spark/conftest.py)."""
@@ -42,14 +43,23 @@ HANG_GUARD_S = 600.0  # a stuck command fails instead of hanging the suite; noth
 MAVEN_CONNECTOR = re.compile(r"--packages org\.apache\.spark:spark-sql-kafka-0-10_2\.13:\S+")
 
 
-def readme_commands() -> list[str]:
-    """The shell commands of the README's Spark section, in order (indented code lines, continuations
-    joined)."""
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("\n## Spark\n"):]
-    section = section[:section.index("\n## ", 1)]
+def section_commands(path: Path, heading: str) -> list[str]:
+    """The shell commands of a page's section, in order (indented code lines, continuations joined)."""
+    text = path.read_text()
+    section = text[text.index(f"\n## {heading}\n"):]
+    end = section.find("\n## ", 1)
+    section = section if end < 0 else section[:end]
     return joined_commands(line for line in section.splitlines()
                            if line.startswith("    ") and not line.lstrip().startswith("#"))
+
+
+def readme_commands() -> list[str]:
+    """The commands of docs/spark.md's section on Spark's Kafka source and sink, whose first five are the
+    README's first Spark job, word for word."""
+    commands = section_commands(ROOT / "docs" / "spark.md", "Spark's Kafka source and sink")
+    first_job = section_commands(ROOT / "README.md", "A first Spark job")
+    assert first_job == commands[:5], (first_job, commands[:5])
+    return commands
 
 
 def kind(command: str) -> str:
@@ -75,7 +85,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 
 class Shell:
-    """Runs README commands as a user would from the repository root: a directory holding the repository's
+    """Runs the page's commands as a user would from the repository root: a directory holding the repository's
     spark_examples/, scripts/ and .venv/ (so outputs land in a fresh place), with no virtualenv activated."""
 
     def __init__(self, home: Path, server: ServerProcess) -> None:
@@ -96,7 +106,7 @@ class Shell:
         if command.startswith(".venv/bin/millrace"):
             command += f" --server 127.0.0.1:{self.server.native_port}"
         elif "--jars" not in command:
-            env["SPARK_KAFKA_JARS"] = JARS  # stands in for the Maven download (README: "stands in for --jars")
+            env["SPARK_KAFKA_JARS"] = JARS  # stands in for the Maven download (the page: "stands in for --jars")
         return command, env
 
     def run(self, command: str) -> str:
@@ -140,7 +150,7 @@ def segments(server: ServerProcess, topic: str) -> list[tuple[int, list[int]]]:
         return [(s["number"], s["partitions"]) for s in c.describe_stream("kafka", topic)["segments"]]
 
 
-def test_readme_spark_section_as_written(server: ServerProcess, spark: Any, tmp_path: Path) -> None:
+def test_page_spark_section_as_written(server: ServerProcess, spark: Any, tmp_path: Path) -> None:
     commands = readme_commands()
     assert [kind(c) for c in commands] == [
         "run.sh generate", "run.sh stream", "millrace streams split", "millrace streams merge", "run.sh history",
@@ -203,9 +213,9 @@ def test_readme_spark_section_as_written(server: ServerProcess, spark: Any, tmp_
     assert f"{len(hist)} device windows from sensor-readings" in out, out[-3000:]
     assert (f"compared with production: same {same}, different {len(both) - same}, only_history 0, "
             f"only_production {len(production) - len(both)}") in out, out[-3000:]
-    assert set(hist) <= set(production) and same > len(hist) * 9 // 10, "the README's description of it"
+    assert set(hist) <= set(production) and same > len(hist) * 9 // 10, "the page's description of it"
 
-    # Resuming the same checkpoint with spark-submit, then with run.sh and the README's jar list: the topic has
+    # Resuming the same checkpoint with spark-submit, then with run.sh and the page's jar list: the topic has
     # nothing new, so no batch runs and nothing is written twice.
     for command in (submit, with_jars):
         out = sh.run(command)

@@ -1,11 +1,11 @@
-"""The README's "Securing Millrace" section, run as written: its ``sh`` blocks are parsed out of README.md
-and run in order with bash, from a scratch directory standing in for the repository root, against a
+"""docs/security.md's "Securing Millrace" section, run as written: its ``sh`` blocks are parsed out of the
+page and run in order with bash, from a scratch directory standing in for the repository root, against a
 real server. Only what a test machine must change is substituted: the ports (free ones for the Kafka
-listeners' 9092 and 9094 and for the native and HTTP listeners' 9090 and 9091, the defaults the README's
+listeners' 9092 and 9094 and for the native and HTTP listeners' 9090 and 9091, the defaults the page's
 server listens on), and ``./scripts/serve.sh`` (the set-up is this test run's own) by the server it runs,
 started in the background with a scratch data directory; what a serve block does before its serve
 command (writing the first users' file) runs first, as any block. A serve block while a server runs is
-the README's restart: the running server is stopped as Ctrl-C stops it (its exit status checked) and the
+the page's restart: the running server is stopped as Ctrl-C stops it (its exit status checked) and the
 new one started on the same data directory and ports."""
 
 from __future__ import annotations
@@ -34,31 +34,32 @@ pytestmark = [pytest.mark.timeout(300),
                                  reason="kcat, openssl, curl and jq are needed (scripts/bootstrap.sh installs them)")]
 
 SERVE = "./scripts/serve.sh"
+SECURITY_PAGE = Path(REPO_ROOT) / "docs" / "security.md"
 # The properties a subsection (its title in the braces) adds to the section's secure/server.properties.
 _APPENDED = r"### {}\n.*?cat >> secure/server.properties <<'PROPERTIES'\n(.*?)PROPERTIES\n"
 
 
 def section_blocks() -> list[str]:
-    text = (Path(REPO_ROOT) / "README.md").read_text()
+    text = SECURITY_PAGE.read_text()
     section = text[text.index("\n## Securing Millrace\n"):]
     section = section[:section.index("\n## ", 1)]
     return re.findall(r"```sh\n(.*?)```", section, flags=re.DOTALL)
 
 
 class ReadmeServer(MillraceProcess):
-    """The README's serve command, with the set-up script replaced by this checkout's ``millrace``."""
+    """The page's serve command, with the set-up script replaced by this checkout's ``millrace``."""
 
-    name = "README server"
+    name = "security page's server"
 
     def __init__(self, command: str, workdir: Path, ports: dict[str, str]) -> None:
         super().__init__()
         self.args = command.split(SERVE, 1)[1]
         self.workdir = workdir
         self.ports = ports
-        self.cwd = str(workdir)  # the README's relative paths (secure/...) are relative to where it runs
+        self.cwd = str(workdir)  # the page's relative paths (secure/...) are relative to where it runs
 
     def command(self) -> list[str]:
-        # The native and HTTP listeners' default ports (9090, 9091), as the README's clients name them, made
+        # The native and HTTP listeners' default ports (9090, 9091), as the page's clients name them, made
         # free ones (the command's own --native-port or --http-port, if it gave one, coming later wins).
         return ["serve", "--data-dir", str(self.workdir / "data"), "--native-port", self.ports["9090"],
                 "--http-port", self.ports["9091"], *shlex.split(self.args)]
@@ -71,14 +72,14 @@ def workdir(tmp_path: Path) -> Iterator[Path]:
 
 
 def run_block(block: str, workdir: Path) -> str:
-    """A README shell block run as written with bash; its standard output."""
+    """A page's shell block run as written with bash; its standard output."""
     done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=workdir, capture_output=True, text=True,
                           timeout=120)
-    assert done.returncode == 0, f"README block failed:\n{block}\n{done.stdout}\n{done.stderr}"
+    assert done.returncode == 0, f"block failed:\n{block}\n{done.stdout}\n{done.stderr}"
     return done.stdout
 
 
-def test_readme_securing_section_as_written(workdir: Path) -> None:
+def test_page_securing_section_as_written(workdir: Path) -> None:
     blocks = section_blocks()
     ports = dict(zip(("9090", "9091", "9092", "9094"), map(str, free_ports(4)), strict=True))
     servers: list[ReadmeServer] = []
@@ -90,7 +91,7 @@ def test_readme_securing_section_as_written(workdir: Path) -> None:
             if prelude.strip() and serve:
                 assert run_block(prelude, workdir) == ""  # the serve block's set-up prints nothing
             if serve:
-                if servers:  # the README's restart: Ctrl-C, then the command again
+                if servers:  # the page's restart: Ctrl-C, then the command again
                     assert servers[-1].stop(signal.SIGINT, timeout=30) == 0
                 servers.append(ReadmeServer((serve + command).strip(), workdir, ports).start())
                 # No password on the command line, which every local user can read while the server runs.
@@ -138,7 +139,7 @@ def test_readme_securing_section_as_written(workdir: Path) -> None:
             server.kill()
 
 
-def test_readme_oauthbearer_properties_are_accepted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_page_oauthbearer_properties_are_accepted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The OAUTHBEARER subsection's properties, laid over the section's ``secure/server.properties``, make a
     listener that takes a token for the audience and issuer they name (its JWKS made here)."""
     import json
@@ -150,7 +151,7 @@ def test_readme_oauthbearer_properties_are_accepted(tmp_path: Path, monkeypatch:
     from millrace.gateway.security.oauth import JwtValidator
     from millrace.gateway.security.properties import parse_properties, security_settings
 
-    text = (Path(REPO_ROOT) / "README.md").read_text()
+    text = SECURITY_PAGE.read_text()
     section = text[text.index("\n## Securing Millrace\n"):]
     section = section[:section.index("\n## ", 1)]
     base = re.search(r"cat > secure/server.properties <<'PROPERTIES'\n(.*?)PROPERTIES\n", section, flags=re.DOTALL)
@@ -161,7 +162,7 @@ def test_readme_oauthbearer_properties_are_accepted(tmp_path: Path, monkeypatch:
     (tmp_path / "secure").mkdir()
     entry = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key())) | {"kid": "readme"}
     (tmp_path / "secure" / "jwks.json").write_text(json.dumps({"keys": [entry]}))
-    monkeypatch.chdir(tmp_path)  # the README's paths are relative to where the server runs
+    monkeypatch.chdir(tmp_path)  # the page's paths are relative to where the server runs
     listener = security_settings(props).listener("SASL_SSL")
     assert listener.sasl_mechanisms == ("SCRAM-SHA-512", "OAUTHBEARER") and listener.oauthbearer is not None
     now = int(time.time())
@@ -171,7 +172,7 @@ def test_readme_oauthbearer_properties_are_accepted(tmp_path: Path, monkeypatch:
     assert JwtValidator(listener.oauthbearer).validate(token).principal_name == "alice"
 
 
-def test_readme_http_properties_are_accepted() -> None:
+def test_page_http_properties_are_accepted() -> None:
     """The HTTP subsection's properties, appended to the section's ``secure/server.properties`` after the
     native client subsection's, make an HTTP listener with TLS (the section's key store) that authenticates
     the SCRAM users, reads left open; the Kafka and native listeners stay as they were."""
@@ -181,7 +182,7 @@ def test_readme_http_properties_are_accepted() -> None:
         security_settings,
     )
 
-    text = (Path(REPO_ROOT) / "README.md").read_text()
+    text = SECURITY_PAGE.read_text()
     section = text[text.index("\n## Securing Millrace\n"):]
     section = section[:section.index("\n## ", 1)]
     base = re.search(r"cat > secure/server.properties <<'PROPERTIES'\n(.*?)PROPERTIES\n", section, flags=re.DOTALL)
@@ -200,7 +201,7 @@ def test_readme_http_properties_are_accepted() -> None:
     assert not settings.http.authentication_required_for_reads
 
 
-def test_readme_native_properties_are_accepted() -> None:
+def test_page_native_properties_are_accepted() -> None:
     """The native client subsection's properties, appended to the section's ``secure/server.properties``,
     make a NATIVE listener with SASL_SSL (the section's key store) serving SCRAM-SHA-512, the Kafka
     listeners unchanged."""
@@ -210,7 +211,7 @@ def test_readme_native_properties_are_accepted() -> None:
         security_settings,
     )
 
-    text = (Path(REPO_ROOT) / "README.md").read_text()
+    text = SECURITY_PAGE.read_text()
     section = text[text.index("\n## Securing Millrace\n"):]
     section = section[:section.index("\n## ", 1)]
     base = re.search(r"cat > secure/server.properties <<'PROPERTIES'\n(.*?)PROPERTIES\n", section, flags=re.DOTALL)
@@ -225,7 +226,7 @@ def test_readme_native_properties_are_accepted() -> None:
 
 def readme_properties() -> dict[str, str]:
     """The section's ``secure/server.properties`` and the properties each subsection adds to it, by title."""
-    text = (Path(REPO_ROOT) / "README.md").read_text()
+    text = SECURITY_PAGE.read_text()
     section = text[text.index("\n## Securing Millrace\n"):]
     section = section[:section.index("\n## ", 1)]
     base = re.search(r"cat > secure/server.properties <<'PROPERTIES'\n(.*?)PROPERTIES\n", section, flags=re.DOTALL)
@@ -238,14 +239,14 @@ def readme_properties() -> dict[str, str]:
 
 
 @pytest.mark.parametrize("order", list(itertools.permutations(["OAUTHBEARER", "Native client", "HTTP"])))
-def test_readme_subsections_combine_in_any_order(order: tuple[str, ...], tmp_path: Path,
+def test_page_subsections_combine_in_any_order(order: tuple[str, ...], tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """Every subsection's properties laid over the section's, in any order, make settings the server starts
     with: OAUTHBEARER stays on the Kafka listener that names its JAAS entry; HTTP and NATIVE, without
     OAUTHBEARER settings of their own, serve the SCRAM logins their own entries name rather than stopping
     the server (before, HTTP took the broker-wide mechanisms and refused to start without an OAUTHBEARER
     entry of its own). The HTTP block's protocol map names both listeners and replaces the native block's:
-    where the native block comes last, its map (without HTTP) wins and HTTP is plain, as the README says."""
+    where the native block comes last, its map (without HTTP) wins and HTTP is plain, as the page says."""
     from millrace.gateway.security.properties import (
         native_listener_settings,
         parse_properties,
@@ -256,7 +257,7 @@ def test_readme_subsections_combine_in_any_order(order: tuple[str, ...], tmp_pat
     props = parse_properties(parts["base"] + "".join(parts[title] for title in order))
     (tmp_path / "secure").mkdir()
     (tmp_path / "secure" / "jwks.json").write_text('{"keys": []}')
-    monkeypatch.chdir(tmp_path)  # the README's paths are relative to where the server runs
+    monkeypatch.chdir(tmp_path)  # the page's paths are relative to where the server runs
     settings = security_settings(props)
     assert settings.listener("SASL_SSL").sasl_mechanisms == ("SCRAM-SHA-512", "OAUTHBEARER")
     if order.index("HTTP") > order.index("Native client"):
@@ -267,7 +268,7 @@ def test_readme_subsections_combine_in_any_order(order: tuple[str, ...], tmp_pat
     assert native.sasl_mechanisms == ("SCRAM-SHA-512",) and native.oauthbearer is None
 
 
-def test_readme_oauthbearer_and_http_subsections_together_start_a_server(tmp_path: Path) -> None:
+def test_page_oauthbearer_and_http_subsections_together_start_a_server(tmp_path: Path) -> None:
     """The server itself starts on the combined properties (it refused to before), HTTP asking Basic
     credentials of a change and taking a SCRAM user's."""
     import json
