@@ -46,6 +46,7 @@ __all__ = [
     "decompress",
     "iter_batches",
     "parse_control_record",
+    "record_outlines",
     "set_base_offset",
     "validate_produce_records",
 ]
@@ -204,6 +205,35 @@ class BatchView:
         """Decode every record (decompressing if needed)."""
         h = self.header
         return _decode_records(self.records_payload(), h.record_count, h.base_offset, h.base_timestamp, h)
+
+
+def record_outlines(payload: Any, h: BatchHeader) -> Iterator[tuple[int, int, bool]]:
+    """(offset, timestamp, whether it has a key) of each record of the batch ``h`` heads, from its
+    records section already decompressed: what a partition checks (timestamps, keys on a compacted
+    topic), read without copying any key, value or header. Each record's length is checked against
+    the section, and the section against the record count (CorruptRecordError)."""
+    buf = payload if isinstance(payload, memoryview) else memoryview(payload)
+    end = len(buf)
+    pos = 0
+    log_append = h.attributes & _TIMESTAMP_TYPE_BIT
+    base_offset, base_ts = h.base_offset, h.base_timestamp
+    try:
+        for _ in range(h.record_count):
+            length, pos = _read_varint(buf, pos)
+            record_end = pos + length
+            if length < 0 or record_end > end:
+                raise CorruptRecordError(f"record length {length} runs past the batch")
+            ts_delta, pos = _read_varint(buf, pos + 1)  # past the record's attributes byte
+            offset_delta, pos = _read_varint(buf, pos)
+            key_length, pos = _read_varint(buf, pos)
+            if pos > record_end or key_length > record_end - pos:
+                raise CorruptRecordError("record key runs past the end of the record")
+            yield base_offset + offset_delta, h.max_timestamp if log_append else base_ts + ts_delta, key_length >= 0
+            pos = record_end
+    except IndexError:
+        raise CorruptRecordError("truncated record") from None
+    if pos != end:
+        raise CorruptRecordError(f"{end - pos} bytes after the last of {h.record_count} records")
 
 
 def _parse_header(buf: memoryview, pos: int) -> BatchHeader:

@@ -13,9 +13,6 @@ import struct
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-from crc32c import crc32c
-
-from millrace.protocol import compression
 from millrace.protocol.records import BatchHeader
 
 # magic 'K', version, partition, batch length
@@ -37,44 +34,14 @@ CONTROL_ATTRIBUTE = 0x20
 
 
 LOG_APPEND_TIME_ATTRIBUTE = 0x08  # the timestamp-type bit
-_ATTRIBUTES = struct.Struct(">h")
-_MAX_TIMESTAMP = struct.Struct(">q")
-_CRC = struct.Struct(">I")
-_CRC_AT, _ATTRIBUTES_AT, _MAX_TIMESTAMP_AT = 17, 21, 35
-
-
-def stamp_log_append_time(batch: Any, now_ms: int) -> bytearray:
-    """A copy of ``batch`` as a LogAppendTime topic stores it: the timestamp-type attribute set and
-    maxTimestamp the broker's clock, the CRC (which covers both) recomputed, as Kafka's
-    ``DefaultRecordBatch.setMaxTimestamp`` does. Records keep their own timestamps; consumers read the
-    batch's maxTimestamp for every record of a LogAppendTime batch."""
-    out = bytearray(batch)
-    (attributes,) = _ATTRIBUTES.unpack_from(out, _ATTRIBUTES_AT)
-    _ATTRIBUTES.pack_into(out, _ATTRIBUTES_AT, attributes | LOG_APPEND_TIME_ATTRIBUTE)
-    _MAX_TIMESTAMP.pack_into(out, _MAX_TIMESTAMP_AT, now_ms)
-    _CRC.pack_into(out, _CRC_AT, crc32c(memoryview(out)[_ATTRIBUTES_AT:]))
-    return out
-
-
+CODEC_MASK = 0x07  # the attributes' compression bits
+# Where a RecordBatch v2 header keeps what a partition rewrites; the CRC covers the batch from ATTRIBUTES_AT on
+BATCH_LENGTH = struct.Struct(">i")  # at 8: it counts from partitionLeaderEpoch on
+ATTRIBUTES = struct.Struct(">h")
+MAX_TIMESTAMP = struct.Struct(">q")
+CRC = struct.Struct(">I")
+CRC_AT, ATTRIBUTES_AT, MAX_TIMESTAMP_AT = 17, 21, 35
 _RECORDS_AT = 61  # the RecordBatch v2 header's size: the records section starts here
-_BATCH_LENGTH = struct.Struct(">i")
-_CODEC_MASK = 0x07
-
-
-def recompress(batch: Any, codec: int, level: int | None) -> bytearray:
-    """A copy of ``batch`` (a RecordBatch v2) with its records section compressed by ``codec`` instead,
-    as a topic whose ``compression.type`` names a codec stores every batch (Kafka's broker-side
-    recompression): the records are the same bytes, decompressed and compressed again; the header keeps
-    every field but the codec bits, batchLength and the CRC (which covers both)."""
-    data = memoryview(batch)
-    (attributes,) = _ATTRIBUTES.unpack_from(data, _ATTRIBUTES_AT)
-    records = compression.decompress(attributes & _CODEC_MASK, data[_RECORDS_AT:])
-    out = bytearray(data[:_RECORDS_AT])
-    out += compression.compress(codec, records, level)
-    _BATCH_LENGTH.pack_into(out, 8, len(out) - 12)  # batchLength counts from partitionLeaderEpoch on
-    _ATTRIBUTES.pack_into(out, _ATTRIBUTES_AT, (attributes & ~_CODEC_MASK) | codec)
-    _CRC.pack_into(out, _CRC_AT, crc32c(memoryview(out)[_ATTRIBUTES_AT:]))
-    return out
 
 
 def envelope(partition: int, batch_size: int) -> bytes:
@@ -94,7 +61,7 @@ def batches_in_span(span: memoryview) -> Iterator[tuple[int, int, memoryview]]:
     a folded offset-index entry covers them. A span cut short ends at its last whole batch."""
     at, end = 0, len(span)
     while at + _RECORDS_AT <= end:
-        (length,) = _BATCH_LENGTH.unpack_from(span, at + 8)
+        (length,) = BATCH_LENGTH.unpack_from(span, at + 8)
         size = length + _BATCH_OVERHEAD
         if at + size > end:
             return

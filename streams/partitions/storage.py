@@ -28,26 +28,21 @@ from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
 
-from millrace.protocol import compression
-from millrace.protocol.compression import CompressionError
 from millrace.protocol.records import (
     BatchHeader,
-    BatchView,
     ControlRecordType,
-    RecordBatchError,
-    TimestampType,
     build_control_batch,
     iter_batches,
     set_base_offset,
-    validate_produce_records,
 )
 from millrace.store.contracts import AttributeUpdate, AttributeUpdateType, SegmentService
 from millrace.store.controller import SegmentRange
 from millrace.store.errors import SegmentExistsError, SegmentNotFoundError
 from millrace.store.tables import TableStore
-from millrace.streams.errors import PartitionError, Reason, batch_refusal, store_failure
+from millrace.streams.errors import PartitionError, Reason, store_failure
 from millrace.streams.futures import on_reactor, to_deferred
 from millrace.streams.partitions import reads, retention
+from millrace.streams.partitions.admission import admit_batch
 from millrace.streams.partitions.cleaner import LogCleaner
 from millrace.streams.partitions.compaction import COMPACTIONS_TABLE, forget_topic
 from millrace.streams.partitions.formats import (
@@ -55,9 +50,7 @@ from millrace.streams.partitions.formats import (
     INDEX_SUFFIX,
     IndexEntry,
     envelope,
-    recompress,
     set_leader_epoch,
-    stamp_log_append_time,
 )
 from millrace.streams.partitions.loading import (
     LOG_STARTS_TABLE,
@@ -88,16 +81,6 @@ RELOAD_DELAY_SECONDS = 0.5  # a pause before a reload, so a load that fails is n
 
 
 # compression.type -> the codec a topic stores its batches with (``producer``: as the producer sent them)
-TOPIC_CODECS = {"uncompressed": compression.NONE, "gzip": compression.GZIP, "snappy": compression.SNAPPY,
-                "lz4": compression.LZ4, "zstd": compression.ZSTD}
-
-
-def _codec_level(topic: TopicInfo, codec: int) -> int | None:
-    """The topic's ``compression.<codec>.level`` (None for codecs without one)."""
-    name = {compression.GZIP: "gzip", compression.LZ4: "lz4", compression.ZSTD: "zstd"}.get(codec)
-    return None if name is None else int(topic.config(f"compression.{name}.level"))
-
-
 def _log_failure(failure: Failure, doing: str, what: str) -> None:
     log.warning("%s %s failed: %s", doing, what, failure.getErrorMessage())
 
@@ -110,53 +93,6 @@ class FetchedRecords:
     offsets: PartitionOffsets
     # Transactions hook: (producer id, first offset) of aborted transactions in the range, for read_committed.
     aborted_transactions: tuple[tuple[int, int], ...] = field(default=())
-
-
-def _check_timestamps(topic: TopicInfo, batch: BatchView, now_ms: int) -> None:
-    """Kafka's LogValidator timestamp rules: a producer may not send LogAppendTime batches, and on a
-    CreateTime topic every record's timestamp (but -1, none) lies within message.timestamp.before.max.ms
-    before and message.timestamp.after.max.ms after ``now_ms``. Records are decoded only when the
-    header cannot settle it (its maxTimestamp is too late, or before.max.ms is set below the epoch's
-    age), so the common batch costs no decoding."""
-    h = batch.header
-    if h.timestamp_type is TimestampType.LOG_APPEND_TIME:
-        reason = "Invalid timestamp type in message: producer should not set timestamp type to LogAppendTime."
-        raise PartitionError(Reason.INVALID_TIMESTAMP, "One or more records have been rejected due to invalid "
-                             "timestamp", tuple((i, reason) for i in range(h.record_count)))
-    rules = topic.append_rules
-    if rules.log_append_time:
-        return
-    before = rules.timestamp_before_max_ms
-    after = rules.timestamp_after_max_ms
-    if h.max_timestamp <= now_ms + after and before >= now_ms:
-        return
-    try:
-        records = list(batch.records())
-    except RecordBatchError as exc:
-        raise batch_refusal(exc) from exc
-    errors = tuple(
-        (i, f"Timestamp {r.timestamp} of message with offset {r.offset} is out of range. The timestamp should be "
-            f"within [{now_ms - before}, {now_ms + after}]")
-        for i, r in enumerate(records)
-        if r.timestamp != -1 and (now_ms - r.timestamp > before or r.timestamp - now_ms > after))
-    if errors:
-        raise PartitionError(Reason.INVALID_TIMESTAMP,
-                             "One or more records have been rejected due to invalid timestamp", errors)
-
-
-def _check_keys(topic: TopicInfo, p: PartitionLog, batch: BatchView) -> None:
-    """Kafka's LogValidator on a compacted topic: every record needs a key (compaction keeps the latest
-    record per key), else the batch fails with INVALID_RECORD and a record error per keyless record."""
-    if batch.header.is_control or not topic.append_rules.compacted:
-        return
-    try:
-        keys = [r.key for r in batch.records()]
-    except RecordBatchError as exc:
-        raise batch_refusal(exc) from exc
-    reason = f"Compacted topic cannot accept message without key in topic partition {p.topic}-{p.partition}."
-    errors = tuple((i, reason) for i, key in enumerate(keys) if key is None)
-    if errors:
-        raise PartitionError(Reason.INVALID_RECORD, reason, errors)
 
 
 @dataclass(frozen=True, slots=True)
@@ -648,24 +584,9 @@ class SegmentPartitionStorage(PartitionStorage):
     def append(self, topic: TopicInfo, p: PartitionLog, records: bytes | bytearray | memoryview | None, now_ms: int | None = None,
                events: WriterEvents | None = None, *, transactional_id: str | None = None,
                producer_owner: str | None = None) -> defer.Deferred[int]:
-        try:
-            (batch,) = validate_produce_records(records)
-        except RecordBatchError as exc:
-            raise batch_refusal(exc) from exc
         now_ms = self._now_ms() if now_ms is None else now_ms
-        _check_timestamps(topic, batch, now_ms)
-        _check_keys(topic, p, batch)
+        batch = admit_batch(topic, p.partition, records, now_ms)  # the one walk of its records
         rules = topic.append_rules
-        codec = TOPIC_CODECS.get(rules.compression)
-        if codec is not None and batch.header.compression != codec:
-            # Only for topics that name a codec: batches of compression.type=producer stay zero-copy.
-            try:
-                batch = next(iter_batches(recompress(batch.data, codec, _codec_level(topic, codec))))
-            except CompressionError as exc:
-                raise PartitionError(Reason.CORRUPT_RECORD, str(exc)) from exc
-        if rules.log_append_time:
-            # Rewritten, CRC and all, only for such topics: CreateTime batches stay zero-copy.
-            batch = next(iter_batches(stamp_log_append_time(batch.data, now_ms)))
         h = batch.header
         limit = min(rules.max_message_bytes, self.max_message_bytes)
         if h.size > limit:
