@@ -306,6 +306,12 @@ class SegmentContainer:
         with self._lock:
             return self.rates.rates(self._metadata.visible_segment(name).segment_id)
 
+    def read_bytes_by_segment(self) -> dict[str, int]:
+        """Bytes read from each segment since this container started, for the segments read at all (the
+        console turns two of these into a rate out; one integer a segment, kept with its metadata)."""
+        with self._lock:
+            return {name: seg.read_bytes for name, seg in self._metadata.visible.items() if seg.read_bytes}
+
     def get_info(self, name: str) -> SegmentInfo:
         return self._reader.info(name)
 

@@ -114,6 +114,8 @@ class SegmentMetadata:
         "durable_length", "durable_start_offset", "durable_sealed", "durable_attributes",
         # set while a merge of this (sealed) segment into another is in flight
         "merging",
+        # bytes readers took from it since the container started (the console's rate out; not saved)
+        "read_bytes",
     )  # fmt: skip
 
     def __init__(self, segment_id: int, name: str, created_ms: int, attributes: dict[str, int]) -> None:
@@ -132,6 +134,7 @@ class SegmentMetadata:
         self.durable_sealed = False
         self.durable_attributes = dict(attributes)
         self.merging = False
+        self.read_bytes = 0
 
     @property
     def storage_length(self) -> int:

@@ -97,6 +97,7 @@ class SegmentReader:
                     if data is not None:
                         self._stats["cache_reads"] += 1
                         self._stats["read_bytes"] += len(data)
+                        seg.read_bytes += len(data)
                         answer = ReadResult(offset, data)
                     else:
                         ref = seg.chunks.find(offset)
@@ -109,6 +110,7 @@ class SegmentReader:
                             limit = min(limit, next_cached - offset)
                         self._stats["storage_reads"] += 1
                         self._stats["read_bytes"] += limit
+                        seg.read_bytes += limit
                         from_storage = (ref, limit)
         except StoreError as exc:
             if not result.done():

@@ -190,3 +190,30 @@ def test_replayed_appends_are_not_load(tmp_path) -> None:
         assert r.events_per_s == pytest.approx((1.5, 1.5)) and r.age_s == 2.0
     finally:
         store.close()
+
+
+def test_containers_count_bytes_read_by_segment(tmp_path) -> None:
+    """The console's rate out: every read's bytes, from the cache or long-term storage, on the segment read;
+    segments never read are left out, and a deleted segment's counter goes with it."""
+    store = _store(str(tmp_path), FakeClock())
+    try:
+        for name in ("sc/s/0.#epoch.0", "sc/s/1.#epoch.0", "sc/s/2.#epoch.0"):
+            store.create_segment(name).result()
+            store.append(name, b"x" * 300).result()
+
+        def counted() -> dict[str, int]:
+            out: dict[str, int] = {}
+            for c in store.containers:
+                out.update(c.read_bytes_by_segment())
+            return out
+
+        assert counted() == {}
+        assert len(store.read("sc/s/0.#epoch.0", 0, 100).result().data) == 100
+        assert len(store.read("sc/s/0.#epoch.0", 100, 1000).result().data) == 200  # to the end only
+        assert len(store.read("sc/s/1.#epoch.0", 250, 1000).result().data) == 50
+        assert store.read("sc/s/1.#epoch.0", 300, 1000).result().data == b""  # at the tail: nothing read
+        assert counted() == {"sc/s/0.#epoch.0": 300, "sc/s/1.#epoch.0": 50}
+        store.delete("sc/s/0.#epoch.0").result()
+        assert counted() == {"sc/s/1.#epoch.0": 50}
+    finally:
+        store.close()
