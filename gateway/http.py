@@ -353,8 +353,8 @@ def endpoint_permission(method: str, path: Sequence[str], kafka_scope: str) -> t
     GET/HEAD /health, /metrics, /api/segments,            no        DESCRIBE on CLUSTER kafka-cluster
     /api/streams, /api/streams/SCOPE, the console's
     pages (/, /static/...), /api/overview, /api/cluster,
-    /api/groups, /api/reader-groups, /api/topics (and
-    unknown paths)
+    /api/groups, /api/reader-groups, /api/topics,
+    /api/stream-list (and unknown paths)
     GET/HEAD /api/streams/SCOPE/STREAM,                   no        DESCRIBE on ``stream_acl_resource``
     /api/heatmap/SCOPE/STREAM
     GET/HEAD /api/groups/GROUP                            no        DESCRIBE on GROUP ``GROUP``

@@ -10,7 +10,13 @@ answered by the node coordinating them and a partition's records by the node lea
 answer 503 naming that node and its HTTP address):
 
 - ``GET /api/overview``: throughput in/out over time (sampled), scopes with their streams, topics,
-  storage used (durable log, cache, long-term), container health.
+  storage used (durable log, cache, long-term), container health, and the busiest streams
+  (``top_streams``: the stream list's rows, ``stream_list.TOP_STREAMS`` of them by bytes in).
+- ``GET /api/stream-list[?sort=COLUMN][&order=asc|desc][&limit=N]``: every stream (Kafka topics and
+  native streams) with its kind, open segments, size, rates in and out and retention, as the last
+  sampling pass measured them (``stream_list.py`` says what each figure is and its bounds); sorted by
+  ``COLUMN`` (``stream_list.SORT_KEYS``, bytes in by default, descending) and cut to ``N`` rows (500 by
+  default, at most ``stream_list.MAX_ROWS_ANSWERED``); ``total`` counts every stream.
 - ``GET /api/cluster``: nodes, containers with owner, epoch and state, log replicas where known.
 - ``GET /api/groups``: Kafka consumer groups with state, type, members and total lag.
 - ``GET /api/groups/GROUP``: members with assignments, per partition the committed offset, log start,
@@ -30,7 +36,7 @@ answer 503 naming that node and its HTTP address):
   key range, when it was created and sealed and by which epoch's reason, the epochs, and the sampled
   rates of its open segments (``history.ConsoleHistory``).
 
-The "over time" figures (throughput, lag, unread bytes, rates) are ``history.ConsoleHistory``'s samples:
+The "over time" figures (throughput, lag, unread bytes, rates) and the stream list are ``history.ConsoleHistory``'s samples:
 taken on a timer from ``Console.start``, a fixed number kept, saved under the data dir and loaded again
 at the next start.
 
@@ -55,6 +61,7 @@ from millrace.gateway.reader_groups import ReaderGroupViews
 
 if TYPE_CHECKING:
     from millrace.gateway.console.history import ConsoleHistory
+    from millrace.gateway.console.stream_list import StreamList
     from millrace.gateway.http import NodeView, StreamViews
     from millrace.gateway.kafka.broker import Broker
 
@@ -76,15 +83,18 @@ class Console:
     data_dir: str | None = None
     history: ConsoleHistory = field(init=False)
     reader_groups: ReaderGroupViews = field(init=False)
+    stream_list: StreamList = field(init=False)
 
     def __post_init__(self) -> None:
         from millrace.gateway.console.history import ConsoleHistory
         from millrace.gateway.console.kafka_views import total_lags
+        from millrace.gateway.console.stream_list import StreamList
 
         self.reader_groups = ReaderGroupViews(self.views.controller)
+        self.stream_list = StreamList(self.broker.topics, self.broker.config.scope)
         directory = None if self.data_dir is None else os.path.join(self.data_dir, HISTORY_DIR)
         self.history = ConsoleHistory(self.views, self.store, lambda: total_lags(self.broker), self.reader_groups,
-                                      directory)
+                                      directory, stream_list=self.stream_list)
 
     def start(self) -> None:
         """Load the saved history and start sampling (on the reactor thread, before or as it runs)."""

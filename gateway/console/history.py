@@ -6,7 +6,8 @@ moving averages of now, and the epoch history says when segments were created an
 busy they were. So each sample holds, per stream, every open segment's measured rate (its shortest
 window), the node's bytes in and out per second (from the containers' counters), each consumer group's
 total lag and each native reader group's unread bytes. The heat map colours a segment's band by these
-samples; the overview and the group pages draw them as lines.
+samples; the overview and the group pages draw them as lines. The same pass measures the stream list
+(``stream_list.StreamList``), of which only the latest rows are kept, outside the samples.
 
 Bounds: ``kept`` samples (a ring), and in each at most ``MAX_GROUPS`` consumer groups (the ones lagging
 most), ``MAX_READER_GROUPS`` reader groups (likewise) and ``MAX_SEGMENT_RATES`` segment rates (the
@@ -48,6 +49,7 @@ from millrace.store.errors import SegmentNotFoundError
 from millrace.streams.futures import every
 
 if TYPE_CHECKING:
+    from millrace.gateway.console.stream_list import StreamList, StreamListing
     from millrace.gateway.http import NodeView, StreamViews
     from millrace.gateway.reader_groups import ReaderGroupViews
 
@@ -223,7 +225,8 @@ class ConsoleHistory:
     def __init__(self, views: StreamViews, store: NodeView, lags: Callable[[], dict[str, int]],
                  reader_groups: ReaderGroupViews | None = None, directory: str | None = None,
                  clock: IReactorTime | None = None, interval: float = SAMPLE_SECONDS,
-                 kept: int = SAMPLES_KEPT, save_seconds: float = SAVE_SECONDS) -> None:
+                 kept: int = SAMPLES_KEPT, save_seconds: float = SAVE_SECONDS,
+                 stream_list: StreamList | None = None) -> None:
         if clock is None:
             from twisted.internet import reactor
 
@@ -232,6 +235,7 @@ class ConsoleHistory:
         self.store = store
         self.lags = lags
         self.reader_groups = reader_groups
+        self.stream_list = stream_list  # measured in the same pass as the rates (None: not measured)
         # None: kept in memory only. Its state is the writing thread's once the loop runs.
         self.files = None if directory is None else HistoryFiles(directory, kept)
         self.clock = clock
@@ -300,19 +304,26 @@ class ConsoleHistory:
             return
         self._reading = sample
 
-        def measure() -> tuple[StreamRates, dict[str, int] | None]:
-            rates = stream_rates(self.views, self.store)
+        def measure() -> tuple[StreamRates, dict[str, int] | None, StreamListing | None]:
+            listing = None
+            if self.stream_list is None:
+                rates = stream_rates(self.views, self.store)
+            else:  # one walk of the streams for both: the stream list measures every segment's rate anyway
+                listing = self.stream_list.measure(live_streams(self.views.controller), self.store)
+                rates = bounded_rates(listing.segment_rates, MAX_SEGMENT_RATES)
             try:
                 unread = None if self.reader_groups is None else reader_group_unread(self.reader_groups)
             except Exception as exc:  # noqa: BLE001 - the rates are still worth keeping; say why
                 log.warning("console: reader groups not sampled: %s: %s", type(exc).__name__, exc)
                 unread = None
-            return rates, unread
+            return rates, unread, listing
 
-        def got(result: tuple[StreamRates, dict[str, int] | None]) -> None:
-            sample.streams, unread = result
+        def got(result: tuple[StreamRates, dict[str, int] | None, StreamListing | None]) -> None:
+            sample.streams, unread, listing = result
             if unread is not None:
                 sample.reader_group_unread = unread
+            if listing is not None and self.stream_list is not None:
+                self.stream_list.install(listing)
 
         def failed(failure: Failure) -> None:
             log.warning("console: stream rates not sampled: %s", failure.getErrorMessage())

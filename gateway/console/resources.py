@@ -13,6 +13,7 @@ from twisted.web import resource, server, static
 
 from millrace.gateway.console import kafka_views
 from millrace.gateway.console.kafka_views import Browse, ConsoleNotFoundError, NotServedHereError
+from millrace.gateway.console.stream_list import DEFAULT_ROWS
 from millrace.gateway.http import _error_status, _json, answer_later
 from millrace.gateway.reader_groups import ReaderGroupNotFoundError
 from millrace.protocol.names import segment_number
@@ -245,9 +246,27 @@ class _Overview(_ConsoleResource):
             return {"scopes": listed, "kafka_scope": console.broker.config.scope,
                     "topics": len(console.broker.topics.names()), "storage": _storage(console),
                     "containers": containers, "healthy": all(s == "running" for s in containers.values()),
-                    "sample_seconds": console.history.interval, "throughput": console.history.throughput()}
+                    "sample_seconds": console.history.interval, "throughput": console.history.throughput(),
+                    "top_streams": console.stream_list.top()}
 
         return console.views.blocking(scopes).addCallback(answer)
+
+
+class _StreamList(_ConsoleResource):
+    """``/api/stream-list``: the last sampling pass's rows, sorted and cut here (no store or controller
+    call per request: ``stream_list.py``)."""
+
+    def get(self, request: server.Request, path: list[str]) -> Any:
+        if path:
+            raise ConsoleNotFoundError(f"no resource {request.path.decode()}")
+        order = _arg(request, "order") or "desc"
+        if order not in ("asc", "desc"):
+            raise ValueError(f"order must be asc or desc, not {order!r}")
+        limit = _int_arg(request, "limit")
+        answer = self.console.stream_list.answer(_arg(request, "sort") or "bytes_in_per_s", order == "desc",
+                                                 DEFAULT_ROWS if limit is None else limit)
+        return {**answer, "kafka_scope": self.console.broker.config.scope,
+                "sample_seconds": self.console.history.interval}
 
 
 class _Index(resource.Resource):
@@ -283,3 +302,4 @@ def mount(console: Console, root: resource.Resource, api: resource.Resource) -> 
     api.putChild(b"reader-groups", _ReaderGroups(console))
     api.putChild(b"topics", _Topics(console))
     api.putChild(b"heatmap", _Heatmap(console))
+    api.putChild(b"stream-list", _StreamList(console))
