@@ -159,6 +159,7 @@ class StreamListing:
     total: int
     time_ms: int
     segment_rates: SegmentRatesByStream
+    rate_window_s: float | None  # the store's shortest rate window, which the rates in are over
 
 
 class StreamList:
@@ -179,15 +180,16 @@ class StreamList:
         out_rates = self._out_rates(store)
         rows: list[StreamRow] = []
         rates: SegmentRatesByStream = {}
+        windows: list[float] = []
         for info, segments in streams:
             key = f"{info.scope}/{info.stream}"
             mine = held.pop((info.scope, info.stream), _Held())
-            row, rates[key] = self._row(info, segments, mine, store, out_rates)
+            row, rates[key] = self._row(info, segments, mine, store, out_rates, windows)
             rows.append(row)
         total = len(rows)
         if total > MAX_STREAMS_KEPT:
             rows = sorted(rows, key=busiest_first)[:MAX_STREAMS_KEPT]
-        return StreamListing(tuple(rows), total, int(time.time() * 1000), rates)
+        return StreamListing(tuple(rows), total, int(time.time() * 1000), rates, windows[0] if windows else None)
 
     @staticmethod
     def _held(store: NodeView) -> dict[tuple[str, str], _Held]:
@@ -229,7 +231,9 @@ class StreamList:
         return out
 
     def _row(self, info: StreamInfo, segments: Sequence[SegmentRange], mine: _Held, store: NodeView,
-             out_rates: dict[tuple[str, str], float] | None) -> tuple[StreamRow, dict[int, tuple[float, float]]]:
+             out_rates: dict[tuple[str, str], float] | None,
+             windows: list[float]) -> tuple[StreamRow, dict[int, tuple[float, float]]]:
+        """The stream's row and its current segments' rates; ``windows`` gets the rates' shortest window."""
         infos = dict(mine.segments)
         open_segments = 0
         events_in = bytes_in = 0.0
@@ -242,6 +246,8 @@ class StreamList:
                 continue
             infos[seg.name] = seg_info
             rates[seg.segment_id] = (r.events_per_s[0], r.bytes_per_s[0])
+            if not windows:
+                windows.append(r.windows[0])
             if not seg_info.sealed:
                 open_segments += 1
                 events_in += r.events_per_s[0]
@@ -291,12 +297,14 @@ class StreamList:
             raise ValueError(f"limit must be 1..{MAX_ROWS_ANSWERED}, not {limit}")
         listing = self.latest
         if listing is None:
-            return {"time_ms": None, "total": 0, "kept": 0, "sort": sort, "descending": descending, "streams": []}
+            return {"time_ms": None, "total": 0, "kept": 0, "rate_window_s": None, "sort": sort,
+                    "descending": descending, "streams": []}
         key = SORT_KEYS[sort]
         rows = sorted(listing.rows, key=_by_name)  # ties by name, whichever way the column goes
         rows.sort(key=key, reverse=descending)
-        return {"time_ms": listing.time_ms, "total": listing.total, "kept": len(listing.rows), "sort": sort,
-                "descending": descending, "streams": [r.to_json() for r in rows[:limit]]}
+        return {"time_ms": listing.time_ms, "total": listing.total, "kept": len(listing.rows),
+                "rate_window_s": listing.rate_window_s, "sort": sort, "descending": descending,
+                "streams": [r.to_json() for r in rows[:limit]]}
 
     def top(self, count: int = TOP_STREAMS) -> list[dict[str, Any]]:
         """The busiest ``count`` streams of the last pass (``busiest_first``)."""

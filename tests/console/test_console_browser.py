@@ -2,8 +2,9 @@
 protocol; no browser is downloaded) against a live server with real Kafka traffic: the heat map shows an
 auto-scaling topic's split, a split asked for on the page happens (after its confirmation), a consumer
 group's lag rises while its consumer is stopped and falls once it resumes, a native reader group's
-unread bytes do the same while its reader stops and reads again, and record browsing finds a produced
-record. Screenshots go to pytest's temporary directory (``console-*.png``)."""
+unread bytes do the same while its reader stops and reads again, record browsing finds a produced
+record, and the stream list shows each stream's kind, segments, size, rates and retention and sorts by the
+header clicked. Screenshots go to pytest's temporary directory (``console-*.png``)."""
 
 from __future__ import annotations
 
@@ -338,13 +339,104 @@ def test_browsing_finds_a_produced_record(console: Console, server: ServerProces
     console.screenshot("messages")
 
 
+STREAM_HEADERS = ["scope", "stream", "kind", "open segments", "size", "in events/s", "in bytes/s", "out bytes/s (read)",
+                  "retention"]
+
+
+def column_values(console: Console, table: str, key: str) -> list[float]:
+    """The raw numbers of a numeric column of a stream table (its cells' data-value), top to bottom."""
+    return console.js(f"""[...document.querySelectorAll('#{table} tbody tr')].map((tr) =>
+        Number(tr.children[[...document.querySelectorAll('#{table} thead th')].findIndex((th) =>
+            th.dataset.sort === {key!r})].dataset.value))""")
+
+
+def stream_row(console: Console, table: str, name: str) -> dict[str, str] | None:
+    """A stream table's row for "scope/stream", as {header key: cell text}, or None while it is missing."""
+    return console.js(f"""(() => {{
+        const tr = document.querySelector(`#{table} tbody tr[data-stream="{name}"]`);
+        if (!tr) return null;
+        const keys = [...document.querySelectorAll('#{table} thead th')].map((th) => th.dataset.sort);
+        return Object.fromEntries([...tr.children].map((td, i) => [keys[i], td.innerText]));
+    }})()""")
+
+
+def test_stream_list_shows_its_columns_and_sorts_by_a_clicked_header(console: Console, server: ServerProcess,
+                                                                       admin: AdminClient) -> None:
+    from millrace.client.manager import StreamManager
+
+    create_topic(admin, "telemetry", **{"retention.ms": "86400000"})
+    with StreamManager(f"tcp://127.0.0.1:{server.native_port}") as sm:
+        sm.create_scope("depot")
+        sm.create_byte_stream("depot", "blob")
+        with sm.create_byte_writer("depot", "blob") as writer:
+            writer.write(b"b" * 5000)
+            writer.flush()
+        sm.create_stream("depot", "idle", initial_segments=3)
+
+    with LiveProducer(server, "telemetry", 400):
+        console.open("#/streams")
+        console.wait(lambda: (row := stream_row(console, "streams-table", "kafka/telemetry"))
+                     and row["bytes_in_per_s"] not in ("0 B/s", "-"), "the producing topic's rate in on the page")
+        headers = console.page.locator("#streams-table thead th")
+        assert [headers.nth(i).inner_text().rstrip(" \u25b2\u25bc") for i in range(headers.count())] == STREAM_HEADERS
+        telemetry = stream_row(console, "streams-table", "kafka/telemetry")
+        assert telemetry is not None
+        assert (telemetry["kind"], telemetry["open_segments"], telemetry["retention"]) == (
+            "Kafka topic", "1", "delete: up to 1 d")
+        blob = stream_row(console, "streams-table", "depot/blob")
+        idle = stream_row(console, "streams-table", "depot/idle")
+        assert blob is not None and idle is not None
+        assert (blob["kind"], blob["size_bytes"], blob["retention"]) == ("byte stream", "4.9 KiB", "none (kept)")
+        assert (idle["kind"], idle["open_segments"], idle["size_bytes"]) == ("unformatted (nothing written yet)", "3", "0 B")
+        # Busiest first by default.
+        rates = column_values(console, "streams-table", "bytes_in_per_s")
+        assert rates == sorted(rates, reverse=True) and rates[0] > 0
+        assert "events out are not counted" in console.page.inner_text("#stream-list-note")
+        console.screenshot("stream-list")
+
+        # A click on "size" sorts by size, largest first; a second click turns the order round.
+        console.page.click("#streams-table th[data-sort=size_bytes]")
+        sizes = column_values(console, "streams-table", "size_bytes")
+        assert sizes == sorted(sizes, reverse=True) and sizes[-1] == 0 and len(sizes) >= 3
+        size_header = console.page.locator("#streams-table th[data-sort=size_bytes]")
+        assert size_header.get_attribute("aria-sort") == "descending"
+        console.page.click("#streams-table th[data-sort=size_bytes]")
+        ascending = column_values(console, "streams-table", "size_bytes")  # the topic grows: read once
+        assert ascending == sorted(ascending) and ascending[0] == 0
+        assert console.page.locator("#streams-table th[data-sort=size_bytes]").get_attribute("aria-sort") == "ascending"
+        # ... and stays so after the next polls, which ask the server for that order.
+        console.wait(lambda: (listed := console.js("window.millrace.streamList")) and listed["sort"] == "size_bytes"
+                     and not listed["descending"], "the server asked for the clicked order")
+        polled = column_values(console, "streams-table", "size_bytes")
+        assert polled == sorted(polled)
+        console.screenshot("stream-list-by-size")
+        # Names sort from A on the first click.
+        console.page.click("#streams-table th[data-sort=stream]")
+        names = console.js("[...document.querySelectorAll('#streams-table tbody tr')].map((tr) => tr.dataset.stream)")
+        assert [n.split("/", 1)[1] for n in names] == sorted(n.split("/", 1)[1] for n in names)
+
+        # The overview: the same columns for the busiest streams, the producing topic on top.
+        console.open("#/overview")
+        console.wait(lambda: (names := console.js("""[...document.querySelectorAll('#top-streams-table tbody tr')]
+                                                     .map((tr) => tr.dataset.stream)""")) and names[0] == "kafka/telemetry",
+                     "the producing topic at the top of the busiest streams")
+        top_headers = console.page.locator("#top-streams-table thead th")
+        assert [top_headers.nth(i).inner_text().rstrip(" \u25b2\u25bc") for i in range(top_headers.count())] == STREAM_HEADERS
+        assert console.page.locator("#top-streams-table tbody tr").count() <= 10
+        console.page.click("#top-streams-table th[data-sort=size_bytes]")
+        top_sizes = column_values(console, "top-streams-table", "size_bytes")
+        assert top_sizes == sorted(top_sizes, reverse=True)
+        console.screenshot("overview-busiest-streams")
+
+
 def test_overview_and_cluster_pages(console: Console, server: ServerProcess) -> None:
     console.open("#/overview")
     console.wait(lambda: console.page.locator("#overview-cards .card").count() == 7, "the overview's cards")
     assert "healthy" in console.page.inner_text("#overview-cards")
     console.wait(lambda: len(chart_series(console, "throughput")["in (appended)"]["data"]) >= 2, "throughput samples")
     links = console.page.locator("#overview-streams a")
-    assert "#/stream/kafka/" in (links.first.get_attribute("href") or "")
+    console.wait(lambda: links.count() > 0, "the busiest streams")
+    assert "#/stream/" in (links.first.get_attribute("href") or "")
     console.screenshot("overview")
     console.open("#/cluster")
     console.page.locator("#containers-table").wait_for()

@@ -91,17 +91,113 @@ function lineChart(el, series, yName, format = (v) => v) {
   }, { notMerge: true });
 }
 
+// -- the stream list (the Streams page and the overview's busiest streams) -------------------------------
+// Rows as /api/stream-list gives them (gateway/console/stream_list.py says what each figure is). Sorted here
+// by the clicked column at once; the Streams page also asks the server for that order, which cuts long
+// lists after sorting.
+
+const STREAM_LIST_LIMIT = 500;
+const KIND_NAMES = { "kafka-topic": "Kafka topic", "event-stream": "event stream", "byte-stream": "byte stream",
+  synchronizer: "synchronizer", unformatted: "unformatted (nothing written yet)" };
+
+function duration(ms) {
+  const units = [["d", 86400000], ["h", 3600000], ["min", 60000], ["s", 1000]];
+  for (const [unit, size] of units) if (ms >= size && ms % size === 0) return `${ms / size} ${unit}`;
+  for (const [unit, size] of units) if (ms >= size) return `${(ms / size).toFixed(1)} ${unit}`;
+  return `${ms} ms`;
+}
+
+function retentionText(r) {
+  const limits = [r.ms !== null ? duration(r.ms) : null, r.bytes !== null ? bytes(r.bytes) : null].filter(Boolean);
+  const upTo = limits.length ? `up to ${limits.join(" or ")}` : "unlimited";
+  if (r.policy === "none") return "none (kept)";
+  if (r.policy === "consumption") return "until consumed";
+  if (r.policy === "time" || r.policy === "size") return `${r.policy}: ${upTo}`;
+  return r.policy.includes("delete") ? `${r.policy}: ${upTo}` : r.policy;  // a Kafka topic's cleanup.policy
+}
+
+// Shortest kept first, as the server's stream_list.retention_key.
+const retentionKey = (r) => [r.ms ?? Infinity, r.bytes ?? Infinity, r.policy];
+const rate = (v, digits = 1) => (v === null || v === undefined ? "-" : v.toFixed(digits));
+
+// [key (the API's sort column), header, the cell's text, the sort value, numeric, first click descending]
+const STREAM_COLUMNS = [
+  { key: "scope", label: "scope", text: (r) => r.scope, value: (r) => [r.scope, r.stream] },
+  { key: "stream", label: "stream", value: (r) => [r.stream, r.scope],
+    cell: (r) => h("td", {}, h("a", { href: `#/stream/${enc(r.scope)}/${enc(r.stream)}` }, r.stream)) },
+  { key: "kind", label: "kind", text: (r) => KIND_NAMES[r.kind] || r.kind, value: (r) => [r.kind, r.scope, r.stream] },
+  { key: "open_segments", label: "open segments", text: (r) => r.open_segments, value: (r) => r.open_segments, num: true },
+  { key: "size_bytes", label: "size", text: (r) => bytes(r.size_bytes), value: (r) => r.size_bytes, num: true },
+  { key: "events_in_per_s", label: "in events/s", text: (r) => rate(r.events_in_per_s), value: (r) => r.events_in_per_s, num: true },
+  { key: "bytes_in_per_s", label: "in bytes/s", text: (r) => `${bytes(r.bytes_in_per_s)}/s`, value: (r) => r.bytes_in_per_s, num: true },
+  { key: "bytes_out_per_s", label: "out bytes/s (read)", value: (r) => r.bytes_out_per_s ?? -1, num: true,
+    text: (r) => (r.bytes_out_per_s === null ? "-" : `${bytes(r.bytes_out_per_s)}/s`) },
+  { key: "retention", label: "retention", text: (r) => retentionText(r.retention), value: (r) => retentionKey(r.retention) },
+];
+
+function compareValues(a, b) {
+  if (Array.isArray(a)) {
+    for (let i = 0; i < a.length; i += 1) {
+      const c = compareValues(a[i], b[i]);
+      if (c) return c;
+    }
+    return 0;
+  }
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+function sortStreams(rows, sort) {
+  const column = STREAM_COLUMNS.find((c) => c.key === sort.key);
+  const byName = (a, b) => compareValues([a.scope, a.stream], [b.scope, b.stream]);
+  return [...rows].sort((a, b) => (sort.desc ? -1 : 1) * compareValues(column.value(a), column.value(b)) || byName(a, b));
+}
+
+// A sort that persists while the console is open: { key, desc }. A first click on a column sorts numbers
+// largest first and names from A; a second click on it turns the order round.
+function clickedSort(sort, key) {
+  if (sort.key === key) return { key, desc: !sort.desc };
+  return { key, desc: STREAM_COLUMNS.find((c) => c.key === key).num === true };
+}
+
+function streamTable(rows, sort, onSort, id) {
+  const headers = STREAM_COLUMNS.map((c) => h("th", {
+    class: `sortable${c.num ? " num" : ""}`, "data-sort": c.key, title: "sort by this column",
+    "aria-sort": c.key === sort.key ? (sort.desc ? "descending" : "ascending") : "none",
+    onclick: () => onSort(clickedSort(sort, c.key)) }, c.label, c.key === sort.key ? (sort.desc ? " \u25bc" : " \u25b2") : ""));
+  return h("table", { id, class: "streams" },
+    h("thead", {}, h("tr", {}, headers)),
+    h("tbody", {}, sortStreams(rows, sort).map((r) => h("tr", { "data-stream": `${r.scope}/${r.stream}` },
+      STREAM_COLUMNS.map((c) => (c.cell ? c.cell(r) : h("td", {
+        class: c.num ? "num" : null,
+        "data-value": c.num ? String(c.value(r)) : null }, c.text(r))))))));
+}
+
+function streamListNote(l) {
+  const span = l.rate_window_s ? `${l.rate_window_s} s` : "its shortest window";
+  return `In: appended to the stream's open segments, the store's moving average over ${span}. ` +
+    `Out: bytes read from the stream's segments by any reader (Kafka fetches, native reads, the server's own ` +
+    `loads) over the last ${l.sample_seconds} s; events out are not counted. Size: bytes its segments hold ` +
+    `after truncation. Measured every ${l.sample_seconds} s` + (l.time_ms ? `, last at ${when(l.time_ms)}.` : "; not yet.");
+}
+
 // -- pages ---------------------------------------------------------------------------------------------
 // Each page: build(params) makes the page's elements once, refresh() fills them and runs on every poll.
 
 const pages = {};
+
+let overviewSort = { key: "bytes_in_per_s", desc: true };
+let streamListSort = { key: "bytes_in_per_s", desc: true };
 
 pages.overview = () => {
   const cards = h("div", { class: "cards", id: "overview-cards" });
   const throughput = h("div", { class: "chart", id: "throughput" });
   const streams = h("div", { id: "overview-streams" });
   view.append(h("h2", {}, "Overview"), cards, h("h3", {}, "Throughput (this node)"), throughput,
-    h("h3", {}, "Scopes and streams"), streams);
+    h("h3", {}, "Busiest streams (by bytes in; ", h("a", { href: "#/streams" }, "all streams"), ")"), streams);
+  let top = [];
+  const drawTop = () => streams.replaceChildren(top.length
+    ? streamTable(top, overviewSort, (sort) => { overviewSort = sort; drawTop(); }, "top-streams-table")
+    : h("p", { class: "muted" }, "No streams measured yet."));
   return async () => {
     const o = await api("/api/overview");
     const streamCount = o.scopes.reduce((n, s) => n + s.streams.length, 0);
@@ -117,19 +213,36 @@ pages.overview = () => {
       { name: "in (appended)", data: o.throughput.map((t) => [t.time_ms, t.bytes_in_per_s]) },
       { name: "out (read)", data: o.throughput.map((t) => [t.time_ms, t.bytes_out_per_s]) },
     ], "bytes/s", (v) => `${bytes(v)}/s`);
-    streams.replaceChildren(table(["scope", "streams"], o.scopes.map((s) => [s.scope,
-      h("td", {}, s.streams.map((name, i) => [i ? ", " : "", h("a", { href: `#/stream/${enc(s.scope)}/${enc(name)}` }, name)]))])));
+    top = o.top_streams;
+    window.millrace.topStreams = top;
+    drawTop();
   };
 };
 
 pages.streams = () => {
+  const summary = h("p", { id: "stream-list-summary" });
   const list = h("div", { id: "stream-list" });
-  view.append(h("h2", {}, "Streams"), list);
+  const note = h("p", { class: "muted", id: "stream-list-note" });
+  view.append(h("h2", {}, "Streams"), summary, list, note);
+  let last = null;
+  const draw = () => {
+    if (!last) return;
+    list.replaceChildren(streamTable(last.streams, streamListSort, (sort) => {
+      streamListSort = sort;
+      draw();  // at once, on the rows here; the next poll asks the server for this order
+    }, "streams-table"));
+  };
   return async () => {
-    const o = await api("/api/overview");
-    list.replaceChildren(table(["scope", "stream", ""], o.scopes.flatMap((s) => s.streams.map((name) => [
-      s.scope, h("td", {}, h("a", { href: `#/stream/${enc(s.scope)}/${enc(name)}` }, name)),
-      s.scope === o.kafka_scope ? "Kafka topic" : ""]))));
+    const sort = streamListSort;
+    const l = await api(`/api/stream-list?sort=${sort.key}&order=${sort.desc ? "desc" : "asc"}&limit=${STREAM_LIST_LIMIT}`);
+    last = l;
+    window.millrace.streamList = l;
+    const column = STREAM_COLUMNS.find((c) => c.key === l.sort).label;
+    summary.textContent = l.total > l.streams.length
+      ? `${l.total} streams; the first ${l.streams.length} by ${column} (${l.descending ? "largest" : "smallest"} first) are shown.`
+      : `${l.total} streams.`;
+    note.textContent = streamListNote(l);
+    draw();
   };
 };
 
