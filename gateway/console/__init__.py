@@ -13,7 +13,7 @@ answer 503 naming that node and its HTTP address):
   storage used (durable log, cache, long-term), container health, and the busiest streams
   (``top_streams``: the stream list's rows, ``stream_list.TOP_STREAMS`` of them by bytes in).
 - ``GET /api/stream-list[?sort=COLUMN][&order=asc|desc][&limit=N]``: every stream (Kafka topics and
-  native streams) with its kind, open segments, size, rates in and out and retention, as the last
+  native streams) and key-value table with its kind, open segments, size, rates in and out and retention, as the last
   sampling pass measured them (``stream_list.py`` says what each figure is and its bounds); sorted by
   ``COLUMN`` (``stream_list.SORT_KEYS``, bytes in by default, descending) and cut to ``N`` rows (500 by
   default, at most ``stream_list.MAX_ROWS_ANSWERED``); ``total`` counts every stream.

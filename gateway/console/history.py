@@ -309,7 +309,8 @@ class ConsoleHistory:
             if self.stream_list is None:
                 rates = stream_rates(self.views, self.store)
             else:  # one walk of the streams for both: the stream list measures every segment's rate anyway
-                listing = self.stream_list.measure(live_streams(self.views.controller), self.store)
+                controller = self.views.controller
+                listing = self.stream_list.measure(live_streams(controller), self.store, controller)
                 rates = bounded_rates(listing.segment_rates, MAX_SEGMENT_RATES)
             try:
                 unread = None if self.reader_groups is None else reader_group_unread(self.reader_groups)

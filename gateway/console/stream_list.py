@@ -11,9 +11,11 @@ What each figure is:
 
 - *kind*: a Kafka topic (a stream of the Kafka scope), an event stream (a native stream with a partition
   record in the topic registry: event writers partitioned it), a byte stream or a synchronizer (the
-  format recorded on its segment, ``streams/segment_gate.py``), or unformatted (nothing written yet: the
-  first writer claims a format).
-- *open segments*: the stream's current segments that are not sealed (0 for a sealed stream).
+  format recorded on its segment, ``streams/segment_gate.py``), unformatted (nothing written yet: the
+  first writer claims a format), or a key-value table (the controller's tables, listed beside the
+  streams of their scope; their table segments stand for a stream's segments).
+- *open segments*: the stream's current segments that are not sealed (0 for a sealed stream); a
+  key-value table's partitions.
 - *size*: the bytes its segments hold, each ``length - start_offset`` (what truncation and retention
   have not removed), sealed predecessors still held included.
 - *rate in*: events/s and bytes/s appended, the store's measure (``store/containers/rates.py``), the
@@ -47,8 +49,11 @@ from millrace.protocol.contracts import (
     SegmentFormat,
     SegmentInfo,
 )
+from millrace.protocol.errors import KeyValueTableNotFoundError, ScopeNotFoundError
 from millrace.protocol.names import EPOCH_DELIMITER, parse_segment_name
-from millrace.store.controller import RetentionType, SegmentRange, StreamInfo
+from millrace.protocol.tables import KV_TABLE_MARK
+from millrace.store.controller import Controller, RetentionType, SegmentRange, StreamInfo
+from millrace.store.controller.kvtables import KeyValueTables
 from millrace.store.errors import SegmentNotFoundError
 from millrace.streams.topics import deletes_old_data
 
@@ -66,6 +71,7 @@ EVENT_STREAM = "event-stream"
 BYTE_STREAM = "byte-stream"
 SYNCHRONIZER = "synchronizer"
 UNFORMATTED = "unformatted"
+KEY_VALUE_TABLE = "key-value-table"
 
 # (events/s, bytes/s) of each current segment, by "scope/stream" and segment id (history.StreamRates)
 SegmentRatesByStream = dict[str, dict[int, tuple[float, float]]]
@@ -133,6 +139,19 @@ def stream_of_segment(name: str) -> tuple[str, str] | None:
     return scope, stream
 
 
+def owner_of_segment(name: str) -> tuple[str, str, bool] | None:
+    """(scope, stream or table, whether a key-value table) of a stream's data segment or a key-value
+    table's segment (``scope/table#kvtable/partition``); None for every other name."""
+    if KV_TABLE_MARK in name:
+        head, _, partition = name.rpartition("/")
+        scope, sep, table = head.partition("/")
+        if sep and table.endswith(KV_TABLE_MARK) and partition.isdigit():
+            return scope, table[: -len(KV_TABLE_MARK)], True
+        return None
+    stream = stream_of_segment(name)
+    return None if stream is None else (*stream, False)
+
+
 def _format_of(info: SegmentInfo) -> str | None:
     value = info.attributes.get(FORMAT_ATTRIBUTE)
     if value is None:
@@ -171,11 +190,14 @@ class StreamList:
         self.kafka_scope = kafka_scope
         self.latest: StreamListing | None = None
         self._reads: tuple[float, dict[str, int]] | None = None  # (monotonic time, bytes read by segment)
+        self._tables: KeyValueTables | None = None  # made on the pool at the first pass that lists tables
 
     # -- the pass (controller pool) ------------------------------------------------------------------
-    def measure(self, streams: Iterable[LiveStream], store: NodeView) -> StreamListing:
-        """Rows for ``streams`` (the controller's walk, ``metrics.live_streams``) from the store's
-        segment infos, rates and read counters (blocking: run on the pool)."""
+    def measure(self, streams: Iterable[LiveStream], store: NodeView,
+                controller: Controller | None = None) -> StreamListing:
+        """Rows for ``streams`` (the controller's walk, ``metrics.live_streams``) and, with ``controller``,
+        its key-value tables, from the store's segment infos, rates and read counters (blocking: run on
+        the pool)."""
         held = self._held(store)
         out_rates = self._out_rates(store)
         rows: list[StreamRow] = []
@@ -186,6 +208,8 @@ class StreamList:
             mine = held.pop((info.scope, info.stream), _Held())
             row, rates[key] = self._row(info, segments, mine, store, out_rates, windows)
             rows.append(row)
+        if controller is not None:
+            rows += self._table_rows(controller, store, out_rates)
         total = len(rows)
         if total > MAX_STREAMS_KEPT:
             rows = sorted(rows, key=busiest_first)[:MAX_STREAMS_KEPT]
@@ -206,7 +230,41 @@ class StreamList:
             held.setdefault(stream, _Held()).segments[name] = info
         return held
 
-    def _out_rates(self, store: NodeView) -> dict[tuple[str, str], float] | None:
+    def _table_rows(self, controller: Controller, store: NodeView,
+                    out_rates: dict[tuple[str, str, bool], float] | None) -> list[StreamRow]:
+        """A row for each key-value table: its partitions' table segments as its segments."""
+        if self._tables is None:
+            self._tables = KeyValueTables(controller)
+        tables = self._tables
+        rows = []
+        for scope in controller.list_scopes():
+            try:
+                names = tables.list(scope)
+            except ScopeNotFoundError:
+                continue  # deleted since it was listed
+            for name in names:
+                try:
+                    table = tables.get(scope, name)
+                except KeyValueTableNotFoundError:
+                    continue
+                size = 0
+                events_in = bytes_in = 0.0
+                for partition in range(table.partitions):
+                    segment = table.segment(partition)
+                    try:
+                        info = store.get_info(segment)
+                        r = store.segment_rates(segment)
+                    except SegmentNotFoundError:
+                        continue
+                    size += max(0, info.length - info.start_offset)
+                    events_in += r.events_per_s[0]
+                    bytes_in += r.bytes_per_s[0]
+                bytes_out = None if out_rates is None else out_rates.get((scope, name, True), 0.0)
+                rows.append(StreamRow(scope, name, KEY_VALUE_TABLE, "active", table.partitions, size, events_in,
+                                      bytes_in, bytes_out, {"policy": "none", "ms": None, "bytes": None}))
+        return rows
+
+    def _out_rates(self, store: NodeView) -> dict[tuple[str, str, bool], float] | None:
         """Bytes/s read from each stream's segments since the last pass (None on the first). A segment
         missing from the last pass's counters had read nothing then; a counter that went back (its
         container restarted) counts from zero."""
@@ -219,19 +277,19 @@ class StreamList:
             return None
         then, before = previous
         elapsed = max(now - then, 1e-3)
-        out: dict[tuple[str, str], float] = {}
+        out: dict[tuple[str, str, bool], float] = {}
         for name, read in counters.items():
-            stream = stream_of_segment(name)
-            if stream is None:
+            owner = owner_of_segment(name)
+            if owner is None:
                 continue
             was = before.get(name, 0)
             delta = read - was if read >= was else read
             if delta:
-                out[stream] = out.get(stream, 0.0) + delta / elapsed
+                out[owner] = out.get(owner, 0.0) + delta / elapsed
         return out
 
     def _row(self, info: StreamInfo, segments: Sequence[SegmentRange], mine: _Held, store: NodeView,
-             out_rates: dict[tuple[str, str], float] | None,
+             out_rates: dict[tuple[str, str, bool], float] | None,
              windows: list[float]) -> tuple[StreamRow, dict[int, tuple[float, float]]]:
         """The stream's row and its current segments' rates; ``windows`` gets the rates' shortest window."""
         infos = dict(mine.segments)
@@ -253,7 +311,7 @@ class StreamList:
                 events_in += r.events_per_s[0]
                 bytes_in += r.bytes_per_s[0]
         size = sum(max(0, i.length - i.start_offset) for i in infos.values())
-        bytes_out = None if out_rates is None else out_rates.get((info.scope, info.stream), 0.0)
+        bytes_out = None if out_rates is None else out_rates.get((info.scope, info.stream, False), 0.0)
         row = StreamRow(info.scope, info.stream, self._kind(info, infos.values()), info.state.name.lower(),
                         open_segments, size, events_in, bytes_in, bytes_out, self._retention(info))
         return row, rates

@@ -372,6 +372,8 @@ def test_stream_list_shows_its_columns_and_sorts_by_a_clicked_header(console: Co
             writer.write(b"b" * 5000)
             writer.flush()
         sm.create_stream("depot", "idle", initial_segments=3)
+        stock = sm.create_key_value_table("depot", "stock", partitions=2)
+        stock.put("bolts", b"40")
 
     with LiveProducer(server, "telemetry", 400):
         console.open("#/streams")
@@ -388,6 +390,9 @@ def test_stream_list_shows_its_columns_and_sorts_by_a_clicked_header(console: Co
         assert blob is not None and idle is not None
         assert (blob["kind"], blob["size_bytes"], blob["retention"]) == ("byte stream", "4.9 KiB", "none (kept)")
         assert (idle["kind"], idle["open_segments"], idle["size_bytes"]) == ("unformatted (nothing written yet)", "3", "0 B")
+        table = console.wait(lambda: stream_row(console, "streams-table", "depot/stock"), "the key-value table")
+        assert (table["kind"], table["open_segments"]) == ("key-value table", "2")
+        assert console.page.locator('#streams-table tr[data-stream="depot/stock"] a').count() == 0  # no heat map
         # Busiest first by default.
         rates = column_values(console, "streams-table", "bytes_in_per_s")
         assert rates == sorted(rates, reverse=True) and rates[0] > 0

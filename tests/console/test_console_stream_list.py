@@ -1,6 +1,6 @@
 """The console's stream list (``/api/stream-list``) and the overview's busiest streams, against a real server
 process: a Kafka producer and a native event writer write while a consumer reads, a byte stream, a
-synchronizer and a stream nobody wrote sit beside them; each row's kind, open segments, size, rates in
+synchronizer, a key-value table and a stream nobody wrote sit beside them; each row's kind, open segments, size, rates in
 and out and retention are checked against what was written and configured, and the server-side sort and
 cut against the rows."""
 
@@ -109,6 +109,9 @@ def test_stream_list_shows_kind_segments_size_rates_and_retention(server: Server
             writer.write(b"b" * BYTES_WRITTEN)
             writer.flush()
         sm.create_synchronizer("lab", "settings", initial={"mode": "auto"})
+        inventory = sm.create_key_value_table("lab", "inventory", partitions=3)
+        for i in range(20):
+            inventory.put(f"item-{i}", b"i" * 100)
 
         with Traffic(server, "meters", "lab", "events") as traffic:
             busy = wait_for(lambda: (r := rows(server)) and r.get("kafka/meters", {}).get("bytes_in_per_s", 0) > 0
@@ -143,6 +146,9 @@ def test_stream_list_shows_kind_segments_size_rates_and_retention(server: Server
     assert raw["retention"] == {"policy": "none", "ms": None, "bytes": None}
     settings = after["lab/settings"]
     assert settings["kind"] == "synchronizer" and settings["open_segments"] == 1 and settings["size_bytes"] > 0
+    table = after["lab/inventory"]
+    assert (table["kind"], table["open_segments"]) == ("key-value-table", 3)
+    assert table["size_bytes"] >= 20 * 100 and table["retention"]["policy"] == "none"
     untouched = after["lab/untouched"]
     assert (untouched["kind"], untouched["open_segments"], untouched["size_bytes"]) == ("unformatted", 2, 0)
     assert untouched["events_in_per_s"] == untouched["bytes_in_per_s"] == untouched["bytes_out_per_s"] == 0

@@ -98,7 +98,7 @@ function lineChart(el, series, yName, format = (v) => v) {
 
 const STREAM_LIST_LIMIT = 500;
 const KIND_NAMES = { "kafka-topic": "Kafka topic", "event-stream": "event stream", "byte-stream": "byte stream",
-  synchronizer: "synchronizer", unformatted: "unformatted (nothing written yet)" };
+  synchronizer: "synchronizer", unformatted: "unformatted (nothing written yet)", "key-value-table": "key-value table" };
 
 function duration(ms) {
   const units = [["d", 86400000], ["h", 3600000], ["min", 60000], ["s", 1000]];
@@ -124,7 +124,8 @@ const rate = (v, digits = 1) => (v === null || v === undefined ? "-" : v.toFixed
 const STREAM_COLUMNS = [
   { key: "scope", label: "scope", text: (r) => r.scope, value: (r) => [r.scope, r.stream] },
   { key: "stream", label: "stream", value: (r) => [r.stream, r.scope],
-    cell: (r) => h("td", {}, h("a", { href: `#/stream/${enc(r.scope)}/${enc(r.stream)}` }, r.stream)) },
+    cell: (r) => h("td", {}, r.kind === "key-value-table" ? r.stream  // no segments over time to show
+      : h("a", { href: `#/stream/${enc(r.scope)}/${enc(r.stream)}` }, r.stream)) },
   { key: "kind", label: "kind", text: (r) => KIND_NAMES[r.kind] || r.kind, value: (r) => [r.kind, r.scope, r.stream] },
   { key: "open_segments", label: "open segments", text: (r) => r.open_segments, value: (r) => r.open_segments, num: true },
   { key: "size_bytes", label: "size", text: (r) => bytes(r.size_bytes), value: (r) => r.size_bytes, num: true },
@@ -177,7 +178,7 @@ function streamListNote(l) {
   return `In: appended to the stream's open segments, the store's moving average over ${span}. ` +
     `Out: bytes read from the stream's segments by any reader (Kafka fetches, native reads, the server's own ` +
     `loads) over the last ${l.sample_seconds} s; events out are not counted. Size: bytes its segments hold ` +
-    `after truncation. Measured every ${l.sample_seconds} s` + (l.time_ms ? `, last at ${when(l.time_ms)}.` : "; not yet.");
+    `after truncation. A key-value table's open segments are its partitions. Measured every ${l.sample_seconds} s` + (l.time_ms ? `, last at ${when(l.time_ms)}.` : "; not yet.");
 }
 
 // -- pages ---------------------------------------------------------------------------------------------
