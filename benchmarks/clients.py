@@ -183,7 +183,7 @@ def run_threads(writers: int, work: Callable[[int], None]) -> float:
 
 def native_case(uri: str, topic: str, events: int, size: int, writers: int, keyed: bool,
                 manager_options: dict[str, object] | None = None) -> dict[str, float]:
-    """``manager_options``: more StreamManager arguments (TLS, credentials: benchmarks.native_tls_bench)."""
+    """``manager_options``: more StreamManager arguments (TLS, credentials: the security scenario)."""
     per_writer = events // writers
     payload = os.urandom(size)
     latencies: list[list[float]] = [[] for _ in range(writers)]

@@ -77,7 +77,13 @@ def add_revisions_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_revisions(args: argparse.Namespace) -> dict[str, Any]:
-    scenario = [a for a in args.scenario if a != "--"] if args.scenario[:1] == ["--"] else args.scenario
+    # argparse hands everything after BASE to the remainder, ``--rounds`` too when it comes before ``--``.
+    scenario = list(args.scenario)
+    if "--" in scenario:
+        own, scenario = scenario[:scenario.index("--")], scenario[scenario.index("--") + 1:]
+        own_parser = argparse.ArgumentParser(prog="python -m benchmarks revisions BASE")
+        own_parser.add_argument("--rounds", type=int, default=args.rounds)
+        args.rounds = own_parser.parse_args(own).rounds
     if not scenario or scenario[0] == "revisions":
         raise SystemExit("revisions: name the scenario to run after --")
     samples: dict[str, dict[str, list[float]]] = {"base": {}, "head": {}}
