@@ -10,9 +10,6 @@
 3. HTTP Basic. One address sends wrong passwords for ``--seconds``: how many it sent, how many were
    answered 401 (checked) and 429 (refused unchecked), and the server's CPU seconds meanwhile.
 
-    .venv/bin/python -m benchmarks.hostile_clients [--hostile 10] [--seconds 10] [--settle 5]
-
-Never a test: the figures go to docs/performance.md.
 """
 
 from __future__ import annotations
@@ -32,7 +29,7 @@ from typing import Any
 
 import psutil
 
-from benchmarks.kafka_bench import RssSampler
+from benchmarks.harness import RssSampler, Scenario, machine_floors, server_pid
 from tests.security.test_connection_limits import RawKafka, Trickler, jaas_plain
 from tests.server_process import ServerProcess
 
@@ -43,15 +40,13 @@ USERS = {"alice": "alice-secret"}
 def trickled_frames(home: Path, settle: float) -> dict[str, Any]:
     server = ServerProcess(str(home / "memory")).start()
     try:
-        assert server.proc is not None
-        process = psutil.Process(server.proc.pid)
+        process = psutil.Process(server_pid(server))
         result: dict[str, Any] = {}
         for listener, port, announced in (("kafka", server.kafka_port, 100 * MB),
                                           ("native", server.native_port, 32 * 1024 * 1024 - 1)):
             time.sleep(1)
             before = process.memory_info().rss
-            sampler = RssSampler(server.proc.pid, every=0.05)
-            sampler.start()
+            sampler = RssSampler(server_pid(server), every=0.05)
             tricklers = [Trickler(port, announced, announced - 1) for _ in range(16)]
             for trickler in tricklers:
                 trickler.start()
@@ -65,8 +60,7 @@ def trickled_frames(home: Path, settle: float) -> dict[str, Any]:
             for trickler in tricklers:
                 trickler.close()
             time.sleep(settle)
-            sampler.stop.set()
-            sampler.join()
+            sampler.finish()
             result[listener] = {"frames": 16, "announced_mb": round(announced / MB),
                                 "client_sent_mb": round(sum(t.sent for t in tricklers) / MB),
                                 "rss_mb_before": round(before / MB), "rss_mb_peak": round(sampler.peak / MB),
@@ -143,8 +137,7 @@ def latency_under_hostile_logins(home: Path, hostile: int, seconds: float, *over
 def http_basic_guessing(home: Path, seconds: float) -> dict[str, Any]:
     server = sasl_server(home)
     try:
-        assert server.proc is not None
-        process = psutil.Process(server.proc.pid)
+        process = psutil.Process(server_pid(server))
         wrong = "Basic " + base64.b64encode(b"alice:wrong").decode()
         statuses: dict[int, int] = {}
         cpu_before = sum(process.cpu_times()[:2])
@@ -162,15 +155,17 @@ def http_basic_guessing(home: Path, seconds: float) -> dict[str, Any]:
         server.kill()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_hostile_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hostile", type=int, default=10, help="threads logging in with 500 KB SCRAM names")
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--settle", type=float, default=5.0, help="seconds after the close before RSS is read")
-    args = parser.parse_args()
+
+
+def run_hostile(args: argparse.Namespace) -> dict[str, Any]:
     home = Path(tempfile.mkdtemp(prefix="millrace-hostile-"))
     try:
         result = {
+            "floors": machine_floors(str(home), loopback=False),
             "trickled_frames": trickled_frames(home, args.settle),
             "hostile_scram_logins": [
                 latency_under_hostile_logins(home / "scram", args.hostile, args.seconds),
@@ -180,9 +175,10 @@ def main() -> None:
             "http_basic_wrong_passwords": http_basic_guessing(home / "http", args.seconds),
         }
         print(json.dumps(result, indent=1))
+        return result
     finally:
         shutil.rmtree(home, ignore_errors=True)
 
 
-if __name__ == "__main__":
-    main()
+SCENARIOS = [Scenario("hostile", "trickled huge frames (RSS), hostile SCRAM logins and HTTP password guessing "
+                      "(a good client's latency, CPU)", add_hostile_arguments, run_hostile, __doc__ or "")]

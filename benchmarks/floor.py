@@ -1,7 +1,7 @@
 """The machine's own floor under a replicated append, beside Millrace's logs in the same run.
 
 ``--logs`` appenders each keep one append of ``--bytes`` in flight (librdkafka's idempotent producer
-keeps one request in flight per partition, so the rows of ``benchmarks.compare`` race this latency):
+keeps one request in flight per partition, so the rows of ``compare`` race this latency):
 
 - ``raw local``: one journal file in this process with group commit: what is queued goes out in one
   ``pwritev`` and one ``fdatasync``;
@@ -10,7 +10,7 @@ keeps one request in flight per partition, so the rows of ``benchmarks.compare``
   second answer is in (write quorum 3, ack quorum 2). Plain sockets, one system call per step: no
   framing, checksum or per-record work;
 - ``millrace file`` and ``millrace replicated``: ``FileDurableDataLog`` and the replicated log over three
-  ``millrace logd`` processes, appended through ``benchmarks.replicated_log_bench.measure``.
+  ``millrace logd`` processes, appended through ``measure``.
 
 The raw pair bounds what any three-replica design could do on this machine, whose one disk takes all
 three replicas' writes and syncs, against a log on that disk. Each kind's CPU an append counts every
@@ -19,8 +19,7 @@ the commit left out (the loopback transfers alone). ``--busy N`` keeps N cores s
 as librdkafka's load generator does in the table's rows. Medians over ``--runs``, the kinds alternating.
 The journals write a file allocated ahead and drop the pages they wrote, as the logs do.
 
-    .venv/bin/python -m benchmarks.replication_floor [--bytes 1048576] [--logs 1] [--seconds 3] [--runs 3]
-        [--busy 0] [--parts] [--dir D]
+The same ``measure`` appends through the replicated log over CURVE for the ``security`` scenario.
 """
 
 from __future__ import annotations
@@ -39,16 +38,16 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
-from benchmarks.replicated_log_bench import measure
-from benchmarks.store_append_bench import percentile
+from benchmarks.harness import Replicas, Scenario, machine_floors, percentile
+from millrace.store.durablelog.interface import DurableDataLog, LogAddress
 from millrace.store.durablelog.local import FileDurableDataLog
 from millrace.store.fsutil import Buffer, drop_written
-from tests.durablelog.logd_process import Replicas
 
 _LENGTH = struct.Struct("<I")
 SPAN = 1024 * 1024 * 1024  # each journal file is allocated ahead, as the logs' files are
@@ -265,6 +264,55 @@ def replication_floor(directory: str, size: int, seconds: float = 2.0) -> float:
             / raw_local(directory, size, 1, seconds).appends_per_s)
 
 
+@dataclass(frozen=True)
+class LogRun:
+    appends_per_s: float
+    mb_per_s: float
+    p50_ms: float
+    p99_ms: float
+
+
+def measure(log: DurableDataLog, entry_bytes: int, appenders: int, window: int, seconds: float) -> LogRun:
+    """Appends to an opened log from ``appenders`` threads, each keeping up to ``window`` appends in
+    flight; latency is append() to the future's completion."""
+    payload = os.urandom(entry_bytes)
+    latencies: list[list[float]] = [[] for _ in range(appenders)]
+    counts = [0] * appenders
+    barrier = threading.Barrier(appenders + 1)
+    stop_at = [0.0]
+    clock = time.perf_counter
+
+    def appender(index: int) -> None:
+        mine = latencies[index]
+        inflight: list[tuple[float, Future[LogAddress]]] = []
+        barrier.wait()
+        while clock() < stop_at[0]:
+            inflight.append((clock(), log.append(payload)))
+            if len(inflight) >= window:
+                started, future = inflight.pop(0)
+                future.result(60)
+                mine.append(clock() - started)
+                counts[index] += 1
+        for started, future in inflight:
+            future.result(60)
+            mine.append(clock() - started)
+            counts[index] += 1
+
+    threads = [threading.Thread(target=appender, args=(i,)) for i in range(appenders)]
+    for t in threads:
+        t.start()
+    began = clock()
+    stop_at[0] = began + seconds
+    barrier.wait()
+    for t in threads:
+        t.join()
+    elapsed = clock() - began
+    flat = sorted(x for xs in latencies for x in xs)
+    total = sum(counts)
+    return LogRun(total / elapsed, total * entry_bytes / elapsed / 1e6, percentile(flat, 0.5) * 1000,
+                  percentile(flat, 0.99) * 1000)
+
+
 def millrace_log(kind: str, directory: Path, replicas: Replicas) -> Callable[[int, int, float], Result]:
     """A run appending through Millrace's file log or its replicated log, ``logs`` appenders on one log."""
     processes = [psutil.Process(logd.proc.pid) for logd in replicas.logds
@@ -288,8 +336,7 @@ def millrace_log(kind: str, directory: Path, replicas: Replicas) -> Callable[[in
     return run
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_floor_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bytes", type=int, default=1024 * 1024)
     parser.add_argument("--logs", type=int, default=1, help="appenders, each with one append in flight")
     parser.add_argument("--seconds", type=float, default=3.0)
@@ -297,8 +344,11 @@ def main() -> int:
     parser.add_argument("--busy", type=int, default=0, help="processes spinning beside the runs")
     parser.add_argument("--dir", default=None, help="where the journals go (default: a temporary directory)")
     parser.add_argument("--parts", action="store_true", help="also the raw replicas without their commit")
-    args = parser.parse_args()
+
+
+def run_floor(args: argparse.Namespace) -> dict:
     root = Path(tempfile.mkdtemp(dir=args.dir))
+    floors = machine_floors(str(root))
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
     replicas = Replicas(root / "logds", 3).start()
     home = str(root)
@@ -318,23 +368,27 @@ def main() -> int:
     finally:
         for spinner in spinners:
             spinner.kill()
+            spinner.wait()
         replicas.close()
         shutil.rmtree(root, ignore_errors=True)
     print(f"{args.bytes:,}-byte appends, {args.logs} appender(s) with one in flight each, {args.busy} core(s) "
           f"kept busy; medians of {args.runs} runs")
     print(f"{'':27}{'appends/s':>10}{'MB/s':>8}{'p50 ms':>8}{'p99 ms':>8}{'CPU ms':>8}  runs' appends/s")
-    rates: dict[str, float] = {}
+    medians: dict[str, dict[str, float]] = {}
     for kind, runs in results.items():
-        rates[kind] = statistics.median(r.appends_per_s for r in runs)
+        rate = statistics.median(r.appends_per_s for r in runs)
+        medians[kind] = {"appends_per_s": rate, "p50_ms": statistics.median(r.p50 for r in runs) * 1e3,
+                         "p99_ms": statistics.median(r.p99 for r in runs) * 1e3,
+                         "cpu_ms_per_append": statistics.median(r.cpu for r in runs) * 1e3}
         each = ", ".join(f"{r.appends_per_s:,.0f}" for r in runs)
-        print(f"{kind:27}{rates[kind]:10,.0f}{rates[kind] * args.bytes / 1e6:8.0f}"
-              f"{statistics.median(r.p50 for r in runs) * 1e3:8.2f}"
-              f"{statistics.median(r.p99 for r in runs) * 1e3:8.2f}"
-              f"{statistics.median(r.cpu for r in runs) * 1e3:8.2f}  {each}")
-    print(f"replicated / local: raw {rates['raw 3 replicas'] / rates['raw local']:.2f}, "
-          f"millrace {rates['millrace replicated'] / rates['millrace file']:.2f}")
-    return 0
+        m = medians[kind]
+        print(f"{kind:27}{rate:10,.0f}{rate * args.bytes / 1e6:8.0f}{m['p50_ms']:8.2f}{m['p99_ms']:8.2f}"
+              f"{m['cpu_ms_per_append']:8.2f}  {each}")
+    ratios = {"raw": medians["raw 3 replicas"]["appends_per_s"] / medians["raw local"]["appends_per_s"],
+              "millrace": medians["millrace replicated"]["appends_per_s"] / medians["millrace file"]["appends_per_s"]}
+    print(f"replicated / local: raw {ratios['raw']:.2f}, millrace {ratios['millrace']:.2f}")
+    return {"floors": floors, "medians": medians, "replicated_over_local": ratios}
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+SCENARIOS = [Scenario("floor", "one journal and three replicas with no Millrace code, beside Millrace's file and "
+                      "replicated logs", add_floor_arguments, run_floor, __doc__ or "")]

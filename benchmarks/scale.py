@@ -1,23 +1,23 @@
-"""Metadata at scale: many topics and partitions on one embedded server (issue 20's last target).
+"""Many topics and partitions on one embedded server.
 
-One fresh ``millrace serve``; then, timed:
-- create: ``--topics`` topics of ``--partitions`` partitions each through the Admin API, ``--per-request``
-  topics a CreateTopics request;
-- metadata: a Metadata request for every topic (``list_topics``), median of 5, and for one topic;
-- produce: one 100 B record to every partition from ``--producers`` confluent-kafka producers (acks=all,
-  idempotent; the topics dealt out among them), until the last is acknowledged;
-- restart: SIGTERM, then start on the same data directory until ready (the listeners open before the
-  topics' partitions are loaded), then until the server logs that its background load of every topic
-  is done; then the same Metadata request and produce round again.
-Also the segments the store holds (``GET /api/segments``) and the server's RSS after each phase.
-
-    .venv/bin/python -m benchmarks.metadata_scale [--topics 1000] [--partitions 10] [--per-request 50] [--producers 1]
+- ``scale``: --topics topics of --partitions partitions each, then, timed: their creation through the
+  Admin API (--per-request topics a CreateTopics request); a Metadata request for every topic and for
+  one (medians of 5); one 100 B record to every partition from --producers confluent-kafka producers
+  (acks=all, idempotent; one librdkafka client tracking tens of thousands of partitions sets the pace
+  itself, so the topics are dealt out); a restart (SIGTERM, then to ready, then until the server logs
+  that its background load of every topic is done); the Metadata and produce rounds again. Also the
+  segments the store holds (``GET /api/segments``) and the server's RSS after each phase.
+- ``trickle``: many one-partition topics each receiving a trickle, the load a fleet of devices puts on
+  a server. Under a trickle only a segment's flush age sends its data to long-term storage, each flush a
+  chunk write, its fsync and a logged operation per segment; the server's CPU and its chunk files over
+  --seconds, per flush age (--ages, alternating over --runs).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import tempfile
@@ -28,18 +28,21 @@ import psutil
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.server_process import ServerProcess
+from benchmarks.harness import (
+    Scenario,
+    ServerProcess,
+    create_topics,
+    fresh_server,
+    machine_floors,
+    rss_mb,
+    server_pid,
+)
 
 
 def server_cpu(server: ServerProcess) -> tuple[float, float]:
     """The server process's (user, system) CPU seconds so far."""
-    assert server.proc is not None
-    times = psutil.Process(server.proc.pid).cpu_times()
+    times = psutil.Process(server_pid(server)).cpu_times()
     return times.user, times.system
-
-
-def rss_mb(server: ServerProcess) -> int:
-    return round(psutil.Process(server.proc.pid).memory_info().rss / 1e6)
 
 
 def segment_count(server: ServerProcess) -> int:
@@ -110,7 +113,7 @@ def topics_loaded(server: ServerProcess, timeout: float = 600) -> float:
     return time.perf_counter()
 
 
-def run(topics: int, partitions: int, per_request: int, producers: int = 1,
+def scale(topics: int, partitions: int, per_request: int, producers: int = 1,
         server_args: tuple[str, ...] = ()) -> dict:
     data_dir = tempfile.mkdtemp(prefix="millrace-metadata-")
     names = [f"topic-{i:05d}" for i in range(topics)]
@@ -119,7 +122,7 @@ def run(topics: int, partitions: int, per_request: int, producers: int = 1,
     try:
         admin = AdminClient({"bootstrap.servers": server.bootstrap})
         result["create_s"] = create(admin, names, partitions, per_request)
-        result["rss_mb_after_create"] = rss_mb(server)
+        result["rss_mb_after_create"] = rss_mb(server_pid(server))
         result["metadata_all_s"] = metadata_seconds(admin, None, topics)
         result["metadata_one_s"] = metadata_seconds(admin, names[-1], 1)
         cpu_before = server_cpu(server)
@@ -127,37 +130,101 @@ def run(topics: int, partitions: int, per_request: int, producers: int = 1,
         result["server_cpu_s_during_produce"] = [round(after - before, 2) for before, after in
                                                  zip(cpu_before, server_cpu(server), strict=True)]  # user, system
         result["segments"] = segment_count(server)
-        result["rss_mb_after_produce"] = rss_mb(server)
+        result["rss_mb_after_produce"] = rss_mb(server_pid(server))
         del admin  # closed, so it does not retry the stopped server's address
         server.stop()
         began = time.perf_counter()
         server = ServerProcess(data_dir, "--log-level", "INFO", *server_args).start(timeout=600)
         result["restart_s"] = time.perf_counter() - began
-        result["rss_mb_after_restart"] = rss_mb(server)
+        result["rss_mb_after_restart"] = rss_mb(server_pid(server))
         result["topics_loaded_after_restart_s"] = topics_loaded(server) - began
-        result["rss_mb_after_topics_loaded"] = rss_mb(server)
+        result["rss_mb_after_topics_loaded"] = rss_mb(server_pid(server))
         admin = AdminClient({"bootstrap.servers": server.bootstrap})
         result["metadata_all_after_restart_s"] = metadata_seconds(admin, None, topics)
         result["produce_after_restart_s"] = produce_everywhere(server.bootstrap, names, partitions, producers)
-        result["rss_mb_at_end"] = rss_mb(server)
+        result["rss_mb_at_end"] = rss_mb(server_pid(server))
     finally:
         server.kill()
         shutil.rmtree(data_dir, ignore_errors=True)
     return result
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def chunk_files(lts: str) -> int:
+    return sum(len(files) for _, _, files in os.walk(lts))
+
+
+def trickle_once(topics: int, rate: int, seconds: float, age: float) -> dict[str, float]:
+    with fresh_server("--flush-age-seconds", str(age), prefix="millrace-trickle-") as server:
+        names = [f"t{i:04d}" for i in range(topics)]
+        create_topics(server.bootstrap, names, 1)
+        producer = Producer({"bootstrap.servers": server.bootstrap, "acks": "all", "enable.idempotence": True,
+                             "linger.ms": 5})
+        value = os.urandom(100)
+        for name in names:  # every partition loaded and the producer's metadata warm before measuring
+            producer.produce(name, value)
+        producer.flush(60)
+        lts = os.path.join(server.data_dir, "lts")
+        chunks_before = chunk_files(lts)
+        before = server_cpu(server)
+        start = time.monotonic()
+        sent = 0
+        while (elapsed := time.monotonic() - start) < seconds:
+            due = int(elapsed * rate)
+            while sent < due:
+                producer.produce(names[sent % topics], value)
+                sent += 1
+            producer.poll(0)
+            time.sleep(0.005)
+        producer.flush(60)
+        after = server_cpu(server)
+        return {"user_s": after[0] - before[0], "system_s": after[1] - before[1], "records": sent,
+                "chunk_files_added": chunk_files(lts) - chunks_before}
+
+
+def add_scale_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topics", type=int, default=1000)
     parser.add_argument("--partitions", type=int, default=10)
     parser.add_argument("--per-request", type=int, default=50)
     parser.add_argument("--producers", type=int, default=1, help="producers the produce rounds deal the topics to")
     parser.add_argument("--server-arg", action="append", default=[],
                         help="an argument for the server (repeat; e.g. --server-arg=--flush-age-seconds=2)")
-    args = parser.parse_args()
-    print(json.dumps(run(args.topics, args.partitions, args.per_request, args.producers, tuple(args.server_arg)),
-                     indent=1))
 
 
-if __name__ == "__main__":
-    main()
+def run_scale(args: argparse.Namespace) -> dict:
+    with tempfile.TemporaryDirectory() as scratch:
+        floors = machine_floors(scratch, loopback=False)
+    result = scale(args.topics, args.partitions, args.per_request, args.producers, tuple(args.server_arg))
+    print(json.dumps(result, indent=1))
+    return {"floors": floors, **result}
+
+
+def add_trickle_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--topics", type=int, default=500)
+    parser.add_argument("--rate", type=int, default=2000, help="records/s over all topics")
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--ages", default="2,30", help="flush ages to compare, seconds")
+    parser.add_argument("--runs", type=int, default=2)
+
+
+def run_trickle(args: argparse.Namespace) -> dict:
+    with tempfile.TemporaryDirectory() as scratch:
+        floors = machine_floors(scratch, loopback=False)
+    ages = [float(a) for a in args.ages.split(",")]
+    results: dict[float, list[dict[str, float]]] = {age: [] for age in ages}
+    for _ in range(args.runs):
+        for age in ages:  # alternating, so drifting load on the machine hits every age alike
+            results[age].append(trickle_once(args.topics, args.rate, args.seconds, age))
+            print(json.dumps({"age_s": age, **results[age][-1]}), flush=True)
+    medians = {str(age): {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+               for age, runs in results.items()}
+    print(json.dumps({"topics": args.topics, "rate": args.rate, "seconds": args.seconds, "runs": args.runs,
+                      "median": medians}, indent=1))
+    return {"floors": floors, "medians": medians}
+
+
+SCENARIOS = [
+    Scenario("scale", "thousands of topics and partitions: create, Metadata, produce to each, restart, RSS",
+             add_scale_arguments, run_scale, __doc__ or ""),
+    Scenario("trickle", "a trickle over many partitions: server CPU and chunk files per flush age",
+             add_trickle_arguments, run_trickle, __doc__ or ""),
+]
