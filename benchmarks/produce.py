@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -58,7 +59,9 @@ from benchmarks.harness import (
     server_pid,
 )
 from millrace.gateway.local_cluster import free_ports
-from millrace.protocol.records import iter_batches
+from millrace.protocol.records import Compression, NewRecord, build_record_batch, iter_batches
+from millrace.streams.partitions.admission import admit_batch
+from millrace.streams.topics import TopicInfo
 from tests.kafka.wire import local as raw_kafka
 
 HERE = Path(__file__).resolve().parent
@@ -383,7 +386,48 @@ def run_small_batches(args: argparse.Namespace) -> dict:
     return {"floors": floors, "medians": medians, "runs": runs}
 
 
+def add_admission_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=0.5, help="how long each run of each case lasts")
+
+
+ADMISSION_CASES: dict[str, tuple[dict[str, str], int, int, Compression]] = {
+    # name: topic configs, records, record bytes, the batch's codec
+    "plain, one record of 100 B": ({}, 1, 100, Compression.NONE),
+    "plain, 16 records of 1 KiB, lz4": ({}, 16, 1024, Compression.LZ4),
+    "compacted, 16 records of 1 KiB, lz4": ({"cleanup.policy": "compact"}, 16, 1024, Compression.LZ4),
+    "compacted, zstd topic, LogAppendTime, 16 records of 1 KiB, lz4": (
+        {"cleanup.policy": "compact", "compression.type": "zstd", "message.timestamp.type": "LogAppendTime"},
+        16, 1024, Compression.LZ4),
+}
+
+
+def run_admission(args: argparse.Namespace) -> dict:
+    """In process, no server: what a partition's admission of one produce batch costs
+    (``streams.partitions.admission.admit_batch``: validation, LogValidator's checks, the topic's
+    recompression and LogAppendTime stamp), per topic kind, in microseconds of one core."""
+    now_ms = int(time.time() * 1000)
+    figures: dict[str, float] = {}
+    for name, (configs, count, size, codec) in ADMISSION_CASES.items():
+        topic = TopicInfo("t", uuid.uuid4(), ((0.0, 1.0),), configs)
+        blob = build_record_batch([NewRecord(b"key-%d" % i, os.urandom(size // 2) * 2, (), now_ms)
+                                   for i in range(count)], compression=codec)
+        per_run = []
+        for _ in range(args.runs):
+            batches, started = 0, time.perf_counter()
+            while time.perf_counter() - started < args.seconds:
+                for _ in range(100):
+                    admit_batch(topic, 0, blob, now_ms)
+                batches += 100
+            per_run.append((time.perf_counter() - started) / batches * 1e6)
+        figures[name] = statistics.median(per_run)
+        print(f"{name}: {figures[name]:.1f} us a batch (median of {args.runs})", flush=True)
+    return {"us_per_batch": figures}
+
+
 SCENARIOS = [
+    Scenario("batch-admission", "one produce batch's admission by a partition, per topic kind, in process",
+             add_admission_arguments, run_admission, run_admission.__doc__ or ""),
     Scenario("compare", "produce rows (100 B, 1 KiB, single-record) of local and replicated Millrace beside Tansu",
              add_compare_arguments, run_compare, __doc__ or ""),
     Scenario("small-batches", "server CPU per single-record produce request; a catch-up read of small batches",
