@@ -15,6 +15,9 @@ bytes                  the one segment of a stream whose format   append (any by
 synchronizer           the one segment of a stream claimed for a  appends of whole entries
                        state synchronizer (reader groups' state,
                        watermark marks, user synchronizers)
+pravega events         any segment of a stream written by          appends of whole Pravega event frames
+                       Pravega's own writers, claimed by its      (``protocol/event_frames.py``), writer
+                       first Pravega append                       attributes
 unformatted            a stream's segment that no one claimed     a format claim; nothing else
 internal               names holding ``#`` (tables, transactions, read and describe only
                        Kafka index segments) and ``_system/``
@@ -64,6 +67,7 @@ from millrace.protocol.errors import (
     InvalidStreamCutError,
     SegmentNotFoundError,
 )
+from millrace.protocol.event_frames import NotEventFramesError, count_frames
 from millrace.protocol.names import EPOCH_DELIMITER, SYSTEM_SCOPE, is_internal_stream_name, parse_segment_name
 from millrace.protocol.synchronizer import (
     ENTRY_HEADER_BYTES,
@@ -223,7 +227,11 @@ class SegmentGate:
         return self.store.create_segment(name, attributes)
 
     def append(self, name: str, data: bytes, expected_offset: int | None = None,
-               attributes: Sequence[AttributeUpdate] = (), events: int = 1) -> StoreFuture[int]:
+               attributes: Sequence[AttributeUpdate] = (), events: int = 1,
+               claim: SegmentFormat | None = None) -> StoreFuture[int]:
+        """``claim``: the format the caller writes (a Pravega writer: ``PRAVEGA_EVENTS``, or ``BYTES``
+        for its byte writer), claimed for the segment if it has none yet; a segment of another format
+        refuses the append."""
         refusal = self._refusal(name, "APPEND")
         if refusal is not None:
             return failed(refusal)
@@ -231,16 +239,40 @@ class SegmentGate:
             return self.store.append(name, data, expected_offset, attributes, events)
 
         def checked(fmt: SegmentFormat | None) -> StoreFuture[int]:
+            if claim is not None and fmt is not claim:
+                if fmt is not None:
+                    raise FormatViolationError(
+                        f"APPEND to {name!r}: it is a {_format_name(fmt)} stream's segment, it takes no "
+                        f"{_format_name(claim)} appends")
+                return chained(self._on_pool(lambda: self.claim_format(name, claim)), lambda _: checked(claim))
             if fmt is SegmentFormat.BYTES:
                 _check_writer_attributes(name, attributes)
             elif fmt is SegmentFormat.SYNCHRONIZER:
                 _check_synchronizer_append(name, data, attributes)
+            elif fmt is SegmentFormat.PRAVEGA_EVENTS:
+                _check_writer_attributes(name, attributes)
+                _check_pravega_events(name, data)
             else:
                 raise _unformatted(name, "APPEND")
             return self._conditioned(name, self.store.append(
                 name, data, expected_offset, [*attributes, _holds_format(fmt)], events))
 
         return chained(self._format(name), checked)
+
+    def claimed(self, name: str) -> SegmentFormat | None:
+        """The format this gate has seen claimed for ``name`` (None: not known here yet)."""
+        return self._cached_format(name)
+
+    def segment_format(self, name: str) -> StoreFuture[SegmentFormat | None]:
+        """The format a stream's segment was claimed for (None: none yet, or a segment of no stream);
+        FormatViolationError for a segment whose stream's format is not a claimed one (events stored as
+        Kafka batches, Millrace's internal state), so an adapter can refuse a writer at its setup."""
+        refusal = self._refusal(name, "APPEND")
+        if refusal is not None:
+            return failed(refusal)
+        if _stream_of(name) is None:
+            return completed(None)
+        return self._format(name)
 
     def update_attributes(self, name: str, updates: Sequence[AttributeUpdate]) -> StoreFuture[None]:
         """Writer attributes of a byte stream, or a format claim (``claim_format``, on the pool)."""
@@ -261,7 +293,7 @@ class SegmentGate:
             return self._on_pool(lambda: self.claim_format(name, fmt))
 
         def checked(fmt: SegmentFormat | None) -> StoreFuture[None]:
-            if fmt is not SegmentFormat.BYTES:
+            if fmt is not SegmentFormat.BYTES and fmt is not SegmentFormat.PRAVEGA_EVENTS:
                 raise (_unformatted(name, "UPDATE_ATTRIBUTES") if fmt is None else FormatViolationError(
                     f"UPDATE_ATTRIBUTES of {name!r}: a synchronizer's segment carries no attributes of its own"))
             _check_writer_attributes(name, updates)
@@ -322,7 +354,11 @@ class SegmentGate:
             raise FormatViolationError(f"{scope}/{stream} holds events: it cannot be a {fmt.name.lower()} stream")
         controller = self.controller
         current = controller.get_current_segments(scope, stream)
-        if (len(current) != 1 or current[0].name != name
+        if fmt is SegmentFormat.PRAVEGA_EVENTS:
+            # Any segment of the stream, each claimed by its first append: such a stream scales, and a
+            # scale's successors start unformatted and empty.
+            pass
+        elif (len(current) != 1 or current[0].name != name
                 or controller.get_stream(scope, stream).config.scaling.type is not ScalingType.FIXED_NUM_SEGMENTS):
             raise FormatViolationError(f"{scope}/{stream} is not a stream of one fixed segment: it cannot be a "
                                        f"{fmt.name.lower()} stream")
@@ -409,7 +445,7 @@ def check_scalable(store: SegmentService, segments: Sequence[str]) -> None:
             fmt = _format_of(store.get_info(name))
         except SegmentNotFoundError:
             continue
-        if fmt is not None:
+        if fmt is not None and fmt is not SegmentFormat.PRAVEGA_EVENTS:
             raise FormatViolationError(f"{name} is a {fmt.name.lower()} stream's one segment: it never scales")
 
 
@@ -429,6 +465,19 @@ def _check_writer_attributes(name: str, updates: Sequence[AttributeUpdate]) -> N
         if update.key.startswith(_RESERVED_ATTRIBUTE_PREFIX):
             raise FormatViolationError(f"attribute {update.key!r} of {name!r}: attributes named "
                                        f"{_RESERVED_ATTRIBUTE_PREFIX}* are the stream layer's own")
+
+
+def _format_name(fmt: SegmentFormat) -> str:
+    return {SegmentFormat.BYTES: "byte", SegmentFormat.SYNCHRONIZER: "synchronizer",
+            SegmentFormat.PRAVEGA_EVENTS: "Pravega events"}[fmt]
+
+
+def _check_pravega_events(name: str, data: bytes) -> None:
+    try:
+        count_frames(data)
+    except NotEventFramesError as exc:
+        raise FormatViolationError(f"APPEND to {name!r}: a Pravega events stream takes whole event frames "
+                                   f"(type 0, length, payload): {exc}") from None
 
 
 def _check_synchronizer_append(name: str, data: bytes, attributes: Sequence[AttributeUpdate]) -> None:
