@@ -313,10 +313,11 @@ class PravegaSegmentStoreProtocol(BudgetedReceiver):
                 self._writers.pop(append.writer_id, None)
                 self.close_connection()
                 return
+            # Nothing was stored: the writer's number here goes back to what the segment holds (appends
+            # sent behind this one were conditioned on it, and fail as InvalidEventNumber).
+            if writer.stored == append.event_number:
+                writer.stored = previous
             self._reply_error(exc, size, append.request_id, name, "appending data", append.event_number)
-            if not isinstance(exc, SegmentSealedError | SegmentNotFoundError | WrongHostError):
-                # The writer cannot go on here; it sets up again after it reconnects.
-                self._writers.pop(append.writer_id, None)
 
         self._when_done(fut, done)
 

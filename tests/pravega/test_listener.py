@@ -17,7 +17,8 @@ from tests.server_process import REPO_ROOT, ServerProcess, config_args
 
 
 def test_served_then_stopped_cleanly(tmp_path: Path) -> None:
-    server = ServerProcess(str(tmp_path / "data"), "--pravega-controller-port", "0").start()
+    server = ServerProcess(str(tmp_path / "data"), "--pravega-controller-port", "0",
+                           "--pravega-segment-port", "0").start()
     try:
         with grpc.insecure_channel(f"127.0.0.1:{server.pravega_controller_port}") as channel:
             assert ControllerServiceStub(channel).createScope(pb.ScopeInfo(scope="s")).status == (
@@ -33,7 +34,8 @@ def test_a_port_in_use_is_refused(tmp_path: Path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        server = ServerProcess(str(tmp_path / "data"), "--pravega-controller-port", str(port))
+        server = ServerProcess(str(tmp_path / "data"), "--pravega-controller-port", str(port),
+                               "--pravega-segment-port", "0")
         with pytest.raises(RuntimeError, match="cannot listen"):
             server.start()
         server.kill()
@@ -45,7 +47,8 @@ def test_refused_on_a_secured_server(tmp_path: Path) -> None:
                           "listener.name.native.sasl.enabled.mechanisms=PLAIN",
                           'listener.name.native.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.'
                           'PlainLoginModule required user_admin="admin-secret";')
-    server = ServerProcess(str(tmp_path / "data"), "--pravega-controller-port", "0", *secured)
+    server = ServerProcess(str(tmp_path / "data"), "--pravega-controller-port", "0",
+                           "--pravega-segment-port", "0", *secured)
     with pytest.raises(RuntimeError, match="no authentication or TLS yet"):
         server.start()
     server.kill()

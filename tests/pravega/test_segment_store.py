@@ -1,0 +1,300 @@
+"""Pravega's segment store wire protocol on ``--pravega-segment-port``: Pravega's official client writes
+events and byte streams through it, and what it stores is Pravega's event framing, checked by the
+stream layer; Kafka topics refuse it; bad frames close the connection and lose nothing acknowledged."""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import struct
+import threading
+import time
+import uuid
+
+import pravega_client
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from millrace import StreamManager
+from millrace.gateway.pravega_protocol import commands as wc
+from millrace.protocol.event_frames import count_frames, frame_event, split_frames
+from tests.pravega.wire_client import WireClient
+from tests.server_process import ServerProcess, create_topic
+
+
+def segment_names(sm: StreamManager, scope: str, stream: str) -> list[str]:
+    return [s.segment.name for s in sm.describe_stream(scope, stream).segments]
+
+
+def stored_events(client: WireClient, segment: str) -> list[bytes]:
+    data = client.read_all(segment)
+    events, used = split_frames(data)
+    assert used == len(data), f"{segment} holds {len(data) - used} bytes that are no whole event"
+    return events
+
+
+def test_hello_and_keep_alive(server: ServerProcess) -> None:
+    with WireClient(server.pravega_segment_port) as client:
+        assert client.call(wc.KeepAlive()) == wc.KeepAlive()
+
+
+def test_a_writer_with_routing_keys_writes_every_event_once_in_key_order(
+        server: ServerProcess, controller_uri: str, millrace_sm: StreamManager) -> None:
+    pravega = pravega_client.StreamManager(controller_uri)
+    pravega.create_scope("writes")
+    pravega.create_stream("writes", "orders", 3)
+    writer = pravega.create_writer("writes", "orders")
+    sent = [(f"key-{i % 11}", f"order {i}") for i in range(600)]
+    for key, event in sent:
+        writer.write_event(event, key)
+    writer.flush()
+
+    by_segment = {}
+    with WireClient(server.pravega_segment_port) as client:
+        for name in segment_names(millrace_sm, "writes", "orders"):
+            by_segment[name] = [e.decode() for e in stored_events(client, name)]
+    stored = list(itertools.chain.from_iterable(by_segment.values()))
+    assert sorted(stored) == sorted(event for _, event in sent)  # no loss, no duplicate
+    for key in {key for key, _ in sent}:  # one key's events in one segment, in the order written
+        expected = [event for k, event in sent if k == key]
+        holding = [events for events in by_segment.values() if expected[0] in events]
+        assert [e for e in holding[0] if e in set(expected)] == expected
+    assert sum(1 for events in by_segment.values() if events) > 1  # the keys spread over the segments
+
+
+def test_a_byte_stream_round_trip(controller_uri: str) -> None:
+    pravega = pravega_client.StreamManager(controller_uri)
+    pravega.create_scope("bytes")
+    pravega.create_stream("bytes", "blob", 1)
+    stream = pravega.create_byte_stream("bytes", "blob")
+    payload = bytes(range(256)) * 9000  # 2.3 MB: more than one read and one append
+    for start in range(0, len(payload), 100_000):
+        stream.write(payload[start:start + 100_000])
+    stream.flush()
+    assert stream.current_tail_offset() == len(payload)
+    stream.seek(0, 0)
+    got = bytearray()
+    buffer = bytearray(300_000)
+    while len(got) < len(payload):
+        n = stream.readinto(buffer)
+        assert n > 0
+        got += buffer[:n]
+    assert bytes(got) == payload
+
+
+def test_the_writer_id_records_the_last_event_number_so_a_reconnect_resends_nothing_stored(
+        server: ServerProcess, controller_uri: str, millrace_sm: StreamManager) -> None:
+    pravega = pravega_client.StreamManager(controller_uri)
+    pravega.create_scope("once")
+    pravega.create_stream("once", "s", 1)
+    (segment,) = segment_names(millrace_sm, "once", "s")
+    writer = uuid.uuid4()
+    with WireClient(server.pravega_segment_port) as first:
+        setup = first.setup(segment, writer)
+        assert isinstance(setup, wc.AppendSetup) and setup.last_event_number == -(2 ** 63)  # a new writer
+        acked = first.append(writer, [b"a", b"b"], 2)
+        assert acked == wc.DataAppended(writer_id=writer, event_number=2, previous_event_number=-(2 ** 63),
+                                        request_id=first.request_id, current_segment_write_offset=18)
+        assert first.attribute(segment, writer) == 2  # Pravega's writer attribute: readable by its id
+        with WireClient(server.pravega_segment_port) as second:  # the writer reconnects
+            again = second.setup(segment, writer)
+            assert isinstance(again, wc.AppendSetup) and again.last_event_number == 2
+            assert isinstance(second.append(writer, [b"c"], 3), wc.DataAppended)
+        # The first connection still believes the writer is at 2: its next append is refused whole.
+        refused = first.append(writer, [b"c-again"], 3)
+        assert isinstance(refused, wc.InvalidEventNumber) and refused.event_number == 3
+        assert first.closed_by_server()
+    with WireClient(server.pravega_segment_port) as reader:
+        assert stored_events(reader, segment) == [b"a", b"b", b"c"]
+
+
+def test_a_conditional_append_at_the_wrong_offset_is_refused_and_the_writer_goes_on(
+        server: ServerProcess, controller_uri: str, millrace_sm: StreamManager) -> None:
+    pravega = pravega_client.StreamManager(controller_uri)
+    pravega.create_scope("conditional")
+    pravega.create_stream("conditional", "s", 1)
+    (segment,) = segment_names(millrace_sm, "conditional", "s")
+    writer = uuid.uuid4()
+    with WireClient(server.pravega_segment_port) as client:
+        client.setup(segment, writer)
+        wrong = client.call(wc.ConditionalAppend(writer_id=writer, event_number=1, expected_offset=5,
+                                                 event=wc.Event(data=b"x"), request_id=client.next_id()))
+        assert wrong == wc.ConditionalCheckFailed(writer_id=writer, event_number=1, request_id=client.request_id)
+        right = client.call(wc.ConditionalAppend(writer_id=writer, event_number=2, expected_offset=0,
+                                                 event=wc.Event(data=b"y"), request_id=client.next_id()))
+        assert isinstance(right, wc.DataAppended) and right.current_segment_write_offset == 9
+        assert stored_events(client, segment) == [b"y"]
+
+
+def test_a_tail_read_waits_for_the_next_append(server: ServerProcess, controller_uri: str,
+                                               millrace_sm: StreamManager) -> None:
+    pravega = pravega_client.StreamManager(controller_uri)
+    pravega.create_scope("tail")
+    pravega.create_stream("tail", "s", 1)
+    (segment,) = segment_names(millrace_sm, "tail", "s")
+
+    def append_later() -> None:
+        time.sleep(0.5)
+        with WireClient(server.pravega_segment_port) as writer_connection:
+            writer = uuid.uuid4()
+            writer_connection.setup(segment, writer)
+            writer_connection.append(writer, [b"late"], 1)
+
+    thread = threading.Thread(target=append_later)
+    thread.start()
+    with WireClient(server.pravega_segment_port) as reader:
+        started = time.monotonic()
+        reply = reader.read(segment, 0)
+        assert isinstance(reply, wc.SegmentRead) and reply.data == frame_event(b"late")
+        assert time.monotonic() - started >= 0.4
+    thread.join()
+
+
+def test_a_kafka_topic_refuses_pravega_writers_and_raw_commands(server: ServerProcess,
+                                                                millrace_sm: StreamManager) -> None:
+    create_topic(server, "pv-orders", 2)
+    segment = segment_names(millrace_sm, "kafka", "pv-orders")[0]
+    writer = uuid.uuid4()
+    with WireClient(server.pravega_segment_port) as client:
+        refused = client.setup(segment, writer)
+        assert isinstance(refused, wc.OperationUnsupported)
+        assert "Kafka record batches" in refused.server_stack_trace
+        for command in (wc.SealSegment(request_id=client.next_id(), segment=segment),
+                        wc.TruncateSegment(request_id=client.next_id(), segment=segment, truncation_offset=0),
+                        wc.DeleteSegment(request_id=client.next_id(), segment=segment)):
+            assert isinstance(client.call(command), wc.OperationUnsupported)
+        assert client.info(segment).write_offset == 0
+        # Appending without an answered setup is no way around it.
+        client.send(wc.AppendBlockEnd(writer_id=writer, size_of_whole_events=9, data=frame_event(b"x"),
+                                      num_events=1, last_event_number=1, request_id=client.next_id()))
+        assert isinstance(client.receive(), wc.InvalidEventNumber)
+        assert client.closed_by_server()
+    with WireClient(server.pravega_segment_port) as client:
+        assert client.info(segment).write_offset == 0
+
+
+def test_a_pravega_events_segment_takes_only_whole_event_frames(server: ServerProcess, controller_uri: str,
+                                                                millrace_sm: StreamManager) -> None:
+    pravega = pravega_client.StreamManager(controller_uri)
+    pravega.create_scope("framed")
+    pravega.create_stream("framed", "s", 1)
+    (segment,) = segment_names(millrace_sm, "framed", "s")
+    writer = uuid.uuid4()
+    with WireClient(server.pravega_segment_port) as client:
+        client.setup(segment, writer)
+        assert isinstance(client.append(writer, [b"first"], 1), wc.DataAppended)
+        raw = client.call(wc.AppendBlockEnd(writer_id=writer, size_of_whole_events=7, data=b"no frame",
+                                            num_events=1, last_event_number=2, request_id=client.next_id()))
+        assert isinstance(raw, wc.OperationUnsupported) and "whole event frames" in raw.server_stack_trace
+        # A byte writer's raw appends (ConditionalBlockEnd) are refused by the events segment too.
+        other = uuid.uuid4()
+        client.setup(segment, other)
+        as_bytes = client.call(wc.ConditionalBlockEnd(writer_id=other, event_number=1, expected_offset=13,
+                                                      data=b"raw bytes", request_id=client.next_id()))
+        assert isinstance(as_bytes, wc.OperationUnsupported)
+    with WireClient(server.pravega_segment_port) as client:
+        assert stored_events(client, segment) == [b"first"]
+
+
+def test_frames_before_hello_are_small_and_a_wrong_version_is_closed(server: ServerProcess) -> None:
+    with WireClient(server.pravega_segment_port, hello=False) as client:
+        client.send(wc.KeepAlive())  # no Hello first
+        assert client.closed_by_server()
+    with WireClient(server.pravega_segment_port, hello=False) as client:
+        client.send(struct.pack(">ii", 3, 4 << 20))  # an AppendBlock announcing 4 MiB before Hello
+        assert client.closed_by_server()
+    with WireClient(server.pravega_segment_port, hello=False) as client:
+        assert isinstance(client.call(wc.Hello(high_version=3, low_version=1)), wc.Hello)
+        assert client.closed_by_server()
+    with WireClient(server.pravega_segment_port) as client:
+        client.send(struct.pack(">ii", 3, 64 << 20))  # past Pravega's 16 MiB frame limit
+        assert client.closed_by_server()
+
+
+# -- the property: bad frames are refused or close the connection, and no acknowledged event is lost ------
+
+_GARBAGE = st.one_of(
+    st.binary(min_size=1, max_size=40).map(lambda b: ("bytes", b)),
+    st.just(("unknown type", struct.pack(">ii", 12345, 0))),
+    st.just(("negative length", struct.pack(">ii", 3, -5))),
+    # A first byte other than 0 is never an event frame's type.
+    st.binary(max_size=30).map(lambda b: ("not events", b"\x01" + b)),
+    st.just(("no setup", b"")),
+)
+_STEP = st.one_of(st.integers(min_value=1, max_value=5).map(lambda n: ("events", n)), _GARBAGE)
+_examples = itertools.count()
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(_STEP, min_size=2, max_size=8))
+def test_bad_frames_lose_nothing_acknowledged(server: ServerProcess, controller_uri: str,
+                                              millrace_sm: StreamManager,
+                                              steps: list[tuple[str, object]]) -> None:
+    pravega = pravega_client.StreamManager(controller_uri)
+    pravega.create_scope("prop")
+    stream = f"s{next(_examples)}"
+    pravega.create_stream("prop", stream, 1)
+    (segment,) = segment_names(millrace_sm, "prop", stream)
+    writer = uuid.uuid4()
+    acked = 0  # the writer's last event number answered DataAppended
+    port = server.pravega_segment_port
+
+    def connect() -> tuple[WireClient, int]:
+        client = WireClient(port)
+        setup = client.setup(segment, writer)
+        assert isinstance(setup, wc.AppendSetup)
+        last = max(setup.last_event_number, 0)
+        assert last >= acked  # nothing acknowledged is forgotten
+        return client, last
+
+    client, last = connect()
+    try:
+        for kind, value in steps:
+            if kind == "events":
+                assert isinstance(value, int)
+                events = [f"{n}".encode() for n in range(last + 1, last + 1 + value)]
+                reply = client.append(writer, events, last + value)
+                assert isinstance(reply, wc.DataAppended), reply
+                last = acked = last + value
+                continue
+            assert isinstance(value, bytes)
+            if kind == "not events":
+                bad = client.call(wc.AppendBlockEnd(writer_id=writer, size_of_whole_events=len(value),
+                                                    data=value, num_events=1, last_event_number=last + 1,
+                                                    request_id=client.next_id()))
+                assert isinstance(bad, wc.OperationUnsupported), bad
+                continue  # refused, and the connection serves on
+            if kind == "no setup":
+                client.send(wc.AppendBlockEnd(writer_id=uuid.uuid4(), size_of_whole_events=9,
+                                              data=frame_event(b"z"), num_events=1, last_event_number=1,
+                                              request_id=client.next_id()))
+            else:
+                client.send(value)
+            # Garbage: the server answers with an error and closes, or waits for the rest of a frame; either
+            # way this connection is done, and the writer reconnects.
+            client.sock.settimeout(1.0)
+            try:
+                reply = client.receive()
+                assert not isinstance(reply, wc.DataAppended), reply
+            except (ConnectionError, OSError):
+                pass
+            client.sock.close()
+            client, last = connect()
+        data = client.read_all(segment)
+        count_frames(data) if data else None  # the segment is whole event frames, whatever came
+        numbers = [int(e) for e in split_frames(data)[0]]
+        assert numbers == list(range(1, last + 1))  # every stored event once, in order, none acknowledged lost
+        assert collections.Counter(numbers).most_common(1)[0][1] == 1 if numbers else True
+    finally:
+        client.sock.close()
+
+
+def test_stream_names_of_a_scope_must_exist(server: ServerProcess) -> None:
+    with WireClient(server.pravega_segment_port) as client:
+        assert not client.info("nowhere/none/0.#epoch.0").exists
+        reply = client.setup("nowhere/none/0.#epoch.0", uuid.uuid4())
+        assert isinstance(reply, wc.NoSuchSegment | wc.OperationUnsupported)
+
+
+pytestmark = pytest.mark.timeout(300)
