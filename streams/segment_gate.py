@@ -308,6 +308,33 @@ class SegmentGate:
         return self._raw_only(name, "TRUNCATE", "TRUNCATE_STREAM (a Kafka topic: DeleteRecords)",
                               lambda: self.store.truncate(name, offset))
 
+    def truncate_byte_stream(self, name: str, offset: int) -> StoreFuture[None]:
+        """Truncate a byte stream's one segment at ``offset`` as its stream is truncated (the controller
+        records the new head, then cuts): how Pravega's byte writer truncates, with a segment command.
+        Any other segment is refused as ``truncate`` refuses it."""
+        stream = _stream_of(name)
+        if stream is None or _internal(name):
+            return self.truncate(name, offset)
+
+        def checked(fmt: SegmentFormat | None) -> StoreFuture[None]:
+            if fmt is not SegmentFormat.BYTES:
+                return self.truncate(name, offset)
+            scope, stream_name = stream
+
+            def truncate() -> None:
+                cut: dict[int | str, int] = {name: offset}
+                self.check_truncate_stream(scope, stream_name, {name: offset})
+                self.controller.truncate_stream(scope, stream_name, cut)
+
+            return self._on_pool(truncate)
+
+        return chained(self._format(name), checked)
+
+    def readable(self, name: str) -> FormatViolationError | None:
+        """Why a reader of raw bytes should not be given ``name`` (its bytes are Kafka record batches or
+        Millrace's own state, which such a reader would misread), or None."""
+        return self._refusal(name, "READ")
+
     def delete(self, name: str) -> StoreFuture[None]:
         return self._raw_only(name, "DELETE", "DELETE_STREAM", lambda: self.store.delete(name))
 

@@ -324,6 +324,12 @@ class PravegaSegmentStoreProtocol(BudgetedReceiver):
     # -- reads and information --------------------------------------------------------------------------
     def _read(self, read: wc.ReadSegment, size: int) -> None:
         name, offset = read.segment, read.offset
+        refusal = self.gate.readable(name)
+        if refusal is not None:
+            # A Kafka topic's segments hold Kafka record batches, Millrace's internal segments its own
+            # state: a Pravega reader would take either for garbage events.
+            self._reply_error(refusal, size, read.request_id, name, "reading")
+            return
         length = max(0, min(read.suggested_length, MAX_READ_BYTES))
         fut = self.gate.read(name, offset, length, TAIL_READ_WAIT_SECONDS)
 
@@ -403,7 +409,10 @@ class PravegaSegmentStoreProtocol(BudgetedReceiver):
                      lambda _: wc.SegmentSealed(request_id=request.request_id, segment=request.segment))
 
     def _truncate(self, request: wc.TruncateSegment, size: int) -> None:
-        self._answer(self.gate.truncate(request.segment, request.truncation_offset), size, request.request_id,
+        # A byte stream's segment (Pravega's byte writer truncates with this command) is cut through its
+        # stream; any other stream's segment is refused by the gate.
+        self._answer(self.gate.truncate_byte_stream(request.segment, request.truncation_offset), size,
+                     request.request_id,
                      request.segment, "truncating",
                      lambda _: wc.SegmentTruncated(request_id=request.request_id, segment=request.segment))
 

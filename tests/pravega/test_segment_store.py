@@ -81,6 +81,11 @@ def test_a_byte_stream_round_trip(controller_uri: str) -> None:
         assert n > 0
         got += buffer[:n]
     assert bytes(got) == payload
+    stream.truncate(100_000)  # a segment command, done through the stream (its head moves)
+    assert stream.current_head_offset() == 100_000
+    stream.seek(100_000, 0)
+    n = stream.readinto(buffer)
+    assert bytes(buffer[:n]) == payload[100_000:100_000 + n]
 
 
 def test_the_writer_id_records_the_last_event_number_so_a_reconnect_resends_nothing_stored(
@@ -165,6 +170,8 @@ def test_a_kafka_topic_refuses_pravega_writers_and_raw_commands(server: ServerPr
                         wc.DeleteSegment(request_id=client.next_id(), segment=segment)):
             assert isinstance(client.call(command), wc.OperationUnsupported)
         assert client.info(segment).write_offset == 0
+        # Its Kafka batches are no Pravega events: a Pravega reader is refused rather than misled.
+        assert isinstance(client.read(segment, 0), wc.OperationUnsupported)
         # Appending without an answered setup is no way around it.
         client.send(wc.AppendBlockEnd(writer_id=writer, size_of_whole_events=9, data=frame_event(b"x"),
                                       num_events=1, last_event_number=1, request_id=client.next_id()))
