@@ -334,7 +334,8 @@ def pravega_segment_store(options: ServerOptions, security: SecuritySettings, na
     if not 0 <= port < 1 << 16:
         raise ValueError(f"--pravega-segment-port must be 0..65535, not {port}")
     gate = SegmentGate(store, broker.topics, broker.scaling.scope, controller, pool)
-    return PravegaSegmentStoreFactory(gate, store, options.connection_budget_mb * MIB, broker.guards), port
+    return PravegaSegmentStoreFactory(gate, store, controller.tables, pool, options.connection_budget_mb * MIB,
+                                      broker.guards), port
 
 
 def pravega_controller(options: ServerOptions, security: SecuritySettings, native: ListenerSettings,

@@ -34,6 +34,7 @@ import dataclasses
 import logging
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Executor
 from typing import Any, TypeVar
 
 from twisted.internet import protocol
@@ -41,6 +42,12 @@ from twisted.python.failure import Failure
 
 from millrace.gateway.framing import DEFAULT_CONNECTION_BUDGET_BYTES, BudgetedReceiver
 from millrace.gateway.limits import ConnectionGuards
+from millrace.gateway.pravega.table_segments import (
+    TABLE_COMMANDS,
+    PravegaTables,
+    TableCommand,
+    table_segment_of,
+)
 from millrace.gateway.pravega_protocol import commands as wc
 from millrace.gateway.pravega_protocol.appends import Append, AppendAssembler
 from millrace.gateway.pravega_protocol.base import (
@@ -74,6 +81,7 @@ from millrace.protocol.errors import (
 )
 from millrace.store.contracts import SegmentService
 from millrace.store.futures import StoreFuture
+from millrace.store.tables import TableStore
 from millrace.streams.futures import on_reactor
 from millrace.streams.segment_gate import SegmentGate
 
@@ -104,11 +112,13 @@ class PravegaSegmentStoreProtocol(BudgetedReceiver):
     LENGTH_AT = 4
     HEADER_DELIVERED = True
 
-    def __init__(self, gate: SegmentGate, store: SegmentService, budget_bytes: int,
-                 guards: ConnectionGuards | None) -> None:
+    def __init__(self, gate: SegmentGate, store: SegmentService, tables: PravegaTables, pool: Executor,
+                 budget_bytes: int, guards: ConnectionGuards | None) -> None:
         super().__init__(budget_bytes, "pravega-connection", guards)
         self.gate = gate
         self.store = store
+        self.tables = tables
+        self.pool = pool
         limit = MAX_WIRECOMMAND_SIZE - _HEADER
         if guards is not None:
             limit = min(limit, guards.limits.socket_request_max_bytes)
@@ -134,6 +144,7 @@ class PravegaSegmentStoreProtocol(BudgetedReceiver):
             wc.MergeSegments: self._merge,
             wc.GetSegmentAttribute: self._get_attribute,
             wc.UpdateSegmentAttribute: self._update_attribute,
+            **dict.fromkeys(TABLE_COMMANDS, self._table_command),
         }
 
     def connectionMade(self) -> None:  # noqa: N802 - Twisted's name
@@ -431,6 +442,20 @@ class PravegaSegmentStoreProtocol(BudgetedReceiver):
                                                                  source=request.source,
                                                                  new_target_write_offset=length))
 
+    # -- table segments (blocking: on the pool) ---------------------------------------------------------
+    def _table_command(self, command: TableCommand, size: int) -> None:
+        fut: StoreFuture[WireCommand] = StoreFuture()
+
+        def run() -> None:
+            try:
+                fut.set_result(self.tables.answer(command))
+            except Exception as exc:  # noqa: BLE001 - the client's answer
+                fut.set_exception(exc)
+
+        self.pool.submit(run)
+        self._answer(fut, size, command.request_id, table_segment_of(command), type(command).__name__,
+                     lambda reply: reply)
+
     def connectionLost(self, reason: Failure = protocol.connectionDone) -> None:  # noqa: N802 - Twisted's name
         super().connectionLost(reason)
         self._writers.clear()
@@ -470,13 +495,17 @@ def error_reply(exc: BaseException, request_id: int, segment: str, doing: str, o
 class PravegaSegmentStoreFactory(protocol.ServerFactory):
     """Connections of the Pravega segment store listener, over the stream layer's gate."""
 
-    def __init__(self, gate: SegmentGate, store: SegmentService,
+    def __init__(self, gate: SegmentGate, store: SegmentService, tables: TableStore, pool: Executor,
                  connection_budget_bytes: int = DEFAULT_CONNECTION_BUDGET_BYTES,
                  guards: ConnectionGuards | None = None) -> None:
+        """``pool``: where table commands block."""
         self.gate = gate
         self.store = store
+        self.tables = PravegaTables(tables)
+        self.pool = pool
         self.connection_budget_bytes = connection_budget_bytes
         self.guards = guards if guards is not None else ConnectionGuards()
 
     def buildProtocol(self, addr: Any) -> PravegaSegmentStoreProtocol:  # noqa: N802 - Twisted's name
-        return PravegaSegmentStoreProtocol(self.gate, self.store, self.connection_budget_bytes, self.guards)
+        return PravegaSegmentStoreProtocol(self.gate, self.store, self.tables, self.pool,
+                                           self.connection_budget_bytes, self.guards)
