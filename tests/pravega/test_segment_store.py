@@ -4,6 +4,7 @@ stream layer; Kafka topics refuse it; bad frames close the connection and lose n
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import itertools
 import struct
@@ -61,6 +62,57 @@ def test_a_writer_with_routing_keys_writes_every_event_once_in_key_order(
         holding = [events for events in by_segment.values() if expected[0] in events]
         assert [e for e in holding[0] if e in set(expected)] == expected
     assert sum(1 for events in by_segment.values() if events) > 1  # the keys spread over the segments
+
+
+def read_with_a_reader_group(pravega: pravega_client.StreamManager, scope: str, stream: str, group: str,
+                             count: int, timeout: float = 60.0) -> list[str]:
+    """Every event a new reader group of one reader reads, until ``count`` of them or ``timeout``."""
+    reader = pravega.create_reader_group(group, scope, stream).create_reader("reader-1")
+
+    async def read() -> list[str]:
+        got: list[str] = []
+        deadline = time.monotonic() + timeout
+        while len(got) < count and time.monotonic() < deadline:
+            piece = await asyncio.wait_for(reader.get_segment_slice_async(), timeout)
+            got.extend(event.data().decode() for event in piece)
+            reader.release_segment(piece)
+        return got
+
+    try:
+        return asyncio.run(read())
+    finally:
+        reader.reader_offline()
+
+
+def test_a_reader_group_reads_everything_across_a_split_and_a_merge_once(
+        controller_uri: str, millrace_sm: StreamManager) -> None:
+    """The writer follows its segments' successors when they are sealed under it, the reader group (its
+    state in a table segment) follows them too, and no event is lost or read twice."""
+    pravega = pravega_client.StreamManager(controller_uri)
+    pravega.create_scope("scaled")
+    pravega.create_stream("scaled", "clicks", 2)
+    writer = pravega.create_writer("scaled", "clicks")
+    sent: list[str] = []
+
+    def write(count: int) -> None:
+        for _ in range(count):
+            event = f"click {len(sent)}"
+            writer.write_event(event, f"user-{len(sent) % 13}")
+            sent.append(event)
+        writer.flush()
+
+    write(150)
+    first = millrace_sm.describe_stream("scaled", "clicks").segments
+    millrace_sm.split_segment("scaled", "clicks", first[0].segment, 2)
+    write(150)
+    split = millrace_sm.describe_stream("scaled", "clicks").segments
+    millrace_sm.merge_segments("scaled", "clicks", [split[0].segment, split[1].segment])
+    write(150)
+    got = read_with_a_reader_group(pravega, "scaled", "clicks", "everything", len(sent))
+    assert sorted(got) == sorted(sent) and len(got) == len(set(got))
+    for user in range(13):  # one routing key's events in the order written, across the scale
+        mine = {e for i, e in enumerate(sent) if i % 13 == user}
+        assert [e for e in got if e in mine] == [e for e in sent if e in mine]
 
 
 def test_a_byte_stream_round_trip(controller_uri: str) -> None:
@@ -305,3 +357,49 @@ def test_stream_names_of_a_scope_must_exist(server: ServerProcess) -> None:
 
 
 pytestmark = pytest.mark.timeout(300)
+
+
+def test_table_segments_version_keys_and_follow_changes(server: ServerProcess) -> None:
+    from millrace.gateway.pravega_protocol import table_commands as tc
+
+    table = "tables/config_kvtable/0.#epoch.0"  # named as Pravega's clients name them
+    with WireClient(server.pravega_segment_port) as client:
+        def call(command_type: type, **fields: object) -> object:
+            return client.call(command_type(request_id=client.next_id(), segment=table, **fields))
+
+        def entry(key: bytes, value: bytes, version: int = tc.NO_VERSION) -> tc.TableEntry:
+            return tc.TableEntry(key=tc.TableKey(data=key, key_version=version), value=tc.TableValue(data=value))
+
+        assert isinstance(call(tc.CreateTableSegment), wc.SegmentCreated)
+        assert isinstance(call(tc.CreateTableSegment), wc.SegmentAlreadyExists)
+        updated = call(tc.UpdateTableEntries, table_entries=(entry(b"a", b"1", tc.NOT_EXISTS), entry(b"b", b"2")))
+        assert isinstance(updated, tc.TableEntriesUpdated)
+        version_a, version_b = updated.updated_versions
+        assert isinstance(call(tc.UpdateTableEntries, table_entries=(entry(b"a", b"x", tc.NOT_EXISTS),)),
+                          tc.TableKeyBadVersion)
+        assert isinstance(call(tc.UpdateTableEntries, table_entries=(entry(b"zz", b"x", 5),)),
+                          tc.TableKeyDoesNotExist)
+        again = call(tc.UpdateTableEntries, table_entries=(entry(b"a", b"3", version_a), entry(b"a", b"4", version_a)))
+        assert isinstance(again, tc.TableEntriesUpdated) and len(set(again.updated_versions)) == 1  # one key
+        read = call(tc.ReadTable, keys=(tc.TableKey(data=b"a"), tc.TableKey(data=b"missing")))
+        assert isinstance(read, tc.TableRead)
+        assert [(e.key.data, e.value.data, e.key.key_version) for e in read.entries] == [
+            (b"a", b"4", again.updated_versions[0]), (b"missing", b"", tc.NOT_EXISTS)]
+        assert isinstance(call(tc.RemoveTableKeys, keys=(tc.TableKey(data=b"b", key_version=version_b),)),
+                          tc.TableKeysRemoved)
+        keys = call(tc.ReadTableKeys, suggested_key_count=10, args=tc.TableIteratorArgs())
+        assert isinstance(keys, tc.TableKeysRead) and [k.data for k in keys.keys] == [b"a"]
+        after = call(tc.ReadTableKeys, suggested_key_count=10,
+                     args=tc.TableIteratorArgs(continuation_token=keys.continuation_token))
+        assert isinstance(after, tc.TableKeysRead) and after.keys == ()  # the end, never back at the start
+        delta = call(tc.ReadTableEntriesDelta, from_position=0, suggested_entry_count=100)
+        assert isinstance(delta, tc.TableEntriesDeltaRead) and delta.reached_end and not delta.should_clear
+        assert [(e.key.data, e.value.data) for e in delta.entries] == [(b"a", b"4")]  # b was removed
+        later = call(tc.ReadTableEntriesDelta, from_position=delta.last_position, suggested_entry_count=100)
+        assert isinstance(later, tc.TableEntriesDeltaRead) and later.entries == () and later.reached_end
+        # The table lives in Millrace's internal namespace: no stream segment command reaches it.
+        assert not client.info(table).exists
+        assert isinstance(client.read(table + "#pravega-table", 0), wc.OperationUnsupported)
+        assert isinstance(call(tc.DeleteTableSegment, must_be_empty=True), tc.TableSegmentNotEmpty)
+        assert isinstance(call(tc.DeleteTableSegment, must_be_empty=False), wc.SegmentDeleted)
+        assert isinstance(call(tc.ReadTable, keys=(tc.TableKey(data=b"a"),)), wc.NoSuchSegment)
