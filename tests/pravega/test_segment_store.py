@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from millrace import StreamManager
 from millrace.gateway.pravega_protocol import commands as wc
+from millrace.protocol.errors import InvalidRequestError
 from millrace.protocol.event_frames import count_frames, frame_event, split_frames
 from tests.pravega.wire_client import WireClient
 from tests.server_process import ServerProcess, create_topic
@@ -254,6 +255,21 @@ def test_a_pravega_events_segment_takes_only_whole_event_frames(server: ServerPr
         assert isinstance(as_bytes, wc.OperationUnsupported)
     with WireClient(server.pravega_segment_port) as client:
         assert stored_events(client, segment) == [b"first"]
+
+
+def test_millrace_event_writers_refuse_a_stream_pravega_writers_wrote(controller_uri: str,
+                                                                       millrace_sm: StreamManager) -> None:
+    """A stream is one format: Pravega's framing and Millrace's Kafka batches never share it."""
+    pravega = pravega_client.StreamManager(controller_uri)
+    pravega.create_scope("one-format")
+    pravega.create_stream("one-format", "s", 1)
+    writer = pravega.create_writer("one-format", "s")
+    writer.write_event("from pravega")
+    writer.flush()
+    with (pytest.raises(InvalidRequestError, match="format of its own"),
+          millrace_sm.create_writer("one-format", "s") as millrace_writer):
+        millrace_writer.write_event(b"from millrace")
+        millrace_writer.flush()
 
 
 def test_frames_before_hello_are_small_and_a_wrong_version_is_closed(server: ServerProcess) -> None:
