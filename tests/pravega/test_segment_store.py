@@ -419,3 +419,29 @@ def test_table_segments_version_keys_and_follow_changes(server: ServerProcess) -
         assert isinstance(call(tc.DeleteTableSegment, must_be_empty=True), tc.TableSegmentNotEmpty)
         assert isinstance(call(tc.DeleteTableSegment, must_be_empty=False), wc.SegmentDeleted)
         assert isinstance(call(tc.ReadTable, keys=(tc.TableKey(data=b"a"),)), wc.NoSuchSegment)
+
+
+def test_a_block_ending_in_a_partial_event_is_stored_whole(server: ServerProcess, controller_uri: str,
+                                                           millrace_sm: StreamManager) -> None:
+    """Pravega's Java writer fills a block of a size it announced before knowing its events: whole
+    events, then the start of one whose rest the block's end carries."""
+    pravega = pravega_client.StreamManager(controller_uri)
+    pravega.create_scope("blocks")
+    pravega.create_stream("blocks", "s", 1)
+    (segment,) = segment_names(millrace_sm, "blocks", "s")
+    writer = uuid.uuid4()
+    whole = frame_event(b"one") + frame_event(b"two")
+    third = frame_event(b"three, split")
+    with WireClient(server.pravega_segment_port) as client:
+        client.setup(segment, writer)
+        client.send(wc.AppendBlock(writer_id=writer, data=whole + wc.PartialEvent(data=third[:6]).encode()))
+        client.send(wc.KeepAlive())  # nothing may come between a block and its end: this closes
+        assert client.closed_by_server()
+    with WireClient(server.pravega_segment_port) as client:
+        assert client.setup(segment, writer) == wc.AppendSetup(request_id=client.request_id, segment=segment,
+                                                               writer_id=writer, last_event_number=-(2 ** 63))
+        client.send(wc.AppendBlock(writer_id=writer, data=whole + wc.PartialEvent(data=third[:6]).encode()))
+        ended = client.call(wc.AppendBlockEnd(writer_id=writer, size_of_whole_events=len(whole), data=third[6:],
+                                              num_events=3, last_event_number=3, request_id=client.next_id()))
+        assert isinstance(ended, wc.DataAppended) and ended.event_number == 3
+        assert stored_events(client, segment) == [b"one", b"two", b"three, split"]
