@@ -31,8 +31,10 @@ command's, so no raw command can leave a stream unreadable. The controller-level
 here too (``check_create_stream``, ``check_seal_stream``, ``check_truncate_stream``, and ``check_scalable``
 for every scale): a stream of the Kafka scope is made only as a topic, a Kafka topic is neither sealed
 nor cut at byte offsets (its records go with DeleteRecords and retention, at batch boundaries),
-an event stream is cut only where a batch begins, a synchronizer only where a whole state lies, and a
-stream of one claimed segment never scales.
+an event stream is cut only where a batch begins, a synchronizer only where a whole state lies, a
+Pravega events stream only where an event begins, and a
+stream of one claimed segment never scales (a Pravega events stream scales: each of its segments is
+claimed by its own first append, a scale's successors too).
 
 A format is recorded on the segment (``FORMAT_ATTRIBUTE``), claimed once with a conditional attribute
 update, and every raw append or attribute update to it carries a condition on it, so a segment whose
@@ -67,7 +69,7 @@ from millrace.protocol.errors import (
     InvalidStreamCutError,
     SegmentNotFoundError,
 )
-from millrace.protocol.event_frames import NotEventFramesError, count_frames
+from millrace.protocol.event_frames import EVENT_TYPE, FRAME_HEADER, NotEventFramesError, count_frames
 from millrace.protocol.names import EPOCH_DELIMITER, SYSTEM_SCOPE, is_internal_stream_name, parse_segment_name
 from millrace.protocol.synchronizer import (
     ENTRY_HEADER_BYTES,
@@ -100,6 +102,8 @@ _FORMATS_CACHED = 4096
 _BLOCKING_TIMEOUT = 30.0
 # An entry is one append, so no longer than a frame: the most a cut check reads.
 _MAX_SYNCHRONIZER_ENTRY = MAX_FRAME_BYTES
+# How much of a Pravega events segment a cut check reads at once while it walks the events' headers.
+_WALK_CHUNK = 64 * 1024
 
 
 def _marked(name: str) -> bool:
@@ -461,6 +465,10 @@ class SegmentGate:
             elif _format_of(info) is SegmentFormat.SYNCHRONIZER and not _whole_state_at(store, name, offset):
                 raise InvalidStreamCutError(f"{name} at {offset}: a synchronizer's segment is cut only just "
                                             "before a state or a snapshot")
+            elif (_format_of(info) is SegmentFormat.PRAVEGA_EVENTS
+                  and not _event_frame_starts_at(store, name, info.start_offset, offset)):
+                raise InvalidStreamCutError(f"{name} at {offset}: a Pravega events segment is cut only where an "
+                                            "event begins (a reader's position)")
 
 
 def check_scalable(store: SegmentService, segments: Sequence[str]) -> None:
@@ -546,6 +554,25 @@ def _whole_state_at(store: SegmentService, name: str, offset: int) -> bool:
     except StateCorruptError:
         return False
     return bool(entries) and entries[0].kind in (KIND_STATE, KIND_SNAPSHOT)
+
+
+def _event_frame_starts_at(store: SegmentService, name: str, start: int, offset: int) -> bool:
+    """Whether a Pravega event frame begins at ``offset``: walked header by header from the segment's
+    start, which is one (such a segment is created empty and cut only where this walk found a frame).
+    Only headers are read where events are large; small ones come a chunk at a time."""
+    chunk = b""
+    chunk_at = pos = start
+    while pos < offset:
+        if not chunk_at <= pos <= chunk_at + len(chunk) - FRAME_HEADER.size:
+            chunk = _read_exactly(store, name, pos, max(FRAME_HEADER.size, min(_WALK_CHUNK, offset - pos)))
+            chunk_at = pos
+            if len(chunk) < FRAME_HEADER.size:
+                return False
+        kind, length = FRAME_HEADER.unpack_from(chunk, pos - chunk_at)
+        if kind != EVENT_TYPE or length < 0:
+            return False
+        pos += FRAME_HEADER.size + length
+    return pos == offset
 
 
 def _batch_starts_at(store: SegmentService, name: str, offset: int) -> bool:

@@ -445,3 +445,34 @@ def test_a_block_ending_in_a_partial_event_is_stored_whole(server: ServerProcess
                                               num_events=3, last_event_number=3, request_id=client.next_id()))
         assert isinstance(ended, wc.DataAppended) and ended.event_number == 3
         assert stored_events(client, segment) == [b"one", b"two", b"three, split"]
+
+
+def test_a_pravega_events_stream_is_truncated_only_where_an_event_begins(
+        server: ServerProcess, controller_uri: str, millrace_sm: StreamManager) -> None:
+    import grpc
+
+    from millrace.gateway.pravega.proto import controller_pb2 as pb
+    from millrace.gateway.pravega.proto.controller_pb2_grpc import ControllerServiceStub
+
+    pravega = pravega_client.StreamManager(controller_uri)
+    pravega.create_scope("cut")
+    pravega.create_stream("cut", "s", 1)
+    writer = pravega.create_writer("cut", "s")
+    for event in ("first", "second", "third"):
+        writer.write_event(event)
+    writer.flush()
+    (segment,) = segment_names(millrace_sm, "cut", "s")
+    second_starts = len(frame_event(b"first"))
+    with grpc.insecure_channel(f"127.0.0.1:{server.pravega_controller_port}") as channel:
+        stub = ControllerServiceStub(channel)
+
+        def cut(offset: int) -> pb.StreamCut:
+            return pb.StreamCut(streamInfo=pb.StreamInfo(scope="cut", stream="s"), cut={0: offset})
+
+        with pytest.raises(grpc.RpcError) as inside:
+            stub.truncateStream(cut(second_starts + 3))  # inside the second event
+        assert inside.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert stub.truncateStream(cut(second_starts)).status == pb.UpdateStreamStatus.SUCCESS
+    with WireClient(server.pravega_segment_port) as client:
+        assert client.info(segment).start_offset == second_starts
+        assert stored_events(client, segment) == [b"second", b"third"]
