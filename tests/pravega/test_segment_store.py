@@ -476,3 +476,19 @@ def test_a_pravega_events_stream_is_truncated_only_where_an_event_begins(
     with WireClient(server.pravega_segment_port) as client:
         assert client.info(segment).start_offset == second_starts
         assert stored_events(client, segment) == [b"second", b"third"]
+
+
+def test_a_sealed_stream_refuses_the_writer_and_is_still_read(controller_uri: str) -> None:
+    pravega = pravega_client.StreamManager(controller_uri)
+    pravega.create_scope("sealed")
+    pravega.create_stream("sealed", "s", 2)
+    writer = pravega.create_writer("sealed", "s")
+    sent = [f"e{i}" for i in range(20)]
+    for i, event in enumerate(sent):
+        writer.write_event(event, f"k{i % 5}")
+    writer.flush()
+    assert pravega.seal_stream("sealed", "s") is True
+    with pytest.raises(ValueError, match="writing an event"):  # SegmentIsSealed, with no successor
+        writer.write_event("too late", "k0")
+        writer.flush()
+    assert sorted(read_with_a_reader_group(pravega, "sealed", "s", "after-seal", len(sent))) == sorted(sent)
