@@ -21,7 +21,8 @@ connection of the same writer got there) is answered ``InvalidEventNumber`` and 
 
 Memory: frames come through ``BudgetedReceiver`` with the server's shared ``ConnectionGuards`` (the
 memory pool of frames still arriving, the idle timeout); until a connection said ``Hello``, frames are
-held to ``sasl.server.max.receive.size``, as before a login on the other listeners; after it, to
+held to ``sasl.server.max.receive.size`` and it has ``millrace.authentication.timeout.ms`` to say it,
+as before a login on the other listeners; after it, to
 Pravega's own frame limit (16 MiB) or ``socket.request.max.bytes``, whichever is smaller. A frame holds
 the connection's byte budget until answered (an ``AppendBlock`` until its block's append is answered).
 
@@ -149,6 +150,9 @@ class PravegaSegmentStoreProtocol(BudgetedReceiver):
 
     def connectionMade(self) -> None:  # noqa: N802 - Twisted's name
         self.tcp.setTcpNoDelay(True)
+        # Hello is this protocol's login: a connection that never says it is closed after
+        # millrace.authentication.timeout.ms, as one that never logs in is on the other listeners.
+        self.require_authentication()
 
     # -- input ------------------------------------------------------------------------------------------
     def stringReceived(self, frame: memoryview) -> None:  # noqa: N802 - Twisted's name
@@ -228,6 +232,7 @@ class PravegaSegmentStoreProtocol(BudgetedReceiver):
         if not self._greeted:
             self._greeted = True
             self.MAX_LENGTH = self._max_body
+            self.authenticated()
 
     def _keep_alive(self, _: wc.KeepAlive, size: int) -> None:
         self._reply(wc.KeepAlive(), size)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import grpc
@@ -13,6 +14,8 @@ import pytest
 
 from millrace.gateway.pravega.proto import controller_pb2 as pb
 from millrace.gateway.pravega.proto.controller_pb2_grpc import ControllerServiceStub
+from millrace.gateway.pravega_protocol import commands as wc
+from tests.pravega.wire_client import WireClient
 from tests.server_process import REPO_ROOT, ServerProcess, config_args
 
 
@@ -60,3 +63,19 @@ def test_a_cluster_node_refuses_the_flag(tmp_path: Path) -> None:
                           capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
     assert done.returncode == 2
     assert "single node only" in done.stderr
+
+
+def test_the_segment_store_closes_a_connection_that_never_says_hello(tmp_path: Path) -> None:
+    """Hello is the Pravega segment store's login: without it, the listeners' login deadline applies."""
+    server = ServerProcess(str(tmp_path / "data"), "--pravega-segment-port", "0",
+                           "--override", "millrace.authentication.timeout.ms=1000").start()
+    try:
+        with socket.create_connection(("127.0.0.1", server.pravega_segment_port), timeout=10) as silent:
+            started = time.monotonic()
+            assert silent.recv(1) == b""  # closed by the server
+            assert 0.8 <= time.monotonic() - started < 8
+        with WireClient(server.pravega_segment_port) as greeted:
+            time.sleep(1.5)
+            assert greeted.call(wc.KeepAlive()) == wc.KeepAlive()  # said Hello: no deadline
+    finally:
+        server.kill()
