@@ -40,6 +40,7 @@ from millrace.gateway.options import ServerOptions
 from millrace.gateway.pravega.controller_service import PravegaControllerService
 from millrace.gateway.pravega.listener import PravegaControllerListener
 from millrace.gateway.pravega.segment_store import PravegaSegmentStoreFactory
+from millrace.gateway.request_metrics import RequestMetrics
 from millrace.gateway.security.acl_table import AclTable
 from millrace.gateway.security.credentials import (
     ListenerCredentials,
@@ -320,11 +321,13 @@ def _refuse_secured_pravega(security: SecuritySettings, native: ListenerSettings
 
 def pravega_segment_store(options: ServerOptions, security: SecuritySettings, native: ListenerSettings,
                           store: SegmentService, controller: Controller, broker: Broker,
-                          pool: ThreadPoolExecutor) -> tuple[PravegaSegmentStoreFactory, int] | None:
+                          pool: ThreadPoolExecutor, requests: RequestMetrics | None = None,
+                          ) -> tuple[PravegaSegmentStoreFactory, int] | None:
     """Pravega's segment store wire protocol: its factory and the port to bind it to (None when neither
     Pravega flag is given). Over the same stream-layer gate as the native listener's raw segment
     commands (on the broker's topics, so a Kafka topic's segments refuse Pravega appends), with the
-    listeners' shared guards; refused on a secured server, as the controller API is."""
+    listeners' shared guards; refused on a secured server, as the controller API is. ``requests``: the
+    native listener's metrics, where its connections are counted as the listener ``PRAVEGA``."""
     if options.pravega_controller_port is None and options.pravega_segment_port is None:
         return None
     _refuse_secured_pravega(security, native)
@@ -335,7 +338,7 @@ def pravega_segment_store(options: ServerOptions, security: SecuritySettings, na
         raise ValueError(f"--pravega-segment-port must be 0..65535, not {port}")
     gate = SegmentGate(store, broker.topics, broker.scaling.scope, controller, pool)
     return PravegaSegmentStoreFactory(gate, store, controller.tables, pool, options.connection_budget_mb * MIB,
-                                      broker.guards), port
+                                      broker.guards, requests.listener("PRAVEGA") if requests is not None else None), port
 
 
 def pravega_controller(options: ServerOptions, security: SecuritySettings, native: ListenerSettings,

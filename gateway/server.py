@@ -96,7 +96,8 @@ def serve(options: ServerOptions) -> int:
                            handshake_timeout_ms=security.limits.authentication_timeout_ms)
         # Pravega's segment store on the reactor, then its controller API (grpcio's server on threads of
         # its own), whose getURI answers the segment store's bound port.
-        segment_store = pravega_segment_store(options, security, native, store, controller, broker, controller_pool)
+        segment_store = pravega_segment_store(options, security, native, store, controller, broker, controller_pool,
+                                              native_factory.requests)
         pravega_segments = None
         if segment_store is not None:
             segment_factory, segment_port = segment_store

@@ -61,6 +61,7 @@ from millrace.gateway.pravega_protocol.base import (
 )
 from millrace.gateway.pravega_protocol.codec import decode_command
 from millrace.gateway.pravega_protocol.errors import ErrorMessageCode, PravegaCodecError
+from millrace.gateway.request_metrics import ListenerMetrics
 from millrace.protocol.contracts import (
     AttributeUpdate,
     AttributeUpdateType,
@@ -114,8 +115,10 @@ class PravegaSegmentStoreProtocol(BudgetedReceiver):
     HEADER_DELIVERED = True
 
     def __init__(self, gate: SegmentGate, store: SegmentService, tables: PravegaTables, pool: Executor,
-                 budget_bytes: int, guards: ConnectionGuards | None) -> None:
+                 budget_bytes: int, guards: ConnectionGuards | None, metrics: ListenerMetrics | None = None) -> None:
+        """``metrics``: where the open connection is counted for /metrics (None: not counted)."""
         super().__init__(budget_bytes, "pravega-connection", guards)
+        self._metrics = metrics
         self.gate = gate
         self.store = store
         self.tables = tables
@@ -153,6 +156,8 @@ class PravegaSegmentStoreProtocol(BudgetedReceiver):
         # Hello is this protocol's login: a connection that never says it is closed after
         # millrace.authentication.timeout.ms, as one that never logs in is on the other listeners.
         self.require_authentication()
+        if self._metrics is not None:
+            self._metrics.connections.add(self)
 
     # -- input ------------------------------------------------------------------------------------------
     def stringReceived(self, frame: memoryview) -> None:  # noqa: N802 - Twisted's name
@@ -463,6 +468,8 @@ class PravegaSegmentStoreProtocol(BudgetedReceiver):
 
     def connectionLost(self, reason: Failure = protocol.connectionDone) -> None:  # noqa: N802 - Twisted's name
         super().connectionLost(reason)
+        if self._metrics is not None:
+            self._metrics.connections.discard(self)
         self._writers.clear()
         self._claiming.clear()
 
@@ -502,8 +509,10 @@ class PravegaSegmentStoreFactory(protocol.ServerFactory):
 
     def __init__(self, gate: SegmentGate, store: SegmentService, tables: TableStore, pool: Executor,
                  connection_budget_bytes: int = DEFAULT_CONNECTION_BUDGET_BYTES,
-                 guards: ConnectionGuards | None = None) -> None:
-        """``pool``: where table commands block."""
+                 guards: ConnectionGuards | None = None, metrics: ListenerMetrics | None = None) -> None:
+        """``pool``: where table commands block; ``metrics``: where connections are counted for /metrics
+        (the listener ``PRAVEGA`` of the native listener's metrics: open, paused, budget held)."""
+        self.metrics = metrics
         self.gate = gate
         self.store = store
         self.tables = PravegaTables(tables)
@@ -513,4 +522,4 @@ class PravegaSegmentStoreFactory(protocol.ServerFactory):
 
     def buildProtocol(self, addr: Any) -> PravegaSegmentStoreProtocol:  # noqa: N802 - Twisted's name
         return PravegaSegmentStoreProtocol(self.gate, self.store, self.tables, self.pool,
-                                           self.connection_budget_bytes, self.guards)
+                                           self.connection_budget_bytes, self.guards, self.metrics)

@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -77,5 +78,19 @@ def test_the_segment_store_closes_a_connection_that_never_says_hello(tmp_path: P
         with WireClient(server.pravega_segment_port) as greeted:
             time.sleep(1.5)
             assert greeted.call(wc.KeepAlive()) == wc.KeepAlive()  # said Hello: no deadline
+    finally:
+        server.kill()
+
+
+def test_the_segment_store_connections_are_counted_in_metrics(tmp_path: Path) -> None:
+    server = ServerProcess(str(tmp_path / "data"), "--pravega-segment-port", "0").start()
+    try:
+        def pravega_connections() -> str:
+            with urllib.request.urlopen(f"http://127.0.0.1:{server.http_port}/metrics", timeout=10) as answer:
+                text = answer.read().decode()
+            return next(line for line in text.splitlines() if line.startswith('millrace_connections{listener="PRAVEGA"}'))
+
+        with WireClient(server.pravega_segment_port):
+            assert pravega_connections().endswith(" 1.0")
     finally:
         server.kill()
