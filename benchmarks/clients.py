@@ -347,5 +347,120 @@ def run_clients(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
-SCENARIOS = [Scenario("clients", "the native Python client beside confluent-kafka: one at a time, pipelined, "
-                      "reads, transactions", add_clients_arguments, run_clients, __doc__ or "")]
+# Pravega's official client (``pravega`` 0.3.8, the Rust client's binding) beside Millrace's own.
+
+PRAVEGA_SEGMENTS = 4
+PRAVEGA_KEYS = 64
+# Pravega writes awaited at once: its writer batches what it holds, as a producer's linger would.
+PRAVEGA_IN_FLIGHT = 1000
+
+
+def pravega_write(manager: Any, stream: str, payload: bytes, events: int) -> float:
+    writer = manager.create_writer("bench", stream)
+    text = payload.decode("latin-1")  # write_event_async takes a str; latin-1 keeps one byte per character
+
+    async def write() -> None:
+        pending = []
+        for i in range(events):
+            pending.append(writer.write_event_async(text, f"key-{i % PRAVEGA_KEYS}"))
+            if len(pending) >= PRAVEGA_IN_FLIGHT:
+                await asyncio.gather(*pending)
+                pending = []
+        await asyncio.gather(*pending)
+
+    start = time.perf_counter()
+    asyncio.run(write())
+    writer.flush()
+    return time.perf_counter() - start
+
+
+def pravega_read(manager: Any, stream: str, events: int) -> tuple[float, int]:
+    reader = manager.create_reader_group(f"g-{stream}", "bench", stream).create_reader("r1")
+
+    async def read() -> int:
+        count = 0
+        while count < events:
+            piece = await asyncio.wait_for(reader.get_segment_slice_async(), 60)
+            count += sum(1 for _ in piece)
+            reader.release_segment(piece)
+        return count
+
+    start = time.perf_counter()
+    count = asyncio.run(read())
+    elapsed = time.perf_counter() - start
+    reader.reader_offline()
+    return elapsed, count
+
+
+def millrace_write(manager: StreamManager, stream: str, payload: bytes, events: int) -> float:
+    with manager.create_writer("bench", stream) as writer:
+        start = time.perf_counter()
+        for i in range(events):
+            writer.write_event(payload, routing_key=f"key-{i % PRAVEGA_KEYS}")
+        writer.flush()
+        return time.perf_counter() - start
+
+
+def millrace_read(manager: StreamManager, stream: str, events: int) -> tuple[float, int]:
+    reader = manager.create_reader_group(f"g-{stream}", "bench", stream).create_reader("r1")
+    start = time.perf_counter()
+    count = 0
+    while count < events:
+        if reader.read_next_event(timeout=30.0) is None:
+            break
+        count += 1
+    elapsed = time.perf_counter() - start
+    reader.close()
+    return elapsed, count
+
+
+def _rates(events: int, size: int, seconds: float) -> dict[str, float]:
+    return {"events_per_s": round(events / seconds), "mb_per_s": round(events * size / seconds / 1e6, 2)}
+
+
+def add_pravega_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--events", type=int, default=20000)
+    parser.add_argument("--sizes", default="100,1000", help="event sizes in bytes, comma-separated")
+
+
+def run_pravega(args: argparse.Namespace) -> dict:
+    import pravega_client  # a test dependency: only this scenario needs it
+
+    with tempfile.TemporaryDirectory() as scratch:
+        floors = machine_floors(scratch)
+    results = []
+    with tempfile.TemporaryDirectory() as home, ServerProcess(
+            os.path.join(home, "data"), "--pravega-controller-port", "0", "--pravega-segment-port", "0") as server:
+        pravega = pravega_client.StreamManager(f"tcp://127.0.0.1:{server.pravega_controller_port}")
+        pravega.create_scope("bench")
+        with StreamManager(f"tcp://127.0.0.1:{server.native_port}") as millrace:
+            for size in (int(s) for s in args.sizes.split(",")):
+                payload = (bytes(range(97, 123)) * (size // 26 + 1))[:size]
+                for client in ("pravega", "millrace"):
+                    stream = f"{client}-{size}"
+                    pravega.create_stream("bench", stream, PRAVEGA_SEGMENTS)
+                    if client == "pravega":
+                        wrote = pravega_write(pravega, stream, payload, args.events)
+                        read, count = pravega_read(pravega, stream, args.events)
+                    else:
+                        wrote = millrace_write(millrace, stream, payload, args.events)
+                        read, count = millrace_read(millrace, stream, args.events)
+                    result = {"client": client, "event_bytes": size, "events": args.events,
+                              "write": _rates(args.events, size, wrote), "read": _rates(count, size, read),
+                              "read_events": count}
+                    print(json.dumps(result), flush=True)
+                    results.append(result)
+    return {"floors": floors, "results": results}
+
+
+SCENARIOS = [
+    Scenario("clients", "the native Python client beside confluent-kafka: one at a time, pipelined, "
+             "reads, transactions", add_clients_arguments, run_clients, __doc__ or ""),
+    Scenario("pravega-clients", "Pravega's official client beside Millrace's on one server: writes and reads",
+             add_pravega_arguments, run_pravega,
+             """Pravega's official client (pip pravega 0.3.8) beside Millrace's own, on the same server in the
+same run. For each event size, --events events with routing keys over 64 keys go to a fresh stream of 4
+fixed segments: through Pravega's write_event_async (1,000 awaited at a time; the Pravega segment store
+listener, events in Pravega's framing) and through Millrace's EventStreamWriter (the native listener),
+flushed; then a reader group of one reader of each client reads its stream from the head."""),
+]

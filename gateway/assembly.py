@@ -39,6 +39,8 @@ from millrace.gateway.native.security import NativeSecurity
 from millrace.gateway.options import ServerOptions
 from millrace.gateway.pravega.controller_service import PravegaControllerService
 from millrace.gateway.pravega.listener import PravegaControllerListener
+from millrace.gateway.pravega.segment_store import PravegaSegmentStoreFactory
+from millrace.gateway.request_metrics import RequestMetrics
 from millrace.gateway.security.acl_table import AclTable
 from millrace.gateway.security.credentials import (
     ListenerCredentials,
@@ -307,23 +309,52 @@ def native_gateway(options: ServerOptions, segments: SegmentService, controller:
                          transactions=transactions, security=security, guards=broker.guards)
 
 
+# Pravega's own default port for its segment store, served when only the controller's port is given.
+PRAVEGA_DEFAULT_SEGMENT_PORT = 12345
+
+
+def _refuse_secured_pravega(security: SecuritySettings, native: ListenerSettings) -> None:
+    if security.authorizer_enabled or native.uses_sasl or native.ssl is not None:
+        raise ValueError("the Pravega listeners have no authentication or TLS yet: they are not served where the "
+                         "native listener authenticates or uses TLS, or an authorizer is on")
+
+
+def pravega_segment_store(options: ServerOptions, security: SecuritySettings, native: ListenerSettings,
+                          store: SegmentService, controller: Controller, broker: Broker,
+                          pool: ThreadPoolExecutor, requests: RequestMetrics | None = None,
+                          ) -> tuple[PravegaSegmentStoreFactory, int] | None:
+    """Pravega's segment store wire protocol: its factory and the port to bind it to (None when neither
+    Pravega flag is given). Over the same stream-layer gate as the native listener's raw segment
+    commands (on the broker's topics, so a Kafka topic's segments refuse Pravega appends), with the
+    listeners' shared guards; refused on a secured server, as the controller API is. ``requests``: the
+    native listener's metrics, where its connections are counted as the listener ``PRAVEGA``."""
+    if options.pravega_controller_port is None and options.pravega_segment_port is None:
+        return None
+    _refuse_secured_pravega(security, native)
+    port = options.pravega_segment_port
+    if port is None:
+        port = PRAVEGA_DEFAULT_SEGMENT_PORT
+    if not 0 <= port < 1 << 16:
+        raise ValueError(f"--pravega-segment-port must be 0..65535, not {port}")
+    gate = SegmentGate(store, broker.topics, broker.scaling.scope, controller, pool)
+    return PravegaSegmentStoreFactory(gate, store, controller.tables, pool, options.connection_budget_mb * MIB,
+                                      broker.guards, requests.listener("PRAVEGA") if requests is not None else None), port
+
+
 def pravega_controller(options: ServerOptions, security: SecuritySettings, native: ListenerSettings,
                        store: SegmentService, controller: Controller, broker: Broker,
-                       pool: ThreadPoolExecutor) -> PravegaControllerListener | None:
+                       pool: ThreadPoolExecutor, segment_port: int) -> PravegaControllerListener | None:
     """Pravega's controller gRPC API on ``--pravega-controller-port`` (None when the flag is not given),
     bound, not yet serving. Over the same controller, and the same stream-layer rules (a ``SegmentGate``
     on the broker's topics) and stream deletion (the broker's) as the native listener. It has no
     authentication or TLS yet, so a server whose native listener authenticates or whose authorizer is
     on refuses it (ValueError) rather than open its streams to anyone. ``pool``: where the gate's format
     claims would block (the controller pool; the checks this API makes block on the caller's thread).
-    ``getURI`` answers ``--pravega-segment-port`` on the host the native listener is reached at."""
+    ``getURI`` answers ``segment_port`` (the bound Pravega segment store listener) on the host the native
+    listener is reached at."""
     if options.pravega_controller_port is None:
         return None
-    if security.authorizer_enabled or native.uses_sasl or native.ssl is not None:
-        raise ValueError("the Pravega controller listener has no authentication or TLS yet: it is not served "
-                         "where the native listener authenticates or uses TLS, or an authorizer is on")
-    if not 0 < options.pravega_segment_port < 1 << 16:
-        raise ValueError(f"--pravega-segment-port must be 1..65535, not {options.pravega_segment_port}")
+    _refuse_secured_pravega(security, native)
     given = options.advertised_native
     if given:
         segment_host = given.rpartition(":")[0].strip("[]")
@@ -334,7 +365,7 @@ def pravega_controller(options: ServerOptions, security: SecuritySettings, nativ
 
     def service(port: int) -> PravegaControllerService:
         return PravegaControllerService(controller, gate, broker.topics.delete_stream, (controller_host, port),
-                                        (segment_host, options.pravega_segment_port))
+                                        (segment_host, segment_port))
 
     return PravegaControllerListener(options.host, options.pravega_controller_port, service)
 

@@ -48,8 +48,9 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
                    help="serve Pravega's controller gRPC API here, for Pravega's own clients (0 = any free; "
                         "default: not served)")
     p.add_argument("--pravega-segment-port", type=int, default=d.pravega_segment_port, metavar="PORT",
-                   help="the Pravega segment store port the controller API gives clients for every segment "
-                        "(getURI), on the native listener's host")
+                   help="serve Pravega's segment store wire protocol here, for Pravega's own writers and "
+                        "readers (0 = any free; default 12345 when --pravega-controller-port is given, else "
+                        "not served); the controller API's getURI answers it")
     p.add_argument("--containers", type=int, default=d.containers, help="number of segment containers")
     p.add_argument("--lts", default=None, help="long-term storage: a path or s3://BUCKET/PREFIX "
                    "(default: DATA_DIR/lts)")
@@ -418,8 +419,9 @@ def main(argv: list[str] | None = None) -> int:
         log_twisted_warnings()
         options = server_options(args)
         if options.zookeeper:
-            if options.pravega_controller_port is not None:
-                print("millrace: --pravega-controller-port is served by a single node only, not with --zookeeper",
+            if options.pravega_controller_port is not None or options.pravega_segment_port is not None:
+                print("millrace: --pravega-controller-port and --pravega-segment-port are served by a single node "
+                      "only, not with --zookeeper",
                       file=sys.stderr, flush=True)
                 return 2
             from millrace.gateway.cluster_server import serve_cluster

@@ -68,7 +68,6 @@ log = logging.getLogger(__name__)
 # Bytes of requests (and their appends) one connection may hold before it stops reading.
 DEFAULT_CONNECTION_BUDGET_BYTES = 32 * MIB
 _LEN = struct.Struct(">I")
-_PREFIX = _LEN.size
 # A frame with more than this still to read is read straight into its own buffer (module docstring)...
 DIRECT_READ_MIN = 128 * 1024
 # ...a heap buffer up to this size (allocated and zeroed whole before its bytes arrive: at most this much
@@ -88,6 +87,13 @@ class BudgetedReceiver(protocol.Protocol):
     callee keeps it) while the connection's budgets allow reading."""
 
     MAX_LENGTH = 100 * 1024 * 1024
+    # A frame's header: HEADER_BYTES before its body, the body's length as a 4-byte big-endian integer at
+    # LENGTH_AT within it. Kafka's and the native protocol's header is that length alone; Pravega's
+    # WireCommands put a 4-byte type code first (``gateway/pravega/segment_store.py``), and its handler
+    # wants the header handed over with the body (HEADER_DELIVERED).
+    HEADER_BYTES = 4
+    LENGTH_AT = 0
+    HEADER_DELIVERED = False
     tcp: ITCPTransport  # the transport, typed: both listeners are TCP
 
     def __init__(self, budget_bytes: int, name: str = "connection", guards: ConnectionGuards | None = None) -> None:
@@ -100,7 +106,7 @@ class BudgetedReceiver(protocol.Protocol):
         # Unparsed input: views and chunks holding the start of an incomplete frame.
         self._pending: list[bytes | memoryview] = []
         self._pending_len = 0
-        self._want = _PREFIX  # bytes needed before parsing can make progress
+        self._want = self.HEADER_BYTES  # bytes needed before parsing can make progress
         self._parsing = False  # inside ``_parse``: responses written now wait for the end of the read
         self._socket: tcp.Connection | None = None  # the plain TCP transport, for ``send`` and direct reads
         # The large frame being read straight into its own buffer (prefix included), and its bytes so far.
@@ -316,7 +322,7 @@ class BudgetedReceiver(protocol.Protocol):
             rest = view[off:]
             # A frame has begun and will not be whole in this read: it holds its size of the pool until
             # it is (at most one frame per connection does: the first incomplete one).
-            if self._want > _PREFIX and not self._reserved and self._pool is not None:
+            if self._want > self.HEADER_BYTES and not self._reserved and self._pool is not None:
                 self._reserve(self._want)
             if not self.paused and self._read_into_buffer(rest):
                 return
@@ -327,17 +333,20 @@ class BudgetedReceiver(protocol.Protocol):
 
     def _parse_frames(self, view: memoryview, off: int, end: int, admission: Admission) -> int:
         """Hand over the whole frames of ``view[off:end]`` while reading is allowed; where it stopped."""
-        while not self.paused and not self._closed and end - off >= _PREFIX:
-            (length,) = _LEN.unpack_from(view, off)
+        header = self.HEADER_BYTES
+        length_at = self.LENGTH_AT
+        body_from = 0 if self.HEADER_DELIVERED else header
+        while not self.paused and not self._closed and end - off >= header:
+            (length,) = _LEN.unpack_from(view, off + length_at)
             if length > self.MAX_LENGTH:
                 self._closed = True
                 self.lengthLimitExceeded(length)
                 return end
-            stop = off + _PREFIX + length
+            stop = off + header + length
             if stop > end:
-                self._want = _PREFIX + length
+                self._want = header + length
                 break
-            frame = view[off + _PREFIX : stop]
+            frame = view[off + body_from : stop]
             off = stop
             if self._reserved:  # this is the frame that held the pool while it arrived
                 self._release_reservation()
@@ -352,7 +361,7 @@ class BudgetedReceiver(protocol.Protocol):
                 if blocking is not None:
                     self._pause(blocking)
         else:
-            self._want = _PREFIX
+            self._want = header
         return off
 
     # -- the memory pool --------------------------------------------------------------------------------

@@ -26,11 +26,11 @@ class ServerOptions:
     kafka_port: int = 9092
     native_port: int = 9090
     http_port: int = 9091
-    # Pravega's controller gRPC API (gateway/pravega/), for Pravega's own clients: its port (None: not
-    # served; 0: any free port), and the segment store port its getURI answers (Pravega's default 12345;
-    # recorded only: the Pravega segment store listener is not served yet).
+    # Pravega's controller gRPC API and segment store listener (gateway/pravega/), for Pravega's own
+    # clients: their ports (None: not served; 0: any free port). The segment store is served when either
+    # is given, on Pravega's default 12345 unless told; getURI answers it.
     pravega_controller_port: int | None = None
-    pravega_segment_port: int = 12345
+    pravega_segment_port: int | None = None
     kafka_scope: str = "kafka"
     auto_create_topics: bool = True
     default_partitions: int = 1

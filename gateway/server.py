@@ -29,6 +29,7 @@ from millrace.gateway.assembly import (
     native_settings,
     native_tls,
     pravega_controller,
+    pravega_segment_store,
     scram_credentials,
     topic_partitions,
 )
@@ -93,8 +94,16 @@ def serve(options: ServerOptions) -> int:
                                                        metrics, guards=broker.guards)},
                            {**http_tls(security), **native_tls(native)},
                            handshake_timeout_ms=security.limits.authentication_timeout_ms)
-        # Pravega's controller API: grpcio's server on threads of its own, beside the reactor's listeners.
-        pravega = pravega_controller(options, security, native, store, controller, broker, controller_pool)
+        # Pravega's segment store on the reactor, then its controller API (grpcio's server on threads of
+        # its own), whose getURI answers the segment store's bound port.
+        segment_store = pravega_segment_store(options, security, native, store, controller, broker, controller_pool,
+                                              native_factory.requests)
+        pravega_segments = None
+        if segment_store is not None:
+            segment_factory, segment_port = segment_store
+            pravega_segments = reactor.listenTCP(segment_port, segment_factory, interface=options.host)
+        pravega = pravega_controller(options, security, native, store, controller, broker, controller_pool,
+                                     bound_address(pravega_segments).port if pravega_segments is not None else 0)
     except Exception as exc:  # noqa: BLE001 - e.g. a port in use
         print(f"millrace: cannot listen: {exc}", file=sys.stderr, flush=True)
         controller_pool.shutdown(wait=False)
@@ -112,6 +121,8 @@ def serve(options: ServerOptions) -> int:
         announce(name, port)
     if pravega is not None:
         print_line(f"millrace: pravega controller listening on {pravega.host}:{pravega.port}")
+    if pravega_segments is not None:
+        announce("pravega segment store", pravega_segments)
     print_line(f"millrace: ready (data dir {os.path.abspath(options.data_dir)})")
     check_reactor_waits()
     # Twisted's own signal handlers stop the reactor on SIGINT and SIGTERM.
