@@ -46,8 +46,8 @@ from benchmarks.harness import (
     server_pid,
 )
 from millrace.client.manager import StreamManager
-from millrace.gateway.console import HISTORY_DIR
-from millrace.gateway.console.history import FILES, SAMPLES_KEPT, HistoryFiles, read_saved
+from millrace.gateway.http.console import HISTORY_DIR
+from millrace.gateway.http.console.history import FILES, SAMPLES_KEPT, HistoryFiles, read_saved
 from millrace.protocol.records import NewRecord, build_record_batch
 from millrace.store.durablelog.curve import CurveClientKeys, create_cluster_keys
 from millrace.store.durablelog.interface import DurableDataLog

@@ -58,7 +58,7 @@ from benchmarks.harness import (
     produce_all,
     server_pid,
 )
-from millrace.gateway.local_cluster import free_ports
+from millrace.gateway.commands.local_cluster import free_ports
 from millrace.protocol.records import Compression, NewRecord, build_record_batch, iter_batches
 from millrace.streams.partitions.admission import admit_batch
 from millrace.streams.topics import TopicInfo

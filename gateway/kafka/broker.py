@@ -15,8 +15,6 @@ from twisted.internet.defer import Deferred
 
 from millrace.gateway.kafka.node_requests import PLAINTEXT_LINK, NodeLink
 from millrace.gateway.kafka.quotas.enforcement import ClientQuotas
-from millrace.gateway.limits import ConnectionGuards
-from millrace.gateway.request_metrics import KafkaTraffic, RequestMetrics
 from millrace.gateway.security.acls import (
     CLUSTER_NAME,
     SUPPORTED_OPERATIONS,
@@ -26,6 +24,8 @@ from millrace.gateway.security.acls import (
     operations_bit_field,
 )
 from millrace.gateway.security.principal import ANONYMOUS, KafkaPrincipal
+from millrace.gateway.shared.limits import ConnectionGuards
+from millrace.gateway.shared.request_metrics import KafkaTraffic, RequestMetrics
 from millrace.store.budget import ByteBudget
 from millrace.store.contracts import SegmentService
 from millrace.store.controller import Controller
@@ -178,7 +178,7 @@ class Broker:
     acls: AclTable | None = None
     # How this node's requests to other nodes dial them and log in (Kafka's inter-broker listener)
     node_link: NodeLink = PLAINTEXT_LINK
-    # What every listener holds its clients to (``gateway.limits``): set from the properties at start;
+    # What every listener holds its clients to (``gateway.shared.limits``): set from the properties at start;
     # the defaults until then
     guards: ConnectionGuards
 

@@ -41,8 +41,6 @@ from typing import Any, TypeVar
 from twisted.internet import protocol
 from twisted.python.failure import Failure
 
-from millrace.gateway.framing import DEFAULT_CONNECTION_BUDGET_BYTES, BudgetedReceiver
-from millrace.gateway.limits import ConnectionGuards
 from millrace.gateway.pravega.table_segments import (
     TABLE_COMMANDS,
     PravegaTables,
@@ -61,7 +59,9 @@ from millrace.gateway.pravega_protocol.base import (
 )
 from millrace.gateway.pravega_protocol.codec import decode_command
 from millrace.gateway.pravega_protocol.errors import ErrorMessageCode, PravegaCodecError
-from millrace.gateway.request_metrics import ListenerMetrics
+from millrace.gateway.shared.framing import DEFAULT_CONNECTION_BUDGET_BYTES, BudgetedReceiver
+from millrace.gateway.shared.limits import ConnectionGuards
+from millrace.gateway.shared.request_metrics import ListenerMetrics
 from millrace.protocol.contracts import (
     AttributeUpdate,
     AttributeUpdateType,

@@ -16,9 +16,9 @@ from millrace.gateway.kafka.resolve import Unloadable, loaded_topic_logs, topic_
 from millrace.gateway.kafka.stream_errors import error_code
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.produce import ProduceRequest, ProduceResponse
-from millrace.gateway.request_metrics import KafkaTraffic
 from millrace.gateway.security.acls import AclOperation, ResourceType
 from millrace.gateway.security.principal import KafkaPrincipal
+from millrace.gateway.shared.request_metrics import KafkaTraffic
 from millrace.streams.partitions import PartitionError, PartitionLog, SegmentPartitionStorage
 from millrace.streams.partitions.formats import TRANSACTIONAL_ATTRIBUTE
 from millrace.streams.topics import TopicInfo

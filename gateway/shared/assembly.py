@@ -1,6 +1,6 @@
 """A server's parts, made from its options: the one place ``ServerOptions`` are turned into things.
 
-``millrace serve`` (gateway/cli.py) parses its flags into ``ServerOptions`` and runs the embedded single
+``millrace serve`` (gateway/commands/cli.py) parses its flags into ``ServerOptions`` and runs the embedded single
 node (``server.serve``) or, with ``--zookeeper``, one node of a cluster (``cluster_server.serve_cluster``).
 Those two own their lifecycles (what starts when, on which thread, how it stops); what each part is made
 of is decided here, once for both: the Kafka configuration, the containers' configuration and rate
@@ -26,21 +26,18 @@ from twisted.internet import protocol, reactor
 from twisted.internet.address import IPv4Address, IPv6Address
 from twisted.internet.interfaces import IListeningPort, IReactorTCP
 
-from millrace.gateway.http import HttpAccess
+from millrace.gateway.http.site import HttpAccess
 from millrace.gateway.kafka.broker import Broker, KafkaConfig
 from millrace.gateway.kafka.connection import ConnectionLimit, KafkaFactory
 from millrace.gateway.kafka.node_requests import NodeLink
 from millrace.gateway.kafka.sessions import KafkaListener
 from millrace.gateway.kafka.setup import build_kafka
-from millrace.gateway.limits import ConnectionGuards
 from millrace.gateway.native.forwarding import NativeLink
 from millrace.gateway.native.handler import NativeFactory
 from millrace.gateway.native.security import NativeSecurity
-from millrace.gateway.options import ServerOptions
 from millrace.gateway.pravega.controller_service import PravegaControllerService
 from millrace.gateway.pravega.listener import PravegaControllerListener
 from millrace.gateway.pravega.segment_store import PravegaSegmentStoreFactory
-from millrace.gateway.request_metrics import RequestMetrics
 from millrace.gateway.security.acl_table import AclTable
 from millrace.gateway.security.credentials import (
     ListenerCredentials,
@@ -71,6 +68,9 @@ from millrace.gateway.security.tls import (
     client_tls,
     listen_tls,
 )
+from millrace.gateway.shared.limits import ConnectionGuards
+from millrace.gateway.shared.options import ServerOptions
+from millrace.gateway.shared.request_metrics import RequestMetrics
 from millrace.store.budget import MIB
 from millrace.store.cluster.containers import SegmentContainerHost
 from millrace.store.cluster.layout import NodeInfo, check_node_id
@@ -258,7 +258,7 @@ def kafka_config(options: ServerOptions, advertised_host: str, advertised_port: 
 
 
 def connection_guards(security: SecuritySettings) -> ConnectionGuards:
-    """What every listener of this server holds its clients to, shared between them (``gateway.limits``):
+    """What every listener of this server holds its clients to, shared between them (``gateway.shared.limits``):
     ``security``'s limits, one memory pool, one count of failed logins."""
     return ConnectionGuards(security.limits, security.sasl_server_max_receive_size)
 
@@ -628,7 +628,7 @@ def node_link(security: SecuritySettings) -> NodeLink:
 # The HTTP listener's security: the Kafka properties' listener named HTTP (``SecuritySettings.http``).
 
 def http_access(security: SecuritySettings, broker: Broker) -> HttpAccess | None:
-    """How the HTTP API authenticates and authorizes (gateway/http.py ``HttpAccess``): None, an open API
+    """How the HTTP API authenticates and authorizes (gateway/http/site.py ``HttpAccess``): None, an open API
     as before, when the HTTP listener does not authenticate and no authorizer is configured. Blocking
     where the HTTP listener serves OAUTHBEARER (its JWKS file is read)."""
     http = security.http

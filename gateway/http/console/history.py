@@ -43,13 +43,13 @@ from twisted.internet import defer, task, threads
 from twisted.internet.interfaces import IReactorCore, IReactorTime
 from twisted.python.failure import Failure
 
-from millrace.gateway.metrics import live_streams
+from millrace.gateway.shared.metrics import live_streams
 from millrace.store.errors import SegmentNotFoundError
 from millrace.streams.futures import every
 
 if TYPE_CHECKING:
-    from millrace.gateway.http import NodeView, StreamViews
-    from millrace.gateway.reader_groups import ReaderGroupViews
+    from millrace.gateway.http.reader_groups import ReaderGroupViews
+    from millrace.gateway.http.site import NodeView, StreamViews
 
 log = logging.getLogger(__name__)
 

@@ -7,14 +7,14 @@ Nothing here runs on a data path. The values the store and the gateway already t
 counters and gauges, byte budgets, the cache, long-term-storage backlog, log replication, committed
 offsets and high watermarks) are read when scraped, by custom collectors; what must be counted as it
 happens (request latencies, bytes in and out, errors) is counted in plain ints by its owner
-(``gateway/request_metrics.py``, ``store/latency.py``) and folded into Prometheus families here.
+(``gateway/shared/request_metrics.py``, ``store/latency.py``) and folded into Prometheus families here.
 
 Threads: a scrape reads reactor-owned state (connections, partitions, groups), so ``reactor_families``
 runs on the reactor; the stream series call the controller, which blocks on table reads, so
 ``stream_families`` runs on the HTTP site's worker pool (computed for every scrape rather than cached by
 a periodic refresh: a scrape is never staler than itself, and nothing runs when nobody scrapes; the cost
 is a few table reads per stream, which the table index serves from memory), and so do the reader
-groups' (their state segments are read and folded, ``gateway/reader_groups.py``: only what was appended
+groups' (their state segments are read and folded, ``gateway/http/reader_groups.py``: only what was appended
 since the last look). Values other threads write
 (containers' stats, a replicated log's acknowledgements) are read as the single ints they are.
 
@@ -38,7 +38,7 @@ from prometheus_client.process_collector import ProcessCollector
 from millrace.gateway.kafka.classic_groups.group import GroupState
 from millrace.gateway.kafka.registry import REGISTRY
 from millrace.gateway.kafka_protocol.errors import ErrorCode
-from millrace.gateway.request_metrics import RequestMetrics
+from millrace.gateway.shared.request_metrics import RequestMetrics
 from millrace.protocol.wire import Command
 from millrace.store.containers.container import SegmentContainer
 from millrace.store.controller import Controller, SegmentRange, StreamInfo
@@ -50,8 +50,8 @@ from millrace.store.latency import HistogramSnapshot
 if TYPE_CHECKING:
     from collections import Counter
 
+    from millrace.gateway.http.reader_groups import ReaderGroupViews
     from millrace.gateway.kafka.broker import Broker
-    from millrace.gateway.reader_groups import ReaderGroupViews
     from millrace.store.containers.rates import SegmentRates
     from millrace.store.contracts import SegmentInfo
 

@@ -54,7 +54,7 @@ from twisted.internet.interfaces import (
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from millrace.gateway.limits import (
+from millrace.gateway.shared.limits import (
     AUTHENTICATION_TIMEOUT_MS,
     CONNECTIONS_MAX_IDLE_MS,
     ConnectionGuards,

@@ -1,4 +1,4 @@
-"""The console's Twisted resources (``gateway/console/__init__.py`` lists the paths and answers)."""
+"""The console's Twisted resources (``gateway/http/console/__init__.py`` lists the paths and answers)."""
 
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ from urllib.parse import unquote
 from twisted.internet import defer
 from twisted.web import resource, server, static
 
-from millrace.gateway.console import kafka_views
-from millrace.gateway.console.kafka_views import Browse, ConsoleNotFoundError, NotServedHereError
-from millrace.gateway.http import _error_status, _json, answer_later
-from millrace.gateway.reader_groups import ReaderGroupNotFoundError
+from millrace.gateway.http.console import kafka_views
+from millrace.gateway.http.console.kafka_views import Browse, ConsoleNotFoundError, NotServedHereError
+from millrace.gateway.http.reader_groups import ReaderGroupNotFoundError
+from millrace.gateway.http.site import _error_status, _json, answer_later
 from millrace.protocol.names import segment_number
 from millrace.store.durablelog.replicated import ReplicatedDurableDataLog
 
 if TYPE_CHECKING:
-    from millrace.gateway.console import Console
+    from millrace.gateway.http.console import Console
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class _Groups(_ConsoleResource):
 
 class _ReaderGroups(_ConsoleResource):
     """``/api/reader-groups[/SCOPE/GROUP]``: native reader groups, folded from their state segments on
-    the controller pool (``gateway/reader_groups.py``)."""
+    the controller pool (``gateway/http/reader_groups.py``)."""
 
     def get(self, request: server.Request, path: list[str]) -> Any:
         views, groups = self.console.views, self.console.reader_groups

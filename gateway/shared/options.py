@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 @dataclass
 class ServerOptions:
-    """What ``millrace serve`` was asked for: each field is the flag of the same name (gateway/cli.py)."""
+    """What ``millrace serve`` was asked for: each field is the flag of the same name (gateway/commands/cli.py)."""
 
     data_dir: str = "./millrace-data"
     # Kafka broker properties (a server.properties file, then --override key=value items), for what
@@ -66,7 +66,7 @@ class ServerOptions:
     # certificate's secret file) and the replicas' public key; both or neither.
     log_curve_secret_key: str | None = None
     log_curve_server_key: str | None = None
-    # A cluster node (gateway/cluster_server.py) when ``zookeeper`` is set: its id (a number, the Kafka
+    # A cluster node (gateway/commands/cluster_server.py) when ``zookeeper`` is set: its id (a number, the Kafka
     # node id too), the peer listener's port, what each listener is advertised as (HOST:PORT; None: the
     # bind address), the ZooKeeper session timeout and how long a segment operation waits for an owner.
     zookeeper: str | None = None

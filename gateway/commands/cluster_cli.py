@@ -1,6 +1,6 @@
 """``millrace cluster up|status|start|down --dir DIR``: a whole cluster on this machine, for development and
 tests (ZooKeeper, log replicas and segment-store nodes as background processes on 127.0.0.1; the
-processes are managed by ``gateway/local_cluster.py``)."""
+processes are managed by ``gateway/commands/local_cluster.py``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import os
 import sys
 from typing import Any
 
-from millrace.gateway.local_cluster import ClusterError, ClusterSettings, LocalCluster
+from millrace.gateway.commands.local_cluster import ClusterError, ClusterSettings, LocalCluster
 from millrace.gateway.security.properties import ConfigError, refuse_secrets_in_overrides
 
 
@@ -131,7 +131,7 @@ def node_names(specs: list[str]) -> dict[str, list[str]]:
 
 def make_keys(args: argparse.Namespace) -> int:
     """``cluster keys``: the files, and each process's flags (paths only, never a secret)."""
-    from millrace.gateway.cluster_keys import create_cluster_secrets
+    from millrace.gateway.commands.cluster_keys import create_cluster_secrets
 
     zookeeper = [h.strip() for h in (args.zookeeper_host or "").split(",") if h.strip()] or None
     try:

@@ -1,10 +1,10 @@
-"""The web console and its JSON API, on the HTTP listener beside ``gateway/http.py``'s resources.
+"""The web console and its JSON API, on the HTTP listener beside ``gateway/http/site.py``'s resources.
 
 Pages (``static/``): ``GET /`` is the console (plain JS modules and the vendored Apache ECharts, see
 ``static/vendor/README.md``); ``GET /static/...`` its files. The pages only read the JSON API below and
 the existing ``/api/streams`` resources (split and merge are ``POST /api/streams/SCOPE/STREAM/split|merge``).
 
-JSON API (every answer ``application/json``; errors as gateway/http.py answers them, 404 for unknown
+JSON API (every answer ``application/json``; errors as gateway/http/site.py answers them, 404 for unknown
 names, 400 for malformed queries, 503 when this node cannot answer now: on a cluster, the groups are
 answered by the node coordinating them and a partition's records by the node leading it, and the others
 answer 503 naming that node and its HTTP address):
@@ -15,7 +15,7 @@ answer 503 naming that node and its HTTP address):
 - ``GET /api/groups``: Kafka consumer groups with state, type, members and total lag.
 - ``GET /api/groups/GROUP``: members with assignments, per partition the committed offset, log start,
   high watermark and lag, and the group's total lag over time (``lag_history``).
-- ``GET /api/reader-groups[?scope=SCOPE]``: native reader groups (``gateway/reader_groups.py``) with
+- ``GET /api/reader-groups[?scope=SCOPE]``: native reader groups (``gateway/http/reader_groups.py``) with
   their streams, online readers and unread bytes.
 - ``GET /api/reader-groups/SCOPE/GROUP``: the group's readers with their segments and positions, every
   segment left to read with its unread bytes (successors not reached yet count whole), totals per
@@ -34,7 +34,7 @@ The "over time" figures (throughput, lag, unread bytes, rates) are ``history.Con
 taken on a timer from ``Console.start``, a fixed number kept, saved under the data dir and loaded again
 at the next start.
 
-Access: ``gateway/http.py``'s ``endpoint_permission`` names what each path needs (DESCRIBE on the
+Access: ``gateway/http/site.py``'s ``endpoint_permission`` names what each path needs (DESCRIBE on the
 group, topic or stream; READ on the topic for its records, as a Kafka Fetch needs).
 
 Threads: the resources answer on the reactor thread, which owns the group coordinator and partition
@@ -51,11 +51,11 @@ from typing import TYPE_CHECKING, Any
 
 from twisted.web import resource
 
-from millrace.gateway.reader_groups import ReaderGroupViews
+from millrace.gateway.http.reader_groups import ReaderGroupViews
 
 if TYPE_CHECKING:
-    from millrace.gateway.console.history import ConsoleHistory
-    from millrace.gateway.http import NodeView, StreamViews
+    from millrace.gateway.http.console.history import ConsoleHistory
+    from millrace.gateway.http.site import NodeView, StreamViews
     from millrace.gateway.kafka.broker import Broker
 
 HISTORY_DIR = "console"  # under the data dir: the history's files
@@ -78,8 +78,8 @@ class Console:
     reader_groups: ReaderGroupViews = field(init=False)
 
     def __post_init__(self) -> None:
-        from millrace.gateway.console.history import ConsoleHistory
-        from millrace.gateway.console.kafka_views import total_lags
+        from millrace.gateway.http.console.history import ConsoleHistory
+        from millrace.gateway.http.console.kafka_views import total_lags
 
         self.reader_groups = ReaderGroupViews(self.views.controller)
         directory = None if self.data_dir is None else os.path.join(self.data_dir, HISTORY_DIR)
@@ -92,6 +92,6 @@ class Console:
 
     def mount(self, root: resource.Resource, api: resource.Resource) -> None:
         """Add the pages to the site's ``root`` and the JSON resources to its ``/api``."""
-        from millrace.gateway.console.resources import mount
+        from millrace.gateway.http.console.resources import mount
 
         mount(self, root, api)

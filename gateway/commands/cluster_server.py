@@ -1,7 +1,7 @@
 """``millrace serve --zookeeper HOST:PORT[/chroot] --node-id N``: one segment-store node of a cluster.
 
 What differs from the embedded server (``server.serve``; both are made of the parts
-``gateway/assembly.py`` builds from the options):
+``gateway/shared/assembly.py`` builds from the options):
 
 - the node's containers are the ones ZooKeeper assigns it (``ClusterNode``), each over its replicated
   log (``--log-replicas``; a container's log must be reachable from whichever node owns it next), with
@@ -41,7 +41,28 @@ from typing import Any
 from twisted.internet import protocol, reactor, task, threads
 from twisted.python.failure import Failure
 
-from millrace.gateway.assembly import (
+from millrace.gateway.http.console import Console
+from millrace.gateway.http.console.cluster_view import describe_cluster
+from millrace.gateway.http.site import StreamViews, http_site
+from millrace.gateway.kafka.broker import Broker
+from millrace.gateway.kafka.cluster import (
+    KAFKA_LISTENER_PREFIX,
+    GroupCoordination,
+    KafkaCluster,
+    TransactionCoordination,
+    native_endpoint,
+    out_of_date_topics,
+)
+from millrace.gateway.kafka.connection import KafkaFactory
+from millrace.gateway.kafka.node_requests import NodeLink
+from millrace.gateway.kafka.setup import start_background
+from millrace.gateway.native.dispatch import Handlers, handlers, serve
+from millrace.gateway.native.forwarding import HERE, PLAINTEXT_NATIVE_LINK, NativeLink, NodeLinks, forwarding
+from millrace.gateway.native.handler import NativeFactory, NativeProtocol
+from millrace.gateway.native.security import NativeSecurity
+from millrace.gateway.native.txn_cluster import cluster_txn_handlers
+from millrace.gateway.security.properties import ListenerSettings, SecuritySettings
+from millrace.gateway.shared.assembly import (
     ClusterNodeSetup,
     ServerOptions,
     add_scram_items,
@@ -72,28 +93,7 @@ from millrace.gateway.assembly import (
     scram_credentials,
     topic_partitions,
 )
-from millrace.gateway.console import Console
-from millrace.gateway.console.cluster_view import describe_cluster
-from millrace.gateway.http import StreamViews, http_site
-from millrace.gateway.kafka.broker import Broker
-from millrace.gateway.kafka.cluster import (
-    KAFKA_LISTENER_PREFIX,
-    GroupCoordination,
-    KafkaCluster,
-    TransactionCoordination,
-    native_endpoint,
-    out_of_date_topics,
-)
-from millrace.gateway.kafka.connection import KafkaFactory
-from millrace.gateway.kafka.node_requests import NodeLink
-from millrace.gateway.kafka.setup import start_background
-from millrace.gateway.metrics import ClusterSources, MetricsSources
-from millrace.gateway.native.dispatch import Handlers, handlers, serve
-from millrace.gateway.native.forwarding import HERE, PLAINTEXT_NATIVE_LINK, NativeLink, NodeLinks, forwarding
-from millrace.gateway.native.handler import NativeFactory, NativeProtocol
-from millrace.gateway.native.security import NativeSecurity
-from millrace.gateway.native.txn_cluster import cluster_txn_handlers
-from millrace.gateway.security.properties import ListenerSettings, SecuritySettings
+from millrace.gateway.shared.metrics import ClusterSources, MetricsSources
 from millrace.protocol import messages as m
 from millrace.protocol.contracts import SegmentInfo
 from millrace.protocol.wire import PROTOCOL_VERSION, Command
@@ -145,7 +145,7 @@ class PeerFactory(protocol.ServerFactory):
 
 
 class NodeHttpView:
-    """The ``NodeView`` the HTTP site (gateway/http.py) reads on a cluster node: its own containers
+    """The ``NodeView`` the HTTP site (gateway/http/site.py) reads on a cluster node: its own containers
     (health, container series, /api/segments: read on the reactor, so local only) and, through the
     router, any segment's info and rates (the stream series and views, on the worker pool)."""
 

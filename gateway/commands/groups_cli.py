@@ -9,7 +9,7 @@ reader groups with their positions and unread bytes, read from the HTTP listener
   unread bytes.
 - ``readers SCOPE[/GROUP]``: a scope's reader groups, or one in detail. (It used to read the group's state
   through the native listener as a client; the server now folds the state itself,
-  ``gateway/reader_groups.py``, so every action takes one address, one TLS and credential setup, and
+  ``gateway/http/reader_groups.py``, so every action takes one address, one TLS and credential setup, and
   shows the same figures as the console and ``/metrics``.)
 
 An HTTPS listener is trusted through ``--ca-file``; one that authenticates reads gets HTTP Basic

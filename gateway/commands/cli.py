@@ -13,10 +13,10 @@ import time
 from dataclasses import fields
 from typing import Any
 
-from millrace.gateway.cluster_cli import add_cluster_parser, run_cluster
-from millrace.gateway.groups_cli import add_groups_parser, run_groups
-from millrace.gateway.options import ServerOptions
-from millrace.gateway.users_cli import add_users_parser, run_users
+from millrace.gateway.commands.cluster_cli import add_cluster_parser, run_cluster
+from millrace.gateway.commands.groups_cli import add_groups_parser, run_groups
+from millrace.gateway.commands.users_cli import add_users_parser, run_users
+from millrace.gateway.shared.options import ServerOptions
 
 
 def _serve_parser(sub: argparse._SubParsersAction) -> None:
@@ -413,7 +413,9 @@ def main(argv: list[str] | None = None) -> int:
         logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         return run_logd(args.data_dir, args.host, args.port, args.curve_secret_key, args.curve_authorized_keys)
     if args.command == "serve":
-        from millrace.gateway.server import serve  # only here: logd and the admin commands start without it
+        from millrace.gateway.commands.server import (
+            serve,  # only here: logd and the admin commands start without it
+        )
 
         logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         log_twisted_warnings()
@@ -424,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
                       "only, not with --zookeeper",
                       file=sys.stderr, flush=True)
                 return 2
-            from millrace.gateway.cluster_server import serve_cluster
+            from millrace.gateway.commands.cluster_server import serve_cluster
 
             return serve_cluster(options)
         return serve(options)

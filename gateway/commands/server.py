@@ -10,7 +10,10 @@ from concurrent.futures import ThreadPoolExecutor
 from twisted.internet import reactor
 from twisted.internet.interfaces import IListeningPort
 
-from millrace.gateway.assembly import (
+from millrace.gateway.http.console import Console
+from millrace.gateway.http.site import StreamViews, http_site
+from millrace.gateway.kafka.setup import start_background
+from millrace.gateway.shared.assembly import (
     add_scram_items,
     autoscaler,
     bound_address,
@@ -33,11 +36,8 @@ from millrace.gateway.assembly import (
     scram_credentials,
     topic_partitions,
 )
-from millrace.gateway.console import Console
-from millrace.gateway.http import StreamViews, http_site
-from millrace.gateway.kafka.setup import start_background
-from millrace.gateway.metrics import MetricsSources
-from millrace.gateway.options import ServerOptions
+from millrace.gateway.shared.metrics import MetricsSources
+from millrace.gateway.shared.options import ServerOptions
 from millrace.store.controller import Controller
 from millrace.store.process_output import print_line
 from millrace.store.tables import TableStore

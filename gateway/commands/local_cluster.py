@@ -1,5 +1,5 @@
 """A whole cluster on one machine, as background processes on 127.0.0.1: ``millrace cluster up/status/
-start/down`` (the command is ``gateway/cluster_cli.py``; this module starts, finds and stops processes).
+start/down`` (the command is ``gateway/commands/cluster_cli.py``; this module starts, finds and stops processes).
 
 A cluster directory ``DIR`` holds everything:
 
@@ -14,7 +14,7 @@ way tests/cluster/zookeeper_process.py does), ``logd-1..R`` (``millrace logd``) 
 a logd's address is in the log ensembles recorded in ZooKeeper and clients keep the bootstrap list, so
 a process started again (``start``, or ``up`` after a crash of everything) must come back where it was.
 
-With ``up --secure`` every link is secured (``DIR/secrets/``, made by ``gateway/cluster_keys.py``, mode
+With ``up --secure`` every link is secured (``DIR/secrets/``, made by ``gateway/commands/cluster_keys.py``, mode
 0700, never printed): ZooKeeper digest credentials (the cluster's znodes are the nodes' alone), ZooKeeper
 on a TLS port only (``secureClientPort``, no plain ``clientPort``: Netty, a certificate of the cluster CA,
 client certificates of the cluster CA required; the nodes dial it with ``--zookeeper-tls-*``), mutual TLS
@@ -55,7 +55,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from millrace.gateway.cluster_keys import ClusterKeys, create_cluster_secrets, password
+from millrace.gateway.commands.cluster_keys import ClusterKeys, create_cluster_secrets, password
 from millrace.gateway.security.properties import (
     SecuritySettings,
     apply_overrides,

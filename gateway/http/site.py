@@ -4,7 +4,7 @@ list, manual split and merge).
 Endpoints:
 
 - ``GET /health``: container states; 503 unless every container runs.
-- ``GET /metrics``: Prometheus text (``gateway/metrics.py``; every series is in ``docs/metrics.md``).
+- ``GET /metrics``: Prometheus text (``gateway/shared/metrics.py``; every series is in ``docs/metrics.md``).
 - ``GET /api/segments``: every segment the store holds, with sizes.
 - ``GET /api/streams``: ``{"scopes": [...]}``.
 - ``GET /api/streams/SCOPE``: ``{"scope": ..., "streams": [...]}``.
@@ -31,7 +31,7 @@ asks for a PLAINTEXT listener's clients. An authenticated mutating request must 
 for the site cannot be made to scale a stream by another site's page. Without ``HttpAccess`` the site is
 open, as before.
 
-Limits (``gateway.limits``): a request body longer than ``millrace.http.max.request.body.bytes`` is
+Limits (``gateway.shared.limits``): a request body longer than ``millrace.http.max.request.body.bytes`` is
 answered 413 and the connection closed, before the body is read (a declared length) or as soon as it
 passes the bound (a chunked body). A request with a body that needs a principal has its credentials
 checked before its body is read (the connection stops reading meanwhile): without valid ones it is
@@ -40,7 +40,7 @@ answered 401 and the connection closed, the body unread; from an address past
 answers are written by ``_LimitedRequest`` straight to the connection, which then closes.
 
 Controller and scaler calls block on table-segment I/O, so they run on the server's controller pool
-and the resource answers later (NOT_DONE_YET); so do the stream metrics (``gateway/metrics.py``).
+and the resource answers later (NOT_DONE_YET); so do the stream metrics (``gateway/shared/metrics.py``).
 """
 
 from __future__ import annotations
@@ -60,17 +60,23 @@ from twisted.internet.interfaces import IDelayedCall, IPushProducer, IReactorTim
 from twisted.python.failure import Failure
 from twisted.web import http, resource, server
 
-from millrace.gateway.limits import (
+from millrace.gateway.native.controller_commands import PartitionsOf, describe_stream
+from millrace.gateway.security.acls import CLUSTER_NAME, AclOperation, Authorizer, ResourceType, client_host
+from millrace.gateway.security.http_auth import HttpAuthenticator
+from millrace.gateway.security.principal import ANONYMOUS, KafkaPrincipal
+from millrace.gateway.shared.limits import (
     AUTHENTICATION_TIMEOUT_MS,
     ConnectionGuards,
     ConnectionLimits,
     LoginFailures,
 )
-from millrace.gateway.metrics import CONTENT_TYPE, MetricsSources, reactor_families, render, worker_families
-from millrace.gateway.native.controller_commands import PartitionsOf, describe_stream
-from millrace.gateway.security.acls import CLUSTER_NAME, AclOperation, Authorizer, ResourceType, client_host
-from millrace.gateway.security.http_auth import HttpAuthenticator
-from millrace.gateway.security.principal import ANONYMOUS, KafkaPrincipal
+from millrace.gateway.shared.metrics import (
+    CONTENT_TYPE,
+    MetricsSources,
+    reactor_families,
+    render,
+    worker_families,
+)
 from millrace.protocol.messages import to_header
 from millrace.store.containers.container import SegmentContainer
 from millrace.store.containers.rates import SegmentRates
@@ -81,7 +87,7 @@ from millrace.streams.futures import to_deferred
 from millrace.streams.scaling import StreamScaling
 
 if TYPE_CHECKING:
-    from millrace.gateway.console import Console
+    from millrace.gateway.http.console import Console
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +200,7 @@ class _Health(resource.Resource):
 
 
 class _Metrics(resource.Resource):
-    """Prometheus' text, built by ``gateway/metrics.py``: the reactor's series here, the stream series on
+    """Prometheus' text, built by ``gateway/shared/metrics.py``: the reactor's series here, the stream series on
     the worker pool (controller calls block)."""
 
     isLeaf = True
@@ -753,7 +759,7 @@ def http_site(store: NodeView, views: StreamViews | None = None, access: HttpAcc
               guards: ConnectionGuards | None = None) -> server.Site:
     """The HTTP site; without ``views`` (no controller) only the store's resources exist; with ``access``
     every request is authenticated and authorized as it says (``_Guard``); ``console`` adds the web
-    console at ``/`` and its JSON resources under ``/api`` (``gateway/console/``); ``metrics``: what
+    console at ``/`` and its JSON resources under ``/api`` (``gateway/http/console/``); ``metrics``: what
     ``/metrics`` reads (None: the store's containers only); ``guards``: the server's limits (None: the
     defaults)."""
     root = resource.Resource()

@@ -1,4 +1,4 @@
-"""What the listeners count as they serve, for ``/metrics`` (``gateway/metrics.py`` exports it).
+"""What the listeners count as they serve, for ``/metrics`` (``gateway/shared/metrics.py`` exports it).
 
 Kafka's RequestMetrics, per listener: each request's time from its arrival to its response being ready
 to write, per API (the Kafka listener) or command (the native one), in a ``LatencyHistogram`` of plain
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from millrace.store.latency import LatencyHistogram
 
 if TYPE_CHECKING:
-    from millrace.gateway.framing import BudgetedReceiver
+    from millrace.gateway.shared.framing import BudgetedReceiver
 
 
 class ListenerMetrics:
