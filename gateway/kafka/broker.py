@@ -33,8 +33,9 @@ from millrace.store.tables import TableStore
 from millrace.streams.futures import to_deferred
 
 if TYPE_CHECKING:
-    from millrace.gateway.kafka.cluster import KafkaCluster, KafkaNode
+    from millrace.gateway.kafka.cluster import KafkaCluster
     from millrace.gateway.kafka.group_coordinator import GroupCoordinator
+    from millrace.gateway.kafka.nodes import KafkaNode
     from millrace.gateway.kafka.sessions import KafkaListener, Session
     from millrace.gateway.kafka.transactions import TransactionCoordinator
     from millrace.gateway.security.acl_table import AclTable

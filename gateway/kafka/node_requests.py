@@ -39,7 +39,7 @@ from millrace.protocol.sasl import SaslClientError
 if TYPE_CHECKING:
     from twisted.internet.interfaces import IOpenSSLClientConnectionCreator
 
-    from millrace.gateway.kafka.cluster import KafkaNode
+    from millrace.gateway.kafka.nodes import KafkaNode
 
 SEND_TIMEOUT_SECONDS = 10.0
 _HANDSHAKE_VERSION = 1  # v1: the exchange goes on in SaslAuthenticate requests
