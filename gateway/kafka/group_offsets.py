@@ -268,7 +268,7 @@ class OffsetManager:
     def drop_offsets_of_missing_topics(self) -> None:
         """Offsets of topics deleted while the coordinator was not listening (a crash between the
         topic's deletion and its offsets' removal, or before the coordinator was created)."""
-        topics = self.coordinator.broker.topics
+        topics = self.coordinator.topics
         if topics is None:
             return
         for topic in {tp[0] for group in self.coordinator.groups.values() for tp in group.offsets}:

@@ -133,7 +133,7 @@ class ConsumerGroupCoordinator:
 
     # -- plumbing ----------------------------------------------------------------------------------
     def _topics(self) -> Any:
-        return self.classic.broker.topics
+        return self.classic.topics
 
     def _later(self, seconds: float, fn: Any, *args: Any) -> Any:
         return self.classic.later(seconds, fn, *args)
