@@ -451,7 +451,7 @@ class ClusterServer:
             broker.quotas.load()  # client quotas another node changed
             if broker.acls is not None:
                 broker.acls.load()  # ACLs another node changed
-            return out_of_date_topics(broker)
+            return out_of_date_topics(broker.topics, broker.partitions, broker.store)
 
         def reload(stale: list[str]) -> None:
             for name in stale:

@@ -17,7 +17,8 @@ from twisted.python.failure import Failure
 
 from millrace.gateway.kafka.broker import Broker, RequestContext
 from millrace.gateway.kafka.handlers.api_versions import API_VERSIONS, api_versions_response
-from millrace.gateway.kafka.registry import NO_RESPONSE, REGISTRY
+from millrace.gateway.kafka.outcome import NO_RESPONSE
+from millrace.gateway.kafka.registry import REGISTRY
 from millrace.gateway.kafka.sessions import KafkaListener, Session
 from millrace.gateway.kafka_protocol.codec import (
     KafkaDecodeError,

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from twisted.internet import defer
 
+from millrace.gateway.kafka.broker import get_coordinator
 from millrace.gateway.kafka.consumer_groups.classic_members import decode_assignment
-from millrace.gateway.kafka.group_coordinator import get_coordinator
 from millrace.gateway.kafka.group_store import GROUPS_TABLE
 from millrace.protocol.records import ControlRecordType, iter_batches, parse_control_record
 from millrace.streams.partitions.storage import READ_COMMITTED, READ_UNCOMMITTED

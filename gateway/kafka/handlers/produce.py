@@ -11,7 +11,8 @@ from twisted.python.failure import Failure
 
 from millrace.gateway.kafka.broker import Broker, RequestContext
 from millrace.gateway.kafka.internal_topics import internal_topic
-from millrace.gateway.kafka.registry import NO_RESPONSE, NoResponse, api
+from millrace.gateway.kafka.outcome import NO_RESPONSE, NoResponse
+from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.resolve import Unloadable, loaded_topic_logs, topic_logs_or_error
 from millrace.gateway.kafka.stream_errors import error_code
 from millrace.gateway.kafka_protocol.errors import ErrorCode
