@@ -33,9 +33,9 @@ from kafka import KafkaConsumer, KafkaProducer
 
 from compat_tests.conftest import DEFAULT_PARTITIONS, start_server
 from compat_tests.test_crash_kafka import free_port
-from millrace.gateway.assembly import build_store
 from millrace.gateway.kafka.transactions import TRANSACTIONS_TABLE, TransactionMetadata, TxnState
-from millrace.gateway.options import ServerOptions
+from millrace.gateway.shared.assembly import build_store
+from millrace.gateway.shared.options import ServerOptions
 from millrace.store.tables import TableStore
 from tests.kafka.wire import local
 from tests.server_process import ServerProcess

@@ -1,6 +1,6 @@
 """``python -m millrace ...`` is the ``millrace`` command."""
 
-from millrace.gateway.cli import main
+from millrace.gateway.commands.cli import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -56,6 +56,9 @@ FORMAT_ATTRIBUTE = "millrace.format"
 class SegmentFormat(enum.IntEnum):
     BYTES = 1  # any bytes: appended, truncated and sealed at any offset
     SYNCHRONIZER = 2  # whole synchronizer entries, appended conditionally, truncated before a snapshot
+    # Pravega's event framing (``protocol/event_frames.py``): whole frames, written by Pravega's own
+    # writers through the Pravega segment store listener; claimed per segment, so such a stream scales
+    PRAVEGA_EVENTS = 3
 
 
 # The byte-stream mark of older data dirs: read as ``SegmentFormat.BYTES``.

@@ -6,7 +6,7 @@ encodes them) in the stream ``<scope>/_RG<group>`` (``STATE_STREAM_PREFIX``); ev
 ``Update`` (a JSON dict) applied with ``apply``, appended conditionally on the revision it was computed
 from, so every member applies the same updates to the same states in the same order. It lives in
 ``protocol/`` because both sides read it: the client decides and writes (``client/reader_group.py``), the
-server only folds a group's entries to show it (``gateway/console/reader_groups.py``, read-only).
+server only folds a group's entries to show it (``gateway/http/console/reader_groups.py``, read-only).
 
 Segments are named by their full segment names (``scope/stream/<n>.#epoch.<e>``), which carry the
 stream, so one state serves several streams. A position in a segment is ``(offset, skip)``: the

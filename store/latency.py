@@ -4,7 +4,7 @@ Prometheus' own ``Histogram`` takes a lock and walks its buckets on every observ
 paths (a Kafka request, a native command, a replicated log's acknowledgement) pay for that once per
 event, while the counts are read only when someone scrapes ``/metrics``. So the writer's thread keeps
 cumulative-free bucket counts here and the HTTP side folds them into a Prometheus histogram at scrape
-(``gateway/metrics.py``).
+(``gateway/shared/metrics.py``).
 
 Threads: one writer at a time (the reactor for requests, a log's I/O thread for its acks). A reader on
 another thread takes ``snapshot``: each count it copies is one the writer wrote, but the copy is not

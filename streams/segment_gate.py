@@ -15,6 +15,9 @@ bytes                  the one segment of a stream whose format   append (any by
 synchronizer           the one segment of a stream claimed for a  appends of whole entries
                        state synchronizer (reader groups' state,
                        watermark marks, user synchronizers)
+pravega events         any segment of a stream written by          appends of whole Pravega event frames
+                       Pravega's own writers, claimed by its      (``protocol/event_frames.py``), writer
+                       first Pravega append                       attributes
 unformatted            a stream's segment that no one claimed     a format claim; nothing else
 internal               names holding ``#`` (tables, transactions, read and describe only
                        Kafka index segments) and ``_system/``
@@ -28,8 +31,10 @@ command's, so no raw command can leave a stream unreadable. The controller-level
 here too (``check_create_stream``, ``check_seal_stream``, ``check_truncate_stream``, and ``check_scalable``
 for every scale): a stream of the Kafka scope is made only as a topic, a Kafka topic is neither sealed
 nor cut at byte offsets (its records go with DeleteRecords and retention, at batch boundaries),
-an event stream is cut only where a batch begins, a synchronizer only where a whole state lies, and a
-stream of one claimed segment never scales.
+an event stream is cut only where a batch begins, a synchronizer only where a whole state lies, a
+Pravega events stream only where an event begins, and a
+stream of one claimed segment never scales (a Pravega events stream scales: each of its segments is
+claimed by its own first append, a scale's successors too).
 
 A format is recorded on the segment (``FORMAT_ATTRIBUTE``), claimed once with a conditional attribute
 update, and every raw append or attribute update to it carries a condition on it, so a segment whose
@@ -64,6 +69,7 @@ from millrace.protocol.errors import (
     InvalidStreamCutError,
     SegmentNotFoundError,
 )
+from millrace.protocol.event_frames import EVENT_TYPE, FRAME_HEADER, NotEventFramesError, count_frames
 from millrace.protocol.names import EPOCH_DELIMITER, SYSTEM_SCOPE, is_internal_stream_name, parse_segment_name
 from millrace.protocol.synchronizer import (
     ENTRY_HEADER_BYTES,
@@ -96,6 +102,8 @@ _FORMATS_CACHED = 4096
 _BLOCKING_TIMEOUT = 30.0
 # An entry is one append, so no longer than a frame: the most a cut check reads.
 _MAX_SYNCHRONIZER_ENTRY = MAX_FRAME_BYTES
+# How much of a Pravega events segment a cut check reads at once while it walks the events' headers.
+_WALK_CHUNK = 64 * 1024
 
 
 def _marked(name: str) -> bool:
@@ -223,7 +231,11 @@ class SegmentGate:
         return self.store.create_segment(name, attributes)
 
     def append(self, name: str, data: bytes, expected_offset: int | None = None,
-               attributes: Sequence[AttributeUpdate] = (), events: int = 1) -> StoreFuture[int]:
+               attributes: Sequence[AttributeUpdate] = (), events: int = 1,
+               claim: SegmentFormat | None = None) -> StoreFuture[int]:
+        """``claim``: the format the caller writes (a Pravega writer: ``PRAVEGA_EVENTS``, or ``BYTES``
+        for its byte writer), claimed for the segment if it has none yet; a segment of another format
+        refuses the append."""
         refusal = self._refusal(name, "APPEND")
         if refusal is not None:
             return failed(refusal)
@@ -231,16 +243,40 @@ class SegmentGate:
             return self.store.append(name, data, expected_offset, attributes, events)
 
         def checked(fmt: SegmentFormat | None) -> StoreFuture[int]:
+            if claim is not None and fmt is not claim:
+                if fmt is not None:
+                    raise FormatViolationError(
+                        f"APPEND to {name!r}: it is a {_format_name(fmt)} stream's segment, it takes no "
+                        f"{_format_name(claim)} appends")
+                return chained(self._on_pool(lambda: self.claim_format(name, claim)), lambda _: checked(claim))
             if fmt is SegmentFormat.BYTES:
                 _check_writer_attributes(name, attributes)
             elif fmt is SegmentFormat.SYNCHRONIZER:
                 _check_synchronizer_append(name, data, attributes)
+            elif fmt is SegmentFormat.PRAVEGA_EVENTS:
+                _check_writer_attributes(name, attributes)
+                _check_pravega_events(name, data)
             else:
                 raise _unformatted(name, "APPEND")
             return self._conditioned(name, self.store.append(
                 name, data, expected_offset, [*attributes, _holds_format(fmt)], events))
 
         return chained(self._format(name), checked)
+
+    def claimed(self, name: str) -> SegmentFormat | None:
+        """The format this gate has seen claimed for ``name`` (None: not known here yet)."""
+        return self._cached_format(name)
+
+    def segment_format(self, name: str) -> StoreFuture[SegmentFormat | None]:
+        """The format a stream's segment was claimed for (None: none yet, or a segment of no stream);
+        FormatViolationError for a segment whose stream's format is not a claimed one (events stored as
+        Kafka batches, Millrace's internal state), so an adapter can refuse a writer at its setup."""
+        refusal = self._refusal(name, "APPEND")
+        if refusal is not None:
+            return failed(refusal)
+        if _stream_of(name) is None:
+            return completed(None)
+        return self._format(name)
 
     def update_attributes(self, name: str, updates: Sequence[AttributeUpdate]) -> StoreFuture[None]:
         """Writer attributes of a byte stream, or a format claim (``claim_format``, on the pool)."""
@@ -261,7 +297,7 @@ class SegmentGate:
             return self._on_pool(lambda: self.claim_format(name, fmt))
 
         def checked(fmt: SegmentFormat | None) -> StoreFuture[None]:
-            if fmt is not SegmentFormat.BYTES:
+            if fmt is not SegmentFormat.BYTES and fmt is not SegmentFormat.PRAVEGA_EVENTS:
                 raise (_unformatted(name, "UPDATE_ATTRIBUTES") if fmt is None else FormatViolationError(
                     f"UPDATE_ATTRIBUTES of {name!r}: a synchronizer's segment carries no attributes of its own"))
             _check_writer_attributes(name, updates)
@@ -275,6 +311,33 @@ class SegmentGate:
     def truncate(self, name: str, offset: int) -> StoreFuture[None]:
         return self._raw_only(name, "TRUNCATE", "TRUNCATE_STREAM (a Kafka topic: DeleteRecords)",
                               lambda: self.store.truncate(name, offset))
+
+    def truncate_byte_stream(self, name: str, offset: int) -> StoreFuture[None]:
+        """Truncate a byte stream's one segment at ``offset`` as its stream is truncated (the controller
+        records the new head, then cuts): how Pravega's byte writer truncates, with a segment command.
+        Any other segment is refused as ``truncate`` refuses it."""
+        stream = _stream_of(name)
+        if stream is None or _internal(name):
+            return self.truncate(name, offset)
+
+        def checked(fmt: SegmentFormat | None) -> StoreFuture[None]:
+            if fmt is not SegmentFormat.BYTES:
+                return self.truncate(name, offset)
+            scope, stream_name = stream
+
+            def truncate() -> None:
+                cut: dict[int | str, int] = {name: offset}
+                self.check_truncate_stream(scope, stream_name, {name: offset})
+                self.controller.truncate_stream(scope, stream_name, cut)
+
+            return self._on_pool(truncate)
+
+        return chained(self._format(name), checked)
+
+    def readable(self, name: str) -> FormatViolationError | None:
+        """Why a reader of raw bytes should not be given ``name`` (its bytes are Kafka record batches or
+        Millrace's own state, which such a reader would misread), or None."""
+        return self._refusal(name, "READ")
 
     def delete(self, name: str) -> StoreFuture[None]:
         return self._raw_only(name, "DELETE", "DELETE_STREAM", lambda: self.store.delete(name))
@@ -322,7 +385,11 @@ class SegmentGate:
             raise FormatViolationError(f"{scope}/{stream} holds events: it cannot be a {fmt.name.lower()} stream")
         controller = self.controller
         current = controller.get_current_segments(scope, stream)
-        if (len(current) != 1 or current[0].name != name
+        if fmt is SegmentFormat.PRAVEGA_EVENTS:
+            # Any segment of the stream, each claimed by its first append: such a stream scales, and a
+            # scale's successors start unformatted and empty.
+            pass
+        elif (len(current) != 1 or current[0].name != name
                 or controller.get_stream(scope, stream).config.scaling.type is not ScalingType.FIXED_NUM_SEGMENTS):
             raise FormatViolationError(f"{scope}/{stream} is not a stream of one fixed segment: it cannot be a "
                                        f"{fmt.name.lower()} stream")
@@ -398,6 +465,10 @@ class SegmentGate:
             elif _format_of(info) is SegmentFormat.SYNCHRONIZER and not _whole_state_at(store, name, offset):
                 raise InvalidStreamCutError(f"{name} at {offset}: a synchronizer's segment is cut only just "
                                             "before a state or a snapshot")
+            elif (_format_of(info) is SegmentFormat.PRAVEGA_EVENTS
+                  and not _event_frame_starts_at(store, name, info.start_offset, offset)):
+                raise InvalidStreamCutError(f"{name} at {offset}: a Pravega events segment is cut only where an "
+                                            "event begins (a reader's position)")
 
 
 def check_scalable(store: SegmentService, segments: Sequence[str]) -> None:
@@ -409,7 +480,7 @@ def check_scalable(store: SegmentService, segments: Sequence[str]) -> None:
             fmt = _format_of(store.get_info(name))
         except SegmentNotFoundError:
             continue
-        if fmt is not None:
+        if fmt is not None and fmt is not SegmentFormat.PRAVEGA_EVENTS:
             raise FormatViolationError(f"{name} is a {fmt.name.lower()} stream's one segment: it never scales")
 
 
@@ -429,6 +500,19 @@ def _check_writer_attributes(name: str, updates: Sequence[AttributeUpdate]) -> N
         if update.key.startswith(_RESERVED_ATTRIBUTE_PREFIX):
             raise FormatViolationError(f"attribute {update.key!r} of {name!r}: attributes named "
                                        f"{_RESERVED_ATTRIBUTE_PREFIX}* are the stream layer's own")
+
+
+def _format_name(fmt: SegmentFormat) -> str:
+    return {SegmentFormat.BYTES: "byte", SegmentFormat.SYNCHRONIZER: "synchronizer",
+            SegmentFormat.PRAVEGA_EVENTS: "Pravega events"}[fmt]
+
+
+def _check_pravega_events(name: str, data: bytes) -> None:
+    try:
+        count_frames(data)
+    except NotEventFramesError as exc:
+        raise FormatViolationError(f"APPEND to {name!r}: a Pravega events stream takes whole event frames "
+                                   f"(type 0, length, payload): {exc}") from None
 
 
 def _check_synchronizer_append(name: str, data: bytes, attributes: Sequence[AttributeUpdate]) -> None:
@@ -470,6 +554,25 @@ def _whole_state_at(store: SegmentService, name: str, offset: int) -> bool:
     except StateCorruptError:
         return False
     return bool(entries) and entries[0].kind in (KIND_STATE, KIND_SNAPSHOT)
+
+
+def _event_frame_starts_at(store: SegmentService, name: str, start: int, offset: int) -> bool:
+    """Whether a Pravega event frame begins at ``offset``: walked header by header from the segment's
+    start, which is one (such a segment is created empty and cut only where this walk found a frame).
+    Only headers are read where events are large; small ones come a chunk at a time."""
+    chunk = b""
+    chunk_at = pos = start
+    while pos < offset:
+        if not chunk_at <= pos <= chunk_at + len(chunk) - FRAME_HEADER.size:
+            chunk = _read_exactly(store, name, pos, max(FRAME_HEADER.size, min(_WALK_CHUNK, offset - pos)))
+            chunk_at = pos
+            if len(chunk) < FRAME_HEADER.size:
+                return False
+        kind, length = FRAME_HEADER.unpack_from(chunk, pos - chunk_at)
+        if kind != EVENT_TYPE or length < 0:
+            return False
+        pos += FRAME_HEADER.size + length
+    return pos == offset
 
 
 def _batch_starts_at(store: SegmentService, name: str, offset: int) -> bool:

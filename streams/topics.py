@@ -464,8 +464,9 @@ class TopicRegistry:
                 continue
             info = store.get_info(segment)
             if FORMAT_ATTRIBUTE in info.attributes or LEGACY_BYTE_STREAM_ATTRIBUTE in info.attributes:
-                raise TopicError(Reason.INVALID_REQUEST, f"{name} is a byte stream or a synchronizer's: it "
-                                 "cannot take events")
+                raise TopicError(Reason.INVALID_REQUEST, f"{name} has a format of its own (a byte stream, a "
+                                 "synchronizer, or Pravega's event framing from Pravega's writers): it cannot "
+                                 "take Millrace's events")
             if info.length > 0:
                 raise TopicError(Reason.INVALID_REQUEST,
                                  f"{name}: segment {segment} holds {info.length} bytes not written as events")

@@ -165,6 +165,11 @@ class ServerProcess(MillraceProcess):
         """Where Pravega's controller API is served (the server was given ``--pravega-controller-port``)."""
         return self.ports["pravega controller"]
 
+    @property
+    def pravega_segment_port(self) -> int:
+        """Where Pravega's segment store wire protocol is served (given a Pravega port flag)."""
+        return self.ports["pravega segment store"]
+
 
 def add_scram_args(directory: str | os.PathLike[str], *items: str) -> list[str]:
     """``serve`` flags making the SCRAM users ``items`` at start (kafka-storage.sh format's syntax,

@@ -1,4 +1,4 @@
-"""``millrace serve``'s flags become ``ServerOptions`` field by field, by name (gateway/cli.py); Twisted's own
+"""``millrace serve``'s flags become ``ServerOptions`` field by field, by name (gateway/commands/cli.py); Twisted's own
 warnings reach the server's log."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from millrace.gateway.cli import _serve_parser, server_options
-from millrace.gateway.options import ServerOptions
+from millrace.gateway.commands.cli import _serve_parser, server_options
+from millrace.gateway.shared.options import ServerOptions
 from tests.server_process import REPO_ROOT
 
 
@@ -55,7 +55,7 @@ def test_the_kafka_properties_file_may_come_from_the_environment(monkeypatch: py
 TWISTED_EVENTS = """
 import gc, logging
 logging.basicConfig(level="INFO", format="%(levelname)s %(name)s: %(message)s")
-from millrace.gateway.cli import log_twisted_warnings
+from millrace.gateway.commands.cli import log_twisted_warnings
 log_twisted_warnings()
 from twisted.internet import defer
 from twisted.logger import Logger

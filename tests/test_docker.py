@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from millrace.gateway.cluster_keys import ClusterKeys
+from millrace.gateway.commands.cluster_keys import ClusterKeys
 from tests.server_process import REPO_ROOT
 
 DOCKER = Path(REPO_ROOT) / "docker"
@@ -340,13 +340,13 @@ def test_the_secure_override_configures_every_node_by_kafka_properties(made_keys
     accepts (the checks ``serve`` makes at start, here with the key files the paths name); its first
     listener is the port compose.yaml publishes and health-checks (over TLS, for the node's host name),
     and each node's host name is its service name, which the INTERNAL listener is advertised as."""
-    from millrace.gateway.assembly import native_link, node_link
     from millrace.gateway.security.properties import (
         apply_overrides,
         load_properties,
         native_listener_settings,
         security_settings,
     )
+    from millrace.gateway.shared.assembly import native_link, node_link
 
     keys, _ = made_keys
     base = compose()["services"]

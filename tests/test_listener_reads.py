@@ -19,8 +19,8 @@ from twisted.internet.interfaces import ITCPTransport
 from twisted.internet.testing import StringTransport
 from zope.interface import classImplements
 
-from millrace.gateway.framing import DIRECT_READ_MAX, DIRECT_READ_MIN, BudgetedReceiver
-from millrace.gateway.limits import ConnectionGuards, ConnectionLimits
+from millrace.gateway.shared.framing import DIRECT_READ_MAX, DIRECT_READ_MIN, BudgetedReceiver
+from millrace.gateway.shared.limits import ConnectionGuards, ConnectionLimits
 
 MIB = 1 << 20
 

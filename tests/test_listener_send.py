@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 from twisted.internet import reactor, tcp
 
-from millrace.gateway.framing import BudgetedReceiver
+from millrace.gateway.shared.framing import BudgetedReceiver
 
 
 class Echo(BudgetedReceiver):

@@ -1,7 +1,7 @@
 """Memory under many small requests: producers sending one record per batch (linger 0, as many
 applications do) into a server with a small cache. What the server holds per batch must not grow with
 the number of batches: its RSS stays within its budgets plus a margin, and once the cache is full it
-stays flat while the batches keep coming (``benchmarks/memory_soak.py`` is the long version)."""
+stays flat while the batches keep coming (``python -m benchmarks memory-soak`` is the long version)."""
 
 from __future__ import annotations
 

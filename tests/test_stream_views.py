@@ -15,7 +15,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
-from millrace.gateway.http import _error_status
+from millrace.gateway.http.site import _error_status
 from millrace.store.controller import ScaleConflictError
 from tests.server_process import ServerProcess
 

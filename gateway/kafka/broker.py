@@ -4,8 +4,6 @@ controller, and the Kafka views built over them (topics, partition logs, consume
 from __future__ import annotations
 
 import functools
-import os
-import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -13,10 +11,9 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from twisted.internet.defer import Deferred
 
-from millrace.gateway.kafka.node_requests import PLAINTEXT_LINK, NodeLink
+from millrace.gateway.kafka.config import KafkaConfig
+from millrace.gateway.kafka.node_requests import NodeLink, Peers
 from millrace.gateway.kafka.quotas.enforcement import ClientQuotas
-from millrace.gateway.limits import ConnectionGuards
-from millrace.gateway.request_metrics import KafkaTraffic, RequestMetrics
 from millrace.gateway.security.acls import (
     CLUSTER_NAME,
     SUPPORTED_OPERATIONS,
@@ -26,6 +23,8 @@ from millrace.gateway.security.acls import (
     operations_bit_field,
 )
 from millrace.gateway.security.principal import ANONYMOUS, KafkaPrincipal
+from millrace.gateway.shared.limits import ConnectionGuards
+from millrace.gateway.shared.request_metrics import KafkaTraffic, RequestMetrics
 from millrace.store.budget import ByteBudget
 from millrace.store.contracts import SegmentService
 from millrace.store.controller import Controller
@@ -33,8 +32,9 @@ from millrace.store.tables import TableStore
 from millrace.streams.futures import to_deferred
 
 if TYPE_CHECKING:
-    from millrace.gateway.kafka.cluster import KafkaCluster, KafkaNode
+    from millrace.gateway.kafka.cluster import KafkaCluster
     from millrace.gateway.kafka.group_coordinator import GroupCoordinator
+    from millrace.gateway.kafka.nodes import KafkaNode
     from millrace.gateway.kafka.sessions import KafkaListener, Session
     from millrace.gateway.kafka.transactions import TransactionCoordinator
     from millrace.gateway.security.acl_table import AclTable
@@ -46,40 +46,6 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 T = TypeVar("T")
-
-
-@dataclass
-class KafkaConfig:
-    scope: str = "kafka"  # Kafka topics are streams in this scope
-    node_id: int = 0
-    advertised_host: str = "127.0.0.1"
-    advertised_port: int = 9092
-    cluster_id: str = field(default_factory=lambda: uuid.uuid4().hex[:22])
-    auto_create_topics: bool = True
-    default_partitions: int = 1
-    max_request_bytes: int = 100 * 1024 * 1024
-    max_message_bytes: int = 8 * 1024 * 1024  # largest record batch accepted
-    # Kafka's quota.window.num and quota.window.size.seconds: client quotas' rates are measured over these
-    quota_window_num: int = 11
-    quota_window_seconds: float = 1.0
-    # Kafka's broker fetch.max.bytes: the most record bytes one Fetch response returns, whatever it asks
-    fetch_max_bytes: int = 55 * 1024 * 1024
-    # The Fetch response bytes all connections may be reading at once (``Broker.fetch_memory``)
-    fetch_memory_bytes: int = 16 * 1024 * 1024
-    retention_check_seconds: float = 30.0  # how often retention.ms / retention.bytes are enforced
-    # Kafka's group.initial.rebalance.delay.ms: a new group's first rebalance waits this long for more members
-    group_initial_rebalance_delay_ms: int = 3000
-    group_min_session_timeout_ms: int = 1000
-    group_max_session_timeout_ms: int = 300000
-    transaction_check_seconds: float = 1.0  # how often transactions past their timeout are looked for
-    # Kafka's producer.id.expiration.ms: a partition forgets a producer idle this long (checked with retention)
-    producer_id_expiration_ms: int = 86_400_000
-    native_txn_retention_ms: int = 3_600_000  # a finished native transaction's status is kept this long
-    # A topic whose index segments grew this many bytes since its last partition-state snapshot gets a
-    # new one (checked with retention); a restart replays only what came after it.
-    state_snapshot_bytes: int = 1 << 20
-    # The one Kafka "log directory" (DescribeLogDirs, AlterReplicaLogDirs): the server's data dir, absolute
-    log_dir: str = field(default_factory=lambda: os.path.abspath("millrace-data"))
 
 
 _ALL_OPERATIONS = {resource_type: operations_bit_field(operations)
@@ -170,15 +136,11 @@ class Broker:
     producer_ids: ProducerIdAllocator
     scaling: StreamScaling
     transactions: TransactionCoordinator
-    # On a cluster node: live brokers, partition leaders and coordinators (None: this node is all of them)
-    cluster: KafkaCluster | None = None
     # The SCRAM credentials SASL listeners check and the SCRAM admin APIs change (None: not loaded)
     scram: ScramCredentialTable | None = None
     # The ACLs requests are authorized by (None: no authorizer configured, everything is allowed)
     acls: AclTable | None = None
-    # How this node's requests to other nodes dial them and log in (Kafka's inter-broker listener)
-    node_link: NodeLink = PLAINTEXT_LINK
-    # What every listener holds its clients to (``gateway.limits``): set from the properties at start;
+    # What every listener holds its clients to (``gateway.shared.limits``): set from the properties at start;
     # the defaults until then
     guards: ConnectionGuards
 
@@ -187,6 +149,9 @@ class Broker:
         pool: ThreadPoolExecutor,
     ) -> None:
         self.store = store
+        # How this node reaches the others (``cluster``, ``node_link``), shared with the transaction coordinator
+        self.peers = Peers()
+        self._cluster: KafkaCluster | None = None
         self.guards = ConnectionGuards()
         self.controller = controller
         self.tables = tables
@@ -205,7 +170,39 @@ class Broker:
         self.requests = RequestMetrics()
         self.traffic = KafkaTraffic()
 
+    @property
+    def cluster(self) -> KafkaCluster | None:
+        """On a cluster node: live brokers, partition leaders and coordinators (None: this node is all of them)."""
+        return self._cluster
+
+    @cluster.setter
+    def cluster(self, cluster: KafkaCluster | None) -> None:
+        self._cluster = cluster
+        self.peers.directory = cluster
+
+    @property
+    def node_link(self) -> NodeLink:
+        """How this node's requests to other nodes dial them and log in (Kafka's inter-broker listener)."""
+        return self.peers.link
+
+    @node_link.setter
+    def node_link(self, link: NodeLink) -> None:
+        self.peers.link = link
+
     def blocking(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> Deferred[T]:
         """Run ``fn`` (which blocks on table-segment or store I/O) on the worker pool; the Deferred
         fires on the reactor thread."""
         return to_deferred(self._pool.submit(fn, *args, **kwargs))
+
+
+def get_coordinator(broker: Broker) -> GroupCoordinator:
+    """``broker.groups``, created (and loaded in the background) on first use if setup did not."""
+    if broker.groups is None:
+        from millrace.gateway.kafka.group_coordinator import GroupCoordinator
+        from millrace.gateway.kafka.group_store import GroupStore
+
+        broker.groups = GroupCoordinator(broker.config, GroupStore(broker.tables, broker.blocking), broker.topics,
+                                         broker.blocking)
+        # A failed load is logged; the next request tries again.
+        broker.groups.start_loading().addErrback(lambda _: None)
+    return broker.groups

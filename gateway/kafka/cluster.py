@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kazoo.client import KazooClient
@@ -31,6 +29,7 @@ from kazoo.protocol.states import ZnodeStat
 from twisted.python.failure import Failure
 
 from millrace.gateway.kafka.group_store import GROUPS_TABLE
+from millrace.gateway.kafka.nodes import KafkaNode
 from millrace.gateway.kafka.transactions.state import TRANSACTIONS_TABLE
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.store.cluster.assignment import Assignment
@@ -47,30 +46,15 @@ from millrace.store.segment_store import container_index
 from millrace.streams.topics import TopicInfo
 
 if TYPE_CHECKING:
-    from millrace.gateway.kafka.broker import Broker
     from millrace.gateway.kafka.group_coordinator import GroupCoordinator
     from millrace.gateway.kafka.transactions import TransactionCoordinator
+    from millrace.store.contracts import SegmentService
     from millrace.streams.partitions import SegmentPartitionStorage
+    from millrace.streams.topics import TopicRegistry
 
 KAFKA_LISTENER_PREFIX = "kafka:"  # a node registers each named Kafka listener's address under this prefix
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class KafkaNode:
-    """A live node as Kafka clients see it: its numeric id and advertised Kafka listeners (``host:port``
-    its first; ``listeners``, each by name, when it registered them)."""
-
-    node_id: int
-    host: str
-    port: int
-    listeners: Mapping[str, tuple[str, int]] = field(default_factory=dict, compare=False)
-
-    def on(self, listener: str | None) -> tuple[str, int]:
-        """Where the node is reached on ``listener`` (Kafka advertises to each client the listener it came
-        in on); its first listener for None, or for a name it did not register."""
-        return self.listeners.get(listener, (self.host, self.port)) if listener else (self.host, self.port)
 
 
 def kafka_node_id(node_id: str) -> int | None:
@@ -291,27 +275,27 @@ class KafkaCluster:
         return container_index(segment, self.container_count)
 
 
-def out_of_date_topics(broker: Broker) -> list[str]:
+def out_of_date_topics(topics: TopicRegistry, partitions: SegmentPartitionStorage, store: SegmentService) -> list[str]:
     """Blocking (worker): the topics (and partitioned streams) this node loaded whose partitions' open
     segments the controller has since moved on from (another node scaled them), counted only once the
     old segment is sealed, so every append to it has settled and a reload reads all of them."""
     stale = []
-    for name in broker.topics.record_keys():
-        topic = broker.topics.record(name)
-        parts = broker.partitions.loaded(name)
+    for name in topics.record_keys():
+        topic = topics.record(name)
+        parts = partitions.loaded(name)
         if topic is None or not parts:
             continue
         try:
-            current = broker.topics.current_segments(name)
+            current = topics.current_segments(name)
         except (StreamNotFoundError, SegmentNotFoundError):
             continue  # deleted meanwhile
         for p in parts[:topic.partition_count]:
             if p.writer is None:
                 continue
-            if p.writer.name == broker.topics.segment_of_partition(topic, p.partition, current).name:
+            if p.writer.name == topics.segment_of_partition(topic, p.partition, current).name:
                 continue
             try:
-                sealed = broker.store.get_info(p.writer.name).sealed
+                sealed = store.get_info(p.writer.name).sealed
             except SegmentNotFoundError:
                 sealed = True
             if sealed:
@@ -323,11 +307,11 @@ def out_of_date_topics(broker: Broker) -> list[str]:
 NOT_CONTROLLER_MESSAGE = "this node is not the controller: ask the controller Metadata names"
 
 
-def not_controller(broker: Broker) -> bool:
+def not_controller(cluster: KafkaCluster | None) -> bool:
     """Whether a topic admin request (CreateTopics, DeleteTopics, CreatePartitions) is to be refused with
     NOT_CONTROLLER: on a cluster only the elected node runs them, as only Kafka's active controller does;
     clients refresh Metadata (whose controller_id names it) and send them there."""
-    return broker.cluster is not None and not broker.cluster.is_controller()
+    return cluster is not None and not cluster.is_controller()
 
 
 def _kafka_node(info: NodeInfo) -> KafkaNode | None:

@@ -2,7 +2,7 @@
 
 A request's bytes hold the connection's budget until its response is written (an acks=0 produce:
 until its appends are durable); when the budget is full the connection stops reading
-(``gateway.framing``)."""
+(``gateway.shared.framing``)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from typing import Any
 from twisted.internet import defer, protocol
 from twisted.python.failure import Failure
 
-from millrace.gateway.framing import DEFAULT_CONNECTION_BUDGET_BYTES, BudgetedReceiver
 from millrace.gateway.kafka.broker import Broker, RequestContext
 from millrace.gateway.kafka.handlers.api_versions import API_VERSIONS, api_versions_response
-from millrace.gateway.kafka.registry import NO_RESPONSE, REGISTRY
+from millrace.gateway.kafka.outcome import NO_RESPONSE
+from millrace.gateway.kafka.registry import REGISTRY
 from millrace.gateway.kafka.sessions import KafkaListener, Session
 from millrace.gateway.kafka_protocol.codec import (
     KafkaDecodeError,
@@ -28,6 +28,7 @@ from millrace.gateway.kafka_protocol.codec import (
 )
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.primitives import Buffer
+from millrace.gateway.shared.framing import DEFAULT_CONNECTION_BUDGET_BYTES, BudgetedReceiver
 
 log = logging.getLogger(__name__)
 

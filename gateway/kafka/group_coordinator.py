@@ -42,34 +42,31 @@ from millrace.gateway.kafka.group_store import GroupStore, LoadedState
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from millrace.gateway.kafka.broker import Broker
+    from millrace.gateway.kafka.config import KafkaConfig
+    from millrace.streams.topics import TopicRegistry
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-def get_coordinator(broker: Broker) -> GroupCoordinator:
-    """``broker.groups``, created (and loaded in the background) on first use if setup did not."""
-    if broker.groups is None:
-        broker.groups = GroupCoordinator(broker)
-        # A failed load is logged; the next request tries again.
-        broker.groups.start_loading().addErrback(lambda _: None)
-    return broker.groups
 
 
 class GroupCoordinator:
     """The single node's group coordinator. Public methods run on the reactor thread."""
 
-    def __init__(self, broker: Broker, clock: IReactorTime | None = None, store: GroupStore | None = None,
+    def __init__(self, config: KafkaConfig, store: GroupStore, topics: TopicRegistry | None,
+                 blocking: Callable[..., Deferred[Any]], clock: IReactorTime | None = None,
                  offsets_retention_ms: int = DEFAULT_OFFSETS_RETENTION_MS,
                  retention_check_interval_ms: int = DEFAULT_RETENTION_CHECK_INTERVAL_MS) -> None:
+        """``store``: the groups' tables; ``topics``: the Kafka topics, whose deletions remove offsets
+        (None: none to watch); ``blocking``: runs a blocking call on the worker pool, firing on the reactor."""
         if clock is None:
             from twisted.internet import reactor
 
             clock = IReactorTime(reactor)
-        self.broker = broker
-        self.config = broker.config
+        self.config = config
         self.clock = clock
-        self.store = store or GroupStore(broker.tables, broker.blocking)
+        self.store = store
+        self.topics = topics
+        self._blocking = blocking
         self.groups: dict[str, Group] = {}
         self.loaded = False
         self.loading = False
@@ -80,8 +77,8 @@ class GroupCoordinator:
         self.membership = ClassicMembership(self)
         self.offsets = OffsetManager(self, offsets_retention_ms, retention_check_interval_ms)
         self.consumer = ConsumerGroupCoordinator(self)
-        if broker.topics is not None:
-            broker.topics.listeners.append(self.offsets.on_topic_event)
+        if topics is not None:
+            topics.listeners.append(self.offsets.on_topic_event)
 
     # -- loading -----------------------------------------------------------------------------------
     def load(self) -> None:
@@ -95,7 +92,7 @@ class GroupCoordinator:
         d = self.when_ready()
         if not self.loading:
             self.loading = True
-            self.broker.blocking(self.store.load).addCallbacks(self._install, self._load_failed)
+            self._blocking(self.store.load).addCallbacks(self._install, self._load_failed)
         return d
 
     def when_ready(self) -> Deferred:

@@ -28,7 +28,7 @@ from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.streams.futures import on_reactor
 
 if TYPE_CHECKING:
-    from millrace.gateway.kafka.group_coordinator import GroupCoordinator
+    from millrace.gateway.kafka.group_views import GroupHub
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ DEFAULT_RETENTION_CHECK_INTERVAL_MS = 600_000  # offsets.retention.check.interva
 class OffsetManager:
     """Every group's committed offsets; the groups are the coordinator's (``GroupCoordinator.groups``)."""
 
-    def __init__(self, coordinator: GroupCoordinator, retention_ms: int = DEFAULT_OFFSETS_RETENTION_MS,
+    def __init__(self, coordinator: GroupHub, retention_ms: int = DEFAULT_OFFSETS_RETENTION_MS,
                  retention_check_interval_ms: int = DEFAULT_RETENTION_CHECK_INTERVAL_MS) -> None:
         self.coordinator = coordinator
         self.retention_ms = retention_ms
@@ -268,7 +268,7 @@ class OffsetManager:
     def drop_offsets_of_missing_topics(self) -> None:
         """Offsets of topics deleted while the coordinator was not listening (a crash between the
         topic's deletion and its offsets' removal, or before the coordinator was created)."""
-        topics = self.coordinator.broker.topics
+        topics = self.coordinator.topics
         if topics is None:
             return
         for topic in {tp[0] for group in self.coordinator.groups.values() for tp in group.offsets}:

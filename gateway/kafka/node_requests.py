@@ -39,7 +39,7 @@ from millrace.protocol.sasl import SaslClientError
 if TYPE_CHECKING:
     from twisted.internet.interfaces import IOpenSSLClientConnectionCreator
 
-    from millrace.gateway.kafka.cluster import KafkaNode
+    from millrace.gateway.kafka.nodes import KafkaNode, NodeDirectory
 
 SEND_TIMEOUT_SECONDS = 10.0
 _HANDSHAKE_VERSION = 1  # v1: the exchange goes on in SaslAuthenticate requests
@@ -61,6 +61,15 @@ class NodeLink:
 
 
 PLAINTEXT_LINK = NodeLink()
+
+
+@dataclass
+class Peers:
+    """How this node reaches the other nodes: who leads what (None: in one process this node is all of
+    them) and how to dial them. Set by the cluster server once it knows them."""
+
+    directory: NodeDirectory | None = None
+    link: NodeLink = PLAINTEXT_LINK
 
 
 class _Frames(protocol.Protocol):

@@ -4,34 +4,21 @@ advertises exactly what is implemented."""
 
 from __future__ import annotations
 
-import enum
 import importlib
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
-from twisted.internet.defer import Deferred
-
+from millrace.gateway.kafka.outcome import Outcome
 from millrace.gateway.kafka_protocol.messages import API_KEYS
-from millrace.gateway.kafka_protocol.primitives import KafkaRequest, KafkaResponse
+from millrace.gateway.kafka_protocol.primitives import KafkaRequest
 
 if TYPE_CHECKING:
     from millrace.gateway.kafka.broker import RequestContext
 
-
-class _NoResponse(enum.Enum):
-    NO_RESPONSE = "no response"
-
-
-NoResponse: TypeAlias = Literal[_NoResponse.NO_RESPONSE]
-#: What a handler returns for a request that gets no response at all (a produce with acks=0).
-NO_RESPONSE: NoResponse = _NoResponse.NO_RESPONSE
-
-# A handler gets the request context and the decoded request, and returns the response, a Deferred of it,
-# or NO_RESPONSE. (Deferred's result type is invariant, hence Any: each handler declares its own.)
-Outcome: TypeAlias = KafkaResponse | Deferred[Any] | NoResponse
 R = TypeVar("R", bound=KafkaRequest)
+# A handler gets the request context and the decoded request, and returns an ``Outcome``.
 Handler: TypeAlias = Callable[["RequestContext", R], Outcome]
 
 

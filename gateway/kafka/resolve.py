@@ -92,7 +92,7 @@ def topic_logs(broker: Broker, name: str,
         return None if info is None else load(broker, info)
 
     def create() -> defer.Deferred[Any]:
-        if not_controller(broker):
+        if not_controller(broker.cluster):
             return _ask_controller(broker, name).addCallback(opened)
         return broker.blocking(_create_or_get, broker, name).addCallback(opened)
 

@@ -22,7 +22,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from millrace.gateway.limits import LoginFailures
 from millrace.gateway.security.oauth import JwtValidator
 from millrace.gateway.security.principal import ANONYMOUS, KafkaPrincipal
 from millrace.gateway.security.properties import ListenerSettings, SslSettings
@@ -35,6 +34,7 @@ from millrace.gateway.security.sasl import (
     sasl_server,
 )
 from millrace.gateway.security.tls import certificate_principal
+from millrace.gateway.shared.limits import LoginFailures
 
 API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY = 18, 17, 36
 #: What a connection may send before it has authenticated (Kafka's answer to anything else: close).

@@ -17,6 +17,7 @@ from twisted.python.failure import Failure
 from millrace.gateway.kafka.broker import Broker, KafkaConfig
 from millrace.gateway.kafka.connection import KafkaFactory
 from millrace.gateway.kafka.group_coordinator import GroupCoordinator
+from millrace.gateway.kafka.group_store import GroupStore
 from millrace.gateway.kafka.registry import load_handlers
 from millrace.gateway.kafka.transactions import TransactionCoordinator
 from millrace.store.contracts import SegmentService
@@ -67,10 +68,13 @@ def build_kafka(
     broker.producer_ids = ProducerIdAllocator(tables)
     broker.partitions.producer_ids = broker.producer_ids
     broker.scaling = StreamScaling(broker)
-    broker.groups = GroupCoordinator(broker)
+    broker.groups = GroupCoordinator(config, GroupStore(tables, broker.blocking), broker.topics, broker.blocking,
+                                     IReactorTime(reactor))
     if load_groups:
         broker.groups.load()  # groups and committed offsets come back before the listener opens
-    broker.transactions = TransactionCoordinator(broker, IReactorTime(reactor), config.transaction_check_seconds)
+    broker.transactions = TransactionCoordinator(broker.partitions, broker.producer_ids, tables, broker.topics,
+                                                 broker.blocking, broker.groups, broker.peers, config.node_id,
+                                                 IReactorTime(reactor), config.transaction_check_seconds)
     broker.transactions.load()
     broker.partitions.transaction_check = broker.transactions.check_produce
     return broker, KafkaFactory(broker)

@@ -1,7 +1,7 @@
 """The native listener: one Twisted protocol per connection, dispatching to the segment store.
 
 A request's bytes (and an append's, until durable) hold the connection's budget until its reply is
-written; when the budget is full the connection stops reading (``gateway.framing``)."""
+written; when the budget is full the connection stops reading (``gateway.shared.framing``)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,6 @@ from typing import Any, Protocol
 from twisted.internet import defer, protocol
 from twisted.python.failure import Failure
 
-from millrace.gateway.framing import DEFAULT_CONNECTION_BUDGET_BYTES, BudgetedReceiver
-from millrace.gateway.limits import ConnectionGuards
 from millrace.gateway.native.controller_commands import PartitionsOf, controller_handlers
 from millrace.gateway.native.dispatch import Handlers, handlers, serve
 from millrace.gateway.native.event_commands import event_handlers
@@ -24,7 +22,9 @@ from millrace.gateway.native.host import NativeHost
 from millrace.gateway.native.security import NativeSecurity, NativeSession
 from millrace.gateway.native.table_commands import Answer, table_handlers
 from millrace.gateway.native.txn_commands import txn_handlers
-from millrace.gateway.request_metrics import ListenerMetrics, RequestMetrics
+from millrace.gateway.shared.framing import DEFAULT_CONNECTION_BUDGET_BYTES, BudgetedReceiver
+from millrace.gateway.shared.limits import ConnectionGuards
+from millrace.gateway.shared.request_metrics import ListenerMetrics, RequestMetrics
 from millrace.protocol import messages as m
 from millrace.protocol.contracts import AttributeUpdate, ReadResult
 from millrace.protocol.errors import AuthenticationError, UnknownCommandError, error_details, status_of

@@ -31,7 +31,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from millrace.gateway.limits import LoginFailures
 from millrace.gateway.native.authorization import NativeAuthorizer
 from millrace.gateway.security.acl_table import AclTable
 from millrace.gateway.security.acls import client_host
@@ -46,6 +45,7 @@ from millrace.gateway.security.sasl import (
     sasl_server,
 )
 from millrace.gateway.security.tls import certificate_principal
+from millrace.gateway.shared.limits import LoginFailures
 from millrace.protocol import messages as m
 from millrace.protocol.errors import AuthenticationError
 from millrace.protocol.wire import Command

@@ -135,8 +135,6 @@ class AppendAssembler:
         self._open_block: AppendBlock | None = None
 
     def process(self, command: WireCommand) -> WireCommand | Append | None:
-        if type(command) not in _STEPS:
-            return command  # not an append command: Pravega's AppendDecoder lets it through too
         try:
             return self._process(command)
         except InvalidAppendError:
@@ -144,9 +142,14 @@ class AppendAssembler:
             raise
 
     def _process(self, command: WireCommand) -> WireCommand | Append | None:
+        # Any command but the block's end breaks an open block, append command or not, as in Pravega's
+        # AppendDecoder (its client ends a block before it sends anything else).
         if self._open_block is not None and not isinstance(command, AppendBlockEnd):
             raise InvalidAppendError(f"{command.TYPE.name} arrived while an append block was open")
-        return _STEPS[type(command)](self, command)
+        step = _STEPS.get(type(command))
+        if step is None:
+            return command  # not an append command: Pravega's AppendDecoder lets it through too
+        return step(self, command)
 
     def _setup(self, setup: SetupAppend) -> SetupAppend:
         self._writers[setup.writer_id] = _Writer(setup.segment)

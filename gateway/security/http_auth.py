@@ -28,7 +28,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 
-from millrace.gateway.limits import loggable_name
 from millrace.gateway.security.oauth import JwtValidator
 from millrace.gateway.security.principal import KafkaPrincipal, user_principal
 from millrace.gateway.security.properties import HttpSettings
@@ -39,6 +38,7 @@ from millrace.gateway.security.sasl import (
     _made_up_credential,
     scram_credential,
 )
+from millrace.gateway.shared.limits import loggable_name
 
 log = logging.getLogger(__name__)
 

@@ -32,17 +32,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from millrace.gateway.limits import (
-    AUTHENTICATION_FAILURES_MAX,
-    AUTHENTICATION_FAILURES_WINDOW_MS,
-    AUTHENTICATION_TIMEOUT_MS,
-    CONNECTION_FAILED_AUTHENTICATION_DELAY_MS,
-    CONNECTIONS_MAX_IDLE_MS,
-    HTTP_MAX_REQUEST_BODY_BYTES,
-    QUEUED_MAX_REQUEST_BYTES,
-    SOCKET_REQUEST_MAX_BYTES,
-    ConnectionLimits,
-)
 from millrace.gateway.security.jaas import (
     LOGIN_MODULE_MECHANISMS,
     JaasConfigError,
@@ -64,6 +53,17 @@ from millrace.gateway.security.principal import (
     parse_super_users,
 )
 from millrace.gateway.security.sasl import MECHANISMS, PlainUsers
+from millrace.gateway.shared.limits import (
+    AUTHENTICATION_FAILURES_MAX,
+    AUTHENTICATION_FAILURES_WINDOW_MS,
+    AUTHENTICATION_TIMEOUT_MS,
+    CONNECTION_FAILED_AUTHENTICATION_DELAY_MS,
+    CONNECTIONS_MAX_IDLE_MS,
+    HTTP_MAX_REQUEST_BODY_BYTES,
+    QUEUED_MAX_REQUEST_BYTES,
+    SOCKET_REQUEST_MAX_BYTES,
+    ConnectionLimits,
+)
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 DEFAULT_LISTENERS = "PLAINTEXT://:9092"
@@ -379,7 +379,7 @@ class SecuritySettings:
     max_connections_per_ip: int = JAVA_INT_MAX
     sasl_server_max_receive_size: int = 524288  # the largest frame accepted before authentication
     http: HttpSettings = field(default_factory=HttpSettings)  # the HTTP API's listener
-    limits: ConnectionLimits = field(default_factory=ConnectionLimits)  # every listener's (``gateway.limits``)
+    limits: ConnectionLimits = field(default_factory=ConnectionLimits)  # every listener's (``gateway.shared.limits``)
 
     @property
     def authorizer_enabled(self) -> bool:
@@ -457,7 +457,7 @@ def security_settings(props: Mapping[str, str]) -> SecuritySettings:
 
 
 def connection_limits(props: Mapping[str, str]) -> ConnectionLimits:
-    """Every listener's limits (``gateway.limits``), with Kafka's names where Kafka has them."""
+    """Every listener's limits (``gateway.shared.limits``), with Kafka's names where Kafka has them."""
     defaults = ConnectionLimits()
     queued = _integer(props, QUEUED_MAX_REQUEST_BYTES, defaults.queued_max_request_bytes, -1, 2**63 - 1)
     if queued == 0:

@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import NoReturn, Protocol
 
-from millrace.gateway.limits import loggable_name
 from millrace.gateway.security.principal import KafkaPrincipal, user_principal
+from millrace.gateway.shared.limits import loggable_name
 from millrace.protocol import scram
 
 PlainUsers = Mapping[str, str]  # user name -> password

@@ -5,12 +5,14 @@ from millrace.store.tables.table_store import (
     ExpectedVersion,
     IteratorPage,
     NotATableError,
+    TableChanges,
     TableConfig,
     TableEntry,
     TableInfo,
     TableKey,
     TableNotEmptyError,
     TableStore,
+    continuation_after,
     is_conditional_failure,
 )
 
@@ -19,11 +21,13 @@ __all__ = [
     "ExpectedVersion",
     "IteratorPage",
     "NotATableError",
+    "TableChanges",
     "TableConfig",
     "TableEntry",
     "TableInfo",
     "TableKey",
     "TableNotEmptyError",
     "TableStore",
+    "continuation_after",
     "is_conditional_failure",
 ]

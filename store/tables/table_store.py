@@ -115,6 +115,18 @@ class IteratorPage(Generic[T]):
 
 
 @dataclass(frozen=True)
+class TableChanges:
+    """What ``changes_since`` found: entries in the order written (a removal's value is None), the
+    position to ask from next, whether that is the table's end, and whether the caller must start
+    over (its position was compacted away)."""
+
+    entries: list[DecodedEntry]
+    next_position: int
+    reached_end: bool
+    cleared: bool
+
+
+@dataclass(frozen=True)
 class TableInfo:
     name: str
     key_count: int
@@ -201,6 +213,11 @@ def _decoded(e: EncodedEntry, offset: int) -> DecodedEntry:
 
 def _token(key: bytes) -> bytes:
     return b"\x01" + key
+
+
+def continuation_after(key: bytes) -> bytes:
+    """The continuation token that resumes an iteration just after ``key``."""
+    return _token(key)
 
 
 def _untoken(token: bytes) -> bytes:
@@ -362,6 +379,36 @@ class TableStore:
     def entries(self, table: str, prefix: bytes = b"") -> Iterator[TableEntry]:
         """Every entry, page by page."""
         return _all_pages(lambda token: self.iterate_entries(table, token, prefix=prefix))
+
+    def changes_since(self, table: str, position: int, limit: int, max_bytes: int = MiB) -> TableChanges:
+        """The entries written at or after segment ``position``, in the order written, whole batches at a
+        time until ``limit`` entries or ``max_bytes`` (Pravega's delta iterator, which state synchronizers
+        follow). A removal comes back as an entry with value None. A ``position`` that compaction
+        truncated away starts over from the segment's start with ``cleared`` set: what the caller folded
+        so far is stale, and the live entries (compaction copies them to the tail) follow."""
+        if limit < 1:
+            raise ValueError("limit must be positive")
+        t = self._table(table)
+        with t.lock:
+            start, length = t.start, t.length
+            batches = list(t.batches)
+        cleared = position < start
+        i = bisect.bisect_left(batches, max(position, start))
+        entries: list[DecodedEntry] = []
+        taken = 0
+        next_position = batches[i] if i < len(batches) else length
+        while i < len(batches) and len(entries) < limit and taken < max_bytes:
+            offset = batches[i]
+            end = batches[i + 1] if i + 1 < len(batches) else length
+            try:
+                data = self._read_exact(t.name, offset, end - offset)
+            except SegmentTruncatedError:  # compacted meanwhile: the caller asks again from here
+                break
+            entries.extend(decode_batch(data, offset))
+            taken += end - offset
+            next_position = end
+            i += 1
+        return TableChanges(entries, next_position, next_position >= length, cleared)
 
     # -- compaction --------------------------------------------------------------------------------
     def compact(self, table: str) -> None:

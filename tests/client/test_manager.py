@@ -190,7 +190,7 @@ def test_manager_reconnects_after_a_server_crash(tmp_path) -> None:
 
 
 def test_importing_the_server_does_not_load_the_client() -> None:
-    code = ("import sys, millrace.gateway.server, millrace.store.segment_store; "
+    code = ("import sys, millrace.gateway.commands.server, millrace.store.segment_store; "
             "loaded = [m for m in sys.modules if m.startswith('millrace.client')]; "
             "assert not loaded, loaded; "
             "from millrace import StreamManager; assert 'millrace.client.manager' in sys.modules")

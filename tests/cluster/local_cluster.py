@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Self
 
-from millrace.gateway.local_cluster import LocalCluster, Process
+from millrace.gateway.commands.local_cluster import LocalCluster, Process
 from tests.server_process import REPO_ROOT
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from millrace.gateway.cli import main
-from millrace.gateway.cluster_cli import node_names
-from millrace.gateway.cluster_keys import create_cluster_secrets
-from millrace.gateway.local_cluster import ClusterSettings, LocalCluster
+from millrace.gateway.commands.cli import main
+from millrace.gateway.commands.cluster_cli import node_names
+from millrace.gateway.commands.cluster_keys import create_cluster_secrets
+from millrace.gateway.commands.local_cluster import ClusterSettings, LocalCluster
 from millrace.store.cluster.peer_tls import PeerTls, PeerTlsError
 from millrace.store.cluster.zk_auth import ZooKeeperCredentials, ZooKeeperCredentialsError, access_error
 from millrace.store.cluster.zk_tls import ZooKeeperTls, ZooKeeperTlsError
@@ -209,8 +209,8 @@ def test_a_secured_local_clusters_command_lines_carry_paths_not_secrets(tmp_path
 def test_serve_takes_the_link_flags(tmp_path: Path) -> None:
     import argparse
 
-    from millrace.gateway.assembly import build_cluster_node, cluster_node_setup
-    from millrace.gateway.cli import _serve_parser, server_options
+    from millrace.gateway.commands.cli import _serve_parser, server_options
+    from millrace.gateway.shared.assembly import build_cluster_node, cluster_node_setup
 
     parser = argparse.ArgumentParser()
     _serve_parser(parser.add_subparsers(dest="command"))

@@ -35,8 +35,8 @@ from typing import Any
 
 import pytest
 
-from millrace.gateway.cluster_keys import ClusterKeys, issue, make_ca
-from millrace.gateway.local_cluster import zookeeper_missing
+from millrace.gateway.commands.cluster_keys import ClusterKeys, issue, make_ca
+from millrace.gateway.commands.local_cluster import zookeeper_missing
 from tests.cluster.local_cluster import LocalClusterCli, millrace
 
 pytestmark = [pytest.mark.skipif(zookeeper_missing() is not None, reason=str(zookeeper_missing())),

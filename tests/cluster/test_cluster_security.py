@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from millrace.gateway.local_cluster import zookeeper_missing
+from millrace.gateway.commands.local_cluster import zookeeper_missing
 from tests.cluster.local_cluster import LocalClusterCli
 from tests.server_process import add_scram_args
 from tests.tls_files import make_certificates

@@ -23,8 +23,8 @@ from compat_tests.test_consumer_group_protocol import (
     RdMember,
     librdkafka_supports_consumer_protocol,
 )
+from millrace.gateway.commands.local_cluster import zookeeper_missing
 from millrace.gateway.kafka.group_store import GROUPS_TABLE
-from millrace.gateway.local_cluster import zookeeper_missing
 from millrace.store.segment_store import container_index
 from tests.cluster.local_cluster import LocalClusterCli
 from tests.cluster.test_local_cluster import CONTAINERS, all_owned, create_topic, wait_status

@@ -20,13 +20,13 @@ from confluent_kafka.admin import NewTopic as ConfluentTopic
 from kafka.admin import KafkaAdminClient, NewPartitions, NewTopic
 
 from millrace import StreamManager
+from millrace.gateway.commands.local_cluster import zookeeper_missing
 from millrace.gateway.kafka.handlers.configs import FORWARDED_CLIENT_ID
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.create_topics import CreateTopicsRequest
 from millrace.gateway.kafka_protocol.messages.describe_configs import DescribeConfigsRequest
 from millrace.gateway.kafka_protocol.messages.incremental_alter_configs import IncrementalAlterConfigsRequest
 from millrace.gateway.kafka_protocol.messages.metadata import MetadataRequest
-from millrace.gateway.local_cluster import zookeeper_missing
 from millrace.protocol.errors import RetriableError, StreamExistsError
 from millrace.protocol.messages import CreatedReply, CreateScope
 from tests.cluster.local_cluster import LocalClusterCli

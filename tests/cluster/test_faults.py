@@ -36,7 +36,7 @@ from typing import Any
 
 import pytest
 
-from millrace.gateway.local_cluster import zookeeper_missing
+from millrace.gateway.commands.local_cluster import zookeeper_missing
 from millrace.protocol.messages import AppendEvents, GetSegmentOwner, ReadEvents
 from tests.cluster.faults import KafkaLoad, NativeLoad, read_partitions, tally
 from tests.cluster.local_cluster import LocalClusterCli, pid_alive

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from millrace.gateway.local_cluster import zookeeper_missing
+from millrace.gateway.commands.local_cluster import zookeeper_missing
 from tests.cluster.local_cluster import LocalClusterCli, millrace, pid_alive
 
 pytestmark = pytest.mark.skipif(zookeeper_missing() is not None, reason=str(zookeeper_missing()))

@@ -16,7 +16,7 @@ import pytest
 
 from millrace import StreamManager, StringSerializer, Transaction, TxnStatus
 from millrace.client.transactions import TransactionalEventStreamWriter
-from millrace.gateway.local_cluster import zookeeper_missing
+from millrace.gateway.commands.local_cluster import zookeeper_missing
 from millrace.protocol.errors import StreamNotFoundError
 from millrace.store.controller.transactions import NATIVE_TXNS_TABLE
 from millrace.store.segment_store import container_index

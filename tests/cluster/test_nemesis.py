@@ -84,7 +84,7 @@ from pathlib import Path
 
 import pytest
 
-from millrace.gateway.local_cluster import zookeeper_missing
+from millrace.gateway.commands.local_cluster import zookeeper_missing
 from tests.cluster.faults import KafkaLoad
 from tests.cluster.local_cluster import LocalClusterCli
 from tests.cluster.proxy import TcpProxy

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from millrace.gateway.commands.local_cluster import zookeeper_missing
 from millrace.gateway.kafka_protocol.messages.init_producer_id import InitProducerIdRequest
 from millrace.gateway.kafka_protocol.messages.produce import ProduceRequest
-from millrace.gateway.local_cluster import zookeeper_missing
 from millrace.protocol.records import NewRecord, build_record_batch
 from tests.cluster.local_cluster import LocalClusterCli
 from tests.kafka.wire import KafkaWire

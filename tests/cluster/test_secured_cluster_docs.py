@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from millrace.gateway.local_cluster import zookeeper_missing
+from millrace.gateway.commands.local_cluster import zookeeper_missing
 from tests.server_process import REPO_ROOT
 
 pytestmark = [pytest.mark.timeout(600),

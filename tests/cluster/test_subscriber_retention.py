@@ -17,7 +17,7 @@ from millrace import (
     StreamManager,
     StringSerializer,
 )
-from millrace.gateway.local_cluster import zookeeper_missing
+from millrace.gateway.commands.local_cluster import zookeeper_missing
 from millrace.protocol.names import segment_name
 from millrace.store.segment_store import container_index
 from tests.client.conftest import drain

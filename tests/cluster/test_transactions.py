@@ -21,12 +21,12 @@ from typing import Any
 
 import pytest
 
+from millrace.gateway.commands.local_cluster import zookeeper_missing
 from millrace.gateway.kafka_protocol.codec import decode_response, encode_request, request_class
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.describe_transactions import DescribeTransactionsRequest
 from millrace.gateway.kafka_protocol.messages.find_coordinator import FindCoordinatorRequest
 from millrace.gateway.kafka_protocol.messages.write_txn_markers import WriteTxnMarkersRequest
-from millrace.gateway.local_cluster import zookeeper_missing
 from millrace.protocol.records import build_record_batch
 from tests.cluster.local_cluster import LocalClusterCli
 from tests.cluster.test_local_cluster import create_topic

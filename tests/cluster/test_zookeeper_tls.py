@@ -15,8 +15,8 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 
-from millrace.gateway.cluster_keys import ClusterKeys, create_cluster_secrets, issue, make_ca
-from millrace.gateway.local_cluster import zookeeper_tls_missing
+from millrace.gateway.commands.cluster_keys import ClusterKeys, create_cluster_secrets, issue, make_ca
+from millrace.gateway.commands.local_cluster import zookeeper_tls_missing
 from millrace.store.cluster.layout import ClusterPaths
 from millrace.store.cluster.member import connect, ensure_cluster
 from millrace.store.cluster.zk_auth import ZooKeeperCredentials

@@ -7,7 +7,7 @@ its dependencies in /usr/share/java. ``start`` returns once the server answers `
 ``kill`` is a SIGKILL, ``stop`` a SIGTERM. The port and data dir are kept across restarts, so a stopped
 server comes back with its znodes (sessions of a SIGKILLed server expire on restart as usual).
 
-With ``tls`` (a cluster's keys, gateway/cluster_keys.py, holding ``tls/zookeeper.pem``) the server listens
+With ``tls`` (a cluster's keys, gateway/commands/cluster_keys.py, holding ``tls/zookeeper.pem``) the server listens
 on a TLS port only (``secureClientPort``, Netty, client certificates of the cluster CA required), the way
 ``millrace cluster up --secure`` runs it; ``ruok`` is then asked over TLS with ``tls_context``.
 """
@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 from typing import Self
 
-from millrace.gateway.cluster_keys import ClusterKeys
-from millrace.gateway.local_cluster import NETTY_TLS_JARS
+from millrace.gateway.commands.cluster_keys import ClusterKeys
+from millrace.gateway.commands.local_cluster import NETTY_TLS_JARS
 from tests.ports import free_port
 
 ZOOKEEPER_JAR = "/usr/share/java/zookeeper.jar"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from millrace.gateway.http import endpoint_permission
+from millrace.gateway.http.site import endpoint_permission
 from tests.security.test_http_security import (  # noqa: F401 - secured: the fixture
     PLAIN,
     Secured,

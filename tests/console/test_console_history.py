@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from millrace.gateway.console import HISTORY_DIR
-from millrace.gateway.console.history import (
+from millrace.gateway.http.console import HISTORY_DIR
+from millrace.gateway.http.console.history import (
     FILES,
     MAX_GROUPS,
     HistoryFiles,

@@ -1,4 +1,4 @@
-"""The stream list's rows without a server (``gateway/console/stream_list.py``): a fake node view with
+"""The stream list's rows without a server (``gateway/http/console/stream_list.py``): a fake node view with
 segments, rates and read counters; sizes after truncation with sealed predecessors, open segments, kinds
 from formats, rates out between passes (a restarted container's counter counts from zero), the cap on kept
 rows, and the server-side sort, cut and validation."""
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from millrace.gateway.console import stream_list
-from millrace.gateway.console.stream_list import StreamList, owner_of_segment
+from millrace.gateway.http.console import stream_list
+from millrace.gateway.http.console.stream_list import StreamList, owner_of_segment
 from millrace.protocol.contracts import FORMAT_ATTRIBUTE, SegmentFormat, SegmentInfo
 from millrace.store.containers.rates import SegmentRates
 from millrace.store.controller import (

@@ -126,8 +126,8 @@ def test_key_files_are_checked(keys: dict[str, Path], tmp_path: Path) -> None:
 
 
 def test_a_node_takes_its_keys_from_its_flags(keys: dict[str, Path]) -> None:
-    from millrace.gateway.assembly import replication_config
-    from millrace.gateway.options import ServerOptions
+    from millrace.gateway.shared.assembly import replication_config
+    from millrace.gateway.shared.options import ServerOptions
 
     options = ServerOptions(log_replicas="a:1,b:2,c:3", log_curve_secret_key=str(keys["node_secret"]),
                             log_curve_server_key=str(keys["logd_public"]))

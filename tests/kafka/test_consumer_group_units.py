@@ -23,7 +23,7 @@ from millrace.gateway.kafka.consumer_groups.classic_members import decode_assign
 from millrace.gateway.kafka.consumer_groups.coordinator import HeartbeatRequest, HeartbeatResult
 from millrace.gateway.kafka.consumer_groups.group import ConsumerGroup, ConsumerGroupState
 from millrace.gateway.kafka.group_coordinator import GroupCoordinator
-from millrace.gateway.kafka.group_store import OffsetAndMetadata
+from millrace.gateway.kafka.group_store import GroupStore, OffsetAndMetadata
 from millrace.gateway.kafka_protocol.codec import encode_message
 from millrace.gateway.kafka_protocol.errors import ErrorCode as E
 from millrace.gateway.kafka_protocol.messages.consumer_protocol_assignment import ConsumerProtocolAssignment
@@ -161,21 +161,16 @@ class Topics:
         return self.infos[name].topic_id
 
 
-class Broker:
-    def __init__(self, tables: TableStore, topics: Topics) -> None:
-        self.tables = tables
-        # No initial rebalance delay, as in Kafka's own coordinator tests.
-        self.config = KafkaConfig(group_initial_rebalance_delay_ms=0)
-        self.topics = topics
-        self.groups = None
-
-    def blocking(self, fn: Any, *args: Any) -> Any:
-        return maybeDeferred(fn, *args)
+def blocking(fn: Any, *args: Any) -> Any:
+    return maybeDeferred(fn, *args)
 
 
 def make(tables: TableStore, topics: Topics | None = None, clock: Clock | None = None) -> tuple[GroupCoordinator, Clock]:
     clock = clock or Clock()
-    coord = GroupCoordinator(Broker(tables, topics or Topics(t=6, u=3)), clock=clock)
+    # No initial rebalance delay, as in Kafka's own coordinator tests.
+    config = KafkaConfig(group_initial_rebalance_delay_ms=0)
+    coord = GroupCoordinator(config, GroupStore(tables, blocking), topics or Topics(t=6, u=3),
+                             blocking, clock=clock)
     coord.load()
     return coord, clock
 

@@ -13,7 +13,7 @@ from twisted.internet.task import Clock
 from millrace.gateway.kafka.broker import KafkaConfig
 from millrace.gateway.kafka.classic_groups.group import GroupState, JoinResult
 from millrace.gateway.kafka.group_coordinator import GroupCoordinator
-from millrace.gateway.kafka.group_store import GROUPS_TABLE, OFFSETS_TABLE, OffsetAndMetadata
+from millrace.gateway.kafka.group_store import GROUPS_TABLE, OFFSETS_TABLE, GroupStore, OffsetAndMetadata
 from millrace.gateway.kafka_protocol.errors import ErrorCode as E
 from millrace.store.errors import ContainerOfflineError, DataCorruptionError, DataLogWriterFencedError
 from millrace.store.tables import TableStore
@@ -40,23 +40,23 @@ class Topics:
         return name if name in self.names else None
 
 
-class Broker:
-    def __init__(self, tables: TableStore, config: KafkaConfig) -> None:
-        self.tables = tables
-        self.config = config
-        self.topics = Topics("t", "u")
-        self.groups = None
+def blocking(fn: Any, *args: Any) -> Any:
+    return maybeDeferred(fn, *args)
 
-    def blocking(self, fn: Any, *args: Any) -> Any:
-        return maybeDeferred(fn, *args)
+
+def group_coordinator(tables: TableStore, config: KafkaConfig, topics: Topics | None = None,
+                      **kwargs: Any) -> GroupCoordinator:
+    """A coordinator over ``tables`` whose blocking calls run inline."""
+    return GroupCoordinator(config, GroupStore(tables, blocking), topics or Topics("t", "u"), blocking,
+                            **kwargs)
 
 
 def coordinator(tables: TableStore, clock: Clock | None = None, **config: Any
                 ) -> tuple[GroupCoordinator, Clock, TableStore]:
     clock = clock or Clock()
     config.setdefault("group_initial_rebalance_delay_ms", 0)  # tests that want Kafka's delay say so
-    coord = GroupCoordinator(Broker(tables, KafkaConfig(**config)), clock=clock, offsets_retention_ms=60_000,
-                             retention_check_interval_ms=10_000)
+    coord = group_coordinator(tables, KafkaConfig(**config), clock=clock, offsets_retention_ms=60_000,
+                              retention_check_interval_ms=10_000)
     coord.load()
     return coord, clock, tables
 
@@ -155,9 +155,7 @@ def test_restored_members_must_keep_heartbeating(tables: TableStore) -> None:
 def test_deleted_topic_offsets_are_dropped_at_load(tables: TableStore) -> None:
     coord, _, tables = coordinator(tables)
     coord.offsets.commit_offsets("g", "", None, -1, {("t", 0): OffsetAndMetadata(5), ("u", 1): OffsetAndMetadata(6)}, 9)
-    broker = Broker(tables, KafkaConfig())
-    broker.topics = Topics("t")
-    restarted = GroupCoordinator(broker, clock=Clock())
+    restarted = group_coordinator(tables, KafkaConfig(), Topics("t"), clock=Clock())
     restarted.load()
     assert set(restarted.groups["g"].offsets) == {("t", 0)}
     assert table_len(tables, OFFSETS_TABLE) == 1
@@ -183,7 +181,7 @@ def test_a_failed_load_answers_coordinator_not_available_then_retries(tables: Ta
             return super().exists(name)
 
     tables = Broken(tables.store)
-    coord = GroupCoordinator(Broker(tables, KafkaConfig()), clock=Clock())
+    coord = group_coordinator(tables, KafkaConfig(), clock=Clock())
     answers: list[Any] = []
     outcome = coord.call(lambda c: c.membership.heartbeat("g", "m", None, 1))
     outcome.addCallback(answers.append)

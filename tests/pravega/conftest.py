@@ -9,14 +9,11 @@ import pytest
 from millrace import StreamManager
 from tests.server_process import ServerProcess
 
-# What the server is told getURI answers (no Pravega segment store listener is served yet).
-SEGMENT_PORT = 23456
-
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     with ServerProcess(str(tmp_path_factory.mktemp("data")), "--pravega-controller-port", "0",
-                       "--pravega-segment-port", str(SEGMENT_PORT)) as running:
+                       "--pravega-segment-port", "0") as running:
         yield running
 
 

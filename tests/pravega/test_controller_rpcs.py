@@ -12,7 +12,6 @@ import pytest
 from millrace import StreamManager
 from millrace.gateway.pravega.proto import controller_pb2 as pb
 from millrace.gateway.pravega.proto.controller_pb2_grpc import ControllerServiceStub
-from tests.pravega.conftest import SEGMENT_PORT
 from tests.server_process import ServerProcess, create_topic
 
 SERVICE = "/io.pravega.controller.stream.api.grpc.v1.ControllerService"
@@ -151,7 +150,8 @@ def test_lists_page_with_a_continuation_token(stub: ControllerServiceStub) -> No
 
 
 def test_endpoints_and_tokens(server: ServerProcess, stub: ControllerServiceStub) -> None:
-    assert stub.getURI(segment("any", "stream", 0)) == pb.NodeUri(endpoint="127.0.0.1", port=SEGMENT_PORT)
+    assert stub.getURI(segment("any", "stream", 0)) == pb.NodeUri(endpoint="127.0.0.1",
+                                                                       port=server.pravega_segment_port)
     assert stub.getControllerServerList(pb.ServerRequest()).nodeURI == [
         pb.NodeUri(endpoint="127.0.0.1", port=server.pravega_controller_port)]
     assert stub.getDelegationToken(info("any", "stream")).delegationToken == ""  # security is off

@@ -172,6 +172,7 @@ def test_each_writer_appends_to_its_own_segment() -> None:
         ([block_end(size_of_whole_events=0)], "before its SetupAppend"),
         ([SETUP, commands.AppendBlock(writer_id=WRITER, data=b""), SETUP], "while an append block was open"),
         ([SETUP, commands.AppendBlock(writer_id=WRITER, data=b""), commands.Padding(length=0)], "open"),
+        ([SETUP, commands.AppendBlock(writer_id=WRITER, data=b""), commands.KeepAlive()], "open"),
         (
             [
                 SETUP,
@@ -245,6 +246,7 @@ def test_each_writer_appends_to_its_own_segment() -> None:
         "end-before-setup",
         "setup-inside-block",
         "padding-inside-block",
+        "keep-alive-inside-block",
         "event-number-backwards",
         "below-zero-before-first-append",
         "no-events",

@@ -1,5 +1,5 @@
 """Hostile clients against real server processes, through raw sockets: the limits every listener holds a
-client to (``gateway/limits.py``) refuse them, and what was acknowledged before stays readable.
+client to (``gateway/shared/limits.py``) refuse them, and what was acknowledged before stays readable.
 
 - Memory: a Kafka frame past ``socket.request.max.bytes`` closes its connection; frames still arriving
   share ``queued.max.request.bytes`` (a connection whose frame does not fit stops reading, reported as
@@ -42,7 +42,7 @@ from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.api_versions import ApiVersionsRequest
 from millrace.gateway.kafka_protocol.messages.sasl_authenticate import SaslAuthenticateRequest
 from millrace.gateway.kafka_protocol.messages.sasl_handshake import SaslHandshakeRequest
-from millrace.gateway.limits import LoginFailures
+from millrace.gateway.shared.limits import LoginFailures
 from millrace.protocol import messages as m
 from millrace.protocol.wire import Status, decode_body, encode_frame
 from tests.server_process import ServerProcess

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import requests
 
-from millrace.gateway.http import endpoint_permission, stream_acl_resource
+from millrace.gateway.http.site import endpoint_permission, stream_acl_resource
 from millrace.gateway.security.acls import AclOperation, ResourceType
 from millrace.gateway.security.http_auth import HttpAuthenticator
 from millrace.gateway.security.properties import ConfigError, security_settings

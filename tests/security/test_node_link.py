@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from millrace.gateway.assembly import native_link, node_link
-from millrace.gateway.local_cluster import ClusterSettings
+from millrace.gateway.commands.local_cluster import ClusterSettings
 from millrace.gateway.native.forwarding import NativeLink
 from millrace.gateway.security.properties import ConfigError, native_listener_settings, security_settings
 from millrace.gateway.security.sasl import (
@@ -20,6 +19,7 @@ from millrace.gateway.security.sasl import (
     scram_credential,
 )
 from millrace.gateway.security.sasl_client import SaslLogin
+from millrace.gateway.shared.assembly import native_link, node_link
 from millrace.protocol.sasl import SaslClient, SaslClientError
 
 trustme = pytest.importorskip("trustme")

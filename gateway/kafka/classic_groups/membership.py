@@ -34,7 +34,7 @@ from millrace.gateway.kafka.group_status import GroupApi
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from millrace.gateway.kafka.group_coordinator import GroupCoordinator
+    from millrace.gateway.kafka.group_views import GroupHub
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class ClassicMembership:
     """Members joining, syncing, heartbeating and leaving classic groups; the groups themselves are the
     coordinator's (``GroupCoordinator.groups``)."""
 
-    def __init__(self, coordinator: GroupCoordinator) -> None:
+    def __init__(self, coordinator: GroupHub) -> None:
         self.coordinator = coordinator
 
     # -- JoinGroup ---------------------------------------------------------------------------------

@@ -53,7 +53,7 @@ from millrace.gateway.kafka_protocol.messages.consumer_protocol_subscription imp
 )
 
 if TYPE_CHECKING:
-    from millrace.gateway.kafka.consumer_groups.coordinator import ConsumerGroupCoordinator
+    from millrace.gateway.kafka.group_views import ConsumerGroupsView
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ def decode_assignment(data: bytes) -> ConsumerProtocolAssignment | None:
 class ClassicMembers:
     """The classic APIs for consumer groups; ``coordinator`` is the consumer group coordinator."""
 
-    def __init__(self, coordinator: ConsumerGroupCoordinator) -> None:
+    def __init__(self, coordinator: ConsumerGroupsView) -> None:
         self.c = coordinator
 
     # -- helpers -----------------------------------------------------------------------------------

@@ -65,7 +65,7 @@ from millrace.gateway.kafka.group_store import CONSUMER_GROUPS_TABLE, GROUPS_TAB
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from millrace.gateway.kafka.group_coordinator import GroupCoordinator
+    from millrace.gateway.kafka.group_views import GroupHub
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ def compile_regex(regex: str) -> re.Pattern[str]:
 class ConsumerGroupCoordinator:
     """The consumer-protocol half of the group coordinator."""
 
-    def __init__(self, classic: GroupCoordinator, session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
+    def __init__(self, classic: GroupHub, session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
                  heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS,
                  assignors: tuple[str, ...] = ("uniform", "range"), max_size: int = DEFAULT_MAX_SIZE) -> None:
         self.classic = classic
@@ -133,7 +133,7 @@ class ConsumerGroupCoordinator:
 
     # -- plumbing ----------------------------------------------------------------------------------
     def _topics(self) -> Any:
-        return self.classic.broker.topics
+        return self.classic.topics
 
     def _later(self, seconds: float, fn: Any, *args: Any) -> Any:
         return self.classic.later(seconds, fn, *args)

@@ -306,7 +306,7 @@ def _run_alters(registry: TopicRegistry, jobs: list[tuple[int, str, Any]], valid
 def _alter(ctx: RequestContext, request: AlterConfigsRequest | IncrementalAlterConfigsRequest, cls: Any,
            planner: Any) -> Any:
     resources: list[Any] = list(request.resources)
-    if not not_controller(ctx.broker) or not any(r.resource_type == TOPIC_RESOURCE for r in resources):
+    if not not_controller(ctx.broker.cluster) or not any(r.resource_type == TOPIC_RESOURCE for r in resources):
         outcomes = _alter_here(ctx, resources, request.validate_only, planner)
         if isinstance(outcomes, Deferred):
             return outcomes.addCallback(lambda done: _alter_response(cls, resources, done))

@@ -7,10 +7,10 @@ from typing import Any
 
 from twisted.internet.defer import Deferred
 
-from millrace.gateway.kafka.broker import RequestContext
+from millrace.gateway.kafka.broker import RequestContext, get_coordinator
 from millrace.gateway.kafka.consumer_groups.assignors import Assignment
 from millrace.gateway.kafka.consumer_groups.coordinator import HeartbeatRequest, HeartbeatResult
-from millrace.gateway.kafka.group_coordinator import GroupCoordinator, get_coordinator
+from millrace.gateway.kafka.group_coordinator import GroupCoordinator
 from millrace.gateway.kafka.handlers.groups import client_host
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka_protocol.errors import ErrorCode

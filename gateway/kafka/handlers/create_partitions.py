@@ -38,7 +38,7 @@ class _Job:
 
 def _check(ctx: RequestContext, t: CreatePartitionsRequest.CreatePartitionsTopic) -> _Job:
     job = _Job(t.name, t.count)
-    if not_controller(ctx.broker):
+    if not_controller(ctx.broker.cluster):
         job.error, job.message = ErrorCode.NOT_CONTROLLER, NOT_CONTROLLER_MESSAGE
         return job
     if not legal_topic_name(t.name):

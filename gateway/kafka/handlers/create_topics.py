@@ -61,7 +61,7 @@ def replica_assignment_error(node: int, broker_ids: list[int]) -> str | None:
 def _plan(ctx: RequestContext, t: CreateTopicsRequest.CreatableTopic) -> _Plan:
     config = ctx.broker.config
     plan = _Plan(t.name)
-    if not_controller(ctx.broker):
+    if not_controller(ctx.broker.cluster):
         return _fail(plan, ErrorCode.NOT_CONTROLLER, NOT_CONTROLLER_MESSAGE)
     if not legal_topic_name(t.name):
         return _fail(plan, ErrorCode.INVALID_TOPIC_EXCEPTION, f"illegal topic name {t.name!r}: 1-249 characters "

@@ -44,7 +44,7 @@ def _may(ctx: RequestContext, operation: AclOperation, name: str) -> bool:
 def _resolve(ctx: RequestContext, name: str | None, topic_id: uuid.UUID) -> _Job:
     """Check a deletion on the reactor (in memory) and fill in whichever of name and id is missing."""
     registry = ctx.broker.topics
-    if not_controller(ctx.broker):
+    if not_controller(ctx.broker.cluster):
         return _Job(name, topic_id, ErrorCode.NOT_CONTROLLER, NOT_CONTROLLER_MESSAGE)
     if name is not None and topic_id != ZERO_UUID:
         return _Job(name, topic_id, ErrorCode.INVALID_REQUEST, "you may not specify both topic name and topic id")

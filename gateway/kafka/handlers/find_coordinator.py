@@ -20,7 +20,7 @@ from millrace.gateway.kafka_protocol.messages.find_coordinator import (
 from millrace.gateway.security.acls import AclOperation, ResourceType
 
 if TYPE_CHECKING:
-    from millrace.gateway.kafka.cluster import KafkaNode
+    from millrace.gateway.kafka.nodes import KafkaNode
 
 FIND_COORDINATOR = FindCoordinatorRequest.API_KEY
 KEY_TYPE_GROUP = 0

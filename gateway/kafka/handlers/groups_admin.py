@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from twisted.internet.defer import Deferred
 
-from millrace.gateway.kafka.broker import RequestContext
-from millrace.gateway.kafka.group_coordinator import GroupCoordinator, get_coordinator
+from millrace.gateway.kafka.broker import RequestContext, get_coordinator
+from millrace.gateway.kafka.group_coordinator import GroupCoordinator
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.delete_groups import DeleteGroupsRequest, DeleteGroupsResponse

@@ -10,8 +10,8 @@ from typing import Any
 
 from twisted.internet.defer import Deferred, succeed
 
-from millrace.gateway.kafka.broker import Broker, RequestContext
-from millrace.gateway.kafka.group_coordinator import GroupCoordinator, get_coordinator
+from millrace.gateway.kafka.broker import Broker, RequestContext, get_coordinator
+from millrace.gateway.kafka.group_coordinator import GroupCoordinator
 from millrace.gateway.kafka.group_store import OffsetAndMetadata
 from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka_protocol.errors import ErrorCode

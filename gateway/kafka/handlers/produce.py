@@ -11,14 +11,15 @@ from twisted.python.failure import Failure
 
 from millrace.gateway.kafka.broker import Broker, RequestContext
 from millrace.gateway.kafka.internal_topics import internal_topic
-from millrace.gateway.kafka.registry import NO_RESPONSE, NoResponse, api
+from millrace.gateway.kafka.outcome import NO_RESPONSE, NoResponse
+from millrace.gateway.kafka.registry import api
 from millrace.gateway.kafka.resolve import Unloadable, loaded_topic_logs, topic_logs_or_error
 from millrace.gateway.kafka.stream_errors import error_code
 from millrace.gateway.kafka_protocol.errors import ErrorCode
 from millrace.gateway.kafka_protocol.messages.produce import ProduceRequest, ProduceResponse
-from millrace.gateway.request_metrics import KafkaTraffic
 from millrace.gateway.security.acls import AclOperation, ResourceType
 from millrace.gateway.security.principal import KafkaPrincipal
+from millrace.gateway.shared.request_metrics import KafkaTraffic
 from millrace.streams.partitions import PartitionError, PartitionLog, SegmentPartitionStorage
 from millrace.streams.partitions.formats import TRANSACTIONAL_ATTRIBUTE
 from millrace.streams.topics import TopicInfo

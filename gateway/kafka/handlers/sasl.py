@@ -22,8 +22,8 @@ from millrace.gateway.kafka_protocol.messages.sasl_handshake import (
     SaslHandshakeRequest,
     SaslHandshakeResponse,
 )
-from millrace.gateway.limits import loggable_name
 from millrace.gateway.security.sasl import IllegalSaslState, SaslAuthenticationError, UnsupportedSaslMechanism
+from millrace.gateway.shared.limits import loggable_name
 
 log = logging.getLogger(__name__)
 

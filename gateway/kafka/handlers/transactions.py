@@ -20,8 +20,8 @@ from typing import Any
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
-from millrace.gateway.kafka.broker import RequestContext
-from millrace.gateway.kafka.group_coordinator import GroupCoordinator, get_coordinator
+from millrace.gateway.kafka.broker import RequestContext, get_coordinator
+from millrace.gateway.kafka.group_coordinator import GroupCoordinator
 from millrace.gateway.kafka.group_store import OffsetAndMetadata
 from millrace.gateway.kafka.node_requests import request_node
 from millrace.gateway.kafka.registry import api

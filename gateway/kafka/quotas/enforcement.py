@@ -29,6 +29,7 @@ from typing import Any
 from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
 
+from millrace.gateway.kafka.outcome import NO_RESPONSE, Outcome
 from millrace.gateway.kafka.quotas.entities import (
     CONSUMER_BYTE_RATE,
     PRODUCER_BYTE_RATE,
@@ -38,7 +39,6 @@ from millrace.gateway.kafka.quotas.entities import (
     resolve,
 )
 from millrace.gateway.kafka.quotas.table import Quotas, QuotaTable
-from millrace.gateway.kafka.registry import NO_RESPONSE, Outcome
 from millrace.store.tables import TableStore
 
 DEFAULT_WINDOW_NUM = 11  # quota.window.num

@@ -37,7 +37,6 @@ from twisted.internet import defer, task
 from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
 
-from millrace.gateway.kafka.group_coordinator import get_coordinator
 from millrace.gateway.kafka.group_store import OffsetAndMetadata
 from millrace.gateway.kafka.node_requests import request_node
 from millrace.gateway.kafka.stream_errors import KafkaError, error_code
@@ -67,7 +66,12 @@ from millrace.streams.partitions import PartitionError
 from millrace.streams.partitions.producers import MARKER_COORDINATOR_EPOCH
 
 if TYPE_CHECKING:
-    from millrace.gateway.kafka.broker import Broker
+    from millrace.gateway.kafka.group_coordinator import GroupCoordinator
+    from millrace.gateway.kafka.node_requests import Peers
+    from millrace.store.tables import TableStore
+    from millrace.streams.partitions import SegmentPartitionStorage
+    from millrace.streams.producer_ids import ProducerIdAllocator
+    from millrace.streams.topics import TopicRegistry
 
 log = logging.getLogger(__name__)
 
@@ -108,8 +112,21 @@ def _now_ms() -> int:
 class TransactionCoordinator:
     """Transactions of every transactional id (reactor thread)."""
 
-    def __init__(self, broker: Broker, clock: IReactorTime, check_seconds: float = 1.0) -> None:
-        self.broker = broker
+    def __init__(self, partitions: SegmentPartitionStorage, producer_ids: ProducerIdAllocator, tables: TableStore,
+                 topics: TopicRegistry, blocking: Callable[..., defer.Deferred[Any]], groups: GroupCoordinator,
+                 peers: Peers, node_id: int, clock: IReactorTime, check_seconds: float = 1.0) -> None:
+        """``partitions`` take the markers; ``producer_ids`` issue the transactions' producer ids; ``tables``
+        hold the transaction records; ``topics`` name the partitions; ``blocking`` runs a blocking call on
+        the worker pool; ``groups`` commit the offsets of transactions; ``peers`` reach the other nodes
+        (the partitions' leaders and the groups' coordinator) from this one, ``node_id``."""
+        self.partitions = partitions
+        self.producer_ids = producer_ids
+        self.tables = tables
+        self.topics = topics
+        self.blocking = blocking
+        self.groups = groups
+        self.peers = peers
+        self.node_id = node_id
         self.clock = clock
         self.check_seconds = check_seconds  # how often timed-out transactions are looked for
         self.txns: dict[str, TransactionMetadata] = {}
@@ -117,14 +134,14 @@ class TransactionCoordinator:
         self._completing: dict[str, defer.Deferred[ErrorCode]] = {}  # transactional id -> its completion
         self._initializing: set[str] = set()
         self._writer: CoalescingWriter[tuple[bytes, bytes | None], None] = CoalescingWriter(
-            self._write_records, broker.blocking)
+            self._write_records, blocking)
         # On a cluster (any thread): whether this node still holds the term its transaction state is of.
         # Checked right before each write, so records queued before the term ended are not written over
         # the next coordinator's.
         self._term_held: Callable[[], bool] | None = None
         self._loop: task.LoopingCall | None = None
-        self.markers = MarkerWriter(broker.partitions)
-        self.verifier = TransactionVerifier(broker, clock)  # a partition leader's questions to the coordinator
+        self.markers = MarkerWriter(partitions)
+        self.verifier = TransactionVerifier(peers, clock)  # a partition leader's questions to the coordinator
         # On a cluster: None while this node coordinates with state of its current term, else the error
         # to answer (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS); None in one process.
         self.coordination: Callable[[], ErrorCode | None] | None = None
@@ -139,7 +156,7 @@ class TransactionCoordinator:
 
     def _read(self) -> list[TransactionMetadata]:
         """Blocking: every transaction record in the table (made if missing)."""
-        tables = self.broker.tables
+        tables = self.tables
         if not tables.exists(TRANSACTIONS_TABLE):
             with contextlib.suppress(SegmentExistsError):
                 tables.create_table(TRANSACTIONS_TABLE)
@@ -161,7 +178,7 @@ class TransactionCoordinator:
             if generation == self.generation:
                 self._install([meta for meta in records if coordinated(meta.transactional_id)])
 
-        return self.broker.blocking(self._read).addCallback(install)
+        return self.blocking(self._read).addCallback(install)
 
     def reset(self) -> None:
         """Reactor: forget every transaction (its state is durable in the table); EndTxn calls waiting
@@ -190,10 +207,10 @@ class TransactionCoordinator:
             latest = {key: value for key, value in latest.items() if key not in refused}
         puts = [(key, value) for key, value in latest.items() if value is not None]
         if puts:
-            self.broker.tables.put(TRANSACTIONS_TABLE, puts)
+            self.tables.put(TRANSACTIONS_TABLE, puts)
         removed = [key for key, value in latest.items() if value is None]
         if removed:
-            self.broker.tables.remove(TRANSACTIONS_TABLE, removed)
+            self.tables.remove(TRANSACTIONS_TABLE, removed)
         return [NotCoordinatingError(key.decode()) if key in refused else None for key, _ in changes]
 
     def check(self) -> ErrorCode | None:
@@ -226,7 +243,7 @@ class TransactionCoordinator:
         not coordinate the id: the question for the coordinator (``TransactionVerifier``), whose answer
         the partition keeps until the producer's next marker there."""
         if coordinated(transactional_id) and self.check() is not None:
-            if not self.broker.producer_ids.issued_for_transaction(transactional_id, producer_id):
+            if not self.producer_ids.issued_for_transaction(transactional_id, producer_id):
                 raise PartitionError(Reason.UNKNOWN_PRODUCER, f"producer id {producer_id} is not the producer id "
                                      f"of {transactional_id!r}")
             return lambda: self.verifier.ask(transactional_id, producer_id, epoch, topic, partition)
@@ -286,7 +303,7 @@ class TransactionCoordinator:
         generation = self.generation
         if meta is None:
             self._initializing.add(transactional_id)
-            d = self.broker.blocking(self.broker.producer_ids.allocate, transactional_id)
+            d = self.blocking(self.producer_ids.allocate, transactional_id)
 
             def allocated(pid: int) -> defer.Deferred[tuple[ErrorCode, int, int]]:
                 if generation != self.generation and coordinated(transactional_id):
@@ -311,7 +328,7 @@ class TransactionCoordinator:
             return defer.succeed((ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1))
         self._initializing.add(transactional_id)
         # A new producer id once the epoch is exhausted, else None: the epoch is bumped.
-        new_id: defer.Deferred[int | None] = (self.broker.blocking(self.broker.producer_ids.allocate, transactional_id)
+        new_id: defer.Deferred[int | None] = (self.blocking(self.producer_ids.allocate, transactional_id)
                                               if meta.producer_epoch + 1 >= MAX_EPOCH else defer.succeed(None))
 
         def bump(new_pid: int | None) -> defer.Deferred[tuple[ErrorCode, int, int]]:
@@ -494,14 +511,14 @@ class TransactionCoordinator:
         WriteTxnMarkers; retrying while the partition recovers or moves) or skipped if the topic or
         partition is gone. Stops (never fires) once the coordinator's state of ``generation`` is dropped."""
         result: defer.Deferred[None] = defer.Deferred()
-        storage = self.broker.partitions
+        storage = self.partitions
 
         def attempt() -> None:
             # check() first: a node back from a pause learns here that its term is over (and drops).
             if self.check() is not None or generation != self.generation:
                 return
             # record, not get: the partition record whatever the stream's scope (get knows Kafka topics only).
-            info = self.broker.topics.record(topic)
+            info = self.topics.record(topic)
             if info is None or partition >= info.partition_count:
                 result.callback(None)
                 return
@@ -509,13 +526,13 @@ class TransactionCoordinator:
 
         def write(parts: list[Any]) -> defer.Deferred[None]:
             p = parts[partition]
-            cluster = self.broker.cluster
-            if cluster is not None and p.writer is not None:
-                leader = cluster.leader(p.writer.name)
+            nodes = self.peers.directory
+            if nodes is not None and p.writer is not None:
+                leader = nodes.leader(p.writer.name)
                 if leader is None:
                     raise PartitionError(Reason.NOT_OWNER, f"{topic}-{partition} has no leader now")
-                if leader.node_id != self.broker.config.node_id:
-                    return send_markers(self.broker.node_link, leader, pid, epoch, commit, self.coordinator_epoch,
+                if leader.node_id != self.node_id:
+                    return send_markers(self.peers.link, leader, pid, epoch, commit, self.coordinator_epoch,
                                         {topic: [partition]}).addCallback(answered)
             return self.markers.write(p, pid, epoch, commit, self.coordinator_epoch)
 
@@ -547,15 +564,15 @@ class TransactionCoordinator:
         def attempt() -> None:
             if self.check() is not None or generation != self.generation:
                 return
-            cluster = self.broker.cluster
-            node = cluster.group_coordinator() if cluster is not None else None
-            if node is not None and node.node_id != self.broker.config.node_id:
+            nodes = self.peers.directory
+            node = nodes.group_coordinator() if nodes is not None else None
+            if node is not None and node.node_id != self.node_id:
                 transactional_id, pid, epoch = producer
                 request = txn_offset_commit_request(transactional_id, group_id, pid, epoch, stamped)
-                d = request_node(self.broker.node_link, node, request, TXN_OFFSET_COMMIT_VERSION,
+                d = request_node(self.peers.link, node, request, TXN_OFFSET_COMMIT_VERSION,
                                  CLIENT_ID).addCallback(offset_errors)
             else:
-                d = get_coordinator(self.broker).call(lambda c: c.offsets.commit_transactional_offsets(group_id, stamped))
+                d = self.groups.call(lambda c: c.offsets.commit_transactional_offsets(group_id, stamped))
             d.addCallbacks(committed, retry)
 
         def committed(errors: dict[TopicPartition, ErrorCode]) -> None:

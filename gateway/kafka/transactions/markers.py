@@ -37,7 +37,7 @@ from millrace.streams.errors import Reason
 from millrace.streams.partitions import PartitionError
 
 if TYPE_CHECKING:
-    from millrace.gateway.kafka.cluster import KafkaNode
+    from millrace.gateway.kafka.nodes import KafkaNode
     from millrace.streams.partitions.partition import PartitionLog
     from millrace.streams.partitions.storage import SegmentPartitionStorage
 

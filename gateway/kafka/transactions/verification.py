@@ -30,7 +30,7 @@ from millrace.gateway.kafka_protocol.messages.add_partitions_to_txn import (
 )
 
 if TYPE_CHECKING:
-    from millrace.gateway.kafka.broker import Broker
+    from millrace.gateway.kafka.node_requests import Peers
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +49,8 @@ TopicPartition = tuple[str, int]
 class TransactionVerifier:
     """Asks the transaction coordinator's node whether partitions are in producers' ongoing transactions."""
 
-    def __init__(self, broker: Broker, clock: IReactorTime) -> None:
-        self.broker = broker
+    def __init__(self, peers: Peers, clock: IReactorTime) -> None:
+        self.peers = peers  # where the coordinator is, and how to dial it
         self.clock = clock
         self._asked: dict[Producer, dict[TopicPartition, list[defer.Deferred[None]]]] = {}
         self._sending = False
@@ -70,8 +70,8 @@ class TransactionVerifier:
     def _send(self) -> None:
         self._sending = False
         asked, self._asked = self._asked, {}
-        cluster = self.broker.cluster
-        node = cluster.transaction_coordinator() if cluster is not None else None
+        directory = self.peers.directory
+        node = directory.transaction_coordinator() if directory is not None else None
         if node is None:
             _answer(asked, {}, ErrorCode.COORDINATOR_NOT_AVAILABLE)
             return
@@ -96,7 +96,7 @@ class TransactionVerifier:
                      node.node_id, failure.getErrorMessage())
             _answer(asked, {}, ErrorCode.COORDINATOR_NOT_AVAILABLE)
 
-        request_node(self.broker.node_link, node, request, VERIFY_VERSION, CLIENT_ID,
+        request_node(self.peers.link, node, request, VERIFY_VERSION, CLIENT_ID,
                      VERIFY_TIMEOUT_SECONDS).addCallbacks(answered, unreachable)
 
 

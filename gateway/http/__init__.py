@@ -1,0 +1,1 @@
+"""The HTTP listener: the JSON API, /metrics and the web console."""
