@@ -112,7 +112,7 @@ def _marked(name: str) -> bool:
     return "#" in name.replace(EPOCH_DELIMITER, "")
 
 
-def _stream_of(name: str) -> tuple[str, str] | None:
+def stream_of_segment(name: str) -> tuple[str, str] | None:
     """(scope, stream) of a stream segment's name; None for internal and raw names."""
     if _marked(name):
         return None
@@ -164,7 +164,7 @@ class SegmentGate:
             return FormatViolationError(
                 f"{command} of {name!r}: the segment holds Millrace's own state (a table, a transaction, an "
                 "index or a system stream), written only through the commands that own it")
-        stream = _stream_of(name)
+        stream = stream_of_segment(name)
         if stream is not None and self._holds_events(*stream):
             scope, stream_name = stream
             how = ("Kafka's Produce and DeleteRecords" if scope == self.kafka_scope
@@ -224,7 +224,7 @@ class SegmentGate:
 
     # -- raw segment commands ------------------------------------------------------------------------------
     def create_segment(self, name: str, attributes: dict[str, int] | None = None) -> StoreFuture[None]:
-        if _internal(name) or _stream_of(name) is not None:
+        if _internal(name) or stream_of_segment(name) is not None:
             return failed(FormatViolationError(
                 f"CREATE_SEGMENT of {name!r}: a stream's segments are made by the controller (CREATE_STREAM, "
                 "scaling), tables' and transactions' by their commands"))
@@ -239,7 +239,7 @@ class SegmentGate:
         refusal = self._refusal(name, "APPEND")
         if refusal is not None:
             return failed(refusal)
-        if _stream_of(name) is None:  # a raw segment
+        if stream_of_segment(name) is None:  # a raw segment
             return self.store.append(name, data, expected_offset, attributes, events)
 
         def checked(fmt: SegmentFormat | None) -> StoreFuture[int]:
@@ -274,7 +274,7 @@ class SegmentGate:
         refusal = self._refusal(name, "APPEND")
         if refusal is not None:
             return failed(refusal)
-        if _stream_of(name) is None:
+        if stream_of_segment(name) is None:
             return completed(None)
         return self._format(name)
 
@@ -283,7 +283,7 @@ class SegmentGate:
         refusal = self._refusal(name, "UPDATE_ATTRIBUTES")
         if refusal is not None:
             return failed(refusal)
-        if _stream_of(name) is None:
+        if stream_of_segment(name) is None:
             return self.store.update_attributes(name, updates)
         if any(u.key == FORMAT_ATTRIBUTE for u in updates):
             (update,) = updates if len(updates) == 1 else (None,)
@@ -316,7 +316,7 @@ class SegmentGate:
         """Truncate a byte stream's one segment at ``offset`` as its stream is truncated (the controller
         records the new head, then cuts): how Pravega's byte writer truncates, with a segment command.
         Any other segment is refused as ``truncate`` refuses it."""
-        stream = _stream_of(name)
+        stream = stream_of_segment(name)
         if stream is None or _internal(name):
             return self.truncate(name, offset)
 
@@ -344,7 +344,7 @@ class SegmentGate:
 
     def merge(self, target: str, source: str) -> StoreFuture[int]:
         for name in (target, source):
-            if _internal(name) or _stream_of(name) is not None:
+            if _internal(name) or stream_of_segment(name) is not None:
                 return failed(FormatViolationError(
                     f"MERGE of {source!r} into {target!r}: streams' segments are merged only by the commit of "
                     "their transactions and by scaling"))
@@ -366,7 +366,7 @@ class SegmentGate:
         return out
 
     def _raw_only(self, name: str, command: str, instead: str, call: Callable[[], StoreFuture[T]]) -> StoreFuture[T]:
-        if _internal(name) or _stream_of(name) is not None:
+        if _internal(name) or stream_of_segment(name) is not None:
             return failed(FormatViolationError(
                 f"{command} of {name!r}: a stream's segments change only through its stream: use {instead}"))
         return call()
@@ -376,7 +376,7 @@ class SegmentGate:
         """Record ``fmt`` as the format of the one segment of an unpartitioned stream of one fixed
         segment (idempotent for the same format; FormatViolationError for another, or for a stream
         that may not take it). Blocking."""
-        scope, stream = _stream_of(name) or ("", "")
+        scope, stream = stream_of_segment(name) or ("", "")
         if not scope:
             raise FormatViolationError(f"{name!r} is no stream's segment: only a stream takes a format")
         if scope == self.kafka_scope and not is_internal_stream_name(stream):
@@ -450,7 +450,7 @@ class SegmentGate:
                                        "with DeleteRecords (at a record's offset), never at byte positions")
         store = self.store
         for name, offset in cut.items():
-            if _stream_of(name) != (scope, stream):
+            if stream_of_segment(name) != (scope, stream):
                 continue  # the controller refuses names of other streams
             try:
                 info = store.get_info(name)

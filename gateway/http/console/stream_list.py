@@ -51,11 +51,11 @@ from millrace.protocol.contracts import (
     SegmentInfo,
 )
 from millrace.protocol.errors import KeyValueTableNotFoundError, ScopeNotFoundError
-from millrace.protocol.names import EPOCH_DELIMITER, parse_segment_name
 from millrace.protocol.tables import KV_TABLE_MARK
 from millrace.store.controller import Controller, RetentionType, SegmentRange, StreamInfo
 from millrace.store.controller.kvtables import KeyValueTables
 from millrace.store.errors import SegmentNotFoundError
+from millrace.streams.segment_gate import stream_of_segment
 from millrace.streams.topics import deletes_old_data
 
 if TYPE_CHECKING:
@@ -126,18 +126,6 @@ SORT_KEYS: dict[str, Callable[[StreamRow], Any]] = {
 def busiest_first(row: StreamRow) -> tuple[float, float, int, str, str]:
     """The order the overview's top streams and the kept rows follow: bytes in, then out, then size."""
     return (-row.bytes_in_per_s, -(row.bytes_out_per_s or 0.0), -row.size_bytes, row.scope, row.stream)
-
-
-def stream_of_segment(name: str) -> tuple[str, str] | None:
-    """(scope, stream) of a stream's data segment; None for internal names (tables, transactions, Kafka
-    indexes carry a ``#`` past the epoch mark, as ``segment_gate`` tells them apart) and raw ones."""
-    if "#" in name.replace(EPOCH_DELIMITER, ""):
-        return None
-    try:
-        scope, stream, _ = parse_segment_name(name)
-    except ValueError:
-        return None
-    return scope, stream
 
 
 def owner_of_segment(name: str) -> tuple[str, str, bool] | None:
